@@ -1,0 +1,115 @@
+import { Command, InvalidArgumentError, Option } from 'commander';
+import { startServer } from '../gateway/server.js';
+import { createLogger } from '../util/logger.js';
+import { runDemo } from './demo.js';
+
+function int(name: string, min = 0) {
+  return (value: string) => {
+    const n = Number(value);
+    if (!Number.isInteger(n) || n < min)
+      throw new InvalidArgumentError(`${name} must be an integer >= ${min}`);
+    return n;
+  };
+}
+
+const collect = (value: string, previous: string[]) => previous.concat(value);
+
+export function buildCli(): Command {
+  const program = new Command('stepwise')
+    .description('Stepwise: the data layer of agentic RL (gateway + step-level DataPool)')
+    .showHelpAfterError();
+
+  program
+    .command('serve')
+    .description('serve the DataPool HTTP API over a SQLite store')
+    .option('--db <path>', 'SQLite database file', process.env.STEPWISE_DB ?? 'stepwise.db')
+    .option('--host <host>', 'address to bind (non-loopback requires API keys)', '127.0.0.1')
+    .option('--port <port>', 'port to listen on', int('--port'), 8100)
+    .option('--api-key <key:scopes>', 'API key with scopes agent,trainer,admin (repeatable)', collect, [])
+    .addOption(
+      new Option('--sync <mode>', 'SQLite synchronous mode').choices(['full', 'normal']).default('full'),
+    )
+    .option('--n-rollouts <n>', 'default group size for new channels', int('--n-rollouts', 1))
+    .option(
+      '--max-queue-size <n>',
+      'default cap on ready groups per channel (oldest dropped)',
+      int('--max-queue-size', 1),
+    )
+    .option(
+      '--max-staleness <n>',
+      'default max policy versions a served group may lag',
+      int('--max-staleness'),
+    )
+    .addOption(new Option('--stale-policy <p>', 'what to do with stale groups').choices(['drop', 'flag']))
+    .option(
+      '--group-timeout-ms <ms>',
+      'default time a group may stay incomplete',
+      int('--group-timeout-ms', 1),
+    )
+    .addOption(
+      new Option('--incomplete-policy <p>', 'what to do with timed-out groups').choices([
+        'drop',
+        'serve_partial',
+      ]),
+    )
+    .option('--max-body-mb <mb>', 'largest request body accepted', int('--max-body-mb', 1), 64)
+    .action(async (opts) => {
+      const logger = createLogger();
+      const envKeys = (process.env.STEPWISE_API_KEYS ?? '').split(/\s+/).filter(Boolean);
+      const channelDefaults = Object.fromEntries(
+        Object.entries({
+          n_rollouts: opts.nRollouts,
+          max_queue_size: opts.maxQueueSize,
+          max_staleness: opts.maxStaleness,
+          stale_policy: opts.stalePolicy,
+          group_timeout_ms: opts.groupTimeoutMs,
+          incomplete_policy: opts.incompletePolicy,
+        }).filter(([, v]) => v !== undefined),
+      );
+      const server = await startServer({
+        dbPath: opts.db,
+        host: opts.host,
+        port: opts.port,
+        apiKeys: [...opts.apiKey, ...envKeys],
+        synchronous: opts.sync === 'normal' ? 'NORMAL' : 'FULL',
+        channelDefaults,
+        maxBodyBytes: opts.maxBodyMb * 1024 * 1024,
+        logger,
+      });
+      logger.info({ url: server.url, db: opts.db }, 'stepwise serving');
+      const stop = async (signal: string) => {
+        logger.info({ signal }, 'shutting down');
+        await server.close();
+        process.exit(0);
+      };
+      process.once('SIGINT', () => void stop('SIGINT'));
+      process.once('SIGTERM', () => void stop('SIGTERM'));
+    });
+
+  program
+    .command('demo')
+    .description('run the end-to-end loop: a producer submits rollouts, a trainer leases, acks and syncs')
+    .option('--db <path>', 'keep the store in this file (default: a temporary file)')
+    .option('--port <port>', 'port to listen on (0: any free port)', int('--port'), 0)
+    .option('--groups <n>', 'prompt groups to produce', int('--groups', 1), 8)
+    .option('--rollouts <n>', 'rollouts per prompt', int('--rollouts', 1), 4)
+    .option('--steps <n>', 'steps per rollout', int('--steps', 1), 5)
+    .option('--batch-size <n>', 'groups per leased batch', int('--batch-size', 1), 2)
+    .option('--seed <n>', 'random seed', int('--seed'), 7)
+    .action(async (opts) => {
+      const result = await runDemo({ ...opts, print: (line: string) => console.log(line) });
+      console.log(`demo done: ${result.consumedGroups} groups, ${result.consumedSteps} steps trained on`);
+    });
+
+  return program;
+}
+
+const isMain = process.argv[1] && /cli[\\/]main\.(ts|js)$|bin[\\/]stepwise(\.js)?$/.test(process.argv[1]);
+if (isMain) {
+  buildCli()
+    .parseAsync(process.argv)
+    .catch((error) => {
+      console.error(`stepwise: ${error instanceof Error ? error.message : String(error)}`);
+      process.exit(1);
+    });
+}

@@ -1,0 +1,185 @@
+import { z } from 'zod';
+import { ChannelName, ClientId } from './ids.js';
+
+/** A token id as engines emit them: a non-negative integer that fits in uint32. */
+export const TokenId = z
+  .number()
+  .int('must be an integer')
+  .min(0, 'must be >= 0')
+  .max(0xffffffff, 'must fit in uint32');
+export const TokenIds = z.array(TokenId);
+
+export const TokenSource = z.enum(['engine', 'retokenized', 'submitted']);
+export type TokenSource = z.infer<typeof TokenSource>;
+
+/** An observation that followed a step's action (a tool's output), with its failure if any. */
+export const ToolResult = z.object({
+  tool_call_id: z.string().optional(),
+  name: z.string().optional(),
+  content: z.string(),
+  error: z.boolean().default(false),
+  error_type: z.string().optional(),
+});
+export type ToolResult = z.infer<typeof ToolResult>;
+
+export const StepTimings = z.object({
+  latency_ms: z.number().min(0).optional(),
+  ttft_ms: z.number().min(0).optional(),
+});
+
+const JsonRecord = z.record(z.string(), z.unknown());
+
+/**
+ * A step on the wire: Claw-R1's snake_case fields plus Stepwise's additions. This is the shape
+ * agents submit and trainers receive; the store keeps the same content in a compact form.
+ */
+export const StepWire = z
+  .strictObject({
+    trajectory_uid: ClientId,
+    prompt_uid: ClientId,
+    step_index: z.number().int('must be an integer').min(0, 'must be >= 0').max(1_000_000),
+    prompt_ids: TokenIds,
+    response_ids: TokenIds,
+    reward: z.number().finite().nullable().optional(),
+    policy_version: z.number().int('must be an integer').min(0, 'must be >= 0').optional(),
+    is_last: z.boolean().default(false),
+    metadata: JsonRecord.default({}),
+    rollout_log_probs: z.array(z.number()).nullable().optional(),
+    token_source: TokenSource.default('submitted'),
+    finish_reason: z.string().max(64).nullable().optional(),
+    // What the agent saw: kept for judges, SFT export and the dashboard.
+    messages: z.array(JsonRecord).nullable().optional(),
+    tools: z.array(JsonRecord).nullable().optional(),
+    response_text: z.string().nullable().optional(),
+    tool_calls: z.array(JsonRecord).nullable().optional(),
+    tool_results: z.array(ToolResult).nullable().optional(),
+    timings: StepTimings.nullable().optional(),
+    engine_id: z.string().max(256).nullable().optional(),
+  })
+  .superRefine((step, ctx) => {
+    if (step.rollout_log_probs != null && step.rollout_log_probs.length !== step.response_ids.length) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['rollout_log_probs'],
+        message: `length ${step.rollout_log_probs.length} must equal response_ids length ${step.response_ids.length}`,
+      });
+    }
+  });
+export type StepWireInput = z.input<typeof StepWire>;
+
+/** A step as the domain sees it (camelCase); token arrays are always full. */
+export interface Step {
+  trajectoryId: string;
+  groupId: string;
+  channel: string;
+  index: number;
+  promptIds: number[];
+  responseIds: number[];
+  responseLogprobs: number[] | null;
+  reward: number | null;
+  policyVersion: number;
+  isLast: boolean;
+  metadata: Record<string, unknown>;
+  tokenSource: TokenSource;
+  finishReason: string | null;
+  messages: Record<string, unknown>[] | null;
+  tools: Record<string, unknown>[] | null;
+  responseText: string | null;
+  toolCalls: Record<string, unknown>[] | null;
+  toolResults: ToolResult[] | null;
+  latencyMs: number | null;
+  ttftMs: number | null;
+  engineId: string | null;
+  createdAt: number;
+}
+
+/** A step offered to the store: the wire fields, normalised, before the store assigns time. */
+export type NewStep = Omit<Step, 'createdAt' | 'channel' | 'policyVersion'> & {
+  policyVersion: number | null;
+};
+
+export function stepFromWire(wire: z.output<typeof StepWire>): NewStep {
+  return {
+    trajectoryId: wire.trajectory_uid,
+    groupId: wire.prompt_uid,
+    index: wire.step_index,
+    promptIds: wire.prompt_ids,
+    responseIds: wire.response_ids,
+    responseLogprobs: wire.rollout_log_probs ?? null,
+    reward: wire.reward ?? null,
+    policyVersion: wire.policy_version ?? null,
+    isLast: wire.is_last,
+    metadata: wire.metadata,
+    tokenSource: wire.token_source,
+    finishReason: wire.finish_reason ?? null,
+    messages: wire.messages ?? null,
+    tools: wire.tools ?? null,
+    responseText: wire.response_text ?? null,
+    toolCalls: wire.tool_calls ?? null,
+    toolResults: wire.tool_results ?? null,
+    latencyMs: wire.timings?.latency_ms ?? null,
+    ttftMs: wire.timings?.ttft_ms ?? null,
+    engineId: wire.engine_id ?? null,
+  };
+}
+
+/** The wire form a trainer or a query receives. */
+export interface StepOut {
+  trajectory_uid: string;
+  prompt_uid: string;
+  channel: string;
+  step_index: number;
+  prompt_ids: number[];
+  response_ids: number[];
+  reward: number | null;
+  policy_version: number;
+  is_last: boolean;
+  metadata: Record<string, unknown>;
+  rollout_log_probs: number[] | null;
+  token_source: TokenSource;
+  finish_reason: string | null;
+  messages: Record<string, unknown>[] | null;
+  tools: Record<string, unknown>[] | null;
+  response_text: string | null;
+  tool_calls: Record<string, unknown>[] | null;
+  tool_results: ToolResult[] | null;
+  timings: { latency_ms: number | null; ttft_ms: number | null };
+  engine_id: string | null;
+  created_at: number;
+}
+
+export function stepToWire(step: Step): StepOut {
+  return {
+    trajectory_uid: step.trajectoryId,
+    prompt_uid: step.groupId,
+    channel: step.channel,
+    step_index: step.index,
+    prompt_ids: step.promptIds,
+    response_ids: step.responseIds,
+    reward: step.reward,
+    policy_version: step.policyVersion,
+    is_last: step.isLast,
+    metadata: step.metadata,
+    rollout_log_probs: step.responseLogprobs,
+    token_source: step.tokenSource,
+    finish_reason: step.finishReason,
+    messages: step.messages,
+    tools: step.tools,
+    response_text: step.responseText,
+    tool_calls: step.toolCalls,
+    tool_results: step.toolResults,
+    timings: { latency_ms: step.latencyMs, ttft_ms: step.ttftMs },
+    engine_id: step.engineId,
+    created_at: step.createdAt,
+  };
+}
+
+/** Body of `POST /v1/steps` and Claw-R1's `POST /submit_steps`. */
+export const SubmitStepsBody = z.strictObject({
+  steps: z
+    .array(z.unknown())
+    .min(1, 'must hold at least one step')
+    .max(10_000, 'at most 10000 steps per call'),
+  channel: ChannelName.optional(),
+  n_rollouts: z.number().int().min(1).max(4096).optional(),
+});

@@ -1,0 +1,71 @@
+import { z } from 'zod';
+
+export const TrajectoryStatus = z.enum(['open', 'complete', 'aborted', 'infra_failed']);
+export type TrajectoryStatus = z.infer<typeof TrajectoryStatus>;
+
+/** One episode: the steps of one rollout of one prompt. */
+export interface Trajectory {
+  id: string;
+  groupId: string;
+  channel: string;
+  taskId: string | null;
+  status: TrajectoryStatus;
+  reward: number | null;
+  metadata: Record<string, unknown>;
+  nSteps: number;
+  lastIndex: number | null;
+  prefixBreaks: number;
+  createdAt: number;
+  completedAt: number | null;
+  // Guidance (ActGuide-RL) and provenance (CLEANER derivations).
+  guided: boolean;
+  guidanceK: number | null;
+  probe: boolean;
+  derivedFrom: string | null;
+  derivation: Record<string, unknown> | null;
+}
+
+export interface TrajectoryOut {
+  trajectory_uid: string;
+  prompt_uid: string;
+  channel: string;
+  task_id: string | null;
+  status: TrajectoryStatus;
+  reward: number | null;
+  metadata: Record<string, unknown>;
+  n_steps: number;
+  prefix_breaks: number;
+  created_at: number;
+  completed_at: number | null;
+  guided: boolean;
+  guidance_k: number | null;
+  probe: boolean;
+  derived_from: string | null;
+  derivation: Record<string, unknown> | null;
+}
+
+export function trajectoryToWire(t: Trajectory): TrajectoryOut {
+  return {
+    trajectory_uid: t.id,
+    prompt_uid: t.groupId,
+    channel: t.channel,
+    task_id: t.taskId,
+    status: t.status,
+    reward: t.reward,
+    metadata: t.metadata,
+    n_steps: t.nSteps,
+    prefix_breaks: t.prefixBreaks,
+    created_at: t.createdAt,
+    completed_at: t.completedAt,
+    guided: t.guided,
+    guidance_k: t.guidanceK,
+    probe: t.probe,
+    derived_from: t.derivedFrom,
+    derivation: t.derivation,
+  };
+}
+
+export const CompleteTrajectoryBody = z.strictObject({
+  reward: z.number().finite().nullable().optional(),
+  status: z.enum(['complete', 'aborted', 'infra_failed']).default('complete'),
+});

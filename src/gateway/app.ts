@@ -1,0 +1,286 @@
+import { type Context, Hono } from 'hono';
+import { bodyLimit } from 'hono/body-limit';
+import { HTTPException } from 'hono/http-exception';
+import { streamSSE } from 'hono/streaming';
+import type { Logger } from 'pino';
+import { z } from 'zod';
+import {
+  ChannelConfigPatch,
+  ChannelName,
+  ClientId,
+  CompleteTrajectoryBody,
+  EventType,
+  LabelsBody,
+  LeaseRequest,
+  parseOrThrow,
+  Quality,
+  StepWire,
+  StepwiseError,
+  SubmitStepsBody,
+  stepFromWire,
+  stepToWire,
+  TrajectoryStatus,
+  trajectoryToWire,
+  ValidationError,
+} from '../domain/index.js';
+import type { DataPool } from '../pool/data-pool.js';
+import { batchToJson } from '../serving/json-batch.js';
+import { type ApiKey, type AuthVariables, authenticate, requireScope } from './auth.js';
+
+export interface AppOptions {
+  pool: DataPool;
+  apiKeys?: readonly ApiKey[];
+  /** Largest accepted request body; bigger ones get 413 before they are read. */
+  maxBodyBytes?: number;
+  logger?: Logger;
+}
+
+type Env = { Variables: AuthVariables };
+
+/** Reads a JSON body without trusting it: malformed JSON is a 400 that says so. */
+async function jsonBody(c: Context): Promise<unknown> {
+  const text = await c.req.text();
+  if (text.trim() === '') return {};
+  try {
+    return JSON.parse(text);
+  } catch (error) {
+    throw new ValidationError(`body: malformed JSON (${(error as Error).message})`, 'body');
+  }
+}
+
+const optionalNumber = z.coerce.number().finite().optional();
+const Pagination = {
+  limit: z.coerce.number().int().min(1).max(500).default(50),
+  offset: z.coerce.number().int().min(0).default(0),
+};
+const LabelQuery = {
+  trainable: z
+    .enum(['true', 'false'])
+    .transform((v) => v === 'true')
+    .optional(),
+  quality: Quality.optional(),
+  label: z.string().min(1).max(64).optional(),
+};
+const StepListQuery = z.strictObject({
+  channel: ChannelName.optional(),
+  trajectory_uid: ClientId.optional(),
+  prompt_uid: ClientId.optional(),
+  reward_min: optionalNumber,
+  reward_max: optionalNumber,
+  status: TrajectoryStatus.optional(),
+  ...LabelQuery,
+  ...Pagination,
+});
+const TrajectoryListQuery = z.strictObject({
+  channel: ChannelName.optional(),
+  prompt_uid: ClientId.optional(),
+  task_id: z.string().min(1).max(256).optional(),
+  reward_min: optionalNumber,
+  reward_max: optionalNumber,
+  status: TrajectoryStatus.optional(),
+  ...LabelQuery,
+  ...Pagination,
+});
+const EventListQuery = z.strictObject({
+  cursor: z.coerce.number().int().min(0).default(0),
+  limit: z.coerce.number().int().min(1).max(1000).default(100),
+  channel: ChannelName.optional(),
+  type: z
+    .string()
+    .transform((v) => v.split(','))
+    .pipe(z.array(EventType))
+    .optional(),
+});
+const PolicyVersionBody = z.strictObject({ version: z.number().int().min(0, 'must be >= 0') });
+const StatsQuery = z.strictObject({ channel: ChannelName.optional() });
+
+/**
+ * The HTTP face of the pool: thin handlers that parse, call the pool and shape the answer.
+ * Gateway routes for black-box agents mount on the same app in the gateway issue.
+ */
+export function createApp(options: AppOptions): Hono<Env> {
+  const { pool } = options;
+  const app = new Hono<Env>();
+  const maxBodyBytes = options.maxBodyBytes ?? 64 * 1024 * 1024;
+
+  app.onError((error, c) => {
+    if (error instanceof StepwiseError) return c.json(error.toJSON(), error.status as 400);
+    if (error instanceof HTTPException) {
+      return c.json(
+        { error: { code: 'http_error', message: error.message || 'request failed' } },
+        error.status,
+      );
+    }
+    options.logger?.error({ err: error, path: c.req.path }, 'request failed');
+    return c.json({ error: { code: 'internal', message: 'internal error' } }, 500);
+  });
+  app.notFound((c) =>
+    c.json({ error: { code: 'not_found', message: `no route for ${c.req.method} ${c.req.path}` } }, 404),
+  );
+
+  app.get('/ready', async (c) => c.json({ ok: true, store: pool.store.kind }));
+
+  app.use('*', authenticate(options.apiKeys ?? []));
+  app.use(
+    '*',
+    bodyLimit({
+      maxSize: maxBodyBytes,
+      onError: (c) =>
+        c.json(
+          {
+            error: {
+              code: 'payload_too_large',
+              message: `body: larger than ${maxBodyBytes} bytes`,
+              field: 'body',
+            },
+          },
+          413,
+        ),
+    }),
+  );
+
+  // ---- producers (agent scope) ----------------------------------------------------------------
+
+  const submit = async (c: Context<Env>, body: unknown, channelParam?: string) => {
+    // Claw-R1 clients may post a bare array of steps.
+    const envelope = parseOrThrow(SubmitStepsBody, Array.isArray(body) ? { steps: body } : body);
+    const channel =
+      envelope.channel ?? (channelParam ? parseOrThrow(ChannelName, channelParam, 'channel') : 'train');
+    const steps = envelope.steps.map((raw, i) => stepFromWire(parseOrThrow(StepWire, raw, `steps.${i}`)));
+    const result = await pool.submitSteps(steps, { channel, nRollouts: envelope.n_rollouts ?? null });
+    return c.json({ ...result, channel });
+  };
+  app.post('/v1/steps', requireScope('agent'), async (c) => submit(c, await jsonBody(c)));
+  app.post('/submit_steps', requireScope('agent'), async (c) =>
+    submit(c, await jsonBody(c), c.req.query('channel')),
+  );
+
+  const complete = async (c: Context<Env>, id: string) => {
+    parseOrThrow(ClientId, id, 'trajectory_uid');
+    const body = parseOrThrow(CompleteTrajectoryBody, await jsonBody(c));
+    const trajectory = await pool.completeTrajectory(id, {
+      reward: body.reward ?? null,
+      status: body.status,
+    });
+    return c.json(trajectoryToWire(trajectory));
+  };
+  app.post('/v1/trajectories/:id/complete', requireScope('agent'), (c) => complete(c, c.req.param('id')));
+  app.post('/complete_trajectory/:id', requireScope('agent'), (c) => complete(c, c.req.param('id')));
+
+  // ---- trainers -------------------------------------------------------------------------------
+
+  app.post('/v1/batches/lease', requireScope('trainer'), async (c) => {
+    const request = parseOrThrow(LeaseRequest, await jsonBody(c));
+    const batch = await pool.lease(request, c.req.raw.signal);
+    if (!batch) return c.body(null, 204);
+    return c.json(batchToJson(batch));
+  });
+  app.post('/v1/batches/:id/ack', requireScope('trainer'), async (c) => {
+    const lease = await pool.ack(c.req.param('id'));
+    return c.json({ lease_id: lease.id, state: lease.state, groups: lease.groupIds.length });
+  });
+  app.post('/v1/batches/:id/nack', requireScope('trainer'), async (c) => {
+    const lease = await pool.nack(c.req.param('id'));
+    return c.json({ lease_id: lease.id, state: lease.state, groups: lease.groupIds.length });
+  });
+  app.put('/v1/policy-version', requireScope('trainer'), async (c) => {
+    const { version } = parseOrThrow(PolicyVersionBody, await jsonBody(c));
+    await pool.setPolicyVersion(version);
+    return c.json({ version });
+  });
+  app.get('/v1/policy-version', requireScope('trainer', 'agent'), async (c) =>
+    c.json({ version: await pool.policyVersion() }),
+  );
+
+  // ---- observation (trainer or admin) ---------------------------------------------------------
+
+  app.get('/v1/stats', requireScope('trainer'), async (c) => {
+    const { channel } = parseOrThrow(StatsQuery, c.req.query());
+    return c.json(await pool.stats(channel ?? null));
+  });
+
+  app.get('/v1/events', requireScope('trainer'), async (c) => {
+    const q = parseOrThrow(EventListQuery, c.req.query());
+    const filter = { channel: q.channel, types: q.type };
+    if (c.req.header('accept')?.includes('text/event-stream')) return streamEvents(c, q.cursor, filter);
+    const events = await pool.events({ after: q.cursor, limit: q.limit, ...filter });
+    return c.json({ events, cursor: events.at(-1)?.seq ?? q.cursor });
+  });
+  app.get('/v1/events/stream', requireScope('trainer'), async (c) => {
+    const q = parseOrThrow(EventListQuery, c.req.query());
+    const lastId = Number(c.req.header('last-event-id'));
+    return streamEvents(c, Number.isFinite(lastId) && lastId > 0 ? lastId : q.cursor, {
+      channel: q.channel,
+      types: q.type,
+    });
+  });
+  const streamEvents = (c: Context<Env>, cursor: number, filter: { channel?: string; types?: EventType[] }) =>
+    streamSSE(c, async (stream) => {
+      const aborter = new AbortController();
+      stream.onAbort(() => aborter.abort());
+      for await (const event of pool.watchEvents({ after: cursor, ...filter }, aborter.signal)) {
+        await stream.writeSSE({ id: String(event.seq), event: event.type, data: JSON.stringify(event) });
+      }
+    });
+
+  app.get('/v1/steps', requireScope('trainer'), async (c) => {
+    const q = parseOrThrow(StepListQuery, c.req.query());
+    const page = await pool.listSteps({
+      channel: q.channel,
+      trajectoryId: q.trajectory_uid,
+      groupId: q.prompt_uid,
+      rewardMin: q.reward_min,
+      rewardMax: q.reward_max,
+      status: q.status,
+      trainable: q.trainable,
+      quality: q.quality,
+      tag: q.label,
+      limit: q.limit,
+      offset: q.offset,
+    });
+    return c.json({ total: page.total, items: page.items.map(stepToWire) });
+  });
+
+  app.get('/v1/trajectories', requireScope('trainer'), async (c) => {
+    const q = parseOrThrow(TrajectoryListQuery, c.req.query());
+    const page = await pool.listTrajectories({
+      channel: q.channel,
+      groupId: q.prompt_uid,
+      taskId: q.task_id,
+      rewardMin: q.reward_min,
+      rewardMax: q.reward_max,
+      status: q.status,
+      trainable: q.trainable,
+      quality: q.quality,
+      tag: q.label,
+      limit: q.limit,
+      offset: q.offset,
+    });
+    return c.json({ total: page.total, items: page.items.map(trajectoryToWire) });
+  });
+  app.get('/v1/trajectories/:id', requireScope('trainer'), async (c) => {
+    const id = parseOrThrow(ClientId, c.req.param('id'), 'trajectory_uid');
+    const trajectory = await pool.getTrajectory(id);
+    if (!trajectory) throw new StepwiseError(`trajectory ${id} does not exist`, 404, 'not_found');
+    const [steps, labels] = await Promise.all([pool.getTrajectorySteps(id), pool.labels(id)]);
+    return c.json({ ...trajectoryToWire(trajectory), steps: steps.map(stepToWire), labels });
+  });
+
+  // ---- curation and configuration (admin) -----------------------------------------------------
+
+  app.post('/v1/labels', requireScope('admin'), async (c) => {
+    const { labels } = parseOrThrow(LabelsBody, await jsonBody(c));
+    return c.json({ labels: await pool.addLabels(labels) });
+  });
+  app.get('/v1/channels/:name', requireScope('trainer'), async (c) => {
+    const name = parseOrThrow(ChannelName, c.req.param('name'), 'channel');
+    return c.json({ channel: name, config: await pool.channelConfig(name) });
+  });
+  app.put('/v1/channels/:name', requireScope('admin'), async (c) => {
+    const name = parseOrThrow(ChannelName, c.req.param('name'), 'channel');
+    const patch = parseOrThrow(ChannelConfigPatch, await jsonBody(c));
+    return c.json({ channel: name, config: await pool.configureChannel(name, patch) });
+  });
+
+  return app;
+}

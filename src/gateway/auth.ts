@@ -1,0 +1,82 @@
+import { createHash, timingSafeEqual } from 'node:crypto';
+import type { MiddlewareHandler } from 'hono';
+import { AuthError, ValidationError } from '../domain/index.js';
+
+export const SCOPES = ['agent', 'trainer', 'admin'] as const;
+export type Scope = (typeof SCOPES)[number];
+
+export interface ApiKey {
+  name: string;
+  scopes: Scope[];
+  /** sha256 of the key: the key itself is never kept in memory longer than parsing needs. */
+  digest: Buffer;
+}
+
+function digest(key: string): Buffer {
+  return createHash('sha256').update(key).digest();
+}
+
+/** Parses `KEY:scope,scope` (scopes default to all) as given on the command line or in env. */
+export function parseApiKey(spec: string, index: number): ApiKey {
+  const at = spec.lastIndexOf(':');
+  const key = at > 0 ? spec.slice(0, at) : spec;
+  const scopeList =
+    at > 0
+      ? spec
+          .slice(at + 1)
+          .split(',')
+          .filter(Boolean)
+      : [...SCOPES];
+  if (key.length < 16)
+    throw new ValidationError(`api key #${index + 1}: must be at least 16 characters`, 'api_key');
+  for (const scope of scopeList) {
+    if (!(SCOPES as readonly string[]).includes(scope)) {
+      throw new ValidationError(
+        `api key #${index + 1}: unknown scope '${scope}' (use ${SCOPES.join(', ')})`,
+        'api_key',
+      );
+    }
+  }
+  return { name: `key${index + 1}`, scopes: scopeList as Scope[], digest: digest(key) };
+}
+
+export interface AuthVariables {
+  apiKey: ApiKey | null;
+}
+
+function presentedKey(header: string | undefined, alt: string | undefined): string | null {
+  if (header?.startsWith('Bearer ')) return header.slice('Bearer '.length).trim();
+  return alt?.trim() || null;
+}
+
+/** Identifies the caller; with no keys configured (loopback only) every caller is trusted. */
+export function authenticate(keys: readonly ApiKey[]): MiddlewareHandler<{ Variables: AuthVariables }> {
+  return async (c, next) => {
+    if (keys.length === 0) {
+      c.set('apiKey', null);
+      return next();
+    }
+    const key = presentedKey(c.req.header('authorization'), c.req.header('x-api-key'));
+    if (!key) throw new AuthError('missing API key (Authorization: Bearer <key>)', 401);
+    const d = digest(key);
+    const match = keys.find((k) => timingSafeEqual(k.digest, d));
+    if (!match) throw new AuthError('invalid API key', 401);
+    c.set('apiKey', match);
+    return next();
+  };
+}
+
+/** Allows the request when the caller holds any of the scopes (admin holds them all). */
+export function requireScope(...scopes: Scope[]): MiddlewareHandler<{ Variables: AuthVariables }> {
+  return async (c, next) => {
+    const key = c.get('apiKey');
+    if (key && !key.scopes.includes('admin') && !scopes.some((s) => key.scopes.includes(s))) {
+      throw new AuthError(`this key lacks the ${scopes.join(' or ')} scope`, 403);
+    }
+    return next();
+  };
+}
+
+export function isLoopback(host: string): boolean {
+  return host === 'localhost' || host === '::1' || host === '[::1]' || /^127\.\d+\.\d+\.\d+$/.test(host);
+}

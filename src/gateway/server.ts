@@ -1,0 +1,71 @@
+import type { AddressInfo } from 'node:net';
+import { serve } from '@hono/node-server';
+import type { Logger } from 'pino';
+import type { ChannelConfig } from '../domain/index.js';
+import { DataPool } from '../pool/data-pool.js';
+import { openSqliteStore } from '../store/sqlite/sqlite-store.js';
+import { createApp } from './app.js';
+import { isLoopback, parseApiKey } from './auth.js';
+
+export interface ServerOptions {
+  dbPath: string;
+  host?: string;
+  port?: number;
+  /** `KEY:scope,scope` specs; required when binding to anything but loopback. */
+  apiKeys?: string[];
+  synchronous?: 'FULL' | 'NORMAL';
+  channelDefaults?: Partial<ChannelConfig>;
+  maxBodyBytes?: number;
+  commitWindowMs?: number;
+  logger?: Logger;
+}
+
+export interface RunningServer {
+  url: string;
+  port: number;
+  pool: DataPool;
+  close(): Promise<void>;
+}
+
+/** Opens the store, starts the pool and serves the HTTP API; close() shuts all of it down in order. */
+export async function startServer(options: ServerOptions): Promise<RunningServer> {
+  const host = options.host ?? '127.0.0.1';
+  const apiKeys = (options.apiKeys ?? []).map(parseApiKey);
+  if (apiKeys.length === 0 && !isLoopback(host)) {
+    throw new Error(
+      `refusing to listen on ${host} without API keys: pass --api-key KEY:scopes (or STEPWISE_API_KEYS), or bind to 127.0.0.1`,
+    );
+  }
+  const store = await openSqliteStore({
+    path: options.dbPath,
+    synchronous: options.synchronous,
+    channelDefaults: options.channelDefaults,
+  });
+  const pool = new DataPool({ store, commitWindowMs: options.commitWindowMs }).start();
+  const app = createApp({ pool, apiKeys, maxBodyBytes: options.maxBodyBytes, logger: options.logger });
+  const server = await new Promise<ReturnType<typeof serve>>((resolve, reject) => {
+    const s = serve({ fetch: app.fetch, hostname: host, port: options.port ?? 8100 }, () => resolve(s));
+    s.once('error', reject);
+  });
+  const port = (server.address() as AddressInfo).port;
+  const shownHost = host.includes(':') ? `[${host}]` : host;
+  let closing: Promise<void> | null = null;
+  return {
+    url: `http://${shownHost}:${port}`,
+    port,
+    pool,
+    close() {
+      closing ??= (async () => {
+        const stopped = new Promise<void>((resolve) => server.close(() => resolve()));
+        await pool.close(); // commits queued submissions and releases long-polls
+        const grace = setTimeout(
+          () => (server as unknown as { closeAllConnections?: () => void }).closeAllConnections?.(),
+          2_000,
+        );
+        await stopped;
+        clearTimeout(grace);
+      })();
+      return closing;
+    },
+  };
+}

@@ -1,0 +1,258 @@
+import {
+  type ChannelConfig,
+  type ChannelConfigPatch,
+  type Label,
+  type LabelInput,
+  type Lease,
+  type LeaseRequest,
+  type NewStep,
+  type PoolEvent,
+  type Step,
+  StepwiseError,
+  type Trajectory,
+} from '../domain/index.js';
+import type {
+  CompleteInput,
+  CreateTrajectoryInput,
+  EventQuery,
+  LeasedBatch,
+  Page,
+  PoolStats,
+  StepQuery,
+  Store,
+  SubmitOutcome,
+  SubmitRequest,
+  TrajectoryQuery,
+} from '../store/store.js';
+import { WriteCoalescer } from './write-coalescer.js';
+
+export interface DataPoolOptions {
+  store: Store;
+  clock?: () => number;
+  /** How long a submission may wait for others to share its commit (0: only those already queued). */
+  commitWindowMs?: number;
+  /** Commit at once when this many steps are queued. */
+  maxCommitSteps?: number;
+  /** How often overdue leases and incomplete groups are swept. */
+  sweepIntervalMs?: number;
+  /** How often waiting consumers re-check the store for work written by other processes. */
+  pollIntervalMs?: number;
+}
+
+export interface SubmitResult {
+  inserted: number;
+  duplicates: number;
+  completed: string[];
+}
+
+/**
+ * The DataPool's serving semantics over a Store: group commit of submissions, long-polling leases,
+ * periodic sweeps and a live event feed. All state lives in the store; this object only waits.
+ */
+export class DataPool {
+  readonly store: Store;
+  private readonly clock: () => number;
+  private readonly writer: WriteCoalescer<SubmitRequest, SubmitOutcome>;
+  private readonly pollIntervalMs: number;
+  private readonly sweepIntervalMs: number;
+  private sweepTimer: NodeJS.Timeout | null = null;
+  private waiters = new Set<() => void>();
+  private closed = false;
+
+  constructor(options: DataPoolOptions) {
+    this.store = options.store;
+    this.clock = options.clock ?? Date.now;
+    this.pollIntervalMs = options.pollIntervalMs ?? 200;
+    this.sweepIntervalMs = options.sweepIntervalMs ?? 1_000;
+    this.writer = new WriteCoalescer((requests) => this.store.submitBatch(requests, this.clock()), {
+      windowMs: options.commitWindowMs ?? 0,
+      maxWeight: options.maxCommitSteps ?? 4_096,
+    });
+  }
+
+  /** Starts the background sweep (lease expiry, incomplete-group timeouts). */
+  start(): this {
+    if (this.sweepTimer || this.closed) return this;
+    this.sweepTimer = setInterval(() => {
+      void this.sweepNow().catch(() => {});
+    }, this.sweepIntervalMs);
+    this.sweepTimer.unref();
+    return this;
+  }
+
+  async sweepNow(): Promise<void> {
+    const result = await this.store.sweep(this.clock());
+    if (result.expiredLeases + result.servedPartial > 0) this.wake();
+  }
+
+  /** Wakes everyone waiting for new data; they re-check the store. */
+  wake(): void {
+    const waiters = this.waiters;
+    this.waiters = new Set();
+    for (const w of waiters) w();
+  }
+
+  private waitForChange(ms: number, signal?: AbortSignal): Promise<void> {
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        signal?.removeEventListener('abort', done);
+        this.waiters.delete(done);
+        resolve();
+      };
+      const timer = setTimeout(done, Math.max(0, ms));
+      signal?.addEventListener('abort', done, { once: true });
+      this.waiters.add(done);
+    });
+  }
+
+  private assertOpen(): void {
+    if (this.closed)
+      throw new StepwiseError('the pool is shutting down', 503, 'unavailable', undefined, true);
+  }
+
+  // ---- producers ------------------------------------------------------------------------------
+
+  async submitSteps(
+    steps: NewStep[],
+    options: { channel?: string; nRollouts?: number | null } = {},
+  ): Promise<SubmitResult> {
+    this.assertOpen();
+    const outcome = await this.writer.submit(
+      { channel: options.channel ?? 'train', nRollouts: options.nRollouts ?? null, steps },
+      steps.length,
+    );
+    if (!outcome.ok) throw outcome.error;
+    if (outcome.completed.length > 0) this.wake();
+    return { inserted: outcome.inserted, duplicates: outcome.duplicates, completed: outcome.completed };
+  }
+
+  async createTrajectory(input: CreateTrajectoryInput): Promise<Trajectory> {
+    this.assertOpen();
+    return this.store.createTrajectory(input, this.clock());
+  }
+
+  async completeTrajectory(id: string, input: CompleteInput): Promise<Trajectory> {
+    this.assertOpen();
+    const trajectory = await this.store.completeTrajectory(id, input, this.clock());
+    this.wake();
+    return trajectory;
+  }
+
+  // ---- consumers ------------------------------------------------------------------------------
+
+  /** Leases a batch, waiting up to wait_ms for enough ready groups; null when none came. */
+  async lease(request: LeaseRequest, signal?: AbortSignal): Promise<LeasedBatch | null> {
+    this.assertOpen();
+    const deadline = this.clock() + request.wait_ms;
+    for (;;) {
+      const batch = await this.store.leaseBatch(
+        {
+          channel: request.channel,
+          batchSize: request.batch_size,
+          nRollouts: request.n_rollouts ?? null,
+          maxStaleness: request.max_staleness ?? null,
+          consumer: request.consumer,
+          ttlMs: request.ttl_ms,
+        },
+        this.clock(),
+      );
+      if (batch) return batch;
+      const left = deadline - this.clock();
+      if (left <= 0 || this.closed || signal?.aborted) return null;
+      await this.waitForChange(Math.min(left, this.pollIntervalMs), signal);
+    }
+  }
+
+  async ack(leaseId: string): Promise<Lease> {
+    return this.store.ackLease(leaseId, this.clock());
+  }
+
+  async nack(leaseId: string): Promise<Lease> {
+    const lease = await this.store.nackLease(leaseId, this.clock());
+    this.wake();
+    return lease;
+  }
+
+  async getLease(leaseId: string): Promise<Lease | null> {
+    return this.store.getLease(leaseId);
+  }
+
+  async setPolicyVersion(version: number): Promise<void> {
+    await this.store.setPolicyVersion(version, this.clock());
+  }
+
+  async policyVersion(): Promise<number> {
+    return this.store.getPolicyVersion();
+  }
+
+  async configureChannel(channel: string, patch: ChannelConfigPatch): Promise<ChannelConfig> {
+    const config = await this.store.setChannelConfig(channel, patch, this.clock());
+    this.wake();
+    return config;
+  }
+
+  async channelConfig(channel: string): Promise<ChannelConfig> {
+    return this.store.getChannelConfig(channel);
+  }
+
+  // ---- curation and queries -------------------------------------------------------------------
+
+  async addLabels(labels: LabelInput[]): Promise<Label[]> {
+    const added = await this.store.addLabels(labels, this.clock());
+    this.wake();
+    return added;
+  }
+
+  async labels(trajectoryId: string): Promise<Label[]> {
+    return this.store.getLabels(trajectoryId);
+  }
+
+  stats(channel: string | null = null): Promise<PoolStats> {
+    return this.store.stats(channel);
+  }
+
+  events(query: EventQuery): Promise<PoolEvent[]> {
+    return this.store.readEvents(query);
+  }
+
+  /** Follows the event log from a cursor until the signal aborts or the pool closes. */
+  async *watchEvents(query: Omit<EventQuery, 'limit'>, signal?: AbortSignal): AsyncGenerator<PoolEvent> {
+    let after = query.after;
+    while (!this.closed && !signal?.aborted) {
+      const events = await this.store.readEvents({ ...query, after, limit: 500 });
+      for (const event of events) {
+        after = event.seq;
+        yield event;
+      }
+      if (events.length < 500) await this.waitForChange(this.pollIntervalMs, signal);
+    }
+  }
+
+  listSteps(query: StepQuery): Promise<Page<Step>> {
+    return this.store.listSteps(query);
+  }
+
+  listTrajectories(query: TrajectoryQuery): Promise<Page<Trajectory>> {
+    return this.store.listTrajectories(query);
+  }
+
+  getTrajectory(id: string): Promise<Trajectory | null> {
+    return this.store.getTrajectory(id);
+  }
+
+  getTrajectorySteps(id: string): Promise<Step[]> {
+    return this.store.getTrajectorySteps(id);
+  }
+
+  /** Commits what is queued, releases waiters, stops the sweep and closes the store. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.sweepTimer) clearInterval(this.sweepTimer);
+    this.sweepTimer = null;
+    await this.writer.close();
+    this.wake();
+    await this.store.close();
+  }
+}

@@ -1,0 +1,244 @@
+import type {
+  ChannelConfig,
+  ChannelConfigPatch,
+  Label,
+  LabelInput,
+  PoolEvent,
+  StepOut,
+  StepWireInput,
+  TrajectoryOut,
+} from '../domain/index.js';
+import type { BatchJson } from '../serving/json-batch.js';
+import type { PoolStats } from '../store/store.js';
+
+export interface StepwiseClientOptions {
+  baseUrl: string;
+  apiKey?: string;
+  /** Per-request timeout for calls that do not long-poll. */
+  timeoutMs?: number;
+  fetch?: typeof fetch;
+}
+
+export class StepwiseHttpError extends Error {
+  override readonly name = 'StepwiseHttpError';
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+    readonly field?: string,
+  ) {
+    super(message);
+  }
+
+  get isRetryable(): boolean {
+    return this.status >= 500 || this.status === 429;
+  }
+}
+
+export interface LeaseOptions {
+  batchSize: number;
+  nRollouts?: number;
+  channel?: string;
+  maxStaleness?: number;
+  waitMs?: number;
+  consumer?: string;
+  ttlMs?: number;
+}
+
+export interface ListOptions {
+  channel?: string;
+  trajectoryUid?: string;
+  promptUid?: string;
+  taskId?: string;
+  rewardMin?: number;
+  rewardMax?: number;
+  status?: string;
+  trainable?: boolean;
+  quality?: string;
+  label?: string;
+  limit?: number;
+  offset?: number;
+}
+
+/** A typed client for producers (agents) and consumers (trainers) of the Stepwise HTTP API. */
+export class StepwiseClient {
+  private readonly baseUrl: string;
+  private readonly fetchImpl: typeof fetch;
+
+  constructor(private readonly options: StepwiseClientOptions) {
+    this.baseUrl = options.baseUrl.replace(/\/+$/, '');
+    this.fetchImpl = options.fetch ?? fetch;
+  }
+
+  private async request<T>(
+    method: string,
+    path: string,
+    body?: unknown,
+    timeoutMs = this.options.timeoutMs ?? 30_000,
+  ): Promise<{ status: number; data: T | null }> {
+    const headers: Record<string, string> = {};
+    if (body !== undefined) headers['content-type'] = 'application/json';
+    if (this.options.apiKey) headers.authorization = `Bearer ${this.options.apiKey}`;
+    const response = await this.fetchImpl(`${this.baseUrl}${path}`, {
+      method,
+      headers,
+      body: body === undefined ? undefined : JSON.stringify(body),
+      signal: AbortSignal.timeout(timeoutMs),
+    });
+    if (response.status === 204) return { status: 204, data: null };
+    const text = await response.text();
+    const data = text ? JSON.parse(text) : null;
+    if (!response.ok) {
+      const err = data?.error ?? {};
+      throw new StepwiseHttpError(response.status, err.code ?? 'http_error', err.message ?? text, err.field);
+    }
+    return { status: response.status, data: data as T };
+  }
+
+  async submitSteps(
+    steps: StepWireInput[],
+    options: { channel?: string; nRollouts?: number } = {},
+  ): Promise<{ inserted: number; duplicates: number; completed: string[]; channel: string }> {
+    const { data } = await this.request<{
+      inserted: number;
+      duplicates: number;
+      completed: string[];
+      channel: string;
+    }>('POST', '/v1/steps', { steps, channel: options.channel, n_rollouts: options.nRollouts });
+    return data!;
+  }
+
+  async completeTrajectory(
+    trajectoryUid: string,
+    options: { reward?: number | null; status?: 'complete' | 'aborted' | 'infra_failed' } = {},
+  ): Promise<TrajectoryOut> {
+    const { data } = await this.request<TrajectoryOut>(
+      'POST',
+      `/v1/trajectories/${encodeURIComponent(trajectoryUid)}/complete`,
+      options,
+    );
+    return data!;
+  }
+
+  /** Leases a batch of ready groups; null when none became ready within waitMs. */
+  async lease(options: LeaseOptions): Promise<BatchJson | null> {
+    const waitMs = options.waitMs ?? 0;
+    const { data } = await this.request<BatchJson>(
+      'POST',
+      '/v1/batches/lease',
+      {
+        channel: options.channel,
+        batch_size: options.batchSize,
+        n_rollouts: options.nRollouts,
+        max_staleness: options.maxStaleness,
+        wait_ms: waitMs,
+        consumer: options.consumer,
+        ttl_ms: options.ttlMs,
+      },
+      waitMs + (this.options.timeoutMs ?? 30_000),
+    );
+    return data;
+  }
+
+  async ack(leaseId: string): Promise<{ lease_id: string; state: string; groups: number }> {
+    return (
+      await this.request<{ lease_id: string; state: string; groups: number }>(
+        'POST',
+        `/v1/batches/${leaseId}/ack`,
+      )
+    ).data!;
+  }
+
+  async nack(leaseId: string): Promise<{ lease_id: string; state: string; groups: number }> {
+    return (
+      await this.request<{ lease_id: string; state: string; groups: number }>(
+        'POST',
+        `/v1/batches/${leaseId}/nack`,
+      )
+    ).data!;
+  }
+
+  async setPolicyVersion(version: number): Promise<void> {
+    await this.request('PUT', '/v1/policy-version', { version });
+  }
+
+  async stats(channel?: string): Promise<PoolStats> {
+    const q = channel ? `?channel=${encodeURIComponent(channel)}` : '';
+    return (await this.request<PoolStats>('GET', `/v1/stats${q}`)).data!;
+  }
+
+  async events(cursor = 0, options: { limit?: number; channel?: string; types?: string[] } = {}) {
+    const params = new URLSearchParams({ cursor: String(cursor) });
+    if (options.limit) params.set('limit', String(options.limit));
+    if (options.channel) params.set('channel', options.channel);
+    if (options.types?.length) params.set('type', options.types.join(','));
+    return (await this.request<{ events: PoolEvent[]; cursor: number }>('GET', `/v1/events?${params}`)).data!;
+  }
+
+  async listSteps(options: ListOptions = {}): Promise<{ total: number; items: StepOut[] }> {
+    return (
+      await this.request<{ total: number; items: StepOut[] }>('GET', `/v1/steps?${listParams(options)}`)
+    ).data!;
+  }
+
+  async listTrajectories(options: ListOptions = {}): Promise<{ total: number; items: TrajectoryOut[] }> {
+    return (
+      await this.request<{ total: number; items: TrajectoryOut[] }>(
+        'GET',
+        `/v1/trajectories?${listParams(options)}`,
+      )
+    ).data!;
+  }
+
+  async getTrajectory(trajectoryUid: string): Promise<TrajectoryOut & { steps: StepOut[]; labels: Label[] }> {
+    return (
+      await this.request<TrajectoryOut & { steps: StepOut[]; labels: Label[] }>(
+        'GET',
+        `/v1/trajectories/${encodeURIComponent(trajectoryUid)}`,
+      )
+    ).data!;
+  }
+
+  async addLabels(labels: LabelInput[]): Promise<Label[]> {
+    return (await this.request<{ labels: Label[] }>('POST', '/v1/labels', { labels })).data!.labels;
+  }
+
+  async configureChannel(channel: string, patch: ChannelConfigPatch): Promise<ChannelConfig> {
+    return (
+      await this.request<{ config: ChannelConfig }>(
+        'PUT',
+        `/v1/channels/${encodeURIComponent(channel)}`,
+        patch,
+      )
+    ).data!.config;
+  }
+
+  async ready(): Promise<boolean> {
+    try {
+      await this.request('GET', '/ready', undefined, 2_000);
+      return true;
+    } catch {
+      return false;
+    }
+  }
+}
+
+function listParams(o: ListOptions): URLSearchParams {
+  const p = new URLSearchParams();
+  const set = (key: string, value: unknown) => {
+    if (value !== undefined && value !== null) p.set(key, String(value));
+  };
+  set('channel', o.channel);
+  set('trajectory_uid', o.trajectoryUid);
+  set('prompt_uid', o.promptUid);
+  set('task_id', o.taskId);
+  set('reward_min', o.rewardMin);
+  set('reward_max', o.rewardMax);
+  set('status', o.status);
+  set('trainable', o.trainable);
+  set('quality', o.quality);
+  set('label', o.label);
+  set('limit', o.limit);
+  set('offset', o.offset);
+  return p;
+}

@@ -1,0 +1,87 @@
+import { type Kysely, type Migration, type MigrationProvider, sql } from 'kysely';
+
+/** Schema history; append new migrations, never edit a released one. */
+const migrations: Record<string, Migration> = {
+  '0001_pool': {
+    async up(db: Kysely<unknown>) {
+      const statements = [
+        `CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID`,
+        `CREATE TABLE channels (
+           name TEXT PRIMARY KEY, config TEXT NOT NULL, created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL
+         ) WITHOUT ROWID`,
+        `CREATE TABLE groups (
+           channel TEXT NOT NULL, id TEXT NOT NULL, expected INTEGER,
+           n_trajectories INTEGER NOT NULL DEFAULT 0, n_finished INTEGER NOT NULL DEFAULT 0,
+           n_complete INTEGER NOT NULL DEFAULT 0, state TEXT NOT NULL, drop_reason TEXT,
+           partial INTEGER NOT NULL DEFAULT 0, min_policy_version INTEGER,
+           created_at INTEGER NOT NULL, ready_at INTEGER, ready_seq INTEGER, lease_id TEXT, consumed_at INTEGER,
+           PRIMARY KEY (channel, id)
+         )`,
+        `CREATE INDEX groups_fifo ON groups (channel, state, ready_seq)`,
+        `CREATE INDEX groups_age ON groups (state, created_at)`,
+        `CREATE INDEX groups_lease ON groups (lease_id) WHERE lease_id IS NOT NULL`,
+        `CREATE TABLE trajectories (
+           id TEXT PRIMARY KEY, channel TEXT NOT NULL, group_id TEXT NOT NULL, task_id TEXT,
+           status TEXT NOT NULL, reward REAL, metadata TEXT NOT NULL,
+           n_steps INTEGER NOT NULL DEFAULT 0, max_index INTEGER, last_index INTEGER,
+           prefix_breaks INTEGER NOT NULL DEFAULT 0, min_policy_version INTEGER,
+           created_at INTEGER NOT NULL, completed_at INTEGER,
+           guided INTEGER NOT NULL DEFAULT 0, guidance_k INTEGER, probe INTEGER NOT NULL DEFAULT 0,
+           derived_from TEXT, derivation TEXT
+         )`,
+        `CREATE INDEX trajectories_group ON trajectories (channel, group_id)`,
+        `CREATE INDEX trajectories_status ON trajectories (channel, status)`,
+        `CREATE INDEX trajectories_reward ON trajectories (channel, reward)`,
+        `CREATE INDEX trajectories_task ON trajectories (task_id) WHERE task_id IS NOT NULL`,
+        // Token arrays are packed uint32; a prompt is the first prefix_len tokens of step base_idx's
+        // full sequence plus prompt_suffix, so history repeated in every prompt is stored once.
+        `CREATE TABLE steps (
+           trajectory_id TEXT NOT NULL, idx INTEGER NOT NULL, channel TEXT NOT NULL, group_id TEXT NOT NULL,
+           base_idx INTEGER, prefix_len INTEGER NOT NULL, prompt_suffix BLOB NOT NULL, response BLOB NOT NULL,
+           logprobs BLOB, prompt_len INTEGER NOT NULL, response_len INTEGER NOT NULL, content_hash INTEGER NOT NULL,
+           reward REAL, policy_version INTEGER NOT NULL, is_last INTEGER NOT NULL, finish_reason TEXT,
+           token_source TEXT NOT NULL, metadata TEXT, view TEXT, latency_ms REAL, ttft_ms REAL, engine_id TEXT,
+           created_at INTEGER NOT NULL
+         )`,
+        `CREATE UNIQUE INDEX steps_key ON steps (trajectory_id, idx)`,
+        `CREATE INDEX steps_channel ON steps (channel)`,
+        `CREATE INDEX steps_group ON steps (group_id)`,
+        `CREATE INDEX steps_reward ON steps (channel, reward) WHERE reward IS NOT NULL`,
+        `CREATE TABLE docs (hash TEXT PRIMARY KEY, body TEXT NOT NULL) WITHOUT ROWID`,
+        `CREATE TABLE leases (
+           id TEXT PRIMARY KEY, channel TEXT NOT NULL, consumer TEXT NOT NULL, state TEXT NOT NULL,
+           group_ids TEXT NOT NULL, n_steps INTEGER NOT NULL, created_at INTEGER NOT NULL,
+           expires_at INTEGER NOT NULL, ended_at INTEGER
+         )`,
+        `CREATE INDEX leases_active ON leases (state, expires_at)`,
+        `CREATE TABLE labels (
+           id INTEGER PRIMARY KEY AUTOINCREMENT, trajectory_id TEXT NOT NULL, step_index INTEGER,
+           quality TEXT, trainable INTEGER, tags TEXT, note TEXT, author TEXT, created_at INTEGER NOT NULL
+         )`,
+        `CREATE INDEX labels_target ON labels (trajectory_id, step_index)`,
+        // Latest state per target (-1 = the whole trajectory), folded from the append-only labels.
+        `CREATE TABLE label_current (
+           trajectory_id TEXT NOT NULL, step_index INTEGER NOT NULL, quality TEXT, trainable INTEGER,
+           tags TEXT NOT NULL, note TEXT, updated_at INTEGER NOT NULL, PRIMARY KEY (trajectory_id, step_index)
+         ) WITHOUT ROWID`,
+        `CREATE INDEX label_current_trainable ON label_current (trainable)`,
+        `CREATE INDEX label_current_quality ON label_current (quality)`,
+        `CREATE TABLE label_tags (tag TEXT NOT NULL, trajectory_id TEXT NOT NULL, step_index INTEGER NOT NULL,
+           PRIMARY KEY (tag, trajectory_id, step_index)) WITHOUT ROWID`,
+        `CREATE TABLE events (
+           seq INTEGER PRIMARY KEY AUTOINCREMENT, ts INTEGER NOT NULL, type TEXT NOT NULL, channel TEXT, data TEXT NOT NULL
+         )`,
+        `CREATE TABLE counters (
+           channel TEXT NOT NULL, name TEXT NOT NULL, value INTEGER NOT NULL, PRIMARY KEY (channel, name)
+         ) WITHOUT ROWID`,
+      ];
+      for (const statement of statements) await sql.raw(statement).execute(db);
+    },
+  },
+};
+
+export const sqliteMigrations: MigrationProvider = {
+  async getMigrations() {
+    return migrations;
+  },
+};

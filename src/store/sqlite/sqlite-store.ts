@@ -1,0 +1,1326 @@
+import Database from 'better-sqlite3';
+import { Kysely, Migrator, type RawBuilder, type SqlBool, SqliteDialect, sql } from 'kysely';
+import {
+  type ChannelConfig,
+  type ChannelConfigPatch,
+  ConflictError,
+  DEFAULT_CHANNEL_CONFIG,
+  type DropReason,
+  type EventType,
+  type Group,
+  type GroupState,
+  isStepTrainable,
+  type Label,
+  type LabelInput,
+  type Lease,
+  type LeaseState,
+  NotFoundError,
+  newLeaseId,
+  type PoolEvent,
+  type Step,
+  StepwiseError,
+  type Trajectory,
+  type TrajectoryStatus,
+} from '../../domain/index.js';
+import {
+  decodeSteps,
+  encodeStep,
+  type StepRow,
+  type StepTail,
+  stepFingerprint,
+  TailCache,
+} from '../step-codec.js';
+import type {
+  CompleteInput,
+  CreateTrajectoryInput,
+  CurrentLabel,
+  EventQuery,
+  GroupSweepResult,
+  LabelFilter,
+  LeasedBatch,
+  LeaseParams,
+  Page,
+  PoolStats,
+  ServedGroup,
+  ServedTrajectory,
+  StepQuery,
+  Store,
+  SubmitOutcome,
+  SubmitRequest,
+  TrajectoryQuery,
+} from '../store.js';
+import { sqliteMigrations } from './migrations.js';
+
+export interface SqliteStoreOptions {
+  path: string;
+  /** FULL (default) fsyncs every commit: an acknowledged step survives power loss, not just a crash. */
+  synchronous?: 'FULL' | 'NORMAL';
+  /** Channel settings used when a channel is first seen. */
+  channelDefaults?: Partial<ChannelConfig>;
+  tailCacheTokens?: number;
+  busyTimeoutMs?: number;
+}
+
+interface GroupRow {
+  channel: string;
+  id: string;
+  expected: number | null;
+  n_trajectories: number;
+  n_finished: number;
+  n_complete: number;
+  state: GroupState;
+  drop_reason: DropReason | null;
+  partial: number;
+  min_policy_version: number | null;
+  created_at: number;
+  ready_at: number | null;
+  ready_seq: number | null;
+  lease_id: string | null;
+  consumed_at: number | null;
+}
+
+interface TrajectoryRow {
+  id: string;
+  channel: string;
+  group_id: string;
+  task_id: string | null;
+  status: TrajectoryStatus;
+  reward: number | null;
+  metadata: string;
+  n_steps: number;
+  max_index: number | null;
+  last_index: number | null;
+  prefix_breaks: number;
+  min_policy_version: number | null;
+  created_at: number;
+  completed_at: number | null;
+  guided: number;
+  guidance_k: number | null;
+  probe: number;
+  derived_from: string | null;
+  derivation: string | null;
+}
+
+interface LeaseRow {
+  id: string;
+  channel: string;
+  consumer: string;
+  state: LeaseState;
+  group_ids: string;
+  n_steps: number;
+  created_at: number;
+  expires_at: number;
+  ended_at: number | null;
+}
+
+interface LabelRow {
+  id: number;
+  trajectory_id: string;
+  step_index: number | null;
+  quality: Label['quality'];
+  trainable: number | null;
+  tags: string | null;
+  note: string | null;
+  author: string | null;
+  created_at: number;
+}
+
+interface LabelCurrentRow {
+  trajectory_id: string;
+  step_index: number;
+  quality: Label['quality'];
+  trainable: number | null;
+  tags: string;
+  note: string | null;
+  updated_at: number;
+}
+
+/** Tables as Kysely sees them; used to build the filtered list queries. */
+interface Schema {
+  steps: StepRow & { rowid: number };
+  trajectories: TrajectoryRow & { rowid: number };
+  label_current: LabelCurrentRow;
+  label_tags: { tag: string; trajectory_id: string; step_index: number };
+}
+
+/** Counters and events gathered during one transaction, written before it commits. */
+class TxLog {
+  readonly counters = new Map<string, number>();
+  readonly tails = new Map<string, StepTail>();
+  readonly forgetTails = new Set<string>();
+
+  count(channel: string, name: string, delta = 1): void {
+    const key = `${channel}\u0000${name}`;
+    this.counters.set(key, (this.counters.get(key) ?? 0) + delta);
+  }
+
+  absorb(other: TxLog): void {
+    for (const [key, value] of other.counters) this.counters.set(key, (this.counters.get(key) ?? 0) + value);
+    for (const [key, value] of other.tails) this.tails.set(key, value);
+    for (const key of other.forgetTails) {
+      this.forgetTails.add(key);
+      this.tails.delete(key);
+    }
+  }
+}
+
+const TRAJECTORY_LABEL = -1;
+
+function toGroup(row: GroupRow): Group {
+  return {
+    id: row.id,
+    channel: row.channel,
+    expected: row.expected,
+    nTrajectories: row.n_trajectories,
+    nFinished: row.n_finished,
+    nComplete: row.n_complete,
+    state: row.state,
+    dropReason: row.drop_reason,
+    partial: row.partial === 1,
+    minPolicyVersion: row.min_policy_version,
+    createdAt: row.created_at,
+    readyAt: row.ready_at,
+    leaseId: row.lease_id,
+    consumedAt: row.consumed_at,
+  };
+}
+
+function toTrajectory(row: TrajectoryRow): Trajectory {
+  return {
+    id: row.id,
+    groupId: row.group_id,
+    channel: row.channel,
+    taskId: row.task_id,
+    status: row.status,
+    reward: row.reward,
+    metadata: JSON.parse(row.metadata),
+    nSteps: row.n_steps,
+    lastIndex: row.last_index,
+    prefixBreaks: row.prefix_breaks,
+    createdAt: row.created_at,
+    completedAt: row.completed_at,
+    guided: row.guided === 1,
+    guidanceK: row.guidance_k,
+    probe: row.probe === 1,
+    derivedFrom: row.derived_from,
+    derivation: row.derivation ? JSON.parse(row.derivation) : null,
+  };
+}
+
+function toLease(row: LeaseRow): Lease {
+  return {
+    id: row.id,
+    channel: row.channel,
+    consumer: row.consumer,
+    groupIds: JSON.parse(row.group_ids),
+    state: row.state,
+    createdAt: row.created_at,
+    expiresAt: row.expires_at,
+    endedAt: row.ended_at,
+  };
+}
+
+function toLabel(row: LabelRow): Label {
+  return {
+    id: row.id,
+    trajectoryId: row.trajectory_id,
+    stepIndex: row.step_index,
+    quality: row.quality,
+    trainable: row.trainable === null ? null : row.trainable === 1,
+    tags: row.tags ? JSON.parse(row.tags) : [],
+    note: row.note,
+    author: row.author,
+    createdAt: row.created_at,
+  };
+}
+
+function toCurrentLabel(row: LabelCurrentRow): CurrentLabel {
+  return {
+    trajectoryId: row.trajectory_id,
+    stepIndex: row.step_index === TRAJECTORY_LABEL ? null : row.step_index,
+    quality: row.quality,
+    trainable: row.trainable === null ? null : row.trainable === 1,
+    tags: JSON.parse(row.tags),
+    note: row.note,
+  };
+}
+
+function stalenessBucket(staleness: number): string {
+  if (staleness <= 3) return String(staleness);
+  if (staleness <= 7) return '4-7';
+  if (staleness <= 15) return '8-15';
+  return '16+';
+}
+
+export async function openSqliteStore(options: SqliteStoreOptions): Promise<SqliteStore> {
+  const db = new Database(options.path);
+  db.pragma('journal_mode = WAL');
+  db.pragma(`synchronous = ${options.synchronous ?? 'FULL'}`);
+  db.pragma(`busy_timeout = ${options.busyTimeoutMs ?? 10_000}`);
+  db.pragma('cache_size = -65536');
+  db.pragma('temp_store = MEMORY');
+  const kysely = new Kysely<Schema>({ dialect: new SqliteDialect({ database: db }) });
+  const migrator = new Migrator({ db: kysely, provider: sqliteMigrations });
+  const { error, results } = await migrator.migrateToLatest();
+  const failed = results?.find((r) => r.status === 'Error');
+  if (error || failed) {
+    await kysely.destroy();
+    throw new Error(`migrating ${options.path} failed at ${failed?.migrationName ?? '?'}: ${String(error)}`);
+  }
+  return new SqliteStore(db, kysely, options);
+}
+
+export class SqliteStore implements Store {
+  readonly kind = 'sqlite' as const;
+  private readonly statements = new Map<string, Database.Statement>();
+  private readonly tails: TailCache;
+  private readonly channelDefaults: ChannelConfig;
+  private closed = false;
+
+  constructor(
+    private readonly db: Database.Database,
+    private readonly kysely: Kysely<Schema>,
+    options: SqliteStoreOptions,
+  ) {
+    this.tails = new TailCache(options.tailCacheTokens);
+    this.channelDefaults = { ...DEFAULT_CHANNEL_CONFIG, ...options.channelDefaults };
+  }
+
+  private stmt(source: string): Database.Statement {
+    let statement = this.statements.get(source);
+    if (!statement) {
+      statement = this.db.prepare(source);
+      this.statements.set(source, statement);
+    }
+    return statement;
+  }
+
+  /** Runs fn in one IMMEDIATE transaction, writes its counters, then applies its cache effects. */
+  private write<T>(fn: (log: TxLog) => T): T {
+    if (this.closed) throw new StepwiseError('store is closed', 503, 'unavailable', undefined, true);
+    const log = new TxLog();
+    const result = this.db
+      .transaction(() => {
+        const value = fn(log);
+        this.flushCounters(log);
+        return value;
+      })
+      .immediate();
+    for (const [id, tail] of log.tails) this.tails.set(id, tail);
+    for (const id of log.forgetTails) this.tails.delete(id);
+    return result;
+  }
+
+  private flushCounters(log: TxLog): void {
+    const upsert = this.stmt(
+      'INSERT INTO counters (channel, name, value) VALUES (?, ?, ?) ON CONFLICT (channel, name) DO UPDATE SET value = value + excluded.value',
+    );
+    for (const [key, value] of log.counters) {
+      if (value === 0) continue;
+      const [channel, name] = key.split('\u0000') as [string, string];
+      upsert.run(channel, name, value);
+    }
+  }
+
+  private emit(type: EventType, channel: string | null, data: Record<string, unknown>, now: number): void {
+    this.stmt('INSERT INTO events (ts, type, channel, data) VALUES (?, ?, ?, ?)').run(
+      now,
+      type,
+      channel,
+      JSON.stringify(data),
+    );
+  }
+
+  private readMeta(key: string): string | undefined {
+    const row = this.stmt('SELECT value FROM meta WHERE key = ?').get(key) as { value: string } | undefined;
+    return row?.value;
+  }
+
+  private writeMeta(key: string, value: string): void {
+    this.stmt(
+      'INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value',
+    ).run(key, value);
+  }
+
+  private policyVersionNow(): number {
+    return Number(this.readMeta('policy_version') ?? 0);
+  }
+
+  private nextReadySeq(): number {
+    const seq = Number(this.readMeta('ready_seq') ?? 0) + 1;
+    this.writeMeta('ready_seq', String(seq));
+    return seq;
+  }
+
+  // ---- channels -------------------------------------------------------------------------------
+
+  private channelConfig(channel: string): ChannelConfig {
+    const row = this.stmt('SELECT config FROM channels WHERE name = ?').get(channel) as
+      | { config: string }
+      | undefined;
+    return row ? { ...this.channelDefaults, ...JSON.parse(row.config) } : this.channelDefaults;
+  }
+
+  private ensureChannel(channel: string, now: number): void {
+    this.stmt(
+      'INSERT INTO channels (name, config, created_at, updated_at) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING',
+    ).run(channel, JSON.stringify(this.channelDefaults), now, now);
+  }
+
+  private saveChannelConfig(channel: string, config: ChannelConfig, now: number): void {
+    this.stmt(
+      `INSERT INTO channels (name, config, created_at, updated_at) VALUES (?, ?, ?, ?)
+       ON CONFLICT (name) DO UPDATE SET config = excluded.config, updated_at = excluded.updated_at`,
+    ).run(channel, JSON.stringify(config), now, now);
+  }
+
+  async getChannelConfig(channel: string): Promise<ChannelConfig> {
+    return this.channelConfig(channel);
+  }
+
+  async setChannelConfig(channel: string, patch: ChannelConfigPatch, now: number): Promise<ChannelConfig> {
+    return this.write((log) => {
+      const config: ChannelConfig = { ...this.channelConfig(channel), ...patch };
+      this.saveChannelConfig(channel, config, now);
+      this.emit('channel_configured', channel, { config }, now);
+      if (patch.n_rollouts != null) this.adoptGroupSize(channel, patch.n_rollouts, config, now, log);
+      return config;
+    });
+  }
+
+  /** Gives groups that were created before their size was known the channel's size. */
+  private adoptGroupSize(
+    channel: string,
+    size: number,
+    config: ChannelConfig,
+    now: number,
+    log: TxLog,
+  ): void {
+    const rows = this.stmt(
+      "SELECT * FROM groups WHERE channel = ? AND state = 'collecting' AND expected IS NULL",
+    ).all(channel) as GroupRow[];
+    for (const row of rows) {
+      row.expected = size;
+      this.stmt('UPDATE groups SET expected = ? WHERE channel = ? AND id = ?').run(size, channel, row.id);
+      this.settleGroup(row, config, now, log);
+    }
+  }
+
+  // ---- policy version -------------------------------------------------------------------------
+
+  async getPolicyVersion(): Promise<number> {
+    return this.policyVersionNow();
+  }
+
+  async setPolicyVersion(version: number, now: number): Promise<void> {
+    this.write(() => {
+      const previous = this.policyVersionNow();
+      this.writeMeta('policy_version', String(version));
+      this.emit('policy_version_changed', null, { previous, version }, now);
+    });
+  }
+
+  // ---- groups ---------------------------------------------------------------------------------
+
+  private groupRow(channel: string, id: string): GroupRow | undefined {
+    return this.stmt('SELECT * FROM groups WHERE channel = ? AND id = ?').get(channel, id) as
+      | GroupRow
+      | undefined;
+  }
+
+  async getGroup(channel: string, id: string): Promise<Group | null> {
+    const row = this.groupRow(channel, id);
+    return row ? toGroup(row) : null;
+  }
+
+  /** Finds or creates the group a new trajectory joins; returns whether the group still collects. */
+  private joinGroup(
+    channel: string,
+    groupId: string,
+    nRollouts: number | null,
+    now: number,
+    log: TxLog,
+  ): boolean {
+    const row = this.groupRow(channel, groupId);
+    if (!row) {
+      this.ensureChannel(channel, now);
+      const expected = nRollouts ?? this.channelConfig(channel).n_rollouts;
+      this.stmt(
+        "INSERT INTO groups (channel, id, expected, n_trajectories, state, created_at) VALUES (?, ?, ?, 1, 'collecting', ?)",
+      ).run(channel, groupId, expected, now);
+      log.count(channel, 'groups_created');
+      return true;
+    }
+    this.stmt(
+      'UPDATE groups SET n_trajectories = n_trajectories + 1, expected = coalesce(expected, ?) WHERE channel = ? AND id = ?',
+    ).run(nRollouts, channel, groupId);
+    return row.state === 'collecting';
+  }
+
+  /** Moves a collecting group on once all its expected rollouts have finished. */
+  private settleGroup(row: GroupRow, config: ChannelConfig, now: number, log: TxLog): void {
+    if (row.state !== 'collecting' || row.expected === null || row.n_finished < row.expected) return;
+    if (row.n_complete === 0) {
+      this.dropGroup(row, 'no_complete_trajectories', now, log);
+      return;
+    }
+    this.markReady(row, row.n_complete < row.expected, config, now, log);
+  }
+
+  private markReady(row: GroupRow, partial: boolean, config: ChannelConfig, now: number, log: TxLog): void {
+    const seq = this.nextReadySeq();
+    this.stmt(
+      "UPDATE groups SET state = 'ready', ready_at = ?, ready_seq = ?, partial = ? WHERE channel = ? AND id = ?",
+    ).run(now, seq, partial ? 1 : 0, row.channel, row.id);
+    row.state = 'ready';
+    log.count(row.channel, 'groups_ready');
+    if (partial) log.count(row.channel, 'groups_partial');
+    this.emit('group_ready', row.channel, { group_id: row.id, partial, n_complete: row.n_complete }, now);
+    if (config.max_queue_size !== null) this.enforceQueueLimit(row.channel, config.max_queue_size, now, log);
+  }
+
+  private enforceQueueLimit(channel: string, limit: number, now: number, log: TxLog): void {
+    const { n } = this.stmt("SELECT count(*) AS n FROM groups WHERE channel = ? AND state = 'ready'").get(
+      channel,
+    ) as {
+      n: number;
+    };
+    if (n <= limit) return;
+    const oldest = this.stmt(
+      "SELECT * FROM groups WHERE channel = ? AND state = 'ready' ORDER BY ready_seq LIMIT ?",
+    ).all(channel, n - limit) as GroupRow[];
+    for (const row of oldest) this.dropGroup(row, 'queue_full', now, log);
+  }
+
+  private dropGroup(row: GroupRow, reason: DropReason, now: number, log: TxLog): void {
+    this.stmt(
+      "UPDATE groups SET state = 'dropped', drop_reason = ?, lease_id = NULL WHERE channel = ? AND id = ?",
+    ).run(reason, row.channel, row.id);
+    row.state = 'dropped';
+    log.count(row.channel, `dropped_${reason}`);
+    this.emit('group_dropped', row.channel, { group_id: row.id, reason }, now);
+  }
+
+  // ---- ingestion ------------------------------------------------------------------------------
+
+  private trajectoryRow(id: string): TrajectoryRow | undefined {
+    return this.stmt('SELECT * FROM trajectories WHERE id = ?').get(id) as TrajectoryRow | undefined;
+  }
+
+  private insertTrajectory(input: CreateTrajectoryInput, now: number, log: TxLog): TrajectoryRow {
+    const collecting = this.joinGroup(input.channel, input.groupId, input.nRollouts, now, log);
+    if (!collecting) log.count(input.channel, 'late_trajectories');
+    const row: TrajectoryRow = {
+      id: input.id,
+      channel: input.channel,
+      group_id: input.groupId,
+      task_id: input.taskId ?? null,
+      status: 'open',
+      reward: null,
+      metadata: JSON.stringify(input.metadata),
+      n_steps: 0,
+      max_index: null,
+      last_index: null,
+      prefix_breaks: 0,
+      min_policy_version: null,
+      created_at: now,
+      completed_at: null,
+      guided: input.guided ? 1 : 0,
+      guidance_k: input.guidanceK ?? null,
+      probe: input.probe ? 1 : 0,
+      derived_from: input.derivedFrom ?? null,
+      derivation: input.derivation ? JSON.stringify(input.derivation) : null,
+    };
+    this.stmt(
+      `INSERT INTO trajectories (id, channel, group_id, task_id, status, metadata, created_at, guided, guidance_k,
+         probe, derived_from, derivation)
+       VALUES (@id, @channel, @group_id, @task_id, @status, @metadata, @created_at, @guided, @guidance_k, @probe,
+         @derived_from, @derivation)`,
+    ).run(row);
+    log.count(input.channel, 'trajectories_created');
+    this.emit(
+      'trajectory_created',
+      input.channel,
+      { trajectory_uid: input.id, group_id: input.groupId },
+      now,
+    );
+    return row;
+  }
+
+  async createTrajectory(input: CreateTrajectoryInput, now: number): Promise<Trajectory> {
+    return this.write((log) => {
+      if (this.trajectoryRow(input.id))
+        throw new ConflictError(`trajectory ${input.id} already exists`, 'trajectory_uid');
+      return toTrajectory(this.insertTrajectory(input, now, log));
+    });
+  }
+
+  /** The full sequence of the step a new step at `index` is encoded against (the highest below it). */
+  private baseTail(trajectoryId: string, index: number, log: TxLog, local: TxLog): StepTail | null {
+    const known =
+      local.tails.get(trajectoryId) ?? log.tails.get(trajectoryId) ?? this.tails.get(trajectoryId);
+    if (known && known.index === index - 1) return known;
+    const below = this.stmt('SELECT max(idx) AS idx FROM steps WHERE trajectory_id = ? AND idx < ?').get(
+      trajectoryId,
+      index,
+    ) as { idx: number | null };
+    if (below.idx === null) return null;
+    if (known && known.index === below.idx) return known;
+    const rows = this.stmt('SELECT * FROM steps WHERE trajectory_id = ? AND idx <= ? ORDER BY idx').all(
+      trajectoryId,
+      below.idx,
+    ) as StepRow[];
+    return decodeSteps(rows, (hash) => this.doc(hash)).tails.get(below.idx) ?? null;
+  }
+
+  private doc(hash: string): Record<string, unknown>[] | null {
+    const row = this.stmt('SELECT body FROM docs WHERE hash = ?').get(hash) as { body: string } | undefined;
+    return row ? JSON.parse(row.body) : null;
+  }
+
+  private applySubmission(
+    request: SubmitRequest,
+    policyVersion: number,
+    now: number,
+    log: TxLog,
+  ): { inserted: number; duplicates: number; completed: string[] } {
+    const local = new TxLog();
+    const byTrajectory = new Map<string, number[]>();
+    request.steps.forEach((step, i) => {
+      const positions = byTrajectory.get(step.trajectoryId);
+      if (positions) positions.push(i);
+      else byTrajectory.set(step.trajectoryId, [i]);
+    });
+    let inserted = 0;
+    let duplicates = 0;
+    const completed: string[] = [];
+    const insertStep = this.stmt(
+      `INSERT INTO steps (trajectory_id, idx, channel, group_id, base_idx, prefix_len, prompt_suffix, response, logprobs,
+         prompt_len, response_len, content_hash, reward, policy_version, is_last, finish_reason, token_source, metadata,
+         view, latency_ms, ttft_ms, engine_id, created_at)
+       VALUES (@trajectory_id, @idx, @channel, @group_id, @base_idx, @prefix_len, @prompt_suffix, @response, @logprobs,
+         @prompt_len, @response_len, @content_hash, @reward, @policy_version, @is_last, @finish_reason, @token_source,
+         @metadata, @view, @latency_ms, @ttft_ms, @engine_id, @created_at)`,
+    );
+    const existing = this.stmt(
+      'SELECT content_hash, prompt_len, response_len FROM steps WHERE trajectory_id = ? AND idx = ?',
+    );
+    const insertDoc = this.stmt('INSERT INTO docs (hash, body) VALUES (?, ?) ON CONFLICT DO NOTHING');
+
+    for (const [trajectoryId, positions] of byTrajectory) {
+      positions.sort((a, b) => request.steps[a]!.index - request.steps[b]!.index);
+      const first = request.steps[positions[0]!]!;
+      let trajectory = this.trajectoryRow(trajectoryId);
+      if (!trajectory) {
+        const nRollouts = request.nRollouts ?? (Number(first.metadata.n_rollouts) || null);
+        trajectory = this.insertTrajectory(
+          { id: trajectoryId, groupId: first.groupId, channel: request.channel, nRollouts, metadata: {} },
+          now,
+          local,
+        );
+      } else if (trajectory.channel !== request.channel) {
+        throw new ConflictError(
+          `trajectory ${trajectoryId} belongs to channel '${trajectory.channel}', not '${request.channel}'`,
+          'channel',
+        );
+      }
+      let added = 0;
+      let breaks = 0;
+      let minVersion: number | null = null;
+      for (const position of positions) {
+        const step = request.steps[position]!;
+        const field = `steps.${position}`;
+        if (step.groupId !== trajectory.group_id) {
+          throw new ConflictError(
+            `${field}.prompt_uid: trajectory ${trajectoryId} belongs to prompt '${trajectory.group_id}', not '${step.groupId}'`,
+            `${field}.prompt_uid`,
+          );
+        }
+        const prior = existing.get(trajectoryId, step.index) as
+          | { content_hash: number; prompt_len: number; response_len: number }
+          | undefined;
+        if (prior) {
+          const same =
+            prior.content_hash === stepFingerprint(step) &&
+            prior.prompt_len === step.promptIds.length &&
+            prior.response_len === step.responseIds.length;
+          if (!same) {
+            throw new ConflictError(
+              `${field}: step ${step.index} of trajectory ${trajectoryId} was already stored with different tokens`,
+              field,
+            );
+          }
+          duplicates++;
+          continue;
+        }
+        if (trajectory.status !== 'open') {
+          throw new ConflictError(
+            `${field}: trajectory ${trajectoryId} is already ${trajectory.status}`,
+            field,
+          );
+        }
+        const lastIndex = trajectory.last_index;
+        if (
+          (lastIndex !== null && step.index > lastIndex) ||
+          (step.isLast && (trajectory.max_index ?? -1) > step.index)
+        ) {
+          throw new ConflictError(
+            `${field}.step_index: step ${step.index} lies beyond the trajectory's last step`,
+            field,
+          );
+        }
+        const version = step.policyVersion ?? policyVersion;
+        const base = this.baseTail(trajectoryId, step.index, log, local);
+        const encoded = encodeStep(step, request.channel, version, base, now);
+        insertStep.run(encoded.row);
+        if (encoded.toolsDoc) insertDoc.run(encoded.toolsDoc.hash, encoded.toolsDoc.body);
+        const current =
+          local.tails.get(trajectoryId) ?? log.tails.get(trajectoryId) ?? this.tails.get(trajectoryId);
+        if (!current || current.index < step.index) local.tails.set(trajectoryId, encoded.tail);
+        if (encoded.prefixBreak) breaks++;
+        minVersion = minVersion === null ? version : Math.min(minVersion, version);
+        trajectory.n_steps++;
+        trajectory.max_index = Math.max(trajectory.max_index ?? -1, step.index);
+        if (step.isLast) trajectory.last_index = step.index;
+        added++;
+      }
+      if (added === 0) continue;
+      inserted += added;
+      trajectory.prefix_breaks += breaks;
+      trajectory.min_policy_version =
+        trajectory.min_policy_version === null
+          ? minVersion
+          : Math.min(trajectory.min_policy_version, minVersion!);
+      this.stmt(
+        `UPDATE trajectories SET n_steps = ?, max_index = ?, last_index = ?, prefix_breaks = ?, min_policy_version = ?
+         WHERE id = ?`,
+      ).run(
+        trajectory.n_steps,
+        trajectory.max_index,
+        trajectory.last_index,
+        trajectory.prefix_breaks,
+        trajectory.min_policy_version,
+        trajectoryId,
+      );
+      this.stmt(
+        'UPDATE groups SET min_policy_version = min(coalesce(min_policy_version, ?), ?) WHERE channel = ? AND id = ?',
+      ).run(minVersion, minVersion, trajectory.channel, trajectory.group_id);
+      if (breaks > 0) local.count(request.channel, 'prefix_breaks', breaks);
+      this.emit(
+        'steps_submitted',
+        request.channel,
+        { trajectory_uid: trajectoryId, group_id: trajectory.group_id, count: added },
+        now,
+      );
+      if (trajectory.last_index !== null && trajectory.n_steps === trajectory.last_index + 1) {
+        this.finishTrajectory(trajectory, { status: 'complete', reward: null }, now, local);
+        completed.push(trajectoryId);
+      }
+    }
+    local.count(request.channel, 'steps_produced', inserted);
+    if (duplicates > 0) local.count(request.channel, 'duplicate_steps', duplicates);
+    log.absorb(local);
+    return { inserted, duplicates, completed };
+  }
+
+  async submitBatch(requests: SubmitRequest[], now: number): Promise<SubmitOutcome[]> {
+    return this.write((log) => {
+      const policyVersion = this.policyVersionNow();
+      const outcomes: SubmitOutcome[] = [];
+      for (const request of requests) {
+        try {
+          // A nested transaction is a savepoint: a rejected submission leaves no trace.
+          const result = this.db.transaction(() => this.applySubmission(request, policyVersion, now, log))();
+          outcomes.push({ ok: true, ...result });
+        } catch (error) {
+          if (!(error instanceof StepwiseError)) throw error;
+          outcomes.push({ ok: false, error });
+        }
+      }
+      return outcomes;
+    });
+  }
+
+  private finishTrajectory(trajectory: TrajectoryRow, input: CompleteInput, now: number, log: TxLog): void {
+    let reward = input.reward;
+    if (reward === null) {
+      const sum = this.stmt(
+        'SELECT sum(reward) AS total, count(reward) AS n FROM steps WHERE trajectory_id = ?',
+      ).get(trajectory.id) as { total: number | null; n: number };
+      reward = sum.n > 0 ? sum.total : null;
+    }
+    trajectory.status = input.status;
+    trajectory.reward = reward;
+    trajectory.completed_at = now;
+    this.stmt('UPDATE trajectories SET status = ?, reward = ?, completed_at = ? WHERE id = ?').run(
+      input.status,
+      reward,
+      now,
+      trajectory.id,
+    );
+    log.count(trajectory.channel, `trajectories_${input.status}`);
+    log.forgetTails.add(trajectory.id);
+    log.tails.delete(trajectory.id);
+    this.emit(
+      'trajectory_completed',
+      trajectory.channel,
+      { trajectory_uid: trajectory.id, group_id: trajectory.group_id, status: input.status, reward },
+      now,
+    );
+    const group = this.groupRow(trajectory.channel, trajectory.group_id);
+    if (group?.state !== 'collecting') {
+      log.count(trajectory.channel, 'late_trajectories_finished');
+      return;
+    }
+    group.n_finished++;
+    if (input.status === 'complete') group.n_complete++;
+    this.stmt('UPDATE groups SET n_finished = ?, n_complete = ? WHERE channel = ? AND id = ?').run(
+      group.n_finished,
+      group.n_complete,
+      group.channel,
+      group.id,
+    );
+    this.settleGroup(group, this.channelConfig(group.channel), now, log);
+  }
+
+  async completeTrajectory(id: string, input: CompleteInput, now: number): Promise<Trajectory> {
+    return this.write((log) => {
+      const trajectory = this.trajectoryRow(id);
+      if (!trajectory) throw new NotFoundError(`trajectory ${id} does not exist`);
+      if (trajectory.status !== 'open') {
+        const sameReward = input.reward === null || input.reward === trajectory.reward;
+        if (trajectory.status === input.status && sameReward) return toTrajectory(trajectory); // a retry
+        throw new ConflictError(`trajectory ${id} is already ${trajectory.status}`, 'status');
+      }
+      this.finishTrajectory(trajectory, input, now, log);
+      return toTrajectory(trajectory);
+    });
+  }
+
+  // ---- reads ----------------------------------------------------------------------------------
+
+  async getTrajectory(id: string): Promise<Trajectory | null> {
+    const row = this.trajectoryRow(id);
+    return row ? toTrajectory(row) : null;
+  }
+
+  private loadSteps(trajectoryId: string, maxIndex = Number.MAX_SAFE_INTEGER): Step[] {
+    const rows = this.stmt('SELECT * FROM steps WHERE trajectory_id = ? AND idx <= ? ORDER BY idx').all(
+      trajectoryId,
+      maxIndex,
+    ) as StepRow[];
+    return decodeSteps(rows, (hash) => this.doc(hash)).steps;
+  }
+
+  async getTrajectorySteps(id: string): Promise<Step[]> {
+    return this.loadSteps(id);
+  }
+
+  async getStep(trajectoryId: string, index: number): Promise<Step | null> {
+    return this.loadSteps(trajectoryId, index).find((s) => s.index === index) ?? null;
+  }
+
+  /** Conditions for label filters, driven from the label tables' indexes. */
+  private labelConditions(query: LabelFilter, stepKey: boolean): RawBuilder<SqlBool>[] {
+    const within = (table: 'label_current' | 'label_tags', where: RawBuilder<unknown>) =>
+      stepKey
+        ? sql<SqlBool>`((steps.trajectory_id, steps.idx) IN (SELECT trajectory_id, step_index FROM ${sql.table(table)} WHERE ${where})
+            OR steps.trajectory_id IN (SELECT trajectory_id FROM ${sql.table(table)} WHERE step_index = ${TRAJECTORY_LABEL} AND ${where}))`
+        : sql<SqlBool>`trajectories.id IN (SELECT trajectory_id FROM ${sql.table(table)} WHERE ${where})`;
+    const conditions: RawBuilder<SqlBool>[] = [];
+    if (query.trainable !== undefined)
+      conditions.push(within('label_current', sql`trainable = ${query.trainable ? 1 : 0}`));
+    if (query.quality) conditions.push(within('label_current', sql`quality = ${query.quality}`));
+    if (query.tag) conditions.push(within('label_tags', sql`tag = ${query.tag}`));
+    return conditions;
+  }
+
+  async listSteps(query: StepQuery): Promise<Page<Step>> {
+    let q = this.kysely.selectFrom('steps');
+    if (query.channel !== undefined) q = q.where('steps.channel', '=', query.channel);
+    if (query.trajectoryId !== undefined) q = q.where('steps.trajectory_id', '=', query.trajectoryId);
+    if (query.groupId !== undefined) q = q.where('steps.group_id', '=', query.groupId);
+    if (query.rewardMin !== undefined) q = q.where('steps.reward', '>=', query.rewardMin);
+    if (query.rewardMax !== undefined) q = q.where('steps.reward', '<=', query.rewardMax);
+    if (query.status !== undefined) {
+      const status = query.status;
+      q = q.where('steps.trajectory_id', 'in', (eb) =>
+        eb.selectFrom('trajectories').select('id').where('status', '=', status),
+      );
+    }
+    for (const condition of this.labelConditions(query, true)) q = q.where(condition);
+    const total = this.runCompiled<{ n: number }>(
+      q.select((eb) => eb.fn.countAll<number>().as('n')).compile(),
+    )[0]!.n;
+    const keys = this.runCompiled<{ trajectory_id: string; idx: number }>(
+      q
+        .select(['steps.trajectory_id', 'steps.idx'])
+        .orderBy(sql`steps.rowid`, 'desc')
+        .limit(query.limit)
+        .offset(query.offset)
+        .compile(),
+    );
+    const needed = new Map<string, number>();
+    for (const key of keys)
+      needed.set(key.trajectory_id, Math.max(needed.get(key.trajectory_id) ?? 0, key.idx));
+    const decoded = new Map<string, Step>();
+    for (const [trajectoryId, maxIndex] of needed) {
+      for (const step of this.loadSteps(trajectoryId, maxIndex))
+        decoded.set(`${trajectoryId}#${step.index}`, step);
+    }
+    return { total, items: keys.map((key) => decoded.get(`${key.trajectory_id}#${key.idx}`)!) };
+  }
+
+  async listTrajectories(query: TrajectoryQuery): Promise<Page<Trajectory>> {
+    let q = this.kysely.selectFrom('trajectories');
+    if (query.channel !== undefined) q = q.where('trajectories.channel', '=', query.channel);
+    if (query.groupId !== undefined) q = q.where('trajectories.group_id', '=', query.groupId);
+    if (query.taskId !== undefined) q = q.where('trajectories.task_id', '=', query.taskId);
+    if (query.rewardMin !== undefined) q = q.where('trajectories.reward', '>=', query.rewardMin);
+    if (query.rewardMax !== undefined) q = q.where('trajectories.reward', '<=', query.rewardMax);
+    if (query.status !== undefined) q = q.where('trajectories.status', '=', query.status);
+    for (const condition of this.labelConditions(query, false)) q = q.where(condition);
+    const total = this.runCompiled<{ n: number }>(
+      q.select((eb) => eb.fn.countAll<number>().as('n')).compile(),
+    )[0]!.n;
+    const rows = this.runCompiled<TrajectoryRow>(
+      q
+        .selectAll()
+        .orderBy(sql`trajectories.rowid`, 'desc')
+        .limit(query.limit)
+        .offset(query.offset)
+        .compile(),
+    );
+    return { total, items: rows.map(toTrajectory) };
+  }
+
+  /** Kysely builds the SQL; better-sqlite3 runs it synchronously, so reads never interleave with writes. */
+  private runCompiled<T>(compiled: { sql: string; parameters: readonly unknown[] }): T[] {
+    return this.stmt(compiled.sql).all(...(compiled.parameters as unknown[])) as T[];
+  }
+
+  // ---- leases ---------------------------------------------------------------------------------
+
+  private expireLeasesTx(now: number, log: TxLog): number {
+    const overdue = this.stmt("SELECT * FROM leases WHERE state = 'active' AND expires_at < ?").all(
+      now,
+    ) as LeaseRow[];
+    for (const lease of overdue) {
+      this.stmt("UPDATE leases SET state = 'expired', ended_at = ? WHERE id = ?").run(now, lease.id);
+      const back = this.stmt(
+        "UPDATE groups SET state = 'ready', lease_id = NULL WHERE lease_id = ? AND state = 'leased'",
+      ).run(lease.id);
+      log.count(lease.channel, 'leases_expired');
+      this.emit(
+        'lease_expired',
+        lease.channel,
+        { lease_id: lease.id, consumer: lease.consumer, groups_returned: back.changes },
+        now,
+      );
+    }
+    return overdue.length;
+  }
+
+  private sweepTimeoutsTx(now: number, log: TxLog): { dropped: number; servedPartial: number } {
+    let dropped = 0;
+    let servedPartial = 0;
+    const channels = this.stmt('SELECT name, config FROM channels').all() as {
+      name: string;
+      config: string;
+    }[];
+    for (const { name } of channels) {
+      const config = this.channelConfig(name);
+      if (config.group_timeout_ms === null) continue;
+      const stale = this.stmt(
+        "SELECT * FROM groups WHERE state = 'collecting' AND created_at < ? AND channel = ?",
+      ).all(now - config.group_timeout_ms, name) as GroupRow[];
+      for (const row of stale) {
+        if (config.incomplete_policy === 'serve_partial' && row.n_complete > 0) {
+          this.markReady(row, true, config, now, log);
+          servedPartial++;
+        } else {
+          this.dropGroup(row, 'incomplete_timeout', now, log);
+          dropped++;
+        }
+      }
+    }
+    return { dropped, servedPartial };
+  }
+
+  async sweep(now: number): Promise<GroupSweepResult> {
+    return this.write((log) => {
+      const expiredLeases = this.expireLeasesTx(now, log);
+      return { ...this.sweepTimeoutsTx(now, log), expiredLeases };
+    });
+  }
+
+  async leaseBatch(params: LeaseParams, now: number): Promise<LeasedBatch | null> {
+    return this.write((log) => {
+      this.expireLeasesTx(now, log);
+      this.sweepTimeoutsTx(now, log);
+      let config = this.channelConfig(params.channel);
+      if (params.nRollouts !== null && config.n_rollouts === null) {
+        // The trainer's first lease declares the group size for groups nobody sized.
+        config = { ...config, n_rollouts: params.nRollouts };
+        this.saveChannelConfig(params.channel, config, now);
+        this.emit('channel_configured', params.channel, { config, by: 'lease' }, now);
+        this.adoptGroupSize(params.channel, params.nRollouts, config, now, log);
+      }
+      const maxStaleness = params.maxStaleness ?? config.max_staleness;
+      const policyVersion = this.policyVersionNow();
+      const chosen: { row: GroupRow; staleness: number; stale: boolean }[] = [];
+      const page = this.stmt(
+        "SELECT * FROM groups WHERE channel = ? AND state = 'ready' AND ready_seq > ? ORDER BY ready_seq LIMIT ?",
+      );
+      let after = 0;
+      while (chosen.length < params.batchSize) {
+        const rows = page.all(params.channel, after, params.batchSize * 2 + 16) as GroupRow[];
+        if (rows.length === 0) break;
+        for (const row of rows) {
+          after = row.ready_seq!;
+          if (params.nRollouts !== null && row.expected !== params.nRollouts) continue;
+          const staleness = Math.max(0, policyVersion - (row.min_policy_version ?? policyVersion));
+          const stale = maxStaleness !== null && staleness > maxStaleness;
+          if (stale && config.stale_policy === 'drop') {
+            this.dropGroup(row, 'stale', now, log);
+            continue;
+          }
+          chosen.push({ row, staleness, stale });
+          if (chosen.length === params.batchSize) break;
+        }
+      }
+      if (chosen.length < params.batchSize) return null;
+
+      const leaseId = newLeaseId();
+      const groups: ServedGroup[] = [];
+      let nSteps = 0;
+      const markLeased = this.stmt(
+        "UPDATE groups SET state = 'leased', lease_id = ? WHERE channel = ? AND id = ?",
+      );
+      for (const { row, staleness, stale } of chosen) {
+        markLeased.run(leaseId, row.channel, row.id);
+        row.state = 'leased';
+        row.lease_id = leaseId;
+        const trajectories = this.servedTrajectories(row, log);
+        for (const t of trajectories) nSteps += t.steps.length;
+        if (stale) log.count(params.channel, 'groups_served_stale');
+        groups.push({ group: toGroup(row), staleness, stale, trajectories });
+      }
+      const lease: LeaseRow = {
+        id: leaseId,
+        channel: params.channel,
+        consumer: params.consumer,
+        state: 'active',
+        group_ids: JSON.stringify(chosen.map((c) => c.row.id)),
+        n_steps: nSteps,
+        created_at: now,
+        expires_at: now + params.ttlMs,
+        ended_at: null,
+      };
+      this.stmt(
+        `INSERT INTO leases (id, channel, consumer, state, group_ids, n_steps, created_at, expires_at)
+         VALUES (@id, @channel, @consumer, @state, @group_ids, @n_steps, @created_at, @expires_at)`,
+      ).run(lease);
+      log.count(params.channel, 'batches_leased');
+      log.count(params.channel, 'groups_leased', groups.length);
+      this.emit(
+        'batch_leased',
+        params.channel,
+        {
+          lease_id: leaseId,
+          consumer: params.consumer,
+          group_ids: chosen.map((c) => c.row.id),
+          n_steps: nSteps,
+        },
+        now,
+      );
+      return { lease: toLease(lease), policyVersion, groups };
+    });
+  }
+
+  /** A group's complete trajectories with their trainable steps (labels applied) and labels. */
+  private servedTrajectories(group: GroupRow, log: TxLog): ServedTrajectory[] {
+    const rows = this.stmt(
+      "SELECT * FROM trajectories WHERE channel = ? AND group_id = ? AND status = 'complete' ORDER BY completed_at, id",
+    ).all(group.channel, group.id) as TrajectoryRow[];
+    const limit = group.expected ?? rows.length;
+    const served: ServedTrajectory[] = [];
+    for (const row of rows.slice(0, limit)) {
+      const labels = this.currentLabels(row.id);
+      let steps = this.loadSteps(row.id);
+      if (labels.length > 0) {
+        const kept = steps.filter((s) => isStepTrainable(labels, s.index));
+        if (kept.length < steps.length)
+          log.count(group.channel, 'steps_excluded_untrainable', steps.length - kept.length);
+        steps = kept;
+      }
+      served.push({ trajectory: toTrajectory(row), steps, labels });
+    }
+    return served;
+  }
+
+  private currentLabels(trajectoryId: string): CurrentLabel[] {
+    return (
+      this.stmt('SELECT * FROM label_current WHERE trajectory_id = ?').all(trajectoryId) as LabelCurrentRow[]
+    ).map(toCurrentLabel);
+  }
+
+  private leaseRow(id: string): LeaseRow | undefined {
+    return this.stmt('SELECT * FROM leases WHERE id = ?').get(id) as LeaseRow | undefined;
+  }
+
+  async getLease(leaseId: string): Promise<Lease | null> {
+    const row = this.leaseRow(leaseId);
+    return row ? toLease(row) : null;
+  }
+
+  private endLease(leaseId: string, outcome: 'acked' | 'nacked', now: number): Lease {
+    return this.write((log) => {
+      const lease = this.leaseRow(leaseId);
+      if (!lease) throw new NotFoundError(`lease ${leaseId} does not exist`);
+      if (lease.state === outcome) return toLease(lease); // a retried ack or nack
+      if (lease.state === 'active' && lease.expires_at < now) this.expireLeasesTx(now, log);
+      const current = this.leaseRow(leaseId)!;
+      if (current.state !== 'active') {
+        throw new ConflictError(
+          `lease ${leaseId} is ${current.state}; its groups may be served again`,
+          'lease_id',
+        );
+      }
+      this.stmt('UPDATE leases SET state = ?, ended_at = ? WHERE id = ?').run(outcome, now, leaseId);
+      if (outcome === 'acked') {
+        const done = this.stmt(
+          "UPDATE groups SET state = 'consumed', consumed_at = ?, lease_id = NULL WHERE lease_id = ? AND state = 'leased'",
+        ).run(now, leaseId);
+        log.count(lease.channel, 'groups_consumed', done.changes);
+        log.count(lease.channel, 'steps_consumed', lease.n_steps);
+        log.count(lease.channel, 'batches_acked');
+        this.emit(
+          'batch_acked',
+          lease.channel,
+          { lease_id: leaseId, consumer: lease.consumer, groups: done.changes },
+          now,
+        );
+      } else {
+        const back = this.stmt(
+          "UPDATE groups SET state = 'ready', lease_id = NULL WHERE lease_id = ? AND state = 'leased'",
+        ).run(leaseId);
+        log.count(lease.channel, 'batches_nacked');
+        this.emit(
+          'batch_nacked',
+          lease.channel,
+          { lease_id: leaseId, consumer: lease.consumer, groups: back.changes },
+          now,
+        );
+      }
+      return toLease({ ...current, state: outcome, ended_at: now });
+    });
+  }
+
+  async ackLease(leaseId: string, now: number): Promise<Lease> {
+    return this.endLease(leaseId, 'acked', now);
+  }
+
+  async nackLease(leaseId: string, now: number): Promise<Lease> {
+    return this.endLease(leaseId, 'nacked', now);
+  }
+
+  // ---- labels ---------------------------------------------------------------------------------
+
+  async addLabels(labels: LabelInput[], now: number): Promise<Label[]> {
+    return this.write(() => {
+      const out: Label[] = [];
+      labels.forEach((input, i) => {
+        const trajectory = this.trajectoryRow(input.trajectory_uid);
+        if (!trajectory)
+          throw new NotFoundError(
+            `labels.${i}.trajectory_uid: trajectory ${input.trajectory_uid} does not exist`,
+          );
+        const stepIndex = input.step_index ?? null;
+        if (stepIndex !== null) {
+          const step = this.stmt('SELECT 1 FROM steps WHERE trajectory_id = ? AND idx = ?').get(
+            trajectory.id,
+            stepIndex,
+          );
+          if (!step)
+            throw new NotFoundError(
+              `labels.${i}.step_index: step ${stepIndex} of ${trajectory.id} does not exist`,
+            );
+        }
+        const key = stepIndex ?? TRAJECTORY_LABEL;
+        const info = this.stmt(
+          `INSERT INTO labels (trajectory_id, step_index, quality, trainable, tags, note, author, created_at)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+        ).run(
+          trajectory.id,
+          stepIndex,
+          input.quality ?? null,
+          input.trainable == null ? null : input.trainable ? 1 : 0,
+          input.tags ? JSON.stringify(input.tags) : null,
+          input.note ?? null,
+          input.author ?? null,
+          now,
+        );
+        // Fold the patch into the current state: given fields override, omitted ones stay.
+        const prev = this.stmt('SELECT * FROM label_current WHERE trajectory_id = ? AND step_index = ?').get(
+          trajectory.id,
+          key,
+        ) as LabelCurrentRow | undefined;
+        const next: LabelCurrentRow = {
+          trajectory_id: trajectory.id,
+          step_index: key,
+          quality: input.quality !== undefined ? input.quality : (prev?.quality ?? null),
+          trainable:
+            input.trainable !== undefined
+              ? input.trainable === null
+                ? null
+                : input.trainable
+                  ? 1
+                  : 0
+              : (prev?.trainable ?? null),
+          tags: input.tags !== undefined ? JSON.stringify(input.tags) : (prev?.tags ?? '[]'),
+          note: input.note !== undefined ? input.note : (prev?.note ?? null),
+          updated_at: now,
+        };
+        this.stmt(
+          `INSERT INTO label_current (trajectory_id, step_index, quality, trainable, tags, note, updated_at)
+           VALUES (@trajectory_id, @step_index, @quality, @trainable, @tags, @note, @updated_at)
+           ON CONFLICT (trajectory_id, step_index) DO UPDATE SET quality = excluded.quality,
+             trainable = excluded.trainable, tags = excluded.tags, note = excluded.note, updated_at = excluded.updated_at`,
+        ).run(next);
+        if (input.tags !== undefined) {
+          this.stmt('DELETE FROM label_tags WHERE trajectory_id = ? AND step_index = ?').run(
+            trajectory.id,
+            key,
+          );
+          const addTag = this.stmt(
+            'INSERT OR IGNORE INTO label_tags (tag, trajectory_id, step_index) VALUES (?, ?, ?)',
+          );
+          for (const tag of input.tags) addTag.run(tag, trajectory.id, key);
+        }
+        const label = toLabel(
+          this.stmt('SELECT * FROM labels WHERE id = ?').get(Number(info.lastInsertRowid)) as LabelRow,
+        );
+        this.emit(
+          'label_changed',
+          trajectory.channel,
+          {
+            trajectory_uid: trajectory.id,
+            step_index: stepIndex,
+            quality: next.quality,
+            trainable: next.trainable === null ? null : next.trainable === 1,
+            tags: JSON.parse(next.tags),
+          },
+          now,
+        );
+        out.push(label);
+      });
+      return out;
+    });
+  }
+
+  async getLabels(trajectoryId: string): Promise<Label[]> {
+    return (
+      this.stmt('SELECT * FROM labels WHERE trajectory_id = ? ORDER BY id').all(trajectoryId) as LabelRow[]
+    ).map(toLabel);
+  }
+
+  // ---- events and stats -----------------------------------------------------------------------
+
+  async readEvents(query: EventQuery): Promise<PoolEvent[]> {
+    const clauses = ['seq > ?'];
+    const params: unknown[] = [query.after];
+    if (query.channel !== undefined) {
+      clauses.push('channel = ?');
+      params.push(query.channel);
+    }
+    if (query.types && query.types.length > 0) {
+      clauses.push(`type IN (${query.types.map(() => '?').join(', ')})`);
+      params.push(...query.types);
+    }
+    params.push(query.limit);
+    const rows = this.stmt(`SELECT * FROM events WHERE ${clauses.join(' AND ')} ORDER BY seq LIMIT ?`).all(
+      ...params,
+    ) as { seq: number; ts: number; type: EventType; channel: string | null; data: string }[];
+    return rows.map((r) => ({
+      seq: r.seq,
+      ts: r.ts,
+      type: r.type,
+      channel: r.channel,
+      data: JSON.parse(r.data),
+    }));
+  }
+
+  async lastEventSeq(): Promise<number> {
+    const row = this.stmt('SELECT max(seq) AS seq FROM events').get() as { seq: number | null };
+    return row.seq ?? 0;
+  }
+
+  async stats(channel: string | null): Promise<PoolStats> {
+    const counterRows = (
+      channel === null
+        ? this.stmt('SELECT name, sum(value) AS value FROM counters GROUP BY name').all()
+        : this.stmt('SELECT name, value FROM counters WHERE channel = ?').all(channel)
+    ) as { name: string; value: number }[];
+    const c = new Map(counterRows.map((r) => [r.name, r.value]));
+    const get = (name: string) => c.get(name) ?? 0;
+    const stateRows = (
+      channel === null
+        ? this.stmt('SELECT state, count(*) AS n FROM groups GROUP BY state').all()
+        : this.stmt('SELECT state, count(*) AS n FROM groups WHERE channel = ? GROUP BY state').all(channel)
+    ) as { state: GroupState; n: number }[];
+    const groups = { collecting: 0, ready: 0, leased: 0, consumed: 0, dropped: 0 };
+    for (const r of stateRows) groups[r.state] = r.n;
+    const { n: activeLeases } = (
+      channel === null
+        ? this.stmt("SELECT count(*) AS n FROM leases WHERE state = 'active'").get()
+        : this.stmt("SELECT count(*) AS n FROM leases WHERE state = 'active' AND channel = ?").get(channel)
+    ) as { n: number };
+    const policyVersion = this.policyVersionNow();
+    const versionRows = (
+      channel === null
+        ? this.stmt(
+            "SELECT min_policy_version AS v, count(*) AS n FROM groups WHERE state = 'ready' GROUP BY min_policy_version",
+          ).all()
+        : this.stmt(
+            "SELECT min_policy_version AS v, count(*) AS n FROM groups WHERE channel = ? AND state = 'ready' GROUP BY min_policy_version",
+          ).all(channel)
+    ) as { v: number | null; n: number }[];
+    const stalenessHistogram: Record<string, number> = {};
+    for (const r of versionRows) {
+      const bucket = stalenessBucket(Math.max(0, policyVersion - (r.v ?? policyVersion)));
+      stalenessHistogram[bucket] = (stalenessHistogram[bucket] ?? 0) + r.n;
+    }
+    const dropped: PoolStats['dropped'] = {};
+    for (const [name, value] of c) {
+      if (name.startsWith('dropped_')) dropped[name.slice('dropped_'.length) as DropReason] = value;
+    }
+    return {
+      channel,
+      policyVersion,
+      produced: { steps: get('steps_produced'), trajectories: get('trajectories_created') },
+      completed: {
+        trajectories: get('trajectories_complete'),
+        aborted: get('trajectories_aborted'),
+        infraFailed: get('trajectories_infra_failed'),
+      },
+      consumed: { groups: get('groups_consumed'), steps: get('steps_consumed') },
+      leased: { batches: get('batches_leased'), groups: get('groups_leased') },
+      dropped,
+      duplicateSteps: get('duplicate_steps'),
+      prefixBreaks: get('prefix_breaks'),
+      lateTrajectories: get('late_trajectories'),
+      queueDepth: groups.ready,
+      groups,
+      activeLeases,
+      stalenessHistogram,
+      lastEventSeq: await this.lastEventSeq(),
+    };
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await this.kysely.destroy();
+  }
+}

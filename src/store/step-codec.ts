@@ -1,0 +1,235 @@
+import { createHash } from 'node:crypto';
+import type { NewStep, Step, TokenSource, ToolResult } from '../domain/index.js';
+import {
+  commonPrefixLength,
+  concatTokens,
+  decodeFloats,
+  decodeTokens,
+  encodeFloats,
+  encodeTokens,
+  hashTokens,
+  joinPrompt,
+} from './token-codec.js';
+
+/** A step as any backend stores it: tokens as blobs relative to a base step, views as JSON. */
+export interface StepRow {
+  trajectory_id: string;
+  idx: number;
+  channel: string;
+  group_id: string;
+  base_idx: number | null;
+  prefix_len: number;
+  prompt_suffix: Uint8Array;
+  response: Uint8Array;
+  logprobs: Uint8Array | null;
+  prompt_len: number;
+  response_len: number;
+  content_hash: number;
+  reward: number | null;
+  policy_version: number;
+  is_last: number;
+  finish_reason: string | null;
+  token_source: string;
+  metadata: string | null;
+  view: string | null;
+  latency_ms: number | null;
+  ttft_ms: number | null;
+  engine_id: string | null;
+  created_at: number;
+}
+
+/** What the next step of a trajectory is encoded against: its predecessor's full sequence. */
+export interface StepTail {
+  index: number;
+  full: Uint32Array;
+  messages: Record<string, unknown>[] | null;
+}
+
+/** Messages, tools and tool traffic as the agent saw them; messages shared with the base are referenced. */
+interface StepView {
+  /** how many leading messages equal the base step's messages */
+  mp?: number;
+  m?: Record<string, unknown>[];
+  /** content hash of the tools array in the docs table */
+  th?: string;
+  rt?: string;
+  tc?: Record<string, unknown>[];
+  tr?: ToolResult[];
+}
+
+export interface EncodedStep {
+  row: StepRow;
+  tail: StepTail;
+  prefixBreak: boolean;
+  toolsDoc: { hash: string; body: string } | null;
+}
+
+export function stepFingerprint(step: Pick<NewStep, 'promptIds' | 'responseIds'>): number {
+  return hashTokens(step.responseIds, hashTokens(step.promptIds));
+}
+
+function sameMessage(a: Record<string, unknown>, b: Record<string, unknown>): boolean {
+  return a === b || JSON.stringify(a) === JSON.stringify(b);
+}
+
+export function encodeStep(
+  step: NewStep,
+  channel: string,
+  policyVersion: number,
+  base: StepTail | null,
+  now: number,
+): EncodedStep {
+  const prompt = step.promptIds;
+  const prefixLen = base ? commonPrefixLength(prompt, base.full) : 0;
+  // A break: the agent did not extend its previous sequence exactly (history rewritten or dropped).
+  const prefixBreak = base !== null && base.index === step.index - 1 && prefixLen < base.full.length;
+
+  const view: StepView = {};
+  if (step.messages) {
+    let mp = 0;
+    if (base?.messages) {
+      const n = Math.min(base.messages.length, step.messages.length);
+      while (mp < n && sameMessage(base.messages[mp]!, step.messages[mp]!)) mp++;
+    }
+    if (mp > 0) view.mp = mp;
+    view.m = step.messages.slice(mp);
+  }
+  let toolsDoc: EncodedStep['toolsDoc'] = null;
+  if (step.tools) {
+    const body = JSON.stringify(step.tools);
+    const hash = createHash('sha256').update(body).digest('base64url');
+    toolsDoc = { hash, body };
+    view.th = hash;
+  }
+  if (step.responseText != null) view.rt = step.responseText;
+  if (step.toolCalls) view.tc = step.toolCalls;
+  if (step.toolResults) view.tr = step.toolResults;
+  const hasView = Object.keys(view).length > 0;
+
+  const response = Uint32Array.from(step.responseIds);
+  const full = new Uint32Array(prompt.length + response.length);
+  for (let i = 0; i < prompt.length; i++) full[i] = prompt[i]!;
+  full.set(response, prompt.length);
+
+  const row: StepRow = {
+    trajectory_id: step.trajectoryId,
+    idx: step.index,
+    channel,
+    group_id: step.groupId,
+    base_idx: prefixLen > 0 && base ? base.index : null,
+    prefix_len: prefixLen,
+    prompt_suffix: encodeTokens(prompt, prefixLen),
+    response: encodeTokens(response),
+    logprobs: step.responseLogprobs ? encodeFloats(step.responseLogprobs) : null,
+    prompt_len: prompt.length,
+    response_len: response.length,
+    content_hash: stepFingerprint(step),
+    reward: step.reward,
+    policy_version: policyVersion,
+    is_last: step.isLast ? 1 : 0,
+    finish_reason: step.finishReason,
+    token_source: step.tokenSource,
+    metadata: Object.keys(step.metadata).length > 0 ? JSON.stringify(step.metadata) : null,
+    view: hasView ? JSON.stringify(view) : null,
+    latency_ms: step.latencyMs,
+    ttft_ms: step.ttftMs,
+    engine_id: step.engineId,
+    created_at: now,
+  };
+  return { row, tail: { index: step.index, full, messages: step.messages }, prefixBreak, toolsDoc };
+}
+
+/**
+ * Rebuilds full steps from rows of one trajectory sorted by idx. Every base a row refers to must be
+ * among the rows (callers load a trajectory from its first step up to the highest index they need).
+ */
+export function decodeSteps(
+  rows: readonly StepRow[],
+  docs: (hash: string) => Record<string, unknown>[] | null,
+): { steps: Step[]; tails: Map<number, StepTail> } {
+  const tails = new Map<number, StepTail>();
+  const steps: Step[] = [];
+  for (const row of rows) {
+    const base = row.base_idx === null ? null : tails.get(row.base_idx);
+    if (row.base_idx !== null && !base) {
+      throw new Error(`step ${row.trajectory_id}#${row.idx} refers to missing base step ${row.base_idx}`);
+    }
+    const prompt = joinPrompt(base?.full ?? null, row.prefix_len, decodeTokens(row.prompt_suffix));
+    const response = decodeTokens(row.response);
+    const view: StepView = row.view ? JSON.parse(row.view) : {};
+    let messages: Record<string, unknown>[] | null = null;
+    if (view.m) {
+      const shared = view.mp ? (base?.messages ?? []).slice(0, view.mp) : [];
+      messages = shared.concat(view.m);
+    }
+    tails.set(row.idx, { index: row.idx, full: concatTokens(prompt, response), messages });
+    steps.push({
+      trajectoryId: row.trajectory_id,
+      groupId: row.group_id,
+      channel: row.channel,
+      index: row.idx,
+      promptIds: Array.from(prompt),
+      responseIds: Array.from(response),
+      responseLogprobs: decodeFloats(row.logprobs),
+      reward: row.reward,
+      policyVersion: row.policy_version,
+      isLast: row.is_last === 1,
+      metadata: row.metadata ? JSON.parse(row.metadata) : {},
+      tokenSource: row.token_source as TokenSource,
+      finishReason: row.finish_reason,
+      messages,
+      tools: view.th ? docs(view.th) : null,
+      responseText: view.rt ?? null,
+      toolCalls: view.tc ?? null,
+      toolResults: view.tr ?? null,
+      latencyMs: row.latency_ms,
+      ttftMs: row.ttft_ms,
+      engineId: row.engine_id,
+      createdAt: row.created_at,
+    });
+  }
+  return { steps, tails };
+}
+
+/**
+ * Recently written tails by trajectory, bounded by total tokens. Only a cache: on a miss the store
+ * rebuilds the tail from the database, so several processes may share one store safely.
+ */
+export class TailCache {
+  private readonly entries = new Map<string, StepTail>();
+  private tokens = 0;
+
+  constructor(private readonly maxTokens = 32_000_000) {}
+
+  get(trajectoryId: string): StepTail | undefined {
+    const tail = this.entries.get(trajectoryId);
+    if (tail) {
+      this.entries.delete(trajectoryId);
+      this.entries.set(trajectoryId, tail);
+    }
+    return tail;
+  }
+
+  set(trajectoryId: string, tail: StepTail): void {
+    const old = this.entries.get(trajectoryId);
+    if (old) {
+      if (old.index > tail.index) return; // keep the newest tail
+      this.tokens -= old.full.length;
+      this.entries.delete(trajectoryId);
+    }
+    this.entries.set(trajectoryId, tail);
+    this.tokens += tail.full.length;
+    for (const [key, value] of this.entries) {
+      if (this.tokens <= this.maxTokens) break;
+      this.entries.delete(key);
+      this.tokens -= value.full.length;
+    }
+  }
+
+  delete(trajectoryId: string): void {
+    const old = this.entries.get(trajectoryId);
+    if (!old) return;
+    this.tokens -= old.full.length;
+    this.entries.delete(trajectoryId);
+  }
+}

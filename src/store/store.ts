@@ -1,0 +1,192 @@
+import type {
+  ChannelConfig,
+  ChannelConfigPatch,
+  DropReason,
+  EventType,
+  Group,
+  Label,
+  LabelInput,
+  Lease,
+  NewStep,
+  PoolEvent,
+  Step,
+  StepwiseError,
+  Trajectory,
+  TrajectoryStatus,
+} from '../domain/index.js';
+
+/** One caller's submission; many are committed together in one transaction (group commit). */
+export interface SubmitRequest {
+  channel: string;
+  nRollouts: number | null;
+  steps: NewStep[];
+}
+
+export type SubmitOutcome =
+  | { ok: true; inserted: number; duplicates: number; completed: string[] }
+  | { ok: false; error: StepwiseError };
+
+export interface CreateTrajectoryInput {
+  id: string;
+  groupId: string;
+  channel: string;
+  nRollouts: number | null;
+  metadata: Record<string, unknown>;
+  taskId?: string | null;
+  guided?: boolean;
+  guidanceK?: number | null;
+  probe?: boolean;
+  derivedFrom?: string | null;
+  derivation?: Record<string, unknown> | null;
+}
+
+export interface CompleteInput {
+  reward: number | null;
+  status: Exclude<TrajectoryStatus, 'open'>;
+}
+
+export interface LeaseParams {
+  channel: string;
+  batchSize: number;
+  nRollouts: number | null;
+  /** Overrides the channel's max_staleness for this lease when given. */
+  maxStaleness: number | null;
+  consumer: string;
+  ttlMs: number;
+}
+
+/** The latest curation state of a step (stepIndex set) or a whole trajectory (stepIndex null). */
+export interface CurrentLabel {
+  trajectoryId: string;
+  stepIndex: number | null;
+  quality: Label['quality'];
+  trainable: boolean | null;
+  tags: string[];
+  note: string | null;
+}
+
+export interface ServedTrajectory {
+  trajectory: Trajectory;
+  steps: Step[];
+  labels: CurrentLabel[];
+}
+
+export interface ServedGroup {
+  group: Group;
+  staleness: number;
+  stale: boolean;
+  trajectories: ServedTrajectory[];
+}
+
+export interface LeasedBatch {
+  lease: Lease;
+  policyVersion: number;
+  groups: ServedGroup[];
+}
+
+export interface LabelFilter {
+  trainable?: boolean;
+  quality?: Label['quality'];
+  tag?: string;
+}
+
+export interface StepQuery extends LabelFilter {
+  channel?: string;
+  trajectoryId?: string;
+  groupId?: string;
+  rewardMin?: number;
+  rewardMax?: number;
+  status?: TrajectoryStatus;
+  limit: number;
+  offset: number;
+}
+
+export interface TrajectoryQuery extends LabelFilter {
+  channel?: string;
+  groupId?: string;
+  taskId?: string;
+  rewardMin?: number;
+  rewardMax?: number;
+  status?: TrajectoryStatus;
+  limit: number;
+  offset: number;
+}
+
+export interface Page<T> {
+  total: number;
+  items: T[];
+}
+
+export interface EventQuery {
+  after: number;
+  limit: number;
+  channel?: string;
+  types?: EventType[];
+}
+
+export interface PoolStats {
+  channel: string | null;
+  policyVersion: number;
+  produced: { steps: number; trajectories: number };
+  completed: { trajectories: number; aborted: number; infraFailed: number };
+  consumed: { groups: number; steps: number };
+  leased: { batches: number; groups: number };
+  dropped: Partial<Record<DropReason, number>>;
+  duplicateSteps: number;
+  prefixBreaks: number;
+  lateTrajectories: number;
+  queueDepth: number;
+  groups: { collecting: number; ready: number; leased: number; consumed: number; dropped: number };
+  activeLeases: number;
+  /** Ready groups by staleness (current policy version minus the group's oldest step version). */
+  stalenessHistogram: Record<string, number>;
+  lastEventSeq: number;
+}
+
+export interface GroupSweepResult {
+  dropped: number;
+  servedPartial: number;
+  expiredLeases: number;
+}
+
+/**
+ * Everything the DataPool persists, behind one database-agnostic interface. Every method is atomic
+ * and safe to call from many processes sharing one database; nothing here relies on process memory
+ * for correctness (implementations may cache, but only what the database can rebuild).
+ */
+export interface Store {
+  readonly kind: 'sqlite' | 'postgres';
+
+  submitBatch(requests: SubmitRequest[], now: number): Promise<SubmitOutcome[]>;
+  createTrajectory(input: CreateTrajectoryInput, now: number): Promise<Trajectory>;
+  completeTrajectory(id: string, input: CompleteInput, now: number): Promise<Trajectory>;
+
+  getTrajectory(id: string): Promise<Trajectory | null>;
+  getTrajectorySteps(id: string): Promise<Step[]>;
+  getStep(trajectoryId: string, index: number): Promise<Step | null>;
+  getGroup(channel: string, id: string): Promise<Group | null>;
+  listSteps(query: StepQuery): Promise<Page<Step>>;
+  listTrajectories(query: TrajectoryQuery): Promise<Page<Trajectory>>;
+
+  getPolicyVersion(): Promise<number>;
+  setPolicyVersion(version: number, now: number): Promise<void>;
+  getChannelConfig(channel: string): Promise<ChannelConfig>;
+  setChannelConfig(channel: string, patch: ChannelConfigPatch, now: number): Promise<ChannelConfig>;
+
+  /** Leases up to batchSize ready groups FIFO; null (and nothing leased) when fewer are ready. */
+  leaseBatch(params: LeaseParams, now: number): Promise<LeasedBatch | null>;
+  ackLease(leaseId: string, now: number): Promise<Lease>;
+  nackLease(leaseId: string, now: number): Promise<Lease>;
+  getLease(leaseId: string): Promise<Lease | null>;
+  /** Expires overdue leases and applies incomplete-group timeouts. */
+  sweep(now: number): Promise<GroupSweepResult>;
+
+  addLabels(labels: LabelInput[], now: number): Promise<Label[]>;
+  getLabels(trajectoryId: string): Promise<Label[]>;
+
+  readEvents(query: EventQuery): Promise<PoolEvent[]>;
+  lastEventSeq(): Promise<number>;
+  stats(channel: string | null): Promise<PoolStats>;
+
+  close(): Promise<void>;
+}
