@@ -17,7 +17,7 @@ const collect = (value: string, previous: string[]) => previous.concat(value);
 export function buildCli(): Command {
   const program = new Command('stepwise')
     .description('Stepwise: the data layer of agentic RL (gateway + step-level DataPool)')
-    .showHelpAfterError();
+    .showHelpAfterError('(run with --help for usage)');
 
   program
     .command('serve')
@@ -104,12 +104,14 @@ export function buildCli(): Command {
   return program;
 }
 
-const isMain = process.argv[1] && /cli[\\/]main\.(ts|js)$|bin[\\/]stepwise(\.js)?$/.test(process.argv[1]);
-if (isMain) {
-  buildCli()
-    .parseAsync(process.argv)
-    .catch((error) => {
-      console.error(`stepwise: ${error instanceof Error ? error.message : String(error)}`);
-      process.exit(1);
-    });
+/** Runs the CLI; errors print one line and exit non-zero. */
+export async function main(argv: string[] = process.argv): Promise<void> {
+  try {
+    await buildCli().parseAsync(argv);
+  } catch (error) {
+    console.error(`stepwise: ${error instanceof Error ? error.message : String(error)}`);
+    process.exit(1);
+  }
 }
+
+if (process.argv[1] && /cli[\\/]main\.(ts|js)$/.test(process.argv[1])) void main();

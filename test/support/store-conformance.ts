@@ -1,0 +1,666 @@
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { ConflictError, type NewStep, NotFoundError } from '../../src/domain/index.js';
+import type { LeaseParams, Store } from '../../src/store/store.js';
+
+/** How a backend under test is opened; `reopen` closes it and opens the same database again. */
+export interface StoreHarness {
+  store: Store;
+  reopen(): Promise<Store>;
+  cleanup(): Promise<void>;
+}
+
+export function makeStep(
+  trajectoryId: string,
+  groupId: string,
+  index: number,
+  promptIds: number[],
+  responseIds: number[],
+  extra: Partial<NewStep> = {},
+): NewStep {
+  return {
+    trajectoryId,
+    groupId,
+    index,
+    promptIds,
+    responseIds,
+    responseLogprobs: null,
+    reward: null,
+    policyVersion: null,
+    isLast: false,
+    metadata: {},
+    tokenSource: 'submitted',
+    finishReason: null,
+    messages: null,
+    tools: null,
+    responseText: null,
+    toolCalls: null,
+    toolResults: null,
+    latencyMs: null,
+    ttftMs: null,
+    engineId: null,
+    ...extra,
+  };
+}
+
+/** A finished episode of `n` steps whose prompts extend each other; the last step carries `reward`. */
+export function episode(trajectoryId: string, groupId: string, n: number, reward = 1, seed = 1): NewStep[] {
+  const steps: NewStep[] = [];
+  let history = [seed, seed + 1, seed + 2];
+  for (let i = 0; i < n; i++) {
+    const prompt = history.concat([1000 + i, 2000 + seed]);
+    const response = [3000 + i, 4000 + seed];
+    steps.push(
+      makeStep(trajectoryId, groupId, i, prompt, response, {
+        isLast: i === n - 1,
+        reward: i === n - 1 ? reward : 0,
+      }),
+    );
+    history = prompt.concat(response);
+  }
+  return steps;
+}
+
+/**
+ * The behaviour every Store must have, whatever database is behind it. Run it against each backend
+ * with a harness factory; the Postgres store runs the very same suite.
+ */
+export function runStoreConformance(name: string, open: () => Promise<StoreHarness>): void {
+  describe(`Store conformance: ${name}`, () => {
+    let h: StoreHarness;
+    let store: Store;
+    let now = 1_000_000;
+    const tick = (ms = 1) => {
+      now += ms;
+      return now;
+    };
+    const submit = async (steps: NewStep[], channel = 'train', nRollouts: number | null = null) => {
+      const [outcome] = await store.submitBatch([{ channel, nRollouts, steps }], tick());
+      if (!outcome!.ok) throw outcome!.error;
+      return outcome!;
+    };
+    const lease = (over: Partial<LeaseParams> = {}) =>
+      store.leaseBatch(
+        {
+          channel: 'train',
+          batchSize: 1,
+          nRollouts: null,
+          maxStaleness: null,
+          consumer: 'c1',
+          ttlMs: 60_000,
+          ...over,
+        },
+        tick(),
+      );
+    /** Submits `rollouts` complete episodes to each group id, in order. */
+    const fillGroups = async (groupIds: string[], rollouts: number, channel = 'train') => {
+      for (const g of groupIds) {
+        for (let r = 0; r < rollouts; r++)
+          await submit(episode(`${channel}-${g}-r${r}`, g, 2, r % 2), channel, rollouts);
+      }
+    };
+
+    beforeEach(async () => {
+      h = await open();
+      store = h.store;
+    });
+    afterEach(async () => {
+      await h.cleanup();
+    });
+
+    describe('ingestion', () => {
+      it('reads back the exact token arrays of every step, however the prompts were shared', async () => {
+        const steps = episode('t1', 'g1', 6, 1);
+        // Step 3 rewrites its history: a prefix break.
+        steps[3] = { ...steps[3]!, promptIds: steps[3]!.promptIds.slice(0, 4).concat([77, 78, 79]) };
+        const result = await submit(steps);
+        expect(result.inserted).toBe(6);
+        const back = await store.getTrajectorySteps('t1');
+        expect(back.map((s) => s.promptIds)).toEqual(steps.map((s) => s.promptIds));
+        expect(back.map((s) => s.responseIds)).toEqual(steps.map((s) => s.responseIds));
+        // Step 3 breaks from step 2, and step 4 (which extends step 2's history, not step 3's) breaks again.
+        expect((await store.getTrajectory('t1'))!.prefixBreaks).toBe(2);
+        expect((await store.stats('train')).prefixBreaks).toBe(2);
+        expect((await store.getStep('t1', 4))!.promptIds).toEqual(steps[4]!.promptIds);
+      });
+
+      it('keeps logprobs, views, tool results, timings and metadata', async () => {
+        const messages = [
+          { role: 'system', content: 'You are an agent.' },
+          { role: 'user', content: 'list files' },
+        ];
+        const tools = [{ type: 'function', function: { name: 'ls', parameters: { type: 'object' } } }];
+        const step0 = makeStep('tv', 'gv', 0, [1, 2], [3, 4], {
+          responseLogprobs: [-0.5, -1.25],
+          messages,
+          tools,
+          toolCalls: [{ id: 'call_1', type: 'function', function: { name: 'ls', arguments: '{}' } }],
+          responseText: '',
+          latencyMs: 12.5,
+          ttftMs: 3,
+          engineId: 'sim-0',
+          tokenSource: 'engine',
+          finishReason: 'tool_calls',
+          metadata: { task: 'x', n: 0, flag: false },
+        });
+        const step1 = makeStep('tv', 'gv', 1, [1, 2, 3, 4, 5], [6], {
+          messages: [...messages, { role: 'assistant', content: null }, { role: 'tool', content: 'a.txt' }],
+          tools,
+          toolResults: [{ tool_call_id: 'call_1', name: 'ls', content: 'a.txt', error: false }],
+          isLast: true,
+        });
+        await submit([step0, step1]);
+        const [a, b] = await store.getTrajectorySteps('tv');
+        expect(a!.responseLogprobs).toEqual([-0.5, -1.25]);
+        expect(a!.messages).toEqual(messages);
+        expect(a!.tools).toEqual(tools);
+        expect(a!.toolCalls).toEqual(step0.toolCalls);
+        expect(a!.responseText).toBe('');
+        expect(a!.metadata).toEqual({ task: 'x', n: 0, flag: false });
+        expect([a!.latencyMs, a!.ttftMs, a!.engineId, a!.tokenSource, a!.finishReason]).toEqual([
+          12.5,
+          3,
+          'sim-0',
+          'engine',
+          'tool_calls',
+        ]);
+        expect(b!.messages).toEqual(step1.messages);
+        expect(b!.toolResults).toEqual(step1.toolResults);
+        expect(b!.isLast).toBe(true);
+      });
+
+      it('treats a retried submission as a no-op and counts it', async () => {
+        const steps = episode('t1', 'g1', 3);
+        await submit(steps.slice(0, 2));
+        const again = await submit(steps);
+        expect(again).toMatchObject({ inserted: 1, duplicates: 2 });
+        expect(await store.getTrajectorySteps('t1')).toHaveLength(3);
+        expect((await store.stats('train')).produced.steps).toBe(3);
+        expect((await store.stats('train')).duplicateSteps).toBe(2);
+      });
+
+      it('rejects a whole submission when one step conflicts with a stored one, storing nothing of it', async () => {
+        await submit([makeStep('t1', 'g1', 0, [1, 2], [3])]);
+        const [outcome] = await store.submitBatch(
+          [
+            {
+              channel: 'train',
+              nRollouts: null,
+              steps: [makeStep('t2', 'g2', 0, [5], [6]), makeStep('t1', 'g1', 0, [1, 2], [4])],
+            },
+          ],
+          tick(),
+        );
+        expect(outcome!.ok).toBe(false);
+        if (!outcome!.ok) {
+          expect(outcome!.error).toBeInstanceOf(ConflictError);
+          expect(outcome!.error.field).toBe('steps.1');
+        }
+        expect(await store.getTrajectory('t2')).toBeNull();
+        expect((await store.getTrajectorySteps('t1'))[0]!.responseIds).toEqual([3]);
+      });
+
+      it('commits good submissions of a batch even when another one in it is rejected', async () => {
+        await submit([makeStep('t1', 'g1', 0, [1], [2])]);
+        const outcomes = await store.submitBatch(
+          [
+            { channel: 'train', nRollouts: null, steps: [makeStep('a', 'ga', 0, [1], [2])] },
+            { channel: 'val', nRollouts: null, steps: [makeStep('t1', 'g1', 1, [1, 2, 3], [4])] },
+            { channel: 'train', nRollouts: null, steps: [makeStep('b', 'gb', 0, [1], [2])] },
+          ],
+          tick(),
+        );
+        expect(outcomes.map((o) => o.ok)).toEqual([true, false, true]);
+        expect(await store.getTrajectory('a')).not.toBeNull();
+        expect(await store.getTrajectory('b')).not.toBeNull();
+        expect(await store.getTrajectorySteps('t1')).toHaveLength(1);
+      });
+
+      it('accepts steps out of order and completes only when every step up to the last is in', async () => {
+        const steps = episode('t1', 'g1', 4);
+        await submit([steps[3]!, steps[1]!]);
+        expect((await store.getTrajectory('t1'))!.status).toBe('open');
+        await submit([steps[0]!]);
+        await submit([steps[2]!]);
+        expect((await store.getTrajectory('t1'))!.status).toBe('complete');
+        const back = await store.getTrajectorySteps('t1');
+        expect(back.map((s) => s.promptIds)).toEqual(steps.map((s) => s.promptIds));
+      });
+
+      it('refuses new steps for a finished trajectory and steps beyond its last', async () => {
+        await submit(episode('t1', 'g1', 2));
+        await expect(submit([makeStep('t1', 'g1', 2, [1], [2])])).rejects.toThrow(/complete|beyond/);
+        await submit([makeStep('t2', 'g2', 1, [1], [2], { isLast: true })]);
+        await expect(submit([makeStep('t2', 'g2', 5, [1], [2])])).rejects.toThrow(/beyond/);
+      });
+
+      it('keeps a trajectory in its channel and its prompt group', async () => {
+        await submit([makeStep('t1', 'g1', 0, [1], [2])], 'train');
+        await expect(submit([makeStep('t1', 'g1', 1, [1, 2], [3])], 'val')).rejects.toMatchObject({
+          field: 'channel',
+        });
+        await expect(submit([makeStep('t1', 'other', 1, [1, 2], [3])], 'train')).rejects.toMatchObject({
+          field: 'steps.0.prompt_uid',
+        });
+      });
+
+      it('stamps steps without a policy version with the current one', async () => {
+        await store.setPolicyVersion(7, tick());
+        await submit([
+          makeStep('t1', 'g1', 0, [1], [2]),
+          makeStep('t1', 'g1', 1, [1, 2], [3], { policyVersion: 5 }),
+        ]);
+        const steps = await store.getTrajectorySteps('t1');
+        expect(steps.map((s) => s.policyVersion)).toEqual([7, 5]);
+        expect(await store.getPolicyVersion()).toBe(7);
+      });
+
+      it('survives closing and reopening the database', async () => {
+        await submit(episode('t1', 'g1', 3, 1));
+        await store.setPolicyVersion(3, tick());
+        store = await h.reopen();
+        expect((await store.getTrajectorySteps('t1')).map((s) => s.promptIds)).toEqual(
+          episode('t1', 'g1', 3, 1).map((s) => s.promptIds),
+        );
+        expect(await store.getPolicyVersion()).toBe(3);
+        // The encoding base of the next step is rebuilt from the database, not from memory.
+        await store.createTrajectory(
+          { id: 't9', groupId: 'g9', channel: 'train', nRollouts: 1, metadata: {} },
+          tick(),
+        );
+        const ep = episode('t9', 'g9', 3);
+        await submit(ep.slice(0, 2));
+        store = await h.reopen();
+        await submit(ep.slice(2));
+        expect((await store.getTrajectorySteps('t9')).map((s) => s.promptIds)).toEqual(
+          ep.map((s) => s.promptIds),
+        );
+        expect((await store.getTrajectory('t9'))!.status).toBe('complete');
+      });
+    });
+
+    describe('trajectories and groups', () => {
+      it('creates a trajectory once, with its guidance and provenance fields', async () => {
+        const t = await store.createTrajectory(
+          {
+            id: 'abc',
+            groupId: 'g',
+            channel: 'train',
+            nRollouts: 2,
+            metadata: { task: 1 },
+            taskId: 'task-1',
+            guided: true,
+            guidanceK: 2,
+            derivedFrom: 'xyz',
+            derivation: { op: 'cleaner' },
+          },
+          tick(),
+        );
+        expect(t).toMatchObject({
+          status: 'open',
+          guided: true,
+          guidanceK: 2,
+          derivedFrom: 'xyz',
+          taskId: 'task-1',
+        });
+        await expect(
+          store.createTrajectory(
+            { id: 'abc', groupId: 'g', channel: 'train', nRollouts: 2, metadata: {} },
+            tick(),
+          ),
+        ).rejects.toBeInstanceOf(ConflictError);
+        expect((await store.getGroup('train', 'g'))!.expected).toBe(2);
+      });
+
+      it('sets a trajectory reward explicitly, or sums its step rewards', async () => {
+        const a = episode('a', 'g', 2, 1);
+        a[0] = { ...a[0]!, reward: 0.5 };
+        await submit(a);
+        expect((await store.getTrajectory('a'))!.reward).toBe(1.5);
+        await submit([makeStep('b', 'g', 0, [1], [2])]);
+        const done = await store.completeTrajectory('b', { reward: 0.25, status: 'complete' }, tick());
+        expect(done.reward).toBe(0.25);
+        await submit([makeStep('c', 'g', 0, [1], [2])]);
+        expect(
+          (await store.completeTrajectory('c', { reward: null, status: 'complete' }, tick())).reward,
+        ).toBeNull();
+      });
+
+      it('treats a repeated completion as a retry, a contradicting one as a conflict, an unknown id as not found', async () => {
+        await submit([makeStep('t', 'g', 0, [1], [2])]);
+        await store.completeTrajectory('t', { reward: 1, status: 'complete' }, tick());
+        await expect(
+          store.completeTrajectory('t', { reward: 1, status: 'complete' }, tick()),
+        ).resolves.toMatchObject({
+          status: 'complete',
+        });
+        await expect(
+          store.completeTrajectory('t', { reward: null, status: 'aborted' }, tick()),
+        ).rejects.toBeInstanceOf(ConflictError);
+        await expect(
+          store.completeTrajectory('nope', { reward: null, status: 'complete' }, tick()),
+        ).rejects.toBeInstanceOf(NotFoundError);
+      });
+
+      it('makes a group ready only when n_rollouts trajectories are finished', async () => {
+        await submit(episode('r0', 'g', 2), 'train', 3);
+        await submit(episode('r1', 'g', 2), 'train', 3);
+        expect((await store.getGroup('train', 'g'))!.state).toBe('collecting');
+        expect(await lease({ nRollouts: 3 })).toBeNull();
+        await submit(episode('r2', 'g', 2), 'train', 3);
+        expect((await store.getGroup('train', 'g'))!.state).toBe('ready');
+        const batch = await lease({ nRollouts: 3 });
+        expect(batch!.groups[0]!.trajectories.map((t) => t.trajectory.id).sort()).toEqual(['r0', 'r1', 'r2']);
+      });
+
+      it('serves the complete rollouts of a group with an aborted one as partial, and drops an all-failed group', async () => {
+        await submit(episode('ok', 'g', 2), 'train', 2);
+        await submit([makeStep('bad', 'g', 0, [1], [2])], 'train', 2);
+        await store.completeTrajectory('bad', { reward: null, status: 'aborted' }, tick());
+        const batch = await lease({ nRollouts: 2 });
+        expect(batch!.groups[0]!.group.partial).toBe(true);
+        expect(batch!.groups[0]!.trajectories.map((t) => t.trajectory.id)).toEqual(['ok']);
+
+        await store.createTrajectory(
+          { id: 'x', groupId: 'h', channel: 'train', nRollouts: 1, metadata: {} },
+          tick(),
+        );
+        await store.completeTrajectory('x', { reward: null, status: 'infra_failed' }, tick());
+        expect((await store.getGroup('train', 'h'))!).toMatchObject({
+          state: 'dropped',
+          dropReason: 'no_complete_trajectories',
+        });
+        const stats = await store.stats('train');
+        expect(stats.dropped.no_complete_trajectories).toBe(1);
+        expect(stats.completed).toMatchObject({ aborted: 1, infraFailed: 1 });
+      });
+
+      it('sizes unsized groups from the first lease that declares n_rollouts', async () => {
+        await submit(episode('a', 'g', 1));
+        await submit(episode('b', 'g', 1));
+        expect((await store.getGroup('train', 'g'))!.expected).toBeNull();
+        const batch = await lease({ nRollouts: 2 });
+        expect(batch!.groups[0]!.group.id).toBe('g');
+        expect((await store.getChannelConfig('train')).n_rollouts).toBe(2);
+      });
+    });
+
+    describe('leases', () => {
+      it('serves ready groups FIFO by readiness time, not creation time', async () => {
+        await submit(episode('a0', 'A', 1), 'train', 2); // A starts first...
+        await fillGroups(['B'], 2);
+        await submit(episode('a1', 'A', 1), 'train', 2); // ...but is ready last
+        await fillGroups(['C'], 2);
+        const order: string[] = [];
+        for (let i = 0; i < 3; i++) {
+          const b = await lease({ nRollouts: 2 });
+          order.push(b!.groups[0]!.group.id);
+          await store.ackLease(b!.lease.id, tick());
+        }
+        expect(order).toEqual(['B', 'A', 'C']);
+      });
+
+      it('waits for a full batch and never leases a group twice', async () => {
+        await fillGroups(['g1', 'g2', 'g3'], 2);
+        expect(await lease({ batchSize: 4, nRollouts: 2 })).toBeNull();
+        const first = await lease({ batchSize: 2, nRollouts: 2 });
+        const second = await lease({ batchSize: 2, nRollouts: 2, consumer: 'c2' });
+        expect(second).toBeNull();
+        const third = await lease({ batchSize: 1, nRollouts: 2, consumer: 'c2' });
+        const ids = [...first!.groups, ...third!.groups].map((g) => g.group.id);
+        expect(new Set(ids).size).toBe(3);
+        expect(first!.lease).toMatchObject({ consumer: 'c1', state: 'active' });
+      });
+
+      it('never serves an acked group again; a retried ack is harmless', async () => {
+        await fillGroups(['g1'], 2);
+        const b = await lease({ nRollouts: 2 });
+        await store.ackLease(b!.lease.id, tick());
+        await expect(store.ackLease(b!.lease.id, tick())).resolves.toMatchObject({ state: 'acked' });
+        expect(await lease({ nRollouts: 2 })).toBeNull();
+        expect((await store.getGroup('train', 'g1'))!.state).toBe('consumed');
+        const stats = await store.stats('train');
+        expect(stats.consumed).toEqual({ groups: 1, steps: 4 });
+      });
+
+      it('serves a nacked group again before newer ones', async () => {
+        await fillGroups(['g1', 'g2'], 2);
+        const b = await lease({ nRollouts: 2 });
+        expect(b!.groups[0]!.group.id).toBe('g1');
+        await store.nackLease(b!.lease.id, tick());
+        const again = await lease({ nRollouts: 2 });
+        expect(again!.groups[0]!.group.id).toBe('g1');
+        await expect(store.ackLease(b!.lease.id, tick())).rejects.toBeInstanceOf(ConflictError);
+      });
+
+      it('serves an expired lease’s groups again and refuses to ack it', async () => {
+        await fillGroups(['g1'], 2);
+        const b = await lease({ nRollouts: 2, ttlMs: 1_000 });
+        tick(5_000);
+        const swept = await store.sweep(tick());
+        expect(swept.expiredLeases).toBe(1);
+        await expect(store.ackLease(b!.lease.id, tick())).rejects.toBeInstanceOf(ConflictError);
+        const again = await lease({ nRollouts: 2, consumer: 'c2' });
+        expect(again!.groups[0]!.group.id).toBe('g1');
+        expect((await store.getLease(b!.lease.id))!.state).toBe('expired');
+      });
+
+      it('expires overdue leases by itself when the next lease is taken', async () => {
+        await fillGroups(['g1'], 2);
+        const b = await lease({ nRollouts: 2, ttlMs: 1_000 });
+        tick(2_000);
+        const again = await lease({ nRollouts: 2, consumer: 'c2' });
+        expect(again!.groups[0]!.group.id).toBe('g1');
+        await expect(store.ackLease(b!.lease.id, tick())).rejects.toBeInstanceOf(ConflictError);
+      });
+
+      it('reports an unknown lease as not found', async () => {
+        await expect(store.ackLease('lease_nope', tick())).rejects.toBeInstanceOf(NotFoundError);
+      });
+
+      it('keeps channels fully isolated', async () => {
+        await fillGroups(['g1'], 2, 'train');
+        await fillGroups(['g1'], 2, 'val');
+        const val = await lease({ channel: 'val', nRollouts: 2 });
+        expect(val!.groups[0]!.trajectories.every((t) => t.trajectory.channel === 'val')).toBe(true);
+        expect(await lease({ channel: 'val', nRollouts: 2 })).toBeNull();
+        const train = await lease({ channel: 'train', nRollouts: 2 });
+        expect(train!.groups[0]!.trajectories.every((t) => t.trajectory.channel === 'train')).toBe(true);
+        expect((await store.stats('val')).produced.steps).toBe(4);
+        expect((await store.stats(null)).produced.steps).toBe(8);
+      });
+
+      it('drops the oldest ready group beyond max_queue_size and counts it', async () => {
+        await store.setChannelConfig('train', { max_queue_size: 2 }, tick());
+        await fillGroups(['g1', 'g2', 'g3'], 1);
+        expect((await store.getGroup('train', 'g1'))!).toMatchObject({
+          state: 'dropped',
+          dropReason: 'queue_full',
+        });
+        const stats = await store.stats('train');
+        expect(stats.dropped.queue_full).toBe(1);
+        expect(stats.queueDepth).toBe(2);
+        expect((await lease({ nRollouts: 1 }))!.groups[0]!.group.id).toBe('g2');
+      });
+
+      it('drops or flags groups older than max_staleness, as configured', async () => {
+        await fillGroups(['old'], 1);
+        await store.setPolicyVersion(3, tick());
+        await fillGroups(['new'], 1);
+        const fresh = await lease({ nRollouts: 1, maxStaleness: 1 });
+        expect(fresh!.groups[0]!.group.id).toBe('new');
+        expect((await store.getGroup('train', 'old'))!).toMatchObject({
+          state: 'dropped',
+          dropReason: 'stale',
+        });
+
+        await store.setChannelConfig('train', { stale_policy: 'flag', max_staleness: 0 }, tick());
+        await fillGroups(['older'], 1);
+        await store.setPolicyVersion(5, tick());
+        const flagged = await lease({ nRollouts: 1 });
+        expect(flagged!.groups[0]).toMatchObject({ stale: true, staleness: 2 });
+        expect((await store.stats('train')).dropped.stale).toBe(1);
+      });
+
+      it('drops or serves partially a group that stays incomplete past its timeout', async () => {
+        await store.setChannelConfig(
+          'train',
+          { group_timeout_ms: 10_000, incomplete_policy: 'drop' },
+          tick(),
+        );
+        await submit(episode('a', 'g1', 1), 'train', 3);
+        await store.setChannelConfig(
+          'val',
+          { group_timeout_ms: 10_000, incomplete_policy: 'serve_partial' },
+          tick(),
+        );
+        await submit(episode('b', 'g2', 1), 'val', 3);
+        await submit([makeStep('c', 'g2', 0, [1], [2])], 'val', 3);
+        tick(5_000);
+        expect(await store.sweep(tick())).toMatchObject({ dropped: 0, servedPartial: 0 });
+        tick(6_000);
+        expect(await store.sweep(tick())).toMatchObject({ dropped: 1, servedPartial: 1 });
+        expect((await store.getGroup('train', 'g1'))!.dropReason).toBe('incomplete_timeout');
+        const partial = await lease({ channel: 'val', nRollouts: 3 });
+        expect(partial!.groups[0]!.group.partial).toBe(true);
+        expect(partial!.groups[0]!.trajectories.map((t) => t.trajectory.id)).toEqual(['b']);
+      });
+    });
+
+    describe('labels', () => {
+      it('excludes untrainable steps and trajectories from served batches, keeping the audit trail', async () => {
+        await fillGroups(['g'], 2);
+        await store.addLabels(
+          [{ trajectory_uid: 'train-g-r0', step_index: 0, trainable: false, tags: ['loop'] }],
+          tick(),
+        );
+        await store.addLabels(
+          [{ trajectory_uid: 'train-g-r1', trainable: false, note: 'reward hack' }],
+          tick(),
+        );
+        // A later label on the same step changes only what it names.
+        await store.addLabels([{ trajectory_uid: 'train-g-r0', step_index: 0, quality: 'bad' }], tick());
+        const b = await lease({ nRollouts: 2 });
+        const served = b!.groups[0]!.trajectories;
+        const r0 = served.find((t) => t.trajectory.id === 'train-g-r0')!;
+        expect(r0.steps.map((s) => s.index)).toEqual([1]);
+        expect(served.find((t) => t.trajectory.id === 'train-g-r1')!.steps).toEqual([]);
+        const label = r0.labels.find((l) => l.stepIndex === 0)!;
+        expect(label).toMatchObject({ trainable: false, quality: 'bad', tags: ['loop'] });
+        expect(await store.getLabels('train-g-r0')).toHaveLength(2);
+      });
+
+      it('lets a step label override its trajectory label', async () => {
+        await fillGroups(['g'], 1);
+        await store.addLabels(
+          [
+            { trajectory_uid: 'train-g-r0', trainable: false },
+            { trajectory_uid: 'train-g-r0', step_index: 1, trainable: true },
+          ],
+          tick(),
+        );
+        const b = await lease({ nRollouts: 1 });
+        expect(b!.groups[0]!.trajectories[0]!.steps.map((s) => s.index)).toEqual([1]);
+      });
+
+      it('refuses labels for unknown trajectories or steps, storing none of the batch', async () => {
+        await fillGroups(['g'], 1);
+        await expect(
+          store.addLabels(
+            [
+              { trajectory_uid: 'train-g-r0', trainable: false },
+              { trajectory_uid: 'train-g-r0', step_index: 9, trainable: false },
+            ],
+            tick(),
+          ),
+        ).rejects.toBeInstanceOf(NotFoundError);
+        expect(await store.getLabels('train-g-r0')).toEqual([]);
+      });
+    });
+
+    describe('queries, events and stats', () => {
+      it('lists steps and trajectories with filters and pagination', async () => {
+        await fillGroups(['g1', 'g2'], 2);
+        await fillGroups(['g1'], 1, 'val');
+        await store.addLabels(
+          [{ trajectory_uid: 'train-g2-r1', step_index: 1, trainable: false, tags: ['x'] }],
+          tick(),
+        );
+        const all = await store.listSteps({ channel: 'train', limit: 3, offset: 0 });
+        expect(all.total).toBe(8);
+        expect(all.items).toHaveLength(3);
+        const next = await store.listSteps({ channel: 'train', limit: 10, offset: 3 });
+        expect(next.items).toHaveLength(5);
+        const keys = [...all.items, ...next.items].map((s) => `${s.trajectoryId}#${s.index}`);
+        expect(new Set(keys).size).toBe(8);
+        expect((await store.listSteps({ groupId: 'g1', limit: 50, offset: 0 })).total).toBe(6);
+        expect(
+          (await store.listSteps({ trajectoryId: 'train-g1-r0', limit: 50, offset: 0 })).items[0]!.promptIds,
+        ).toEqual(episode('train-g1-r0', 'g1', 2, 0).at(-1)!.promptIds);
+        expect((await store.listSteps({ channel: 'train', rewardMin: 1, limit: 50, offset: 0 })).total).toBe(
+          2,
+        );
+        expect(
+          (await store.listSteps({ trainable: false, limit: 50, offset: 0 })).items.map((s) => s.index),
+        ).toEqual([1]);
+        expect((await store.listSteps({ tag: 'x', limit: 50, offset: 0 })).total).toBe(1);
+        const trajectories = await store.listTrajectories({
+          channel: 'train',
+          rewardMin: 1,
+          limit: 50,
+          offset: 0,
+        });
+        expect(trajectories.items.map((t) => t.id).sort()).toEqual(['train-g1-r1', 'train-g2-r1']);
+        expect((await store.listTrajectories({ status: 'complete', limit: 1, offset: 0 })).total).toBe(5);
+        // A trajectory matches a label filter when it or any of its steps carries that label.
+        expect(
+          (await store.listTrajectories({ trainable: false, limit: 50, offset: 0 })).items.map((t) => t.id),
+        ).toEqual(['train-g2-r1']);
+        expect((await store.listTrajectories({ tag: 'x', limit: 50, offset: 0 })).items[0]!.id).toBe(
+          'train-g2-r1',
+        );
+      });
+
+      it('logs events with a monotonic cursor, filterable by channel and type', async () => {
+        await fillGroups(['g1'], 1);
+        await fillGroups(['g1'], 1, 'val');
+        const b = await lease({ nRollouts: 1 });
+        await store.ackLease(b!.lease.id, tick());
+        const events = await store.readEvents({ after: 0, limit: 100 });
+        const seqs = events.map((e) => e.seq);
+        expect(seqs).toEqual([...seqs].sort((x, y) => x - y));
+        expect(new Set(seqs).size).toBe(seqs.length);
+        expect(events.map((e) => e.type)).toEqual(
+          expect.arrayContaining([
+            'trajectory_created',
+            'steps_submitted',
+            'trajectory_completed',
+            'group_ready',
+            'batch_leased',
+            'batch_acked',
+          ]),
+        );
+        const later = await store.readEvents({ after: seqs[2]!, limit: 100 });
+        expect(later[0]!.seq).toBeGreaterThan(seqs[2]!);
+        const val = await store.readEvents({ after: 0, limit: 100, channel: 'val', types: ['group_ready'] });
+        expect(val).toHaveLength(1);
+        expect(val[0]!.data.group_id).toBe('g1');
+        expect(await store.lastEventSeq()).toBe(seqs.at(-1));
+      });
+
+      it('reports statistics per channel', async () => {
+        await fillGroups(['g1', 'g2', 'g3'], 2);
+        await store.setPolicyVersion(2, tick());
+        const b = await lease({ nRollouts: 2 });
+        const s = await store.stats('train');
+        expect(s.produced).toEqual({ steps: 12, trajectories: 6 });
+        expect(s.groups).toMatchObject({ ready: 2, leased: 1, collecting: 0 });
+        expect(s.activeLeases).toBe(1);
+        expect(s.leased).toEqual({ batches: 1, groups: 1 });
+        expect(s.stalenessHistogram).toEqual({ '2': 2 });
+        expect(s.policyVersion).toBe(2);
+        await store.ackLease(b!.lease.id, tick());
+        expect((await store.stats('train')).groups.consumed).toBe(1);
+      });
+    });
+  });
+}
