@@ -1,13 +1,45 @@
 import { z } from 'zod';
 import { ChannelName, ClientId } from './ids.js';
 
-/** A token id as engines emit them: a non-negative integer that fits in uint32. */
-export const TokenId = z
-  .number()
-  .int('must be an integer')
-  .min(0, 'must be >= 0')
-  .max(0xffffffff, 'must fit in uint32');
-export const TokenIds = z.array(TokenId);
+/** Why a value is not a token id (a non-negative integer that fits in uint32). */
+function tokenIdProblem(v: unknown): string {
+  if (typeof v !== 'number' || !Number.isInteger(v)) return 'must be an integer';
+  if (v < 0) return 'must be >= 0';
+  return 'must fit in uint32';
+}
+
+/**
+ * Token id arrays, checked in one tight loop: they are most of every step's bytes, and a generic
+ * per-element schema costs ten times the JSON parse. Errors still name the offending index.
+ */
+export const TokenIds = z.custom<number[]>().transform((value: unknown, ctx): number[] => {
+  if (!Array.isArray(value)) {
+    ctx.issues.push({ code: 'custom', message: 'must be an array of token ids', input: value });
+    return z.NEVER;
+  }
+  for (let i = 0; i < value.length; i++) {
+    const v = value[i];
+    if (typeof v === 'number' && v >= 0 && v <= 0xffffffff && Number.isInteger(v)) continue;
+    ctx.issues.push({ code: 'custom', message: tokenIdProblem(v), input: v, path: [i] });
+    return z.NEVER;
+  }
+  return value as number[];
+});
+
+/** Logprobs: finite numbers, checked the same way. */
+const Logprobs = z.custom<number[]>().transform((value: unknown, ctx): number[] => {
+  if (!Array.isArray(value)) {
+    ctx.issues.push({ code: 'custom', message: 'must be an array of numbers', input: value });
+    return z.NEVER;
+  }
+  for (let i = 0; i < value.length; i++) {
+    const v = value[i];
+    if (typeof v === 'number' && Number.isFinite(v)) continue;
+    ctx.issues.push({ code: 'custom', message: 'must be a finite number', input: v, path: [i] });
+    return z.NEVER;
+  }
+  return value as number[];
+});
 
 export const TokenSource = z.enum(['engine', 'retokenized', 'submitted']);
 export type TokenSource = z.infer<typeof TokenSource>;
@@ -44,7 +76,7 @@ export const StepWire = z
     policy_version: z.number().int('must be an integer').min(0, 'must be >= 0').optional(),
     is_last: z.boolean().default(false),
     metadata: JsonRecord.default({}),
-    rollout_log_probs: z.array(z.number()).nullable().optional(),
+    rollout_log_probs: Logprobs.nullable().optional(),
     token_source: TokenSource.default('submitted'),
     finish_reason: z.string().max(64).nullable().optional(),
     // What the agent saw: kept for judges, SFT export and the dashboard.
