@@ -121,23 +121,27 @@ export function createApp(options: AppOptions): Hono<Env> {
   app.get('/ready', async (c) => c.json({ ok: true, store: pool.store.kind }));
 
   app.use('*', authenticate(options.apiKeys ?? []));
-  app.use(
-    '*',
-    bodyLimit({
-      maxSize: maxBodyBytes,
-      onError: (c) =>
-        c.json(
-          {
-            error: {
-              code: 'payload_too_large',
-              message: `body: larger than ${maxBodyBytes} bytes`,
-              field: 'body',
-            },
-          },
-          413,
-        ),
-    }),
-  );
+  // Declared lengths are checked from the header, so the body is read by the adapter's fast path;
+  // only bodies without a length (chunked) go through the streaming counter.
+  const tooLarge = (c: Context) =>
+    c.json(
+      {
+        error: {
+          code: 'payload_too_large',
+          message: `body: larger than ${maxBodyBytes} bytes`,
+          field: 'body',
+        },
+      },
+      413,
+    );
+  const streamingLimit = bodyLimit({ maxSize: maxBodyBytes, onError: tooLarge });
+  app.use('*', async (c, next) => {
+    if (c.req.method === 'GET' || c.req.method === 'HEAD') return next();
+    const declared = c.req.header('content-length');
+    if (declared === undefined) return streamingLimit(c, next);
+    if (Number(declared) > maxBodyBytes) return tooLarge(c);
+    return next();
+  });
 
   // ---- producers (agent scope) ----------------------------------------------------------------
 

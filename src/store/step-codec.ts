@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { NewStep, Step, TokenSource, ToolResult } from '../domain/index.js';
 import {
+  allocTokens,
   commonPrefixLength,
   concatTokens,
   decodeFloats,
@@ -36,6 +37,37 @@ export interface StepRow {
   ttft_ms: number | null;
   engine_id: string | null;
   created_at: number;
+}
+
+/** Column order for inserts; positional binding is much cheaper than named on the hot path. */
+export const STEP_COLUMNS = [
+  'trajectory_id',
+  'idx',
+  'channel',
+  'group_id',
+  'base_idx',
+  'prefix_len',
+  'prompt_suffix',
+  'response',
+  'logprobs',
+  'prompt_len',
+  'response_len',
+  'content_hash',
+  'reward',
+  'policy_version',
+  'is_last',
+  'finish_reason',
+  'token_source',
+  'metadata',
+  'view',
+  'latency_ms',
+  'ttft_ms',
+  'engine_id',
+  'created_at',
+] as const satisfies readonly (keyof StepRow)[];
+
+export function stepRowValues(row: StepRow): unknown[] {
+  return STEP_COLUMNS.map((column) => row[column]);
 }
 
 /** What the next step of a trajectory is encoded against: its predecessor's full sequence. */
@@ -106,10 +138,10 @@ export function encodeStep(
   if (step.toolResults) view.tr = step.toolResults;
   const hasView = Object.keys(view).length > 0;
 
-  const response = Uint32Array.from(step.responseIds);
-  const full = new Uint32Array(prompt.length + response.length);
-  for (let i = 0; i < prompt.length; i++) full[i] = prompt[i]!;
-  full.set(response, prompt.length);
+  // One array holds prompt then response; the stored blobs are views into it.
+  const full = allocTokens(prompt.length + step.responseIds.length);
+  full.set(prompt, 0);
+  full.set(step.responseIds, prompt.length);
 
   const row: StepRow = {
     trajectory_id: step.trajectoryId,
@@ -118,11 +150,11 @@ export function encodeStep(
     group_id: step.groupId,
     base_idx: prefixLen > 0 && base ? base.index : null,
     prefix_len: prefixLen,
-    prompt_suffix: encodeTokens(prompt, prefixLen),
-    response: encodeTokens(response),
+    prompt_suffix: encodeTokens(full, prefixLen, prompt.length),
+    response: encodeTokens(full, prompt.length),
     logprobs: step.responseLogprobs ? encodeFloats(step.responseLogprobs) : null,
     prompt_len: prompt.length,
-    response_len: response.length,
+    response_len: step.responseIds.length,
     content_hash: stepFingerprint(step),
     reward: step.reward,
     policy_version: policyVersion,

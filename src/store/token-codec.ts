@@ -2,8 +2,21 @@ import { endianness } from 'node:os';
 
 const LITTLE_ENDIAN = endianness() === 'LE';
 
+/**
+ * A token array from Node's buffer pool: small arrays share 8 KB slabs instead of each getting its
+ * own ArrayBuffer, which is several times cheaper on the ingest path. Pool offsets are 8-aligned.
+ */
+export function allocTokens(n: number): Uint32Array {
+  const bytes = Buffer.allocUnsafe(n * 4);
+  return new Uint32Array(bytes.buffer, bytes.byteOffset, n);
+}
+
 /** Packs token ids as little-endian uint32 (4 bytes a token, no framing). */
 export function encodeTokens(ids: ArrayLike<number>, start = 0, end = ids.length): Buffer {
+  if (LITTLE_ENDIAN && ids instanceof Uint32Array) {
+    // Already the stored layout: a view, no copy.
+    return Buffer.from(ids.buffer, ids.byteOffset + start * 4, Math.max(0, end - start) * 4);
+  }
   const n = Math.max(0, end - start);
   const buf = Buffer.allocUnsafe(n * 4);
   if (LITTLE_ENDIAN) {
@@ -22,11 +35,11 @@ export function decodeTokens(blob: Uint8Array | null): Uint32Array {
     throw new Error(`token blob of ${blob.byteLength} bytes is not a multiple of 4`);
   const n = blob.byteLength / 4;
   if (LITTLE_ENDIAN) {
-    if (blob.byteOffset % 4 === 0)
-      return new Uint32Array(blob.buffer.slice(blob.byteOffset, blob.byteOffset + blob.byteLength));
-    const copy = new Uint8Array(blob.byteLength);
-    copy.set(blob);
-    return new Uint32Array(copy.buffer);
+    // Blobs read from the database are fresh buffers owned by the caller: view them in place.
+    if (blob.byteOffset % 4 === 0) return new Uint32Array(blob.buffer, blob.byteOffset, n);
+    const copy = allocTokens(n);
+    new Uint8Array(copy.buffer, copy.byteOffset, blob.byteLength).set(blob);
+    return copy;
   }
   const out = new Uint32Array(n);
   const view = new DataView(blob.buffer, blob.byteOffset, blob.byteLength);
@@ -35,6 +48,10 @@ export function decodeTokens(blob: Uint8Array | null): Uint32Array {
 }
 
 export function encodeFloats(values: ArrayLike<number>): Buffer {
+  if (LITTLE_ENDIAN) {
+    const floats = Float32Array.from(values);
+    return Buffer.from(floats.buffer, floats.byteOffset, floats.byteLength);
+  }
   const buf = Buffer.allocUnsafe(values.length * 4);
   for (let i = 0; i < values.length; i++) buf.writeFloatLE(values[i]!, i * 4);
   return buf;
@@ -70,14 +87,14 @@ export function joinPrompt(base: Uint32Array | null, prefixLen: number, suffix: 
   if (prefixLen === 0 || !base) return suffix;
   if (prefixLen > base.length)
     throw new Error(`prefix of ${prefixLen} tokens exceeds its base of ${base.length}`);
-  const out = new Uint32Array(prefixLen + suffix.length);
+  const out = allocTokens(prefixLen + suffix.length);
   out.set(base.subarray(0, prefixLen), 0);
   out.set(suffix, prefixLen);
   return out;
 }
 
 export function concatTokens(a: Uint32Array, b: Uint32Array): Uint32Array {
-  const out = new Uint32Array(a.length + b.length);
+  const out = allocTokens(a.length + b.length);
   out.set(a, 0);
   out.set(b, a.length);
   return out;

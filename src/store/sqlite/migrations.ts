@@ -29,7 +29,7 @@ const migrations: Record<string, Migration> = {
            guided INTEGER NOT NULL DEFAULT 0, guidance_k INTEGER, probe INTEGER NOT NULL DEFAULT 0,
            derived_from TEXT, derivation TEXT
          )`,
-        `CREATE INDEX trajectories_group ON trajectories (channel, group_id)`,
+        `CREATE INDEX trajectories_group ON trajectories (group_id, channel, status)`,
         `CREATE INDEX trajectories_status ON trajectories (channel, status)`,
         `CREATE INDEX trajectories_reward ON trajectories (channel, reward)`,
         `CREATE INDEX trajectories_task ON trajectories (task_id) WHERE task_id IS NOT NULL`,
@@ -45,7 +45,6 @@ const migrations: Record<string, Migration> = {
          )`,
         `CREATE UNIQUE INDEX steps_key ON steps (trajectory_id, idx)`,
         `CREATE INDEX steps_channel ON steps (channel)`,
-        `CREATE INDEX steps_group ON steps (group_id)`,
         `CREATE INDEX steps_reward ON steps (channel, reward) WHERE reward IS NOT NULL`,
         `CREATE TABLE docs (hash TEXT PRIMARY KEY, body TEXT NOT NULL) WITHOUT ROWID`,
         `CREATE TABLE leases (

@@ -25,9 +25,11 @@ import {
 import {
   decodeSteps,
   encodeStep,
+  STEP_COLUMNS,
   type StepRow,
   type StepTail,
   stepFingerprint,
+  stepRowValues,
   TailCache,
 } from '../step-codec.js';
 import type {
@@ -148,15 +150,34 @@ class TxLog {
   readonly counters = new Map<string, number>();
   readonly tails = new Map<string, StepTail>();
   readonly forgetTails = new Set<string>();
+  /** steps stored per channel and trajectory, logged as one event per channel per commit */
+  readonly submitted = new Map<string, Map<string, { group_id: string; count: number }>>();
+  submittedAt = 0;
 
   count(channel: string, name: string, delta = 1): void {
     const key = `${channel}\u0000${name}`;
     this.counters.set(key, (this.counters.get(key) ?? 0) + delta);
   }
 
+  noteSubmitted(channel: string, trajectoryId: string, groupId: string, count: number, now: number): void {
+    this.submittedAt = Math.max(this.submittedAt, now);
+    let byTrajectory = this.submitted.get(channel);
+    if (!byTrajectory) {
+      byTrajectory = new Map();
+      this.submitted.set(channel, byTrajectory);
+    }
+    const entry = byTrajectory.get(trajectoryId);
+    if (entry) entry.count += count;
+    else byTrajectory.set(trajectoryId, { group_id: groupId, count });
+  }
+
   absorb(other: TxLog): void {
     for (const [key, value] of other.counters) this.counters.set(key, (this.counters.get(key) ?? 0) + value);
     for (const [key, value] of other.tails) this.tails.set(key, value);
+    for (const [channel, byTrajectory] of other.submitted) {
+      for (const [id, entry] of byTrajectory)
+        this.noteSubmitted(channel, id, entry.group_id, entry.count, other.submittedAt);
+    }
     for (const key of other.forgetTails) {
       this.forgetTails.add(key);
       this.tails.delete(key);
@@ -165,6 +186,7 @@ class TxLog {
 }
 
 const TRAJECTORY_LABEL = -1;
+const INSERT_STEP = `INSERT INTO steps (${STEP_COLUMNS.join(', ')}) VALUES (${STEP_COLUMNS.map(() => '?').join(', ')})`;
 
 function toGroup(row: GroupRow): Group {
   return {
@@ -283,8 +305,12 @@ export class SqliteStore implements Store {
     options: SqliteStoreOptions,
   ) {
     this.tails = new TailCache(options.tailCacheTokens);
+    this.savepoint = db.transaction(<T>(fn: () => T): T => fn()) as <T>(fn: () => T) => T;
     this.channelDefaults = { ...DEFAULT_CHANNEL_CONFIG, ...options.channelDefaults };
   }
+
+  /** Runs fn in a savepoint of the open transaction (better-sqlite3 nests transactions that way). */
+  private readonly savepoint: <T>(fn: () => T) => T;
 
   private stmt(source: string): Database.Statement {
     let statement = this.statements.get(source);
@@ -302,13 +328,25 @@ export class SqliteStore implements Store {
     const result = this.db
       .transaction(() => {
         const value = fn(log);
-        this.flushCounters(log);
+        this.flushLog(log);
         return value;
       })
       .immediate();
     for (const [id, tail] of log.tails) this.tails.set(id, tail);
     for (const id of log.forgetTails) this.tails.delete(id);
     return result;
+  }
+
+  private flushLog(log: TxLog): void {
+    for (const [channel, byTrajectory] of log.submitted) {
+      let count = 0;
+      const trajectories = [...byTrajectory].map(([trajectory_uid, entry]) => {
+        count += entry.count;
+        return { trajectory_uid, ...entry };
+      });
+      this.emit('steps_submitted', channel, { count, trajectories }, log.submittedAt);
+    }
+    this.flushCounters(log);
   }
 
   private flushCounters(log: TxLog): void {
@@ -594,14 +632,7 @@ export class SqliteStore implements Store {
     let inserted = 0;
     let duplicates = 0;
     const completed: string[] = [];
-    const insertStep = this.stmt(
-      `INSERT INTO steps (trajectory_id, idx, channel, group_id, base_idx, prefix_len, prompt_suffix, response, logprobs,
-         prompt_len, response_len, content_hash, reward, policy_version, is_last, finish_reason, token_source, metadata,
-         view, latency_ms, ttft_ms, engine_id, created_at)
-       VALUES (@trajectory_id, @idx, @channel, @group_id, @base_idx, @prefix_len, @prompt_suffix, @response, @logprobs,
-         @prompt_len, @response_len, @content_hash, @reward, @policy_version, @is_last, @finish_reason, @token_source,
-         @metadata, @view, @latency_ms, @ttft_ms, @engine_id, @created_at)`,
-    );
+    const insertStep = this.stmt(INSERT_STEP);
     const existing = this.stmt(
       'SELECT content_hash, prompt_len, response_len FROM steps WHERE trajectory_id = ? AND idx = ?',
     );
@@ -636,9 +667,13 @@ export class SqliteStore implements Store {
             `${field}.prompt_uid`,
           );
         }
-        const prior = existing.get(trajectoryId, step.index) as
-          | { content_hash: number; prompt_len: number; response_len: number }
-          | undefined;
+        // Only an index at or below the highest stored one can be a retry: skip the lookup otherwise.
+        const prior =
+          step.index <= (trajectory.max_index ?? -1)
+            ? (existing.get(trajectoryId, step.index) as
+                | { content_hash: number; prompt_len: number; response_len: number }
+                | undefined)
+            : undefined;
         if (prior) {
           const same =
             prior.content_hash === stepFingerprint(step) &&
@@ -672,7 +707,7 @@ export class SqliteStore implements Store {
         const version = step.policyVersion ?? policyVersion;
         const base = this.baseTail(trajectoryId, step.index, log, local);
         const encoded = encodeStep(step, request.channel, version, base, now);
-        insertStep.run(encoded.row);
+        insertStep.run(stepRowValues(encoded.row));
         if (encoded.toolsDoc) insertDoc.run(encoded.toolsDoc.hash, encoded.toolsDoc.body);
         const current =
           local.tails.get(trajectoryId) ?? log.tails.get(trajectoryId) ?? this.tails.get(trajectoryId);
@@ -687,10 +722,9 @@ export class SqliteStore implements Store {
       if (added === 0) continue;
       inserted += added;
       trajectory.prefix_breaks += breaks;
-      trajectory.min_policy_version =
-        trajectory.min_policy_version === null
-          ? minVersion
-          : Math.min(trajectory.min_policy_version, minVersion!);
+      // The group's oldest version can only fall when this trajectory's does (group min <= trajectory min).
+      const lowered = trajectory.min_policy_version === null || minVersion! < trajectory.min_policy_version;
+      if (lowered) trajectory.min_policy_version = minVersion;
       this.stmt(
         `UPDATE trajectories SET n_steps = ?, max_index = ?, last_index = ?, prefix_breaks = ?, min_policy_version = ?
          WHERE id = ?`,
@@ -702,16 +736,13 @@ export class SqliteStore implements Store {
         trajectory.min_policy_version,
         trajectoryId,
       );
-      this.stmt(
-        'UPDATE groups SET min_policy_version = min(coalesce(min_policy_version, ?), ?) WHERE channel = ? AND id = ?',
-      ).run(minVersion, minVersion, trajectory.channel, trajectory.group_id);
+      if (lowered) {
+        this.stmt(
+          'UPDATE groups SET min_policy_version = min(coalesce(min_policy_version, ?), ?) WHERE channel = ? AND id = ?',
+        ).run(minVersion, minVersion, trajectory.channel, trajectory.group_id);
+      }
       if (breaks > 0) local.count(request.channel, 'prefix_breaks', breaks);
-      this.emit(
-        'steps_submitted',
-        request.channel,
-        { trajectory_uid: trajectoryId, group_id: trajectory.group_id, count: added },
-        now,
-      );
+      local.noteSubmitted(request.channel, trajectoryId, trajectory.group_id, added, now);
       if (trajectory.last_index !== null && trajectory.n_steps === trajectory.last_index + 1) {
         this.finishTrajectory(trajectory, { status: 'complete', reward: null }, now, local);
         completed.push(trajectoryId);
@@ -724,20 +755,33 @@ export class SqliteStore implements Store {
   }
 
   async submitBatch(requests: SubmitRequest[], now: number): Promise<SubmitOutcome[]> {
+    try {
+      // Fast path: most batches hold no bad submission, so apply them all without savepoints.
+      return this.write((log) => {
+        const policyVersion = this.policyVersionNow();
+        return requests.map((request) => ({
+          ok: true as const,
+          ...this.applySubmission(request, policyVersion, now, log),
+        }));
+      });
+    } catch (error) {
+      if (!(error instanceof StepwiseError) || this.closed) throw error;
+    }
+    // Something was rejected: redo the batch with one savepoint per submission, so a rejected
+    // submission leaves no trace and the others still commit.
     return this.write((log) => {
       const policyVersion = this.policyVersionNow();
-      const outcomes: SubmitOutcome[] = [];
-      for (const request of requests) {
+      return requests.map((request): SubmitOutcome => {
         try {
-          // A nested transaction is a savepoint: a rejected submission leaves no trace.
-          const result = this.db.transaction(() => this.applySubmission(request, policyVersion, now, log))();
-          outcomes.push({ ok: true, ...result });
+          return {
+            ok: true,
+            ...this.savepoint(() => this.applySubmission(request, policyVersion, now, log)),
+          };
         } catch (error) {
           if (!(error instanceof StepwiseError)) throw error;
-          outcomes.push({ ok: false, error });
+          return { ok: false, error };
         }
-      }
-      return outcomes;
+      });
     });
   }
 
@@ -839,7 +883,13 @@ export class SqliteStore implements Store {
     let q = this.kysely.selectFrom('steps');
     if (query.channel !== undefined) q = q.where('steps.channel', '=', query.channel);
     if (query.trajectoryId !== undefined) q = q.where('steps.trajectory_id', '=', query.trajectoryId);
-    if (query.groupId !== undefined) q = q.where('steps.group_id', '=', query.groupId);
+    if (query.groupId !== undefined) {
+      // Through the trajectories index: one index fewer to maintain on every step insert.
+      const groupId = query.groupId;
+      q = q.where('steps.trajectory_id', 'in', (eb) =>
+        eb.selectFrom('trajectories').select('id').where('group_id', '=', groupId),
+      );
+    }
     if (query.rewardMin !== undefined) q = q.where('steps.reward', '>=', query.rewardMin);
     if (query.rewardMax !== undefined) q = q.where('steps.reward', '<=', query.rewardMax);
     if (query.status !== undefined) {
@@ -1075,14 +1125,15 @@ export class SqliteStore implements Store {
   }
 
   private endLease(leaseId: string, outcome: 'acked' | 'nacked', now: number): Lease {
-    return this.write((log) => {
+    const result = this.write((log): Lease | ConflictError => {
       const lease = this.leaseRow(leaseId);
       if (!lease) throw new NotFoundError(`lease ${leaseId} does not exist`);
       if (lease.state === outcome) return toLease(lease); // a retried ack or nack
       if (lease.state === 'active' && lease.expires_at < now) this.expireLeasesTx(now, log);
       const current = this.leaseRow(leaseId)!;
       if (current.state !== 'active') {
-        throw new ConflictError(
+        // Returned, not thrown: the expiry just applied must commit before the caller hears no.
+        return new ConflictError(
           `lease ${leaseId} is ${current.state}; its groups may be served again`,
           'lease_id',
         );
@@ -1115,6 +1166,8 @@ export class SqliteStore implements Store {
       }
       return toLease({ ...current, state: outcome, ended_at: now });
     });
+    if (result instanceof ConflictError) throw result;
+    return result;
   }
 
   async ackLease(leaseId: string, now: number): Promise<Lease> {
