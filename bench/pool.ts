@@ -22,7 +22,13 @@ import { startServer } from '../src/gateway/server.js';
 import { DataPool } from '../src/pool/data-pool.js';
 import { StepwiseClient } from '../src/sdk/client.js';
 import { openSqliteStore, type SqliteStore } from '../src/store/sqlite/sqlite-store.js';
-import { encodeStep, type StepRow, type StepTail } from '../src/store/step-codec.js';
+import {
+  encodeStep,
+  INSERT_STEP_SQL,
+  type StepRow,
+  type StepTail,
+  stepRowValues,
+} from '../src/store/step-codec.js';
 import type { SubmitRequest } from '../src/store/store.js';
 import { encodeTokens } from '../src/store/token-codec.js';
 
@@ -164,48 +170,33 @@ function applyPragmas(db: Database.Database, sync: Sync): void {
   db.pragma('temp_store = MEMORY');
 }
 
-/** The columns of the store's steps table (migration 0001), without its indexes. */
-const STEPS_DDL = `CREATE TABLE steps (
-  trajectory_id TEXT NOT NULL, idx INTEGER NOT NULL, channel TEXT NOT NULL, group_id TEXT NOT NULL,
-  base_idx INTEGER, prefix_len INTEGER NOT NULL, prompt_suffix BLOB NOT NULL, response BLOB NOT NULL,
-  logprobs BLOB, prompt_len INTEGER NOT NULL, response_len INTEGER NOT NULL, content_hash INTEGER NOT NULL,
-  reward REAL, policy_version INTEGER NOT NULL, is_last INTEGER NOT NULL, finish_reason TEXT,
-  token_source TEXT NOT NULL, metadata TEXT, view TEXT, latency_ms REAL, ttft_ms REAL, engine_id TEXT,
-  created_at INTEGER NOT NULL
-)`;
-const STEPS_INDEXES = [
-  'CREATE UNIQUE INDEX steps_key ON steps (trajectory_id, idx)',
-  'CREATE INDEX steps_channel ON steps (channel)',
-  'CREATE INDEX steps_group ON steps (group_id)',
-  'CREATE INDEX steps_reward ON steps (channel, reward) WHERE reward IS NOT NULL',
-];
-const STEP_COLUMNS = [
-  'trajectory_id',
-  'idx',
-  'channel',
-  'group_id',
-  'base_idx',
-  'prefix_len',
-  'prompt_suffix',
-  'response',
-  'logprobs',
-  'prompt_len',
-  'response_len',
-  'content_hash',
-  'reward',
-  'policy_version',
-  'is_last',
-  'finish_reason',
-  'token_source',
-  'metadata',
-  'view',
-  'latency_ms',
-  'ttft_ms',
-  'engine_id',
-  'created_at',
-] as const satisfies readonly (keyof StepRow)[];
-const STEPS_INSERT = `INSERT INTO steps (${STEP_COLUMNS.join(', ')}) VALUES (${STEP_COLUMNS.map(() => '?').join(', ')})`;
-const rowValues = (row: StepRow): unknown[] => STEP_COLUMNS.map((column) => row[column]);
+/**
+ * The store's own DDL for the steps table and its indexes, read from a freshly migrated database,
+ * so the raw baseline always has exactly the columns and indexes the store has.
+ */
+async function storeStepsSchema(): Promise<{ table: string; keyIndex: string; indexes: string[] }> {
+  const dir = tempDir('schema');
+  try {
+    const store = await openSqliteStore({ path: join(dir, 'schema.db') });
+    await store.close();
+    const db = new Database(join(dir, 'schema.db'), { readonly: true });
+    const rows = db
+      .prepare("SELECT type, name, sql FROM sqlite_master WHERE tbl_name = 'steps' AND sql IS NOT NULL")
+      .all() as { type: string; name: string; sql: string }[];
+    db.close();
+    const indexes = rows.filter((r) => r.type === 'index').map((r) => r.sql);
+    return {
+      table: rows.find((r) => r.type === 'table')!.sql,
+      keyIndex: rows.find((r) => r.name === 'steps_key')!.sql,
+      indexes,
+    };
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+const STEPS_SCHEMA = await storeStepsSchema();
+const STEPS_INSERT = INSERT_STEP_SQL;
+const rowValues = stepRowValues;
 
 // ---- 1. in-process ingest -----------------------------------------------------------------------
 
@@ -269,8 +260,8 @@ function rawIngest(sync: Sync, rows: unknown[][], batch: number, withIndexes: bo
   try {
     const db = new Database(join(dir, 'raw.db'));
     applyPragmas(db, sync);
-    db.exec(STEPS_DDL);
-    if (withIndexes) for (const ddl of STEPS_INDEXES) db.exec(ddl);
+    db.exec(STEPS_SCHEMA.table);
+    if (withIndexes) for (const ddl of STEPS_SCHEMA.indexes) db.exec(ddl);
     const insert = db.prepare(STEPS_INSERT);
     const commit = db.transaction((slice: unknown[][]) => {
       for (const values of slice) insert.run(values);
@@ -470,7 +461,7 @@ type HttpMode = 'step' | 'trajectory' | 'sdk-step';
 const HTTP_MODES: Record<HttpMode, string> = {
   step: '1 step a request, node:http keep-alive agent',
   trajectory: `${SMALL.steps} steps (whole trajectory) a request, node:http keep-alive agent`,
-  'sdk-step': '1 step a request, `StepwiseClient.submitSteps` (global fetch)',
+  'sdk-step': '1 step a request, `StepwiseClient.submitSteps` (undici keep-alive)',
 };
 
 /** One keep-alive connection per client; the body is sent as is and the answer read to its end. */
@@ -808,8 +799,8 @@ async function storageRun(trajectoryCount: number, withLogprobs: boolean): Promi
     const naivePath = join(dir, 'naive.db');
     const naive = new Database(naivePath);
     applyPragmas(naive, 'NORMAL');
-    naive.exec(STEPS_DDL);
-    naive.exec(STEPS_INDEXES[0]!);
+    naive.exec(STEPS_SCHEMA.table);
+    naive.exec(STEPS_SCHEMA.keyIndex);
     const insert = naive.prepare(STEPS_INSERT);
     const rows = encodeRows(trajectories, Date.now());
     naive.transaction(() => {
@@ -941,7 +932,7 @@ function httpReport(h: HttpSection, rawFull: number | null): string[] {
   const lines = [
     '### 2. Ingest over HTTP (`POST /v1/steps`)',
     '',
-    `\`startServer\` (synchronous=FULL, the default) in its own Node process; ${CONCURRENCY} concurrent clients in the benchmark process over loopback, each awaiting its answer before sending the next request. The raw-HTTP clients use a node:http keep-alive agent with bodies serialized beforehand; the SDK clients call \`StepwiseClient.submitSteps\` (global \`fetch\`, i.e. undici with keep-alive), which serializes per call. Same step shape as above. Run lengths: ${h.seconds.step} s (1 step, node:http), ${h.seconds.trajectory} s (8 steps), ${h.seconds['sdk-step']} s (SDK); median of ${h.reps}, fresh server and database each run. CPU is cores used (1.00 = one core busy; the machine has ${os.cpus().length}). "in commit" is the share of wall time the server spent inside \`store.submitBatch\` (its event loop is blocked meanwhile).`,
+    `\`startServer\` (synchronous=FULL, the default) in its own Node process; ${CONCURRENCY} concurrent clients in the benchmark process over loopback, each awaiting its answer before sending the next request. The raw-HTTP clients use a node:http keep-alive agent with bodies serialized beforehand; the SDK clients call \`StepwiseClient.submitSteps\` (undici \`request\` with a keep-alive pool), which serializes per call. Same step shape as above. Run lengths: ${h.seconds.step} s (1 step, node:http), ${h.seconds.trajectory} s (8 steps), ${h.seconds['sdk-step']} s (SDK); median of ${h.reps}, fresh server and database each run. CPU is cores used (1.00 = one core busy; the machine has ${os.cpus().length}). "in commit" is the share of wall time the server spent inside \`store.submitBatch\` (its event loop is blocked meanwhile).`,
     '',
     '| request | steps/s (median) | runs | requests/s | steps/commit | ms/commit | in commit | server CPU | client CPU | errors | HTTP / raw baseline (FULL) | target |',
     '|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|',

@@ -102,6 +102,7 @@ export async function runDemo(o: DemoOptions): Promise<{ consumedGroups: number;
   say(
     `stats     produced ${stats.produced.steps} steps / ${stats.produced.trajectories} trajectories, consumed ${stats.consumed.groups} groups / ${stats.consumed.steps} steps, prefix breaks ${stats.prefixBreaks}, queue depth ${stats.queueDepth}`,
   );
+  await client.close();
   await server.close();
   if (tempDir) rmSync(tempDir, { recursive: true, force: true });
   return { consumedGroups, consumedSteps };

@@ -66,6 +66,9 @@ export const STEP_COLUMNS = [
   'created_at',
 ] as const satisfies readonly (keyof StepRow)[];
 
+/** One positional INSERT of a step row, for SQL dialects that bind `?`. */
+export const INSERT_STEP_SQL = `INSERT INTO steps (${STEP_COLUMNS.join(', ')}) VALUES (${STEP_COLUMNS.map(() => '?').join(', ')})`;
+
 export function stepRowValues(row: StepRow): unknown[] {
   return STEP_COLUMNS.map((column) => row[column]);
 }

@@ -30,7 +30,8 @@ const migrations: Record<string, Migration> = {
            derived_from TEXT, derivation TEXT
          )`,
         `CREATE INDEX trajectories_group ON trajectories (group_id, channel, status)`,
-        `CREATE INDEX trajectories_status ON trajectories (channel, status)`,
+        `CREATE INDEX trajectories_channel ON trajectories (channel)`,
+        `CREATE INDEX trajectories_status ON trajectories (status, channel)`,
         `CREATE INDEX trajectories_reward ON trajectories (channel, reward)`,
         `CREATE INDEX trajectories_task ON trajectories (task_id) WHERE task_id IS NOT NULL`,
         // Token arrays are packed uint32; a prompt is the first prefix_len tokens of step base_idx's

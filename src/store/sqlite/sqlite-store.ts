@@ -25,7 +25,7 @@ import {
 import {
   decodeSteps,
   encodeStep,
-  STEP_COLUMNS,
+  INSERT_STEP_SQL,
   type StepRow,
   type StepTail,
   stepFingerprint,
@@ -186,7 +186,6 @@ class TxLog {
 }
 
 const TRAJECTORY_LABEL = -1;
-const INSERT_STEP = `INSERT INTO steps (${STEP_COLUMNS.join(', ')}) VALUES (${STEP_COLUMNS.map(() => '?').join(', ')})`;
 
 function toGroup(row: GroupRow): Group {
   return {
@@ -632,7 +631,7 @@ export class SqliteStore implements Store {
     let inserted = 0;
     let duplicates = 0;
     const completed: string[] = [];
-    const insertStep = this.stmt(INSERT_STEP);
+    const insertStep = this.stmt(INSERT_STEP_SQL);
     const existing = this.stmt(
       'SELECT content_hash, prompt_len, response_len FROM steps WHERE trajectory_id = ? AND idx = ?',
     );
@@ -879,37 +878,94 @@ export class SqliteStore implements Store {
     return conditions;
   }
 
-  async listSteps(query: StepQuery): Promise<Page<Step>> {
+  private stepFilter(query: StepQuery) {
     let q = this.kysely.selectFrom('steps');
     if (query.channel !== undefined) q = q.where('steps.channel', '=', query.channel);
     if (query.trajectoryId !== undefined) q = q.where('steps.trajectory_id', '=', query.trajectoryId);
-    if (query.groupId !== undefined) {
-      // Through the trajectories index: one index fewer to maintain on every step insert.
-      const groupId = query.groupId;
+    // Group and status go through the trajectories indexes: fewer indexes on the hot steps table.
+    const { groupId, status, channel } = query;
+    if (groupId !== undefined) {
       q = q.where('steps.trajectory_id', 'in', (eb) =>
         eb.selectFrom('trajectories').select('id').where('group_id', '=', groupId),
       );
     }
+    if (status !== undefined) {
+      q = q.where('steps.trajectory_id', 'in', (eb) => {
+        const sub = eb.selectFrom('trajectories').select('id').where('status', '=', status);
+        return channel === undefined ? sub : sub.where('channel', '=', channel);
+      });
+    }
     if (query.rewardMin !== undefined) q = q.where('steps.reward', '>=', query.rewardMin);
     if (query.rewardMax !== undefined) q = q.where('steps.reward', '<=', query.rewardMax);
-    if (query.status !== undefined) {
-      const status = query.status;
-      q = q.where('steps.trajectory_id', 'in', (eb) =>
-        eb.selectFrom('trajectories').select('id').where('status', '=', status),
-      );
-    }
     for (const condition of this.labelConditions(query, true)) q = q.where(condition);
-    const total = this.runCompiled<{ n: number }>(
-      q.select((eb) => eb.fn.countAll<number>().as('n')).compile(),
-    )[0]!.n;
-    const keys = this.runCompiled<{ trajectory_id: string; idx: number }>(
-      q
-        .select(['steps.trajectory_id', 'steps.idx'])
-        .orderBy(sql`steps.rowid`, 'desc')
-        .limit(query.limit)
-        .offset(query.offset)
-        .compile(),
+    return q;
+  }
+
+  private trajectoryFilter(query: TrajectoryQuery) {
+    let q = this.kysely.selectFrom('trajectories');
+    if (query.channel !== undefined) q = q.where('trajectories.channel', '=', query.channel);
+    if (query.groupId !== undefined) q = q.where('trajectories.group_id', '=', query.groupId);
+    if (query.taskId !== undefined) q = q.where('trajectories.task_id', '=', query.taskId);
+    if (query.rewardMin !== undefined) q = q.where('trajectories.reward', '>=', query.rewardMin);
+    if (query.rewardMax !== undefined) q = q.where('trajectories.reward', '<=', query.rewardMax);
+    if (query.status !== undefined) q = q.where('trajectories.status', '=', query.status);
+    for (const condition of this.labelConditions(query, false)) q = q.where(condition);
+    return q;
+  }
+
+  private stepPageQuery(query: StepQuery) {
+    return this.stepFilter(query)
+      .select(['steps.trajectory_id', 'steps.idx'])
+      .orderBy(sql`steps.rowid`, 'desc')
+      .limit(query.limit)
+      .offset(query.offset)
+      .compile();
+  }
+
+  private trajectoryPageQuery(query: TrajectoryQuery) {
+    return this.trajectoryFilter(query)
+      .selectAll()
+      .orderBy(sql`trajectories.rowid`, 'desc')
+      .limit(query.limit)
+      .offset(query.offset)
+      .compile();
+  }
+
+  /** SQLite's plan for a list query and its count (for tests that pin "no full scans"). */
+  explainList(kind: 'steps', query: StepQuery): string[];
+  explainList(kind: 'trajectories', query: TrajectoryQuery): string[];
+  explainList(kind: 'steps' | 'trajectories', query: StepQuery | TrajectoryQuery): string[] {
+    const compiled =
+      kind === 'steps'
+        ? [
+            this.stepFilter(query as StepQuery)
+              .select((eb) => eb.fn.countAll<number>().as('n'))
+              .compile(),
+            this.stepPageQuery(query as StepQuery),
+          ]
+        : [
+            this.trajectoryFilter(query)
+              .select((eb) => eb.fn.countAll<number>().as('n'))
+              .compile(),
+            this.trajectoryPageQuery(query),
+          ];
+    return compiled.flatMap((c) =>
+      (
+        this.db.prepare(`EXPLAIN QUERY PLAN ${c.sql}`).all(...(c.parameters as unknown[])) as {
+          detail: string;
+        }[]
+      ).map((r) => r.detail),
     );
+  }
+
+  async listSteps(query: StepQuery): Promise<Page<Step>> {
+    const total = this.runCompiled<{ n: number }>(
+      this.stepFilter(query)
+        .select((eb) => eb.fn.countAll<number>().as('n'))
+        .compile(),
+    )[0]!.n;
+    const keys = this.runCompiled<{ trajectory_id: string; idx: number }>(this.stepPageQuery(query));
+    // Decode each trajectory once, up to the highest step this page needs from it.
     const needed = new Map<string, number>();
     for (const key of keys)
       needed.set(key.trajectory_id, Math.max(needed.get(key.trajectory_id) ?? 0, key.idx));
@@ -922,25 +978,12 @@ export class SqliteStore implements Store {
   }
 
   async listTrajectories(query: TrajectoryQuery): Promise<Page<Trajectory>> {
-    let q = this.kysely.selectFrom('trajectories');
-    if (query.channel !== undefined) q = q.where('trajectories.channel', '=', query.channel);
-    if (query.groupId !== undefined) q = q.where('trajectories.group_id', '=', query.groupId);
-    if (query.taskId !== undefined) q = q.where('trajectories.task_id', '=', query.taskId);
-    if (query.rewardMin !== undefined) q = q.where('trajectories.reward', '>=', query.rewardMin);
-    if (query.rewardMax !== undefined) q = q.where('trajectories.reward', '<=', query.rewardMax);
-    if (query.status !== undefined) q = q.where('trajectories.status', '=', query.status);
-    for (const condition of this.labelConditions(query, false)) q = q.where(condition);
     const total = this.runCompiled<{ n: number }>(
-      q.select((eb) => eb.fn.countAll<number>().as('n')).compile(),
-    )[0]!.n;
-    const rows = this.runCompiled<TrajectoryRow>(
-      q
-        .selectAll()
-        .orderBy(sql`trajectories.rowid`, 'desc')
-        .limit(query.limit)
-        .offset(query.offset)
+      this.trajectoryFilter(query)
+        .select((eb) => eb.fn.countAll<number>().as('n'))
         .compile(),
-    );
+    )[0]!.n;
+    const rows = this.runCompiled<TrajectoryRow>(this.trajectoryPageQuery(query));
     return { total, items: rows.map(toTrajectory) };
   }
 
