@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { JsonObject } from './json.js';
 
 export const EventType = z.enum([
   'steps_submitted',
@@ -18,10 +19,11 @@ export const EventType = z.enum([
 export type EventType = z.infer<typeof EventType>;
 
 /** An entry of the append-only event log; `seq` is the monotonic cursor. */
-export interface PoolEvent {
-  seq: number;
-  ts: number;
-  type: EventType;
-  channel: string | null;
-  data: Record<string, unknown>;
-}
+export const PoolEvent = z.object({
+  seq: z.number().int().min(1),
+  ts: z.number(),
+  type: EventType,
+  channel: z.string().nullable(),
+  data: JsonObject,
+});
+export type PoolEvent = z.infer<typeof PoolEvent>;

@@ -7,19 +7,20 @@ export const DropReason = z.enum(['queue_full', 'stale', 'incomplete_timeout', '
 export type DropReason = z.infer<typeof DropReason>;
 
 /** Claw-R1's prompt group: the rollouts of one prompt, the unit GRPO normalises over. */
-export interface Group {
-  id: string;
-  channel: string;
-  expected: number | null;
-  nTrajectories: number;
-  nFinished: number;
-  nComplete: number;
-  state: GroupState;
-  dropReason: DropReason | null;
-  partial: boolean;
-  minPolicyVersion: number | null;
-  createdAt: number;
-  readyAt: number | null;
-  leaseId: string | null;
-  consumedAt: number | null;
-}
+export const Group = z.object({
+  id: z.string(),
+  channel: z.string(),
+  expected: z.number().int().min(1).nullable(),
+  nTrajectories: z.number().int().min(0),
+  nFinished: z.number().int().min(0),
+  nComplete: z.number().int().min(0),
+  state: GroupState,
+  dropReason: DropReason.nullable(),
+  partial: z.boolean(),
+  minPolicyVersion: z.number().int().nullable(),
+  createdAt: z.number(),
+  readyAt: z.number().nullable(),
+  leaseId: z.string().nullable(),
+  consumedAt: z.number().nullable(),
+});
+export type Group = z.infer<typeof Group>;

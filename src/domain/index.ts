@@ -3,6 +3,7 @@ export * from './errors.js';
 export * from './event.js';
 export * from './group.js';
 export * from './ids.js';
+export * from './json.js';
 export * from './label.js';
 export * from './lease.js';
 export * from './signal.js';

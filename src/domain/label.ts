@@ -19,17 +19,19 @@ export const LabelsBody = z.strictObject({
   labels: z.array(LabelInput).min(1, 'must hold at least one label').max(10_000),
 });
 
-export interface Label {
-  id: number;
-  trajectoryId: string;
-  stepIndex: number | null;
-  quality: z.infer<typeof Quality> | null;
-  trainable: boolean | null;
-  tags: string[];
-  note: string | null;
-  author: string | null;
-  createdAt: number;
-}
+/** One curation act, kept forever (the audit trail); the latest fields per target are in force. */
+export const Label = z.object({
+  id: z.number().int(),
+  trajectoryId: z.string(),
+  stepIndex: z.number().int().nullable(),
+  quality: Quality.nullable(),
+  trainable: z.boolean().nullable(),
+  tags: z.array(z.string()),
+  note: z.string().nullable(),
+  author: z.string().nullable(),
+  createdAt: z.number(),
+});
+export type Label = z.infer<typeof Label>;
 
 /** The curation state in force for one step: its own label's fields, else its trajectory's. */
 export interface LabelState {

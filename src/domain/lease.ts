@@ -4,16 +4,18 @@ import { ChannelName } from './ids.js';
 export const LeaseState = z.enum(['active', 'acked', 'nacked', 'expired']);
 export type LeaseState = z.infer<typeof LeaseState>;
 
-export interface Lease {
-  id: string;
-  channel: string;
-  consumer: string;
-  groupIds: string[];
-  state: LeaseState;
-  createdAt: number;
-  expiresAt: number;
-  endedAt: number | null;
-}
+/** A batch of groups handed to one consumer until it acks, nacks or the lease expires. */
+export const Lease = z.object({
+  id: z.string(),
+  channel: z.string(),
+  consumer: z.string(),
+  groupIds: z.array(z.string()),
+  state: LeaseState,
+  createdAt: z.number(),
+  expiresAt: z.number(),
+  endedAt: z.number().nullable(),
+});
+export type Lease = z.infer<typeof Lease>;
 
 export const LeaseRequest = z.strictObject({
   channel: ChannelName.default('train'),

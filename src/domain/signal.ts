@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { JsonObject } from './json.js';
 
 export const SignalSource = z.enum(['rule', 'verifier', 'judge', 'rm', 'human', 'env']);
 
@@ -10,7 +11,7 @@ export const Signal = z.object({
   value: z.number().finite(),
   source: SignalSource,
   version: z.string().max(64).default('1'),
-  details: z.record(z.string(), z.unknown()).default({}),
+  details: JsonObject.default({}),
   createdAt: z.number(),
 });
 export type Signal = z.infer<typeof Signal>;

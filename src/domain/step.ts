@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { ChannelName, ClientId } from './ids.js';
+import { JsonObject } from './json.js';
 
 /** Why a value is not a token id (a non-negative integer that fits in uint32). */
 function tokenIdProblem(v: unknown): string {
@@ -59,8 +60,6 @@ export const StepTimings = z.object({
   ttft_ms: z.number().min(0).optional(),
 });
 
-const JsonRecord = z.record(z.string(), z.unknown());
-
 /**
  * A step on the wire: Claw-R1's snake_case fields plus Stepwise's additions. This is the shape
  * agents submit and trainers receive; the store keeps the same content in a compact form.
@@ -75,15 +74,15 @@ export const StepWire = z
     reward: z.number().finite().nullable().optional(),
     policy_version: z.number().int('must be an integer').min(0, 'must be >= 0').optional(),
     is_last: z.boolean().default(false),
-    metadata: JsonRecord.default({}),
+    metadata: JsonObject.default({}),
     rollout_log_probs: Logprobs.nullable().optional(),
     token_source: TokenSource.default('submitted'),
     finish_reason: z.string().max(64).nullable().optional(),
     // What the agent saw: kept for judges, SFT export and the dashboard.
-    messages: z.array(JsonRecord).nullable().optional(),
-    tools: z.array(JsonRecord).nullable().optional(),
+    messages: z.array(JsonObject).nullable().optional(),
+    tools: z.array(JsonObject).nullable().optional(),
     response_text: z.string().nullable().optional(),
-    tool_calls: z.array(JsonRecord).nullable().optional(),
+    tool_calls: z.array(JsonObject).nullable().optional(),
     tool_results: z.array(ToolResult).nullable().optional(),
     timings: StepTimings.nullable().optional(),
     engine_id: z.string().max(256).nullable().optional(),
@@ -100,30 +99,31 @@ export const StepWire = z
 export type StepWireInput = z.input<typeof StepWire>;
 
 /** A step as the domain sees it (camelCase); token arrays are always full. */
-export interface Step {
-  trajectoryId: string;
-  groupId: string;
-  channel: string;
-  index: number;
-  promptIds: number[];
-  responseIds: number[];
-  responseLogprobs: number[] | null;
-  reward: number | null;
-  policyVersion: number;
-  isLast: boolean;
-  metadata: Record<string, unknown>;
-  tokenSource: TokenSource;
-  finishReason: string | null;
-  messages: Record<string, unknown>[] | null;
-  tools: Record<string, unknown>[] | null;
-  responseText: string | null;
-  toolCalls: Record<string, unknown>[] | null;
-  toolResults: ToolResult[] | null;
-  latencyMs: number | null;
-  ttftMs: number | null;
-  engineId: string | null;
-  createdAt: number;
-}
+export const Step = z.object({
+  trajectoryId: z.string(),
+  groupId: z.string(),
+  channel: z.string(),
+  index: z.number().int().min(0),
+  promptIds: z.array(z.number().int()),
+  responseIds: z.array(z.number().int()),
+  responseLogprobs: z.array(z.number()).nullable(),
+  reward: z.number().nullable(),
+  policyVersion: z.number().int().min(0),
+  isLast: z.boolean(),
+  metadata: JsonObject,
+  tokenSource: TokenSource,
+  finishReason: z.string().nullable(),
+  messages: z.array(JsonObject).nullable(),
+  tools: z.array(JsonObject).nullable(),
+  responseText: z.string().nullable(),
+  toolCalls: z.array(JsonObject).nullable(),
+  toolResults: z.array(ToolResult).nullable(),
+  latencyMs: z.number().nullable(),
+  ttftMs: z.number().nullable(),
+  engineId: z.string().nullable(),
+  createdAt: z.number(),
+});
+export type Step = z.infer<typeof Step>;
 
 /** A step offered to the store: the wire fields, normalised, before the store assigns time. */
 export type NewStep = Omit<Step, 'createdAt' | 'channel' | 'policyVersion'> & {

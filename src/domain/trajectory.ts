@@ -1,29 +1,31 @@
 import { z } from 'zod';
+import { JsonObject } from './json.js';
 
 export const TrajectoryStatus = z.enum(['open', 'complete', 'aborted', 'infra_failed']);
 export type TrajectoryStatus = z.infer<typeof TrajectoryStatus>;
 
 /** One episode: the steps of one rollout of one prompt. */
-export interface Trajectory {
-  id: string;
-  groupId: string;
-  channel: string;
-  taskId: string | null;
-  status: TrajectoryStatus;
-  reward: number | null;
-  metadata: Record<string, unknown>;
-  nSteps: number;
-  lastIndex: number | null;
-  prefixBreaks: number;
-  createdAt: number;
-  completedAt: number | null;
+export const Trajectory = z.object({
+  id: z.string(),
+  groupId: z.string(),
+  channel: z.string(),
+  taskId: z.string().nullable(),
+  status: TrajectoryStatus,
+  reward: z.number().nullable(),
+  metadata: JsonObject,
+  nSteps: z.number().int().min(0),
+  lastIndex: z.number().int().nullable(),
+  prefixBreaks: z.number().int().min(0),
+  createdAt: z.number(),
+  completedAt: z.number().nullable(),
   // Guidance (ActGuide-RL) and provenance (CLEANER derivations).
-  guided: boolean;
-  guidanceK: number | null;
-  probe: boolean;
-  derivedFrom: string | null;
-  derivation: Record<string, unknown> | null;
-}
+  guided: z.boolean(),
+  guidanceK: z.number().int().nullable(),
+  probe: z.boolean(),
+  derivedFrom: z.string().nullable(),
+  derivation: JsonObject.nullable(),
+});
+export type Trajectory = z.infer<typeof Trajectory>;
 
 export interface TrajectoryOut {
   trajectory_uid: string;

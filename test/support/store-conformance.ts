@@ -1,5 +1,15 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { ConflictError, type NewStep, NotFoundError } from '../../src/domain/index.js';
+import {
+  ConflictError,
+  Group,
+  Label,
+  Lease,
+  type NewStep,
+  NotFoundError,
+  PoolEvent,
+  Step,
+  Trajectory,
+} from '../../src/domain/index.js';
 import type { LeaseParams, Store } from '../../src/store/store.js';
 
 /** How a backend under test is opened; `reopen` closes it and opens the same database again. */
@@ -631,7 +641,6 @@ export function runStoreConformance(name: string, open: () => Promise<StoreHarne
         expect(new Set(seqs).size).toBe(seqs.length);
         expect(events.map((e) => e.type)).toEqual(
           expect.arrayContaining([
-            'trajectory_created',
             'steps_submitted',
             'trajectory_completed',
             'group_ready',
@@ -639,12 +648,37 @@ export function runStoreConformance(name: string, open: () => Promise<StoreHarne
             'batch_acked',
           ]),
         );
+        const submitted = events.find((e) => e.type === 'steps_submitted' && e.channel === 'train')!;
+        expect(submitted.data).toMatchObject({
+          count: 2,
+          trajectories: [{ trajectory_uid: 'train-g1-r0', created: true }],
+        });
         const later = await store.readEvents({ after: seqs[2]!, limit: 100 });
         expect(later[0]!.seq).toBeGreaterThan(seqs[2]!);
         const val = await store.readEvents({ after: 0, limit: 100, channel: 'val', types: ['group_ready'] });
         expect(val).toHaveLength(1);
         expect(val[0]!.data.group_id).toBe('g1');
         expect(await store.lastEventSeq()).toBe(seqs.at(-1));
+      });
+
+      it('returns objects that satisfy the domain schemas', async () => {
+        await fillGroups(['g1'], 2);
+        await store.addLabels(
+          [{ trajectory_uid: 'train-g1-r0', step_index: 0, quality: 'good', tags: ['a'] }],
+          tick(),
+        );
+        const batch = await lease({ nRollouts: 2 });
+        Lease.parse(batch!.lease);
+        Group.parse(batch!.groups[0]!.group);
+        for (const t of batch!.groups[0]!.trajectories) {
+          Trajectory.parse(t.trajectory);
+          for (const step of t.steps) Step.parse(step);
+        }
+        const trajectory = await store.getTrajectory('train-g1-r0');
+        Trajectory.parse(trajectory);
+        for (const label of await store.getLabels('train-g1-r0')) Label.parse(label);
+        for (const event of await store.readEvents({ after: 0, limit: 100 })) PoolEvent.parse(event);
+        expect(() => Trajectory.parse({ ...trajectory, status: 'done' })).toThrow();
       });
 
       it('reports statistics per channel', async () => {

@@ -151,7 +151,7 @@ class TxLog {
   readonly tails = new Map<string, StepTail>();
   readonly forgetTails = new Set<string>();
   /** steps stored per channel and trajectory, logged as one event per channel per commit */
-  readonly submitted = new Map<string, Map<string, { group_id: string; count: number }>>();
+  readonly submitted = new Map<string, Map<string, { group_id: string; count: number; created: boolean }>>();
   submittedAt = 0;
 
   count(channel: string, name: string, delta = 1): void {
@@ -159,7 +159,14 @@ class TxLog {
     this.counters.set(key, (this.counters.get(key) ?? 0) + delta);
   }
 
-  noteSubmitted(channel: string, trajectoryId: string, groupId: string, count: number, now: number): void {
+  noteSubmitted(
+    channel: string,
+    trajectoryId: string,
+    groupId: string,
+    count: number,
+    now: number,
+    created = false,
+  ): void {
     this.submittedAt = Math.max(this.submittedAt, now);
     let byTrajectory = this.submitted.get(channel);
     if (!byTrajectory) {
@@ -167,8 +174,10 @@ class TxLog {
       this.submitted.set(channel, byTrajectory);
     }
     const entry = byTrajectory.get(trajectoryId);
-    if (entry) entry.count += count;
-    else byTrajectory.set(trajectoryId, { group_id: groupId, count });
+    if (entry) {
+      entry.count += count;
+      entry.created ||= created;
+    } else byTrajectory.set(trajectoryId, { group_id: groupId, count, created });
   }
 
   absorb(other: TxLog): void {
@@ -176,7 +185,7 @@ class TxLog {
     for (const [key, value] of other.tails) this.tails.set(key, value);
     for (const [channel, byTrajectory] of other.submitted) {
       for (const [id, entry] of byTrajectory)
-        this.noteSubmitted(channel, id, entry.group_id, entry.count, other.submittedAt);
+        this.noteSubmitted(channel, id, entry.group_id, entry.count, other.submittedAt, entry.created);
     }
     for (const key of other.forgetTails) {
       this.forgetTails.add(key);
@@ -310,6 +319,9 @@ export class SqliteStore implements Store {
 
   /** Runs fn in a savepoint of the open transaction (better-sqlite3 nests transactions that way). */
   private readonly savepoint: <T>(fn: () => T) => T;
+  /** Channel settings read during the open write transaction (settings change rarely; reads add up). */
+  private txChannels: Map<string, ChannelConfig> | null = null;
+  private txKnownChannels: Set<string> | null = null;
 
   private stmt(source: string): Database.Statement {
     let statement = this.statements.get(source);
@@ -324,13 +336,21 @@ export class SqliteStore implements Store {
   private write<T>(fn: (log: TxLog) => T): T {
     if (this.closed) throw new StepwiseError('store is closed', 503, 'unavailable', undefined, true);
     const log = new TxLog();
-    const result = this.db
-      .transaction(() => {
-        const value = fn(log);
-        this.flushLog(log);
-        return value;
-      })
-      .immediate();
+    this.txChannels = new Map();
+    this.txKnownChannels = new Set();
+    let result: T;
+    try {
+      result = this.db
+        .transaction(() => {
+          const value = fn(log);
+          this.flushLog(log);
+          return value;
+        })
+        .immediate();
+    } finally {
+      this.txChannels = null;
+      this.txKnownChannels = null;
+    }
     for (const [id, tail] of log.tails) this.tails.set(id, tail);
     for (const id of log.forgetTails) this.tails.delete(id);
     return result;
@@ -392,6 +412,14 @@ export class SqliteStore implements Store {
   // ---- channels -------------------------------------------------------------------------------
 
   private channelConfig(channel: string): ChannelConfig {
+    const cached = this.txChannels?.get(channel);
+    if (cached) return cached;
+    const config = this.readChannelConfig(channel);
+    this.txChannels?.set(channel, config);
+    return config;
+  }
+
+  private readChannelConfig(channel: string): ChannelConfig {
     const row = this.stmt('SELECT config FROM channels WHERE name = ?').get(channel) as
       | { config: string }
       | undefined;
@@ -399,12 +427,15 @@ export class SqliteStore implements Store {
   }
 
   private ensureChannel(channel: string, now: number): void {
+    if (this.txKnownChannels?.has(channel)) return;
+    this.txKnownChannels?.add(channel);
     this.stmt(
       'INSERT INTO channels (name, config, created_at, updated_at) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING',
     ).run(channel, JSON.stringify(this.channelDefaults), now, now);
   }
 
   private saveChannelConfig(channel: string, config: ChannelConfig, now: number): void {
+    this.txChannels?.set(channel, config);
     this.stmt(
       `INSERT INTO channels (name, config, created_at, updated_at) VALUES (?, ?, ?, ?)
        ON CONFLICT (name) DO UPDATE SET config = excluded.config, updated_at = excluded.updated_at`,
@@ -570,17 +601,22 @@ export class SqliteStore implements Store {
     };
     this.stmt(
       `INSERT INTO trajectories (id, channel, group_id, task_id, status, metadata, created_at, guided, guidance_k,
-         probe, derived_from, derivation)
-       VALUES (@id, @channel, @group_id, @task_id, @status, @metadata, @created_at, @guided, @guidance_k, @probe,
-         @derived_from, @derivation)`,
-    ).run(row);
-    log.count(input.channel, 'trajectories_created');
-    this.emit(
-      'trajectory_created',
-      input.channel,
-      { trajectory_uid: input.id, group_id: input.groupId },
-      now,
+         probe, derived_from, derivation) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    ).run(
+      row.id,
+      row.channel,
+      row.group_id,
+      row.task_id,
+      row.status,
+      row.metadata,
+      row.created_at,
+      row.guided,
+      row.guidance_k,
+      row.probe,
+      row.derived_from,
+      row.derivation,
     );
+    log.count(input.channel, 'trajectories_created');
     return row;
   }
 
@@ -588,7 +624,14 @@ export class SqliteStore implements Store {
     return this.write((log) => {
       if (this.trajectoryRow(input.id))
         throw new ConflictError(`trajectory ${input.id} already exists`, 'trajectory_uid');
-      return toTrajectory(this.insertTrajectory(input, now, log));
+      const row = this.insertTrajectory(input, now, log);
+      this.emit(
+        'trajectory_created',
+        input.channel,
+        { trajectory_uid: input.id, group_id: input.groupId },
+        now,
+      );
+      return toTrajectory(row);
     });
   }
 
@@ -641,6 +684,7 @@ export class SqliteStore implements Store {
       positions.sort((a, b) => request.steps[a]!.index - request.steps[b]!.index);
       const first = request.steps[positions[0]!]!;
       let trajectory = this.trajectoryRow(trajectoryId);
+      const created = !trajectory;
       if (!trajectory) {
         const nRollouts = request.nRollouts ?? (Number(first.metadata.n_rollouts) || null);
         trajectory = this.insertTrajectory(
@@ -655,6 +699,8 @@ export class SqliteStore implements Store {
         );
       }
       let added = 0;
+      let rewardSum = 0;
+      let rewardCount = 0;
       let breaks = 0;
       let minVersion: number | null = null;
       for (const position of positions) {
@@ -716,6 +762,10 @@ export class SqliteStore implements Store {
         trajectory.n_steps++;
         trajectory.max_index = Math.max(trajectory.max_index ?? -1, step.index);
         if (step.isLast) trajectory.last_index = step.index;
+        if (step.reward !== null) {
+          rewardSum += step.reward;
+          rewardCount++;
+        }
         added++;
       }
       if (added === 0) continue;
@@ -741,9 +791,11 @@ export class SqliteStore implements Store {
         ).run(minVersion, minVersion, trajectory.channel, trajectory.group_id);
       }
       if (breaks > 0) local.count(request.channel, 'prefix_breaks', breaks);
-      local.noteSubmitted(request.channel, trajectoryId, trajectory.group_id, added, now);
+      local.noteSubmitted(request.channel, trajectoryId, trajectory.group_id, added, now, created);
       if (trajectory.last_index !== null && trajectory.n_steps === trajectory.last_index + 1) {
-        this.finishTrajectory(trajectory, { status: 'complete', reward: null }, now, local);
+        // Every step came in this submission: its rewards are known without reading them back.
+        const known = trajectory.n_steps === added ? (rewardCount > 0 ? rewardSum : null) : undefined;
+        this.finishTrajectory(trajectory, { status: 'complete', reward: null }, now, local, known);
         completed.push(trajectoryId);
       }
     }
@@ -784,9 +836,15 @@ export class SqliteStore implements Store {
     });
   }
 
-  private finishTrajectory(trajectory: TrajectoryRow, input: CompleteInput, now: number, log: TxLog): void {
-    let reward = input.reward;
-    if (reward === null) {
+  private finishTrajectory(
+    trajectory: TrajectoryRow,
+    input: CompleteInput,
+    now: number,
+    log: TxLog,
+    stepRewardSum?: number | null,
+  ): void {
+    let reward = input.reward ?? stepRewardSum ?? null;
+    if (reward === null && stepRewardSum === undefined) {
       const sum = this.stmt(
         'SELECT sum(reward) AS total, count(reward) AS n FROM steps WHERE trajectory_id = ?',
       ).get(trajectory.id) as { total: number | null; n: number };
