@@ -3,27 +3,17 @@
  * with SIGKILL mid-stream, and is restarted on the same SQLite file. Every step whose submit call was
  * answered (acknowledged) must be there, byte for byte, and the store must take new work.
  */
-import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { seededRandom, syntheticTrajectory } from '../src/cli/synthetic.js';
 import type { StepOut, StepWireInput } from '../src/domain/index.js';
 import { StepwiseClient, StepwiseHttpError } from '../src/sdk/client.js';
+import { killAllServerProcesses, startServerProcess } from './support/server-process.js';
 
-const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const CLIENTS = 32;
 const INGEST_MS = 2_000;
-const START_TIMEOUT_MS = 20_000;
-
-interface ServerProcess {
-  child: ChildProcess;
-  url: string;
-  exited: Promise<void>;
-  log: () => string;
-}
 
 interface TrajectoryRecord {
   uid: string;
@@ -35,72 +25,7 @@ interface TrajectoryRecord {
   failedAt: number | null;
 }
 
-const children = new Set<ChildProcess>();
 let tempDir: string | null = null;
-
-function killAll(): void {
-  for (const child of children) {
-    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
-  }
-}
-
-// Last resort: never leave a server behind, even if the worker exits without running afterAll.
-const onExit = () => killAll();
-
-function startServerProcess(dbPath: string): Promise<ServerProcess> {
-  const child = spawn(
-    process.execPath,
-    ['--import', 'tsx', 'src/cli/main.ts', 'serve', '--db', dbPath, '--port', '0'],
-    {
-      cwd: ROOT,
-      stdio: ['ignore', 'pipe', 'pipe'],
-      env: { ...process.env, STEPWISE_LOG_LEVEL: 'info', STEPWISE_API_KEYS: '' },
-    },
-  );
-  children.add(child);
-  const exited = new Promise<void>((resolve) => {
-    child.once('exit', () => {
-      children.delete(child);
-      resolve();
-    });
-  });
-  let output = '';
-  const log = () => output.slice(-4_000);
-  child.stdout!.setEncoding('utf8').on('data', (chunk: string) => {
-    output += chunk;
-  });
-  return new Promise<ServerProcess>((resolve, reject) => {
-    let pending = '';
-    const timer = setTimeout(() => {
-      child.kill('SIGKILL');
-      reject(new Error(`server did not start within ${START_TIMEOUT_MS} ms:\n${log()}`));
-    }, START_TIMEOUT_MS);
-    child.once('exit', (code, signal) => {
-      clearTimeout(timer);
-      reject(new Error(`server exited before serving (code ${code}, signal ${signal}):\n${log()}`));
-    });
-    child.stderr!.setEncoding('utf8').on('data', (chunk: string) => {
-      output += chunk;
-      pending += chunk;
-      let newline = pending.indexOf('\n');
-      while (newline >= 0) {
-        const line = pending.slice(0, newline);
-        pending = pending.slice(newline + 1);
-        newline = pending.indexOf('\n');
-        let entry: { msg?: string; url?: string } | null = null;
-        try {
-          entry = JSON.parse(line);
-        } catch {
-          continue;
-        }
-        if (entry?.msg === 'stepwise serving' && typeof entry.url === 'string') {
-          clearTimeout(timer);
-          resolve({ child, url: entry.url, exited, log });
-        }
-      }
-    });
-  });
-}
 
 /** Runs fn over items with at most `limit` calls in flight. */
 async function mapLimit<T, R>(items: readonly T[], limit: number, fn: (item: T) => Promise<R>): Promise<R[]> {
@@ -146,15 +71,11 @@ function makeTrajectory(uid: string, promptUid: string, random: () => number): S
 
 describe('crash recovery of a real server process', () => {
   beforeAll(async () => {
-    process.once('exit', onExit);
     tempDir = await mkdtemp(join(tmpdir(), 'stepwise-crash-'));
   });
 
   afterAll(async () => {
-    const exits = [...children].map((child) => new Promise((resolve) => child.once('exit', resolve)));
-    killAll();
-    await Promise.all(exits);
-    process.off('exit', onExit);
+    await killAllServerProcesses();
     if (tempDir) await rm(tempDir, { recursive: true, force: true });
     tempDir = null;
   });
