@@ -58,11 +58,14 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       closing ??= (async () => {
         const stopped = new Promise<void>((resolve) => server.close(() => resolve()));
         await pool.close(); // commits queued submissions and releases long-polls
-        const grace = setTimeout(
-          () => (server as unknown as { closeAllConnections?: () => void }).closeAllConnections?.(),
-          2_000,
-        );
+        // Answered connections linger as keep-alive: close each as soon as it is idle, and cut
+        // whatever is still busy after a grace period.
+        const http = server as unknown as { closeIdleConnections(): void; closeAllConnections(): void };
+        http.closeIdleConnections();
+        const idle = setInterval(() => http.closeIdleConnections(), 25);
+        const grace = setTimeout(() => http.closeAllConnections(), 2_000);
         await stopped;
+        clearInterval(idle);
         clearTimeout(grace);
       })();
       return closing;

@@ -161,6 +161,8 @@ export class DataPool {
       const left = deadline - this.clock();
       if (left <= 0 || this.closed || signal?.aborted) return null;
       await this.waitForChange(Math.min(left, this.pollIntervalMs), signal);
+      // Woken by shutdown or a gone client: answer "nothing" rather than touch a closing store.
+      if (this.closed || signal?.aborted) return null;
     }
   }
 

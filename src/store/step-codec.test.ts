@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { makeStep } from '../../test/support/steps.js';
 import type { NewStep } from '../domain/index.js';
 import { decodeSteps, encodeStep, type StepRow, type StepTail, TailCache } from './step-codec.js';
 
@@ -8,29 +9,7 @@ function step(
   responseIds: number[],
   extra: Partial<NewStep> = {},
 ): NewStep {
-  return {
-    trajectoryId: 't1',
-    groupId: 'g1',
-    index,
-    promptIds,
-    responseIds,
-    responseLogprobs: null,
-    reward: null,
-    policyVersion: 0,
-    isLast: false,
-    metadata: {},
-    tokenSource: 'submitted',
-    finishReason: null,
-    messages: null,
-    tools: null,
-    responseText: null,
-    toolCalls: null,
-    toolResults: null,
-    latencyMs: null,
-    ttftMs: null,
-    engineId: null,
-    ...extra,
-  };
+  return makeStep('t1', 'g1', index, promptIds, responseIds, { policyVersion: 0, ...extra });
 }
 
 function encodeAll(steps: NewStep[]): { rows: StepRow[]; breaks: number; docs: Map<string, string> } {

@@ -112,3 +112,66 @@ export function startServerProcess(
     });
   });
 }
+
+export interface CliResult {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  stdout: string;
+  stderr: string;
+}
+
+/**
+ * Runs the CLI to completion and collects its output; SIGKILLs it and rejects if it has not exited
+ * within timeoutMs.
+ */
+export function runCli(
+  args: readonly string[],
+  env: Record<string, string> = {},
+  timeoutMs = 15_000,
+): Promise<CliResult> {
+  const child = spawnCli(args, env);
+  let stdout = '';
+  let stderr = '';
+  child.stdout!.setEncoding('utf8').on('data', (chunk: string) => {
+    stdout += chunk;
+  });
+  child.stderr!.setEncoding('utf8').on('data', (chunk: string) => {
+    stderr += chunk;
+  });
+  return new Promise<CliResult>((resolve, reject) => {
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(
+        new Error(`stepwise ${args.join(' ')} did not exit within ${timeoutMs} ms:\n${stdout}${stderr}`),
+      );
+    }, timeoutMs);
+    // 'close' (not 'exit') so that all output has been read.
+    child.once('close', (code, signal) => {
+      clearTimeout(timer);
+      resolve({ code, signal, stdout, stderr });
+    });
+  });
+}
+
+/**
+ * Waits for a child to exit; rejects (leaving the child to killAllServerProcesses) if it is still
+ * running after timeoutMs.
+ */
+export function waitForExit(
+  child: ChildProcess,
+  timeoutMs: number,
+): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
+  if (child.exitCode !== null || child.signalCode !== null)
+    return Promise.resolve({ code: child.exitCode, signal: child.signalCode });
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      child.off('exit', exited);
+      reject(new Error(`process ${child.pid} did not exit within ${timeoutMs} ms`));
+    }, timeoutMs);
+    const exited = (code: number | null, signal: NodeJS.Signals | null) => {
+      clearTimeout(timer);
+      resolve({ code, signal });
+    };
+    child.once('exit', exited);
+  });
+}

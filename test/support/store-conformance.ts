@@ -11,63 +11,15 @@ import {
   Trajectory,
 } from '../../src/domain/index.js';
 import type { LeaseParams, Store } from '../../src/store/store.js';
+import { episode, makeStep } from './steps.js';
+
+export { episode, makeStep };
 
 /** How a backend under test is opened; `reopen` closes it and opens the same database again. */
 export interface StoreHarness {
   store: Store;
   reopen(): Promise<Store>;
   cleanup(): Promise<void>;
-}
-
-export function makeStep(
-  trajectoryId: string,
-  groupId: string,
-  index: number,
-  promptIds: number[],
-  responseIds: number[],
-  extra: Partial<NewStep> = {},
-): NewStep {
-  return {
-    trajectoryId,
-    groupId,
-    index,
-    promptIds,
-    responseIds,
-    responseLogprobs: null,
-    reward: null,
-    policyVersion: null,
-    isLast: false,
-    metadata: {},
-    tokenSource: 'submitted',
-    finishReason: null,
-    messages: null,
-    tools: null,
-    responseText: null,
-    toolCalls: null,
-    toolResults: null,
-    latencyMs: null,
-    ttftMs: null,
-    engineId: null,
-    ...extra,
-  };
-}
-
-/** A finished episode of `n` steps whose prompts extend each other; the last step carries `reward`. */
-export function episode(trajectoryId: string, groupId: string, n: number, reward = 1, seed = 1): NewStep[] {
-  const steps: NewStep[] = [];
-  let history = [seed, seed + 1, seed + 2];
-  for (let i = 0; i < n; i++) {
-    const prompt = history.concat([1000 + i, 2000 + seed]);
-    const response = [3000 + i, 4000 + seed];
-    steps.push(
-      makeStep(trajectoryId, groupId, i, prompt, response, {
-        isLast: i === n - 1,
-        reward: i === n - 1 ? reward : 0,
-      }),
-    );
-    history = prompt.concat(response);
-  }
-  return steps;
 }
 
 /**
