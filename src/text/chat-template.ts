@@ -1,0 +1,148 @@
+import { z } from 'zod';
+import { parseOrThrow } from '../domain/errors.js';
+import { type ChatTokenizer, loadQwen3Tokenizer } from './tokenizer.js';
+
+/** OpenAI message content: a string, null, or text parts (the only kind a text model can render). */
+export type ChatContent = string | null | readonly { type: 'text'; text: string }[];
+
+function isPlainObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+/**
+ * Content flattened to the string a template concatenates. Text parts are joined with "\n" as vLLM
+ * does, so a retokenized prompt matches what a vLLM upstream saw.
+ */
+const MessageContent = z.custom<ChatContent | undefined>().transform((value: unknown, ctx): string => {
+  if (value == null) return '';
+  if (typeof value === 'string') return value;
+  if (!Array.isArray(value)) {
+    ctx.issues.push({
+      code: 'custom',
+      message: 'must be a string, null or an array of text parts',
+      input: value,
+    });
+    return z.NEVER;
+  }
+  const texts: string[] = [];
+  for (let i = 0; i < value.length; i++) {
+    const part: unknown = value[i];
+    if (isPlainObject(part) && part.type === 'text' && typeof part.text === 'string') {
+      texts.push(part.text);
+      continue;
+    }
+    const type = isPlainObject(part) ? part.type : undefined;
+    const message =
+      isPlainObject(part) && type === 'text'
+        ? 'a text part must have a string "text"'
+        : `only text parts are supported, got ${JSON.stringify(type ?? null)}`;
+    ctx.issues.push({ code: 'custom', message, input: part, path: [i] });
+    return z.NEVER;
+  }
+  return texts.join('\n');
+});
+
+const ToolCallArguments = z
+  .custom<string | Record<string, unknown>>()
+  .refine((v) => typeof v === 'string' || isPlainObject(v), 'must be a JSON string or an object');
+
+export const ChatToolCall = z.looseObject({
+  id: z.string().optional(),
+  type: z.literal('function').optional(),
+  function: z.looseObject({
+    name: z.string().min(1, 'must not be empty'),
+    arguments: ToolCallArguments,
+  }),
+});
+
+/**
+ * One OpenAI-format chat message, as agents send it; vendor extras are accepted and ignored. The output
+ * is the template's view (content flattened to a string): store what the agent sent, not this.
+ */
+export const ChatMessage = z.looseObject({
+  role: z.enum(['system', 'user', 'assistant', 'tool'], {
+    error: 'must be one of system, user, assistant, tool',
+  }),
+  content: MessageContent,
+  tool_calls: z.array(ChatToolCall).nullable().optional(),
+  // vLLM calls the field reasoning_content; newer servers call it reasoning.
+  reasoning_content: z.string().nullable().optional(),
+  reasoning: z.string().nullable().optional(),
+  tool_call_id: z.string().optional(),
+  name: z.string().optional(),
+});
+export type ChatMessageInput = z.input<typeof ChatMessage>;
+
+export const ChatTool = z.looseObject({
+  type: z.literal('function'),
+  function: z.looseObject({ name: z.string().min(1, 'must not be empty') }),
+});
+export type ChatToolInput = z.input<typeof ChatTool>;
+
+const RenderChatRequest = z.object({
+  messages: z.array(ChatMessage).min(1, 'must contain at least one message'),
+  tools: z.array(ChatTool).nullable().optional(),
+});
+
+export interface RenderChatInput {
+  messages: readonly ChatMessageInput[];
+  tools?: readonly ChatToolInput[] | null;
+  addGenerationPrompt?: boolean;
+  /** Qwen3: `false` pre-fills an empty `<think>` block after the generation prompt. */
+  enableThinking?: boolean;
+}
+
+/**
+ * The template formats arguments with `tojson` when they are an object and pastes a string verbatim;
+ * parse the OpenAI JSON string so the text matches what the model was trained on (and what vLLM renders).
+ * A string that is not a JSON object is pasted as it came: it is what the model produced.
+ */
+function templateArguments(args: string | Record<string, unknown>): unknown {
+  if (typeof args !== 'string') return args;
+  try {
+    const parsed: unknown = JSON.parse(args);
+    return isPlainObject(parsed) ? parsed : args;
+  } catch {
+    return args;
+  }
+}
+
+function templateMessage(m: z.output<typeof ChatMessage>): Record<string, unknown> {
+  const out: Record<string, unknown> = { role: m.role, content: m.content };
+  // The template tests `is defined and is not none`, so absent and null must both stay absent.
+  const reasoning = m.reasoning_content ?? m.reasoning;
+  if (reasoning != null) out.reasoning_content = reasoning;
+  if (m.tool_calls && m.tool_calls.length > 0) {
+    out.tool_calls = m.tool_calls.map((c) => ({
+      ...(c.id !== undefined ? { id: c.id } : {}),
+      type: 'function',
+      function: { name: c.function.name, arguments: templateArguments(c.function.arguments) },
+    }));
+  }
+  return out;
+}
+
+/**
+ * Renders OpenAI-format messages (and tools) with the tokenizer's chat template (Qwen3's by default).
+ * Throws a ValidationError naming the field when a message cannot be rendered.
+ */
+export function renderChat(input: RenderChatInput, tokenizer: ChatTokenizer = loadQwen3Tokenizer()): string {
+  const request = parseOrThrow(RenderChatRequest, { messages: input.messages, tools: input.tools });
+  // Tools go to the template as given: zod's copy would reorder keys, and `tojson` keeps key order.
+  const tools = request.tools && request.tools.length > 0 ? input.tools : undefined;
+  return tokenizer.chatTemplate.render({
+    messages: request.messages.map(templateMessage),
+    ...(tools ? { tools } : {}),
+    add_generation_prompt: input.addGenerationPrompt ?? false,
+    // `enable_thinking is defined` is part of the template's test: leave it undefined unless set.
+    ...(input.enableThinking !== undefined ? { enable_thinking: input.enableThinking } : {}),
+  });
+}
+
+/** Token ids of the rendered chat; the template already wrote every control token, so none are added. */
+export function tokenizeChat(
+  input: RenderChatInput,
+  tokenizer: ChatTokenizer = loadQwen3Tokenizer(),
+): number[] {
+  return tokenizer.encode(renderChat(input, tokenizer), { addSpecialTokens: false });
+}

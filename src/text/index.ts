@@ -1,0 +1,43 @@
+export {
+  type ChatContent,
+  ChatMessage,
+  type ChatMessageInput,
+  ChatTool,
+  ChatToolCall,
+  type ChatToolInput,
+  type RenderChatInput,
+  renderChat,
+  tokenizeChat,
+} from './chat-template.js';
+export {
+  encodeSseComment,
+  encodeSseDone,
+  encodeSseEvent,
+  formatSseEvent,
+  isSseDone,
+  SSE_DONE,
+  SseDecoder,
+  type SseDecoderOptions,
+  type SseEvent,
+  sseDecoderStream,
+} from './sse.js';
+export {
+  type ChatTokenizer,
+  type CompiledChatTemplate,
+  type CreateTokenizerOptions,
+  createChatTokenizer,
+  type DecodeOptions,
+  type EncodeOptions,
+  loadQwen3Tokenizer,
+} from './tokenizer.js';
+export {
+  type ParsedCompletion,
+  type ParseToolCallsOptions,
+  parseToolCalls,
+  randomToolCallId,
+  renderCompletion,
+  renderToolCalls,
+  sequentialToolCallIds,
+  type ToolCall,
+  toTemplateJson,
+} from './tool-calls.js';
