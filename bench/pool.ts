@@ -27,6 +27,7 @@ import {
   INSERT_STEP_SQL,
   type StepRow,
   type StepTail,
+  stepKey,
   stepRowValues,
 } from '../src/store/step-codec.js';
 import type { SubmitRequest } from '../src/store/store.js';
@@ -151,10 +152,11 @@ function trajectorySteps(tpls: NewStep[][], k: number, prefix: string): NewStep[
 /** Rows exactly as the store writes them (same packed blobs), each step encoded against its predecessor. */
 function encodeRows(trajectories: NewStep[][], now: number): StepRow[] {
   const rows: StepRow[] = [];
-  for (const steps of trajectories) {
+  for (const [seq, steps] of trajectories.entries()) {
     let base: StepTail | null = null;
     for (const step of steps) {
-      const encoded = encodeStep(step, 'train', step.policyVersion ?? 0, base, now);
+      const key = stepKey(seq + 1, step.index);
+      const encoded = encodeStep(step, key, 'train', step.policyVersion ?? 0, base, now);
       rows.push(encoded.row);
       base = encoded.tail;
     }
@@ -174,7 +176,7 @@ function applyPragmas(db: Database.Database, sync: Sync): void {
  * The store's own DDL for the steps table and its indexes, read from a freshly migrated database,
  * so the raw baseline always has exactly the columns and indexes the store has.
  */
-async function storeStepsSchema(): Promise<{ table: string; keyIndex: string; indexes: string[] }> {
+async function storeStepsSchema(): Promise<{ table: string; indexes: string[] }> {
   const dir = tempDir('schema');
   try {
     const store = await openSqliteStore({ path: join(dir, 'schema.db') });
@@ -187,7 +189,6 @@ async function storeStepsSchema(): Promise<{ table: string; keyIndex: string; in
     const indexes = rows.filter((r) => r.type === 'index').map((r) => r.sql);
     return {
       table: rows.find((r) => r.type === 'table')!.sql,
-      keyIndex: rows.find((r) => r.name === 'steps_key')!.sql,
       indexes,
     };
   } finally {
@@ -795,12 +796,11 @@ async function storageRun(trajectoryCount: number, withLogprobs: boolean): Promi
     db.close();
     const storeBytesVacuum = checkpointedBytes(path);
 
-    // The naive layout: every prompt stored whole, same other columns, same primary index.
+    // The naive layout: every prompt stored whole, same columns and integer key.
     const naivePath = join(dir, 'naive.db');
     const naive = new Database(naivePath);
     applyPragmas(naive, 'NORMAL');
     naive.exec(STEPS_SCHEMA.table);
-    naive.exec(STEPS_SCHEMA.keyIndex);
     const insert = naive.prepare(STEPS_INSERT);
     const rows = encodeRows(trajectories, Date.now());
     naive.transaction(() => {

@@ -18,7 +18,7 @@ function encodeAll(steps: NewStep[]): { rows: StepRow[]; breaks: number; docs: M
   const docs = new Map<string, string>();
   let breaks = 0;
   for (const s of steps) {
-    const encoded = encodeStep(s, 'train', 0, tail, 1000);
+    const encoded = encodeStep(s, s.index, 'train', 0, tail, 1000);
     rows.push(encoded.row);
     if (encoded.toolsDoc) docs.set(encoded.toolsDoc.hash, encoded.toolsDoc.body);
     if (encoded.prefixBreak) breaks++;

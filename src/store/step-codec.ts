@@ -14,6 +14,8 @@ import {
 
 /** A step as any backend stores it: tokens as blobs relative to a base step, views as JSON. */
 export interface StepRow {
+  /** trajectory seq * STEP_KEY_SPAN + idx */
+  key: number;
   trajectory_id: string;
   idx: number;
   channel: string;
@@ -39,8 +41,17 @@ export interface StepRow {
   created_at: number;
 }
 
+/** Steps per trajectory a key range holds (step_index is validated below it). */
+export const STEP_KEY_SPAN = 2 ** 20;
+
+/** The integer key of a step: its trajectory's sequence number, then its index. */
+export function stepKey(trajectorySeq: number, index: number): number {
+  return trajectorySeq * STEP_KEY_SPAN + index;
+}
+
 /** Column order for inserts; positional binding is much cheaper than named on the hot path. */
 export const STEP_COLUMNS = [
+  'key',
   'trajectory_id',
   'idx',
   'channel',
@@ -109,6 +120,7 @@ function sameMessage(a: Record<string, unknown>, b: Record<string, unknown>): bo
 
 export function encodeStep(
   step: NewStep,
+  key: number,
   channel: string,
   policyVersion: number,
   base: StepTail | null,
@@ -147,6 +159,7 @@ export function encodeStep(
   full.set(step.responseIds, prompt.length);
 
   const row: StepRow = {
+    key,
     trajectory_id: step.trajectoryId,
     idx: step.index,
     channel,

@@ -20,8 +20,9 @@ const migrations: Record<string, Migration> = {
         `CREATE INDEX groups_fifo ON groups (channel, state, ready_seq)`,
         `CREATE INDEX groups_age ON groups (state, created_at)`,
         `CREATE INDEX groups_lease ON groups (lease_id) WHERE lease_id IS NOT NULL`,
+        // seq is a stable integer key (an INTEGER PRIMARY KEY survives VACUUM) that orders steps.
         `CREATE TABLE trajectories (
-           id TEXT PRIMARY KEY, channel TEXT NOT NULL, group_id TEXT NOT NULL, task_id TEXT,
+           seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, channel TEXT NOT NULL, group_id TEXT NOT NULL, task_id TEXT,
            status TEXT NOT NULL, reward REAL, metadata TEXT NOT NULL,
            n_steps INTEGER NOT NULL DEFAULT 0, max_index INTEGER, last_index INTEGER,
            prefix_breaks INTEGER NOT NULL DEFAULT 0, min_policy_version INTEGER,
@@ -36,15 +37,16 @@ const migrations: Record<string, Migration> = {
         `CREATE INDEX trajectories_task ON trajectories (task_id) WHERE task_id IS NOT NULL`,
         // Token arrays are packed uint32; a prompt is the first prefix_len tokens of step base_idx's
         // full sequence plus prompt_suffix, so history repeated in every prompt is stored once.
+        // key = trajectory seq * 2^20 + idx: a trajectory's steps are one rowid range, inserts land
+        // near the end of the table, and no separate (trajectory, step) index is maintained.
         `CREATE TABLE steps (
-           trajectory_id TEXT NOT NULL, idx INTEGER NOT NULL, channel TEXT NOT NULL, group_id TEXT NOT NULL,
-           base_idx INTEGER, prefix_len INTEGER NOT NULL, prompt_suffix BLOB NOT NULL, response BLOB NOT NULL,
-           logprobs BLOB, prompt_len INTEGER NOT NULL, response_len INTEGER NOT NULL, content_hash INTEGER NOT NULL,
-           reward REAL, policy_version INTEGER NOT NULL, is_last INTEGER NOT NULL, finish_reason TEXT,
-           token_source TEXT NOT NULL, metadata TEXT, view TEXT, latency_ms REAL, ttft_ms REAL, engine_id TEXT,
-           created_at INTEGER NOT NULL
+           key INTEGER PRIMARY KEY, trajectory_id TEXT NOT NULL, idx INTEGER NOT NULL, channel TEXT NOT NULL,
+           group_id TEXT NOT NULL, base_idx INTEGER, prefix_len INTEGER NOT NULL, prompt_suffix BLOB NOT NULL,
+           response BLOB NOT NULL, logprobs BLOB, prompt_len INTEGER NOT NULL, response_len INTEGER NOT NULL,
+           content_hash INTEGER NOT NULL, reward REAL, policy_version INTEGER NOT NULL, is_last INTEGER NOT NULL,
+           finish_reason TEXT, token_source TEXT NOT NULL, metadata TEXT, view TEXT, latency_ms REAL, ttft_ms REAL,
+           engine_id TEXT, created_at INTEGER NOT NULL
          )`,
-        `CREATE UNIQUE INDEX steps_key ON steps (trajectory_id, idx)`,
         `CREATE INDEX steps_channel ON steps (channel)`,
         `CREATE INDEX steps_reward ON steps (channel, reward) WHERE reward IS NOT NULL`,
         `CREATE TABLE docs (hash TEXT PRIMARY KEY, body TEXT NOT NULL) WITHOUT ROWID`,

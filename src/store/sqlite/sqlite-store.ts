@@ -21,14 +21,17 @@ import {
   StepwiseError,
   type Trajectory,
   type TrajectoryStatus,
+  ValidationError,
 } from '../../domain/index.js';
 import {
   decodeSteps,
   encodeStep,
   INSERT_STEP_SQL,
+  STEP_KEY_SPAN,
   type StepRow,
   type StepTail,
   stepFingerprint,
+  stepKey,
   stepRowValues,
   TailCache,
 } from '../step-codec.js';
@@ -82,6 +85,7 @@ interface GroupRow {
 }
 
 interface TrajectoryRow {
+  seq: number;
   id: string;
   channel: string;
   group_id: string;
@@ -579,6 +583,7 @@ export class SqliteStore implements Store {
     const collecting = this.joinGroup(input.channel, input.groupId, input.nRollouts, now, log);
     if (!collecting) log.count(input.channel, 'late_trajectories');
     const row: TrajectoryRow = {
+      seq: 0, // assigned by the insert below
       id: input.id,
       channel: input.channel,
       group_id: input.groupId,
@@ -599,7 +604,7 @@ export class SqliteStore implements Store {
       derived_from: input.derivedFrom ?? null,
       derivation: input.derivation ? JSON.stringify(input.derivation) : null,
     };
-    this.stmt(
+    const info = this.stmt(
       `INSERT INTO trajectories (id, channel, group_id, task_id, status, metadata, created_at, guided, guidance_k,
          probe, derived_from, derivation) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     ).run(
@@ -616,6 +621,7 @@ export class SqliteStore implements Store {
       row.derived_from,
       row.derivation,
     );
+    row.seq = Number(info.lastInsertRowid);
     log.count(input.channel, 'trajectories_created');
     return row;
   }
@@ -636,21 +642,31 @@ export class SqliteStore implements Store {
   }
 
   /** The full sequence of the step a new step at `index` is encoded against (the highest below it). */
-  private baseTail(trajectoryId: string, index: number, log: TxLog, local: TxLog): StepTail | null {
-    const known =
-      local.tails.get(trajectoryId) ?? log.tails.get(trajectoryId) ?? this.tails.get(trajectoryId);
+  private baseTail(trajectory: TrajectoryRow, index: number, log: TxLog, local: TxLog): StepTail | null {
+    const id = trajectory.id;
+    const known = local.tails.get(id) ?? log.tails.get(id) ?? this.tails.get(id);
     if (known && known.index === index - 1) return known;
-    const below = this.stmt('SELECT max(idx) AS idx FROM steps WHERE trajectory_id = ? AND idx < ?').get(
-      trajectoryId,
-      index,
-    ) as { idx: number | null };
-    if (below.idx === null) return null;
-    if (known && known.index === below.idx) return known;
-    const rows = this.stmt('SELECT * FROM steps WHERE trajectory_id = ? AND idx <= ? ORDER BY idx').all(
-      trajectoryId,
-      below.idx,
+    const first = stepKey(trajectory.seq, 0);
+    const below = this.stmt('SELECT max(key) AS key FROM steps WHERE key >= ? AND key < ?').get(
+      first,
+      first + index,
+    ) as { key: number | null };
+    if (below.key === null) return null;
+    const belowIndex = below.key - first;
+    if (known && known.index === belowIndex) return known;
+    return (
+      decodeSteps(this.stepRows(trajectory.seq, belowIndex), (hash) => this.doc(hash)).tails.get(
+        belowIndex,
+      ) ?? null
+    );
+  }
+
+  /** A trajectory's stored step rows up to maxIndex, in index order: one rowid range. */
+  private stepRows(seq: number, maxIndex = STEP_KEY_SPAN - 1): StepRow[] {
+    return this.stmt('SELECT * FROM steps WHERE key BETWEEN ? AND ? ORDER BY key').all(
+      stepKey(seq, 0),
+      stepKey(seq, Math.min(maxIndex, STEP_KEY_SPAN - 1)),
     ) as StepRow[];
-    return decodeSteps(rows, (hash) => this.doc(hash)).tails.get(below.idx) ?? null;
   }
 
   private doc(hash: string): Record<string, unknown>[] | null {
@@ -675,9 +691,7 @@ export class SqliteStore implements Store {
     let duplicates = 0;
     const completed: string[] = [];
     const insertStep = this.stmt(INSERT_STEP_SQL);
-    const existing = this.stmt(
-      'SELECT content_hash, prompt_len, response_len FROM steps WHERE trajectory_id = ? AND idx = ?',
-    );
+    const existing = this.stmt('SELECT content_hash, prompt_len, response_len FROM steps WHERE key = ?');
     const insertDoc = this.stmt('INSERT INTO docs (hash, body) VALUES (?, ?) ON CONFLICT DO NOTHING');
 
     for (const [trajectoryId, positions] of byTrajectory) {
@@ -706,6 +720,12 @@ export class SqliteStore implements Store {
       for (const position of positions) {
         const step = request.steps[position]!;
         const field = `steps.${position}`;
+        if (step.index >= STEP_KEY_SPAN) {
+          throw new ValidationError(
+            `${field}.step_index: must be below ${STEP_KEY_SPAN}`,
+            `${field}.step_index`,
+          );
+        }
         if (step.groupId !== trajectory.group_id) {
           throw new ConflictError(
             `${field}.prompt_uid: trajectory ${trajectoryId} belongs to prompt '${trajectory.group_id}', not '${step.groupId}'`,
@@ -715,7 +735,7 @@ export class SqliteStore implements Store {
         // Only an index at or below the highest stored one can be a retry: skip the lookup otherwise.
         const prior =
           step.index <= (trajectory.max_index ?? -1)
-            ? (existing.get(trajectoryId, step.index) as
+            ? (existing.get(stepKey(trajectory.seq, step.index)) as
                 | { content_hash: number; prompt_len: number; response_len: number }
                 | undefined)
             : undefined;
@@ -750,8 +770,9 @@ export class SqliteStore implements Store {
           );
         }
         const version = step.policyVersion ?? policyVersion;
-        const base = this.baseTail(trajectoryId, step.index, log, local);
-        const encoded = encodeStep(step, request.channel, version, base, now);
+        const base = this.baseTail(trajectory, step.index, log, local);
+        const key = stepKey(trajectory.seq, step.index);
+        const encoded = encodeStep(step, key, request.channel, version, base, now);
         insertStep.run(stepRowValues(encoded.row));
         if (encoded.toolsDoc) insertDoc.run(encoded.toolsDoc.hash, encoded.toolsDoc.body);
         const current =
@@ -846,8 +867,11 @@ export class SqliteStore implements Store {
     let reward = input.reward ?? stepRewardSum ?? null;
     if (reward === null && stepRewardSum === undefined) {
       const sum = this.stmt(
-        'SELECT sum(reward) AS total, count(reward) AS n FROM steps WHERE trajectory_id = ?',
-      ).get(trajectory.id) as { total: number | null; n: number };
+        'SELECT sum(reward) AS total, count(reward) AS n FROM steps WHERE key BETWEEN ? AND ?',
+      ).get(stepKey(trajectory.seq, 0), stepKey(trajectory.seq, STEP_KEY_SPAN - 1)) as {
+        total: number | null;
+        n: number;
+      };
       reward = sum.n > 0 ? sum.total : null;
     }
     trajectory.status = input.status;
@@ -905,12 +929,15 @@ export class SqliteStore implements Store {
     return row ? toTrajectory(row) : null;
   }
 
-  private loadSteps(trajectoryId: string, maxIndex = Number.MAX_SAFE_INTEGER): Step[] {
-    const rows = this.stmt('SELECT * FROM steps WHERE trajectory_id = ? AND idx <= ? ORDER BY idx').all(
-      trajectoryId,
-      maxIndex,
-    ) as StepRow[];
-    return decodeSteps(rows, (hash) => this.doc(hash)).steps;
+  private loadSteps(trajectoryId: string, maxIndex = STEP_KEY_SPAN - 1): Step[] {
+    const row = this.stmt('SELECT seq FROM trajectories WHERE id = ?').get(trajectoryId) as
+      | { seq: number }
+      | undefined;
+    return row ? this.decodeRange(row.seq, maxIndex) : [];
+  }
+
+  private decodeRange(seq: number, maxIndex = STEP_KEY_SPAN - 1): Step[] {
+    return decodeSteps(this.stepRows(seq, maxIndex), (hash) => this.doc(hash)).steps;
   }
 
   async getTrajectorySteps(id: string): Promise<Step[]> {
@@ -922,36 +949,44 @@ export class SqliteStore implements Store {
   }
 
   /** Conditions for label filters, driven from the label tables' indexes. */
-  private labelConditions(query: LabelFilter, stepKey: boolean): RawBuilder<SqlBool>[] {
+  private labelConditions(query: LabelFilter, forSteps: boolean): RawBuilder<SqlBool>[] {
+    const span = STEP_KEY_SPAN;
     const within = (table: 'label_current' | 'label_tags', where: RawBuilder<unknown>) =>
-      stepKey
-        ? sql<SqlBool>`((steps.trajectory_id, steps.idx) IN (SELECT trajectory_id, step_index FROM ${sql.table(table)} WHERE ${where})
-            OR steps.trajectory_id IN (SELECT trajectory_id FROM ${sql.table(table)} WHERE step_index = ${TRAJECTORY_LABEL} AND ${where}))`
-        : sql<SqlBool>`trajectories.id IN (SELECT trajectory_id FROM ${sql.table(table)} WHERE ${where})`;
+      forSteps
+        ? // Step keys of labelled steps, plus every step key of labelled trajectories: rowid lookups.
+          sql<SqlBool>`steps.key IN (
+            SELECT lt.seq * ${span} + l.step_index FROM ${sql.table(table)} AS l
+              JOIN trajectories AS lt ON lt.id = l.trajectory_id WHERE l.step_index >= 0 AND ${where}
+            UNION ALL
+            SELECT ls.key FROM ${sql.table(table)} AS l JOIN trajectories AS lt ON lt.id = l.trajectory_id
+              JOIN steps AS ls ON ls.key BETWEEN lt.seq * ${span} AND lt.seq * ${span} + ${span - 1}
+              WHERE l.step_index = ${TRAJECTORY_LABEL} AND ${where})`
+        : sql<SqlBool>`trajectories.id IN (SELECT l.trajectory_id FROM ${sql.table(table)} AS l WHERE ${where})`;
     const conditions: RawBuilder<SqlBool>[] = [];
-    if (query.trainable !== undefined)
-      conditions.push(within('label_current', sql`trainable = ${query.trainable ? 1 : 0}`));
-    if (query.quality) conditions.push(within('label_current', sql`quality = ${query.quality}`));
-    if (query.tag) conditions.push(within('label_tags', sql`tag = ${query.tag}`));
+    if (query.trainable !== undefined) {
+      conditions.push(within('label_current', sql`l.trainable = ${query.trainable ? 1 : 0}`));
+    }
+    if (query.quality) conditions.push(within('label_current', sql`l.quality = ${query.quality}`));
+    if (query.tag) conditions.push(within('label_tags', sql`l.tag = ${query.tag}`));
     return conditions;
   }
 
   private stepFilter(query: StepQuery) {
+    const span = STEP_KEY_SPAN;
     let q = this.kysely.selectFrom('steps');
     if (query.channel !== undefined) q = q.where('steps.channel', '=', query.channel);
-    if (query.trajectoryId !== undefined) q = q.where('steps.trajectory_id', '=', query.trajectoryId);
-    // Group and status go through the trajectories indexes: fewer indexes on the hot steps table.
-    const { groupId, status, channel } = query;
-    if (groupId !== undefined) {
-      q = q.where('steps.trajectory_id', 'in', (eb) =>
-        eb.selectFrom('trajectories').select('id').where('group_id', '=', groupId),
+    // Trajectory, group and status filters go through the trajectories table and reach the steps
+    // as rowid ranges: the hot steps table carries no index for them.
+    const { trajectoryId, groupId, status, channel } = query;
+    if (trajectoryId !== undefined || groupId !== undefined || status !== undefined) {
+      let joined = q.innerJoin('trajectories as t', (join) =>
+        join.on(sql<SqlBool>`steps.key BETWEEN t.seq * ${span} AND t.seq * ${span} + ${span - 1}`),
       );
-    }
-    if (status !== undefined) {
-      q = q.where('steps.trajectory_id', 'in', (eb) => {
-        const sub = eb.selectFrom('trajectories').select('id').where('status', '=', status);
-        return channel === undefined ? sub : sub.where('channel', '=', channel);
-      });
+      if (trajectoryId !== undefined) joined = joined.where('t.id', '=', trajectoryId);
+      if (groupId !== undefined) joined = joined.where('t.group_id', '=', groupId);
+      if (status !== undefined) joined = joined.where('t.status', '=', status);
+      if (channel !== undefined) joined = joined.where('t.channel', '=', channel);
+      q = joined as unknown as typeof q;
     }
     if (query.rewardMin !== undefined) q = q.where('steps.reward', '>=', query.rewardMin);
     if (query.rewardMax !== undefined) q = q.where('steps.reward', '<=', query.rewardMax);
@@ -973,8 +1008,8 @@ export class SqliteStore implements Store {
 
   private stepPageQuery(query: StepQuery) {
     return this.stepFilter(query)
-      .select(['steps.trajectory_id', 'steps.idx'])
-      .orderBy(sql`steps.rowid`, 'desc')
+      .select(['steps.key'])
+      .orderBy('steps.key', 'desc')
       .limit(query.limit)
       .offset(query.offset)
       .compile();
@@ -1022,17 +1057,18 @@ export class SqliteStore implements Store {
         .select((eb) => eb.fn.countAll<number>().as('n'))
         .compile(),
     )[0]!.n;
-    const keys = this.runCompiled<{ trajectory_id: string; idx: number }>(this.stepPageQuery(query));
+    const keys = this.runCompiled<{ key: number }>(this.stepPageQuery(query)).map((r) => r.key);
     // Decode each trajectory once, up to the highest step this page needs from it.
-    const needed = new Map<string, number>();
-    for (const key of keys)
-      needed.set(key.trajectory_id, Math.max(needed.get(key.trajectory_id) ?? 0, key.idx));
-    const decoded = new Map<string, Step>();
-    for (const [trajectoryId, maxIndex] of needed) {
-      for (const step of this.loadSteps(trajectoryId, maxIndex))
-        decoded.set(`${trajectoryId}#${step.index}`, step);
+    const needed = new Map<number, number>();
+    for (const key of keys) {
+      const seq = Math.floor(key / STEP_KEY_SPAN);
+      needed.set(seq, Math.max(needed.get(seq) ?? 0, key - seq * STEP_KEY_SPAN));
     }
-    return { total, items: keys.map((key) => decoded.get(`${key.trajectory_id}#${key.idx}`)!) };
+    const decoded = new Map<number, Step>();
+    for (const [seq, maxIndex] of needed) {
+      for (const step of this.decodeRange(seq, maxIndex)) decoded.set(stepKey(seq, step.index), step);
+    }
+    return { total, items: keys.map((key) => decoded.get(key)!) };
   }
 
   async listTrajectories(query: TrajectoryQuery): Promise<Page<Trajectory>> {
@@ -1198,7 +1234,7 @@ export class SqliteStore implements Store {
     const served: ServedTrajectory[] = [];
     for (const row of rows.slice(0, limit)) {
       const labels = this.currentLabels(row.id);
-      let steps = this.loadSteps(row.id);
+      let steps = this.decodeRange(row.seq);
       if (labels.length > 0) {
         const kept = steps.filter((s) => isStepTrainable(labels, s.index));
         if (kept.length < steps.length)
@@ -1292,10 +1328,7 @@ export class SqliteStore implements Store {
           );
         const stepIndex = input.step_index ?? null;
         if (stepIndex !== null) {
-          const step = this.stmt('SELECT 1 FROM steps WHERE trajectory_id = ? AND idx = ?').get(
-            trajectory.id,
-            stepIndex,
-          );
+          const step = this.stmt('SELECT 1 FROM steps WHERE key = ?').get(stepKey(trajectory.seq, stepIndex));
           if (!step)
             throw new NotFoundError(
               `labels.${i}.step_index: step ${stepIndex} of ${trajectory.id} does not exist`,
