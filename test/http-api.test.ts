@@ -313,5 +313,9 @@ describe('security defaults', () => {
     await expect(
       startServer({ dbPath: join(dir, 'd.db'), port: 0, apiKeys: ['long-enough-key-123456:root'] }),
     ).rejects.toThrow(/unknown scope 'root'/);
+    // A key never gets scopes (least of all admin) by leaving them out.
+    await expect(
+      startServer({ dbPath: join(dir, 'e.db'), port: 0, apiKeys: ['long-enough-key-123456'] }),
+    ).rejects.toThrow(/name its scopes/);
   });
 });

@@ -529,6 +529,17 @@ class Model {
     if (t.status !== 'open') {
       if (t.status === status && (reward === null || reward === t.reward))
         return { status: t.status, reward: t.reward };
+      // A reward may follow an is_last completion until the group is handed out.
+      const g = this.group(this.plan.byTrajectory.get(id)!.groupKey);
+      if (
+        t.status === 'complete' &&
+        status === 'complete' &&
+        reward !== null &&
+        ['collecting', 'ready'].includes(g.state)
+      ) {
+        t.reward = reward;
+        return { status: t.status, reward };
+      }
       return 'conflict';
     }
     this.finish(id, status, reward);

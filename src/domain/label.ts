@@ -1,12 +1,13 @@
 import { z } from 'zod';
 import { ClientId } from './ids.js';
+import { MAX_STEP_INDEX } from './step.js';
 
 export const Quality = z.enum(['good', 'neutral', 'bad']);
 
 /** Human curation of a step (step_index given) or a whole trajectory; applied when serving. */
 export const LabelInput = z.strictObject({
   trajectory_uid: ClientId,
-  step_index: z.number().int().min(0).nullable().optional(),
+  step_index: z.number().int().min(0).max(MAX_STEP_INDEX).nullable().optional(),
   quality: Quality.nullable().optional(),
   trainable: z.boolean().nullable().optional(),
   tags: z.array(z.string().min(1).max(64)).max(32).optional(),

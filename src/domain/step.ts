@@ -2,6 +2,9 @@ import { z } from 'zod';
 import { ChannelName, ClientId } from './ids.js';
 import { JsonObject } from './json.js';
 
+/** Highest step index a trajectory may have (stores key steps by trajectory and index). */
+export const MAX_STEP_INDEX = 1_000_000;
+
 /** Why a value is not a token id (a non-negative integer that fits in uint32). */
 function tokenIdProblem(v: unknown): string {
   if (typeof v !== 'number' || !Number.isInteger(v)) return 'must be an integer';
@@ -68,7 +71,7 @@ export const StepWire = z
   .strictObject({
     trajectory_uid: ClientId,
     prompt_uid: ClientId,
-    step_index: z.number().int('must be an integer').min(0, 'must be >= 0').max(1_000_000),
+    step_index: z.number().int('must be an integer').min(0, 'must be >= 0').max(MAX_STEP_INDEX),
     prompt_ids: TokenIds,
     response_ids: TokenIds,
     reward: z.number().finite().nullable().optional(),

@@ -51,7 +51,12 @@ async function jsonBody(c: Context): Promise<unknown> {
 const optionalNumber = z.coerce.number().finite().optional();
 const Pagination = {
   limit: z.coerce.number().int().min(1).max(500).default(50),
-  offset: z.coerce.number().int().min(0).default(0),
+  offset: z.coerce
+    .number()
+    .int()
+    .min(0)
+    .max(1_000_000, 'must be <= 1000000 (narrow the filters instead)')
+    .default(0),
 };
 const LabelQuery = {
   trainable: z

@@ -16,7 +16,7 @@ function digest(key: string): Buffer {
   return createHash('sha256').update(key).digest();
 }
 
-/** Parses `KEY:scope,scope` (scopes default to all) as given on the command line or in env. */
+/** Parses `KEY:scope,scope` as given on the command line or in env; scopes are never implied. */
 export function parseApiKey(spec: string, index: number): ApiKey {
   const at = spec.lastIndexOf(':');
   const key = at > 0 ? spec.slice(0, at) : spec;
@@ -26,7 +26,13 @@ export function parseApiKey(spec: string, index: number): ApiKey {
           .slice(at + 1)
           .split(',')
           .filter(Boolean)
-      : [...SCOPES];
+      : [];
+  if (scopeList.length === 0) {
+    throw new ValidationError(
+      `api key #${index + 1}: name its scopes, e.g. KEY:agent or KEY:trainer,admin (${SCOPES.join(', ')})`,
+      'api_key',
+    );
+  }
   if (key.length < 16)
     throw new ValidationError(`api key #${index + 1}: must be at least 16 characters`, 'api_key');
   for (const scope of scopeList) {

@@ -41,12 +41,22 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     synchronous: options.synchronous,
     channelDefaults: options.channelDefaults,
   });
-  const pool = new DataPool({ store, commitWindowMs: options.commitWindowMs }).start();
+  const pool = new DataPool({
+    store,
+    commitWindowMs: options.commitWindowMs,
+    logger: options.logger,
+  }).start();
   const app = createApp({ pool, apiKeys, maxBodyBytes: options.maxBodyBytes, logger: options.logger });
-  const server = await new Promise<ReturnType<typeof serve>>((resolve, reject) => {
-    const s = serve({ fetch: app.fetch, hostname: host, port: options.port ?? 8100 }, () => resolve(s));
-    s.once('error', reject);
-  });
+  let server: ReturnType<typeof serve>;
+  try {
+    server = await new Promise<ReturnType<typeof serve>>((resolve, reject) => {
+      const s = serve({ fetch: app.fetch, hostname: host, port: options.port ?? 8100 }, () => resolve(s));
+      s.once('error', reject);
+    });
+  } catch (error) {
+    await pool.close(); // e.g. the port is taken: leave no store or timer behind
+    throw error;
+  }
   const port = (server.address() as AddressInfo).port;
   const shownHost = host.includes(':') ? `[${host}]` : host;
   let closing: Promise<void> | null = null;

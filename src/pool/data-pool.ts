@@ -1,3 +1,4 @@
+import type { Logger } from 'pino';
 import {
   type ChannelConfig,
   type ChannelConfigPatch,
@@ -28,6 +29,8 @@ import { WriteCoalescer } from './write-coalescer.js';
 
 export interface DataPoolOptions {
   store: Store;
+  /** Where background failures (a sweep that could not run) are reported. */
+  logger?: Pick<Logger, 'warn'>;
   clock?: () => number;
   /** How long a submission may wait for others to share its commit (0: only those already queued). */
   commitWindowMs?: number;
@@ -52,6 +55,7 @@ export interface SubmitResult {
 export class DataPool {
   readonly store: Store;
   private readonly clock: () => number;
+  private readonly logger?: Pick<Logger, 'warn'>;
   private readonly writer: WriteCoalescer<SubmitRequest, SubmitOutcome>;
   private readonly pollIntervalMs: number;
   private readonly sweepIntervalMs: number;
@@ -62,6 +66,7 @@ export class DataPool {
   constructor(options: DataPoolOptions) {
     this.store = options.store;
     this.clock = options.clock ?? Date.now;
+    this.logger = options.logger;
     this.pollIntervalMs = options.pollIntervalMs ?? 200;
     this.sweepIntervalMs = options.sweepIntervalMs ?? 1_000;
     this.writer = new WriteCoalescer((requests) => this.store.submitBatch(requests, this.clock()), {
@@ -74,7 +79,7 @@ export class DataPool {
   start(): this {
     if (this.sweepTimer || this.closed) return this;
     this.sweepTimer = setInterval(() => {
-      void this.sweepNow().catch(() => {});
+      void this.sweepNow().catch((err) => this.logger?.warn({ err }, 'pool sweep failed; will retry'));
     }, this.sweepIntervalMs);
     this.sweepTimer.unref();
     return this;

@@ -54,8 +54,12 @@ describe('step codec', () => {
 
   it('stores a prompt whole when nothing is shared', () => {
     const { rows } = encodeAll([step(0, [1, 2], [3]), step(1, [7, 7, 7], [8])]);
-    expect(rows[1]!.base_idx).toBeNull();
+    expect(rows[0]!.base_idx).toBeNull();
+    // The base is still recorded (shared messages refer to it), but no token comes from it.
+    expect(rows[1]!.base_idx).toBe(0);
     expect(rows[1]!.prefix_len).toBe(0);
+    expect(rows[1]!.prompt_suffix.length).toBe(3 * 4);
+    expect(decodeSteps(rows, () => null).steps[1]!.promptIds).toEqual([7, 7, 7]);
   });
 
   it('keeps messages shared with the base once, and tools by content hash', () => {

@@ -164,7 +164,8 @@ export function encodeStep(
     idx: step.index,
     channel,
     group_id: step.groupId,
-    base_idx: prefixLen > 0 && base ? base.index : null,
+    // The base is recorded even when no token is shared: shared messages refer to it too.
+    base_idx: base ? base.index : null,
     prefix_len: prefixLen,
     prompt_suffix: encodeTokens(full, prefixLen, prompt.length),
     response: encodeTokens(full, prompt.length),

@@ -240,6 +240,37 @@ export function runStoreConformance(name: string, open: () => Promise<StoreHarne
       });
     });
 
+    it('keeps messages shared with the previous step even when no token is shared', async () => {
+      const m0 = [
+        { role: 'system', content: 'S' },
+        { role: 'user', content: 'U' },
+      ];
+      const m1 = [...m0, { role: 'assistant', content: 'A' }];
+      await submit([
+        makeStep('tm', 'gm', 0, [1, 2], [3], { messages: m0 }),
+        makeStep('tm', 'gm', 1, [9, 9], [4], { messages: m1 }),
+      ]);
+      expect((await store.getTrajectorySteps('tm'))[1]!.messages).toEqual(m1);
+    });
+
+    it('treats a retry that changes is_last or the reward as a conflict, not a duplicate', async () => {
+      await submit([makeStep('t', 'g', 0, [1], [2], { reward: 0 })]);
+      await expect(
+        submit([makeStep('t', 'g', 0, [1], [2], { reward: 0, isLast: true })]),
+      ).rejects.toBeInstanceOf(ConflictError);
+      await expect(submit([makeStep('t', 'g', 0, [1], [2], { reward: 1 })])).rejects.toBeInstanceOf(
+        ConflictError,
+      );
+      expect((await store.getTrajectory('t'))!.status).toBe('open');
+    });
+
+    it('ignores a group size in step metadata that is not a whole number from 1 to 4096', async () => {
+      await submit([makeStep('t', 'g', 0, [1], [2], { isLast: true, metadata: { n_rollouts: 0.5 } })]);
+      expect((await store.getGroup('train', 'g'))!).toMatchObject({ expected: null, state: 'collecting' });
+      await submit([makeStep('u', 'h', 0, [1], [2], { isLast: true, metadata: { n_rollouts: 1 } })]);
+      expect((await store.getGroup('train', 'h'))!.state).toBe('ready');
+    });
+
     describe('trajectories and groups', () => {
       it('creates a trajectory once, with its guidance and provenance fields', async () => {
         const t = await store.createTrajectory(
@@ -334,6 +365,52 @@ export function runStoreConformance(name: string, open: () => Promise<StoreHarne
         const stats = await store.stats('train');
         expect(stats.dropped.no_complete_trajectories).toBe(1);
         expect(stats.completed).toMatchObject({ aborted: 1, infraFailed: 1 });
+      });
+
+      it('never serves a trajectory that finished after its group was settled', async () => {
+        await submit(episode('a', 'g', 1), 'train', 2);
+        await submit([makeStep('b', 'g', 0, [1], [2])], 'train', 2);
+        await store.completeTrajectory('b', { reward: null, status: 'aborted' }, tick());
+        expect((await store.getGroup('train', 'g'))!.state).toBe('ready');
+        await submit(episode('late', 'g', 1), 'train', 2);
+        const batch = await lease({ nRollouts: 2 });
+        expect(batch!.groups[0]!.trajectories.map((t) => t.trajectory.id)).toEqual(['a']);
+        expect((await store.stats('train')).lateTrajectories).toBe(1);
+      });
+
+      it('settles a group as soon as a late-declared size is already reached', async () => {
+        await submit(episode('a', 'g', 1));
+        expect((await store.getGroup('train', 'g'))!.expected).toBeNull();
+        await submit([makeStep('b', 'g', 0, [1], [2])], 'train', 1);
+        expect((await store.getGroup('train', 'g'))!.state).toBe('ready');
+      });
+
+      it('takes a reward after an is_last completion until the group is handed out', async () => {
+        await submit(episode('a', 'g', 2, 0), 'train', 1);
+        expect(
+          (await store.completeTrajectory('a', { reward: 0.75, status: 'complete' }, tick())).reward,
+        ).toBe(0.75);
+        const batch = await lease({ nRollouts: 1 });
+        expect(batch!.groups[0]!.trajectories[0]!.trajectory.reward).toBe(0.75);
+        await expect(
+          store.completeTrajectory('a', { reward: 1, status: 'complete' }, tick()),
+        ).rejects.toBeInstanceOf(ConflictError);
+      });
+
+      it('records a new channel even when another submission of the same batch is rejected', async () => {
+        await submit([makeStep('x', 'px', 0, [1], [2])], 'train');
+        const outcomes = await store.submitBatch(
+          [
+            { channel: 'newch', nRollouts: 3, steps: [makeStep('y', 'p1', 0, [1], [2])] },
+            { channel: 'newch', nRollouts: 3, steps: [makeStep('x', 'wrong', 1, [1, 2], [3])] },
+            { channel: 'newch', nRollouts: 3, steps: [makeStep('z', 'p2', 0, [1], [2])] },
+          ],
+          tick(),
+        );
+        expect(outcomes.map((o) => o.ok)).toEqual([true, false, true]);
+        await store.setChannelConfig('newch', { group_timeout_ms: 1_000 }, tick());
+        tick(5_000);
+        expect((await store.sweep(tick())).dropped).toBe(2);
       });
 
       it('sizes unsized groups from the first lease that declares n_rollouts', async () => {
@@ -522,6 +599,31 @@ export function runStoreConformance(name: string, open: () => Promise<StoreHarne
         );
         const b = await lease({ nRollouts: 1 });
         expect(b!.groups[0]!.trajectories[0]!.steps.map((s) => s.index)).toEqual([1]);
+      });
+
+      it('filters steps by the label in force: a step label overrides its trajectory label', async () => {
+        await fillGroups(['g'], 1);
+        await store.addLabels(
+          [
+            { trajectory_uid: 'train-g-r0', trainable: false, quality: 'bad' },
+            { trajectory_uid: 'train-g-r0', step_index: 1, trainable: true },
+          ],
+          tick(),
+        );
+        const page = { limit: 50, offset: 0 };
+        expect((await store.listSteps({ trainable: false, ...page })).items.map((s) => s.index)).toEqual([0]);
+        expect((await store.listSteps({ trainable: true, ...page })).items.map((s) => s.index)).toEqual([1]);
+        expect((await store.listSteps({ quality: 'bad', ...page })).items.map((s) => s.index).sort()).toEqual(
+          [0, 1],
+        );
+      });
+
+      it('refuses a label on a step index beyond any trajectory', async () => {
+        await fillGroups(['g'], 1);
+        await fillGroups(['h'], 1);
+        await expect(
+          store.addLabels([{ trajectory_uid: 'train-g-r0', step_index: 2 ** 20, quality: 'bad' }], tick()),
+        ).rejects.toBeInstanceOf(NotFoundError);
       });
 
       it('refuses labels for unknown trajectories or steps, storing none of the batch', async () => {

@@ -25,7 +25,7 @@ const migrations: Record<string, Migration> = {
            seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, channel TEXT NOT NULL, group_id TEXT NOT NULL, task_id TEXT,
            status TEXT NOT NULL, reward REAL, metadata TEXT NOT NULL,
            n_steps INTEGER NOT NULL DEFAULT 0, max_index INTEGER, last_index INTEGER,
-           prefix_breaks INTEGER NOT NULL DEFAULT 0, min_policy_version INTEGER,
+           prefix_breaks INTEGER NOT NULL DEFAULT 0, min_policy_version INTEGER, counted INTEGER NOT NULL DEFAULT 0,
            created_at INTEGER NOT NULL, completed_at INTEGER,
            guided INTEGER NOT NULL DEFAULT 0, guidance_k INTEGER, probe INTEGER NOT NULL DEFAULT 0,
            derived_from TEXT, derivation TEXT

@@ -325,7 +325,6 @@ export class SqliteStore implements Store {
   private readonly savepoint: <T>(fn: () => T) => T;
   /** Channel settings read during the open write transaction (settings change rarely; reads add up). */
   private txChannels: Map<string, ChannelConfig> | null = null;
-  private txKnownChannels: Set<string> | null = null;
 
   private stmt(source: string): Database.Statement {
     let statement = this.statements.get(source);
@@ -341,7 +340,6 @@ export class SqliteStore implements Store {
     if (this.closed) throw new StepwiseError('store is closed', 503, 'unavailable', undefined, true);
     const log = new TxLog();
     this.txChannels = new Map();
-    this.txKnownChannels = new Set();
     let result: T;
     try {
       result = this.db
@@ -353,7 +351,6 @@ export class SqliteStore implements Store {
         .immediate();
     } finally {
       this.txChannels = null;
-      this.txKnownChannels = null;
     }
     for (const [id, tail] of log.tails) this.tails.set(id, tail);
     for (const id of log.forgetTails) this.tails.delete(id);
@@ -431,8 +428,6 @@ export class SqliteStore implements Store {
   }
 
   private ensureChannel(channel: string, now: number): void {
-    if (this.txKnownChannels?.has(channel)) return;
-    this.txKnownChannels?.add(channel);
     this.stmt(
       'INSERT INTO channels (name, config, created_at, updated_at) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING',
     ).run(channel, JSON.stringify(this.channelDefaults), now, now);
@@ -526,6 +521,11 @@ export class SqliteStore implements Store {
     this.stmt(
       'UPDATE groups SET n_trajectories = n_trajectories + 1, expected = coalesce(expected, ?) WHERE channel = ? AND id = ?',
     ).run(nRollouts, channel, groupId);
+    if (row.expected === null && nRollouts !== null) {
+      // Sized only now: it may already have all the rollouts it needs.
+      row.expected = nRollouts;
+      this.settleGroup(row, this.channelConfig(channel), now, log);
+    }
     return row.state === 'collecting';
   }
 
@@ -691,7 +691,9 @@ export class SqliteStore implements Store {
     let duplicates = 0;
     const completed: string[] = [];
     const insertStep = this.stmt(INSERT_STEP_SQL);
-    const existing = this.stmt('SELECT content_hash, prompt_len, response_len FROM steps WHERE key = ?');
+    const existing = this.stmt(
+      'SELECT content_hash, prompt_len, response_len, is_last, reward FROM steps WHERE key = ?',
+    );
     const insertDoc = this.stmt('INSERT INTO docs (hash, body) VALUES (?, ?) ON CONFLICT DO NOTHING');
 
     for (const [trajectoryId, positions] of byTrajectory) {
@@ -700,7 +702,12 @@ export class SqliteStore implements Store {
       let trajectory = this.trajectoryRow(trajectoryId);
       const created = !trajectory;
       if (!trajectory) {
-        const nRollouts = request.nRollouts ?? (Number(first.metadata.n_rollouts) || null);
+        const declared = first.metadata.n_rollouts;
+        const fromMetadata =
+          Number.isInteger(declared) && (declared as number) >= 1 && (declared as number) <= 4096
+            ? (declared as number)
+            : null;
+        const nRollouts = request.nRollouts ?? fromMetadata;
         trajectory = this.insertTrajectory(
           { id: trajectoryId, groupId: first.groupId, channel: request.channel, nRollouts, metadata: {} },
           now,
@@ -736,17 +743,25 @@ export class SqliteStore implements Store {
         const prior =
           step.index <= (trajectory.max_index ?? -1)
             ? (existing.get(stepKey(trajectory.seq, step.index)) as
-                | { content_hash: number; prompt_len: number; response_len: number }
+                | {
+                    content_hash: number;
+                    prompt_len: number;
+                    response_len: number;
+                    is_last: number;
+                    reward: number | null;
+                  }
                 | undefined)
             : undefined;
         if (prior) {
           const same =
             prior.content_hash === stepFingerprint(step) &&
             prior.prompt_len === step.promptIds.length &&
-            prior.response_len === step.responseIds.length;
+            prior.response_len === step.responseIds.length &&
+            prior.is_last === (step.isLast ? 1 : 0) &&
+            prior.reward === step.reward;
           if (!same) {
             throw new ConflictError(
-              `${field}: step ${step.index} of trajectory ${trajectoryId} was already stored with different tokens`,
+              `${field}: step ${step.index} of trajectory ${trajectoryId} was already stored with different tokens, is_last or reward`,
               field,
             );
           }
@@ -877,12 +892,12 @@ export class SqliteStore implements Store {
     trajectory.status = input.status;
     trajectory.reward = reward;
     trajectory.completed_at = now;
-    this.stmt('UPDATE trajectories SET status = ?, reward = ?, completed_at = ? WHERE id = ?').run(
-      input.status,
-      reward,
-      now,
-      trajectory.id,
-    );
+    const group = this.groupRow(trajectory.channel, trajectory.group_id);
+    // Only rollouts that finish while their group collects belong to it; later ones are never served.
+    const counted = group?.state === 'collecting' ? 1 : 0;
+    this.stmt(
+      'UPDATE trajectories SET status = ?, reward = ?, completed_at = ?, counted = ? WHERE id = ?',
+    ).run(input.status, reward, now, counted, trajectory.id);
     log.count(trajectory.channel, `trajectories_${input.status}`);
     log.forgetTails.add(trajectory.id);
     log.tails.delete(trajectory.id);
@@ -892,7 +907,6 @@ export class SqliteStore implements Store {
       { trajectory_uid: trajectory.id, group_id: trajectory.group_id, status: input.status, reward },
       now,
     );
-    const group = this.groupRow(trajectory.channel, trajectory.group_id);
     if (group?.state !== 'collecting') {
       log.count(trajectory.channel, 'late_trajectories_finished');
       return;
@@ -915,6 +929,27 @@ export class SqliteStore implements Store {
       if (trajectory.status !== 'open') {
         const sameReward = input.reward === null || input.reward === trajectory.reward;
         if (trajectory.status === input.status && sameReward) return toTrajectory(trajectory); // a retry
+        if (trajectory.status === 'complete' && input.status === 'complete' && input.reward !== null) {
+          // The environment's reward may follow the last step, until the group is handed out.
+          const group = this.groupRow(trajectory.channel, trajectory.group_id);
+          if (group && (group.state === 'collecting' || group.state === 'ready')) {
+            trajectory.reward = input.reward;
+            this.stmt('UPDATE trajectories SET reward = ? WHERE id = ?').run(input.reward, id);
+            this.emit(
+              'trajectory_completed',
+              trajectory.channel,
+              {
+                trajectory_uid: id,
+                group_id: trajectory.group_id,
+                status: 'complete',
+                reward: input.reward,
+                update: true,
+              },
+              now,
+            );
+            return toTrajectory(trajectory);
+          }
+        }
         throw new ConflictError(`trajectory ${id} is already ${trajectory.status}`, 'status');
       }
       this.finishTrajectory(trajectory, input, now, log);
@@ -948,25 +983,39 @@ export class SqliteStore implements Store {
     return this.loadSteps(trajectoryId, index).find((s) => s.index === index) ?? null;
   }
 
-  /** Conditions for label filters, driven from the label tables' indexes. */
+  /**
+   * Conditions for label filters, driven from the label tables' indexes. A step's own label wins
+   * over its trajectory's (as when serving), so a trajectory-level match skips steps whose own
+   * label sets the same field otherwise. Tags add up instead.
+   */
   private labelConditions(query: LabelFilter, forSteps: boolean): RawBuilder<SqlBool>[] {
     const span = STEP_KEY_SPAN;
-    const within = (table: 'label_current' | 'label_tags', where: RawBuilder<unknown>) =>
-      forSteps
-        ? // Step keys of labelled steps, plus every step key of labelled trajectories: rowid lookups.
-          sql<SqlBool>`steps.key IN (
-            SELECT lt.seq * ${span} + l.step_index FROM ${sql.table(table)} AS l
-              JOIN trajectories AS lt ON lt.id = l.trajectory_id WHERE l.step_index >= 0 AND ${where}
-            UNION ALL
-            SELECT ls.key FROM ${sql.table(table)} AS l JOIN trajectories AS lt ON lt.id = l.trajectory_id
-              JOIN steps AS ls ON ls.key BETWEEN lt.seq * ${span} AND lt.seq * ${span} + ${span - 1}
-              WHERE l.step_index = ${TRAJECTORY_LABEL} AND ${where})`
-        : sql<SqlBool>`trajectories.id IN (SELECT l.trajectory_id FROM ${sql.table(table)} AS l WHERE ${where})`;
+    const within = (
+      table: 'label_current' | 'label_tags',
+      where: RawBuilder<unknown>,
+      overridable?: string,
+    ) => {
+      if (!forSteps) {
+        return sql<SqlBool>`trajectories.id IN (SELECT l.trajectory_id FROM ${sql.table(table)} AS l WHERE ${where})`;
+      }
+      const overridden = overridable
+        ? sql`AND NOT EXISTS (SELECT 1 FROM label_current AS o WHERE o.trajectory_id = lt.id AND o.step_index = ls.idx
+            AND o.${sql.ref(overridable)} IS NOT NULL AND o.${sql.ref(overridable)} IS NOT l.${sql.ref(overridable)})`
+        : sql``;
+      // Step keys of labelled steps, plus the step keys of labelled trajectories: rowid lookups.
+      return sql<SqlBool>`steps.key IN (
+        SELECT lt.seq * ${span} + l.step_index FROM ${sql.table(table)} AS l
+          JOIN trajectories AS lt ON lt.id = l.trajectory_id WHERE l.step_index >= 0 AND ${where}
+        UNION ALL
+        SELECT ls.key FROM ${sql.table(table)} AS l JOIN trajectories AS lt ON lt.id = l.trajectory_id
+          JOIN steps AS ls ON ls.key BETWEEN lt.seq * ${span} AND lt.seq * ${span} + ${span - 1}
+          WHERE l.step_index = ${TRAJECTORY_LABEL} AND ${where} ${overridden})`;
+    };
     const conditions: RawBuilder<SqlBool>[] = [];
     if (query.trainable !== undefined) {
-      conditions.push(within('label_current', sql`l.trainable = ${query.trainable ? 1 : 0}`));
+      conditions.push(within('label_current', sql`l.trainable = ${query.trainable ? 1 : 0}`, 'trainable'));
     }
-    if (query.quality) conditions.push(within('label_current', sql`l.quality = ${query.quality}`));
+    if (query.quality) conditions.push(within('label_current', sql`l.quality = ${query.quality}`, 'quality'));
     if (query.tag) conditions.push(within('label_tags', sql`l.tag = ${query.tag}`));
     return conditions;
   }
@@ -1142,7 +1191,7 @@ export class SqliteStore implements Store {
   }
 
   async leaseBatch(params: LeaseParams, now: number): Promise<LeasedBatch | null> {
-    return this.write((log) => {
+    const leased = this.write((log) => {
       this.expireLeasesTx(now, log);
       this.sweepTimeoutsTx(now, log);
       let config = this.channelConfig(params.channel);
@@ -1179,7 +1228,7 @@ export class SqliteStore implements Store {
       if (chosen.length < params.batchSize) return null;
 
       const leaseId = newLeaseId();
-      const groups: ServedGroup[] = [];
+      const picks: { row: GroupRow; staleness: number; stale: boolean; members: TrajectoryRow[] }[] = [];
       let nSteps = 0;
       const markLeased = this.stmt(
         "UPDATE groups SET state = 'leased', lease_id = ? WHERE channel = ? AND id = ?",
@@ -1188,10 +1237,10 @@ export class SqliteStore implements Store {
         markLeased.run(leaseId, row.channel, row.id);
         row.state = 'leased';
         row.lease_id = leaseId;
-        const trajectories = this.servedTrajectories(row, log);
-        for (const t of trajectories) nSteps += t.steps.length;
+        const members = this.groupMembers(row);
+        for (const t of members) nSteps += t.n_steps;
         if (stale) log.count(params.channel, 'groups_served_stale');
-        groups.push({ group: toGroup(row), staleness, stale, trajectories });
+        picks.push({ row, staleness, stale, members });
       }
       const lease: LeaseRow = {
         id: leaseId,
@@ -1209,7 +1258,7 @@ export class SqliteStore implements Store {
          VALUES (@id, @channel, @consumer, @state, @group_ids, @n_steps, @created_at, @expires_at)`,
       ).run(lease);
       log.count(params.channel, 'batches_leased');
-      log.count(params.channel, 'groups_leased', groups.length);
+      log.count(params.channel, 'groups_leased', picks.length);
       this.emit(
         'batch_leased',
         params.channel,
@@ -1221,29 +1270,35 @@ export class SqliteStore implements Store {
         },
         now,
       );
-      return { lease: toLease(lease), policyVersion, groups };
+      return { lease: toLease(lease), policyVersion, picks };
     });
+    if (!leased) return null;
+    // The groups are ours now: decode their steps after the commit, without holding the write lock.
+    const groups: ServedGroup[] = leased.picks.map(({ row, staleness, stale, members }) => ({
+      group: toGroup(row),
+      staleness,
+      stale,
+      trajectories: members.map((member) => this.servedTrajectory(member)),
+    }));
+    return { lease: leased.lease, policyVersion: leased.policyVersion, groups };
   }
 
-  /** A group's complete trajectories with their trainable steps (labels applied) and labels. */
-  private servedTrajectories(group: GroupRow, log: TxLog): ServedTrajectory[] {
-    const rows = this.stmt(
-      "SELECT * FROM trajectories WHERE channel = ? AND group_id = ? AND status = 'complete' ORDER BY completed_at, id",
-    ).all(group.channel, group.id) as TrajectoryRow[];
-    const limit = group.expected ?? rows.length;
-    const served: ServedTrajectory[] = [];
-    for (const row of rows.slice(0, limit)) {
-      const labels = this.currentLabels(row.id);
-      let steps = this.decodeRange(row.seq);
-      if (labels.length > 0) {
-        const kept = steps.filter((s) => isStepTrainable(labels, s.index));
-        if (kept.length < steps.length)
-          log.count(group.channel, 'steps_excluded_untrainable', steps.length - kept.length);
-        steps = kept;
-      }
-      served.push({ trajectory: toTrajectory(row), steps, labels });
-    }
-    return served;
+  /** The rollouts a group is served with: those that completed while it collected. */
+  private groupMembers(group: GroupRow): TrajectoryRow[] {
+    return this.stmt(
+      "SELECT * FROM trajectories WHERE group_id = ? AND channel = ? AND status = 'complete' AND counted = 1 ORDER BY completed_at, seq",
+    ).all(group.id, group.channel) as TrajectoryRow[];
+  }
+
+  /** A trajectory with its trainable steps (labels applied) and its labels. */
+  private servedTrajectory(row: TrajectoryRow): ServedTrajectory {
+    const labels = this.currentLabels(row.id);
+    const steps = this.decodeRange(row.seq);
+    return {
+      trajectory: toTrajectory(row),
+      steps: labels.length > 0 ? steps.filter((s) => isStepTrainable(labels, s.index)) : steps,
+      labels,
+    };
   }
 
   private currentLabels(trajectoryId: string): CurrentLabel[] {
@@ -1328,7 +1383,10 @@ export class SqliteStore implements Store {
           );
         const stepIndex = input.step_index ?? null;
         if (stepIndex !== null) {
-          const step = this.stmt('SELECT 1 FROM steps WHERE key = ?').get(stepKey(trajectory.seq, stepIndex));
+          const step =
+            stepIndex < STEP_KEY_SPAN
+              ? this.stmt('SELECT 1 FROM steps WHERE key = ?').get(stepKey(trajectory.seq, stepIndex))
+              : undefined;
           if (!step)
             throw new NotFoundError(
               `labels.${i}.step_index: step ${stepIndex} of ${trajectory.id} does not exist`,
