@@ -1,0 +1,136 @@
+import { describe, expect, it } from 'vitest';
+import { seededRandom } from '../../util/random.js';
+import {
+  assistantTurns,
+  echoPolicy,
+  injectError,
+  type PolicyContext,
+  randomPolicy,
+  type ScriptStep,
+  scriptedPolicy,
+} from './policies.js';
+
+const tools = [
+  {
+    type: 'function' as const,
+    function: {
+      name: 'read_file',
+      parameters: { type: 'object', properties: { path: { type: 'string' }, limit: { type: 'integer' } } },
+    },
+  },
+];
+
+function ctx(over: Partial<PolicyContext> = {}): PolicyContext {
+  const seed = over.seed ?? 1;
+  const messages = over.messages ?? [{ role: 'user', content: 'hi' }];
+  return {
+    messages,
+    tools: [],
+    seed,
+    turn: assistantTurns(messages),
+    random: seededRandom('policy', seed),
+    ...over,
+  };
+}
+
+const script: ScriptStep[] = [
+  { toolCall: { name: 'read_file', arguments: { path: 'src/a.ts' } }, text: 'Reading the file.' },
+  { toolCall: { name: 'run', arguments: { cmd: 'npm test' } } },
+  { answer: 'All tests pass.' },
+];
+
+describe('echoPolicy', () => {
+  it('repeats the last user message, flattening text parts', () => {
+    const messages = [
+      { role: 'user' as const, content: 'first' },
+      { role: 'assistant' as const, content: 'x' },
+      {
+        role: 'user' as const,
+        content: [
+          { type: 'text' as const, text: 'a' },
+          { type: 'text' as const, text: 'b' },
+        ],
+      },
+    ];
+    expect(echoPolicy(ctx({ messages }))).toEqual({ text: 'a\nb' });
+    expect(echoPolicy(ctx({ messages: [{ role: 'system', content: 's' }] }))).toEqual({ text: '' });
+  });
+});
+
+describe('randomPolicy', () => {
+  it('is deterministic for a seed and differs across seeds', () => {
+    const p = randomPolicy();
+    expect(p(ctx({ seed: 7 }))).toEqual(p(ctx({ seed: 7 })));
+    const outs = new Set(Array.from({ length: 10 }, (_, s) => JSON.stringify(p(ctx({ seed: s })))));
+    expect(outs.size).toBeGreaterThan(5);
+  });
+
+  it('calls offered tools with schema-shaped arguments at the configured rate', () => {
+    const p = randomPolicy({ toolCallRate: 1 });
+    const out = p(ctx({ tools }));
+    expect(out.toolCalls).toHaveLength(1);
+    expect(out.toolCalls?.[0]?.name).toBe('read_file');
+    expect(typeof out.toolCalls?.[0]?.arguments.path).toBe('string');
+    expect(Number.isInteger(out.toolCalls?.[0]?.arguments.limit)).toBe(true);
+    expect(randomPolicy({ toolCallRate: 1 })(ctx()).toolCalls).toBeUndefined();
+  });
+});
+
+describe('scriptedPolicy', () => {
+  const at = (turn: number, p = scriptedPolicy(script)) => p(ctx({ turn }));
+
+  it('follows the script by turn, then keeps giving the final answer', () => {
+    expect(at(0)).toEqual({
+      text: 'Reading the file.',
+      toolCalls: [{ name: 'read_file', arguments: { path: 'src/a.ts' } }],
+    });
+    expect(at(1)).toEqual({ toolCalls: [{ name: 'run', arguments: { cmd: 'npm test' } }] });
+    expect(at(2)).toEqual({ text: 'All tests pass.' });
+    expect(at(5)).toEqual({ text: 'All tests pass.' });
+  });
+
+  it('with errorRate 1 injects a wrong call, then the correction on the next turn', () => {
+    const p = scriptedPolicy(script, { errorRate: 1, errorKinds: ['wrong_argument'] });
+    expect(at(0, p)).toEqual({ toolCalls: [{ name: 'read_file', arguments: { path: 'src/a.ts_wrong' } }] });
+    expect(at(1, p)).toEqual({
+      text: 'That call was wrong; retrying with the correct one.',
+      toolCalls: [{ name: 'read_file', arguments: { path: 'src/a.ts' } }],
+    });
+    expect(at(2, p).toolCalls?.[0]).toEqual({ name: 'run', arguments: { cmd: 'npm test_wrong' } });
+    expect(at(3, p).toolCalls?.[0]).toEqual({ name: 'run', arguments: { cmd: 'npm test' } });
+    expect(at(4, p)).toEqual({ text: 'All tests pass.' });
+  });
+
+  it('draws the error plan from the seed, deterministically', () => {
+    const p = scriptedPolicy(script, { errorRate: 0.5 });
+    const plan = (seed: number) =>
+      Array.from({ length: 6 }, (_, turn) => JSON.stringify(p(ctx({ turn, seed }))));
+    expect(plan(3)).toEqual(plan(3));
+    const plans = new Set(Array.from({ length: 20 }, (_, s) => plan(s).join('|')));
+    expect(plans.size).toBeGreaterThan(1);
+    // An explicit plan seed overrides the request's.
+    const fixed = scriptedPolicy(script, { errorRate: 0.5, seed: 9 });
+    expect(fixed(ctx({ turn: 0, seed: 1 }))).toEqual(fixed(ctx({ turn: 0, seed: 2 })));
+  });
+
+  it('picks a script per task and rejects a bad errorRate', () => {
+    const p = scriptedPolicy((c) => (c.messages[0]?.content === 'task-b' ? [{ answer: 'B' }] : undefined));
+    expect(p(ctx({ messages: [{ role: 'user', content: 'task-b' }] }))).toEqual({ text: 'B' });
+    expect(p(ctx())).toEqual({ text: 'Done.' });
+    expect(() => scriptedPolicy(script, { errorRate: 2 })).toThrow(/errorRate/);
+  });
+});
+
+describe('injectError', () => {
+  const call = { name: 'read_file', arguments: { path: 'a' } };
+  it('renames the tool, or writes a block no parser accepts', () => {
+    expect(injectError(call, 'unknown_tool')).toEqual({
+      toolCalls: [{ name: 'read_file_v2', arguments: { path: 'a' } }],
+    });
+    const bad = injectError(call, 'malformed').text ?? '';
+    expect(bad.startsWith('<tool_call>\n')).toBe(true);
+    expect(() => JSON.parse(bad.slice('<tool_call>\n'.length, -'\n</tool_call>'.length))).toThrow();
+    // No string argument to corrupt: falls back to a malformed block.
+    expect(injectError({ name: 'x', arguments: { n: 1 } }, 'wrong_argument').text).toContain('<tool_call>');
+  });
+});

@@ -1,0 +1,247 @@
+import { ValidationError } from '../../domain/errors.js';
+import type { ChatMessageInput, ChatToolInput } from '../../text/index.js';
+import { pick, type Random, randomInt, seededRandom } from '../../util/random.js';
+
+/** What a policy sees: the conversation as the agent sent it, and its own seeded randomness. */
+export interface PolicyContext {
+  messages: readonly ChatMessageInput[];
+  tools: readonly ChatToolInput[];
+  /** The request's seed (or the engine's derived one): the same seed gives the same output. */
+  seed: number;
+  /** Assistant turns already in `messages`: 0 on the first call of an episode. */
+  turn: number;
+  /** Seeded from `seed`; a policy must draw all its randomness from here. */
+  random: Random;
+}
+
+export interface PolicyToolCall {
+  name: string;
+  arguments: Record<string, unknown>;
+}
+
+/**
+ * What the simulated assistant says. `text` is pasted into the completion verbatim (before any tool
+ * calls), so a policy can also write a malformed `<tool_call>` block on purpose.
+ */
+export interface PolicyOutput {
+  text?: string;
+  reasoning?: string;
+  toolCalls?: PolicyToolCall[];
+}
+
+export type Policy = (ctx: PolicyContext) => PolicyOutput;
+
+function contentText(content: ChatMessageInput['content']): string {
+  if (content == null) return '';
+  if (typeof content === 'string') return content;
+  return content.map((p) => p.text).join('\n');
+}
+
+/** Counts assistant messages: the number of turns the policy has already taken in this episode. */
+export function assistantTurns(messages: readonly ChatMessageInput[]): number {
+  return messages.filter((m) => m.role === 'assistant').length;
+}
+
+/** Repeats the text of the last user message. */
+export const echoPolicy: Policy = ({ messages }) => {
+  for (let i = messages.length - 1; i >= 0; i--) {
+    const m = messages[i];
+    if (m?.role === 'user') return { text: contentText(m.content) };
+  }
+  return { text: '' };
+};
+
+const WORDS = [
+  'the',
+  'a',
+  'file',
+  'tool',
+  'result',
+  'check',
+  'run',
+  'test',
+  'value',
+  'next',
+  'step',
+  'answer',
+  'looks',
+  'fine',
+  'error',
+  'path',
+  'read',
+  'write',
+  'list',
+  'done',
+  'maybe',
+  'again',
+  'output',
+  'line',
+  'simulated',
+  'agent',
+  'task',
+  'plan',
+  'data',
+  'ok',
+] as const;
+
+function randomWords(random: Random, min: number, max: number): string {
+  const n = min + randomInt(random, max - min + 1);
+  return Array.from({ length: n }, () => pick(random, WORDS)).join(' ');
+}
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+/** Arguments shaped by the tool's JSON schema (top-level properties only; unknown types get a word). */
+function randomArguments(random: Random, tool: ChatToolInput): Record<string, unknown> {
+  const params = (tool.function as Record<string, unknown>).parameters;
+  const props = isObject(params) && isObject(params.properties) ? params.properties : {};
+  const args: Record<string, unknown> = {};
+  for (const [key, schema] of Object.entries(props)) {
+    const type = isObject(schema) ? schema.type : undefined;
+    const enumValues = isObject(schema) && Array.isArray(schema.enum) ? schema.enum : undefined;
+    if (enumValues && enumValues.length > 0) args[key] = pick(random, enumValues);
+    else if (type === 'integer' || type === 'number') args[key] = randomInt(random, 100);
+    else if (type === 'boolean') args[key] = random() < 0.5;
+    else args[key] = pick(random, WORDS);
+  }
+  return args;
+}
+
+export interface RandomPolicyOptions {
+  /** Chance of a tool call when the request offers tools (default 0.3). */
+  toolCallRate?: number;
+}
+
+/** Seeded random words; with tools offered, sometimes a call to a random tool with schema-shaped arguments. */
+export function randomPolicy(options: RandomPolicyOptions = {}): Policy {
+  const rate = options.toolCallRate ?? 0.3;
+  return ({ tools, random }) => {
+    if (tools.length > 0 && random() < rate) {
+      const tool = pick(random, tools);
+      return { toolCalls: [{ name: tool.function.name, arguments: randomArguments(random, tool) }] };
+    }
+    return { text: randomWords(random, 3, 24) };
+  };
+}
+
+/** One step of a script: a tool call (optionally with text before it) or a final answer. */
+export type ScriptStep = { toolCall: PolicyToolCall; text?: string } | { answer: string };
+
+export type InjectedErrorKind = 'wrong_argument' | 'unknown_tool' | 'malformed';
+
+export interface ScriptedPolicyOptions {
+  /** Chance that a tool-call step is preceded by a wrong call (default 0). */
+  errorRate?: number;
+  /** Kinds of injected error to draw from (default all; `wrong_argument` needs a string argument). */
+  errorKinds?: readonly InjectedErrorKind[];
+  /**
+   * Seed of the error plan. Defaults to the request's seed, so an agent that sends no fixed seed gets a
+   * plan that can change between turns; set this for an episode-stable plan.
+   */
+  seed?: number;
+  /** Said once the script is exhausted (default: the script's last answer, or "Done."). */
+  finalAnswer?: string;
+}
+
+/** A script for every task, or one chosen from the request (e.g. by a task id in the first message). */
+export type ScriptSource =
+  | readonly ScriptStep[]
+  | ((ctx: PolicyContext) => readonly ScriptStep[] | undefined);
+
+/** Where a turn falls in a script once injected errors take their extra turns. */
+interface ScriptPosition {
+  step: number;
+  /** The wrong call that precedes the step's correct one. */
+  injected?: InjectedErrorKind;
+  /** The correct call that follows an injected one. */
+  correction: boolean;
+}
+
+function locate(
+  script: readonly ScriptStep[],
+  turn: number,
+  planSeed: number,
+  errorRate: number,
+  kinds: readonly InjectedErrorKind[],
+): ScriptPosition | undefined {
+  let t = 0;
+  for (let i = 0; i < script.length; i++) {
+    const step = script[i]!;
+    // One draw per step from its own stream: the plan for step i never depends on other steps.
+    const r = seededRandom('scripted-error', planSeed, i);
+    const injectedHere = 'toolCall' in step && errorRate > 0 && r() < errorRate;
+    if (injectedHere) {
+      if (turn === t) return { step: i, injected: chooseKind(r, step.toolCall, kinds), correction: false };
+      if (turn === t + 1) return { step: i, correction: true };
+      t += 2;
+    } else {
+      if (turn === t) return { step: i, correction: false };
+      t += 1;
+    }
+  }
+  return undefined;
+}
+
+function firstStringArgument(call: PolicyToolCall): string | undefined {
+  return Object.keys(call.arguments).find((k) => typeof call.arguments[k] === 'string');
+}
+
+function chooseKind(r: Random, call: PolicyToolCall, kinds: readonly InjectedErrorKind[]): InjectedErrorKind {
+  const usable = kinds.filter((k) => k !== 'wrong_argument' || firstStringArgument(call) !== undefined);
+  return usable.length > 0 ? pick(r, usable) : 'malformed';
+}
+
+/** The wrong version of a call, as the simulated assistant writes it. */
+export function injectError(call: PolicyToolCall, kind: InjectedErrorKind): PolicyOutput {
+  switch (kind) {
+    case 'wrong_argument': {
+      const key = firstStringArgument(call);
+      if (key === undefined) return injectError(call, 'malformed');
+      const value = call.arguments[key] as string;
+      return { toolCalls: [{ name: call.name, arguments: { ...call.arguments, [key]: `${value}_wrong` } }] };
+    }
+    case 'unknown_tool':
+      return { toolCalls: [{ name: `${call.name}_v2`, arguments: call.arguments }] };
+    case 'malformed':
+      // The closing brace of the call object is missing: parsers leave the block in `content`.
+      return {
+        text: `<tool_call>\n{"name": "${call.name}", "arguments": ${JSON.stringify(call.arguments)}\n</tool_call>`,
+      };
+  }
+}
+
+const CORRECTION_TEXT = 'That call was wrong; retrying with the correct one.';
+
+/**
+ * Follows a per-task script. The step is chosen by the number of assistant turns already in the
+ * conversation; with `errorRate`, a tool-call step first gets a wrong call (wrong argument, unknown
+ * tool or malformed block) and the correct call on the next turn — deterministic for the seed.
+ */
+export function scriptedPolicy(source: ScriptSource, options: ScriptedPolicyOptions = {}): Policy {
+  const errorRate = options.errorRate ?? 0;
+  if (!(errorRate >= 0 && errorRate <= 1))
+    throw new ValidationError('errorRate must be in [0, 1]', 'errorRate');
+  const kinds = options.errorKinds ?? ['wrong_argument', 'unknown_tool', 'malformed'];
+  return (ctx) => {
+    const script = typeof source === 'function' ? source(ctx) : source;
+    if (!script || script.length === 0) return { text: options.finalAnswer ?? 'Done.' };
+    const pos = locate(script, ctx.turn, options.seed ?? ctx.seed, errorRate, kinds);
+    if (!pos) {
+      const answers = script.filter((s): s is { answer: string } => 'answer' in s);
+      return { text: options.finalAnswer ?? answers.at(-1)?.answer ?? 'Done.' };
+    }
+    const step = script[pos.step]!;
+    if ('answer' in step) return { text: step.answer };
+    if (pos.injected) return injectError(step.toolCall, pos.injected);
+    const text = pos.correction ? CORRECTION_TEXT : step.text;
+    return { ...(text !== undefined ? { text } : {}), toolCalls: [step.toolCall] };
+  };
+}
+
+/** Built-in policies by name, for configuration and the CLI (`scripted` needs a script, so it is not here). */
+export const namedPolicies: Readonly<Record<'echo' | 'random', () => Policy>> = {
+  echo: () => echoPolicy,
+  random: () => randomPolicy(),
+};
