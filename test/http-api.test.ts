@@ -261,6 +261,30 @@ describe('HTTP API', () => {
   });
 });
 
+describe('HTTP API with SQLite on a worker thread', () => {
+  it('stores, leases and acks through the worker', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'stepwise-http-worker-'));
+    const server = await startServer({ dbPath: join(dir, 'pool.db'), port: 0, storeThread: 'worker' });
+    const client = new StepwiseClient({ baseUrl: server.url });
+    try {
+      await client.submitSteps(wireEpisode('t', 'p', 2), { nRollouts: 1 });
+      const conflict = wireEpisode('t', 'p', 2);
+      conflict[0]!.response_ids = [1, 2];
+      await expect(client.submitSteps(conflict)).rejects.toMatchObject({ status: 409, field: 'steps.0' });
+      const batch = await client.lease({ batchSize: 1, nRollouts: 1 });
+      expect(batch!.groups[0]!.trajectories[0]!.steps.map((s) => s.prompt_ids)).toEqual(
+        wireEpisode('t', 'p', 2).map((s) => s.prompt_ids),
+      );
+      await client.ack(batch!.lease_id);
+      expect((await client.stats()).consumed).toEqual({ groups: 1, steps: 2 });
+    } finally {
+      await client.close();
+      await server.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
 describe('security defaults', () => {
   let dir: string;
   beforeEach(() => {

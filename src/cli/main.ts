@@ -53,6 +53,11 @@ export function buildCli(): Command {
       ]),
     )
     .option('--max-body-mb <mb>', 'largest request body accepted', int('--max-body-mb', 1), 64)
+    .addOption(
+      new Option('--store-thread <where>', 'run SQLite on the event-loop thread or its own worker thread')
+        .choices(['main', 'worker'])
+        .default('main'),
+    )
     .action(async (opts) => {
       const logger = createLogger();
       const envKeys = (process.env.STEPWISE_API_KEYS ?? '').split(/\s+/).filter(Boolean);
@@ -74,6 +79,7 @@ export function buildCli(): Command {
         synchronous: opts.sync === 'normal' ? 'NORMAL' : 'FULL',
         channelDefaults,
         maxBodyBytes: opts.maxBodyMb * 1024 * 1024,
+        storeThread: opts.storeThread,
         logger,
       });
       logger.info({ url: server.url, db: opts.db }, 'stepwise serving');

@@ -4,6 +4,7 @@ import type { Logger } from 'pino';
 import type { ChannelConfig } from '../domain/index.js';
 import { DataPool } from '../pool/data-pool.js';
 import { openSqliteStore } from '../store/sqlite/sqlite-store.js';
+import { WorkerStore } from '../store/sqlite/worker-store.js';
 import { createApp } from './app.js';
 import { isLoopback, parseApiKey } from './auth.js';
 
@@ -17,6 +18,8 @@ export interface ServerOptions {
   channelDefaults?: Partial<ChannelConfig>;
   maxBodyBytes?: number;
   commitWindowMs?: number;
+  /** Where SQLite runs: the event-loop thread (default) or its own worker thread. */
+  storeThread?: 'main' | 'worker';
   logger?: Logger;
 }
 
@@ -36,14 +39,18 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       `refusing to listen on ${host} without API keys: pass --api-key KEY:scopes (or STEPWISE_API_KEYS), or bind to 127.0.0.1`,
     );
   }
-  const store = await openSqliteStore({
+  const storeOptions = {
     path: options.dbPath,
     synchronous: options.synchronous,
     channelDefaults: options.channelDefaults,
-  });
+  };
+  const onWorker = options.storeThread === 'worker';
+  const store = onWorker ? await WorkerStore.open(storeOptions) : await openSqliteStore(storeOptions);
   const pool = new DataPool({
     store,
     commitWindowMs: options.commitWindowMs,
+    // A worker applies batches in order: keep the next one queued there while this one commits.
+    commitsInFlight: onWorker ? 2 : 1,
     logger: options.logger,
   }).start();
   const app = createApp({ pool, apiKeys, maxBodyBytes: options.maxBodyBytes, logger: options.logger });

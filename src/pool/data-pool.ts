@@ -36,6 +36,8 @@ export interface DataPoolOptions {
   commitWindowMs?: number;
   /** Commit at once when this many steps are queued. */
   maxCommitSteps?: number;
+  /** Batches handed to the store before the previous is answered (>1 only for a store on another thread). */
+  commitsInFlight?: number;
   /** How often overdue leases and incomplete groups are swept. */
   sweepIntervalMs?: number;
   /** How often waiting consumers re-check the store for work written by other processes. */
@@ -72,6 +74,7 @@ export class DataPool {
     this.writer = new WriteCoalescer((requests) => this.store.submitBatch(requests, this.clock()), {
       windowMs: options.commitWindowMs ?? 0,
       maxWeight: options.maxCommitSteps ?? 4_096,
+      maxInFlight: options.commitsInFlight ?? 1,
     });
   }
 

@@ -7,12 +7,16 @@ export class WriteCoalescer<Req, Res> {
     [];
   private queuedWeight = 0;
   private scheduled: NodeJS.Immediate | NodeJS.Timeout | null = null;
-  private running: Promise<void> | null = null;
+  private readonly inFlight = new Set<Promise<void>>();
   private closed = false;
 
   constructor(
     private readonly commit: (requests: Req[]) => Promise<Res[]>,
-    private readonly options: { windowMs: number; maxWeight: number },
+    /**
+     * maxInFlight > 1 hands the next batch over before the previous one is answered: worth it only
+     * when commits run elsewhere (a worker thread) and are applied in order there.
+     */
+    private readonly options: { windowMs: number; maxWeight: number; maxInFlight?: number },
   ) {}
 
   submit(request: Req, weight = 1): Promise<Res> {
@@ -20,18 +24,21 @@ export class WriteCoalescer<Req, Res> {
     return new Promise<Res>((resolve, reject) => {
       this.queue.push({ request, weight, resolve, reject });
       this.queuedWeight += weight;
-      if (this.queuedWeight >= this.options.maxWeight) this.schedule(true);
-      else this.schedule(false);
+      this.schedule(this.queuedWeight >= this.options.maxWeight);
     });
   }
 
+  private get saturated(): boolean {
+    return this.inFlight.size >= (this.options.maxInFlight ?? 1);
+  }
+
   private schedule(now: boolean): void {
-    if (this.running) return; // the running flush picks up the queue when it ends
+    if (this.saturated) return; // a finishing flush picks up the queue
     if (this.scheduled && !now) return;
     this.clearScheduled();
     const run = () => {
       this.scheduled = null;
-      void this.flush();
+      this.flush();
     };
     this.scheduled =
       now || this.options.windowMs <= 0 ? setImmediate(run) : setTimeout(run, this.options.windowMs);
@@ -44,31 +51,32 @@ export class WriteCoalescer<Req, Res> {
     this.scheduled = null;
   }
 
-  private async flush(): Promise<void> {
-    if (this.running || this.queue.length === 0) return;
+  private flush(): void {
+    if (this.saturated || this.queue.length === 0) return;
     const batch = this.queue;
     this.queue = [];
     this.queuedWeight = 0;
-    this.running = (async () => {
+    const done = (async () => {
       try {
         const results = await this.commit(batch.map((b) => b.request));
         for (const [i, b] of batch.entries()) b.resolve(results[i]!);
       } catch (error) {
         for (const b of batch) b.reject(error);
       }
-    })();
-    await this.running;
-    this.running = null;
-    if (this.queue.length > 0) this.schedule(true);
+    })().finally(() => {
+      this.inFlight.delete(done);
+      if (this.queue.length > 0) this.schedule(true);
+    });
+    this.inFlight.add(done);
   }
 
   /** Commits whatever is queued and refuses new submissions. */
   async close(): Promise<void> {
     this.closed = true;
     this.clearScheduled();
-    while (this.running || this.queue.length > 0) {
-      if (this.running) await this.running;
-      else await this.flush();
+    while (this.inFlight.size > 0 || this.queue.length > 0) {
+      if (this.inFlight.size > 0) await Promise.race(this.inFlight);
+      else this.flush();
     }
   }
 }

@@ -1,0 +1,36 @@
+/**
+ * Runs a SqliteStore on its own thread; WorkerStore is its face on the main thread, so requests are
+ * parsed while commits run.
+ */
+import { parentPort, workerData } from 'node:worker_threads';
+import type { SubmitOutcome } from '../store.js';
+import { openSqliteStore, type SqliteStoreOptions } from './sqlite-store.js';
+import { serializeError, type WorkerReply, type WorkerRequest } from './worker-protocol.js';
+
+const port = parentPort;
+if (!port) throw new Error('store-worker must run in a worker thread');
+
+try {
+  const store = await openSqliteStore(workerData as SqliteStoreOptions);
+  port.on('message', async (message: WorkerRequest) => {
+    let reply: WorkerReply;
+    try {
+      const method = store[message.method] as (...args: unknown[]) => Promise<unknown>;
+      let value = await method.apply(store, message.args);
+      if (message.method === 'submitBatch') {
+        // Rejected submissions carry domain errors, which a structured clone would flatten.
+        value = (value as SubmitOutcome[]).map((o) =>
+          o.ok ? o : { ok: false, error: serializeError(o.error) },
+        );
+      }
+      reply = { id: message.id, ok: true, value };
+    } catch (error) {
+      reply = { id: message.id, ok: false, error: serializeError(error) };
+    }
+    port.postMessage(reply);
+    if (message.method === 'close') port.close();
+  });
+  port.postMessage({ ready: true });
+} catch (error) {
+  port.postMessage({ ready: false, error: serializeError(error) });
+}

@@ -1,0 +1,124 @@
+import { Worker } from 'node:worker_threads';
+import { type NewStep, StepwiseError } from '../../domain/index.js';
+import type { Store, SubmitOutcome, SubmitRequest } from '../store.js';
+import type { SqliteStoreOptions } from './sqlite-store.js';
+import {
+  deserializeError,
+  type SerializedError,
+  type StoreMethod,
+  type WorkerReply,
+} from './worker-protocol.js';
+
+// biome-ignore lint/suspicious/noExplicitAny: each call resolves with its own method's result type
+type Pending = { resolve: (value: any) => void; reject: (error: unknown) => void };
+
+/**
+ * A Store whose SQLite connection lives on a worker thread: every call is a message, answered when
+ * the worker's store answers. Token arrays travel as transferred typed arrays (no per-number copy).
+ */
+export class WorkerStore implements Store {
+  readonly kind = 'sqlite' as const;
+  private readonly pending = new Map<number, Pending>();
+  private nextId = 1;
+  private failure: Error | null = null;
+
+  private constructor(private readonly worker: Worker) {
+    worker.on('message', (reply: WorkerReply) => {
+      const waiting = this.pending.get(reply.id);
+      if (!waiting) return;
+      this.pending.delete(reply.id);
+      if (reply.ok) waiting.resolve(reply.value);
+      else waiting.reject(deserializeError(reply.error));
+    });
+    const fail = (error: Error) => {
+      this.failure ??= error;
+      for (const waiting of this.pending.values()) waiting.reject(this.failure);
+      this.pending.clear();
+    };
+    worker.on('error', fail);
+    worker.on('exit', (code) => fail(new StepwiseError(`store worker exited (${code})`, 503, 'unavailable')));
+  }
+
+  static async open(options: SqliteStoreOptions): Promise<WorkerStore> {
+    const worker = new Worker(new URL('./store-worker-entry.mjs', import.meta.url), { workerData: options });
+    await new Promise<void>((resolve, reject) => {
+      const onMessage = (message: { ready?: boolean; error?: SerializedError }) => {
+        if (message.ready === undefined) return;
+        worker.off('message', onMessage);
+        worker.off('error', reject);
+        if (message.ready) resolve();
+        else {
+          void worker.terminate();
+          reject(deserializeError(message.error!));
+        }
+      };
+      worker.on('message', onMessage);
+      worker.once('error', reject);
+    });
+    return new WorkerStore(worker);
+  }
+
+  private call<M extends StoreMethod>(
+    method: M,
+    args: Parameters<Store[M]>,
+    transfer: ArrayBuffer[] = [],
+  ): ReturnType<Store[M]> {
+    if (this.failure) return Promise.reject(this.failure) as ReturnType<Store[M]>;
+    const id = this.nextId++;
+    return new Promise((resolve, reject) => {
+      this.pending.set(id, { resolve, reject });
+      this.worker.postMessage({ id, method, args }, transfer);
+    }) as ReturnType<Store[M]>;
+  }
+
+  async submitBatch(requests: SubmitRequest[], now: number): Promise<SubmitOutcome[]> {
+    const transfer: ArrayBuffer[] = [];
+    const packed = (ids: number[]) => {
+      const typed = Uint32Array.from(ids);
+      transfer.push(typed.buffer);
+      return typed as unknown as number[]; // the store reads token arrays as ArrayLike
+    };
+    const sent = requests.map((r) => ({
+      ...r,
+      steps: r.steps.map(
+        (s): NewStep => ({ ...s, promptIds: packed(s.promptIds), responseIds: packed(s.responseIds) }),
+      ),
+    }));
+    const outcomes = (await this.call('submitBatch', [sent, now], transfer)) as unknown as (
+      | SubmitOutcome
+      | { ok: false; error: SerializedError }
+    )[];
+    return outcomes.map((o) =>
+      o.ok ? o : { ok: false, error: deserializeError(o.error as SerializedError) as StepwiseError },
+    );
+  }
+
+  createTrajectory: Store['createTrajectory'] = (...a) => this.call('createTrajectory', a);
+  completeTrajectory: Store['completeTrajectory'] = (...a) => this.call('completeTrajectory', a);
+  getTrajectory: Store['getTrajectory'] = (...a) => this.call('getTrajectory', a);
+  getTrajectorySteps: Store['getTrajectorySteps'] = (...a) => this.call('getTrajectorySteps', a);
+  getStep: Store['getStep'] = (...a) => this.call('getStep', a);
+  getGroup: Store['getGroup'] = (...a) => this.call('getGroup', a);
+  listSteps: Store['listSteps'] = (...a) => this.call('listSteps', a);
+  listTrajectories: Store['listTrajectories'] = (...a) => this.call('listTrajectories', a);
+  getPolicyVersion: Store['getPolicyVersion'] = (...a) => this.call('getPolicyVersion', a);
+  setPolicyVersion: Store['setPolicyVersion'] = (...a) => this.call('setPolicyVersion', a);
+  getChannelConfig: Store['getChannelConfig'] = (...a) => this.call('getChannelConfig', a);
+  setChannelConfig: Store['setChannelConfig'] = (...a) => this.call('setChannelConfig', a);
+  leaseBatch: Store['leaseBatch'] = (...a) => this.call('leaseBatch', a);
+  ackLease: Store['ackLease'] = (...a) => this.call('ackLease', a);
+  nackLease: Store['nackLease'] = (...a) => this.call('nackLease', a);
+  getLease: Store['getLease'] = (...a) => this.call('getLease', a);
+  sweep: Store['sweep'] = (...a) => this.call('sweep', a);
+  addLabels: Store['addLabels'] = (...a) => this.call('addLabels', a);
+  getLabels: Store['getLabels'] = (...a) => this.call('getLabels', a);
+  readEvents: Store['readEvents'] = (...a) => this.call('readEvents', a);
+  lastEventSeq: Store['lastEventSeq'] = (...a) => this.call('lastEventSeq', a);
+  stats: Store['stats'] = (...a) => this.call('stats', a);
+
+  async close(): Promise<void> {
+    if (this.failure) return;
+    await this.call('close', []);
+    await this.worker.terminate();
+  }
+}
