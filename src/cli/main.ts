@@ -1,4 +1,6 @@
+import { readFileSync } from 'node:fs';
 import { Command, InvalidArgumentError, Option } from 'commander';
+import { startSimServer } from '../engines/sim/serve.js';
 import { startServer } from '../gateway/server.js';
 import { createLogger } from '../util/logger.js';
 import { runDemo } from './demo.js';
@@ -90,6 +92,43 @@ export function buildCli(): Command {
       };
       process.once('SIGINT', () => void stop('SIGINT'));
       process.once('SIGTERM', () => void stop('SIGTERM'));
+    });
+
+  program
+    .command('sim')
+    .description('serve the built-in sim engine (vLLM OpenAI-compatible API, named sim-*) standalone')
+    .option('--host <host>', 'address to bind', '127.0.0.1')
+    .option('--port <port>', 'port to listen on', int('--port'), 8200)
+    .addOption(
+      new Option('--policy <name>', 'what the sim says (scripted needs --script)')
+        .choices(['echo', 'random', 'scripted'])
+        .default('echo'),
+    )
+    .option('--script <file>', 'JSON list of script steps for --policy scripted')
+    .option('--seed <n>', 'engine seed (requests without a seed derive theirs from it)', int('--seed'), 0)
+    .option('--ttft-ms <ms>', 'simulated time to first token', int('--ttft-ms'), 0)
+    .option('--tokens-per-second <n>', 'simulated decode speed (0: instant)', int('--tokens-per-second'), 0)
+    .option('--model <name>', 'served model name (must contain "sim")', 'sim-qwen3')
+    .action(async (opts) => {
+      if (opts.policy === 'scripted' && !opts.script)
+        throw new Error('--policy scripted needs --script FILE');
+      const server = await startSimServer({
+        host: opts.host,
+        port: opts.port,
+        policy: opts.policy,
+        script: opts.script ? JSON.parse(readFileSync(opts.script, 'utf8')) : undefined,
+        seed: opts.seed,
+        ttftMs: opts.ttftMs,
+        tokensPerSecond: opts.tokensPerSecond,
+        model: opts.model,
+      });
+      console.log(`stepwise sim serving ${server.model} at ${server.url}/v1`);
+      const stop = async () => {
+        await server.close();
+        process.exit(0);
+      };
+      process.once('SIGINT', () => void stop());
+      process.once('SIGTERM', () => void stop());
     });
 
   program

@@ -34,3 +34,5 @@ export {
   type ScriptStep,
   scriptedPolicy,
 } from './policies.js';
+export { type RunningSimServer, type SimServerOptions, startSimServer } from './serve.js';
+export { createSimApp, DEFAULT_SIM_MODEL, type SimAppOptions, type SimStreamEnd } from './server.js';

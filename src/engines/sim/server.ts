@@ -1,0 +1,168 @@
+import { randomBytes } from 'node:crypto';
+import { type Context, Hono } from 'hono';
+import { HTTPException } from 'hono/http-exception';
+import { stream } from 'hono/streaming';
+import { z } from 'zod';
+import { fromZodError, StepwiseError, ValidationError } from '../../domain/errors.js';
+import { ChatMessage, ChatTool } from '../../text/index.js';
+import { encodeSseDone, encodeSseEvent } from '../../text/sse.js';
+import type { SimChatRequest, SimEngine } from './engine.js';
+import { type ResponseMeta, toChatCompletion, toChatCompletionChunks } from './format.js';
+import { instantLatency, type LatencyModel } from './latency.js';
+
+/*
+ * The HTTP face of the sim engine: the subset of vLLM's OpenAI-compatible server that agents and the
+ * gateway use (`/v1/models`, `/v1/chat/completions` with SSE streaming, `/health`). Errors use the
+ * OpenAI shape `{error: {message, type, param, code}}`. The served model is always named `sim-*` so
+ * nobody mistakes it for a real model; the request's `model` is not checked (any name is answered).
+ */
+
+export const DEFAULT_SIM_MODEL = 'sim-qwen3';
+
+/** How a streamed response ended: all chunks sent, or the client went away first. */
+export interface SimStreamEnd {
+  aborted: boolean;
+  /** Chunks written, `[DONE]` not counted. */
+  chunksSent: number;
+}
+
+export interface SimAppOptions {
+  engine: SimEngine;
+  /** Paces streamed chunks (default: instant). Non-streaming responses wait for the whole completion. */
+  latency?: LatencyModel;
+  /** Served model name; must contain "sim" (default `sim-qwen3`). */
+  model?: string;
+  /** Called when a streaming handler finishes, for tests and metrics. */
+  onStreamEnd?: (end: SimStreamEnd) => void;
+}
+
+const nullable = <T extends z.ZodType>(schema: T) => schema.nullable().optional();
+
+/** What the server checks before the engine sees the body; the engine checks the rest. */
+const ChatCompletionBody = z.looseObject({
+  model: nullable(z.string()),
+  messages: z.array(ChatMessage).min(1, 'must contain at least one message'),
+  tools: nullable(z.array(ChatTool)),
+  n: nullable(z.literal(1, 'the sim supports only n=1')),
+  stream: nullable(z.boolean()),
+  stream_options: nullable(z.looseObject({ include_usage: nullable(z.boolean()) })),
+  max_tokens: nullable(z.number()),
+  max_completion_tokens: nullable(z.number()),
+  seed: nullable(z.number()),
+  logprobs: nullable(z.boolean()),
+  top_logprobs: nullable(z.number()),
+  stop: nullable(z.union([z.string(), z.array(z.string())])),
+  return_token_ids: nullable(z.boolean()),
+});
+
+interface OpenAIError {
+  error: { message: string; type: string; param: string | null; code: string | null };
+}
+
+function openaiError(message: string, type: string, param: string | null = null): OpenAIError {
+  return { error: { message, type, param, code: null } };
+}
+
+/** Reads a JSON body without trusting it: malformed JSON is a 400 that says so. */
+async function jsonBody(c: Context): Promise<unknown> {
+  const text = await c.req.text();
+  try {
+    return JSON.parse(text);
+  } catch (error) {
+    throw new ValidationError(`malformed JSON body (${(error as Error).message})`, 'body');
+  }
+}
+
+const sleep = (ms: number, signal: { aborted: boolean; wake?: () => void }) =>
+  new Promise<void>((resolve) => {
+    if (ms <= 0 || signal.aborted) return resolve();
+    const timer = setTimeout(done, ms);
+    function done() {
+      clearTimeout(timer);
+      signal.wake = undefined;
+      resolve();
+    }
+    signal.wake = done;
+  });
+
+export function createSimApp(options: SimAppOptions): Hono {
+  const { engine } = options;
+  const latency = options.latency ?? instantLatency;
+  const model = options.model ?? DEFAULT_SIM_MODEL;
+  if (!model.toLowerCase().includes('sim')) {
+    throw new ValidationError('the served model name must contain "sim"', 'model');
+  }
+  const created = Math.floor(Date.now() / 1000);
+  const app = new Hono();
+
+  app.onError((error, c) => {
+    if (error instanceof StepwiseError) {
+      const type = error.status === 400 ? 'invalid_request_error' : error.code;
+      return c.json(openaiError(error.message, type, error.field ?? null), error.status as 400);
+    }
+    if (error instanceof HTTPException) {
+      return c.json(openaiError(error.message || 'request failed', 'http_error'), error.status);
+    }
+    return c.json(openaiError('internal error', 'internal_error'), 500);
+  });
+  app.notFound((c) =>
+    c.json(openaiError(`no route for ${c.req.method} ${c.req.path}`, 'not_found_error'), 404),
+  );
+
+  app.get('/health', (c) => c.body(null, 200));
+  app.get('/v1/models', (c) =>
+    c.json({
+      object: 'list',
+      data: [{ id: model, object: 'model', created, owned_by: 'stepwise', root: model, parent: null }],
+    }),
+  );
+
+  app.post('/v1/chat/completions', async (c) => {
+    const started = performance.now();
+    const body = await jsonBody(c);
+    const parsed = ChatCompletionBody.safeParse(body);
+    if (!parsed.success) throw fromZodError(parsed.error);
+    // The engine gets the body as sent: zod's copy would normalise content and reorder tool keys.
+    const request = body as SimChatRequest;
+    const result = engine.complete(request);
+    const meta: ResponseMeta = {
+      id: `chatcmpl-${randomBytes(16).toString('hex')}`,
+      created: Math.floor(Date.now() / 1000),
+      model,
+    };
+
+    if (request.stream !== true) {
+      const wait = latency.totalMs(result) - (performance.now() - started);
+      await sleep(wait, { aborted: false });
+      return c.json(toChatCompletion(result, meta, engine.tokenizer));
+    }
+
+    const chunks = toChatCompletionChunks(result, meta, engine.tokenizer);
+    const schedule = latency.schedule(result);
+    c.header('content-type', 'text/event-stream');
+    c.header('cache-control', 'no-cache');
+    c.header('x-accel-buffering', 'no');
+    return stream(c, async (out) => {
+      const signal: { aborted: boolean; wake?: () => void } = { aborted: false };
+      out.onAbort(() => {
+        signal.aborted = true;
+        signal.wake?.();
+      });
+      let sent = 0;
+      try {
+        for (const { chunk, tokensThrough } of chunks) {
+          const due = tokensThrough > 0 ? (schedule[tokensThrough - 1] ?? 0) : 0;
+          await sleep(due - (performance.now() - started), signal);
+          if (signal.aborted) break;
+          await out.write(encodeSseEvent({ data: JSON.stringify(chunk) }));
+          sent++;
+        }
+        if (!signal.aborted) await out.write(encodeSseDone());
+      } finally {
+        options.onStreamEnd?.({ aborted: signal.aborted || out.aborted, chunksSent: sent });
+      }
+    });
+  });
+
+  return app;
+}
