@@ -810,6 +810,16 @@ export class SqliteStore implements Store {
       // The group's oldest version can only fall when this trajectory's does (group min <= trajectory min).
       const lowered = trajectory.min_policy_version === null || minVersion! < trajectory.min_policy_version;
       if (lowered) trajectory.min_policy_version = minVersion;
+      if (breaks > 0) local.count(request.channel, 'prefix_breaks', breaks);
+      local.noteSubmitted(request.channel, trajectoryId, trajectory.group_id, added, now, created);
+      if (trajectory.last_index !== null && trajectory.n_steps === trajectory.last_index + 1) {
+        // Completing now: finishTrajectory writes the trajectory's and the group's rows once.
+        // Every step came in this submission: its rewards are known without reading them back.
+        const known = trajectory.n_steps === added ? (rewardCount > 0 ? rewardSum : null) : undefined;
+        this.finishTrajectory(trajectory, { status: 'complete', reward: null }, now, local, known, lowered);
+        completed.push(trajectoryId);
+        continue;
+      }
       this.stmt(
         `UPDATE trajectories SET n_steps = ?, max_index = ?, last_index = ?, prefix_breaks = ?, min_policy_version = ?
          WHERE id = ?`,
@@ -821,19 +831,7 @@ export class SqliteStore implements Store {
         trajectory.min_policy_version,
         trajectoryId,
       );
-      if (lowered) {
-        this.stmt(
-          'UPDATE groups SET min_policy_version = min(coalesce(min_policy_version, ?), ?) WHERE channel = ? AND id = ?',
-        ).run(minVersion, minVersion, trajectory.channel, trajectory.group_id);
-      }
-      if (breaks > 0) local.count(request.channel, 'prefix_breaks', breaks);
-      local.noteSubmitted(request.channel, trajectoryId, trajectory.group_id, added, now, created);
-      if (trajectory.last_index !== null && trajectory.n_steps === trajectory.last_index + 1) {
-        // Every step came in this submission: its rewards are known without reading them back.
-        const known = trajectory.n_steps === added ? (rewardCount > 0 ? rewardSum : null) : undefined;
-        this.finishTrajectory(trajectory, { status: 'complete', reward: null }, now, local, known);
-        completed.push(trajectoryId);
-      }
+      if (lowered) this.lowerGroupVersion(trajectory);
     }
     local.count(request.channel, 'steps_produced', inserted);
     if (duplicates > 0) local.count(request.channel, 'duplicate_steps', duplicates);
@@ -872,12 +870,25 @@ export class SqliteStore implements Store {
     });
   }
 
+  /** The group's oldest version can only fall when one of its trajectories' does. */
+  private lowerGroupVersion(trajectory: TrajectoryRow): void {
+    this.stmt(
+      'UPDATE groups SET min_policy_version = min(coalesce(min_policy_version, ?), ?) WHERE channel = ? AND id = ?',
+    ).run(
+      trajectory.min_policy_version,
+      trajectory.min_policy_version,
+      trajectory.channel,
+      trajectory.group_id,
+    );
+  }
+
   private finishTrajectory(
     trajectory: TrajectoryRow,
     input: CompleteInput,
     now: number,
     log: TxLog,
     stepRewardSum?: number | null,
+    versionLowered = false,
   ): void {
     let reward = input.reward ?? stepRewardSum ?? null;
     if (reward === null && stepRewardSum === undefined) {
@@ -896,8 +907,20 @@ export class SqliteStore implements Store {
     // Only rollouts that finish while their group collects belong to it; later ones are never served.
     const counted = group?.state === 'collecting' ? 1 : 0;
     this.stmt(
-      'UPDATE trajectories SET status = ?, reward = ?, completed_at = ?, counted = ? WHERE id = ?',
-    ).run(input.status, reward, now, counted, trajectory.id);
+      `UPDATE trajectories SET status = ?, reward = ?, completed_at = ?, counted = ?, n_steps = ?, max_index = ?,
+         last_index = ?, prefix_breaks = ?, min_policy_version = ? WHERE id = ?`,
+    ).run(
+      input.status,
+      reward,
+      now,
+      counted,
+      trajectory.n_steps,
+      trajectory.max_index,
+      trajectory.last_index,
+      trajectory.prefix_breaks,
+      trajectory.min_policy_version,
+      trajectory.id,
+    );
     log.count(trajectory.channel, `trajectories_${input.status}`);
     log.forgetTails.add(trajectory.id);
     log.tails.delete(trajectory.id);
@@ -908,17 +931,18 @@ export class SqliteStore implements Store {
       now,
     );
     if (group?.state !== 'collecting') {
+      if (versionLowered) this.lowerGroupVersion(trajectory);
       log.count(trajectory.channel, 'late_trajectories_finished');
       return;
     }
     group.n_finished++;
     if (input.status === 'complete') group.n_complete++;
-    this.stmt('UPDATE groups SET n_finished = ?, n_complete = ? WHERE channel = ? AND id = ?').run(
-      group.n_finished,
-      group.n_complete,
-      group.channel,
-      group.id,
-    );
+    const version = versionLowered ? trajectory.min_policy_version : null;
+    this.stmt(
+      `UPDATE groups SET n_finished = ?, n_complete = ?,
+         min_policy_version = CASE WHEN ? IS NULL THEN min_policy_version ELSE min(coalesce(min_policy_version, ?), ?) END
+       WHERE channel = ? AND id = ?`,
+    ).run(group.n_finished, group.n_complete, version, version, version, group.channel, group.id);
     this.settleGroup(group, this.channelConfig(group.channel), now, log);
   }
 
