@@ -1,10 +1,9 @@
-import type { AddressInfo } from 'node:net';
-import { serve } from '@hono/node-server';
 import type { Logger } from 'pino';
 import type { ChannelConfig } from '../domain/index.js';
 import { DataPool } from '../pool/data-pool.js';
 import { openSqliteStore } from '../store/sqlite/sqlite-store.js';
 import { WorkerStore } from '../store/sqlite/worker-store.js';
+import { type Listening, listen } from '../util/http-server.js';
 import { createApp } from './app.js';
 import { isLoopback, parseApiKey } from './auth.js';
 
@@ -54,38 +53,18 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     logger: options.logger,
   }).start();
   const app = createApp({ pool, apiKeys, maxBodyBytes: options.maxBodyBytes, logger: options.logger });
-  let server: ReturnType<typeof serve>;
+  let listening: Listening;
   try {
-    server = await new Promise<ReturnType<typeof serve>>((resolve, reject) => {
-      const s = serve({ fetch: app.fetch, hostname: host, port: options.port ?? 8100 }, () => resolve(s));
-      s.once('error', reject);
-    });
+    listening = await listen(app.fetch, host, options.port ?? 8100);
   } catch (error) {
     await pool.close(); // e.g. the port is taken: leave no store or timer behind
     throw error;
   }
-  const port = (server.address() as AddressInfo).port;
-  const shownHost = host.includes(':') ? `[${host}]` : host;
-  let closing: Promise<void> | null = null;
   return {
-    url: `http://${shownHost}:${port}`,
-    port,
+    url: listening.url,
+    port: listening.port,
     pool,
-    close() {
-      closing ??= (async () => {
-        const stopped = new Promise<void>((resolve) => server.close(() => resolve()));
-        await pool.close(); // commits queued submissions and releases long-polls
-        // Answered connections linger as keep-alive: close each as soon as it is idle, and cut
-        // whatever is still busy after a grace period.
-        const http = server as unknown as { closeIdleConnections(): void; closeAllConnections(): void };
-        http.closeIdleConnections();
-        const idle = setInterval(() => http.closeIdleConnections(), 25);
-        const grace = setTimeout(() => http.closeAllConnections(), 2_000);
-        await stopped;
-        clearInterval(idle);
-        clearTimeout(grace);
-      })();
-      return closing;
-    },
+    // pool.close() commits queued submissions and releases long-polls before connections close.
+    close: () => listening.close(() => pool.close()),
   };
 }

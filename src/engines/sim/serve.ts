@@ -1,6 +1,5 @@
-import type { AddressInfo } from 'node:net';
-import { serve } from '@hono/node-server';
 import { ValidationError } from '../../domain/errors.js';
+import { listen } from '../../util/http-server.js';
 import { SimEngine } from './engine.js';
 import { instantLatency, latencyModel } from './latency.js';
 import { namedPolicies, type Policy, type ScriptStep, scriptedPolicy } from './policies.js';
@@ -53,26 +52,12 @@ export async function startSimServer(options: SimServerOptions = {}): Promise<Ru
   const model = options.model ?? DEFAULT_SIM_MODEL;
   const engine = new SimEngine({ policy: choosePolicy(options), seed: options.seed ?? 0 });
   const app = createSimApp({ engine, latency, model });
-  const server = await new Promise<ReturnType<typeof serve>>((resolve, reject) => {
-    const s = serve({ fetch: app.fetch, hostname: host, port: options.port ?? 8200 }, () => resolve(s));
-    s.once('error', reject);
-  });
-  const port = (server.address() as AddressInfo).port;
-  const shownHost = host.includes(':') ? `[${host}]` : host;
-  let closing: Promise<void> | null = null;
+  const listening = await listen(app.fetch, host, options.port ?? 8200);
   return {
-    url: `http://${shownHost}:${port}`,
-    port,
+    url: listening.url,
+    port: listening.port,
     model,
-    close() {
-      closing ??= new Promise<void>((resolve) => {
-        const http = server as unknown as { closeIdleConnections(): void; closeAllConnections(): void };
-        server.close(() => resolve());
-        http.closeIdleConnections();
-        // Streams in flight get a moment to finish, then are cut.
-        setTimeout(() => http.closeAllConnections(), 1000).unref();
-      });
-      return closing;
-    },
+    // Streams in flight get a moment to finish, then are cut.
+    close: () => listening.close(undefined, 1_000),
   };
 }
