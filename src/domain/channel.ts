@@ -7,6 +7,8 @@ const fields = {
   stale_policy: z.enum(['drop', 'flag']),
   group_timeout_ms: z.number().int().min(1).nullable(),
   incomplete_policy: z.enum(['drop', 'serve_partial']),
+  /** An open trajectory with no activity for this long is closed as `aborted` (no session leaks). */
+  idle_timeout_ms: z.number().int().min(1).nullable(),
 };
 
 /** Per-channel pool policy; persisted so every process sharing the store applies the same rules. */
@@ -24,4 +26,5 @@ export const DEFAULT_CHANNEL_CONFIG: ChannelConfig = {
   stale_policy: 'drop',
   group_timeout_ms: null,
   incomplete_policy: 'drop',
+  idle_timeout_ms: 30 * 60 * 1000,
 };

@@ -15,6 +15,7 @@ export const EventType = z.enum([
   'policy_version_changed',
   'channel_configured',
   'signal_added',
+  'call_failed',
 ]);
 export type EventType = z.infer<typeof EventType>;
 

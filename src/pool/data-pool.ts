@@ -13,6 +13,7 @@ import {
   type Trajectory,
 } from '../domain/index.js';
 import type {
+  CallFailure,
   CompleteInput,
   CreateTrajectoryInput,
   EventQuery,
@@ -23,6 +24,7 @@ import type {
   Store,
   SubmitOutcome,
   SubmitRequest,
+  ToolResultAttachment,
   TrajectoryQuery,
 } from '../store/store.js';
 import { WriteCoalescer } from './write-coalescer.js';
@@ -90,7 +92,7 @@ export class DataPool {
 
   async sweepNow(): Promise<void> {
     const result = await this.store.sweep(this.clock());
-    if (result.expiredLeases + result.servedPartial > 0) this.wake();
+    if (result.expiredLeases + result.servedPartial + result.idleAborted > 0) this.wake();
   }
 
   /** Wakes everyone waiting for new data; they re-check the store. */
@@ -123,13 +125,16 @@ export class DataPool {
 
   async submitSteps(
     steps: NewStep[],
-    options: { channel?: string; nRollouts?: number | null } = {},
+    options: { channel?: string; nRollouts?: number | null; toolResults?: ToolResultAttachment[] } = {},
   ): Promise<SubmitResult> {
     this.assertOpen();
-    const outcome = await this.writer.submit(
-      { channel: options.channel ?? 'train', nRollouts: options.nRollouts ?? null, steps },
-      steps.length,
-    );
+    const request: SubmitRequest = {
+      channel: options.channel ?? 'train',
+      nRollouts: options.nRollouts ?? null,
+      steps,
+    };
+    if (options.toolResults && options.toolResults.length > 0) request.toolResults = options.toolResults;
+    const outcome = await this.writer.submit(request, Math.max(1, steps.length));
     if (!outcome.ok) throw outcome.error;
     if (outcome.completed.length > 0) this.wake();
     return { inserted: outcome.inserted, duplicates: outcome.duplicates, completed: outcome.completed };
@@ -145,6 +150,16 @@ export class DataPool {
     const trajectory = await this.store.completeTrajectory(id, input, this.clock());
     this.wake();
     return trajectory;
+  }
+
+  async mergeTrajectoryMetadata(id: string, metadata: Record<string, unknown>): Promise<Trajectory> {
+    this.assertOpen();
+    return this.store.mergeTrajectoryMetadata(id, metadata, this.clock());
+  }
+
+  async recordCallFailure(failure: CallFailure): Promise<void> {
+    this.assertOpen();
+    await this.store.recordCallFailure(failure, this.clock());
   }
 
   // ---- consumers ------------------------------------------------------------------------------

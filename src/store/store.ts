@@ -11,15 +11,39 @@ import type {
   PoolEvent,
   Step,
   StepwiseError,
+  ToolResult,
   Trajectory,
   TrajectoryStatus,
 } from '../domain/index.js';
+
+/** Tool outputs seen in a later request, for the stored step whose tool calls they answer. */
+export interface ToolResultAttachment {
+  trajectoryId: string;
+  index: number;
+  results: ToolResult[];
+}
 
 /** One caller's submission; many are committed together in one transaction (group commit). */
 export interface SubmitRequest {
   channel: string;
   nRollouts: number | null;
   steps: NewStep[];
+  /** Applied in the same transaction; an attachment for a step that is not stored is skipped. */
+  toolResults?: ToolResultAttachment[];
+}
+
+/** An LLM call that produced no step: the agent went away mid-generation, or the engine failed. */
+export interface CallFailure {
+  channel: string;
+  trajectoryId: string;
+  groupId: string;
+  kind: 'aborted' | 'upstream_error';
+  engineId: string | null;
+  /** HTTP status the agent was answered with (upstream errors). */
+  status: number | null;
+  message: string;
+  /** What had been generated when an aborted call ended. */
+  partial: { promptTokens: number; responseIds: number[]; responseText: string } | null;
 }
 
 export type SubmitOutcome =
@@ -128,7 +152,9 @@ export interface PoolStats {
   channel: string | null;
   policyVersion: number;
   produced: { steps: number; trajectories: number };
-  completed: { trajectories: number; aborted: number; infraFailed: number };
+  completed: { trajectories: number; aborted: number; idleAborted: number; infraFailed: number };
+  /** LLM calls through the gateway that produced no step. */
+  failedCalls: { aborted: number; upstreamError: number };
   consumed: { groups: number; steps: number };
   leased: { batches: number; groups: number };
   dropped: Partial<Record<DropReason, number>>;
@@ -144,6 +170,8 @@ export interface PoolStats {
 }
 
 export interface GroupSweepResult {
+  /** Open trajectories closed as aborted after their channel's idle timeout. */
+  idleAborted: number;
   dropped: number;
   servedPartial: number;
   expiredLeases: number;
@@ -160,6 +188,9 @@ export interface Store {
   submitBatch(requests: SubmitRequest[], now: number): Promise<SubmitOutcome[]>;
   createTrajectory(input: CreateTrajectoryInput, now: number): Promise<Trajectory>;
   completeTrajectory(id: string, input: CompleteInput, now: number): Promise<Trajectory>;
+  /** Merges keys into an open trajectory's metadata. */
+  mergeTrajectoryMetadata(id: string, metadata: Record<string, unknown>, now: number): Promise<Trajectory>;
+  recordCallFailure(failure: CallFailure, now: number): Promise<void>;
 
   getTrajectory(id: string): Promise<Trajectory | null>;
   getTrajectorySteps(id: string): Promise<Step[]>;
@@ -178,7 +209,7 @@ export interface Store {
   ackLease(leaseId: string, now: number): Promise<Lease>;
   nackLease(leaseId: string, now: number): Promise<Lease>;
   getLease(leaseId: string): Promise<Lease | null>;
-  /** Expires overdue leases and applies incomplete-group timeouts. */
+  /** Expires overdue leases, applies incomplete-group timeouts and closes idle open trajectories. */
   sweep(now: number): Promise<GroupSweepResult>;
 
   addLabels(labels: LabelInput[], now: number): Promise<Label[]>;

@@ -565,6 +565,135 @@ export function runStoreConformance(name: string, open: () => Promise<StoreHarne
       });
     });
 
+    describe('gateway sessions', () => {
+      it('closes open trajectories idle past the channel timeout as aborted, and only those', async () => {
+        await store.setChannelConfig('train', { idle_timeout_ms: 10_000 }, tick());
+        await store.setChannelConfig('val', { idle_timeout_ms: null }, tick());
+        await store.createTrajectory(
+          { id: 'quiet', groupId: 'g1', channel: 'train', nRollouts: 2, metadata: {} },
+          tick(),
+        );
+        await submit([makeStep('busy', 'g1', 0, [1, 2], [3])], 'train', 2);
+        await submit(episode('done', 'g2', 1), 'train', 1);
+        await submit([makeStep('forever', 'g3', 0, [1], [2])], 'val', 1);
+        tick(6_000);
+        await submit([makeStep('busy', 'g1', 1, [1, 2, 3, 4], [5])], 'train', 2); // activity resets the clock
+        expect((await store.sweep(tick())).idleAborted).toBe(0);
+        tick(5_000);
+        expect((await store.sweep(tick())).idleAborted).toBe(1);
+        expect((await store.getTrajectory('quiet'))!.status).toBe('aborted');
+        expect((await store.getTrajectory('busy'))!.status).toBe('open');
+        tick(6_000);
+        expect((await store.sweep(tick())).idleAborted).toBe(1);
+        expect((await store.getTrajectory('busy'))!.status).toBe('aborted');
+        expect((await store.getTrajectory('busy'))!.nSteps).toBe(2);
+        expect((await store.getTrajectory('done'))!.status).toBe('complete');
+        tick(1_000_000);
+        expect((await store.sweep(tick())).idleAborted).toBe(0);
+        expect((await store.getTrajectory('forever'))!.status).toBe('open');
+        const stats = await store.stats('train');
+        expect(stats.completed).toMatchObject({ aborted: 2, idleAborted: 2, trajectories: 1 });
+        // Both rollouts of g1 finished (aborted): the group is settled, not left collecting.
+        expect((await store.getGroup('train', 'g1'))!.nFinished).toBe(2);
+        const events = await store.readEvents({ after: 0, limit: 100, types: ['trajectory_completed'] });
+        expect(events.filter((e) => e.data.reason === 'idle').map((e) => e.data.trajectory_uid)).toEqual([
+          'quiet',
+          'busy',
+        ]);
+      });
+
+      it('attaches tool results to the stored step they answer, in the same commit as the next step', async () => {
+        const toolCalls = [{ id: 'call_1', type: 'function', function: { name: 'ls', arguments: '{}' } }];
+        await submit([makeStep('t', 'g', 0, [1, 2], [3], { toolCalls, responseText: 'x' })]);
+        const results = [{ tool_call_id: 'call_1', name: 'ls', content: 'No such file', error: true }];
+        const [outcome] = await store.submitBatch(
+          [
+            {
+              channel: 'train',
+              nRollouts: null,
+              steps: [makeStep('t', 'g', 1, [1, 2, 3, 9], [4])],
+              toolResults: [
+                { trajectoryId: 't', index: 0, results },
+                { trajectoryId: 't', index: 7, results }, // no such step: skipped
+                { trajectoryId: 'nobody', index: 0, results },
+              ],
+            },
+          ],
+          tick(),
+        );
+        expect(outcome!.ok).toBe(true);
+        const [first, second] = await store.getTrajectorySteps('t');
+        expect(first!.toolResults).toEqual(results);
+        expect(first!.toolCalls).toEqual(toolCalls);
+        expect(first!.responseText).toBe('x');
+        expect(second!.toolResults).toBeNull();
+        // Attachments alone (no step) commit too; a retried step stays a duplicate, not a conflict.
+        await store.submitBatch(
+          [
+            {
+              channel: 'train',
+              nRollouts: null,
+              steps: [],
+              toolResults: [{ trajectoryId: 't', index: 1, results }],
+            },
+          ],
+          tick(),
+        );
+        expect((await store.getStep('t', 1))!.toolResults).toEqual(results);
+        expect((await submit([makeStep('t', 'g', 0, [1, 2], [3], { toolCalls })])).duplicates).toBe(1);
+      });
+
+      it('merges metadata into open trajectories only', async () => {
+        await store.createTrajectory(
+          { id: 't', groupId: 'g', channel: 'train', nRollouts: null, metadata: { a: 1, b: 2 } },
+          tick(),
+        );
+        const merged = await store.mergeTrajectoryMetadata('t', { b: 3, c: 'x' }, tick());
+        expect(merged.metadata).toEqual({ a: 1, b: 3, c: 'x' });
+        expect((await store.getTrajectory('t'))!.metadata).toEqual({ a: 1, b: 3, c: 'x' });
+        await store.completeTrajectory('t', { status: 'complete', reward: 1 }, tick());
+        await expect(store.mergeTrajectoryMetadata('t', { d: 1 }, tick())).rejects.toBeInstanceOf(
+          ConflictError,
+        );
+        await expect(store.mergeTrajectoryMetadata('nope', {}, tick())).rejects.toBeInstanceOf(NotFoundError);
+      });
+
+      it('records failed calls as events and counts them per channel', async () => {
+        const base = { trajectoryId: 't', groupId: 'g', engineId: 'sim', partial: null };
+        await store.recordCallFailure(
+          {
+            ...base,
+            channel: 'train',
+            kind: 'aborted',
+            status: null,
+            message: 'client went away',
+            partial: { promptTokens: 12, responseIds: [5, 6], responseText: 'he' },
+          },
+          tick(),
+        );
+        await store.recordCallFailure(
+          { ...base, channel: 'train', kind: 'upstream_error', status: 502, message: 'engine down' },
+          tick(),
+        );
+        await store.recordCallFailure(
+          { ...base, channel: 'val', kind: 'upstream_error', status: 504, message: 'slow' },
+          tick(),
+        );
+        expect((await store.stats('train')).failedCalls).toEqual({ aborted: 1, upstreamError: 1 });
+        expect((await store.stats(null)).failedCalls).toEqual({ aborted: 1, upstreamError: 2 });
+        const events = await store.readEvents({
+          after: 0,
+          limit: 10,
+          types: ['call_failed'],
+          channel: 'train',
+        });
+        expect(events.map((e) => e.data)).toEqual([
+          expect.objectContaining({ kind: 'aborted', response_ids: [5, 6], prompt_tokens: 12 }),
+          expect.objectContaining({ kind: 'upstream_error', status: 502, message: 'engine down' }),
+        ]);
+      });
+    });
+
     describe('labels', () => {
       it('excludes untrainable steps and trajectories from served batches, keeping the audit trail', async () => {
         await fillGroups(['g'], 2);

@@ -26,7 +26,7 @@ const migrations: Record<string, Migration> = {
            status TEXT NOT NULL, reward REAL, metadata TEXT NOT NULL,
            n_steps INTEGER NOT NULL DEFAULT 0, max_index INTEGER, last_index INTEGER,
            prefix_breaks INTEGER NOT NULL DEFAULT 0, min_policy_version INTEGER, counted INTEGER NOT NULL DEFAULT 0,
-           created_at INTEGER NOT NULL, completed_at INTEGER,
+           created_at INTEGER NOT NULL, touched_at INTEGER NOT NULL, completed_at INTEGER,
            guided INTEGER NOT NULL DEFAULT 0, guidance_k INTEGER, probe INTEGER NOT NULL DEFAULT 0,
            derived_from TEXT, derivation TEXT
          )`,
@@ -35,6 +35,7 @@ const migrations: Record<string, Migration> = {
         `CREATE INDEX trajectories_status ON trajectories (status, channel)`,
         `CREATE INDEX trajectories_reward ON trajectories (channel, reward)`,
         `CREATE INDEX trajectories_task ON trajectories (task_id) WHERE task_id IS NOT NULL`,
+        `CREATE INDEX trajectories_idle ON trajectories (channel, touched_at) WHERE status = 'open'`,
         // Token arrays are packed uint32; a prompt is the first prefix_len tokens of step base_idx's
         // full sequence plus prompt_suffix, so history repeated in every prompt is stored once.
         // key = trajectory seq * 2^20 + idx: a trajectory's steps are one rowid range, inserts land

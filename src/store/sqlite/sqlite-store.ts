@@ -36,6 +36,7 @@ import {
   TailCache,
 } from '../step-codec.js';
 import type {
+  CallFailure,
   CompleteInput,
   CreateTrajectoryInput,
   CurrentLabel,
@@ -52,6 +53,7 @@ import type {
   Store,
   SubmitOutcome,
   SubmitRequest,
+  ToolResultAttachment,
   TrajectoryQuery,
 } from '../store.js';
 import { sqliteMigrations } from './migrations.js';
@@ -99,6 +101,7 @@ interface TrajectoryRow {
   prefix_breaks: number;
   min_policy_version: number | null;
   created_at: number;
+  touched_at: number;
   completed_at: number | null;
   guided: number;
   guidance_k: number | null;
@@ -597,6 +600,7 @@ export class SqliteStore implements Store {
       prefix_breaks: 0,
       min_policy_version: null,
       created_at: now,
+      touched_at: now,
       completed_at: null,
       guided: input.guided ? 1 : 0,
       guidance_k: input.guidanceK ?? null,
@@ -605,8 +609,8 @@ export class SqliteStore implements Store {
       derivation: input.derivation ? JSON.stringify(input.derivation) : null,
     };
     const info = this.stmt(
-      `INSERT INTO trajectories (id, channel, group_id, task_id, status, metadata, created_at, guided, guidance_k,
-         probe, derived_from, derivation) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+      `INSERT INTO trajectories (id, channel, group_id, task_id, status, metadata, created_at, touched_at, guided,
+         guidance_k, probe, derived_from, derivation) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     ).run(
       row.id,
       row.channel,
@@ -615,6 +619,7 @@ export class SqliteStore implements Store {
       row.status,
       row.metadata,
       row.created_at,
+      row.touched_at,
       row.guided,
       row.guidance_k,
       row.probe,
@@ -821,22 +826,36 @@ export class SqliteStore implements Store {
         continue;
       }
       this.stmt(
-        `UPDATE trajectories SET n_steps = ?, max_index = ?, last_index = ?, prefix_breaks = ?, min_policy_version = ?
-         WHERE id = ?`,
+        `UPDATE trajectories SET n_steps = ?, max_index = ?, last_index = ?, prefix_breaks = ?, min_policy_version = ?,
+           touched_at = ? WHERE id = ?`,
       ).run(
         trajectory.n_steps,
         trajectory.max_index,
         trajectory.last_index,
         trajectory.prefix_breaks,
         trajectory.min_policy_version,
+        now,
         trajectoryId,
       );
       if (lowered) this.lowerGroupVersion(trajectory);
     }
+    for (const attachment of request.toolResults ?? []) this.attachToolResults(attachment);
     local.count(request.channel, 'steps_produced', inserted);
     if (duplicates > 0) local.count(request.channel, 'duplicate_steps', duplicates);
     log.absorb(local);
     return { inserted, duplicates, completed };
+  }
+
+  /** Sets a stored step's tool results (the outputs of its tool calls, seen in the next request). */
+  private attachToolResults(attachment: ToolResultAttachment): void {
+    const row = this.stmt('SELECT seq FROM trajectories WHERE id = ?').get(attachment.trajectoryId) as
+      | { seq: number }
+      | undefined;
+    if (!row || attachment.index >= STEP_KEY_SPAN) return;
+    this.stmt(`UPDATE steps SET view = json_set(coalesce(view, '{}'), '$.tr', json(?)) WHERE key = ?`).run(
+      JSON.stringify(attachment.results),
+      stepKey(row.seq, attachment.index),
+    );
   }
 
   async submitBatch(requests: SubmitRequest[], now: number): Promise<SubmitOutcome[]> {
@@ -889,6 +908,7 @@ export class SqliteStore implements Store {
     log: TxLog,
     stepRewardSum?: number | null,
     versionLowered = false,
+    reason?: 'idle',
   ): void {
     let reward = input.reward ?? stepRewardSum ?? null;
     if (reward === null && stepRewardSum === undefined) {
@@ -922,12 +942,19 @@ export class SqliteStore implements Store {
       trajectory.id,
     );
     log.count(trajectory.channel, `trajectories_${input.status}`);
+    if (reason) log.count(trajectory.channel, `trajectories_${reason}_${input.status}`);
     log.forgetTails.add(trajectory.id);
     log.tails.delete(trajectory.id);
     this.emit(
       'trajectory_completed',
       trajectory.channel,
-      { trajectory_uid: trajectory.id, group_id: trajectory.group_id, status: input.status, reward },
+      {
+        trajectory_uid: trajectory.id,
+        group_id: trajectory.group_id,
+        status: input.status,
+        reward,
+        ...(reason ? { reason } : {}),
+      },
       now,
     );
     if (group?.state !== 'collecting') {
@@ -1207,10 +1234,86 @@ export class SqliteStore implements Store {
     return { dropped, servedPartial };
   }
 
+  /** Closes open trajectories idle past their channel's idle_timeout_ms as aborted. */
+  private abortIdleTx(now: number, log: TxLog): number {
+    let aborted = 0;
+    const channels = this.stmt('SELECT name FROM channels').all() as { name: string }[];
+    for (const { name } of channels) {
+      const { idle_timeout_ms: ttl } = this.channelConfig(name);
+      if (ttl === null) continue;
+      const idle = this.stmt(
+        "SELECT * FROM trajectories WHERE status = 'open' AND channel = ? AND touched_at < ?",
+      ).all(name, now - ttl) as TrajectoryRow[];
+      for (const trajectory of idle) {
+        this.finishTrajectory(
+          trajectory,
+          { status: 'aborted', reward: null },
+          now,
+          log,
+          undefined,
+          false,
+          'idle',
+        );
+        aborted++;
+      }
+    }
+    return aborted;
+  }
+
   async sweep(now: number): Promise<GroupSweepResult> {
     return this.write((log) => {
       const expiredLeases = this.expireLeasesTx(now, log);
-      return { ...this.sweepTimeoutsTx(now, log), expiredLeases };
+      const idleAborted = this.abortIdleTx(now, log);
+      return { ...this.sweepTimeoutsTx(now, log), expiredLeases, idleAborted };
+    });
+  }
+
+  async mergeTrajectoryMetadata(
+    id: string,
+    metadata: Record<string, unknown>,
+    now: number,
+  ): Promise<Trajectory> {
+    return this.write(() => {
+      const trajectory = this.trajectoryRow(id);
+      if (!trajectory) throw new NotFoundError(`trajectory ${id} does not exist`);
+      if (trajectory.status !== 'open') {
+        throw new ConflictError(`trajectory ${id} is already ${trajectory.status}`, 'trajectory_uid');
+      }
+      trajectory.metadata = JSON.stringify({ ...JSON.parse(trajectory.metadata), ...metadata });
+      trajectory.touched_at = now;
+      this.stmt('UPDATE trajectories SET metadata = ?, touched_at = ? WHERE id = ?').run(
+        trajectory.metadata,
+        now,
+        id,
+      );
+      return toTrajectory(trajectory);
+    });
+  }
+
+  async recordCallFailure(failure: CallFailure, now: number): Promise<void> {
+    this.write((log) => {
+      this.ensureChannel(failure.channel, now);
+      log.count(failure.channel, failure.kind === 'aborted' ? 'calls_aborted' : 'calls_upstream_error');
+      this.emit(
+        'call_failed',
+        failure.channel,
+        {
+          trajectory_uid: failure.trajectoryId,
+          group_id: failure.groupId,
+          kind: failure.kind,
+          engine_id: failure.engineId,
+          status: failure.status,
+          message: failure.message,
+          ...(failure.partial
+            ? {
+                prompt_tokens: failure.partial.promptTokens,
+                response_ids: failure.partial.responseIds,
+                response_text: failure.partial.responseText,
+              }
+            : {}),
+        },
+        now,
+      );
     });
   }
 
@@ -1571,8 +1674,10 @@ export class SqliteStore implements Store {
       completed: {
         trajectories: get('trajectories_complete'),
         aborted: get('trajectories_aborted'),
+        idleAborted: get('trajectories_idle_aborted'),
         infraFailed: get('trajectories_infra_failed'),
       },
+      failedCalls: { aborted: get('calls_aborted'), upstreamError: get('calls_upstream_error') },
       consumed: { groups: get('groups_consumed'), steps: get('steps_consumed') },
       leased: { batches: get('batches_leased'), groups: get('groups_leased') },
       dropped,

@@ -95,6 +95,9 @@ export class WorkerStore implements Store {
 
   createTrajectory: Store['createTrajectory'] = (...a) => this.call('createTrajectory', a);
   completeTrajectory: Store['completeTrajectory'] = (...a) => this.call('completeTrajectory', a);
+  mergeTrajectoryMetadata: Store['mergeTrajectoryMetadata'] = (...a) =>
+    this.call('mergeTrajectoryMetadata', a);
+  recordCallFailure: Store['recordCallFailure'] = (...a) => this.call('recordCallFailure', a);
   getTrajectory: Store['getTrajectory'] = (...a) => this.call('getTrajectory', a);
   getTrajectorySteps: Store['getTrajectorySteps'] = (...a) => this.call('getTrajectorySteps', a);
   getStep: Store['getStep'] = (...a) => this.call('getStep', a);
