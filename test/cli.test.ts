@@ -76,11 +76,13 @@ describe('stepwise CLI as a real process', () => {
   });
 
   describe('help and option errors', () => {
-    it('stepwise --help lists the serve and demo commands', async () => {
+    it('stepwise --help lists the serve, gateway, sim and demo commands', async () => {
       const result = await runCli(['--help']);
       expect(result.code, result.stderr).toBe(0);
       expect(result.stdout).toMatch(/Usage: stepwise \[options\] \[command\]/);
-      expect(result.stdout).toMatch(/^\s+serve \[options\]\s+serve the DataPool HTTP API/m);
+      expect(result.stdout).toMatch(/^\s+serve \[options\]\s+serve the gateway and the DataPool HTTP API/m);
+      expect(result.stdout).toMatch(/^\s+gateway \[options\]\s+serve only the gateway/m);
+      expect(result.stdout).toMatch(/^\s+sim \[options\]\s+serve the built-in sim engine/m);
       expect(result.stdout).toMatch(/^\s+demo \[options\]\s+run the end-to-end loop/m);
     });
 
@@ -96,6 +98,9 @@ describe('stepwise CLI as a real process', () => {
         '--sync <mode>',
         '--n-rollouts <n>',
         '--max-body-mb <mb>',
+        '--engine <spec>',
+        '--upstream-timeout-ms <ms>',
+        '--sim-policy <name>',
       ]) {
         expect(result.stdout, option).toContain(option);
       }

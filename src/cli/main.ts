@@ -21,13 +21,103 @@ export function buildCli(): Command {
     .description('Stepwise: the data layer of agentic RL (gateway + step-level DataPool)')
     .showHelpAfterError('(run with --help for usage)');
 
-  program
+  const serve = program
     .command('serve')
-    .description('serve the DataPool HTTP API over a SQLite store')
+    .description('serve the gateway and the DataPool HTTP API (one port) over a SQLite store')
+    .option('--port <port>', 'port to listen on', int('--port'), 8100);
+  const gateway = program
+    .command('gateway')
+    .description('serve only the gateway (agent routes) over a store shared with a `stepwise serve`')
+    .option('--port <port>', 'port to listen on', int('--port'), 8101);
+  for (const command of [serve, gateway]) addServerOptions(command, command === gateway ? 'gateway' : 'all');
+
+  program
+    .command('sim')
+    .description('serve the built-in sim engine (vLLM OpenAI-compatible API, named sim-*) standalone')
+    .option('--host <host>', 'address to bind', '127.0.0.1')
+    .option('--port <port>', 'port to listen on', int('--port'), 8200)
+    .addOption(
+      new Option('--policy <name>', 'what the sim says (scripted needs --script)')
+        .choices(['echo', 'random', 'scripted'])
+        .default('echo'),
+    )
+    .option('--script <file>', 'JSON list of script steps for --policy scripted')
+    .option('--seed <n>', 'engine seed (requests without a seed derive theirs from it)', int('--seed'), 0)
+    .option('--ttft-ms <ms>', 'simulated time to first token', int('--ttft-ms'), 0)
+    .option('--tokens-per-second <n>', 'simulated decode speed (0: instant)', int('--tokens-per-second'), 0)
+    .option('--model <name>', 'served model name (must contain "sim")', 'sim-qwen3')
+    .action(async (opts) => {
+      if (opts.policy === 'scripted' && !opts.script)
+        throw new Error('--policy scripted needs --script FILE');
+      const server = await startSimServer({
+        host: opts.host,
+        port: opts.port,
+        policy: opts.policy,
+        script: opts.script ? JSON.parse(readFileSync(opts.script, 'utf8')) : undefined,
+        seed: opts.seed,
+        ttftMs: opts.ttftMs,
+        tokensPerSecond: opts.tokensPerSecond,
+        model: opts.model,
+      });
+      console.log(`stepwise sim serving ${server.model} at ${server.url}/v1`);
+      const stop = async () => {
+        await server.close();
+        process.exit(0);
+      };
+      process.once('SIGINT', () => void stop());
+      process.once('SIGTERM', () => void stop());
+    });
+
+  program
+    .command('demo')
+    .description('run the end-to-end loop: a producer submits rollouts, a trainer leases, acks and syncs')
+    .option('--db <path>', 'keep the store in this file (default: a temporary file)')
+    .option('--port <port>', 'port to listen on (0: any free port)', int('--port'), 0)
+    .option('--groups <n>', 'prompt groups to produce', int('--groups', 1), 8)
+    .option('--rollouts <n>', 'rollouts per prompt', int('--rollouts', 1), 4)
+    .option('--steps <n>', 'steps per rollout', int('--steps', 1), 5)
+    .option('--batch-size <n>', 'groups per leased batch', int('--batch-size', 1), 2)
+    .option('--seed <n>', 'random seed', int('--seed'), 7)
+    .action(async (opts) => {
+      const result = await runDemo({ ...opts, print: (line: string) => console.log(line) });
+      console.log(`demo done: ${result.consumedGroups} groups, ${result.consumedSteps} steps trained on`);
+    });
+
+  return program;
+}
+
+function addServerOptions(command: Command, role: 'all' | 'gateway'): void {
+  command
     .option('--db <path>', 'SQLite database file', process.env.STEPWISE_DB ?? 'stepwise.db')
     .option('--host <host>', 'address to bind (non-loopback requires API keys)', '127.0.0.1')
-    .option('--port <port>', 'port to listen on', int('--port'), 8100)
     .option('--api-key <key:scopes>', 'API key with scopes agent,trainer,admin (repeatable)', collect, [])
+    .option(
+      '--engine <spec>',
+      'inference engine: sim (built in), vllm=http://host:8000 or openai=https://host/v1 (repeatable)',
+      collect,
+      [],
+    )
+    .option(
+      '--upstream-timeout-ms <ms>',
+      'longest wait for an engine to start answering, and between its chunks',
+      int('--upstream-timeout-ms', 1),
+      600_000,
+    )
+    .option('--public-url <url>', 'origin written into base_urls (default: the one each request came to)')
+    .addOption(
+      new Option('--sim-policy <name>', 'what the built-in sim says')
+        .choices(['echo', 'random', 'scripted'])
+        .default('echo'),
+    )
+    .option('--sim-script <file>', 'JSON script for --sim-policy scripted')
+    .option('--sim-seed <n>', 'seed of the built-in sim', int('--sim-seed'), 0)
+    .option('--sim-ttft-ms <ms>', 'simulated time to first token', int('--sim-ttft-ms'), 0)
+    .option(
+      '--sim-tokens-per-second <n>',
+      'simulated decode speed (0: instant)',
+      int('--sim-tokens-per-second'),
+      0,
+    )
     .addOption(
       new Option('--sync <mode>', 'SQLite synchronous mode').choices(['full', 'normal']).default('full'),
     )
@@ -83,8 +173,23 @@ export function buildCli(): Command {
         maxBodyBytes: opts.maxBodyMb * 1024 * 1024,
         storeThread: opts.storeThread,
         logger,
+        role,
+        engines: opts.engine,
+        sim: {
+          policy: opts.simPolicy,
+          script: opts.simScript ? JSON.parse(readFileSync(opts.simScript, 'utf8')) : undefined,
+          seed: opts.simSeed,
+          ttftMs: opts.simTtftMs,
+          tokensPerSecond: opts.simTokensPerSecond,
+        },
+        upstreamApiKey: process.env.STEPWISE_UPSTREAM_API_KEY,
+        upstreamTimeoutMs: opts.upstreamTimeoutMs,
+        publicUrl: opts.publicUrl,
       });
-      logger.info({ url: server.url, db: opts.db }, 'stepwise serving');
+      logger.info(
+        { url: server.url, db: opts.db, role, engines: opts.engine },
+        role === 'gateway' ? 'stepwise gateway serving' : 'stepwise serving',
+      );
       const stop = async (signal: string) => {
         logger.info({ signal }, 'shutting down');
         await server.close();
@@ -93,60 +198,6 @@ export function buildCli(): Command {
       process.once('SIGINT', () => void stop('SIGINT'));
       process.once('SIGTERM', () => void stop('SIGTERM'));
     });
-
-  program
-    .command('sim')
-    .description('serve the built-in sim engine (vLLM OpenAI-compatible API, named sim-*) standalone')
-    .option('--host <host>', 'address to bind', '127.0.0.1')
-    .option('--port <port>', 'port to listen on', int('--port'), 8200)
-    .addOption(
-      new Option('--policy <name>', 'what the sim says (scripted needs --script)')
-        .choices(['echo', 'random', 'scripted'])
-        .default('echo'),
-    )
-    .option('--script <file>', 'JSON list of script steps for --policy scripted')
-    .option('--seed <n>', 'engine seed (requests without a seed derive theirs from it)', int('--seed'), 0)
-    .option('--ttft-ms <ms>', 'simulated time to first token', int('--ttft-ms'), 0)
-    .option('--tokens-per-second <n>', 'simulated decode speed (0: instant)', int('--tokens-per-second'), 0)
-    .option('--model <name>', 'served model name (must contain "sim")', 'sim-qwen3')
-    .action(async (opts) => {
-      if (opts.policy === 'scripted' && !opts.script)
-        throw new Error('--policy scripted needs --script FILE');
-      const server = await startSimServer({
-        host: opts.host,
-        port: opts.port,
-        policy: opts.policy,
-        script: opts.script ? JSON.parse(readFileSync(opts.script, 'utf8')) : undefined,
-        seed: opts.seed,
-        ttftMs: opts.ttftMs,
-        tokensPerSecond: opts.tokensPerSecond,
-        model: opts.model,
-      });
-      console.log(`stepwise sim serving ${server.model} at ${server.url}/v1`);
-      const stop = async () => {
-        await server.close();
-        process.exit(0);
-      };
-      process.once('SIGINT', () => void stop());
-      process.once('SIGTERM', () => void stop());
-    });
-
-  program
-    .command('demo')
-    .description('run the end-to-end loop: a producer submits rollouts, a trainer leases, acks and syncs')
-    .option('--db <path>', 'keep the store in this file (default: a temporary file)')
-    .option('--port <port>', 'port to listen on (0: any free port)', int('--port'), 0)
-    .option('--groups <n>', 'prompt groups to produce', int('--groups', 1), 8)
-    .option('--rollouts <n>', 'rollouts per prompt', int('--rollouts', 1), 4)
-    .option('--steps <n>', 'steps per rollout', int('--steps', 1), 5)
-    .option('--batch-size <n>', 'groups per leased batch', int('--batch-size', 1), 2)
-    .option('--seed <n>', 'random seed', int('--seed'), 7)
-    .action(async (opts) => {
-      const result = await runDemo({ ...opts, print: (line: string) => console.log(line) });
-      console.log(`demo done: ${result.consumedGroups} groups, ${result.consumedSteps} steps trained on`);
-    });
-
-  return program;
 }
 
 /** Runs the CLI; errors print one line and exit non-zero. */

@@ -26,6 +26,8 @@ import {
 import type { DataPool } from '../pool/data-pool.js';
 import { batchToJson } from '../serving/json-batch.js';
 import { type ApiKey, type AuthVariables, authenticate, requireScope } from './auth.js';
+import type { Gateway } from './gateway.js';
+import { mountGatewayRoutes } from './routes.js';
 
 export interface AppOptions {
   pool: DataPool;
@@ -33,6 +35,12 @@ export interface AppOptions {
   /** Largest accepted request body; bigger ones get 413 before they are read. */
   maxBodyBytes?: number;
   logger?: Logger;
+  /** The LLM gateway; its routes share this app (and port) when given. */
+  gateway?: Gateway;
+  /** Origin written into base_urls (default: the origin each request came to). */
+  publicUrl?: string;
+  /** `gateway`: agent routes only (trajectories, steps, LLM calls); trainer and admin routes stay off. */
+  role?: 'all' | 'gateway';
 }
 
 type Env = { Variables: AuthVariables };
@@ -96,7 +104,11 @@ const EventListQuery = z.strictObject({
     .pipe(z.array(EventType))
     .optional(),
 });
-const PolicyVersionBody = z.strictObject({ version: z.number().int().min(0, 'must be >= 0') });
+const PolicyVersionBody = z.strictObject({
+  version: z.number().int().min(0, 'must be >= 0'),
+  /** Hold new generations until running ones finish, then switch (needs the gateway). */
+  drain: z.boolean().default(false),
+});
 const StatsQuery = z.strictObject({ channel: ChannelName.optional() });
 
 /**
@@ -167,14 +179,20 @@ export function createApp(options: AppOptions): Hono<Env> {
   const complete = async (c: Context<Env>, id: string) => {
     parseOrThrow(ClientId, id, 'trajectory_uid');
     const body = parseOrThrow(CompleteTrajectoryBody, await jsonBody(c));
-    const trajectory = await pool.completeTrajectory(id, {
-      reward: body.reward ?? null,
-      status: body.status,
-    });
+    const input = { reward: body.reward ?? null, status: body.status };
+    // Through the gateway when there is one: it first waits for the trajectory's captured steps.
+    const trajectory = options.gateway
+      ? await options.gateway.completeTrajectory(id, input)
+      : await pool.completeTrajectory(id, input);
     return c.json(trajectoryToWire(trajectory));
   };
   app.post('/v1/trajectories/:id/complete', requireScope('agent'), (c) => complete(c, c.req.param('id')));
   app.post('/complete_trajectory/:id', requireScope('agent'), (c) => complete(c, c.req.param('id')));
+
+  if (options.role === 'gateway') {
+    if (options.gateway) mountGatewayRoutes(app, options.gateway, { publicUrl: options.publicUrl });
+    return app;
+  }
 
   // ---- trainers -------------------------------------------------------------------------------
 
@@ -193,9 +211,17 @@ export function createApp(options: AppOptions): Hono<Env> {
     return c.json({ lease_id: lease.id, state: lease.state, groups: lease.groupIds.length });
   });
   app.put('/v1/policy-version', requireScope('trainer'), async (c) => {
-    const { version } = parseOrThrow(PolicyVersionBody, await jsonBody(c));
-    await pool.setPolicyVersion(version);
-    return c.json({ version });
+    const { version, drain } = parseOrThrow(PolicyVersionBody, await jsonBody(c));
+    if (!options.gateway) {
+      if (drain) throw new ValidationError('drain: there is no gateway in this process to drain', 'drain');
+      await pool.setPolicyVersion(version);
+      return c.json({ version });
+    }
+    const { waitedMs, timedOut } = await options.gateway.setPolicyVersion(version, drain);
+    return c.json({
+      version,
+      ...(drain ? { drained_ms: Math.round(waitedMs), drain_timed_out: timedOut } : {}),
+    });
   });
   app.get('/v1/policy-version', requireScope('trainer', 'agent'), async (c) =>
     c.json({ version: await pool.policyVersion() }),
@@ -290,6 +316,8 @@ export function createApp(options: AppOptions): Hono<Env> {
     const patch = parseOrThrow(ChannelConfigPatch, await jsonBody(c));
     return c.json({ channel: name, config: await pool.configureChannel(name, patch) });
   });
+
+  if (options.gateway) mountGatewayRoutes(app, options.gateway, { publicUrl: options.publicUrl });
 
   return app;
 }

@@ -1,11 +1,14 @@
 import type { Logger } from 'pino';
 import type { ChannelConfig } from '../domain/index.js';
+import { createEngineRouter } from '../engines/index.js';
+import type { SimServerOptions } from '../engines/sim/serve.js';
 import { DataPool } from '../pool/data-pool.js';
 import { openSqliteStore } from '../store/sqlite/sqlite-store.js';
 import { WorkerStore } from '../store/sqlite/worker-store.js';
 import { type Listening, listen } from '../util/http-server.js';
 import { createApp } from './app.js';
 import { isLoopback, parseApiKey } from './auth.js';
+import { Gateway } from './gateway.js';
 
 export interface ServerOptions {
   dbPath: string;
@@ -20,12 +23,24 @@ export interface ServerOptions {
   /** Where SQLite runs: the event-loop thread (default) or its own worker thread. */
   storeThread?: 'main' | 'worker';
   logger?: Logger;
+  /** Inference engines behind the gateway: `sim`, `vllm=URL`, `openai=URL`; none: LLM routes answer 503. */
+  engines?: readonly string[];
+  /** Settings of the built-in sim engine. */
+  sim?: SimServerOptions;
+  /** Bearer key sent to `openai` engines. */
+  upstreamApiKey?: string;
+  upstreamTimeoutMs?: number;
+  /** Origin written into base_urls (default: the origin each request came to). */
+  publicUrl?: string;
+  /** `gateway`: only the agent routes (a gateway beside a `stepwise serve` sharing the store). */
+  role?: 'all' | 'gateway';
 }
 
 export interface RunningServer {
   url: string;
   port: number;
   pool: DataPool;
+  gateway: Gateway;
   close(): Promise<void>;
 }
 
@@ -52,9 +67,27 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     commitsInFlight: onWorker ? 2 : 1,
     logger: options.logger,
   }).start();
-  const app = createApp({ pool, apiKeys, maxBodyBytes: options.maxBodyBytes, logger: options.logger });
+  let gateway: Gateway;
   let listening: Listening;
   try {
+    const router = createEngineRouter({
+      engines: options.engines ?? [],
+      sim: options.sim,
+      apiKey: options.upstreamApiKey,
+      upstreamTimeoutMs: options.upstreamTimeoutMs,
+      logger: options.logger,
+    });
+    await router?.start();
+    gateway = new Gateway({ pool, router, logger: options.logger });
+    const app = createApp({
+      pool,
+      gateway,
+      apiKeys,
+      maxBodyBytes: options.maxBodyBytes,
+      logger: options.logger,
+      publicUrl: options.publicUrl,
+      role: options.role,
+    });
     listening = await listen(app.fetch, host, options.port ?? 8100);
   } catch (error) {
     await pool.close(); // e.g. the port is taken: leave no store or timer behind
@@ -64,7 +97,13 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     url: listening.url,
     port: listening.port,
     pool,
-    // pool.close() commits queued submissions and releases long-polls before connections close.
-    close: () => listening.close(() => pool.close()),
+    gateway,
+    // Captured steps are written and the pool commits queued submissions and releases long-polls
+    // before connections close.
+    close: () =>
+      listening.close(async () => {
+        await gateway.close();
+        await pool.close();
+      }),
   };
 }

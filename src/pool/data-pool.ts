@@ -266,6 +266,10 @@ export class DataPool {
     return this.store.getTrajectory(id);
   }
 
+  getStep(trajectoryId: string, index: number): Promise<Step | null> {
+    return this.store.getStep(trajectoryId, index);
+  }
+
   getTrajectorySteps(id: string): Promise<Step[]> {
     return this.store.getTrajectorySteps(id);
   }

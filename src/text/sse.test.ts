@@ -6,6 +6,7 @@ import {
   encodeSseDone,
   encodeSseEvent,
   isSseDone,
+  SSE_DONE,
   SseDecoder,
   type SseEvent,
   sseDecoderStream,
@@ -221,6 +222,306 @@ describe('round trip through arbitrary byte splits', () => {
         expect(decodeSplit(bytes(wire), cutAt)).toEqual(expected);
       }),
       { numRuns: 500 },
+    );
+  });
+});
+
+// ---- properties over realistic streams: unicode data, comments, mixed line endings, [DONE] ----------
+
+/** Pieces that stress the decoder: multi-byte UTF-8 (2, 3 and 4 bytes, ZWJ sequences), line breaks, colons. */
+const trickyPiece = fc.constantFrom(
+  'é',
+  '€',
+  '中文',
+  '日本語',
+  '한국어',
+  '😀',
+  '👩‍👩‍👧',
+  '🇫🇷',
+  '𝄞',
+  '\u0301',
+  '\n',
+  '\r\n',
+  '\r',
+  '\r\r\n',
+  ':',
+  ' ',
+  'data: ',
+  '[DONE]',
+  '{"a":1}',
+);
+const sseData = fc
+  .array(
+    fc.oneof(
+      trickyPiece,
+      fc.string({ unit: 'grapheme', maxLength: 4 }),
+      fc.string({ unit: 'binary', maxLength: 4 }),
+    ),
+    { maxLength: 8 },
+  )
+  .map((pieces) => pieces.join(''));
+const lineEnding = fc.constantFrom('\n', '\r\n', '\r');
+const fieldValue = fc
+  .array(fc.oneof(trickyPiece, fc.string({ unit: 'grapheme', maxLength: 3 })), { maxLength: 3 })
+  .map((pieces) => pieces.join('').replace(/[\r\n\0]/g, ''));
+
+interface WireEvent {
+  data: string;
+  event?: string;
+  id?: string;
+  comment?: string;
+  /** event/id lines after the data lines instead of before them */
+  fieldsLast: boolean;
+  /** `data:value` instead of `data: value` where the value does not start with a space */
+  tight: boolean;
+  /** Endings for the comment, event, id and data lines, then the blank line (cycled when more are needed). */
+  ends: string[];
+  /** extra blank lines after the event, which dispatch nothing */
+  extraBlankLines: number;
+}
+
+const wireEvent: fc.Arbitrary<WireEvent> = fc.record(
+  {
+    data: sseData,
+    event: fieldValue,
+    id: fieldValue,
+    comment: fieldValue,
+    fieldsLast: fc.boolean(),
+    tight: fc.boolean(),
+    ends: fc.array(lineEnding, { minLength: 1, maxLength: 8 }),
+    extraBlankLines: fc.nat({ max: 2 }),
+  },
+  { requiredKeys: ['data', 'fieldsLast', 'tight', 'ends', 'extraBlankLines'] },
+);
+
+const streamArb = fc.record({ events: fc.array(wireEvent, { maxLength: 6 }), done: fc.boolean() });
+
+/**
+ * Writes the wire by hand (not with the encoder), choosing each line ending. A blank line must not
+ * be "\n" right after a line ending in "\r": the two would read as one "\r\n" break.
+ */
+function writeWire(events: readonly WireEvent[], done: boolean): string {
+  let out = '';
+  let lastEnd = '';
+  const line = (text: string, end: string) => {
+    const safeEnd = text === '' && lastEnd === '\r' && end === '\n' ? '\r' : end;
+    out += text + safeEnd;
+    lastEnd = safeEnd;
+  };
+  for (const e of events) {
+    let n = 0;
+    const nextEnd = () => e.ends[n++ % e.ends.length] ?? '\n';
+    if (e.comment !== undefined) line(`: ${e.comment}`, nextEnd());
+    const fields: string[] = [];
+    if (e.event !== undefined) fields.push(`event: ${e.event}`);
+    if (e.id !== undefined) fields.push(`id: ${e.id}`);
+    const dataLines = e.data
+      .split(/\r\n|\r|\n/)
+      .map((l) => (e.tight && !l.startsWith(' ') ? `data:${l}` : `data: ${l}`));
+    for (const l of e.fieldsLast ? [...dataLines, ...fields] : [...fields, ...dataLines]) line(l, nextEnd());
+    line('', nextEnd());
+    for (let i = 0; i < e.extraBlankLines; i++) line('', nextEnd());
+  }
+  if (done) {
+    line(`data: ${SSE_DONE}`, '\n');
+    line('', '\n');
+  }
+  return out;
+}
+
+/** What the decoder must return for these events: line breaks in data as "\n", an empty type as none. */
+function expectedEvents(events: readonly WireEvent[], done: boolean): SseEvent[] {
+  const out: SseEvent[] = events.map((e) => ({
+    data: e.data.replace(/\r\n|\r/g, '\n'),
+    ...(e.event !== undefined && e.event !== '' ? { event: e.event } : {}),
+    ...(e.id !== undefined ? { id: e.id } : {}),
+  }));
+  if (done) out.push({ data: SSE_DONE });
+  return out;
+}
+
+/**
+ * Byte offsets worth cutting at: inside a multi-byte character (before a continuation byte) and
+ * between the "\r" and "\n" of a CRLF.
+ */
+function trickyOffsets(wire: Uint8Array): number[] {
+  const offsets: number[] = [];
+  for (let i = 1; i < wire.length; i++) {
+    const b = wire[i] ?? 0;
+    if ((b & 0xc0) === 0x80 || (wire[i - 1] === 13 && b === 10)) offsets.push(i);
+  }
+  return offsets;
+}
+
+/** Cut points: arbitrary ones plus some picked among the tricky offsets. */
+const cutPlan = fc.record({
+  anywhere: fc.array(fc.nat(), { maxLength: 8 }),
+  tricky: fc.array(fc.nat(), { maxLength: 8 }),
+});
+function cutsFor(wire: Uint8Array, plan: { anywhere: number[]; tricky: number[] }): number[] {
+  const tricky = trickyOffsets(wire);
+  return [
+    ...plan.anywhere,
+    ...(tricky.length > 0 ? plan.tricky.map((i) => tricky[i % tricky.length] ?? 0) : []),
+  ];
+}
+
+/** The wire cut into chunks at the given offsets (empty chunks included: a reader may deliver them). */
+function chunksAt(wire: Uint8Array, cuts: number[]): Uint8Array[] {
+  const offsets = [...new Set(cuts.map((c) => c % (wire.length + 1)))].sort((a, b) => a - b);
+  const chunks: Uint8Array[] = [];
+  let from = 0;
+  for (const at of [...offsets, wire.length]) {
+    chunks.push(wire.slice(from, at));
+    from = at;
+  }
+  return chunks;
+}
+
+interface Decoded {
+  events: SseEvent[];
+  comments: string[];
+  truncated: boolean;
+}
+function decodeChunks(chunks: readonly Uint8Array[]): Decoded {
+  const comments: string[] = [];
+  const decoder = new SseDecoder({ onComment: (c) => comments.push(c) });
+  const events: SseEvent[] = [];
+  for (const chunk of chunks) events.push(...decoder.push(chunk));
+  events.push(...decoder.end());
+  return { events, comments, truncated: decoder.truncated };
+}
+
+async function decodeAsStream(chunks: readonly Uint8Array[]): Promise<SseEvent[]> {
+  const stream = new ReadableStream<Uint8Array>({
+    start(controller) {
+      for (const c of chunks) controller.enqueue(c);
+      controller.close();
+    },
+  }).pipeThrough(sseDecoderStream());
+  const events: SseEvent[] = [];
+  for await (const event of stream) events.push(event);
+  return events;
+}
+
+describe('SseDecoder properties', () => {
+  it('decodes hand-written streams cut anywhere, including inside characters and CRLFs', () => {
+    fc.assert(
+      fc.property(streamArb, cutPlan, ({ events, done }, plan) => {
+        const wire = bytes(writeWire(events, done));
+        const decoded = decodeChunks(chunksAt(wire, cutsFor(wire, plan)));
+        expect(decoded.events).toEqual(expectedEvents(events, done));
+        expect(decoded.comments).toEqual(events.flatMap((e) => (e.comment === undefined ? [] : [e.comment])));
+        expect(decoded.truncated).toBe(false);
+        if (done) expect(isSseDone(decoded.events.at(-1) ?? { data: '' })).toBe(true);
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it('decodes the same through sseDecoderStream over a ReadableStream', async () => {
+    await fc.assert(
+      fc.asyncProperty(streamArb, cutPlan, async ({ events, done }, plan) => {
+        const wire = bytes(writeWire(events, done));
+        expect(await decodeAsStream(chunksAt(wire, cutsFor(wire, plan)))).toEqual(
+          expectedEvents(events, done),
+        );
+      }),
+      { numRuns: 200 },
+    );
+  });
+
+  it('round-trips events written by the encoder, with comments and [DONE], through any split', () => {
+    const item = fc.oneof(
+      fc.record({ kind: fc.constant('event' as const), event: wireEvent }),
+      fc.record({ kind: fc.constant('comment' as const), text: sseData }),
+    );
+    fc.assert(
+      fc.property(fc.array(item, { maxLength: 8 }), fc.boolean(), cutPlan, (items, done, plan) => {
+        const parts: Uint8Array[] = [];
+        const expected: SseEvent[] = [];
+        const comments: string[] = [];
+        for (const it of items) {
+          if (it.kind === 'comment') {
+            parts.push(encodeSseComment(it.text));
+            comments.push(...it.text.split(/\r\n|\r|\n/));
+            continue;
+          }
+          const { data, event, id } = it.event;
+          const sent: SseEvent = {
+            data,
+            ...(event !== undefined ? { event } : {}),
+            ...(id !== undefined ? { id } : {}),
+          };
+          parts.push(encodeSseEvent(sent));
+          expected.push(...expectedEvents([it.event], false));
+        }
+        if (done) {
+          parts.push(encodeSseDone());
+          expected.push({ data: SSE_DONE });
+        }
+        const wire = bytes(parts.map(text).join(''));
+        const decoded = decodeChunks(chunksAt(wire, cutsFor(wire, plan)));
+        expect(decoded.events).toEqual(expected);
+        expect(decoded.comments).toEqual(comments);
+        expect(decoded.truncated).toBe(false);
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it('gives the same result however the stream is split, even for arbitrary bytes', () => {
+    // Bytes biased towards what matters to the parser: field names, colons, CR/LF, UTF-8 lead and
+    // continuation bytes, and bytes that are never valid UTF-8.
+    const interesting = fc.constantFrom(
+      ...bytes('data: '),
+      ...bytes('event:id:retry:'),
+      58,
+      32,
+      13,
+      10,
+      0xef,
+      0xbb,
+      0xbf,
+      0xe4,
+      0xb8,
+      0xad,
+      0xf0,
+      0x9f,
+      0x98,
+      0x80,
+      0xc3,
+      0xa9,
+      0xff,
+      0xc0,
+      0x80,
+    );
+    const anyWire = fc.oneof(
+      streamArb.map(({ events, done }) => bytes(writeWire(events, done))),
+      fc
+        .array(fc.oneof(interesting, fc.integer({ min: 0, max: 255 })), { maxLength: 120 })
+        .map((b) => Uint8Array.from(b)),
+    );
+    fc.assert(
+      fc.property(anyWire, cutPlan, cutPlan, (wire, planA, planB) => {
+        const whole = decodeChunks([wire]);
+        const a = decodeChunks(chunksAt(wire, cutsFor(wire, planA)));
+        const b = decodeChunks(chunksAt(wire, cutsFor(wire, planB)));
+        expect(a).toEqual(b);
+        expect(a).toEqual(whole);
+      }),
+      { numRuns: 400 },
+    );
+  });
+
+  it('decodes a stream delivered one byte at a time', () => {
+    fc.assert(
+      fc.property(streamArb, ({ events, done }) => {
+        const wire = bytes(writeWire(events, done));
+        const oneByOne = Array.from(wire, (b) => Uint8Array.of(b));
+        expect(decodeChunks(oneByOne).events).toEqual(expectedEvents(events, done));
+      }),
+      { numRuns: 200 },
     );
   });
 });

@@ -61,16 +61,17 @@ export async function killAllServerProcesses(): Promise<void> {
 }
 
 /**
- * Starts `stepwise serve --db dbPath --port 0 ...extraArgs` and resolves once its pino log line
- * `stepwise serving` (on stderr) gives the URL. Logs at info level with no API keys unless env says
+ * Starts `stepwise serve` (or `gateway`) `--db dbPath --port 0 ...extraArgs` and resolves once its
+ * pino log line `stepwise serving` (on stderr) gives the URL. Logs at info level with no API keys unless env says
  * otherwise.
  */
 export function startServerProcess(
   dbPath: string,
   extraArgs: string[] = [],
   env: Record<string, string> = {},
+  command: 'serve' | 'gateway' = 'serve',
 ): Promise<ServerProcess> {
-  const child = spawnCli(['serve', '--db', dbPath, '--port', '0', ...extraArgs], env);
+  const child = spawnCli([command, '--db', dbPath, '--port', '0', ...extraArgs], env);
   const exited = new Promise<void>((resolve) => {
     if (child.exitCode !== null || child.signalCode !== null) resolve();
     else child.once('exit', () => resolve());
@@ -104,7 +105,8 @@ export function startServerProcess(
         } catch {
           continue;
         }
-        if (entry?.msg === 'stepwise serving' && typeof entry.url === 'string') {
+        const serving = entry?.msg === 'stepwise serving' || entry?.msg === 'stepwise gateway serving';
+        if (serving && typeof entry?.url === 'string') {
           clearTimeout(timer);
           resolve({ child, url: entry.url, exited, log });
         }

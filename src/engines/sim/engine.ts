@@ -4,13 +4,22 @@ import {
   type ChatTokenizer,
   type ChatToolInput,
   loadQwen3Tokenizer,
+  type ParsedCompletion,
   parseToolCalls,
   renderChat,
   renderCompletion,
   type ToolCall,
 } from '../../text/index.js';
 import { hashSeed, randomInt, seededRandom } from '../../util/random.js';
-import { assistantTurns, type Policy, type PolicyOutput } from './policies.js';
+import {
+  type ResponseFormatInput,
+  resolveResponseFormat,
+  resolveToolChoice,
+  type SimToolChoice,
+  structuredAnswer,
+  type ToolChoiceInput,
+} from './controls.js';
+import { assistantTurns, assistantTurnsInPrompt, type Policy, type PolicyOutput } from './policies.js';
 
 /*
  * Wire-format decisions (vLLM OpenAI-compatible server, checked against vLLM's protocol models):
@@ -24,6 +33,9 @@ import { assistantTurns, type Policy, type PolicyOutput } from './policies.js';
  * - Streaming: one chunk per content token; each tool call arrives whole in one chunk (id, name and
  *   full arguments), carrying the ids of its `<tool_call>` block. OpenAI clients accumulate either way.
  * - Fields vLLM always serialises as null (`system_fingerprint`, `stop_reason`, ...) are written too.
+ * - `/v1/completions` continues the prompt as given (no chat template); the policy sees no messages,
+ *   only the raw prompt, and its output is rendered as the same Qwen3 text a chat turn would be, ended
+ *   by `<|im_end|>` in the ids.
  */
 
 /** The subset of an OpenAI chat.completions body the sim reads; extra fields are ignored. */
@@ -41,6 +53,25 @@ export interface SimChatRequest {
   stream_options?: { include_usage?: boolean | null } | null;
   return_token_ids?: boolean | null;
   chat_template_kwargs?: { enable_thinking?: boolean } | null;
+  tool_choice?: ToolChoiceInput | null;
+  response_format?: ResponseFormatInput | null;
+}
+
+/** The subset of an OpenAI (legacy) completions body the sim reads: one prompt, text or token ids. */
+export interface SimCompletionRequest {
+  model?: string;
+  /** Used as given: a string is tokenized without a template, ids are taken as they are. */
+  prompt: string | readonly number[];
+  /** Absent means 16 (vLLM's and OpenAI's default for this API); null means the engine's default. */
+  max_tokens?: number | null;
+  seed?: number | null;
+  /** The number of alternatives per token (0 to 20): the legacy API's integer `logprobs`. */
+  logprobs?: number | null;
+  stop?: string | readonly string[] | null;
+  stream?: boolean | null;
+  stream_options?: { include_usage?: boolean | null } | null;
+  return_token_ids?: boolean | null;
+  response_format?: ResponseFormatInput | null;
 }
 
 export interface TopLogprob {
@@ -54,27 +85,37 @@ export interface SimUsage {
   total_tokens: number;
 }
 
-/** A completion, independent of wire format. */
-export interface SimResult {
+/** What both endpoints generate, independent of wire format. */
+export interface SimGeneration {
   promptTokenIds: number[];
   tokenIds: number[];
   /** One per id in `tokenIds`: negative, finite, deterministic for the seed. */
   logprobs: number[];
-  /** Alternatives per token (the chosen one first) when the request asked for `top_logprobs`. */
+  /** Alternatives per token (the chosen one first) when the request asked for them. */
   topLogprobs?: TopLogprob[][];
   /** Completion text without `<|im_end|>`: `decode(tokenIds)` minus the EOS. */
   text: string;
-  /** Parsed from `text` as the hermes/Qwen3 parser does; `content` is what is left. */
-  content: string | null;
-  reasoning?: string;
-  toolCalls: ToolCall[];
   finishReason: 'stop' | 'length';
   /** The stop string that ended the text, if one did. */
   stopReason: string | null;
   usage: SimUsage;
   seed: number;
+}
+
+/** A chat completion, independent of wire format. */
+export interface SimResult extends SimGeneration {
+  /** Parsed from `text` as the hermes/Qwen3 parser does; `content` is what is left. */
+  content: string | null;
+  reasoning?: string;
+  toolCalls: ToolCall[];
   /** What the request asked for that shapes the wire format. */
   options: { logprobs: boolean; topLogprobs: number; includeUsage: boolean; returnTokenIds: boolean };
+}
+
+/** A text completion (`/v1/completions`), independent of wire format. */
+export interface SimTextResult extends SimGeneration {
+  /** `logprobs`: null when not asked for, else the number of alternatives per token. */
+  options: { logprobs: number | null; includeUsage: boolean; returnTokenIds: boolean };
 }
 
 export interface SimEngineOptions {
@@ -87,6 +128,8 @@ export interface SimEngineOptions {
 }
 
 const MAX_TOP_LOGPROBS = 20;
+/** vLLM's (and OpenAI's) `max_tokens` default for `/v1/completions`. */
+export const COMPLETIONS_DEFAULT_MAX_TOKENS = 16;
 
 function positiveInt(value: number | null | undefined, field: string): number | undefined {
   if (value == null) return undefined;
@@ -100,6 +143,15 @@ function sampledLogprob(seed: number, index: number, tokenId: number): number {
   return -(1e-4 + 6 * r ** 3);
 }
 
+/** What `generate` makes of a policy's raw text: the part both endpoints share. */
+interface Generated {
+  tokenIds: number[];
+  text: string;
+  logprobs: number[];
+  finishReason: 'stop' | 'length';
+  stopReason: string | null;
+}
+
 /** The simulated engine: a policy decides what to say; the Qwen3 tokenizer makes it ids. */
 export class SimEngine {
   readonly tokenizer: ChatTokenizer;
@@ -107,6 +159,7 @@ export class SimEngine {
   private readonly seed: number;
   private readonly defaultMaxTokens: number;
   private requests = 0;
+  private maxTokenId: number | undefined;
 
   constructor(options: SimEngineOptions) {
     this.policy = options.policy;
@@ -130,7 +183,6 @@ export class SimEngine {
   }
 
   complete(request: SimChatRequest): SimResult {
-    const tok = this.tokenizer;
     const maxTokens =
       positiveInt(request.max_completion_tokens, 'max_completion_tokens') ??
       positiveInt(request.max_tokens, 'max_tokens') ??
@@ -139,15 +191,12 @@ export class SimEngine {
     if (!Number.isInteger(topLogprobs) || topLogprobs < 0 || topLogprobs > MAX_TOP_LOGPROBS) {
       throw new ValidationError(`must be an integer from 0 to ${MAX_TOP_LOGPROBS}`, 'top_logprobs');
     }
-    if (request.seed != null && !Number.isInteger(request.seed)) {
-      throw new ValidationError('must be an integer', 'seed');
-    }
-    const stops =
-      request.stop == null ? [] : typeof request.stop === 'string' ? [request.stop] : request.stop;
-    const seed = request.seed ?? hashSeed('request', this.seed, this.requests);
-    this.requests++;
+    checkSeed(request.seed);
+    const toolChoice = resolveToolChoice(request.tool_choice, request.tools);
+    const format = resolveResponseFormat(request.response_format);
+    const seed = this.nextSeed(request.seed);
 
-    const promptTokenIds = tok.encode(this.renderPrompt(request), { addSpecialTokens: false });
+    const promptTokenIds = this.tokenizer.encode(this.renderPrompt(request), { addSpecialTokens: false });
 
     const output: PolicyOutput = this.policy({
       messages: request.messages,
@@ -155,15 +204,144 @@ export class SimEngine {
       seed,
       turn: assistantTurns(request.messages),
       random: seededRandom('policy', seed),
+      toolChoice,
     });
-    const raw = renderCompletion({
-      content: output.text ?? null,
-      ...(output.reasoning !== undefined ? { reasoning: output.reasoning } : {}),
-      toolCalls: (output.toolCalls ?? []).map((c) => ({
-        function: { name: c.name, arguments: JSON.stringify(c.arguments) },
-      })),
-    });
+    const gen = this.generate(
+      rawCompletion(output, toolChoice, format),
+      stopList(request.stop),
+      maxTokens,
+      seed,
+    );
+    const parsed = parseCompletion(gen.text, toolChoice, seed);
 
+    const result: SimResult = {
+      promptTokenIds,
+      ...gen,
+      content: parsed.content,
+      ...(parsed.reasoning !== undefined ? { reasoning: parsed.reasoning } : {}),
+      toolCalls: parsed.toolCalls,
+      usage: usageOf(promptTokenIds, gen.tokenIds),
+      seed,
+      options: {
+        logprobs: request.logprobs === true,
+        topLogprobs,
+        includeUsage: request.stream_options?.include_usage === true,
+        returnTokenIds: request.return_token_ids !== false,
+      },
+    };
+    if (topLogprobs > 0) {
+      result.topLogprobs = gen.tokenIds.map((id, i) =>
+        alternatives(seed, i, id, gen.logprobs[i]!, topLogprobs),
+      );
+    }
+    return result;
+  }
+
+  /**
+   * A `/v1/completions` continuation: the prompt is used as given (a string is tokenized without a
+   * template, ids are taken as they are), the policy sees no messages (only `prompt` and, for a
+   * rendered ChatML conversation, the number of assistant turns in it) and its output becomes the same
+   * Qwen3 text a chat turn would be, not parsed. Ends with `<|im_end|>` in the ids, as chat does.
+   */
+  completeText(request: SimCompletionRequest): SimTextResult {
+    const tok = this.tokenizer;
+    const maxTokens =
+      request.max_tokens === undefined
+        ? COMPLETIONS_DEFAULT_MAX_TOKENS
+        : (positiveInt(request.max_tokens, 'max_tokens') ?? this.defaultMaxTokens);
+    const logprobs = request.logprobs ?? null;
+    if (logprobs !== null && (!Number.isInteger(logprobs) || logprobs < 0 || logprobs > MAX_TOP_LOGPROBS)) {
+      throw new ValidationError(`must be an integer from 0 to ${MAX_TOP_LOGPROBS}`, 'logprobs');
+    }
+    checkSeed(request.seed);
+    const format = resolveResponseFormat(request.response_format);
+    const promptTokenIds = this.promptTokenIds(request.prompt);
+    const seed = this.nextSeed(request.seed);
+
+    const prompt = typeof request.prompt === 'string' ? request.prompt : tok.decode(promptTokenIds);
+    const output = this.policy({
+      messages: [],
+      tools: [],
+      prompt,
+      seed,
+      turn: assistantTurnsInPrompt(prompt),
+      random: seededRandom('policy', seed),
+    });
+    const gen = this.generate(rawCompletion(output, 'auto', format), stopList(request.stop), maxTokens, seed);
+    const result: SimTextResult = {
+      promptTokenIds,
+      ...gen,
+      usage: usageOf(promptTokenIds, gen.tokenIds),
+      seed,
+      options: {
+        logprobs,
+        includeUsage: request.stream_options?.include_usage === true,
+        returnTokenIds: request.return_token_ids !== false,
+      },
+    };
+    if (logprobs !== null) {
+      // The chosen token is the sim's most likely one, so the top N include it: N entries (1 for N=0),
+      // distinct as decoded strings because the wire format keys them by their text.
+      const seen = (id: number) => tok.decode([id]);
+      result.topLogprobs = gen.tokenIds.map((id, i) =>
+        alternatives(seed, i, id, gen.logprobs[i]!, Math.max(logprobs, 1), seen),
+      );
+    }
+    return result;
+  }
+
+  /** Request seed, or one derived from the engine seed and a request counter. */
+  private nextSeed(seed: number | null | undefined): number {
+    const out = seed ?? hashSeed('request', this.seed, this.requests);
+    this.requests++;
+    return out;
+  }
+
+  private promptTokenIds(prompt: string | readonly number[]): number[] {
+    const tok = this.tokenizer;
+    if (typeof prompt === 'string') {
+      // vLLM's completions default is add_special_tokens=true (Qwen3 defines no BOS, so it adds nothing).
+      const ids = tok.encode(prompt, { addSpecialTokens: true });
+      if (ids.length === 0) throw new ValidationError('must not be empty', 'prompt');
+      return ids;
+    }
+    if (!Array.isArray(prompt))
+      throw new ValidationError('must be a string or an array of token ids', 'prompt');
+    if (prompt.length === 0) throw new ValidationError('must not be empty', 'prompt');
+    const max = this.lastTokenId();
+    prompt.forEach((id, i) => {
+      if (!Number.isInteger(id) || id < 0) {
+        throw new ValidationError('token ids must be non-negative integers', `prompt.${i}`);
+      }
+      if (id > max) throw new ValidationError(`token id ${id} is out of vocabulary`, `prompt.${i}`);
+    });
+    return [...prompt];
+  }
+
+  /** The largest id the tokenizer knows (ids are contiguous; an unknown one decodes to ""). */
+  private lastTokenId(): number {
+    if (this.maxTokenId !== undefined) return this.maxTokenId;
+    const known = (id: number) => {
+      try {
+        return this.tokenizer.decode([id]) !== '';
+      } catch {
+        return false;
+      }
+    };
+    let lo = 0;
+    let hi = 1 << 24;
+    while (lo < hi) {
+      const mid = Math.ceil((lo + hi) / 2);
+      if (known(mid)) lo = mid;
+      else hi = mid - 1;
+    }
+    this.maxTokenId = lo;
+    return lo;
+  }
+
+  /** Text to ids: round-trip, stop strings, EOS, `max_tokens`, logprobs. Shared by both endpoints. */
+  private generate(raw: string, stops: readonly string[], maxTokens: number, seed: number): Generated {
+    const tok = this.tokenizer;
     const eos = tok.tokenId('<|im_end|>');
     if (eos === undefined) throw new Error('tokenizer has no <|im_end|> token');
     // Round-trip through the tokenizer so text and ids agree exactly (it NFC-normalises).
@@ -188,64 +366,93 @@ export class SimEngine {
     }
     const ended = finishReason === 'stop' && cut === -1;
     text = tok.decode(ended ? tokenIds.slice(0, -1) : tokenIds);
-
-    const ids = seededRandom('tool-call-ids', seed);
-    const parsed = parseToolCalls(text, {
-      newToolCallId: () =>
-        `call_${Math.floor(ids() * 2 ** 32)
-          .toString(16)
-          .padStart(8, '0')}${Math.floor(ids() * 2 ** 32)
-          .toString(16)
-          .padStart(8, '0')}`,
-    });
-
     const logprobs = tokenIds.map((id, i) => sampledLogprob(seed, i, id));
-    const result: SimResult = {
-      promptTokenIds,
-      tokenIds,
-      logprobs,
-      text,
-      content: parsed.content,
-      ...(parsed.reasoning !== undefined ? { reasoning: parsed.reasoning } : {}),
-      toolCalls: parsed.toolCalls,
-      finishReason,
-      stopReason,
-      usage: {
-        prompt_tokens: promptTokenIds.length,
-        completion_tokens: tokenIds.length,
-        total_tokens: promptTokenIds.length + tokenIds.length,
-      },
-      seed,
-      options: {
-        logprobs: request.logprobs === true,
-        topLogprobs,
-        includeUsage: request.stream_options?.include_usage === true,
-        returnTokenIds: request.return_token_ids !== false,
-      },
-    };
-    if (topLogprobs > 0) {
-      result.topLogprobs = tokenIds.map((id, i) => alternatives(seed, i, id, logprobs[i]!, topLogprobs));
-    }
-    return result;
+    return { tokenIds, text, logprobs, finishReason, stopReason };
   }
+}
+
+function checkSeed(seed: number | null | undefined): void {
+  if (seed != null && !Number.isInteger(seed)) throw new ValidationError('must be an integer', 'seed');
+}
+
+function stopList(stop: string | readonly string[] | null | undefined): readonly string[] {
+  return stop == null ? [] : typeof stop === 'string' ? [stop] : stop;
+}
+
+function usageOf(promptTokenIds: readonly number[], tokenIds: readonly number[]): SimUsage {
+  return {
+    prompt_tokens: promptTokenIds.length,
+    completion_tokens: tokenIds.length,
+    total_tokens: promptTokenIds.length + tokenIds.length,
+  };
+}
+
+/**
+ * What the simulated model writes for a policy's output. With tool_choice "none" its tool calls are
+ * dropped; with a JSON response_format its answer becomes JSON (`structuredAnswer`), and when it calls
+ * tools the calls stand alone (no text), so content is always JSON or null.
+ */
+function rawCompletion(
+  output: PolicyOutput,
+  toolChoice: SimToolChoice,
+  format: ReturnType<typeof resolveResponseFormat>,
+): string {
+  const calls = toolChoice === 'none' ? [] : (output.toolCalls ?? []);
+  let content = output.text ?? null;
+  if (format) content = calls.length > 0 ? null : structuredAnswer(format, output.text ?? '');
+  return renderCompletion({
+    content,
+    ...(output.reasoning !== undefined ? { reasoning: output.reasoning } : {}),
+    toolCalls: calls.map((c) => ({ function: { name: c.name, arguments: JSON.stringify(c.arguments) } })),
+  });
+}
+
+/**
+ * Splits a chat completion as vLLM's Qwen3 reasoning and hermes tool parsers do. With tool_choice
+ * "none" vLLM runs no tool parser, so a `<tool_call>` block the text happens to contain stays content.
+ */
+function parseCompletion(text: string, toolChoice: SimToolChoice, seed: number): ParsedCompletion {
+  const ids = seededRandom('tool-call-ids', seed);
+  const hex = () =>
+    Math.floor(ids() * 2 ** 32)
+      .toString(16)
+      .padStart(8, '0');
+  const parsed = parseToolCalls(text, { newToolCallId: () => `call_${hex()}${hex()}` });
+  if (toolChoice !== 'none' || parsed.toolCalls.length === 0) return parsed;
+  let rest = text;
+  if (parsed.reasoning !== undefined) {
+    const close = text.indexOf('</think>');
+    rest = close === -1 ? '' : text.slice(close + '</think>'.length).replace(/^\n+/, '');
+  }
+  const content = rest === '' ? null : rest;
+  return parsed.reasoning === undefined
+    ? { content, toolCalls: [] }
+    : { content, reasoning: parsed.reasoning, toolCalls: [] };
 }
 
 const VOCAB_SIZE = 151_643; // Qwen3's ordinary (non-added) tokens
 
-/** The chosen token first, then lower-probability alternatives drawn from the ordinary vocabulary. */
+/**
+ * The chosen token first, then lower-probability alternatives drawn from the ordinary vocabulary,
+ * distinct by id (or by `key`, when the wire format keys them by text).
+ */
 function alternatives(
   seed: number,
   index: number,
   tokenId: number,
   logprob: number,
   n: number,
+  key: (id: number) => string | number = (id) => id,
 ): TopLogprob[] {
   const r = seededRandom('top-logprobs', seed, index);
   const out: TopLogprob[] = [{ tokenId, logprob }];
+  const keys = new Set([key(tokenId)]);
   let lp = logprob;
   while (out.length < n) {
     const id = randomInt(r, VOCAB_SIZE);
-    if (out.some((t) => t.tokenId === id)) continue;
+    const k = key(id);
+    if (keys.has(k)) continue;
+    keys.add(k);
     lp -= 0.5 + 3 * r();
     out.push({ tokenId: id, logprob: lp });
   }

@@ -1,5 +1,5 @@
 import type { ChatTokenizer } from '../../text/index.js';
-import type { SimResult, SimUsage } from './engine.js';
+import type { SimResult, SimTextResult, SimUsage } from './engine.js';
 
 /** Response identity: the HTTP layer chooses these (`chatcmpl-...`, unix seconds, served model name). */
 export interface ResponseMeta {
@@ -75,8 +75,8 @@ export interface ChatCompletionChunk {
 }
 
 /** A chunk and how many completion tokens it carries, so the HTTP layer can pace it with the latency model. */
-export interface TimedChunk {
-  chunk: ChatCompletionChunk;
+export interface TimedChunk<C = ChatCompletionChunk> {
+  chunk: C;
   /** Number of completion tokens generated once this chunk can be sent (index into the schedule + 1). */
   tokensThrough: number;
 }
@@ -265,5 +265,188 @@ export function toChatCompletionChunks(
   push({}, i, ids.length, finishReasonOf(result));
   if (options.includeUsage)
     chunks.push({ chunk: { ...base, choices: [], usage: { ...result.usage } }, tokensThrough: ids.length });
+  return chunks;
+}
+
+/*
+ * `/v1/completions` (the legacy text API), as vLLM serves it: `text_completion` objects whose choice
+ * carries `prompt_token_ids` and `token_ids` (when `return_token_ids`), and the legacy logprobs lists.
+ */
+
+/** The legacy completions logprobs: parallel lists, one entry per token. */
+export interface CompletionLogprobs {
+  /** Where each token starts in the text, in code points (Python's `len`), as vLLM counts. */
+  text_offset: number[];
+  token_logprobs: number[];
+  tokens: string[];
+  /** Per token, decoded alternative -> logprob; the chosen token first. */
+  top_logprobs: Record<string, number>[];
+}
+
+export interface TextCompletion {
+  id: string;
+  object: 'text_completion';
+  created: number;
+  model: string;
+  choices: {
+    index: 0;
+    text: string;
+    logprobs: CompletionLogprobs | null;
+    finish_reason: 'stop' | 'length';
+    stop_reason: string | null;
+    prompt_logprobs: null;
+    prompt_token_ids: number[] | null;
+    token_ids: number[] | null;
+  }[];
+  service_tier: null;
+  system_fingerprint: null;
+  usage: SimUsage;
+  kv_transfer_params: null;
+}
+
+export interface TextCompletionChunk {
+  id: string;
+  object: 'text_completion';
+  created: number;
+  model: string;
+  choices: {
+    index: 0;
+    text: string;
+    logprobs: CompletionLogprobs | null;
+    finish_reason: 'stop' | 'length' | null;
+    stop_reason: string | null;
+    /** The prompt's ids in the first chunk (when `return_token_ids`), null after. */
+    prompt_token_ids: number[] | null;
+    /** The ids this chunk covers (when `return_token_ids`). */
+    token_ids: number[] | null;
+  }[];
+  /** null in every chunk but the usage chunk, which has no choices. */
+  usage: SimUsage | null;
+}
+
+/** Python's `len`: code points, not UTF-16 units. */
+function codePoints(s: string): number {
+  let n = 0;
+  for (const _ of s) n++;
+  return n;
+}
+
+/** vLLM's `_create_completion_logprobs` for tokens [from, to), offsets counted from `offset`. */
+function completionLogprobs(
+  tokenizer: ChatTokenizer,
+  result: SimTextResult,
+  from: number,
+  to: number,
+  offset: number,
+): CompletionLogprobs {
+  const out: CompletionLogprobs = { text_offset: [], token_logprobs: [], tokens: [], top_logprobs: [] };
+  for (let i = from; i < to; i++) {
+    const token = tokenizer.decode([result.tokenIds[i]!]);
+    out.tokens.push(token);
+    out.token_logprobs.push(result.logprobs[i]!);
+    // fromEntries keeps every key (even "__proto__") as data; JavaScript puts integer-like keys first.
+    out.top_logprobs.push(
+      Object.fromEntries(
+        (result.topLogprobs?.[i] ?? []).map((t) => [tokenizer.decode([t.tokenId]), t.logprob]),
+      ),
+    );
+    out.text_offset.push(offset);
+    offset += codePoints(token);
+  }
+  return out;
+}
+
+/** The non-streaming `text_completion` body vLLM returns for this result. */
+export function toTextCompletion(
+  result: SimTextResult,
+  meta: ResponseMeta,
+  tokenizer: ChatTokenizer,
+): TextCompletion {
+  const { options } = result;
+  return {
+    id: meta.id,
+    object: 'text_completion',
+    created: meta.created,
+    model: meta.model,
+    choices: [
+      {
+        index: 0,
+        text: result.text,
+        logprobs:
+          options.logprobs === null
+            ? null
+            : completionLogprobs(tokenizer, result, 0, result.tokenIds.length, 0),
+        finish_reason: result.finishReason,
+        stop_reason: result.stopReason,
+        prompt_logprobs: null,
+        prompt_token_ids: options.returnTokenIds ? [...result.promptTokenIds] : null,
+        token_ids: options.returnTokenIds ? [...result.tokenIds] : null,
+      },
+    ],
+    service_tier: null,
+    system_fingerprint: null,
+    usage: { ...result.usage },
+    kv_transfer_params: null,
+  };
+}
+
+/**
+ * The streamed `text_completion` chunks vLLM would send: one per token (text held back while a
+ * multi-byte character is incomplete), the first with `prompt_token_ids`, the last (the EOS one when
+ * the text ended) with the finish reason, then a usage chunk when `stream_options.include_usage`. There
+ * is no role chunk. Concatenating `text` gives the non-streaming text, `token_ids` its ids; logprob
+ * offsets count from the text already sent, as vLLM's do.
+ */
+export function toTextCompletionChunks(
+  result: SimTextResult,
+  meta: ResponseMeta,
+  tokenizer: ChatTokenizer,
+): TimedChunk<TextCompletionChunk>[] {
+  const { options } = result;
+  const base = {
+    id: meta.id,
+    object: 'text_completion' as const,
+    created: meta.created,
+    model: meta.model,
+  };
+  const ids = result.tokenIds;
+  const text = result.text;
+  const eos = tokenizer.tokenId('<|im_end|>');
+  const endsWithEos = ids.length > 0 && ids[ids.length - 1] === eos && result.finishReason === 'stop';
+  const bodyCount = endsWithEos ? ids.length - 1 : ids.length;
+  const ends = stablePrefixLengths(tokenizer, ids.slice(0, bodyCount));
+
+  const chunks: TimedChunk<TextCompletionChunk>[] = [];
+  let emitted = 0;
+  const count = Math.max(ids.length, 1); // a text stopped before its first token still gets a chunk
+  for (let i = 0; i < count; i++) {
+    const last = i === count - 1;
+    const to = Math.min(i + 1, ids.length);
+    const visible = last ? text.length : i < bodyCount ? Math.min(ends[i]!, text.length) : emitted;
+    const delta = visible > emitted ? text.slice(emitted, visible) : '';
+    const offset = codePoints(text.slice(0, emitted));
+    emitted = Math.max(emitted, visible);
+    chunks.push({
+      chunk: {
+        ...base,
+        choices: [
+          {
+            index: 0,
+            text: delta,
+            logprobs: options.logprobs === null ? null : completionLogprobs(tokenizer, result, i, to, offset),
+            finish_reason: last ? result.finishReason : null,
+            stop_reason: last ? result.stopReason : null,
+            prompt_token_ids: i === 0 && options.returnTokenIds ? [...result.promptTokenIds] : null,
+            token_ids: options.returnTokenIds ? ids.slice(i, to) : null,
+          },
+        ],
+        usage: null,
+      },
+      tokensThrough: to,
+    });
+  }
+  if (options.includeUsage) {
+    chunks.push({ chunk: { ...base, choices: [], usage: { ...result.usage } }, tokensThrough: ids.length });
+  }
   return chunks;
 }

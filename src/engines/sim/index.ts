@@ -1,8 +1,21 @@
 export {
+  jsonForSchema,
+  type ResponseFormatInput,
+  resolveResponseFormat,
+  resolveToolChoice,
+  type SimToolChoice,
+  structuredAnswer,
+  type ToolChoiceInput,
+} from './controls.js';
+export {
+  COMPLETIONS_DEFAULT_MAX_TOKENS,
   type SimChatRequest,
+  type SimCompletionRequest,
   SimEngine,
   type SimEngineOptions,
+  type SimGeneration,
   type SimResult,
+  type SimTextResult,
   type SimUsage,
   type TopLogprob,
 } from './engine.js';
@@ -10,15 +23,21 @@ export {
   type ChatCompletion,
   type ChatCompletionChunk,
   type ChunkDelta,
+  type CompletionLogprobs,
   finishReasonOf,
   type ResponseMeta,
+  type TextCompletion,
+  type TextCompletionChunk,
   type TimedChunk,
   toChatCompletion,
   toChatCompletionChunks,
+  toTextCompletion,
+  toTextCompletionChunks,
 } from './format.js';
 export { instantLatency, type LatencyModel, type LatencyModelOptions, latencyModel } from './latency.js';
 export {
   assistantTurns,
+  assistantTurnsInPrompt,
   echoPolicy,
   type InjectedErrorKind,
   injectError,
@@ -34,5 +53,5 @@ export {
   type ScriptStep,
   scriptedPolicy,
 } from './policies.js';
-export { type RunningSimServer, type SimServerOptions, startSimServer } from './serve.js';
+export { buildSimApp, type RunningSimServer, type SimServerOptions, startSimServer } from './serve.js';
 export { createSimApp, DEFAULT_SIM_MODEL, type SimAppOptions, type SimStreamEnd } from './server.js';

@@ -1,7 +1,9 @@
 import { describe, expect, it } from 'vitest';
+import { renderChat } from '../../text/index.js';
 import { seededRandom } from '../../util/random.js';
 import {
   assistantTurns,
+  assistantTurnsInPrompt,
   echoPolicy,
   injectError,
   type PolicyContext,
@@ -55,6 +57,36 @@ describe('echoPolicy', () => {
     expect(echoPolicy(ctx({ messages }))).toEqual({ text: 'a\nb' });
     expect(echoPolicy(ctx({ messages: [{ role: 'system', content: 's' }] }))).toEqual({ text: '' });
   });
+
+  it('without messages repeats a raw prompt, or the last user turn of a ChatML one', () => {
+    expect(echoPolicy(ctx({ messages: [], prompt: 'Once upon a time' }))).toEqual({
+      text: 'Once upon a time',
+    });
+    const prompt = renderChat({
+      messages: [
+        { role: 'user', content: 'list the files' },
+        { role: 'assistant', content: null, tool_calls: [{ function: { name: 'ls', arguments: '{}' } }] },
+        { role: 'tool', content: 'a.ts' },
+      ],
+      addGenerationPrompt: true,
+    });
+    // The tool result is a user turn too in Qwen3's template; echo skips it.
+    expect(echoPolicy(ctx({ messages: [], prompt }))).toEqual({ text: 'list the files' });
+  });
+});
+
+describe('assistantTurnsInPrompt', () => {
+  it('counts completed assistant turns of a rendered conversation, 0 for plain text', () => {
+    const messages = [
+      { role: 'user' as const, content: 'a' },
+      { role: 'assistant' as const, content: 'b' },
+      { role: 'user' as const, content: 'c' },
+      { role: 'assistant' as const, content: 'd' },
+      { role: 'user' as const, content: 'e' },
+    ];
+    expect(assistantTurnsInPrompt(renderChat({ messages, addGenerationPrompt: true }))).toBe(2);
+    expect(assistantTurnsInPrompt('plain text <|im_start|>assistant\n')).toBe(0);
+  });
 });
 
 describe('randomPolicy', () => {
@@ -73,6 +105,23 @@ describe('randomPolicy', () => {
     expect(typeof out.toolCalls?.[0]?.arguments.path).toBe('string');
     expect(Number.isInteger(out.toolCalls?.[0]?.arguments.limit)).toBe(true);
     expect(randomPolicy({ toolCallRate: 1 })(ctx()).toolCalls).toBeUndefined();
+  });
+
+  it('honours toolChoice: never with none, always with required, the named tool when named', () => {
+    const two = [...tools, { type: 'function' as const, function: { name: 'run' } }];
+    const seeds = Array.from({ length: 30 }, (_, s) => s);
+    const p = randomPolicy();
+    // The default rate is 0.3: "auto" leaves some turns without a call.
+    expect(seeds.some((seed) => p(ctx({ seed, tools: two })).toolCalls === undefined)).toBe(true);
+    for (const seed of seeds) {
+      expect(p(ctx({ seed, tools: two, toolChoice: 'none' })).toolCalls).toBeUndefined();
+      expect(p(ctx({ seed, tools: two, toolChoice: 'required' })).toolCalls).toHaveLength(1);
+      expect(p(ctx({ seed, tools: two, toolChoice: { name: 'run' } })).toolCalls).toEqual([
+        { name: 'run', arguments: {} },
+      ]);
+    }
+    // "auto" is the default: the same draws as before toolChoice existed.
+    expect(p(ctx({ seed: 4, tools: two, toolChoice: 'auto' }))).toEqual(p(ctx({ seed: 4, tools: two })));
   });
 });
 
@@ -111,6 +160,15 @@ describe('scriptedPolicy', () => {
     // An explicit plan seed overrides the request's.
     const fixed = scriptedPolicy(script, { errorRate: 0.5, seed: 9 });
     expect(fixed(ctx({ turn: 0, seed: 1 }))).toEqual(fixed(ctx({ turn: 0, seed: 2 })));
+  });
+
+  it('with toolChoice none answers instead of calling (no injected error either)', () => {
+    const p = scriptedPolicy(script, { errorRate: 1 });
+    expect(p(ctx({ turn: 0, toolChoice: 'none' }))).toEqual({ text: 'All tests pass.' });
+    expect(p(ctx({ turn: 2, toolChoice: 'none' }))).toEqual({ text: 'All tests pass.' });
+    expect(p(ctx({ turn: 4, toolChoice: 'none' }))).toEqual(at(4, p));
+    // "required" and named choices leave the script in charge.
+    expect(p(ctx({ turn: 0, toolChoice: 'required' }))).toEqual(at(0, p));
   });
 
   it('picks a script per task and rejects a bad errorRate', () => {

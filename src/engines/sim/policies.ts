@@ -1,11 +1,23 @@
 import { ValidationError } from '../../domain/errors.js';
 import type { ChatMessageInput, ChatToolInput } from '../../text/index.js';
 import { pick, type Random, randomInt, seededRandom } from '../../util/random.js';
+import type { SimToolChoice } from './controls.js';
 
 /** What a policy sees: the conversation as the agent sent it, and its own seeded randomness. */
 export interface PolicyContext {
+  /** The chat request's messages; empty for `/v1/completions`, which has only `prompt`. */
   messages: readonly ChatMessageInput[];
   tools: readonly ChatToolInput[];
+  /**
+   * The raw prompt of a `/v1/completions` request (token ids decoded), used as given: no template.
+   * Absent for chat requests.
+   */
+  prompt?: string;
+  /**
+   * The request's `tool_choice` (absent means "auto"). With "none" the engine drops any tool calls;
+   * "required" and a named function are requests a policy may honour (the random policy does).
+   */
+  toolChoice?: SimToolChoice;
   /** The request's seed (or the engine's derived one): the same seed gives the same output. */
   seed: number;
   /** Assistant turns already in `messages`: 0 on the first call of an episode. */
@@ -42,12 +54,30 @@ export function assistantTurns(messages: readonly ChatMessageInput[]): number {
   return messages.filter((m) => m.role === 'assistant').length;
 }
 
-/** Repeats the text of the last user message. */
-export const echoPolicy: Policy = ({ messages }) => {
+/**
+ * Completed assistant turns in a raw ChatML prompt (`<|im_start|>assistant ... <|im_end|>`): the `turn`
+ * of a `/v1/completions` request whose prompt is a rendered conversation; 0 for plain text.
+ */
+export function assistantTurnsInPrompt(prompt: string): number {
+  return prompt.match(/<\|im_start\|>assistant\n[\s\S]*?<\|im_end\|>/g)?.length ?? 0;
+}
+
+/** The last user turn of a ChatML prompt that is not a tool response; undefined for plain text. */
+function lastUserTurnInPrompt(prompt: string): string | undefined {
+  let last: string | undefined;
+  for (const m of prompt.matchAll(/<\|im_start\|>user\n([\s\S]*?)<\|im_end\|>/g)) {
+    if (!m[1]!.startsWith('<tool_response>')) last = m[1];
+  }
+  return last;
+}
+
+/** Repeats the text of the last user message; for a raw prompt, its last user turn or the prompt itself. */
+export const echoPolicy: Policy = ({ messages, prompt }) => {
   for (let i = messages.length - 1; i >= 0; i--) {
     const m = messages[i];
     if (m?.role === 'user') return { text: contentText(m.content) };
   }
+  if (prompt !== undefined) return { text: lastUserTurnInPrompt(prompt) ?? prompt };
   return { text: '' };
 };
 
@@ -114,13 +144,24 @@ export interface RandomPolicyOptions {
   toolCallRate?: number;
 }
 
-/** Seeded random words; with tools offered, sometimes a call to a random tool with schema-shaped arguments. */
+/**
+ * Seeded random words; with tools offered, sometimes a call to a random tool with schema-shaped
+ * arguments. It honours `toolChoice`: never a call with "none", always one with "required", always the
+ * named tool with a named choice.
+ */
 export function randomPolicy(options: RandomPolicyOptions = {}): Policy {
   const rate = options.toolCallRate ?? 0.3;
-  return ({ tools, random }) => {
-    if (tools.length > 0 && random() < rate) {
-      const tool = pick(random, tools);
-      return { toolCalls: [{ name: tool.function.name, arguments: randomArguments(random, tool) }] };
+  const call = (random: Random, tool: ChatToolInput): PolicyOutput => ({
+    toolCalls: [{ name: tool.function.name, arguments: randomArguments(random, tool) }],
+  });
+  return ({ tools, random, toolChoice = 'auto' }) => {
+    if (tools.length > 0 && toolChoice !== 'none') {
+      if (typeof toolChoice === 'object') {
+        const named = tools.find((t) => t.function.name === toolChoice.name);
+        if (named) return call(random, named);
+      } else if (toolChoice === 'required' || random() < rate) {
+        return call(random, pick(random, tools));
+      }
     }
     return { text: randomWords(random, 3, 24) };
   };
@@ -217,7 +258,9 @@ const CORRECTION_TEXT = 'That call was wrong; retrying with the correct one.';
 /**
  * Follows a per-task script. The step is chosen by the number of assistant turns already in the
  * conversation; with `errorRate`, a tool-call step first gets a wrong call (wrong argument, unknown
- * tool or malformed block) and the correct call on the next turn — deterministic for the seed.
+ * tool or malformed block) and the correct call on the next turn — deterministic for the seed. With
+ * `toolChoice: "none"` a tool-call step answers instead (the script's final answer); "required" and a
+ * named function change nothing: the script decides.
  */
 export function scriptedPolicy(source: ScriptSource, options: ScriptedPolicyOptions = {}): Policy {
   const errorRate = options.errorRate ?? 0;
@@ -227,13 +270,15 @@ export function scriptedPolicy(source: ScriptSource, options: ScriptedPolicyOpti
   return (ctx) => {
     const script = typeof source === 'function' ? source(ctx) : source;
     if (!script || script.length === 0) return { text: options.finalAnswer ?? 'Done.' };
-    const pos = locate(script, ctx.turn, options.seed ?? ctx.seed, errorRate, kinds);
-    if (!pos) {
+    const finalAnswer = () => {
       const answers = script.filter((s): s is { answer: string } => 'answer' in s);
       return { text: options.finalAnswer ?? answers.at(-1)?.answer ?? 'Done.' };
-    }
+    };
+    const pos = locate(script, ctx.turn, options.seed ?? ctx.seed, errorRate, kinds);
+    if (!pos) return finalAnswer();
     const step = script[pos.step]!;
     if ('answer' in step) return { text: step.answer };
+    if (ctx.toolChoice === 'none') return finalAnswer();
     if (pos.injected) return injectError(step.toolCall, pos.injected);
     const text = pos.correction ? CORRECTION_TEXT : step.text;
     return { ...(text !== undefined ? { text } : {}), toolCalls: [step.toolCall] };

@@ -1,3 +1,4 @@
+import type { Hono } from 'hono';
 import { ValidationError } from '../../domain/errors.js';
 import { listen } from '../../util/http-server.js';
 import { SimEngine } from './engine.js';
@@ -38,9 +39,8 @@ function choosePolicy(options: SimServerOptions): Policy {
   return scriptedPolicy(options.script as ScriptStep[]);
 }
 
-/** Serves the sim engine on its own (`stepwise sim`). */
-export async function startSimServer(options: SimServerOptions = {}): Promise<RunningSimServer> {
-  const host = options.host ?? '127.0.0.1';
+/** The sim's HTTP app for these options: served standalone, or in process behind the gateway. */
+export function buildSimApp(options: SimServerOptions = {}): { app: Hono; model: string } {
   const ttftMs = options.ttftMs ?? 0;
   const tps = options.tokensPerSecond ?? 0;
   const latency =
@@ -51,7 +51,13 @@ export async function startSimServer(options: SimServerOptions = {}): Promise<Ru
         : instantLatency;
   const model = options.model ?? DEFAULT_SIM_MODEL;
   const engine = new SimEngine({ policy: choosePolicy(options), seed: options.seed ?? 0 });
-  const app = createSimApp({ engine, latency, model });
+  return { app: createSimApp({ engine, latency, model }), model };
+}
+
+/** Serves the sim engine on its own (`stepwise sim`). */
+export async function startSimServer(options: SimServerOptions = {}): Promise<RunningSimServer> {
+  const host = options.host ?? '127.0.0.1';
+  const { app, model } = buildSimApp(options);
   const listening = await listen(app.fetch, host, options.port ?? 8200);
   return {
     url: listening.url,

@@ -2,9 +2,11 @@ import type { AddressInfo } from 'node:net';
 import { serve } from '@hono/node-server';
 import OpenAI from 'openai';
 import { afterEach, describe, expect, it } from 'vitest';
+import { loadQwen3Tokenizer } from '../../text/index.js';
 import { SimEngine } from './engine.js';
+import type { TextCompletion, TextCompletionChunk } from './format.js';
 import { latencyModel } from './latency.js';
-import { echoPolicy, type Policy, scriptedPolicy } from './policies.js';
+import { echoPolicy, type Policy, randomPolicy, scriptedPolicy } from './policies.js';
 import { createSimApp, type SimAppOptions, type SimStreamEnd } from './server.js';
 
 type Server = ReturnType<typeof serve>;
@@ -191,6 +193,22 @@ describe('sim HTTP server', () => {
     expect(performance.now() - t0).toBeGreaterThanOrEqual(75);
   });
 
+  it('paces streamed text completions with the latency model too', async () => {
+    const app = createSimApp({
+      engine: new SimEngine({ policy: echoPolicy }),
+      latency: latencyModel({ ttftMs: 40, tokensPerSecond: 200 }),
+    });
+    const t0 = performance.now();
+    const res = await app.request('/v1/completions', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ prompt: 'one two three four five six', stream: true }),
+    });
+    await res.text();
+    // ttft 40 ms + (n - 1) * 5 ms for 7 tokens (six words and EOS)
+    expect(performance.now() - t0).toBeGreaterThanOrEqual(65);
+  });
+
   it('stops writing when the client aborts a slow stream, and keeps serving', async () => {
     const ends: SimStreamEnd[] = [];
     let resolveEnd: () => void = () => {};
@@ -260,5 +278,268 @@ describe('startSimServer (stepwise sim)', () => {
     await expect(startSimServer({ port: 0, policy: 'scripted', script: [{ nope: 1 }] })).rejects.toThrow(
       /answer/,
     );
+  });
+});
+
+const tok = loadQwen3Tokenizer();
+const IM_END = '<|im_end|>';
+
+/** POSTs JSON straight into the Hono app (no socket). */
+function post(app: ReturnType<typeof createSimApp>, path: string, body: unknown) {
+  return app.request(path, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+}
+
+/** The `data:` payloads of an SSE body, `[DONE]` last. */
+async function sseData(res: Response): Promise<string[]> {
+  const text = await res.text();
+  return text
+    .split('\n\n')
+    .filter((e) => e !== '')
+    .map((e) => {
+      expect(e.startsWith('data: ')).toBe(true);
+      return e.slice('data: '.length);
+    });
+}
+
+async function errorOf(res: Response): Promise<{ status: number; param: string | null; message: string }> {
+  const body = (await res.json()) as { error: { param: string | null; message: string; type: string } };
+  expect(body.error.type).toBe('invalid_request_error');
+  return { status: res.status, param: body.error.param, message: body.error.message };
+}
+
+describe('POST /v1/completions', () => {
+  const app = () => createSimApp({ engine: new SimEngine({ policy: echoPolicy, seed: 1 }) });
+  const prompt = 'Grüße 🌍 and 你好';
+
+  it('answers a text prompt with a vLLM text_completion: ids decode to the text and EOS', async () => {
+    const res = await post(app(), '/v1/completions', { model: 'sim-qwen3', prompt, max_tokens: 64, seed: 3 });
+    expect(res.status).toBe(200);
+    const body = (await res.json()) as TextCompletion;
+    expect(body.id).toMatch(/^cmpl-[0-9a-f]{32}$/);
+    expect(body.object).toBe('text_completion');
+    expect(body.model).toBe('sim-qwen3');
+    const choice = body.choices[0]!;
+    expect(choice.text).toBe(prompt);
+    expect(choice.finish_reason).toBe('stop');
+    expect(choice.logprobs).toBeNull();
+    expect(choice.prompt_token_ids).toEqual(tok.encode(prompt));
+    expect(tok.decode(choice.token_ids!)).toBe(prompt + IM_END);
+    expect(body.usage).toEqual({
+      prompt_tokens: choice.prompt_token_ids!.length,
+      completion_tokens: choice.token_ids!.length,
+      total_tokens: choice.prompt_token_ids!.length + choice.token_ids!.length,
+    });
+  });
+
+  it('takes token ids (or a batch of one) as the prompt; is deterministic for a seed', async () => {
+    const a = createSimApp({ engine: new SimEngine({ policy: randomPolicy() }) });
+    const ids = tok.encode('Tell me something.');
+    const bodies = await Promise.all(
+      [ids, [ids], 'Tell me something.', ['Tell me something.']].map(async (p) => {
+        const res = await post(a, '/v1/completions', { prompt: p, seed: 11, logprobs: 2 });
+        expect(res.status).toBe(200);
+        return (await res.json()) as TextCompletion;
+      }),
+    );
+    const [first] = bodies;
+    expect(first!.choices[0]!.prompt_token_ids).toEqual(ids);
+    for (const b of bodies) expect(b.choices).toEqual(first!.choices);
+    // vLLM's default max_tokens for this API is 16.
+    expect(first!.choices[0]!.token_ids!.length).toBeLessThanOrEqual(16);
+    const lp = first!.choices[0]!.logprobs!;
+    expect(lp.tokens).toHaveLength(first!.usage.completion_tokens);
+    expect(lp.top_logprobs.every((t) => Object.keys(t).length === 2)).toBe(true);
+    const other = (await (
+      await post(a, '/v1/completions', { prompt: ids, seed: 12 })
+    ).json()) as TextCompletion;
+    expect(other.choices[0]!.token_ids).not.toEqual(first!.choices[0]!.token_ids);
+  });
+
+  it('streams data: chunks then [DONE]: prompt ids first, every chunk its token ids, usage last', async () => {
+    const res = await post(app(), '/v1/completions', {
+      prompt,
+      seed: 3,
+      max_tokens: 64,
+      logprobs: 0,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+    expect(res.status).toBe(200);
+    expect(res.headers.get('content-type')).toContain('text/event-stream');
+    const data = await sseData(res);
+    expect(data.at(-1)).toBe('[DONE]');
+    const chunks = data.slice(0, -1).map((d) => JSON.parse(d) as TextCompletionChunk);
+    const usage = chunks.at(-1)!;
+    expect(usage.choices).toEqual([]);
+    // The usage chunk is written without nulls, as vLLM does.
+    expect(Object.keys(usage).sort()).toEqual(['choices', 'created', 'id', 'model', 'object', 'usage']);
+    const choices = chunks.slice(0, -1).map((c) => c.choices[0]!);
+    expect(choices.map((c) => c.text).join('')).toBe(prompt);
+    expect(choices[0]!.prompt_token_ids).toEqual(tok.encode(prompt));
+    expect(choices.slice(1).every((c) => c.prompt_token_ids === null)).toBe(true);
+    expect(choices.every((c) => c.token_ids!.length === 1)).toBe(true);
+    const ids = choices.flatMap((c) => c.token_ids!);
+    expect(tok.decode(ids)).toBe(prompt + IM_END);
+    expect(choices.at(-1)!.finish_reason).toBe('stop');
+    expect(choices.flatMap((c) => c.logprobs!.tokens)).toHaveLength(ids.length);
+    expect(usage.usage).toEqual({
+      prompt_tokens: tok.encode(prompt).length,
+      completion_tokens: ids.length,
+      total_tokens: tok.encode(prompt).length + ids.length,
+    });
+    expect(new Set(chunks.map((c) => c.id)).size).toBe(1);
+  });
+
+  it('rejects what the sim does not serve with OpenAI-style 400s naming the field', async () => {
+    const a = app();
+    const cases: [unknown, string][] = [
+      [{ prompt: ['a', 'b'] }, 'prompt'],
+      [{ prompt: [[1], [2]] }, 'prompt'],
+      [{ prompt: 3 }, 'prompt'],
+      [{}, 'prompt'],
+      [{ prompt: '' }, 'prompt'],
+      [{ prompt: [1, 10_000_000] }, 'prompt.1'],
+      [{ prompt: 'x', echo: true }, 'echo'],
+      [{ prompt: 'x', n: 2 }, 'n'],
+      [{ prompt: 'x', best_of: 3 }, 'best_of'],
+      [{ prompt: 'x', suffix: 'y' }, 'suffix'],
+      [{ prompt: 'x', logprobs: true }, 'logprobs'],
+      [{ prompt: 'x', logprobs: 30 }, 'logprobs'],
+      [{ prompt: 'x', max_tokens: 0 }, 'max_tokens'],
+      [{ prompt: 'x', response_format: { type: 'yaml' } }, 'response_format.type'],
+    ];
+    for (const [body, param] of cases) {
+      const error = await errorOf(await post(a, '/v1/completions', body));
+      expect({ body, status: error.status, param: error.param }).toEqual({ body, status: 400, param });
+    }
+    expect((await errorOf(await post(a, '/v1/completions', { prompt: ['a', 'b'] }))).message).toMatch(
+      /batch of 2/,
+    );
+    expect((await errorOf(await post(a, '/v1/completions', { prompt: 'x', echo: true }))).message).toMatch(
+      /echo/,
+    );
+  });
+});
+
+describe('chat tool_choice and response_format over HTTP', () => {
+  const script = scriptedPolicy([
+    { toolCall: { name: 'get_weather', arguments: { city: 'Paris' } } },
+    { answer: 'Sunny.' },
+  ]);
+  const app = () => createSimApp({ engine: new SimEngine({ policy: script }) });
+  const ask = { messages, tools: [weatherTool] };
+
+  it('tool_choice none answers without calls; auto calls', async () => {
+    const auto = (await (await post(app(), '/v1/chat/completions', ask)).json()) as OpenAI.ChatCompletion;
+    expect(auto.choices[0]!.finish_reason).toBe('tool_calls');
+    const none = await post(app(), '/v1/chat/completions', { ...ask, tool_choice: 'none' });
+    expect(none.status).toBe(200);
+    const body = (await none.json()) as OpenAI.ChatCompletion;
+    expect(body.choices[0]!.message.content).toBe('Sunny.');
+    expect(body.choices[0]!.message.tool_calls).toEqual([]);
+    expect(body.choices[0]!.finish_reason).toBe('stop');
+  });
+
+  it('response_format json_schema gives JSON content; streamed content is the same JSON', async () => {
+    const schema = {
+      type: 'object',
+      properties: { summary: { type: 'string' }, words: { type: 'integer' } },
+      required: ['summary', 'words'],
+    };
+    const body = {
+      messages,
+      response_format: { type: 'json_schema', json_schema: { name: 'summary', schema, strict: true } },
+    };
+    const a = createSimApp({ engine: new SimEngine({ policy: echoPolicy }) });
+    const res = (await (await post(a, '/v1/chat/completions', body)).json()) as OpenAI.ChatCompletion;
+    const content = res.choices[0]!.message.content!;
+    expect(JSON.parse(content)).toEqual({ summary: 'Hello there, sim! 你好', words: 0 });
+    const data = await sseData(await post(a, '/v1/chat/completions', { ...body, stream: true }));
+    const streamed = data
+      .slice(0, -1)
+      .map((d) => (JSON.parse(d) as OpenAI.ChatCompletionChunk).choices[0]?.delta.content ?? '')
+      .join('');
+    expect(streamed).toBe(content);
+  });
+
+  it('rejects bad tool_choice and response_format values naming the field', async () => {
+    const cases: [unknown, string][] = [
+      [{ messages, tool_choice: 'auto' }, 'tool_choice'],
+      [{ ...ask, tool_choice: 'always' }, 'tool_choice'],
+      [
+        { ...ask, tool_choice: { type: 'function', function: { name: 'nope' } } },
+        'tool_choice.function.name',
+      ],
+      [{ ...ask, tool_choice: { type: 'function', function: {} } }, 'tool_choice.function.name'],
+      [{ messages, response_format: { type: 'xml' } }, 'response_format.type'],
+      [{ messages, response_format: { type: 'json_schema' } }, 'response_format.json_schema'],
+      [
+        { messages, response_format: { type: 'json_schema', json_schema: { schema: {} } } },
+        'response_format.json_schema.name',
+      ],
+    ];
+    for (const [body, param] of cases) {
+      const error = await errorOf(await post(app(), '/v1/chat/completions', body));
+      expect({ body, status: error.status, param: error.param }).toEqual({ body, status: 400, param });
+    }
+  });
+});
+
+describe('/v1/completions with the official openai client', () => {
+  it('creates completions, non-streaming and streaming, with the same text and usage', async () => {
+    const { client } = await start(echoPolicy);
+    const prompt = 'Hello there, sim! 你好';
+    const whole = await client.completions.create({
+      model: 'sim-qwen3',
+      prompt,
+      max_tokens: 32,
+      seed: 5,
+      logprobs: 3,
+    });
+    expect(whole.object).toBe('text_completion');
+    expect(whole.id).toMatch(/^cmpl-/);
+    const choice = whole.choices[0]!;
+    expect(choice.text).toBe(prompt);
+    expect(choice.finish_reason).toBe('stop');
+    const ids = (choice as unknown as { token_ids: number[] }).token_ids;
+    expect(tok.decode(ids)).toBe(prompt + IM_END);
+    expect(choice.logprobs!.tokens).toHaveLength(ids.length);
+    expect(choice.logprobs!.top_logprobs!.every((t) => Object.keys(t).length === 3)).toBe(true);
+    expect(whole.usage!.completion_tokens).toBe(ids.length);
+
+    const stream = await client.completions.create({
+      model: 'sim-qwen3',
+      prompt: tok.encode(prompt),
+      max_tokens: 32,
+      seed: 5,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+    let text = '';
+    const streamedIds: number[] = [];
+    let finish: string | null = null;
+    let usage: OpenAI.CompletionUsage | undefined;
+    for await (const chunk of stream) {
+      const c = chunk.choices[0] as (OpenAI.CompletionChoice & { token_ids?: number[] }) | undefined;
+      text += c?.text ?? '';
+      streamedIds.push(...(c?.token_ids ?? []));
+      finish = c?.finish_reason ?? finish;
+      if (chunk.usage) usage = chunk.usage;
+    }
+    expect(text).toBe(prompt);
+    expect(streamedIds).toEqual(ids);
+    expect(finish).toBe('stop');
+    expect(usage).toEqual(whole.usage);
+
+    const error = await client.completions.create({ model: 'sim-qwen3', prompt: ['a', 'b'] }).then(
+      () => null,
+      (e: unknown) => e,
+    );
+    expect(error).toBeInstanceOf(OpenAI.BadRequestError);
+    expect((error as InstanceType<typeof OpenAI.BadRequestError>).param).toBe('prompt');
   });
 });

@@ -6,13 +6,22 @@ import { z } from 'zod';
 import { fromZodError, StepwiseError, ValidationError } from '../../domain/errors.js';
 import { ChatMessage, ChatTool } from '../../text/index.js';
 import { encodeSseDone, encodeSseEvent } from '../../text/sse.js';
-import type { SimChatRequest, SimEngine } from './engine.js';
-import { type ResponseMeta, toChatCompletion, toChatCompletionChunks } from './format.js';
+import { ResponseFormat, ToolChoice } from './controls.js';
+import type { SimChatRequest, SimCompletionRequest, SimEngine } from './engine.js';
+import {
+  type ResponseMeta,
+  type TimedChunk,
+  toChatCompletion,
+  toChatCompletionChunks,
+  toTextCompletion,
+  toTextCompletionChunks,
+} from './format.js';
 import { instantLatency, type LatencyModel } from './latency.js';
 
 /*
  * The HTTP face of the sim engine: the subset of vLLM's OpenAI-compatible server that agents and the
- * gateway use (`/v1/models`, `/v1/chat/completions` with SSE streaming, `/health`). Errors use the
+ * gateway use (`/v1/models`, `/v1/chat/completions` and `/v1/completions` with SSE streaming,
+ * `/health`). Errors use the
  * OpenAI shape `{error: {message, type, param, code}}`. The served model is always named `sim-*` so
  * nobody mistakes it for a real model; the request's `model` is not checked (any name is answered).
  */
@@ -53,6 +62,48 @@ const ChatCompletionBody = z.looseObject({
   top_logprobs: nullable(z.number()),
   stop: nullable(z.union([z.string(), z.array(z.string())])),
   return_token_ids: nullable(z.boolean()),
+  tool_choice: nullable(ToolChoice),
+  response_format: nullable(ResponseFormat),
+});
+
+/**
+ * One prompt: a string or token ids. vLLM also takes a batch (several strings or id lists, one choice
+ * each); the sim serves one prompt per request, so a batch of one is unwrapped and a larger one refused.
+ */
+const Prompt = z
+  .union([z.string(), z.array(z.number()), z.array(z.string()), z.array(z.array(z.number()))], {
+    error: 'must be a string or an array of token ids',
+  })
+  .transform((value, ctx): string | number[] => {
+    if (typeof value === 'string' || value.length === 0 || typeof value[0] === 'number') {
+      return value as string | number[];
+    }
+    if (value.length > 1) {
+      ctx.issues.push({
+        code: 'custom',
+        message: `the sim serves one prompt per request, got a batch of ${value.length}`,
+        input: value,
+      });
+      return z.NEVER;
+    }
+    return value[0] as string | number[];
+  });
+
+const CompletionBody = z.looseObject({
+  model: nullable(z.string()),
+  prompt: Prompt,
+  n: nullable(z.literal(1, 'the sim supports only n=1')),
+  best_of: nullable(z.literal(1, 'the sim supports only best_of=1')),
+  echo: nullable(z.literal(false, 'echo is not supported by the sim')),
+  suffix: nullable(z.null('suffix is not supported')),
+  stream: nullable(z.boolean()),
+  stream_options: nullable(z.looseObject({ include_usage: nullable(z.boolean()) })),
+  max_tokens: nullable(z.number()),
+  seed: nullable(z.number()),
+  logprobs: nullable(z.number('must be an integer (the number of alternatives per token)')),
+  stop: nullable(z.union([z.string(), z.array(z.string())])),
+  return_token_ids: nullable(z.boolean()),
+  response_format: nullable(ResponseFormat),
 });
 
 interface OpenAIError {
@@ -117,27 +168,19 @@ export function createSimApp(options: SimAppOptions): Hono {
     }),
   );
 
-  app.post('/v1/chat/completions', async (c) => {
-    const started = performance.now();
-    const body = await jsonBody(c);
-    const parsed = ChatCompletionBody.safeParse(body);
-    if (!parsed.success) throw fromZodError(parsed.error);
-    // The engine gets the body as sent: zod's copy would normalise content and reorder tool keys.
-    const request = body as SimChatRequest;
-    const result = engine.complete(request);
-    const meta: ResponseMeta = {
-      id: `chatcmpl-${randomBytes(16).toString('hex')}`,
-      created: Math.floor(Date.now() / 1000),
-      model,
-    };
+  /** Waits out the whole completion's latency, then answers with the body. */
+  const respond = async (c: Context, started: number, result: { tokenIds: number[] }, body: object) => {
+    await sleep(latency.totalMs(result) - (performance.now() - started), { aborted: false });
+    return c.json(body);
+  };
 
-    if (request.stream !== true) {
-      const wait = latency.totalMs(result) - (performance.now() - started);
-      await sleep(wait, { aborted: false });
-      return c.json(toChatCompletion(result, meta, engine.tokenizer));
-    }
-
-    const chunks = toChatCompletionChunks(result, meta, engine.tokenizer);
+  /** SSE: each chunk once the latency schedule says its last token is ready, then `[DONE]`. */
+  const sendStream = (
+    c: Context,
+    started: number,
+    result: { tokenIds: number[] },
+    chunks: readonly TimedChunk<object>[],
+  ) => {
     const schedule = latency.schedule(result);
     c.header('content-type', 'text/event-stream');
     c.header('cache-control', 'no-cache');
@@ -162,6 +205,42 @@ export function createSimApp(options: SimAppOptions): Hono {
         options.onStreamEnd?.({ aborted: signal.aborted || out.aborted, chunksSent: sent });
       }
     });
+  };
+
+  const meta = (prefix: string): ResponseMeta => ({
+    id: `${prefix}${randomBytes(16).toString('hex')}`,
+    created: Math.floor(Date.now() / 1000),
+    model,
+  });
+
+  app.post('/v1/chat/completions', async (c) => {
+    const started = performance.now();
+    const body = await jsonBody(c);
+    const parsed = ChatCompletionBody.safeParse(body);
+    if (!parsed.success) throw fromZodError(parsed.error);
+    // The engine gets the body as sent: zod's copy would normalise content and reorder tool keys.
+    const request = body as SimChatRequest;
+    const result = engine.complete(request);
+    const id = meta('chatcmpl-');
+    if (request.stream !== true) {
+      return respond(c, started, result, toChatCompletion(result, id, engine.tokenizer));
+    }
+    return sendStream(c, started, result, toChatCompletionChunks(result, id, engine.tokenizer));
+  });
+
+  app.post('/v1/completions', async (c) => {
+    const started = performance.now();
+    const body = await jsonBody(c);
+    const parsed = CompletionBody.safeParse(body);
+    if (!parsed.success) throw fromZodError(parsed.error);
+    // As sent, but with the prompt unwrapped from a batch of one.
+    const request = { ...(body as object), prompt: parsed.data.prompt } as SimCompletionRequest;
+    const result = engine.completeText(request);
+    const id = meta('cmpl-');
+    if (request.stream !== true) {
+      return respond(c, started, result, toTextCompletion(result, id, engine.tokenizer));
+    }
+    return sendStream(c, started, result, toTextCompletionChunks(result, id, engine.tokenizer));
   });
 
   return app;

@@ -1,0 +1,187 @@
+/*
+ * What an engine produced for one call, gathered from its OpenAI-compatible answer: a whole
+ * `chat.completion` / `text_completion`, or the chunks of a stream. vLLM (and the sim) put exact ids
+ * in the answer when asked (`return_token_ids`): `prompt_token_ids` at the top of a chat answer and of
+ * its first chunk, or in the first choice of a completions answer; `token_ids` in each choice or
+ * chunk. Logprobs come as `logprobs.content[].logprob` (chat) or `logprobs.token_logprobs`
+ * (completions). A plain OpenAI-compatible API sends neither: the ids are then rebuilt (retokenize.ts).
+ */
+
+export interface CapturedToolCall {
+  id: string;
+  type: 'function';
+  function: { name: string; arguments: string };
+}
+
+/** One generation as the gateway records it. */
+export interface Captured {
+  promptIds: number[] | null;
+  /** The engine's output ids; null when the engine sent none (not even for some chunks). */
+  responseIds: number[] | null;
+  /** One per response id, when the engine sent them for every token. */
+  logprobs: number[] | null;
+  content: string;
+  reasoning: string | null;
+  toolCalls: CapturedToolCall[];
+  finishReason: string | null;
+  usage: { prompt_tokens?: number; completion_tokens?: number } | null;
+  model: string | null;
+  /**
+   * The engine sent ids, but fewer than it generated (its usage says more): vLLM's streaming tool
+   * parser drops the chunks of the tokens it holds back (vLLM issue 27482), so the ids are unusable.
+   */
+  idsIncomplete: boolean;
+}
+
+type Json = Record<string, unknown>;
+
+const isObject = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
+const ids = (v: unknown): number[] | null => (Array.isArray(v) ? (v as number[]) : null);
+
+/** Accumulates an answer; feed it whole (`addCompletion`) or chunk by chunk (`addChunk`). */
+export class CompletionCapture {
+  private promptIds: number[] | null = null;
+  private responseIds: number[] = [];
+  private idsMissing = false;
+  private logprobs: number[] = [];
+  private logprobsMissing = false;
+  private content = '';
+  private reasoning = '';
+  private readonly calls = new Map<number, CapturedToolCall>();
+  private finishReason: string | null = null;
+  private usage: Captured['usage'] = null;
+  private model: string | null = null;
+  /** Time of the first chunk that carried generated tokens (for time to first token). */
+  firstTokenAt: number | null = null;
+
+  constructor(private readonly clock: () => number = () => performance.now()) {}
+
+  /** A whole chat.completion or text_completion answer. */
+  addCompletion(answer: unknown): void {
+    if (!isObject(answer)) return;
+    this.readEnvelope(answer);
+    const choice = Array.isArray(answer.choices) ? answer.choices[0] : undefined;
+    if (!isObject(choice)) return;
+    this.readChoiceIds(choice);
+    const message = isObject(choice.message) ? choice.message : null;
+    if (message) {
+      if (typeof message.content === 'string') this.content += message.content;
+      const reasoning = message.reasoning_content ?? message.reasoning;
+      if (typeof reasoning === 'string') this.reasoning += reasoning;
+      if (Array.isArray(message.tool_calls)) {
+        for (const [i, c] of message.tool_calls.entries()) this.mergeCall(c, i);
+      }
+    } else if (typeof choice.text === 'string') {
+      this.content += choice.text;
+    }
+    if (typeof choice.finish_reason === 'string') this.finishReason = choice.finish_reason;
+  }
+
+  /** One streamed chunk (`chat.completion.chunk` or a streamed `text_completion`). */
+  addChunk(chunk: unknown): void {
+    if (!isObject(chunk)) return;
+    this.readEnvelope(chunk);
+    const choice = Array.isArray(chunk.choices) ? chunk.choices[0] : undefined;
+    if (!isObject(choice)) return;
+    const before = this.responseIds.length + this.content.length + this.calls.size;
+    this.readChoiceIds(choice);
+    const delta = isObject(choice.delta) ? choice.delta : null;
+    if (delta) {
+      if (typeof delta.content === 'string') this.content += delta.content;
+      const reasoning = delta.reasoning_content ?? delta.reasoning;
+      if (typeof reasoning === 'string') this.reasoning += reasoning;
+      if (Array.isArray(delta.tool_calls)) {
+        for (const [i, c] of delta.tool_calls.entries()) {
+          this.mergeCall(c, isObject(c) && typeof c.index === 'number' ? c.index : i);
+        }
+      }
+    } else if (typeof choice.text === 'string') {
+      this.content += choice.text;
+    }
+    if (typeof choice.finish_reason === 'string') this.finishReason = choice.finish_reason;
+    const after = this.responseIds.length + this.content.length + this.calls.size;
+    if (this.firstTokenAt === null && after > before) this.firstTokenAt = this.clock();
+  }
+
+  private readEnvelope(o: Json): void {
+    if (typeof o.model === 'string') this.model ??= o.model;
+    const prompt = ids(o.prompt_token_ids);
+    if (prompt) this.promptIds ??= prompt;
+    if (isObject(o.usage)) this.usage = o.usage as Captured['usage'];
+  }
+
+  private readChoiceIds(choice: Json): void {
+    const prompt = ids(choice.prompt_token_ids);
+    if (prompt) this.promptIds ??= prompt;
+    const out = ids(choice.token_ids);
+    const logprobs = isObject(choice.logprobs) ? choice.logprobs : null;
+    // A chunk that only closes the stream (finish reason, usage) carries no tokens.
+    const carriesTokens =
+      out !== null ||
+      (isObject(choice.delta) && (choice.delta.content || choice.delta.tool_calls)) ||
+      (typeof choice.text === 'string' && choice.text !== '');
+    if (out) for (const id of out) this.responseIds.push(id);
+    else if (carriesTokens) this.idsMissing = true;
+    let count = 0;
+    if (logprobs && Array.isArray(logprobs.content)) {
+      for (const entry of logprobs.content) {
+        if (isObject(entry) && typeof entry.logprob === 'number') this.logprobs.push(entry.logprob);
+        else this.logprobsMissing = true;
+        count++;
+      }
+    } else if (logprobs && Array.isArray(logprobs.token_logprobs)) {
+      for (const lp of logprobs.token_logprobs) {
+        if (typeof lp === 'number') this.logprobs.push(lp);
+        else this.logprobsMissing = true;
+        count++;
+      }
+    }
+    if (out && count !== out.length) this.logprobsMissing = true;
+    if (!out && carriesTokens && count === 0) this.logprobsMissing = true;
+  }
+
+  private mergeCall(raw: unknown, index: number): void {
+    if (!isObject(raw)) return;
+    const fn = isObject(raw.function) ? raw.function : {};
+    const call = this.calls.get(index) ?? {
+      id: '',
+      type: 'function' as const,
+      function: { name: '', arguments: '' },
+    };
+    if (typeof raw.id === 'string' && raw.id) call.id = raw.id;
+    if (typeof fn.name === 'string') call.function.name += fn.name;
+    if (typeof fn.arguments === 'string') call.function.arguments += fn.arguments;
+    this.calls.set(index, call);
+  }
+
+  /** Whether anything was generated yet (for recording an aborted call). */
+  get generated(): boolean {
+    return this.responseIds.length > 0 || this.content !== '' || this.calls.size > 0;
+  }
+
+  result(): Captured {
+    const generated = this.usage?.completion_tokens;
+    const idsIncomplete =
+      !this.idsMissing &&
+      this.responseIds.length > 0 &&
+      typeof generated === 'number' &&
+      generated !== this.responseIds.length;
+    const responseIds =
+      this.idsMissing || idsIncomplete || this.responseIds.length === 0 ? null : this.responseIds;
+    return {
+      promptIds: this.promptIds,
+      responseIds,
+      logprobs:
+        responseIds && !this.logprobsMissing && this.logprobs.length === responseIds.length
+          ? this.logprobs
+          : null,
+      content: this.content,
+      reasoning: this.reasoning === '' ? null : this.reasoning,
+      toolCalls: [...this.calls.entries()].sort((a, b) => a[0] - b[0]).map(([, c]) => c),
+      finishReason: this.finishReason,
+      usage: this.usage,
+      model: this.model,
+      idsIncomplete,
+    };
+  }
+}

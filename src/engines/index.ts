@@ -1,0 +1,59 @@
+import type { Logger } from 'pino';
+import { type Engine, EngineRouter } from './router.js';
+import { buildSimApp, type SimServerOptions } from './sim/serve.js';
+import { type EngineSpec, fetchTransport, httpTransport, parseEngineSpec } from './upstream.js';
+
+export { type Captured, type CapturedToolCall, CompletionCapture } from './capture.js';
+export { retokenizeChat, retokenizeText } from './retokenize.js';
+export { type Engine, EngineRouter, type RoutedReply, type RouterOptions } from './router.js';
+export {
+  type EngineKind,
+  type EngineSpec,
+  fetchTransport,
+  httpTransport,
+  parseEngineSpec,
+  readText,
+  type Transport,
+  UpstreamError,
+  type UpstreamReply,
+} from './upstream.js';
+
+export interface EnginesOptions {
+  /** `sim`, `vllm=URL`, `openai=URL` (parsed with parseEngineSpec). */
+  engines: readonly (string | EngineSpec)[];
+  /** Settings of the built-in sim (policy, seed, latency). */
+  sim?: SimServerOptions;
+  /** Bearer key for `openai` engines. */
+  apiKey?: string;
+  /** Longest wait for an engine's response headers, and for each body chunk after. */
+  upstreamTimeoutMs?: number;
+  healthIntervalMs?: number;
+  logger?: Pick<Logger, 'warn' | 'info'>;
+}
+
+/** Builds the engines from their specs and a router over them; null when none is configured. */
+export function createEngineRouter(options: EnginesOptions): EngineRouter | null {
+  if (options.engines.length === 0) return null;
+  const seen = new Map<string, number>();
+  const engines: Engine[] = options.engines.map((raw) => {
+    const spec = typeof raw === 'string' ? parseEngineSpec(raw) : raw;
+    // Two engines on one host keep distinct ids.
+    const n = (seen.get(spec.id) ?? 0) + 1;
+    seen.set(spec.id, n);
+    const id = n === 1 ? spec.id : `${spec.id}#${n}`;
+    if (spec.kind === 'sim') {
+      const { app } = buildSimApp(options.sim);
+      return { id, kind: 'sim', transport: fetchTransport(app.fetch) };
+    }
+    return {
+      id,
+      kind: spec.kind,
+      transport: httpTransport(spec.url!, {
+        apiKey: spec.kind === 'openai' ? options.apiKey : undefined,
+        headersTimeoutMs: options.upstreamTimeoutMs,
+        bodyTimeoutMs: options.upstreamTimeoutMs,
+      }),
+    };
+  });
+  return new EngineRouter(engines, { healthIntervalMs: options.healthIntervalMs, logger: options.logger });
+}

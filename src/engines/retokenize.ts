@@ -1,0 +1,60 @@
+import {
+  type ChatMessageInput,
+  type ChatTokenizer,
+  type ChatToolInput,
+  renderCompletion,
+  tokenizeChat,
+} from '../text/index.js';
+import type { Captured } from './capture.js';
+
+/*
+ * For engines that return text but no ids (any OpenAI-compatible API): the ids are rebuilt with the
+ * policy's tokenizer and chat template (Qwen3's by default). The prompt is the conversation rendered
+ * with the generation prompt; the response is the assistant turn the template would write for the
+ * answer (reasoning, content, tool calls) plus the end-of-turn token. Such steps are marked
+ * `token_source: retokenized`: they are what the template says the model saw, not what it sampled,
+ * and the engine's logprobs (if any) belong to its own tokens, so none are kept.
+ */
+
+export interface RetokenizeInput {
+  messages: readonly ChatMessageInput[];
+  tools?: readonly ChatToolInput[] | null;
+  enableThinking?: boolean;
+}
+
+export function retokenizeChat(
+  input: RetokenizeInput,
+  captured: Captured,
+  tokenizer: ChatTokenizer,
+): { promptIds: number[]; responseIds: number[] } {
+  const promptIds = tokenizeChat(
+    {
+      messages: input.messages,
+      tools: input.tools,
+      addGenerationPrompt: true,
+      ...(input.enableThinking !== undefined ? { enableThinking: input.enableThinking } : {}),
+    },
+    tokenizer,
+  );
+  const text = renderCompletion({
+    content: captured.content,
+    ...(captured.reasoning !== null ? { reasoning: captured.reasoning } : {}),
+    toolCalls: captured.toolCalls,
+  });
+  const responseIds = tokenizer.encode(text, { addSpecialTokens: false });
+  const end = tokenizer.eosTokenIds[0];
+  if (end !== undefined && captured.finishReason !== 'length') responseIds.push(end);
+  return { promptIds, responseIds };
+}
+
+/** A text completion without ids: both sides are plain text through the tokenizer. */
+export function retokenizeText(
+  prompt: string,
+  captured: Captured,
+  tokenizer: ChatTokenizer,
+): { promptIds: number[]; responseIds: number[] } {
+  return {
+    promptIds: tokenizer.encode(prompt, { addSpecialTokens: false }),
+    responseIds: tokenizer.encode(captured.content, { addSpecialTokens: false }),
+  };
+}

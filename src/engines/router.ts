@@ -1,0 +1,180 @@
+import type { Logger } from 'pino';
+import { StepwiseError } from '../domain/errors.js';
+import { type EngineKind, readText, type Transport, UpstreamError, type UpstreamReply } from './upstream.js';
+
+/*
+ * Spreads calls over the configured engines: a trajectory stays on the engine that served it (its
+ * prefix is in that engine's KV cache), new trajectories go to the healthy engine with the fewest
+ * outstanding requests. A call is retried on another engine only when no byte of it reached the
+ * first (connection refused, unresolvable host): a generation that started is never run twice.
+ */
+
+export interface Engine {
+  id: string;
+  kind: EngineKind;
+  transport: Transport;
+}
+
+interface EngineState extends Engine {
+  outstanding: number;
+  healthy: boolean;
+  /** Served model names from `GET /v1/models` (refreshed by health checks). */
+  models: string[];
+}
+
+/** A call in progress on one engine; `done()` once its body is consumed or abandoned. */
+export interface RoutedReply {
+  engine: Engine;
+  reply: UpstreamReply;
+  done(): void;
+}
+
+export interface RouterOptions {
+  healthIntervalMs?: number;
+  /** Most trajectories remembered for affinity (oldest forgotten first). */
+  maxAffinity?: number;
+  logger?: Pick<Logger, 'warn' | 'info'>;
+}
+
+export class EngineRouter {
+  private readonly engines: EngineState[];
+  private readonly affinity = new Map<string, EngineState>();
+  private readonly maxAffinity: number;
+  private timer: NodeJS.Timeout | null = null;
+
+  constructor(
+    engines: Engine[],
+    private readonly options: RouterOptions = {},
+  ) {
+    if (engines.length === 0) throw new StepwiseError('no engine configured', 500, 'no_engine');
+    this.engines = engines.map((e) => ({ ...e, outstanding: 0, healthy: true, models: [] }));
+    this.maxAffinity = options.maxAffinity ?? 100_000;
+  }
+
+  get size(): number {
+    return this.engines.length;
+  }
+
+  /** Checks every engine now, then every healthIntervalMs (default 5 s). */
+  async start(): Promise<this> {
+    await this.checkHealth();
+    const every = this.options.healthIntervalMs ?? 5_000;
+    this.timer = setInterval(() => void this.checkHealth(), every);
+    this.timer.unref();
+    return this;
+  }
+
+  async checkHealth(): Promise<void> {
+    await Promise.all(
+      this.engines.map(async (engine) => {
+        const signal = AbortSignal.timeout(5_000);
+        try {
+          const reply = await engine.transport.send('GET', '/v1/models', null, signal);
+          const text = await readText(reply.body);
+          const ok = reply.status === 200;
+          if (ok) {
+            const list = JSON.parse(text) as { data?: { id?: unknown }[] };
+            engine.models = (list.data ?? [])
+              .map((m) => m.id)
+              .filter((id): id is string => typeof id === 'string');
+          }
+          this.mark(engine, ok, ok ? '' : `GET /v1/models answered ${reply.status}`);
+        } catch (error) {
+          this.mark(engine, false, (error as Error).message);
+        }
+      }),
+    );
+  }
+
+  private mark(engine: EngineState, healthy: boolean, why: string): void {
+    if (engine.healthy !== healthy) {
+      if (healthy) this.options.logger?.info({ engine: engine.id }, 'engine is healthy again');
+      else this.options.logger?.warn({ engine: engine.id, why }, 'engine is unhealthy');
+    }
+    engine.healthy = healthy;
+  }
+
+  /** The model names an engine serves (empty until its first health check). */
+  models(engineId: string): string[] {
+    return this.engines.find((e) => e.id === engineId)?.models ?? [];
+  }
+
+  private pick(key: string | null, excluded: Set<EngineState>): EngineState | null {
+    const pinned = key === null ? undefined : this.affinity.get(key);
+    if (pinned?.healthy && !excluded.has(pinned)) return pinned;
+    let best: EngineState | null = null;
+    for (const healthy of [true, false]) {
+      for (const e of this.engines) {
+        if (excluded.has(e) || e.healthy !== healthy) continue;
+        if (!best || e.outstanding < best.outstanding) best = e;
+      }
+      if (best) break;
+    }
+    return best;
+  }
+
+  private pin(key: string, engine: EngineState): void {
+    if (this.affinity.get(key) === engine) return;
+    this.affinity.delete(key);
+    this.affinity.set(key, engine);
+    if (this.affinity.size > this.maxAffinity) {
+      const oldest = this.affinity.keys().next().value;
+      if (oldest !== undefined) this.affinity.delete(oldest);
+    }
+  }
+
+  /** Forgets a finished trajectory's engine. */
+  release(key: string): void {
+    this.affinity.delete(key);
+  }
+
+  /**
+   * Sends a call; `key` (a trajectory) keeps related calls on one engine. `prepare` builds the body
+   * for the engine chosen (model names differ between engines) and overrides `body`.
+   */
+  async send(
+    key: string | null,
+    method: 'GET' | 'POST',
+    path: string,
+    body: string | null,
+    signal: AbortSignal,
+    prepare?: (engine: Engine) => string,
+  ): Promise<RoutedReply> {
+    const tried = new Set<EngineState>();
+    let last: unknown = null;
+    for (;;) {
+      const engine = this.pick(key, tried);
+      if (!engine) throw last ?? new UpstreamError('no engine is available', 503, false);
+      tried.add(engine);
+      engine.outstanding++;
+      let released = false;
+      const done = () => {
+        if (released) return;
+        released = true;
+        engine.outstanding--;
+      };
+      try {
+        const reply = await engine.transport.send(method, path, prepare ? prepare(engine) : body, signal);
+        if (key !== null) this.pin(key, engine);
+        if (!engine.healthy && reply.status < 500) this.mark(engine, true, '');
+        return { engine, reply, done };
+      } catch (error) {
+        done();
+        if (error instanceof UpstreamError) {
+          this.mark(engine, false, error.message);
+          if (!error.sent) {
+            last = error;
+            continue; // nothing reached this engine: another may serve the call
+          }
+        }
+        throw error;
+      }
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = null;
+    await Promise.all(this.engines.map((e) => e.transport.close()));
+  }
+}

@@ -1,0 +1,859 @@
+import type { Logger } from 'pino';
+import { newTrajectoryId } from '../domain/ids.js';
+import {
+  ConflictError,
+  type JsonObject,
+  type NewStep,
+  NotFoundError,
+  StepwiseError,
+  type Trajectory,
+  ValidationError,
+} from '../domain/index.js';
+import { type Captured, CompletionCapture } from '../engines/capture.js';
+import { retokenizeChat, retokenizeText } from '../engines/retokenize.js';
+import type { Engine, EngineRouter, RoutedReply } from '../engines/router.js';
+import { readText, UpstreamError } from '../engines/upstream.js';
+import type { DataPool } from '../pool/data-pool.js';
+import type { ToolResultAttachment } from '../store/store.js';
+import { type ChatTokenizer, loadQwen3Tokenizer, SseDecoder } from '../text/index.js';
+import { normalizeUpstreamError, openaiErrorBody, openaiErrorResponse } from './openai-errors.js';
+import { PolicyGate } from './policy-gate.js';
+import { type AnsweredCall, toolResultsFor } from './tool-results.js';
+
+/*
+ * The gateway's core, independent of HTTP routing: trajectory sessions, forwarding a call to an
+ * engine, capturing what the engine produced as a step, attaching tool results, and the policy
+ * version gate. The agent is answered with the engine's bytes as they arrive (streams are never
+ * buffered); the step is written behind the answer through the pool's group commit, and completing
+ * a trajectory waits for its writes. Sessions are a cache: everything they hold can be rebuilt from
+ * the store, so another gateway process (or this one after a restart) continues a trajectory.
+ */
+
+export interface GatewayOptions {
+  pool: DataPool;
+  /** Null: no engine configured; LLM routes answer 503 and say how to configure one. */
+  router: EngineRouter | null;
+  /** For engines that return no ids (Qwen3's by default, loaded on first use). */
+  tokenizer?: () => ChatTokenizer;
+  logger?: Pick<Logger, 'warn' | 'info' | 'error'>;
+  /** Longest a drain waits for running generations before switching anyway (default 60 s). */
+  drainTimeoutMs?: number;
+  /** Sessions unused this long are dropped from memory (they reload from the store; default 10 min). */
+  sessionIdleMs?: number;
+}
+
+export interface InitTrajectoryInput {
+  groupId?: string;
+  channel?: string;
+  metadata?: Record<string, unknown>;
+  nRollouts?: number | null;
+}
+
+interface LastStep {
+  index: number;
+  calls: AnsweredCall[];
+  answered: boolean;
+}
+
+/** What the gateway remembers about an open trajectory between calls. */
+export interface Session {
+  id: string;
+  groupId: string;
+  channel: string;
+  nextIndex: number;
+  last: LastStep | null;
+  /** Step writes not yet committed: completing the trajectory waits for them. */
+  writes: Set<Promise<void>>;
+  inFlight: number;
+  usedAt: number;
+  closed: string | null;
+}
+
+export type CallKind = 'chat' | 'text';
+
+const JSON_HEADERS = { 'content-type': 'application/json' };
+const SSE_HEADERS = {
+  'content-type': 'text/event-stream; charset=utf-8',
+  'cache-control': 'no-cache',
+  'x-accel-buffering': 'no',
+};
+const utf8 = new TextEncoder();
+
+/** Request fields kept with each step (what shaped the sampling), beside messages and tools. */
+const SAMPLING_FIELDS = [
+  'model',
+  'temperature',
+  'top_p',
+  'top_k',
+  'min_p',
+  'max_tokens',
+  'max_completion_tokens',
+  'seed',
+  'stop',
+  'presence_penalty',
+  'frequency_penalty',
+  'repetition_penalty',
+  'tool_choice',
+  'parallel_tool_calls',
+  'response_format',
+  'chat_template_kwargs',
+] as const;
+
+const isObject = (v: unknown): v is Record<string, unknown> =>
+  typeof v === 'object' && v !== null && !Array.isArray(v);
+
+export class Gateway {
+  readonly pool: DataPool;
+  readonly gate = new PolicyGate();
+  private readonly router: EngineRouter | null;
+  private readonly tokenizer: () => ChatTokenizer;
+  private readonly logger?: GatewayOptions['logger'];
+  private readonly sessions = new Map<string, Session>();
+  private readonly loading = new Map<string, Promise<Session>>();
+  private readonly drainTimeoutMs: number;
+  private readonly sessionIdleMs: number;
+  private readonly timer: NodeJS.Timeout;
+  /** Steps whose write failed after the agent was answered (logged; counted here). */
+  lostSteps = 0;
+
+  constructor(options: GatewayOptions) {
+    this.pool = options.pool;
+    this.router = options.router;
+    this.tokenizer = options.tokenizer ?? loadQwen3Tokenizer;
+    this.logger = options.logger;
+    this.drainTimeoutMs = options.drainTimeoutMs ?? 60_000;
+    this.sessionIdleMs = options.sessionIdleMs ?? 600_000;
+    this.timer = setInterval(() => this.evictIdle(), Math.min(60_000, this.sessionIdleMs));
+    this.timer.unref();
+  }
+
+  get openSessions(): number {
+    return this.sessions.size;
+  }
+
+  // ---- trajectory lifecycle -------------------------------------------------------------------
+
+  async initTrajectory(input: InitTrajectoryInput): Promise<Trajectory> {
+    const trajectory = await this.pool.createTrajectory({
+      id: newTrajectoryId(),
+      groupId: input.groupId ?? newTrajectoryId(),
+      channel: input.channel ?? 'train',
+      nRollouts: input.nRollouts ?? null,
+      metadata: input.metadata ?? {},
+    });
+    this.sessions.set(trajectory.id, this.newSession(trajectory, 0, null));
+    return trajectory;
+  }
+
+  private newSession(
+    t: Pick<Trajectory, 'id' | 'groupId' | 'channel'>,
+    next: number,
+    last: LastStep | null,
+  ): Session {
+    return {
+      id: t.id,
+      groupId: t.groupId,
+      channel: t.channel,
+      nextIndex: next,
+      last,
+      writes: new Set(),
+      inFlight: 0,
+      usedAt: Date.now(),
+      closed: null,
+    };
+  }
+
+  /** The open session of a trajectory; `groupId` (from a base_url) must be the trajectory's. */
+  async session(id: string, groupId: string | null = null): Promise<Session> {
+    let session = this.sessions.get(id);
+    if (!session) {
+      let pending = this.loading.get(id);
+      if (!pending) {
+        pending = this.load(id).finally(() => this.loading.delete(id));
+        this.loading.set(id, pending);
+      }
+      session = await pending;
+    }
+    if (groupId !== null && groupId !== session.groupId) {
+      throw new NotFoundError(`trajectory ${id} has no group ${groupId} (check the base_url)`);
+    }
+    if (session.closed)
+      throw new ConflictError(`trajectory ${id} is already ${session.closed}`, 'trajectory_uid');
+    session.usedAt = Date.now();
+    return session;
+  }
+
+  private async load(id: string): Promise<Session> {
+    const trajectory = await this.pool.getTrajectory(id);
+    if (!trajectory)
+      throw new NotFoundError(`trajectory ${id} does not exist (create one with POST /init_trajectory)`);
+    if (trajectory.status !== 'open') {
+      throw new ConflictError(`trajectory ${id} is already ${trajectory.status}`, 'trajectory_uid');
+    }
+    let last: LastStep | null = null;
+    if (trajectory.nSteps > 0) {
+      const step = await this.pool.getStep(id, trajectory.nSteps - 1);
+      if (step)
+        last = { index: step.index, calls: callsOf(step.toolCalls), answered: step.toolResults !== null };
+    }
+    const session = this.newSession(trajectory, trajectory.nSteps, last);
+    this.sessions.set(id, session);
+    return session;
+  }
+
+  private evictIdle(): void {
+    const cutoff = Date.now() - this.sessionIdleMs;
+    for (const [id, s] of this.sessions) {
+      if (s.usedAt < cutoff && s.inFlight === 0 && s.writes.size === 0) this.sessions.delete(id);
+    }
+  }
+
+  async registerTrajectory(session: Session, metadata: Record<string, unknown>): Promise<Trajectory> {
+    return this.pool.mergeTrajectoryMetadata(session.id, metadata);
+  }
+
+  /** Waits for the trajectory's step writes, then completes it. */
+  async completeTrajectory(
+    id: string,
+    input: { reward: number | null; status?: 'complete' | 'aborted' | 'infra_failed' },
+  ): Promise<Trajectory> {
+    const session = this.sessions.get(id);
+    if (session) await settle(session);
+    const trajectory = await this.pool.completeTrajectory(id, {
+      reward: input.reward,
+      status: input.status ?? 'complete',
+    });
+    if (session) session.closed = trajectory.status;
+    this.sessions.delete(id);
+    this.router?.release(id);
+    return trajectory;
+  }
+
+  // ---- policy version -------------------------------------------------------------------------
+
+  async setPolicyVersion(version: number, drain: boolean): Promise<{ waitedMs: number; timedOut: boolean }> {
+    if (!drain) {
+      await this.pool.setPolicyVersion(version);
+      return { waitedMs: 0, timedOut: false };
+    }
+    const { waitedMs, timedOut } = await this.gate.drain(
+      () => this.pool.setPolicyVersion(version),
+      this.drainTimeoutMs,
+    );
+    if (timedOut)
+      this.logger?.warn({ version, waitedMs }, 'drain timed out; switched with generations running');
+    return { waitedMs, timedOut };
+  }
+
+  // ---- LLM calls ------------------------------------------------------------------------------
+
+  private requireRouter(): EngineRouter {
+    if (!this.router) {
+      throw new StepwiseError(
+        'no inference engine is configured: start the server with --engine sim or --engine vllm=http://host:port',
+        503,
+        'no_engine',
+      );
+    }
+    return this.router;
+  }
+
+  /** The models agents may name: the engines' served models (the sim's, or vLLM's). */
+  async models(): Promise<Response> {
+    const router = this.requireRouter();
+    const reply = await router.send(null, 'GET', '/v1/models', null, AbortSignal.timeout(10_000));
+    try {
+      const text = await readText(reply.reply.body);
+      return new Response(text, { status: reply.reply.status, headers: JSON_HEADERS });
+    } finally {
+      reply.done();
+    }
+  }
+
+  /**
+   * Forwards one chat (`kind: 'chat'`) or text (`'text'`) completion for a session and captures it.
+   * `body` is the agent's parsed request; `signal` aborts when the agent goes away.
+   */
+  async call(session: Session, kind: CallKind, body: unknown, signal: AbortSignal): Promise<Response> {
+    const router = this.requireRouter();
+    const request = checkRequest(kind, body);
+    const attachments = this.pendingToolResults(session, kind, request);
+    const stream = request.stream === true;
+    await this.gate.enter();
+    session.inFlight++;
+    let settled = false;
+    const finish = () => {
+      if (settled) return;
+      settled = true;
+      session.inFlight--;
+      this.gate.exit();
+    };
+    try {
+      const version = await this.pool.policyVersion();
+      const started = performance.now();
+      const upstream = new AbortController();
+      const onAbort = () => upstream.abort(signal.reason);
+      if (signal.aborted) upstream.abort(signal.reason);
+      else signal.addEventListener('abort', onAbort, { once: true });
+      const path = kind === 'chat' ? '/v1/chat/completions' : '/v1/completions';
+      let routed: RoutedReply;
+      try {
+        routed = await router.send(session.id, 'POST', path, null, upstream.signal, (engine) =>
+          JSON.stringify(upstreamBody(kind, request, engine, router.models(engine.id))),
+        );
+      } catch (error) {
+        signal.removeEventListener('abort', onAbort);
+        this.fail(session, attachments, error, null, signal.aborted);
+        throw error;
+      }
+      const context: CallContext = {
+        session,
+        kind,
+        request,
+        attachments,
+        version,
+        started,
+        routed,
+        upstream,
+        detach: () => signal.removeEventListener('abort', onAbort),
+        clientGone: () => signal.aborted,
+        finish,
+      };
+      if (routed.reply.status !== 200) return await this.forwardError(context);
+      if (stream) return this.forwardStream(context);
+      return await this.forwardWhole(context);
+    } catch (error) {
+      finish();
+      throw error;
+    }
+  }
+
+  /**
+   * White-box token-in/token-out generation (Claw-R1's `/generate`): prompt ids to the engine's
+   * completions API, exact ids and logprobs back. Records nothing; the agent submits its steps.
+   */
+  async generate(input: GenerateInput, signal: AbortSignal): Promise<GenerateOutput> {
+    const router = this.requireRouter();
+    const version = await this.pool.policyVersion();
+    const routed = await router.send(
+      input.trajectoryId,
+      'POST',
+      '/v1/completions',
+      null,
+      signal,
+      (engine) => {
+        if (engine.kind === 'openai') {
+          throw new StepwiseError(
+            `engine ${engine.id} is an OpenAI-compatible API without token-id prompts: /generate needs vllm or sim`,
+            501,
+            'not_supported',
+          );
+        }
+        return JSON.stringify({
+          ...input.sampling,
+          model: router.models(engine.id)[0] ?? input.model ?? 'default',
+          prompt: input.promptIds,
+          return_token_ids: true,
+          logprobs: 0,
+          stream: false,
+        });
+      },
+    );
+    try {
+      const text = await readText(routed.reply.body);
+      if (routed.reply.status !== 200) {
+        const { message } = normalizeUpstreamError(routed.reply.status, text, routed.engine.id);
+        throw new StepwiseError(message, routed.reply.status, 'upstream_error');
+      }
+      const capture = new CompletionCapture();
+      try {
+        capture.addCompletion(JSON.parse(text));
+      } catch {
+        throw new UpstreamError(
+          `engine ${routed.engine.id} returned something that is not a completion`,
+          502,
+          true,
+        );
+      }
+      const r = capture.result();
+      if (!r.responseIds) {
+        throw new UpstreamError(`engine ${routed.engine.id} returned no token ids`, 502, true);
+      }
+      return {
+        prompt_ids: r.promptIds ?? input.promptIds,
+        response_ids: r.responseIds,
+        text: r.content,
+        logprobs: r.logprobs,
+        finish_reason: r.finishReason,
+        engine_id: routed.engine.id,
+        policy_version: version,
+      };
+    } finally {
+      routed.done();
+    }
+  }
+
+  private pendingToolResults(
+    session: Session,
+    kind: CallKind,
+    request: Record<string, unknown>,
+  ): ToolResultAttachment[] {
+    const last = session.last;
+    if (kind !== 'chat' || !last || last.answered || last.calls.length === 0) return [];
+    const results = toolResultsFor(request.messages as Record<string, unknown>[], last.calls);
+    if (results.length === 0) return [];
+    last.answered = true;
+    return [{ trajectoryId: session.id, index: last.index, results }];
+  }
+
+  private async forwardError(ctx: CallContext): Promise<Response> {
+    const { routed } = ctx;
+    try {
+      const text = await readText(routed.reply.body);
+      const { body, message } = normalizeUpstreamError(routed.reply.status, text, routed.engine.id);
+      this.record(ctx.session, ctx.attachments, {
+        kind: 'upstream_error',
+        engineId: routed.engine.id,
+        status: routed.reply.status,
+        message,
+        partial: null,
+      });
+      return new Response(body, { status: routed.reply.status, headers: JSON_HEADERS });
+    } finally {
+      ctx.detach();
+      routed.done();
+      ctx.finish();
+    }
+  }
+
+  private async forwardWhole(ctx: CallContext): Promise<Response> {
+    const { routed } = ctx;
+    let text: string;
+    try {
+      text = await readText(routed.reply.body);
+    } catch (error) {
+      ctx.detach();
+      routed.done();
+      ctx.finish();
+      const aborted = ctx.clientGone();
+      this.fail(ctx.session, ctx.attachments, error, routed.engine, aborted);
+      if (aborted) throw error;
+      throw new UpstreamError(
+        `engine ${routed.engine.id} broke off its answer (${(error as Error).message})`,
+        502,
+        true,
+      );
+    }
+    ctx.detach();
+    routed.done();
+    try {
+      let answer: unknown;
+      try {
+        answer = JSON.parse(text);
+      } catch {
+        answer = undefined;
+      }
+      if (!isObject(answer) || !Array.isArray(answer.choices) || answer.choices.length === 0) {
+        const message = `engine ${routed.engine.id} returned something that is not a completion`;
+        this.record(ctx.session, ctx.attachments, {
+          kind: 'upstream_error',
+          engineId: routed.engine.id,
+          status: 502,
+          message,
+          partial: null,
+        });
+        return openaiErrorResponse(502, message, null, 'bad_upstream_answer');
+      }
+      if (ctx.clientGone()) {
+        this.record(ctx.session, ctx.attachments, {
+          kind: 'aborted',
+          engineId: routed.engine.id,
+          status: null,
+          message: 'the agent went away before the answer was sent',
+          partial: null,
+        });
+        return new Response(null, { status: 499 });
+      }
+      const capture = new CompletionCapture();
+      capture.addCompletion(answer);
+      this.capture(ctx, capture.result(), null);
+      return new Response(text, { status: 200, headers: JSON_HEADERS });
+    } finally {
+      ctx.finish();
+    }
+  }
+
+  private forwardStream(ctx: CallContext): Response {
+    const { routed } = ctx;
+    const iterator = routed.reply.body[Symbol.asyncIterator]();
+    const decoder = new SseDecoder();
+    const capture = new CompletionCapture();
+    let done = false;
+    let sawDone = false;
+    let garbage: string | null = null;
+    const end = () => {
+      if (done) return false;
+      done = true;
+      ctx.detach();
+      routed.done();
+      return true;
+    };
+    const options = ctx.request.stream_options;
+    const agentWantsUsage = isObject(options) && options.include_usage === true;
+    /** Captures each event and returns the bytes to forward: the engine's events, in its framing. */
+    const take = (events: { data: string }[]): string => {
+      let out = '';
+      for (const event of events) {
+        if (event.data === '[DONE]') {
+          sawDone = true;
+          out += 'data: [DONE]\n\n';
+          continue;
+        }
+        let chunk: unknown;
+        try {
+          chunk = JSON.parse(event.data);
+        } catch {
+          garbage ??= `engine ${routed.engine.id} streamed an event that is not JSON`;
+          out += `data: ${event.data}\n\n`;
+          continue;
+        }
+        if (isObject(chunk) && isObject(chunk.error)) {
+          garbage ??= `engine ${routed.engine.id} failed mid-stream: ${String((chunk.error as { message?: unknown }).message)}`;
+        }
+        capture.addChunk(chunk);
+        // The gateway asked for the usage chunk; an agent that did not gets none.
+        const usageOnly =
+          isObject(chunk) &&
+          isObject(chunk.usage) &&
+          Array.isArray(chunk.choices) &&
+          chunk.choices.length === 0;
+        if (usageOnly && !agentWantsUsage) continue;
+        out += `data: ${event.data}\n\n`;
+      }
+      return out;
+    };
+    const forward = (controller: ReadableStreamDefaultController<Uint8Array>, text: string) => {
+      if (text !== '') controller.enqueue(utf8.encode(text));
+    };
+    const body = new ReadableStream<Uint8Array>({
+      pull: async (controller) => {
+        try {
+          for (;;) {
+            const next = await iterator.next();
+            if (next.done) break;
+            const text = take(decoder.push(next.value));
+            // A chunk that completed no event yields nothing yet: read on rather than stall the pull.
+            if (text !== '') return forward(controller, text);
+          }
+          forward(controller, take(decoder.end()));
+          if (!end()) return;
+          if (sawDone && garbage === null) {
+            this.capture(ctx, capture.result(), capture.firstTokenAt);
+          } else {
+            const message = garbage ?? `engine ${routed.engine.id} ended the stream without [DONE]`;
+            this.record(ctx.session, ctx.attachments, {
+              kind: 'upstream_error',
+              engineId: routed.engine.id,
+              status: 502,
+              message,
+              partial: partialOf(capture),
+            });
+            if (!sawDone) controller.enqueue(sseError(502, message));
+          }
+          ctx.finish();
+          controller.close();
+        } catch (error) {
+          if (!end()) return;
+          const aborted = ctx.clientGone();
+          this.record(ctx.session, ctx.attachments, {
+            kind: aborted ? 'aborted' : 'upstream_error',
+            engineId: routed.engine.id,
+            status: aborted ? null : 502,
+            message: aborted
+              ? 'the agent went away mid-stream'
+              : `the engine's stream broke off (${(error as Error).message})`,
+            partial: partialOf(capture),
+          });
+          ctx.finish();
+          if (aborted) controller.error(error);
+          else {
+            controller.enqueue(sseError(502, `engine ${routed.engine.id} broke off the stream`));
+            controller.close();
+          }
+        }
+      },
+      cancel: async () => {
+        // The agent went away: stop the generation and keep what was made as an aborted call.
+        if (!end()) return;
+        ctx.upstream.abort();
+        routed.reply.discard();
+        this.record(ctx.session, ctx.attachments, {
+          kind: 'aborted',
+          engineId: routed.engine.id,
+          status: null,
+          message: 'the agent went away mid-stream',
+          partial: partialOf(capture),
+        });
+        ctx.finish();
+      },
+    });
+    return new Response(body, { status: 200, headers: SSE_HEADERS });
+  }
+
+  /** Turns a finished generation into the session's next step and writes it behind the answer. */
+  private capture(ctx: CallContext, captured: Captured, firstTokenAt: number | null): void {
+    const { session, request, routed } = ctx;
+    let promptIds = captured.promptIds;
+    let responseIds = captured.responseIds;
+    let logprobs = captured.logprobs;
+    let source: NewStep['tokenSource'] = 'engine';
+    if (!promptIds || !responseIds) {
+      try {
+        const rebuilt =
+          ctx.kind === 'chat'
+            ? retokenizeChat(
+                {
+                  messages: request.messages as never,
+                  tools: (request.tools as never) ?? null,
+                  enableThinking: (request.chat_template_kwargs as { enable_thinking?: boolean } | undefined)
+                    ?.enable_thinking,
+                },
+                captured,
+                this.tokenizer(),
+              )
+            : retokenizeText(promptText(request.prompt), captured, this.tokenizer());
+        promptIds = rebuilt.promptIds;
+        responseIds = rebuilt.responseIds;
+        logprobs = null;
+        source = 'retokenized';
+      } catch (error) {
+        this.record(session, ctx.attachments, {
+          kind: 'upstream_error',
+          engineId: routed.engine.id,
+          status: 200,
+          message: `the answer carried no token ids and could not be retokenized (${(error as Error).message})`,
+          partial: null,
+        });
+        return;
+      }
+    }
+    const now = performance.now();
+    const metadata: JsonObject = {};
+    for (const field of SAMPLING_FIELDS)
+      if (request[field] !== undefined) metadata[field] = request[field] as never;
+    if (captured.model) metadata.served_model = captured.model;
+    if (captured.reasoning !== null) metadata.reasoning = captured.reasoning;
+    if (captured.idsIncomplete) metadata.ids_incomplete = true;
+    const index = session.nextIndex++;
+    const step: NewStep = {
+      trajectoryId: session.id,
+      groupId: session.groupId,
+      index,
+      promptIds,
+      responseIds,
+      responseLogprobs: logprobs,
+      reward: null,
+      policyVersion: ctx.version,
+      isLast: false,
+      metadata,
+      tokenSource: source,
+      finishReason: captured.finishReason,
+      messages: ctx.kind === 'chat' ? (request.messages as JsonObject[]) : null,
+      tools: ctx.kind === 'chat' && Array.isArray(request.tools) ? (request.tools as JsonObject[]) : null,
+      responseText: captured.content,
+      toolCalls: captured.toolCalls.length > 0 ? (captured.toolCalls as unknown as JsonObject[]) : null,
+      toolResults: null,
+      latencyMs: now - ctx.started,
+      ttftMs: firstTokenAt !== null ? firstTokenAt - ctx.started : null,
+      engineId: routed.engine.id,
+    };
+    session.last = {
+      index,
+      calls: captured.toolCalls.map((c) => ({ id: c.id, name: c.function.name })),
+      answered: false,
+    };
+    this.write(session, [step], ctx.attachments);
+  }
+
+  private write(session: Session, steps: NewStep[], toolResults: ToolResultAttachment[]): void {
+    if (steps.length === 0 && toolResults.length === 0) return;
+    const write: Promise<void> = this.pool
+      .submitSteps(steps, { channel: session.channel, toolResults })
+      .then(
+        () => {},
+        (error: unknown) => {
+          this.lostSteps += steps.length;
+          if (error instanceof ConflictError) session.closed ??= 'closed';
+          this.logger?.error(
+            { err: error, trajectory: session.id, steps: steps.map((s) => s.index) },
+            'a captured step could not be stored',
+          );
+        },
+      )
+      .finally(() => session.writes.delete(write));
+    session.writes.add(write);
+  }
+
+  private record(
+    session: Session,
+    attachments: ToolResultAttachment[],
+    failure: {
+      kind: 'aborted' | 'upstream_error';
+      engineId: string | null;
+      status: number | null;
+      message: string;
+      partial: { promptTokens: number; responseIds: number[]; responseText: string } | null;
+    },
+  ): void {
+    this.write(session, [], attachments);
+    void this.pool
+      .recordCallFailure({
+        channel: session.channel,
+        trajectoryId: session.id,
+        groupId: session.groupId,
+        ...failure,
+      })
+      .catch((err: unknown) => this.logger?.warn({ err }, 'a failed call could not be recorded'));
+  }
+
+  private fail(
+    session: Session,
+    attachments: ToolResultAttachment[],
+    error: unknown,
+    engine: Engine | null,
+    aborted: boolean,
+  ): void {
+    this.record(session, attachments, {
+      kind: aborted ? 'aborted' : 'upstream_error',
+      engineId: engine?.id ?? null,
+      status: aborted ? null : error instanceof StepwiseError ? error.status : 502,
+      message: aborted ? 'the agent went away before the engine answered' : (error as Error).message,
+      partial: null,
+    });
+  }
+
+  async close(): Promise<void> {
+    clearInterval(this.timer);
+    await Promise.all([...this.sessions.values()].map(settle));
+    await this.router?.close();
+  }
+}
+
+export interface GenerateInput {
+  promptIds: number[];
+  /** Sampling parameters passed to the engine (max_tokens, temperature, top_p, stop, seed, ...). */
+  sampling: Record<string, unknown>;
+  trajectoryId: string | null;
+  model?: string;
+}
+
+export interface GenerateOutput {
+  prompt_ids: number[];
+  response_ids: number[];
+  text: string;
+  logprobs: number[] | null;
+  finish_reason: string | null;
+  engine_id: string;
+  policy_version: number;
+}
+
+interface CallContext {
+  session: Session;
+  kind: CallKind;
+  request: Record<string, unknown>;
+  attachments: ToolResultAttachment[];
+  version: number;
+  started: number;
+  routed: RoutedReply;
+  upstream: AbortController;
+  detach(): void;
+  clientGone(): boolean;
+  finish(): void;
+}
+
+async function settle(session: Session): Promise<void> {
+  while (session.writes.size > 0) await Promise.all(session.writes);
+}
+
+function callsOf(toolCalls: readonly Record<string, unknown>[] | null): AnsweredCall[] {
+  return (toolCalls ?? []).map((c) => ({
+    id: typeof c.id === 'string' ? c.id : '',
+    name: isObject(c.function) && typeof c.function.name === 'string' ? c.function.name : '',
+  }));
+}
+
+function partialOf(
+  capture: CompletionCapture,
+): { promptTokens: number; responseIds: number[]; responseText: string } | null {
+  if (!capture.generated) return null;
+  const r = capture.result();
+  return {
+    promptTokens: r.promptIds?.length ?? 0,
+    responseIds: r.responseIds ?? [],
+    responseText: r.content,
+  };
+}
+
+function sseError(status: number, message: string): Uint8Array {
+  return utf8.encode(`data: ${JSON.stringify(openaiErrorBody(status, message, null, 'upstream_error'))}\n\n`);
+}
+
+function promptText(prompt: unknown): string {
+  if (typeof prompt === 'string') return prompt;
+  if (Array.isArray(prompt) && typeof prompt[0] === 'string') return prompt[0];
+  throw new ValidationError('prompt: a text prompt is needed to rebuild ids', 'prompt');
+}
+
+/** The agent's request, checked just enough to forward and capture it; the engine checks the rest. */
+function checkRequest(kind: CallKind, body: unknown): Record<string, unknown> {
+  if (!isObject(body)) throw new ValidationError('body: must be a JSON object', 'body');
+  if (kind === 'chat') {
+    if (!Array.isArray(body.messages) || body.messages.length === 0) {
+      throw new ValidationError('messages: must be a non-empty array of messages', 'messages');
+    }
+    body.messages.forEach((m, i) => {
+      if (!isObject(m) || typeof m.role !== 'string') {
+        throw new ValidationError(`messages.${i}: must be an object with a role`, `messages.${i}`);
+      }
+    });
+    if (body.tools !== undefined && body.tools !== null && !Array.isArray(body.tools)) {
+      throw new ValidationError('tools: must be an array', 'tools');
+    }
+  } else if (typeof body.prompt !== 'string' && !Array.isArray(body.prompt)) {
+    throw new ValidationError('prompt: must be a string or an array of token ids', 'prompt');
+  }
+  if (body.n !== undefined && body.n !== null && body.n !== 1) {
+    throw new ValidationError(
+      'n: only n=1 is supported (each choice would be its own step; send n separate requests, one trajectory each)',
+      'n',
+    );
+  }
+  if (body.stream !== undefined && body.stream !== null && typeof body.stream !== 'boolean') {
+    throw new ValidationError('stream: must be a boolean', 'stream');
+  }
+  return body;
+}
+
+/** What the engine is sent: exact-id engines are asked for ids and logprobs; the model is mapped. */
+function upstreamBody(
+  kind: CallKind,
+  request: Record<string, unknown>,
+  engine: Engine,
+  served: string[],
+): Record<string, unknown> {
+  const out: Record<string, unknown> = { ...request };
+  if (served.length > 0 && (typeof out.model !== 'string' || !served.includes(out.model)))
+    out.model = served[0];
+  if (engine.kind !== 'openai') {
+    out.return_token_ids = true;
+    if (kind === 'chat') out.logprobs = true;
+    else if (typeof out.logprobs !== 'number') out.logprobs = 0;
+    // The usage chunk tells whether every generated id reached us (see Captured.idsIncomplete).
+    if (out.stream === true)
+      out.stream_options = {
+        ...(isObject(out.stream_options) ? out.stream_options : {}),
+        include_usage: true,
+      };
+  }
+  return out;
+}

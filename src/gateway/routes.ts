@@ -1,0 +1,229 @@
+import type { Context, Hono } from 'hono';
+import { z } from 'zod';
+import {
+  ChannelName,
+  ClientId,
+  CompleteTrajectoryBody,
+  JsonObject,
+  parseOrThrow,
+  TokenIds,
+  trajectoryToWire,
+  ValidationError,
+} from '../domain/index.js';
+import { type AuthVariables, requireScope } from './auth.js';
+import type { CallKind, Gateway } from './gateway.js';
+import { openaiErrorResponse, toOpenAIError } from './openai-errors.js';
+
+/*
+ * The gateway's HTTP routes, mounted on the pool's app (one port):
+ * - black-box agents: `POST /init_trajectory` mints a trajectory and its base_url
+ *   `http://host:port/<trajectory>/<group>/v1`; under it the OpenAI routes (`chat/completions`,
+ *   `completions`, `models`) and `register_trajectory` / `complete_trajectory`. Agents with a fixed
+ *   base_url call `/v1/chat/completions` and name the trajectory in `X-Stepwise-Trajectory` or as
+ *   the model prefix `<trajectory>__<model>`.
+ * - white-box agents: `POST /generate` (token ids in and out), `POST /compute_reward`.
+ * Errors on these routes have OpenAI's shape, so every OpenAI SDK reports them properly.
+ */
+
+type Env = { Variables: AuthVariables };
+
+export const TRAJECTORY_HEADER = 'x-stepwise-trajectory';
+const MODEL_SEPARATOR = '__';
+
+const InitTrajectoryBody = z.strictObject({
+  group_id: ClientId.optional(),
+  channel: ChannelName.optional(),
+  metadata: JsonObject.optional(),
+  n_rollouts: z.number().int().min(1).max(4096).optional(),
+});
+
+const RegisterTrajectoryBody = z.strictObject({
+  channel: ChannelName.optional(),
+  metadata: JsonObject.optional(),
+});
+
+const GenerateBody = z.looseObject({
+  prompt_ids: TokenIds.optional(),
+  input_ids: TokenIds.optional(),
+  sampling_params: z.looseObject({}).optional(),
+  trajectory_uid: ClientId.optional(),
+  model: z.string().max(256).optional(),
+});
+
+async function readJson(c: Context, allowEmpty: boolean): Promise<unknown> {
+  const text = await c.req.text();
+  if (allowEmpty && text.trim() === '') return {};
+  try {
+    return JSON.parse(text);
+  } catch (error) {
+    throw new ValidationError(`body: malformed JSON (${(error as Error).message})`, 'body');
+  }
+}
+
+/** Runs a handler and answers any error in OpenAI's shape. */
+const openai =
+  (handler: (c: Context<Env>) => Promise<Response>) =>
+  async (c: Context<Env>): Promise<Response> => {
+    try {
+      return await handler(c);
+    } catch (error) {
+      if (c.req.raw.signal.aborted) return new Response(null, { status: 499 });
+      return toOpenAIError(error);
+    }
+  };
+
+export interface GatewayRouteOptions {
+  /** Origin written into base_urls (default: the origin the request came to). */
+  publicUrl?: string;
+}
+
+export function mountGatewayRoutes(
+  app: Hono<Env>,
+  gateway: Gateway,
+  options: GatewayRouteOptions = {},
+): void {
+  const agent = requireScope('agent');
+  const origin = (c: Context) => options.publicUrl?.replace(/\/+$/, '') ?? new URL(c.req.url).origin;
+  const ids = (c: Context) => ({
+    trajectory: parseOrThrow(ClientId, c.req.param('traj'), 'trajectory_uid'),
+    group: parseOrThrow(ClientId, c.req.param('group'), 'group_id'),
+  });
+
+  app.post(
+    '/init_trajectory',
+    agent,
+    openai(async (c) => {
+      const body = parseOrThrow(InitTrajectoryBody, await readJson(c, true));
+      const t = await gateway.initTrajectory({
+        groupId: body.group_id,
+        channel: body.channel,
+        metadata: body.metadata,
+        nRollouts: body.n_rollouts ?? null,
+      });
+      return c.json({
+        trajectory_uid: t.id,
+        group_id: t.groupId,
+        channel: t.channel,
+        base_url: `${origin(c)}/${t.id}/${t.groupId}/v1`,
+      });
+    }),
+  );
+
+  // ---- under a trajectory's base_url ----------------------------------------------------------
+
+  const call = (kind: CallKind) =>
+    openai(async (c) => {
+      const { trajectory, group } = ids(c);
+      const session = await gateway.session(trajectory, group);
+      return gateway.call(session, kind, await readJson(c, false), c.req.raw.signal);
+    });
+  app.post('/:traj/:group/v1/chat/completions', agent, call('chat'));
+  app.post('/:traj/:group/v1/completions', agent, call('text'));
+  app.get(
+    '/:traj/:group/v1/models',
+    agent,
+    openai(async (c) => {
+      const { trajectory, group } = ids(c);
+      await gateway.session(trajectory, group);
+      return gateway.models();
+    }),
+  );
+  app.post(
+    '/:traj/:group/v1/register_trajectory',
+    agent,
+    openai(async (c) => {
+      const { trajectory, group } = ids(c);
+      const session = await gateway.session(trajectory, group);
+      const body = parseOrThrow(RegisterTrajectoryBody, await readJson(c, true));
+      if (body.channel !== undefined && body.channel !== session.channel) {
+        throw new ValidationError(
+          `channel: trajectory ${trajectory} is in channel '${session.channel}'; a channel is chosen at POST /init_trajectory`,
+          'channel',
+        );
+      }
+      return c.json(trajectoryToWire(await gateway.registerTrajectory(session, body.metadata ?? {})));
+    }),
+  );
+  app.post(
+    '/:traj/:group/v1/complete_trajectory',
+    agent,
+    openai(async (c) => {
+      const { trajectory, group } = ids(c);
+      await gateway.session(trajectory, group);
+      const body = parseOrThrow(CompleteTrajectoryBody, await readJson(c, true));
+      const t = await gateway.completeTrajectory(trajectory, {
+        reward: body.reward ?? null,
+        status: body.status,
+      });
+      return c.json(trajectoryToWire(t));
+    }),
+  );
+
+  // ---- fixed base_url: the trajectory in a header or in the model name ------------------------
+
+  const fixed = (kind: CallKind) =>
+    openai(async (c) => {
+      const body = await readJson(c, false);
+      let trajectory = c.req.header(TRAJECTORY_HEADER) ?? null;
+      const model = (body as { model?: unknown } | null)?.model;
+      if (trajectory === null && typeof model === 'string' && model.includes(MODEL_SEPARATOR)) {
+        const at = model.indexOf(MODEL_SEPARATOR);
+        trajectory = model.slice(0, at);
+        (body as { model: string }).model = model.slice(at + MODEL_SEPARATOR.length);
+      }
+      if (trajectory === null) {
+        return openaiErrorResponse(
+          400,
+          `no trajectory named: send the header X-Stepwise-Trajectory, set model to "<trajectory>${MODEL_SEPARATOR}<model>", or use the base_url from POST /init_trajectory`,
+          'model',
+          'missing_trajectory',
+        );
+      }
+      const session = await gateway.session(parseOrThrow(ClientId, trajectory, 'trajectory_uid'));
+      return gateway.call(session, kind, body, c.req.raw.signal);
+    });
+  app.post('/v1/chat/completions', agent, fixed('chat'));
+  app.post('/v1/completions', agent, fixed('text'));
+  app.get(
+    '/v1/models',
+    agent,
+    openai(async () => gateway.models()),
+  );
+
+  // ---- white-box ------------------------------------------------------------------------------
+
+  app.post(
+    '/generate',
+    agent,
+    openai(async (c) => {
+      const body = parseOrThrow(GenerateBody, await readJson(c, false));
+      const promptIds = body.prompt_ids ?? body.input_ids;
+      if (!promptIds || promptIds.length === 0) {
+        throw new ValidationError('prompt_ids: must be a non-empty array of token ids', 'prompt_ids');
+      }
+      const sampling = { ...(body.sampling_params ?? {}) };
+      // SGLang/verl name it max_new_tokens; the OpenAI-compatible API calls it max_tokens.
+      if (sampling.max_new_tokens !== undefined && sampling.max_tokens === undefined) {
+        sampling.max_tokens = sampling.max_new_tokens;
+        delete sampling.max_new_tokens;
+      }
+      const out = await gateway.generate(
+        { promptIds, sampling, trajectoryId: body.trajectory_uid ?? null, model: body.model },
+        c.req.raw.signal,
+      );
+      return c.json(out);
+    }),
+  );
+  app.post(
+    '/compute_reward',
+    agent,
+    openai(async () =>
+      openaiErrorResponse(
+        501,
+        'no reward function is configured on this server: submit rewards with the steps or with complete_trajectory, or configure a reward function (the rewards module)',
+        null,
+        'not_implemented',
+      ),
+    ),
+  );
+}

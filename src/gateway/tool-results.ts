@@ -1,0 +1,109 @@
+import type { ToolResult } from '../domain/index.js';
+
+/*
+ * A black-box agent never tells us what its tools returned, but the next request does: the outputs of
+ * the previous step's tool calls arrive as `role: "tool"` messages after the assistant turn that made
+ * the calls. They are attached to that step, with an error flag when the content says the tool failed
+ * (CLEANER and the rewards read it). The signals are the ones agent harnesses commonly print.
+ */
+
+export interface AnsweredCall {
+  id: string;
+  name: string;
+}
+
+/** Text of a message's content: a string, or the text parts of a content array. */
+export function contentText(content: unknown): string {
+  if (typeof content === 'string') return content;
+  if (!Array.isArray(content)) return '';
+  return content
+    .map((part) =>
+      typeof part === 'object' && part !== null && typeof (part as { text?: unknown }).text === 'string'
+        ? (part as { text: string }).text
+        : '',
+    )
+    .join('');
+}
+
+const ERROR_PATTERNS: [RegExp, string][] = [
+  [/^\s*traceback \(most recent call last\)/im, 'exception'],
+  [/^\s*(?:\w+\.)*[A-Z]\w*(?:Error|Exception):/m, 'exception'],
+  [/\b(?:exit code|exit status|exited with(?: code)?|returncode)\s*[:=]?\s*(?!0\b)-?\d+/i, 'nonzero_exit'],
+  [/\bcommand not found\b/i, 'command_not_found'],
+  [/\bno such file or directory\b/i, 'not_found'],
+  [/\bpermission denied\b/i, 'permission_denied'],
+  [/\b(?:timed out|timeout expired)\b/i, 'timeout'],
+  [/\bunknown tool\b|\btool .{1,80} (?:not found|does not exist)\b/i, 'unknown_tool'],
+  [/\binvalid (?:arguments?|parameters?|json)\b/i, 'invalid_arguments'],
+  // Generic markers last, so the specific kinds above win.
+  [/^\s*error\b[\s:[(]/i, 'error'],
+  [/^\s*\[error\]/i, 'error'],
+];
+
+/** Whether a tool's output reports a failure, and which kind. */
+export function detectToolError(content: string): { error: boolean; errorType?: string } {
+  const trimmed = content.trim();
+  if (trimmed.startsWith('{')) {
+    try {
+      const parsed = JSON.parse(trimmed) as Record<string, unknown>;
+      if (parsed && typeof parsed === 'object') {
+        if (parsed.error !== undefined && parsed.error !== null && parsed.error !== false) {
+          return { error: true, errorType: 'error' };
+        }
+        if (parsed.ok === false || parsed.success === false || parsed.status === 'error') {
+          return { error: true, errorType: 'error' };
+        }
+        const code = parsed.exit_code ?? parsed.exitCode ?? parsed.returncode;
+        if (typeof code === 'number')
+          return code === 0 ? { error: false } : { error: true, errorType: 'nonzero_exit' };
+        return { error: false };
+      }
+    } catch {
+      // Not JSON: judged as text below.
+    }
+  }
+  for (const [pattern, errorType] of ERROR_PATTERNS) {
+    if (pattern.test(content)) return { error: true, errorType };
+  }
+  return { error: false };
+}
+
+/**
+ * The results of `calls` in a request's messages: the tool messages after the last assistant turn
+ * that made those calls, matched by `tool_call_id` (or by position when the agent sent no ids).
+ * Empty when the request does not answer them (the agent started over, or called no tool).
+ */
+export function toolResultsFor(
+  messages: readonly Record<string, unknown>[],
+  calls: readonly AnsweredCall[],
+): ToolResult[] {
+  if (calls.length === 0) return [];
+  const wanted = new Map(calls.map((c) => [c.id, c]));
+  let lastAssistant = -1;
+  for (let i = messages.length - 1; i >= 0; i--) {
+    if (messages[i]!.role === 'assistant') {
+      lastAssistant = i;
+      break;
+    }
+  }
+  const results: ToolResult[] = [];
+  let position = 0;
+  for (let i = lastAssistant + 1; i < messages.length; i++) {
+    const m = messages[i]!;
+    if (m.role !== 'tool') continue;
+    const id = typeof m.tool_call_id === 'string' ? m.tool_call_id : undefined;
+    const call = id !== undefined ? wanted.get(id) : calls[position];
+    position++;
+    if (!call) continue;
+    const content = contentText(m.content);
+    const { error, errorType } = detectToolError(content);
+    results.push({
+      tool_call_id: call.id,
+      name: call.name,
+      content,
+      error,
+      ...(errorType ? { error_type: errorType } : {}),
+    });
+  }
+  return results;
+}

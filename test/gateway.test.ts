@@ -1,0 +1,530 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import http from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import OpenAI from 'openai';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import type { Step } from '../src/domain/index.js';
+import { type RunningServer, type ServerOptions, startServer } from '../src/gateway/server.js';
+import { loadQwen3Tokenizer, renderChat } from '../src/text/index.js';
+
+/*
+ * The gateway end to end: the official openai client as the agent, real HTTP on loopback, a real
+ * SQLite file, and the built-in sim (or small stand-in upstreams for failure cases) as the engine.
+ * What the client received is compared with what the store holds.
+ */
+
+const tokenizer = loadQwen3Tokenizer();
+const IM_END = tokenizer.tokenId('<|im_end|>')!;
+
+interface Init {
+  trajectory_uid: string;
+  group_id: string;
+  channel: string;
+  base_url: string;
+}
+
+let dir: string;
+const servers: RunningServer[] = [];
+
+beforeAll(() => {
+  dir = mkdtempSync(join(tmpdir(), 'stepwise-gateway-'));
+});
+afterEach(async () => {
+  await Promise.all(servers.splice(0).map((s) => s.close()));
+});
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+let dbCount = 0;
+async function serve(options: Partial<ServerOptions> = {}): Promise<RunningServer> {
+  const server = await startServer({
+    dbPath: join(dir, `g${dbCount++}.db`),
+    port: 0,
+    engines: ['sim'],
+    ...options,
+  });
+  servers.push(server);
+  return server;
+}
+
+async function post(url: string, body: unknown, headers: Record<string, string> = {}) {
+  const res = await fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
+  const text = await res.text();
+  return { status: res.status, json: text ? JSON.parse(text) : null };
+}
+
+async function init(server: RunningServer, body: Record<string, unknown> = {}): Promise<Init> {
+  const { status, json } = await post(`${server.url}/init_trajectory`, body);
+  expect(status).toBe(200);
+  return json as Init;
+}
+
+async function complete(t: Init, reward: number | null = 1) {
+  return post(`${t.base_url}/complete_trajectory`, { reward });
+}
+
+const client = (t: Init) => new OpenAI({ baseURL: t.base_url, apiKey: 'unused', maxRetries: 0 });
+
+/** The fields vLLM (and the sim) add to a completion when asked for ids. */
+type WithIds = { prompt_token_ids: number[]; choices: { token_ids: number[] }[] };
+
+const tools = [
+  {
+    type: 'function' as const,
+    function: {
+      name: 'read_file',
+      description: 'Read a file',
+      parameters: { type: 'object', properties: { path: { type: 'string' } }, required: ['path'] },
+    },
+  },
+];
+
+describe('gateway: black-box protocol with the openai client', () => {
+  it('mints unguessable trajectories whose base_url names the trajectory and its group', async () => {
+    const server = await serve();
+    const a = await init(server, {
+      group_id: 'prompt-7',
+      channel: 'train',
+      metadata: { task: 'x' },
+      n_rollouts: 2,
+    });
+    const b = await init(server, { group_id: 'prompt-7' });
+    expect(a.trajectory_uid).toMatch(/^[0-9a-f]{32}$/);
+    expect(a.trajectory_uid).not.toBe(b.trajectory_uid);
+    expect(a.base_url).toBe(`${server.url}/${a.trajectory_uid}/prompt-7/v1`);
+    const stored = await server.pool.getTrajectory(a.trajectory_uid);
+    expect(stored).toMatchObject({
+      groupId: 'prompt-7',
+      channel: 'train',
+      metadata: { task: 'x' },
+      status: 'open',
+    });
+    const models = await client(a).models.list();
+    expect(models.data.map((m) => m.id)).toEqual(['sim-qwen3']);
+  });
+
+  it('non-streaming: the stored step holds exactly the ids and logprobs the engine returned', async () => {
+    const server = await serve();
+    const t = await init(server);
+    const messages = [
+      { role: 'system' as const, content: 'You are terse.' },
+      { role: 'user' as const, content: 'Say hello to the Stepwise gateway, please.' },
+    ];
+    const answer = await client(t).chat.completions.create({
+      model: 'my-policy',
+      messages,
+      seed: 3,
+      max_tokens: 64,
+    });
+    expect((await complete(t)).status).toBe(200);
+    const [step] = await server.pool.getTrajectorySteps(t.trajectory_uid);
+    const raw = answer as unknown as WithIds;
+    expect(step!.promptIds).toEqual(raw.prompt_token_ids);
+    expect(step!.responseIds).toEqual(raw.choices[0]!.token_ids);
+    // Logprobs are stored as float32 (the pool's documented precision).
+    expect(step!.responseLogprobs).toEqual(
+      answer.choices[0]!.logprobs!.content!.map((l) => Math.fround(l.logprob)),
+    );
+    expect(step!.responseText).toBe(answer.choices[0]!.message.content);
+    // The ids are the engine's: the prompt is the rendered conversation, the response its text + EOS.
+    expect(tokenizer.decode(step!.promptIds)).toBe(renderChat({ messages, addGenerationPrompt: true }));
+    expect(step!.responseIds.at(-1)).toBe(IM_END);
+    expect(tokenizer.decode(step!.responseIds.slice(0, -1))).toBe(answer.choices[0]!.message.content);
+    expect(step).toMatchObject({
+      tokenSource: 'engine',
+      engineId: 'sim',
+      finishReason: 'stop',
+      policyVersion: 0,
+      messages,
+      metadata: { model: 'my-policy', seed: 3, max_tokens: 64, served_model: 'sim-qwen3' },
+    });
+    expect(step!.latencyMs).toBeGreaterThan(0);
+  });
+
+  it('streaming: chunks arrive as SSE, and the step equals the concatenated stream', async () => {
+    const server = await serve({ sim: { ttftMs: 20, tokensPerSecond: 400 } });
+    const t = await init(server);
+    const stream = await client(t).chat.completions.create({
+      model: 'm',
+      messages: [{ role: 'user', content: 'stream a few words about the weather in Lisbon' }],
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+    let text = '';
+    let prompt: number[] = [];
+    const ids: number[] = [];
+    const arrivals: number[] = [];
+    let usage: { completion_tokens: number } | null = null;
+    for await (const chunk of stream) {
+      arrivals.push(performance.now());
+      const c = chunk as unknown as { prompt_token_ids?: number[]; choices: { token_ids?: number[] }[] };
+      if (c.prompt_token_ids) prompt = c.prompt_token_ids;
+      ids.push(...(c.choices[0]?.token_ids ?? []));
+      text += chunk.choices[0]?.delta?.content ?? '';
+      if (chunk.usage) usage = chunk.usage;
+    }
+    await complete(t);
+    const [step] = await server.pool.getTrajectorySteps(t.trajectory_uid);
+    expect(text.length).toBeGreaterThan(0);
+    expect(step!.responseText).toBe(text);
+    expect(step!.promptIds).toEqual(prompt);
+    expect(step!.responseIds).toEqual(ids);
+    expect(step!.responseLogprobs).toHaveLength(ids.length);
+    expect(usage!.completion_tokens).toBe(ids.length);
+    expect(step!.ttftMs).toBeGreaterThan(0);
+    expect(step!.ttftMs!).toBeLessThan(step!.latencyMs!);
+    // Forwarded as they came: paced at 400 tokens/s, the chunks did not arrive all at once.
+    expect(arrivals.at(-1)! - arrivals[1]!).toBeGreaterThan(5);
+  });
+
+  it('a multi-turn tool loop: tool calls captured, tool results attached to the step they answer', async () => {
+    const script = [
+      { toolCall: { name: 'read_file', arguments: { path: 'missing.txt' } } },
+      { toolCall: { name: 'read_file', arguments: { path: 'notes.txt' } } },
+      { answer: 'The notes say: ship it.' },
+    ];
+    const server = await serve({ sim: { policy: 'scripted', script } });
+    const t = await init(server);
+    const openai = client(t);
+    const messages: OpenAI.Chat.ChatCompletionMessageParam[] = [
+      { role: 'user', content: 'What do my notes say?' },
+    ];
+    const files: Record<string, string> = { 'notes.txt': 'ship it' };
+    const streamed: boolean[] = [false, true, false];
+    for (let turn = 0; turn < 3; turn++) {
+      let message: OpenAI.Chat.ChatCompletionMessage;
+      if (streamed[turn]) {
+        const stream = await openai.chat.completions.create({ model: 'm', messages, tools, stream: true });
+        const calls: OpenAI.Chat.ChatCompletionMessageToolCall[] = [];
+        let content = '';
+        for await (const chunk of stream) {
+          const delta = chunk.choices[0]?.delta;
+          content += delta?.content ?? '';
+          for (const c of delta?.tool_calls ?? []) {
+            calls[c.index] ??= { id: '', type: 'function', function: { name: '', arguments: '' } };
+            const call = calls[c.index] as OpenAI.Chat.ChatCompletionMessageFunctionToolCall;
+            if (c.id) call.id = c.id;
+            call.function.name += c.function?.name ?? '';
+            call.function.arguments += c.function?.arguments ?? '';
+          }
+        }
+        message = { role: 'assistant', content: content || null, tool_calls: calls, refusal: null };
+      } else {
+        message = (await openai.chat.completions.create({ model: 'm', messages, tools })).choices[0]!.message;
+      }
+      messages.push(message);
+      for (const call of message.tool_calls ?? []) {
+        const path = JSON.parse(
+          (call as OpenAI.Chat.ChatCompletionMessageFunctionToolCall).function.arguments,
+        ).path;
+        const content = files[path] ?? `Error: ENOENT: no such file or directory, open '${path}'`;
+        messages.push({ role: 'tool', tool_call_id: call.id, content });
+      }
+    }
+    await complete(t, 1);
+    const steps = await server.pool.getTrajectorySteps(t.trajectory_uid);
+    expect(steps).toHaveLength(3);
+    const callOf = (s: Step) =>
+      s.toolCalls?.[0] as { id: string; function: { name: string; arguments: string } };
+    expect(callOf(steps[0]!).function.name).toBe('read_file');
+    expect(JSON.parse(callOf(steps[1]!).function.arguments)).toEqual({ path: 'notes.txt' });
+    expect(steps[0]!.toolResults).toEqual([
+      expect.objectContaining({
+        tool_call_id: callOf(steps[0]!).id,
+        name: 'read_file',
+        error: true,
+        error_type: 'not_found',
+      }),
+    ]);
+    expect(steps[1]!.toolResults).toEqual([
+      { tool_call_id: callOf(steps[1]!).id, name: 'read_file', content: 'ship it', error: false },
+    ]);
+    expect(steps[2]!.toolResults).toBeNull();
+    expect(steps[2]!.responseText).toBe('The notes say: ship it.');
+    expect(steps.map((s) => s.finishReason)).toEqual(['tool_calls', 'tool_calls', 'stop']);
+    // Each prompt extends the previous step's prompt + response: history costs nothing.
+    const trajectory = await server.pool.getTrajectory(t.trajectory_uid);
+    expect(trajectory).toMatchObject({ status: 'complete', reward: 1, nSteps: 3, prefixBreaks: 0 });
+    for (let i = 1; i < 3; i++) {
+      const before = steps[i - 1]!.promptIds.concat(steps[i - 1]!.responseIds);
+      expect(steps[i]!.promptIds.slice(0, before.length)).toEqual(before);
+    }
+  });
+
+  it('takes the trajectory from a header or the model name when the base_url is fixed', async () => {
+    const server = await serve();
+    const a = await init(server);
+    const b = await init(server);
+    const fixed = new OpenAI({
+      baseURL: `${server.url}/v1`,
+      apiKey: 'unused',
+      maxRetries: 0,
+      defaultHeaders: { 'X-Stepwise-Trajectory': a.trajectory_uid },
+    });
+    await fixed.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'via header' }] });
+    const plain = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: 'unused', maxRetries: 0 });
+    await plain.chat.completions.create({
+      model: `${b.trajectory_uid}__qwen3`,
+      messages: [{ role: 'user', content: 'via model' }],
+    });
+    await expect(
+      plain.chat.completions.create({ model: 'qwen3', messages: [{ role: 'user', content: 'nobody' }] }),
+    ).rejects.toMatchObject({ status: 400, code: 'missing_trajectory' });
+    await complete(a);
+    await complete(b);
+    const [sa] = await server.pool.getTrajectorySteps(a.trajectory_uid);
+    const [sb] = await server.pool.getTrajectorySteps(b.trajectory_uid);
+    expect(sa!.responseText).toBe('via header');
+    expect(sb!.responseText).toBe('via model');
+    expect(sb!.metadata.model).toBe('qwen3');
+  });
+
+  it('register_trajectory merges metadata; complete_trajectory sets the reward and closes the session', async () => {
+    const server = await serve();
+    const t = await init(server, { metadata: { a: 1 } });
+    const reg = await post(`${t.base_url}/register_trajectory`, { metadata: { task_id: 'T-1' } });
+    expect(reg.json.metadata).toEqual({ a: 1, task_id: 'T-1' });
+    const bad = await post(`${t.base_url}/register_trajectory`, { channel: 'other' });
+    expect(bad.status).toBe(400);
+    expect(bad.json.error.param).toBe('channel');
+    await client(t).chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'one' }] });
+    const done = await complete(t, 0.5);
+    expect(done.json).toMatchObject({ status: 'complete', reward: 0.5, n_steps: 1 });
+    await expect(
+      client(t).chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'two' }] }),
+    ).rejects.toMatchObject({ status: 409 });
+  });
+});
+
+describe('gateway: bad input and failing engines', () => {
+  it('answers malformed, unknown and refused requests with OpenAI-style errors and stores nothing', async () => {
+    const server = await serve({ maxBodyBytes: 64 * 1024 });
+    const t = await init(server);
+    const url = `${t.base_url}/chat/completions`;
+    const malformed = await post(url, '{"messages": [');
+    expect(malformed.status).toBe(400);
+    expect(malformed.json.error).toMatchObject({ type: 'invalid_request_error', param: 'body' });
+    const noMessages = await post(url, { model: 'm', messages: [] });
+    expect(noMessages.json.error.param).toBe('messages');
+    const nTwo = await post(url, { model: 'm', n: 2, messages: [{ role: 'user', content: 'x' }] });
+    expect(nTwo.status).toBe(400);
+    expect(nTwo.json.error.param).toBe('n');
+    const huge = await post(url, { model: 'm', messages: [{ role: 'user', content: 'x'.repeat(100_000) }] });
+    expect(huge.status).toBe(413);
+    const unknown = await post(`${server.url}/${'0'.repeat(32)}/g/v1/chat/completions`, {
+      messages: [{ role: 'user', content: 'x' }],
+    });
+    expect(unknown.status).toBe(404);
+    expect(unknown.json.error.type).toBe('not_found_error');
+    const wrongGroup = await post(`${server.url}/${t.trajectory_uid}/other-group/v1/chat/completions`, {
+      messages: [{ role: 'user', content: 'x' }],
+    });
+    expect(wrongGroup.status).toBe(404);
+    const reward = await post(`${server.url}/compute_reward`, { trajectory_uid: t.trajectory_uid });
+    expect(reward.status).toBe(501);
+    expect(reward.json.error.message).toMatch(/no reward function/);
+    // Nothing was stored, and the server still serves.
+    expect(await server.pool.getTrajectorySteps(t.trajectory_uid)).toEqual([]);
+    await client(t).chat.completions.create({
+      model: 'm',
+      messages: [{ role: 'user', content: 'still here' }],
+    });
+    await complete(t);
+    expect(await server.pool.getTrajectorySteps(t.trajectory_uid)).toHaveLength(1);
+  });
+
+  it('reports an engine that is down, hangs or answers garbage, records it, and keeps serving', async () => {
+    const hanging = http.createServer(() => {}); // accepts and never answers
+    const garbage = http.createServer((_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end('<html>definitely not a completion</html>');
+    });
+    await new Promise<void>((r) => hanging.listen(0, '127.0.0.1', r));
+    await new Promise<void>((r) => garbage.listen(0, '127.0.0.1', r));
+    try {
+      const port = (s: http.Server) => (s.address() as { port: number }).port;
+      const cases = [
+        { engine: 'vllm=http://127.0.0.1:9', status: 503, pattern: /unreachable/ },
+        {
+          engine: `vllm=http://127.0.0.1:${port(hanging)}`,
+          status: 504,
+          pattern: /no response headers within 300 ms/,
+        },
+        { engine: `vllm=http://127.0.0.1:${port(garbage)}`, status: 502, pattern: /not a completion/ },
+      ];
+      for (const c of cases) {
+        const server = await serve({ engines: [c.engine], upstreamTimeoutMs: 300 });
+        const t = await init(server);
+        const err = await client(t)
+          .chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'hi' }] })
+          .catch((e: unknown) => e as { status: number; message: string });
+        expect(err).toMatchObject({ status: c.status });
+        expect((err as { message: string }).message).toMatch(c.pattern);
+        // Recorded as a failed call, no step stored, the server answers the next request.
+        await expect.poll(async () => (await server.pool.stats()).failedCalls.upstreamError).toBe(1);
+        expect(await server.pool.getTrajectorySteps(t.trajectory_uid)).toEqual([]);
+        expect((await post(`${server.url}/init_trajectory`, {})).status).toBe(200);
+      }
+    } finally {
+      hanging.closeAllConnections();
+      hanging.close();
+      garbage.close();
+    }
+  });
+
+  it('an agent that disconnects mid-stream cancels the generation; the call is recorded as aborted', async () => {
+    const server = await serve({ sim: { ttftMs: 10, tokensPerSecond: 50 } });
+    const t = await init(server);
+    const abort = new AbortController();
+    const stream = await client(t).chat.completions.create(
+      {
+        model: 'm',
+        messages: [{ role: 'user', content: 'a long answer with many many words to stream slowly here' }],
+        stream: true,
+      },
+      { signal: abort.signal },
+    );
+    let chunks = 0;
+    // The SDK ends the iteration quietly when its signal aborts.
+    for await (const _ of stream) {
+      if (++chunks === 3) abort.abort();
+    }
+    expect(chunks).toBeLessThan(6);
+    await expect.poll(async () => (await server.pool.stats()).failedCalls.aborted).toBe(1);
+    const [event] = await server.pool.events({ after: 0, limit: 10, types: ['call_failed'] });
+    expect(event!.data).toMatchObject({ kind: 'aborted', trajectory_uid: t.trajectory_uid });
+    expect((event!.data.response_ids as number[]).length).toBeGreaterThan(0);
+    // No normal step was written for the aborted call; the next call is step 0.
+    await client(t).chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'again' }] });
+    await complete(t);
+    const steps = await server.pool.getTrajectorySteps(t.trajectory_uid);
+    expect(steps.map((s) => [s.index, s.responseText])).toEqual([[0, 'again']]);
+  });
+});
+
+describe('gateway: retokenized mode (an OpenAI-compatible upstream without ids)', () => {
+  /** A stand-in for a hosted OpenAI-compatible API: the sim's answers with every id and logprob removed. */
+  async function idlessUpstream(script: unknown[]): Promise<{ url: string; close(): void }> {
+    const { buildSimApp } = await import('../src/engines/sim/index.js');
+    const { app } = buildSimApp({ policy: 'scripted', script, model: 'sim-hosted' });
+    const strip = (o: Record<string, unknown>) => {
+      delete o.prompt_token_ids;
+      for (const c of (o.choices as Record<string, unknown>[]) ?? []) {
+        delete c.token_ids;
+        c.logprobs = null;
+      }
+      return o;
+    };
+    const server = http.createServer((req, res) => {
+      let body = '';
+      req.on('data', (c: Buffer) => {
+        body += c.toString('utf8');
+      });
+      req.on('end', async () => {
+        const answer = await app.fetch(
+          new Request(`http://hosted${req.url}`, {
+            method: req.method,
+            body: req.method === 'POST' ? body : undefined,
+          }),
+        );
+        const text = await answer.text();
+        res.writeHead(answer.status, {
+          'content-type': answer.headers.get('content-type') ?? 'application/json',
+        });
+        if (!(answer.headers.get('content-type') ?? '').includes('event-stream')) {
+          res.end(req.url === '/v1/chat/completions' ? JSON.stringify(strip(JSON.parse(text))) : text);
+          return;
+        }
+        const blocks = text.split('\n\n').filter((b) => b.startsWith('data: '));
+        for (const block of blocks) {
+          const data = block.slice(6);
+          res.write(`data: ${data === '[DONE]' ? data : JSON.stringify(strip(JSON.parse(data)))}\n\n`);
+        }
+        res.end();
+      });
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    return {
+      url: `http://127.0.0.1:${(server.address() as { port: number }).port}/v1`,
+      close: () => server.close(),
+    };
+  }
+
+  it('rebuilds ids with the Qwen3 template: decode(prompt + response) is the rendered conversation', async () => {
+    const script = [
+      { toolCall: { name: 'read_file', arguments: { path: 'a.txt' } } },
+      { answer: 'It says hi.' },
+    ];
+    const hosted = await idlessUpstream(script);
+    try {
+      const server = await serve({ engines: [`openai=${hosted.url}`] });
+      const t = await init(server);
+      const openai = client(t);
+      const messages: OpenAI.Chat.ChatCompletionMessageParam[] = [
+        { role: 'system', content: 'You read files.' },
+        { role: 'user', content: 'What is in a.txt?' },
+      ];
+      const kwargs = { chat_template_kwargs: { enable_thinking: false } } as Record<string, unknown>;
+      const first = await openai.chat.completions.create({ model: 'm', messages, tools, ...kwargs });
+      const call = first.choices[0]!.message;
+      expect((first as unknown as { prompt_token_ids?: unknown }).prompt_token_ids).toBeUndefined();
+      messages.push(call, { role: 'tool', tool_call_id: call.tool_calls![0]!.id, content: 'hi' });
+      const stream = await openai.chat.completions.create({
+        model: 'm',
+        messages,
+        tools,
+        stream: true,
+        ...kwargs,
+      });
+      let text = '';
+      for await (const chunk of stream) text += chunk.choices[0]?.delta?.content ?? '';
+      await complete(t);
+      const steps = await server.pool.getTrajectorySteps(t.trajectory_uid);
+      expect(steps.map((s) => s.tokenSource)).toEqual(['retokenized', 'retokenized']);
+      expect(steps.map((s) => s.responseLogprobs)).toEqual([null, null]);
+      const turns = [
+        messages.slice(0, 2).concat([call]),
+        messages.concat([{ role: 'assistant', content: text }]),
+      ];
+      steps.forEach((step, i) => {
+        const rendered = renderChat({ messages: turns[i] as never, tools, enableThinking: false });
+        // The template closes each turn with "<|im_end|>\n"; a generation ends at "<|im_end|>".
+        expect(tokenizer.decode(step.promptIds.concat(step.responseIds))).toBe(rendered.replace(/\n$/, ''));
+      });
+      expect(steps[1]!.responseText).toBe('It says hi.');
+      expect(steps[0]!.toolResults).toEqual([expect.objectContaining({ content: 'hi', error: false })]);
+    } finally {
+      hosted.close();
+    }
+  });
+});
+
+describe('gateway: policy versions', () => {
+  it('stamps steps with the version in force; a drain holds new generations until running ones end', async () => {
+    const server = await serve({ sim: { ttftMs: 150, tokensPerSecond: 1000 } });
+    const t = await init(server);
+    const openai = client(t);
+    const ask = (content: string) =>
+      openai.chat.completions.create({ model: 'm', messages: [{ role: 'user', content }] });
+    const running = ask('started under version 0');
+    await new Promise((r) => setTimeout(r, 30));
+    const put = fetch(`${server.url}/v1/policy-version`, {
+      method: 'PUT',
+      body: JSON.stringify({ version: 1, drain: true }),
+    }).then((r) => r.json() as Promise<{ version: number; drained_ms: number; drain_timed_out: boolean }>);
+    await new Promise((r) => setTimeout(r, 30));
+    const held = ask('held, then run under version 1');
+    const [switched] = await Promise.all([put, running, held]);
+    expect(switched.version).toBe(1);
+    expect(switched.drain_timed_out).toBe(false);
+    expect(switched.drained_ms).toBeGreaterThan(50);
+    await complete(t);
+    const steps = await server.pool.getTrajectorySteps(t.trajectory_uid);
+    const byText = Object.fromEntries(steps.map((s) => [s.responseText, s.policyVersion]));
+    expect(byText).toEqual({ 'started under version 0': 0, 'held, then run under version 1': 1 });
+  });
+});
