@@ -528,3 +528,33 @@ describe('gateway: policy versions', () => {
     expect(byText).toEqual({ 'started under version 0': 0, 'held, then run under version 1': 1 });
   });
 });
+
+describe('gateway: no session leaks', () => {
+  it('an open trajectory idle past its channel timeout is closed as aborted and refuses further calls', async () => {
+    const server = await serve({ gatewayOptions: { sessionRecheckMs: 0 } });
+    await server.pool.configureChannel('train', { idle_timeout_ms: 400 });
+    const idle = await init(server);
+    const busy = await init(server);
+    await client(idle).chat.completions.create({
+      model: 'm',
+      messages: [{ role: 'user', content: 'then silence' }],
+    });
+    // The busy one keeps calling (each captured step is activity) while the other stays silent.
+    for (let i = 0; i < 8; i++) {
+      await client(busy).chat.completions.create({
+        model: 'm',
+        messages: [{ role: 'user', content: `turn ${i}` }],
+      });
+      await new Promise((r) => setTimeout(r, 60));
+    }
+    await server.pool.sweepNow();
+    expect((await server.pool.getTrajectory(idle.trajectory_uid))!.status).toBe('aborted');
+    expect((await server.pool.getTrajectory(busy.trajectory_uid))!.status).toBe('open');
+    await expect(
+      client(idle).chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'too late' }] }),
+    ).rejects.toMatchObject({ status: 409, message: expect.stringMatching(/aborted/) });
+    expect(await server.pool.getTrajectorySteps(idle.trajectory_uid)).toHaveLength(1);
+    const stats = await server.pool.stats('train');
+    expect(stats.completed.idleAborted).toBe(1);
+  });
+});

@@ -14,6 +14,12 @@ function int(name: string, min = 0) {
   };
 }
 
+function rate(value: string): number {
+  const n = Number(value);
+  if (!Number.isFinite(n) || n < 0 || n > 1) throw new InvalidArgumentError('must be a number from 0 to 1');
+  return n;
+}
+
 const collect = (value: string, previous: string[]) => previous.concat(value);
 
 export function buildCli(): Command {
@@ -70,17 +76,21 @@ export function buildCli(): Command {
 
   program
     .command('demo')
-    .description('run the end-to-end loop: a producer submits rollouts, a trainer leases, acks and syncs')
+    .description(
+      'run the end-to-end loop: agents work a task through the gateway (sim engine), a trainer leases, acks and syncs',
+    )
     .option('--db <path>', 'keep the store in this file (default: a temporary file)')
     .option('--port <port>', 'port to listen on (0: any free port)', int('--port'), 0)
     .option('--groups <n>', 'prompt groups to produce', int('--groups', 1), 8)
     .option('--rollouts <n>', 'rollouts per prompt', int('--rollouts', 1), 4)
-    .option('--steps <n>', 'steps per rollout', int('--steps', 1), 5)
+    .option('--error-rate <p>', 'chance the sim makes a wrong tool call first, then corrects it', rate, 0.3)
     .option('--batch-size <n>', 'groups per leased batch', int('--batch-size', 1), 2)
     .option('--seed <n>', 'random seed', int('--seed'), 7)
     .action(async (opts) => {
       const result = await runDemo({ ...opts, print: (line: string) => console.log(line) });
-      console.log(`demo done: ${result.consumedGroups} groups, ${result.consumedSteps} steps trained on`);
+      console.log(
+        `demo done: ${result.consumedGroups} groups, ${result.consumedSteps} steps trained on, ${result.toolErrors} tool errors recorded`,
+      );
     });
 
   return program;

@@ -40,6 +40,11 @@ export interface GatewayOptions {
   drainTimeoutMs?: number;
   /** Sessions unused this long are dropped from memory (they reload from the store; default 10 min). */
   sessionIdleMs?: number;
+  /**
+   * A session unused this long is checked against the store before its next call (default 30 s), so
+   * a trajectory closed elsewhere (idle timeout, another process) is refused, not written to.
+   */
+  sessionRecheckMs?: number;
 }
 
 export interface InitTrajectoryInput {
@@ -112,6 +117,7 @@ export class Gateway {
   private readonly loading = new Map<string, Promise<Session>>();
   private readonly drainTimeoutMs: number;
   private readonly sessionIdleMs: number;
+  private readonly sessionRecheckMs: number;
   private readonly timer: NodeJS.Timeout;
   /** Steps whose write failed after the agent was answered (logged; counted here). */
   lostSteps = 0;
@@ -123,6 +129,7 @@ export class Gateway {
     this.logger = options.logger;
     this.drainTimeoutMs = options.drainTimeoutMs ?? 60_000;
     this.sessionIdleMs = options.sessionIdleMs ?? 600_000;
+    this.sessionRecheckMs = options.sessionRecheckMs ?? 30_000;
     this.timer = setInterval(() => this.evictIdle(), Math.min(60_000, this.sessionIdleMs));
     this.timer.unref();
   }
@@ -166,6 +173,10 @@ export class Gateway {
   /** The open session of a trajectory; `groupId` (from a base_url) must be the trajectory's. */
   async session(id: string, groupId: string | null = null): Promise<Session> {
     let session = this.sessions.get(id);
+    if (session && session.inFlight === 0 && Date.now() - session.usedAt > this.sessionRecheckMs) {
+      const stored = await this.pool.getTrajectory(id);
+      if (stored?.status !== 'open') session.closed ??= stored?.status ?? 'gone';
+    }
     if (!session) {
       let pending = this.loading.get(id);
       if (!pending) {
@@ -732,8 +743,11 @@ export class Gateway {
     });
   }
 
-  async close(): Promise<void> {
+  /** Waits up to graceMs for running generations to finish, then for every captured step's write. */
+  async close(graceMs = 10_000): Promise<void> {
     clearInterval(this.timer);
+    const deadline = Date.now() + graceMs;
+    while (this.gate.running > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
     await Promise.all([...this.sessions.values()].map(settle));
     await this.router?.close();
   }

@@ -8,7 +8,7 @@ import { WorkerStore } from '../store/sqlite/worker-store.js';
 import { type Listening, listen } from '../util/http-server.js';
 import { createApp } from './app.js';
 import { isLoopback, parseApiKey } from './auth.js';
-import { Gateway } from './gateway.js';
+import { Gateway, type GatewayOptions } from './gateway.js';
 
 export interface ServerOptions {
   dbPath: string;
@@ -32,6 +32,8 @@ export interface ServerOptions {
   upstreamTimeoutMs?: number;
   /** Origin written into base_urls (default: the origin each request came to). */
   publicUrl?: string;
+  /** Session and drain tuning of the gateway. */
+  gatewayOptions?: Pick<GatewayOptions, 'drainTimeoutMs' | 'sessionIdleMs' | 'sessionRecheckMs'>;
   /** `gateway`: only the agent routes (a gateway beside a `stepwise serve` sharing the store). */
   role?: 'all' | 'gateway';
 }
@@ -78,7 +80,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       logger: options.logger,
     });
     await router?.start();
-    gateway = new Gateway({ pool, router, logger: options.logger });
+    gateway = new Gateway({ ...options.gatewayOptions, pool, router, logger: options.logger });
     const app = createApp({
       pool,
       gateway,

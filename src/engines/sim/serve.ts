@@ -12,6 +12,8 @@ export interface SimServerOptions {
   policy?: 'echo' | 'random' | 'scripted';
   /** Steps for the `scripted` policy (e.g. parsed from `--script FILE`). */
   script?: unknown;
+  /** For `scripted`: chance that a tool call is preceded by a wrong one, then corrected (default 0). */
+  errorRate?: number;
   seed?: number;
   ttftMs?: number;
   /** Decode speed; 0 or absent with no ttft means instant. */
@@ -36,7 +38,7 @@ function choosePolicy(options: SimServerOptions): Policy {
     const ok = typeof step === 'object' && step !== null && ('answer' in step || 'toolCall' in step);
     if (!ok) throw new ValidationError('each script step needs "answer" or "toolCall"', 'script');
   }
-  return scriptedPolicy(options.script as ScriptStep[]);
+  return scriptedPolicy(options.script as ScriptStep[], { errorRate: options.errorRate ?? 0 });
 }
 
 /** The sim's HTTP app for these options: served standalone, or in process behind the gateway. */
