@@ -558,3 +558,38 @@ describe('gateway: no session leaks', () => {
     expect(stats.completed.idleAborted).toBe(1);
   });
 });
+
+describe('gateway: cancellation reaches the engine', () => {
+  it('a disconnecting agent stops the generation on the engine, over HTTP', async () => {
+    const { createSimApp, latencyModel, SimEngine, echoPolicy } = await import('../src/engines/sim/index.js');
+    const { listen } = await import('../src/util/http-server.js');
+    const ends: { aborted: boolean; chunksSent: number }[] = [];
+    const sim = createSimApp({
+      engine: new SimEngine({ policy: echoPolicy }),
+      latency: latencyModel({ ttftMs: 5, tokensPerSecond: 40 }),
+      onStreamEnd: (end) => ends.push(end),
+    });
+    const engine = await listen(sim.fetch, '127.0.0.1', 0);
+    try {
+      const server = await serve({ engines: [`vllm=${engine.url}`] });
+      const t = await init(server);
+      const words = Array.from({ length: 40 }, (_, i) => `word${i}`).join(' ');
+      const abort = new AbortController();
+      const stream = await client(t).chat.completions.create(
+        { model: 'm', messages: [{ role: 'user', content: words }], stream: true },
+        { signal: abort.signal },
+      );
+      let chunks = 0;
+      for await (const _ of stream) {
+        if (++chunks === 3) abort.abort();
+      }
+      await expect.poll(() => ends.length).toBe(1);
+      expect(ends[0]!.aborted).toBe(true);
+      // 40 words are far more than the few chunks sent before the engine heard of the abort.
+      expect(ends[0]!.chunksSent).toBeLessThan(20);
+      await expect.poll(async () => (await server.pool.stats()).failedCalls.aborted).toBe(1);
+    } finally {
+      await engine.close(undefined, 100);
+    }
+  });
+});
