@@ -14,8 +14,8 @@
  * SQLite in a temp dir) and a bare node:http proxy to the same sim. The servers run in child
  * processes (`fork`), so the client does not share their event loop.
  */
-import { type ChildProcess, execFileSync, fork } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { type ChildProcess, fork } from 'node:child_process';
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -23,9 +23,10 @@ import { fileURLToPath } from 'node:url';
 import { Agent, request } from 'undici';
 import { startSimServer } from '../src/engines/sim/serve.js';
 import { startServer } from '../src/gateway/server.js';
+import { codeVersion, fix, int, log, mib, percentile, verdict, writeBenchmarks } from './support.js';
 
 const THIS_FILE = fileURLToPath(import.meta.url);
-const REPO_ROOT = resolve(dirname(THIS_FILE), '..');
+const _REPO_ROOT = resolve(dirname(THIS_FILE), '..');
 const MARK_START = '<!-- bench:gateway -->';
 const MARK_END = '<!-- /bench:gateway -->';
 const HOST = '127.0.0.1';
@@ -42,23 +43,8 @@ function median(values: number[]): number {
   return s.length % 2 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2;
 }
 
-/** Nearest-rank percentile. */
-function percentile(values: number[], p: number): number {
-  const s = [...values].sort((a, b) => a - b);
-  if (s.length === 0) return Number.NaN;
-  return s[Math.min(s.length - 1, Math.max(0, Math.ceil((p / 100) * s.length) - 1))]!;
-}
-
-const int = (n: number) => Math.round(n).toLocaleString('en-US');
-const fix = (n: number, d = 2) => n.toFixed(d);
 const signed = (n: number, d = 2) => `${n >= 0 ? '+' : ''}${n.toFixed(d)}`;
-const mib = (bytes: number) => `${(bytes / 1024 / 1024).toFixed(1)} MiB`;
-const verdict = (ok: boolean) => (ok ? 'meets' : '**misses**');
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-function log(line: string): void {
-  process.stderr.write(`[bench] ${line}\n`);
-}
 
 // ---- the requests -------------------------------------------------------------------------------
 
@@ -790,22 +776,6 @@ async function benchMemory(sim: Child, quick: boolean, settings: GatewaySettings
 
 // ---- report -------------------------------------------------------------------------------------
 
-/** The code measured: the commit and any uncommitted change under src/. */
-function codeVersion(): string {
-  try {
-    const git = (...args: string[]) =>
-      execFileSync('git', args, { cwd: REPO_ROOT, encoding: 'utf8' }).trimEnd();
-    const head = git('rev-parse', '--short', 'HEAD');
-    const dirty = git('status', '--porcelain', '--', 'src')
-      .split('\n')
-      .filter(Boolean)
-      .map((line) => line.slice(3));
-    return dirty.length ? `${head} + uncommitted changes in ${dirty.join(', ')}` : `${head} (src/ clean)`;
-  } catch {
-    return 'unknown (no git)';
-  }
-}
-
 function machineInfo(command: string, loadAtStart: number[], codeAtStart: string): string[] {
   const codeAtEnd = codeVersion();
   const cpus = os.cpus();
@@ -948,21 +918,6 @@ function memoryReport(runs: MemoryRun[], promptTokens: Record<PromptKind, number
   return lines;
 }
 
-function writeBenchmarks(report: string): string {
-  const path = join(REPO_ROOT, 'BENCHMARKS.md');
-  const section = `${MARK_START}\n${report.trimEnd()}\n${MARK_END}`;
-  let text = existsSync(path) ? readFileSync(path, 'utf8') : '# Benchmarks\n\n';
-  const start = text.indexOf(MARK_START);
-  const end = text.indexOf(MARK_END);
-  if (start >= 0 && end > start) {
-    text = text.slice(0, start) + section + text.slice(end + MARK_END.length);
-  } else {
-    text = `${text.trimEnd()}\n\n${section}\n`;
-  }
-  writeFileSync(path, text);
-  return path;
-}
-
 // ---- main ---------------------------------------------------------------------------------------
 
 async function main(): Promise<void> {
@@ -1020,7 +975,7 @@ async function main(): Promise<void> {
   ];
   const report = lines.join('\n');
   process.stdout.write(`${report}\n`);
-  if (!quick && defaults) log(`wrote ${writeBenchmarks(report)}`);
+  if (!quick && defaults) log(`wrote ${writeBenchmarks(MARK_START, MARK_END, report)}`);
 }
 
 /** The bodies this benchmark sends (for inspection: `node --import tsx -e` importing this module). */

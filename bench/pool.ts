@@ -9,8 +9,8 @@
  *
  * BENCH_CPU_PROF=DIR writes a .cpuprofile of each HTTP server child process into DIR.
  */
-import { type ChildProcess, execFileSync, fork } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { type ChildProcess, fork } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, statSync } from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -32,9 +32,10 @@ import {
 } from '../src/store/step-codec.js';
 import type { SubmitRequest } from '../src/store/store.js';
 import { encodeTokens } from '../src/store/token-codec.js';
+import { codeVersion, fix, int, log, mib, percentile, verdict, writeBenchmarks } from './support.js';
 
 const THIS_FILE = fileURLToPath(import.meta.url);
-const REPO_ROOT = resolve(dirname(THIS_FILE), '..');
+const _REPO_ROOT = resolve(dirname(THIS_FILE), '..');
 const MARK_START = '<!-- bench:pool -->';
 const MARK_END = '<!-- /bench:pool -->';
 
@@ -83,28 +84,13 @@ function median(values: number[]): number {
   return s.length % 2 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2;
 }
 
-/** Nearest-rank percentile. */
-function percentile(values: number[], p: number): number {
-  const s = [...values].sort((a, b) => a - b);
-  if (s.length === 0) return Number.NaN;
-  return s[Math.min(s.length - 1, Math.max(0, Math.ceil((p / 100) * s.length) - 1))]!;
-}
-
 function pushTo<T>(map: Record<string, T[]>, key: string, value: T): void {
   const list = map[key];
   if (list) list.push(value);
   else map[key] = [value];
 }
 
-const int = (n: number) => Math.round(n).toLocaleString('en-US');
-const fix = (n: number, d = 2) => n.toFixed(d);
 const kib = (bytes: number) => `${int(bytes / 1024)} KiB`;
-const mib = (bytes: number) => `${(bytes / 1024 / 1024).toFixed(1)} MiB`;
-const verdict = (ok: boolean) => (ok ? 'meets' : '**misses**');
-
-function log(line: string): void {
-  process.stderr.write(`[bench] ${line}\n`);
-}
 
 function tempDir(tag: string): string {
   return mkdtempSync(join(os.tmpdir(), `stepwise-bench-${tag}-`));
@@ -849,22 +835,6 @@ async function benchStorage(quick: boolean): Promise<StorageRun[]> {
 
 // ---- report -------------------------------------------------------------------------------------
 
-/** The code measured: the commit and any uncommitted change under src/. */
-function codeVersion(): string {
-  try {
-    const git = (...args: string[]) =>
-      execFileSync('git', args, { cwd: REPO_ROOT, encoding: 'utf8' }).trimEnd();
-    const head = git('rev-parse', '--short', 'HEAD');
-    const dirty = git('status', '--porcelain', '--', 'src')
-      .split('\n')
-      .filter(Boolean)
-      .map((line) => line.slice(3));
-    return dirty.length ? `${head} + uncommitted changes in ${dirty.join(', ')}` : `${head} (src/ clean)`;
-  } catch {
-    return 'unknown (no git)';
-  }
-}
-
 function sqliteVersion(): string {
   const db = new Database(':memory:');
   try {
@@ -1009,21 +979,6 @@ function memoryReport(http: HttpSection): string[] {
   ];
 }
 
-function writeBenchmarks(report: string): string {
-  const path = join(REPO_ROOT, 'BENCHMARKS.md');
-  const section = `${MARK_START}\n${report.trimEnd()}\n${MARK_END}`;
-  let text = existsSync(path) ? readFileSync(path, 'utf8') : '# Benchmarks\n\n';
-  const start = text.indexOf(MARK_START);
-  const end = text.indexOf(MARK_END);
-  if (start >= 0 && end > start) {
-    text = text.slice(0, start) + section + text.slice(end + MARK_END.length);
-  } else {
-    text = `${text.trimEnd()}\n\n${section}\n`;
-  }
-  writeFileSync(path, text);
-  return path;
-}
-
 // ---- main ---------------------------------------------------------------------------------------
 
 async function main(): Promise<void> {
@@ -1066,7 +1021,7 @@ async function main(): Promise<void> {
   if (http) lines.push(...memoryReport(http), '');
   const report = lines.join('\n');
   process.stdout.write(`${report}\n`);
-  if (!quick && only === null) log(`wrote ${writeBenchmarks(report)}`);
+  if (!quick && only === null) log(`wrote ${writeBenchmarks(MARK_START, MARK_END, report)}`);
 }
 
 main().catch((error) => {

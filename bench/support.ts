@@ -1,0 +1,57 @@
+/** Helpers shared by the benchmarks (bench/pool.ts, bench/gateway.ts). */
+import { execFileSync } from 'node:child_process';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+
+/** The code measured: the commit and any uncommitted change under src/. */
+export function codeVersion(): string {
+  try {
+    const git = (...args: string[]) =>
+      execFileSync('git', args, { cwd: REPO_ROOT, encoding: 'utf8' }).trimEnd();
+    const head = git('rev-parse', '--short', 'HEAD');
+    const dirty = git('status', '--porcelain', '--', 'src')
+      .split('\n')
+      .filter(Boolean)
+      .map((line) => line.slice(3));
+    return dirty.length ? `${head} + uncommitted changes in ${dirty.join(', ')}` : `${head} (src/ clean)`;
+  } catch {
+    return 'unknown (no git)';
+  }
+}
+
+export const fix = (n: number, d = 2) => n.toFixed(d);
+
+export const int = (n: number) => Math.round(n).toLocaleString('en-US');
+
+export function log(line: string): void {
+  process.stderr.write(`[bench] ${line}\n`);
+}
+
+export const mib = (bytes: number) => `${(bytes / 1024 / 1024).toFixed(1)} MiB`;
+
+/** Nearest-rank percentile. */
+export function percentile(values: number[], p: number): number {
+  const s = [...values].sort((a, b) => a - b);
+  if (s.length === 0) return Number.NaN;
+  return s[Math.min(s.length - 1, Math.max(0, Math.ceil((p / 100) * s.length) - 1))]!;
+}
+
+export const verdict = (ok: boolean) => (ok ? 'meets' : '**misses**');
+
+export function writeBenchmarks(markStart: string, markEnd: string, report: string): string {
+  const path = join(REPO_ROOT, 'BENCHMARKS.md');
+  const section = `${markStart}\n${report.trimEnd()}\n${markEnd}`;
+  let text = existsSync(path) ? readFileSync(path, 'utf8') : '# Benchmarks\n\n';
+  const start = text.indexOf(markStart);
+  const end = text.indexOf(markEnd);
+  if (start >= 0 && end > start) {
+    text = text.slice(0, start) + section + text.slice(end + markEnd.length);
+  } else {
+    text = `${text.trimEnd()}\n\n${section}\n`;
+  }
+  writeFileSync(path, text);
+  return path;
+}
