@@ -23,7 +23,17 @@ import { fileURLToPath } from 'node:url';
 import { Agent, request } from 'undici';
 import { startSimServer } from '../src/engines/sim/serve.js';
 import { startServer } from '../src/gateway/server.js';
-import { codeVersion, fix, int, log, mib, percentile, verdict, writeBenchmarks } from './support.js';
+import {
+  codeVersion,
+  fix,
+  int,
+  log,
+  mib,
+  nextMessage,
+  percentile,
+  verdict,
+  writeBenchmarks,
+} from './support.js';
 
 const THIS_FILE = fileURLToPath(import.meta.url);
 const _REPO_ROOT = resolve(dirname(THIS_FILE), '..');
@@ -385,29 +395,6 @@ interface Child {
   close(): Promise<void>;
 }
 
-function nextMessage<T extends ChildMessage['type']>(
-  child: ChildProcess,
-  type: T,
-): Promise<Extract<ChildMessage, { type: T }>> {
-  return new Promise((resolveMessage, reject) => {
-    const onMessage = (m: ChildMessage) => {
-      if (m.type !== type) return;
-      cleanup();
-      resolveMessage(m as Extract<ChildMessage, { type: T }>);
-    };
-    const onExit = (code: number | null) => {
-      cleanup();
-      reject(new Error(`child exited with ${code} while waiting for '${type}'`));
-    };
-    const cleanup = () => {
-      child.off('message', onMessage);
-      child.off('exit', onExit);
-    };
-    child.on('message', onMessage);
-    child.on('exit', onExit);
-  });
-}
-
 async function startChild(args: string[], exposeGc = false): Promise<Child> {
   const execArgv = [...process.execArgv];
   if (exposeGc) execArgv.push('--expose-gc');
@@ -420,12 +407,12 @@ async function startChild(args: string[], exposeGc = false): Promise<Child> {
     execArgv,
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });
-  const { url } = await nextMessage(child, 'ready');
+  const { url } = await nextMessage<ChildMessage, 'ready'>(child, 'ready');
   return {
     process: child,
     url,
     async stats(gc = false) {
-      const reply = nextMessage(child, 'stats');
+      const reply = nextMessage<ChildMessage, 'stats'>(child, 'stats');
       child.send({ type: 'stats', gc });
       const { type: _type, ...stats } = await reply;
       return stats;

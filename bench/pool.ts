@@ -32,7 +32,17 @@ import {
 } from '../src/store/step-codec.js';
 import type { SubmitRequest } from '../src/store/store.js';
 import { encodeTokens } from '../src/store/token-codec.js';
-import { codeVersion, fix, int, log, mib, percentile, verdict, writeBenchmarks } from './support.js';
+import {
+  codeVersion,
+  fix,
+  int,
+  log,
+  mib,
+  nextMessage,
+  percentile,
+  verdict,
+  writeBenchmarks,
+} from './support.js';
 
 const THIS_FILE = fileURLToPath(import.meta.url);
 const _REPO_ROOT = resolve(dirname(THIS_FILE), '..');
@@ -363,31 +373,8 @@ async function serveChild(dbPath: string): Promise<void> {
   send({ type: 'ready', url: server.url });
 }
 
-function nextMessage<T extends ChildMessage['type']>(
-  child: ChildProcess,
-  type: T,
-): Promise<Extract<ChildMessage, { type: T }>> {
-  return new Promise((resolveMessage, reject) => {
-    const onMessage = (m: ChildMessage) => {
-      if (m.type !== type) return;
-      cleanup();
-      resolveMessage(m as Extract<ChildMessage, { type: T }>);
-    };
-    const onExit = (code: number | null) => {
-      cleanup();
-      reject(new Error(`server child exited with ${code} while waiting for '${type}'`));
-    };
-    const cleanup = () => {
-      child.off('message', onMessage);
-      child.off('exit', onExit);
-    };
-    child.on('message', onMessage);
-    child.on('exit', onExit);
-  });
-}
-
 async function childStats(child: ChildProcess): Promise<ChildStats> {
-  const reply = nextMessage(child, 'stats');
+  const reply = nextMessage<ChildMessage, 'stats'>(child, 'stats');
   child.send({ type: 'stats' });
   return reply;
 }
@@ -497,7 +484,7 @@ async function httpIngest(bodies: BodyFactory, mode: HttpMode, seconds: number):
   });
   const poster = { close: () => {} };
   try {
-    const { url } = await nextMessage(child, 'ready');
+    const { url } = await nextMessage<ChildMessage, 'ready'>(child, 'ready');
     const idle = await childStats(child);
     const raw = httpPoster(url);
     poster.close = raw.close;

@@ -1,5 +1,5 @@
 /** Helpers shared by the benchmarks (bench/pool.ts, bench/gateway.ts). */
-import { execFileSync } from 'node:child_process';
+import { type ChildProcess, execFileSync } from 'node:child_process';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -54,4 +54,28 @@ export function writeBenchmarks(markStart: string, markEnd: string, report: stri
   }
   writeFileSync(path, text);
   return path;
+}
+
+/** The next IPC message of `type` from a child process; rejects if the child exits first. */
+export function nextMessage<M extends { type: string }, T extends M['type']>(
+  child: ChildProcess,
+  type: T,
+): Promise<Extract<M, { type: T }>> {
+  return new Promise((resolveMessage, reject) => {
+    const onMessage = (m: M) => {
+      if (m.type !== type) return;
+      cleanup();
+      resolveMessage(m as Extract<M, { type: T }>);
+    };
+    const onExit = (code: number | null) => {
+      cleanup();
+      reject(new Error(`child exited with ${code} while waiting for '${type}'`));
+    };
+    const cleanup = () => {
+      child.off('message', onMessage);
+      child.off('exit', onExit);
+    };
+    child.on('message', onMessage);
+    child.on('exit', onExit);
+  });
 }

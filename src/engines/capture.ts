@@ -137,7 +137,6 @@ export class CompletionCapture {
       }
     }
     if (out && count !== out.length) this.logprobsMissing = true;
-    if (!out && carriesTokens && count === 0) this.logprobsMissing = true;
   }
 
   private mergeCall(raw: unknown, index: number): void {

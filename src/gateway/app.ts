@@ -27,6 +27,7 @@ import type { DataPool } from '../pool/data-pool.js';
 import { batchToJson } from '../serving/json-batch.js';
 import { type ApiKey, type AuthVariables, authenticate, requireScope } from './auth.js';
 import type { Gateway } from './gateway.js';
+import { readJsonBody } from './json-body.js';
 import { mountGatewayRoutes } from './routes.js';
 
 export interface AppOptions {
@@ -44,17 +45,6 @@ export interface AppOptions {
 }
 
 type Env = { Variables: AuthVariables };
-
-/** Reads a JSON body without trusting it: malformed JSON is a 400 that says so. */
-async function jsonBody(c: Context): Promise<unknown> {
-  const text = await c.req.text();
-  if (text.trim() === '') return {};
-  try {
-    return JSON.parse(text);
-  } catch (error) {
-    throw new ValidationError(`body: malformed JSON (${(error as Error).message})`, 'body');
-  }
-}
 
 const optionalNumber = z.coerce.number().finite().optional();
 const Pagination = {
@@ -171,14 +161,14 @@ export function createApp(options: AppOptions): Hono<Env> {
     const result = await pool.submitSteps(steps, { channel, nRollouts: envelope.n_rollouts ?? null });
     return c.json({ ...result, channel });
   };
-  app.post('/v1/steps', requireScope('agent'), async (c) => submit(c, await jsonBody(c)));
+  app.post('/v1/steps', requireScope('agent'), async (c) => submit(c, await readJsonBody(c)));
   app.post('/submit_steps', requireScope('agent'), async (c) =>
-    submit(c, await jsonBody(c), c.req.query('channel')),
+    submit(c, await readJsonBody(c), c.req.query('channel')),
   );
 
   const complete = async (c: Context<Env>, id: string) => {
     parseOrThrow(ClientId, id, 'trajectory_uid');
-    const body = parseOrThrow(CompleteTrajectoryBody, await jsonBody(c));
+    const body = parseOrThrow(CompleteTrajectoryBody, await readJsonBody(c));
     const input = { reward: body.reward ?? null, status: body.status };
     // Through the gateway when there is one: it first waits for the trajectory's captured steps.
     const trajectory = options.gateway
@@ -197,7 +187,7 @@ export function createApp(options: AppOptions): Hono<Env> {
   // ---- trainers -------------------------------------------------------------------------------
 
   app.post('/v1/batches/lease', requireScope('trainer'), async (c) => {
-    const request = parseOrThrow(LeaseRequest, await jsonBody(c));
+    const request = parseOrThrow(LeaseRequest, await readJsonBody(c));
     const batch = await pool.lease(request, c.req.raw.signal);
     if (!batch) return c.body(null, 204);
     return c.json(batchToJson(batch));
@@ -211,7 +201,7 @@ export function createApp(options: AppOptions): Hono<Env> {
     return c.json({ lease_id: lease.id, state: lease.state, groups: lease.groupIds.length });
   });
   app.put('/v1/policy-version', requireScope('trainer'), async (c) => {
-    const { version, drain } = parseOrThrow(PolicyVersionBody, await jsonBody(c));
+    const { version, drain } = parseOrThrow(PolicyVersionBody, await readJsonBody(c));
     if (!options.gateway) {
       if (drain) throw new ValidationError('drain: there is no gateway in this process to drain', 'drain');
       await pool.setPolicyVersion(version);
@@ -304,7 +294,7 @@ export function createApp(options: AppOptions): Hono<Env> {
   // ---- curation and configuration (admin) -----------------------------------------------------
 
   app.post('/v1/labels', requireScope('admin'), async (c) => {
-    const { labels } = parseOrThrow(LabelsBody, await jsonBody(c));
+    const { labels } = parseOrThrow(LabelsBody, await readJsonBody(c));
     return c.json({ labels: await pool.addLabels(labels) });
   });
   app.get('/v1/channels/:name', requireScope('trainer'), async (c) => {
@@ -313,7 +303,7 @@ export function createApp(options: AppOptions): Hono<Env> {
   });
   app.put('/v1/channels/:name', requireScope('admin'), async (c) => {
     const name = parseOrThrow(ChannelName, c.req.param('name'), 'channel');
-    const patch = parseOrThrow(ChannelConfigPatch, await jsonBody(c));
+    const patch = parseOrThrow(ChannelConfigPatch, await readJsonBody(c));
     return c.json({ channel: name, config: await pool.configureChannel(name, patch) });
   });
 

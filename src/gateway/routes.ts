@@ -12,6 +12,7 @@ import {
 } from '../domain/index.js';
 import { type AuthVariables, requireScope } from './auth.js';
 import type { CallKind, Gateway } from './gateway.js';
+import { readJsonBody } from './json-body.js';
 import { openaiErrorResponse, toOpenAIError } from './openai-errors.js';
 
 /*
@@ -50,16 +51,6 @@ const GenerateBody = z.looseObject({
   model: z.string().max(256).optional(),
 });
 
-async function readJson(c: Context, allowEmpty: boolean): Promise<unknown> {
-  const text = await c.req.text();
-  if (allowEmpty && text.trim() === '') return {};
-  try {
-    return JSON.parse(text);
-  } catch (error) {
-    throw new ValidationError(`body: malformed JSON (${(error as Error).message})`, 'body');
-  }
-}
-
 /** Runs a handler and answers any error in OpenAI's shape. */
 const openai =
   (handler: (c: Context<Env>) => Promise<Response>) =>
@@ -93,7 +84,7 @@ export function mountGatewayRoutes(
     '/init_trajectory',
     agent,
     openai(async (c) => {
-      const body = parseOrThrow(InitTrajectoryBody, await readJson(c, true));
+      const body = parseOrThrow(InitTrajectoryBody, await readJsonBody(c));
       const t = await gateway.initTrajectory({
         groupId: body.group_id,
         channel: body.channel,
@@ -115,7 +106,7 @@ export function mountGatewayRoutes(
     openai(async (c) => {
       const { trajectory, group } = ids(c);
       const session = await gateway.session(trajectory, group);
-      return gateway.call(session, kind, await readJson(c, false), c.req.raw.signal);
+      return gateway.call(session, kind, await readJsonBody(c, false), c.req.raw.signal);
     });
   app.post('/:traj/:group/v1/chat/completions', agent, call('chat'));
   app.post('/:traj/:group/v1/completions', agent, call('text'));
@@ -134,7 +125,7 @@ export function mountGatewayRoutes(
     openai(async (c) => {
       const { trajectory, group } = ids(c);
       const session = await gateway.session(trajectory, group);
-      const body = parseOrThrow(RegisterTrajectoryBody, await readJson(c, true));
+      const body = parseOrThrow(RegisterTrajectoryBody, await readJsonBody(c));
       if (body.channel !== undefined && body.channel !== session.channel) {
         throw new ValidationError(
           `channel: trajectory ${trajectory} is in channel '${session.channel}'; a channel is chosen at POST /init_trajectory`,
@@ -150,7 +141,7 @@ export function mountGatewayRoutes(
     openai(async (c) => {
       const { trajectory, group } = ids(c);
       await gateway.session(trajectory, group);
-      const body = parseOrThrow(CompleteTrajectoryBody, await readJson(c, true));
+      const body = parseOrThrow(CompleteTrajectoryBody, await readJsonBody(c));
       const t = await gateway.completeTrajectory(trajectory, {
         reward: body.reward ?? null,
         status: body.status,
@@ -163,7 +154,7 @@ export function mountGatewayRoutes(
 
   const fixed = (kind: CallKind) =>
     openai(async (c) => {
-      const body = await readJson(c, false);
+      const body = await readJsonBody(c, false);
       let trajectory = c.req.header(TRAJECTORY_HEADER) ?? null;
       const model = (body as { model?: unknown } | null)?.model;
       if (trajectory === null && typeof model === 'string' && model.includes(MODEL_SEPARATOR)) {
@@ -196,7 +187,7 @@ export function mountGatewayRoutes(
     '/generate',
     agent,
     openai(async (c) => {
-      const body = parseOrThrow(GenerateBody, await readJson(c, false));
+      const body = parseOrThrow(GenerateBody, await readJsonBody(c, false));
       const promptIds = body.prompt_ids ?? body.input_ids;
       if (!promptIds || promptIds.length === 0) {
         throw new ValidationError('prompt_ids: must be a non-empty array of token ids', 'prompt_ids');
