@@ -3,8 +3,9 @@ import http from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import OpenAI from 'openai';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import type { Step } from '../src/domain/index.js';
+import { startSimServer } from '../src/engines/sim/serve.js';
 import { type RunningServer, type ServerOptions, startServer } from '../src/gateway/server.js';
 import { loadQwen3Tokenizer, renderChat } from '../src/text/index.js';
 
@@ -281,6 +282,26 @@ describe('gateway: black-box protocol with the openai client', () => {
     expect(sa!.responseText).toBe('via header');
     expect(sb!.responseText).toBe('via model');
     expect(sb!.metadata.model).toBe('qwen3');
+  });
+
+  it('commits a captured step when the next call goes to the engine, and all of them before completing', async () => {
+    // A long capture wait isolates the two triggers: forwarding the next call, and completing. The
+    // engine is a sim over HTTP that takes 30 ms to answer, so the gateway is idle while it waits.
+    const sim = await startSimServer({ port: 0, ttftMs: 30 });
+    onTestFinished(() => sim.close());
+    const server = await serve({ engines: [`vllm=${sim.url}`], gatewayOptions: { captureDeferMs: 60_000 } });
+    const t = await init(server);
+    const ask = (content: string) =>
+      client(t).chat.completions.create({ model: 'm', messages: [{ role: 'user', content }] });
+    await ask('first');
+    await new Promise((r) => setTimeout(r, 50));
+    expect(await server.pool.getTrajectorySteps(t.trajectory_uid)).toHaveLength(0);
+    await ask('second');
+    await new Promise((r) => setTimeout(r, 50));
+    expect((await server.pool.getTrajectorySteps(t.trajectory_uid)).map((s) => s.index)).toEqual([0]);
+    const done = await complete(t);
+    expect(done.json).toMatchObject({ status: 'complete', n_steps: 2 });
+    expect((await server.pool.getTrajectorySteps(t.trajectory_uid)).map((s) => s.index)).toEqual([0, 1]);
   });
 
   it('register_trajectory merges metadata; complete_trajectory sets the reward and closes the session', async () => {

@@ -45,6 +45,13 @@ export interface GatewayOptions {
    * a trajectory closed elsewhere (idle timeout, another process) is refused, not written to.
    */
   sessionRecheckMs?: number;
+  /**
+   * How long a captured step may wait to be committed (default 20 ms). The gateway commits queued
+   * steps as soon as it forwards the next call and is idle until the engine answers, so a store
+   * commit never sits between an answer and the agent's next request; this bounds the wait when no
+   * call follows. 0: commit at once.
+   */
+  captureDeferMs?: number;
 }
 
 export interface InitTrajectoryInput {
@@ -118,6 +125,7 @@ export class Gateway {
   private readonly drainTimeoutMs: number;
   private readonly sessionIdleMs: number;
   private readonly sessionRecheckMs: number;
+  private readonly captureDeferMs: number;
   private readonly timer: NodeJS.Timeout;
   /** Steps whose write failed after the agent was answered (logged; counted here). */
   lostSteps = 0;
@@ -130,6 +138,7 @@ export class Gateway {
     this.drainTimeoutMs = options.drainTimeoutMs ?? 60_000;
     this.sessionIdleMs = options.sessionIdleMs ?? 600_000;
     this.sessionRecheckMs = options.sessionRecheckMs ?? 30_000;
+    this.captureDeferMs = options.captureDeferMs ?? 20;
     this.timer = setInterval(() => this.evictIdle(), Math.min(60_000, this.sessionIdleMs));
     this.timer.unref();
   }
@@ -229,7 +238,10 @@ export class Gateway {
     input: { reward: number | null; status?: 'complete' | 'aborted' | 'infra_failed' },
   ): Promise<Trajectory> {
     const session = this.sessions.get(id);
-    if (session) await settle(session);
+    if (session) {
+      this.pool.flushWrites();
+      await settle(session);
+    }
     const trajectory = await this.pool.completeTrajectory(id, {
       reward: input.reward,
       status: input.status ?? 'complete',
@@ -309,9 +321,13 @@ export class Gateway {
       const path = kind === 'chat' ? '/v1/chat/completions' : '/v1/completions';
       let routed: RoutedReply;
       try {
-        routed = await router.send(session.id, 'POST', path, null, upstream.signal, (engine) =>
+        const sending = router.send(session.id, 'POST', path, null, upstream.signal, (engine) =>
           JSON.stringify(upstreamBody(kind, request, engine, router.models(engine.id))),
         );
+        // The request is on its way and the gateway idles until the engine answers: commit the
+        // steps captured behind earlier answers now.
+        this.pool.flushWrites();
+        routed = await sending;
       } catch (error) {
         signal.removeEventListener('abort', onAbort);
         this.fail(session, attachments, error, null, signal.aborted);
@@ -689,7 +705,7 @@ export class Gateway {
   private write(session: Session, steps: NewStep[], toolResults: ToolResultAttachment[]): void {
     if (steps.length === 0 && toolResults.length === 0) return;
     const write: Promise<void> = this.pool
-      .submitSteps(steps, { channel: session.channel, toolResults })
+      .submitSteps(steps, { channel: session.channel, toolResults, deferMs: this.captureDeferMs })
       .then(
         () => {},
         (error: unknown) => {

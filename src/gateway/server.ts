@@ -33,7 +33,10 @@ export interface ServerOptions {
   /** Origin written into base_urls (default: the origin each request came to). */
   publicUrl?: string;
   /** Session and drain tuning of the gateway. */
-  gatewayOptions?: Pick<GatewayOptions, 'drainTimeoutMs' | 'sessionIdleMs' | 'sessionRecheckMs'>;
+  gatewayOptions?: Pick<
+    GatewayOptions,
+    'drainTimeoutMs' | 'sessionIdleMs' | 'sessionRecheckMs' | 'captureDeferMs'
+  >;
   /** `gateway`: only the agent routes (a gateway beside a `stepwise serve` sharing the store). */
   role?: 'all' | 'gateway';
 }

@@ -123,9 +123,18 @@ export class DataPool {
 
   // ---- producers ------------------------------------------------------------------------------
 
+  /**
+   * Stores steps; settles once they are committed. `deferMs` lets the commit wait up to that long for
+   * company or for `flushWrites()` — for writes whose caller does not wait on them.
+   */
   async submitSteps(
     steps: NewStep[],
-    options: { channel?: string; nRollouts?: number | null; toolResults?: ToolResultAttachment[] } = {},
+    options: {
+      channel?: string;
+      nRollouts?: number | null;
+      toolResults?: ToolResultAttachment[];
+      deferMs?: number;
+    } = {},
   ): Promise<SubmitResult> {
     this.assertOpen();
     const request: SubmitRequest = {
@@ -134,10 +143,15 @@ export class DataPool {
       steps,
     };
     if (options.toolResults && options.toolResults.length > 0) request.toolResults = options.toolResults;
-    const outcome = await this.writer.submit(request, Math.max(1, steps.length));
+    const outcome = await this.writer.submit(request, Math.max(1, steps.length), options.deferMs ?? 0);
     if (!outcome.ok) throw outcome.error;
     if (outcome.completed.length > 0) this.wake();
     return { inserted: outcome.inserted, duplicates: outcome.duplicates, completed: outcome.completed };
+  }
+
+  /** Commits deferred submissions at the next turn of the event loop. */
+  flushWrites(): void {
+    this.writer.flushSoon();
   }
 
   async createTrajectory(input: CreateTrajectoryInput): Promise<Trajectory> {

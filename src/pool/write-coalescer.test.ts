@@ -82,4 +82,54 @@ describe('WriteCoalescer (group commit)', () => {
     expect(await queued).toBe('ok:7');
     await expect(writer.submit(8)).rejects.toThrow(/shutting down/);
   });
+  it('lets a deferred submission wait until flushSoon, and commits it with the next prompt one', async () => {
+    const c = controlledCommit();
+    const writer = new WriteCoalescer(c.commit, { windowMs: 0, maxWeight: 100 });
+    void writer.submit(1, 1, 10_000);
+    await tick();
+    await tick();
+    expect(c.batches).toEqual([]);
+    writer.flushSoon();
+    await tick();
+    expect(c.batches).toEqual([[1]]);
+    c.pending[0]!.resolve();
+    await tick();
+    // A submission nobody defers brings a deferred one forward into its commit.
+    void writer.submit(2, 1, 10_000);
+    await tick();
+    void writer.submit(3);
+    await tick();
+    expect(c.batches).toEqual([[1], [2, 3]]);
+    c.pending[1]!.resolve();
+  });
+
+  it('commits a deferred submission by itself once its wait is over', async () => {
+    const c = controlledCommit();
+    const writer = new WriteCoalescer(c.commit, { windowMs: 0, maxWeight: 100 });
+    const started = performance.now();
+    const done = writer.submit(1, 1, 30);
+    await tick();
+    expect(c.batches).toEqual([]);
+    while (c.batches.length === 0) await new Promise((r) => setTimeout(r, 2));
+    expect(performance.now() - started).toBeGreaterThanOrEqual(25);
+    c.pending[0]!.resolve();
+    expect(await done).toBe('ok:1');
+  });
+
+  it('keeps a deferred submission queued during a commit deferred, and a prompt one prompt', async () => {
+    const c = controlledCommit();
+    const writer = new WriteCoalescer(c.commit, { windowMs: 0, maxWeight: 100 });
+    void writer.submit(1);
+    await tick();
+    expect(c.batches).toEqual([[1]]);
+    void writer.submit(2, 1, 10_000); // arrives while [1] commits
+    c.pending[0]!.resolve();
+    await tick();
+    await tick();
+    expect(c.batches).toEqual([[1]]);
+    void writer.submit(3);
+    await tick();
+    expect(c.batches).toEqual([[1], [2, 3]]);
+    c.pending[1]!.resolve();
+  });
 });

@@ -7,6 +7,9 @@ export class WriteCoalescer<Req, Res> {
     [];
   private queuedWeight = 0;
   private scheduled: NodeJS.Immediate | NodeJS.Timeout | null = null;
+  private scheduledDue = 0;
+  /** When the most impatient queued request wants its commit. */
+  private queueDue = Number.POSITIVE_INFINITY;
   private readonly inFlight = new Set<Promise<void>>();
   private closed = false;
 
@@ -19,29 +22,47 @@ export class WriteCoalescer<Req, Res> {
     private readonly options: { windowMs: number; maxWeight: number; maxInFlight?: number },
   ) {}
 
-  submit(request: Req, weight = 1): Promise<Res> {
+  /**
+   * Queues a request for the next commit. `deferMs` lets it wait longer than the window (a write
+   * nobody is waiting on, e.g. a step captured behind an answer already sent), until `flushSoon()`
+   * or another submission brings the commit forward.
+   */
+  submit(request: Req, weight = 1, deferMs = 0): Promise<Res> {
     if (this.closed) return Promise.reject(new Error('the pool is shutting down'));
     return new Promise<Res>((resolve, reject) => {
       this.queue.push({ request, weight, resolve, reject });
       this.queuedWeight += weight;
-      this.schedule(this.queuedWeight >= this.options.maxWeight);
+      const full = this.queuedWeight >= this.options.maxWeight;
+      const delayMs = full ? 0 : Math.max(this.options.windowMs, deferMs);
+      this.queueDue = Math.min(this.queueDue, performance.now() + delayMs);
+      this.schedule(delayMs);
     });
+  }
+
+  /** Commits what is queued at the next turn of the event loop rather than when its wait ends. */
+  flushSoon(): void {
+    if (this.queue.length > 0) {
+      this.queueDue = performance.now();
+      this.schedule(0);
+    }
   }
 
   private get saturated(): boolean {
     return this.inFlight.size >= (this.options.maxInFlight ?? 1);
   }
 
-  private schedule(now: boolean): void {
+  /** Arranges a flush in `delayMs` (0: the next turn of the event loop) unless one is due sooner. */
+  private schedule(delayMs: number): void {
     if (this.saturated) return; // a finishing flush picks up the queue
-    if (this.scheduled && !now) return;
+    const due = performance.now() + delayMs;
+    if (this.scheduled && this.scheduledDue <= due) return;
     this.clearScheduled();
     const run = () => {
       this.scheduled = null;
       this.flush();
     };
-    this.scheduled =
-      now || this.options.windowMs <= 0 ? setImmediate(run) : setTimeout(run, this.options.windowMs);
+    this.scheduledDue = due;
+    this.scheduled = delayMs <= 0 ? setImmediate(run) : setTimeout(run, delayMs);
   }
 
   private clearScheduled(): void {
@@ -56,6 +77,7 @@ export class WriteCoalescer<Req, Res> {
     const batch = this.queue;
     this.queue = [];
     this.queuedWeight = 0;
+    this.queueDue = Number.POSITIVE_INFINITY;
     const done = (async () => {
       try {
         const results = await this.commit(batch.map((b) => b.request));
@@ -65,7 +87,7 @@ export class WriteCoalescer<Req, Res> {
       }
     })().finally(() => {
       this.inFlight.delete(done);
-      if (this.queue.length > 0) this.schedule(true);
+      if (this.queue.length > 0) this.schedule(Math.max(0, this.queueDue - performance.now()));
     });
     this.inFlight.add(done);
   }
