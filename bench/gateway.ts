@@ -28,6 +28,7 @@ import {
   fix,
   int,
   log,
+  machineInfo,
   mib,
   nextMessage,
   percentile,
@@ -763,21 +764,6 @@ async function benchMemory(sim: Child, quick: boolean, settings: GatewaySettings
 
 // ---- report -------------------------------------------------------------------------------------
 
-function machineInfo(command: string, loadAtStart: number[], codeAtStart: string): string[] {
-  const codeAtEnd = codeVersion();
-  const cpus = os.cpus();
-  const load = (l: number[]) => l.map((x) => x.toFixed(2)).join(' / ');
-  return [
-    `- Date: ${new Date().toISOString()}`,
-    `- Command: \`${command}\``,
-    `- Code: ${codeAtStart}${codeAtEnd === codeAtStart ? '' : ` at start; ${codeAtEnd} at end (src/ changed during the run)`}`,
-    `- CPU: ${cpus[0]?.model ?? 'unknown'} (${cpus.length} logical cores)`,
-    `- RAM: ${(os.totalmem() / 1024 ** 3).toFixed(1)} GiB`,
-    `- Node: ${process.version}, undici client, ${os.platform()} ${os.release()}`,
-    `- Load average (1 / 5 / 15 min) at start: ${load(loadAtStart)}, at end: ${load(os.loadavg())} — client, sim and gateway share the ${cpus.length} cores with whatever else runs, so expect run-to-run noise`,
-  ];
-}
-
 interface Summary {
   p50: number;
   p99: number;
@@ -947,7 +933,10 @@ async function main(): Promise<void> {
   const lines = [
     '## Gateway benchmark (`bench/gateway.ts`)',
     '',
-    ...machineInfo(command, loadAtStart, codeAtStart),
+    ...machineInfo(command, loadAtStart, codeAtStart, {
+      stack: 'undici client',
+      noise: 'client, sim and gateway',
+    }),
     `- Gateway settings: store on the ${settings.storeThread === 'main' ? 'event-loop thread' : 'worker thread'}, synchronous=${settings.synchronous}${defaults ? " (`stepwise serve`'s defaults)" : ' (not the defaults)'}`,
     `- Wall time of the whole benchmark: ${fix(minutes, 1)} min${quick ? ' (`--quick`: short phases, 1 rep, fewer trajectories)' : ''}`,
     '',

@@ -37,6 +37,7 @@ import {
   fix,
   int,
   log,
+  machineInfo,
   mib,
   nextMessage,
   percentile,
@@ -831,22 +832,6 @@ function sqliteVersion(): string {
   }
 }
 
-function machineInfo(command: string, loadAtStart: number[], codeAtStart: string): string[] {
-  const codeAtEnd = codeVersion();
-  const cpus = os.cpus();
-  const load = (l: number[]) => l.map((x) => x.toFixed(2)).join(' / ');
-  return [
-    `- Date: ${new Date().toISOString()}`,
-    `- Command: \`${command}\``,
-    `- Code: ${codeAtStart}${codeAtEnd === codeAtStart ? '' : ` at start; ${codeAtEnd} at end (src/ changed during the run)`}`,
-    `- CPU: ${cpus[0]?.model ?? 'unknown'} (${cpus.length} logical cores)`,
-    `- RAM: ${(os.totalmem() / 1024 ** 3).toFixed(1)} GiB`,
-    `- Node: ${process.version}, SQLite ${sqliteVersion()} (better-sqlite3), ${os.platform()} ${os.release()}`,
-    `- Temp dir: ${os.tmpdir()}`,
-    `- Load average (1 / 5 / 15 min) at start: ${load(loadAtStart)}, at end: ${load(os.loadavg())} — other processes share the ${cpus.length} cores, so expect run-to-run noise`,
-  ];
-}
-
 function ingestReport(s: IngestSection): string[] {
   const shape = `${SMALL.steps}-step trajectories, ${SMALL.systemTokens}-token system prompt, ${SMALL.observationTokens}-token observation and ${SMALL.responseTokens} response tokens per step, logprobs included; groups of ${ROLLOUTS}`;
   const rawFull = median(s.raw['FULL/plain']!);
@@ -995,7 +980,11 @@ async function main(): Promise<void> {
   const lines = [
     '## DataPool benchmark (`bench/pool.ts`)',
     '',
-    ...machineInfo(command, loadAtStart, codeAtStart),
+    ...machineInfo(command, loadAtStart, codeAtStart, {
+      stack: `SQLite ${sqliteVersion()} (better-sqlite3)`,
+      noise: 'other processes',
+      extra: [`- Temp dir: ${os.tmpdir()}`],
+    }),
     `- Wall time of the whole benchmark: ${fix(minutes, 1)} min`,
     '',
     'Targets: ≥ 50,000 steps/s in process, ≥ 10,000 steps/s over HTTP, lease p99 ≤ 20 ms at 1M steps, storage ≤ 1.3× the distinct-token bytes.',

@@ -1,6 +1,7 @@
-/** Helpers shared by the benchmarks (bench/pool.ts, bench/gateway.ts). */
+/** Helpers shared by the benchmarks (bench/pool.ts, bench/gateway.ts, bench/serving.ts). */
 import { type ChildProcess, execFileSync } from 'node:child_process';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -78,4 +79,29 @@ export function nextMessage<M extends { type: string }, T extends M['type']>(
     child.on('message', onMessage);
     child.on('exit', onExit);
   });
+}
+
+/**
+ * The machine lines every report starts with. `stack` names what the run exercised (e.g. the SQLite
+ * version); `noise` says who shares the cores.
+ */
+export function machineInfo(
+  command: string,
+  loadAtStart: number[],
+  codeAtStart: string,
+  options: { stack: string; noise: string; extra?: string[] },
+): string[] {
+  const codeAtEnd = codeVersion();
+  const cpus = os.cpus();
+  const load = (l: number[]) => l.map((x) => x.toFixed(2)).join(' / ');
+  return [
+    `- Date: ${new Date().toISOString()}`,
+    `- Command: \`${command}\``,
+    `- Code: ${codeAtStart}${codeAtEnd === codeAtStart ? '' : ` at start; ${codeAtEnd} at end (src/ changed during the run)`}`,
+    `- CPU: ${cpus[0]?.model ?? 'unknown'} (${cpus.length} logical cores)`,
+    `- RAM: ${(os.totalmem() / 1024 ** 3).toFixed(1)} GiB`,
+    `- Node: ${process.version}, ${options.stack}, ${os.platform()} ${os.release()}`,
+    ...(options.extra ?? []),
+    `- Load average (1 / 5 / 15 min) at start: ${load(loadAtStart)}, at end: ${load(os.loadavg())} — ${options.noise} share the ${cpus.length} cores with whatever else runs, so expect run-to-run noise`,
+  ];
 }

@@ -11,7 +11,6 @@ import {
   CompleteTrajectoryBody,
   EventType,
   LabelsBody,
-  LeaseRequest,
   parseOrThrow,
   Quality,
   StepWire,
@@ -24,7 +23,7 @@ import {
   ValidationError,
 } from '../domain/index.js';
 import type { DataPool } from '../pool/data-pool.js';
-import { batchToJson } from '../serving/json-batch.js';
+import { BatchRequest, checkBatchRequest, type RenderedBatch, renderBatch } from '../serving/batch.js';
 import { type ApiKey, type AuthVariables, authenticate, requireScope } from './auth.js';
 import type { Gateway } from './gateway.js';
 import { readJsonBody } from './json-body.js';
@@ -187,10 +186,31 @@ export function createApp(options: AppOptions): Hono<Env> {
   // ---- trainers -------------------------------------------------------------------------------
 
   app.post('/v1/batches/lease', requireScope('trainer'), async (c) => {
-    const request = parseOrThrow(LeaseRequest, await readJsonBody(c));
+    const raw = await readJsonBody(c);
+    const request = parseOrThrow(BatchRequest, raw);
+    checkBatchRequest(request, raw as Record<string, unknown>);
     const batch = await pool.lease(request, c.req.raw.signal);
     if (!batch) return c.body(null, 204);
-    return c.json(batchToJson(batch));
+    let rendered: RenderedBatch;
+    try {
+      rendered = renderBatch(batch, request);
+    } catch (error) {
+      // Nothing was served: the groups go back to the queue at once rather than at lease expiry.
+      await pool.nack(batch.lease.id);
+      throw error;
+    }
+    const headers = { 'content-type': rendered.contentType, ...rendered.headers };
+    if (typeof rendered.body === 'string') return new Response(rendered.body, { headers });
+    const parts = rendered.body;
+    let next = 0;
+    const stream = new ReadableStream<Uint8Array>({
+      pull(controller) {
+        if (next < parts.length) controller.enqueue(parts[next++]!);
+        else controller.close();
+      },
+    });
+    const length = parts.reduce((n, p) => n + p.byteLength, 0);
+    return new Response(stream, { headers: { ...headers, 'content-length': String(length) } });
   });
   app.post('/v1/batches/:id/ack', requireScope('trainer'), async (c) => {
     const lease = await pool.ack(c.req.param('id'));

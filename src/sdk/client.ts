@@ -37,6 +37,14 @@ export class StepwiseHttpError extends Error {
   }
 }
 
+type ErrorBody = { error?: { code?: string; message?: string; field?: string } };
+
+/** The error a non-2xx answer becomes: the server's code, message and field when it sent them. */
+function httpError(status: number, data: ErrorBody | null, text: string): StepwiseHttpError {
+  const err = data?.error ?? {};
+  return new StepwiseHttpError(status, err.code ?? 'http_error', err.message ?? text, err.field);
+}
+
 export interface LeaseOptions {
   batchSize: number;
   nRollouts?: number;
@@ -45,6 +53,31 @@ export interface LeaseOptions {
   waitMs?: number;
   consumer?: string;
   ttlMs?: number;
+  /** Adds each trajectory's (and step's) group-relative advantage. */
+  advantage?: 'grpo' | 'drgrpo' | 'rloo';
+  /** `json` only: a prefix-tree packing of each group's steps. */
+  pack?: 'prefix_tree';
+}
+
+export interface BinaryLeaseOptions extends Omit<LeaseOptions, 'pack'> {
+  format: 'arrow' | 'padded';
+  /** `padded`: widths (default: the longest in the batch), what to do with longer steps, pad id. */
+  promptLength?: number;
+  responseLength?: number;
+  overlong?: 'reject' | 'truncate' | 'drop';
+  padTokenId?: number;
+}
+
+/** A batch in a binary format: the bytes as served, the lease from the headers. */
+export interface BinaryBatch {
+  leaseId: string;
+  expiresAt: number;
+  format: 'arrow' | 'padded';
+  rows: number;
+  truncatedSteps: number;
+  droppedSteps: number;
+  /** Arrow IPC stream (read with apache-arrow's `tableFromIPC`) or an `.npz` (docs/serving.md). */
+  body: Uint8Array;
 }
 
 export interface ListOptions {
@@ -102,7 +135,7 @@ export class StepwiseClient {
       return { status: 204, data: null };
     }
     const text = await response.body.text();
-    let data: { error?: { code?: string; message?: string; field?: string } } | null = null;
+    let data: ErrorBody | null = null;
     try {
       data = text ? JSON.parse(text) : null;
     } catch {
@@ -112,15 +145,7 @@ export class StepwiseClient {
         `unparseable response: ${text.slice(0, 200)}`,
       );
     }
-    if (response.statusCode >= 400) {
-      const err = data?.error ?? {};
-      throw new StepwiseHttpError(
-        response.statusCode,
-        err.code ?? 'http_error',
-        err.message ?? text,
-        err.field,
-      );
-    }
+    if (response.statusCode >= 400) throw httpError(response.statusCode, data, text);
     return { status: response.statusCode, data: data as T };
   }
 
@@ -163,10 +188,64 @@ export class StepwiseClient {
         wait_ms: waitMs,
         consumer: options.consumer,
         ttl_ms: options.ttlMs,
+        advantage: options.advantage,
+        pack: options.pack,
       },
       waitMs + (this.options.timeoutMs ?? 30_000),
     );
     return data;
+  }
+
+  /** Leases a batch as Arrow or verl's padded layout; null when none became ready within waitMs. */
+  async leaseBinary(options: BinaryLeaseOptions): Promise<BinaryBatch | null> {
+    const waitMs = options.waitMs ?? 0;
+    const timeoutMs = waitMs + (this.options.timeoutMs ?? 30_000);
+    const headers: Record<string, string> = { 'content-type': 'application/json' };
+    if (this.options.apiKey) headers.authorization = `Bearer ${this.options.apiKey}`;
+    const response = await request(`${this.baseUrl}/v1/batches/lease`, {
+      method: 'POST',
+      headers,
+      body: JSON.stringify({
+        channel: options.channel,
+        batch_size: options.batchSize,
+        n_rollouts: options.nRollouts,
+        max_staleness: options.maxStaleness,
+        wait_ms: waitMs,
+        consumer: options.consumer,
+        ttl_ms: options.ttlMs,
+        advantage: options.advantage,
+        format: options.format,
+        prompt_length: options.promptLength,
+        response_length: options.responseLength,
+        overlong: options.overlong,
+        pad_token_id: options.padTokenId,
+      }),
+      dispatcher: this.dispatcher,
+      headersTimeout: timeoutMs,
+      bodyTimeout: timeoutMs,
+    });
+    if (response.statusCode === 204) {
+      await response.body.dump();
+      return null;
+    }
+    if (response.statusCode >= 400) {
+      const text = await response.body.text();
+      let data: ErrorBody | null = null;
+      try {
+        data = JSON.parse(text) as ErrorBody;
+      } catch {}
+      throw httpError(response.statusCode, data, text);
+    }
+    const header = (name: string) => String(response.headers[name] ?? '');
+    return {
+      leaseId: header('x-lease-id'),
+      expiresAt: Number(header('x-lease-expires-at')),
+      format: options.format,
+      rows: Number(header('x-stepwise-rows')),
+      truncatedSteps: Number(header('x-stepwise-truncated-steps')),
+      droppedSteps: Number(header('x-stepwise-dropped-steps')),
+      body: new Uint8Array(await response.body.arrayBuffer()),
+    };
   }
 
   async ack(leaseId: string): Promise<{ lease_id: string; state: string; groups: number }> {

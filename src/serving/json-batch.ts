@@ -1,5 +1,7 @@
 import { type StepOut, stepToWire } from '../domain/index.js';
 import type { CurrentLabel, LeasedBatch } from '../store/store.js';
+import { type AdvantageEstimator, groupAdvantages } from './advantages.js';
+import { type PackingWire, packingToWire, packPrefixTree } from './packing.js';
 
 export interface StepLabelOut {
   quality: CurrentLabel['quality'];
@@ -29,9 +31,18 @@ export interface BatchJson {
       derived_from: string | null;
       metadata: Record<string, unknown>;
       label: StepLabelOut | null;
-      steps: (StepOut & { label: StepLabelOut | null })[];
+      /** With `advantage`: the trajectory's advantage, also on each of its steps. */
+      advantage?: number;
+      steps: (StepOut & { label: StepLabelOut | null; advantage?: number })[];
     }[];
+    /** With `pack: prefix_tree`: the group's steps (trajectory by trajectory) merged into one trie. */
+    packing?: PackingWire;
   }[];
+}
+
+export interface JsonBatchOptions {
+  advantage?: AdvantageEstimator;
+  pack?: 'prefix_tree';
 }
 
 function labelOut(label: CurrentLabel | undefined): StepLabelOut | null {
@@ -39,35 +50,62 @@ function labelOut(label: CurrentLabel | undefined): StepLabelOut | null {
   return { quality: label.quality, tags: label.tags, note: label.note };
 }
 
-/** The `json` batch format: groups → trajectories → steps in wire form, with curation labels. */
-export function batchToJson(batch: LeasedBatch): BatchJson {
+/**
+ * The `json` batch format: groups → trajectories → steps in wire form, with curation labels and,
+ * when asked, advantages and each group's prefix-tree packing.
+ */
+export function batchToJson(batch: LeasedBatch, options: JsonBatchOptions = {}): BatchJson {
   return {
     lease_id: batch.lease.id,
     expires_at: batch.lease.expiresAt,
     consumer: batch.lease.consumer,
     channel: batch.lease.channel,
     policy_version: batch.policyVersion,
-    groups: batch.groups.map((g) => ({
-      group_id: g.group.id,
-      expected: g.group.expected,
-      partial: g.group.partial,
-      stale: g.stale,
-      staleness: g.staleness,
-      trajectories: g.trajectories.map((t) => {
-        const byStep = new Map(t.labels.map((l) => [l.stepIndex, l]));
-        return {
-          trajectory_uid: t.trajectory.id,
-          reward: t.trajectory.reward,
-          status: t.trajectory.status,
-          guided: t.trajectory.guided,
-          guidance_k: t.trajectory.guidanceK,
-          probe: t.trajectory.probe,
-          derived_from: t.trajectory.derivedFrom,
-          metadata: t.trajectory.metadata,
-          label: labelOut(byStep.get(null)),
-          steps: t.steps.map((s) => ({ ...stepToWire(s), label: labelOut(byStep.get(s.index)) })),
-        };
-      }),
-    })),
+    groups: batch.groups.map((g) => {
+      const advantages = options.advantage
+        ? groupAdvantages(
+            g.trajectories.map((t) => t.trajectory.reward),
+            options.advantage,
+          ).advantages
+        : null;
+      const group: BatchJson['groups'][number] = {
+        group_id: g.group.id,
+        expected: g.group.expected,
+        partial: g.group.partial,
+        stale: g.stale,
+        staleness: g.staleness,
+        trajectories: g.trajectories.map((t, i) => {
+          const byStep = new Map(t.labels.map((l) => [l.stepIndex, l]));
+          const advantage = advantages?.[i];
+          return {
+            trajectory_uid: t.trajectory.id,
+            reward: t.trajectory.reward,
+            status: t.trajectory.status,
+            guided: t.trajectory.guided,
+            guidance_k: t.trajectory.guidanceK,
+            probe: t.trajectory.probe,
+            derived_from: t.trajectory.derivedFrom,
+            metadata: t.trajectory.metadata,
+            label: labelOut(byStep.get(null)),
+            ...(advantage === undefined ? {} : { advantage }),
+            steps: t.steps.map((s) => ({
+              ...stepToWire(s),
+              label: labelOut(byStep.get(s.index)),
+              ...(advantage === undefined ? {} : { advantage }),
+            })),
+          };
+        }),
+      };
+      if (options.pack === 'prefix_tree') {
+        const inputs = g.trajectories.flatMap((t) =>
+          t.steps.map((s) => ({
+            tokens: s.promptIds.concat(s.responseIds),
+            promptLength: s.promptIds.length,
+          })),
+        );
+        group.packing = packingToWire(packPrefixTree(inputs));
+      }
+      return group;
+    }),
   };
 }

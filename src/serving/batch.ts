@@ -1,0 +1,83 @@
+import { z } from 'zod';
+import { LeaseRequest, ValidationError } from '../domain/index.js';
+import type { LeasedBatch } from '../store/store.js';
+import { ADVANTAGE_ESTIMATORS } from './advantages.js';
+import { batchToArrow } from './arrow-batch.js';
+import { batchToJson } from './json-batch.js';
+import { npzParts } from './npz.js';
+import { batchToPadded } from './padded-batch.js';
+
+/** `POST /v1/batches/lease`: the pool's lease fields plus how the batch is laid out (docs/serving.md). */
+export const BatchRequest = LeaseRequest.extend({
+  format: z.enum(['json', 'arrow', 'padded']).default('json'),
+  advantage: z.enum(ADVANTAGE_ESTIMATORS).optional(),
+  pack: z.enum(['prefix_tree']).optional(),
+  prompt_length: z.number().int().min(1, 'must be >= 1').max(1_048_576).optional(),
+  response_length: z.number().int().min(1, 'must be >= 1').max(1_048_576).optional(),
+  overlong: z.enum(['reject', 'truncate', 'drop']).default('reject'),
+  pad_token_id: z
+    .number()
+    .int()
+    .min(0)
+    .max(2 ** 31 - 1)
+    .default(0),
+});
+export type BatchRequest = z.infer<typeof BatchRequest>;
+
+/** Options that only one format reads are refused elsewhere rather than silently ignored. */
+export function checkBatchRequest(request: BatchRequest, raw: Record<string, unknown>): void {
+  if (request.pack !== undefined && request.format !== 'json')
+    throw new ValidationError(`pack: prefix-tree packing comes with format "json" only`, 'pack');
+  if (request.format !== 'padded') {
+    for (const field of ['prompt_length', 'response_length', 'overlong', 'pad_token_id'])
+      if (raw[field] !== undefined)
+        throw new ValidationError(`${field}: applies to format "padded" only`, field);
+  }
+}
+
+export interface RenderedBatch {
+  contentType: string;
+  body: Uint8Array[] | string;
+  headers: Record<string, string>;
+}
+
+/** Lays a leased batch out in the requested format. Throws OverlongError under `overlong: reject`. */
+export function renderBatch(batch: LeasedBatch, request: BatchRequest): RenderedBatch {
+  const lease = { 'x-lease-id': batch.lease.id, 'x-lease-expires-at': String(batch.lease.expiresAt) };
+  const steps = batch.groups.reduce((n, g) => n + g.trajectories.reduce((m, t) => m + t.steps.length, 0), 0);
+  if (request.format === 'json') {
+    const json = batchToJson(batch, { advantage: request.advantage, pack: request.pack });
+    return { contentType: 'application/json', body: JSON.stringify(json), headers: lease };
+  }
+  if (request.format === 'arrow') {
+    return {
+      contentType: 'application/vnd.apache.arrow.stream',
+      body: [batchToArrow(batch, { advantage: request.advantage })],
+      headers: {
+        ...lease,
+        'x-stepwise-rows': String(steps),
+        'x-stepwise-truncated-steps': '0',
+        'x-stepwise-dropped-steps': '0',
+      },
+    };
+  }
+  const padded = batchToPadded(batch, {
+    promptLength: request.prompt_length,
+    responseLength: request.response_length,
+    overlong: request.overlong,
+    padTokenId: request.pad_token_id,
+    advantage: request.advantage,
+  });
+  return {
+    contentType: 'application/zip',
+    body: npzParts(padded.arrays).parts,
+    headers: {
+      ...lease,
+      'x-stepwise-rows': String(padded.rows),
+      'x-stepwise-truncated-steps': String(padded.truncated),
+      'x-stepwise-dropped-steps': String(padded.dropped),
+      'x-stepwise-prompt-length': String(padded.promptLength),
+      'x-stepwise-response-length': String(padded.responseLength),
+    },
+  };
+}
