@@ -8,6 +8,7 @@ import {
   injectError,
   type PolicyContext,
   randomPolicy,
+  referencePolicy,
   type ScriptStep,
   scriptedPolicy,
 } from './policies.js';
@@ -190,5 +191,72 @@ describe('injectError', () => {
     expect(() => JSON.parse(bad.slice('<tool_call>\n'.length, -'\n</tool_call>'.length))).toThrow();
     // No string argument to corrupt: falls back to a malformed block.
     expect(injectError({ name: 'x', arguments: { n: 1 } }, 'wrong_argument').text).toContain('<tool_call>');
+  });
+});
+
+describe('reference policy', () => {
+  const tasks = [
+    {
+      prompt: 'Write the total to output/total.txt.',
+      actions: [
+        { name: 'read', arguments: { path: 'input/data.csv' } },
+        { name: 'write', arguments: { path: 'output/total.txt', content: '42' } },
+      ],
+    },
+    { prompt: 'List the files.', actions: [{ name: 'ls', arguments: { path: '.' } }] },
+  ];
+  /** Plays an episode: each tool call is answered by a tool message, until the policy answers. */
+  function episode(policy: ReturnType<typeof referencePolicy>, first: string, seed: number) {
+    const messages: PolicyContext['messages'][number][] = [{ role: 'user', content: first }];
+    const calls: string[] = [];
+    for (let turn = 0; turn < 20; turn++) {
+      const out = policy(ctx({ messages, seed }));
+      if (!out.toolCalls) return { calls, answer: out.text ?? '', text: out.text };
+      calls.push(...out.toolCalls.map((c) => `${c.name} ${JSON.stringify(c.arguments)}`));
+      messages.push({ role: 'assistant', content: out.text ?? '' }, { role: 'tool', content: 'ok' });
+    }
+    throw new Error('the episode did not end');
+  }
+
+  it('follows the reference actions of the task the conversation opens with, then answers', () => {
+    const run = episode(referencePolicy(tasks), 'List the files.', 1);
+    expect(run.calls).toEqual(['ls {"path":"."}']);
+    const other = episode(referencePolicy(tasks), 'Please help. Write the total to output/total.txt.', 1);
+    expect(other.calls).toEqual([
+      'read {"path":"input/data.csv"}',
+      'write {"path":"output/total.txt","content":"42"}',
+    ]);
+    expect(other.answer).toMatch(/^Done/);
+    expect(episode(referencePolicy(tasks), 'Something else entirely.', 1)).toMatchObject({
+      calls: [],
+      answer: 'Done.',
+    });
+  });
+
+  it('injects wrong calls followed by the correct one, per episode seed', () => {
+    const policy = referencePolicy(tasks, { errorRate: 1 });
+    const run = episode(policy, 'Write the total to output/total.txt.', 3);
+    // Every action is preceded by a wrong call (a wrong argument or an unknown tool), never by a
+    // malformed block, which an agent would take for its final answer.
+    expect(run.calls).toHaveLength(4);
+    expect(run.calls[1]).toBe('read {"path":"input/data.csv"}');
+    expect(run.calls[3]).toBe('write {"path":"output/total.txt","content":"42"}');
+    expect(run.calls[0]).not.toBe(run.calls[1]);
+    expect(run.calls[2]).not.toBe(run.calls[3]);
+    expect(run.answer).toMatch(/^Done/);
+  });
+
+  it('gives up part way in some episodes when asked, and the same seed gives the same episode', () => {
+    const policy = referencePolicy(tasks, { giveUpRate: 0.5 });
+    const outcomes = Array.from({ length: 40 }, (_, seed) =>
+      episode(policy, 'Write the total to output/total.txt.', seed),
+    );
+    const gaveUp = outcomes.filter((o) => o.answer === 'I could not finish the task.');
+    expect(gaveUp.length).toBeGreaterThan(5);
+    expect(gaveUp.length).toBeLessThan(35);
+    for (const o of gaveUp) expect(o.calls.length).toBeLessThan(2);
+    expect(episode(policy, 'Write the total to output/total.txt.', 7)).toEqual(
+      episode(policy, 'Write the total to output/total.txt.', 7),
+    );
   });
 });

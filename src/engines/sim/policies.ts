@@ -285,6 +285,65 @@ export function scriptedPolicy(source: ScriptSource, options: ScriptedPolicyOpti
   };
 }
 
+/** A task the `reference` policy knows: its prompt and the tool calls that solve it. */
+export interface ReferenceTask {
+  prompt: string;
+  actions: readonly PolicyToolCall[];
+  /** The closing answer (default: a one-line summary). */
+  answer?: string;
+}
+
+export interface ReferencePolicyOptions {
+  /** Chance that a tool call is preceded by a wrong one, then corrected (default 0). */
+  errorRate?: number;
+  /** Chance that an episode stops after a random prefix of its actions (default 0): failed rollouts. */
+  giveUpRate?: number;
+}
+
+function firstUserText(messages: readonly ChatMessageInput[]): string | undefined {
+  const first = messages.find((m) => m.role === 'user');
+  return first ? contentText(first.content).trim() : undefined;
+}
+
+/**
+ * Follows the reference actions of the task whose prompt opens the conversation (the first user
+ * message equals or contains it), with injected errors and self-corrections as `scriptedPolicy`. The
+ * error plan and the give-up draw come from the request's seed: an agent that sends one seed per
+ * episode gets one plan per episode, and rollouts with different seeds differ. A conversation about
+ * no known task gets "Done.".
+ */
+export function referencePolicy(
+  tasks: readonly ReferenceTask[],
+  options: ReferencePolicyOptions = {},
+): Policy {
+  const giveUpRate = options.giveUpRate ?? 0;
+  if (!(giveUpRate >= 0 && giveUpRate <= 1))
+    throw new ValidationError('giveUpRate must be in [0, 1]', 'giveUpRate');
+  const byPrompt = new Map(tasks.map((t) => [t.prompt.trim(), t]));
+  // Longest prompts first, so a prompt that contains a shorter one still finds its own task.
+  const byLength = [...tasks].sort((a, b) => b.prompt.length - a.prompt.length);
+  const find = (text: string) =>
+    byPrompt.get(text) ?? byLength.find((t) => t.prompt.trim() !== '' && text.includes(t.prompt.trim()));
+  return scriptedPolicy(
+    (ctx) => {
+      const text = firstUserText(ctx.messages);
+      const task = text === undefined ? undefined : find(text);
+      if (!task) return undefined;
+      let actions = task.actions;
+      const r = seededRandom('reference-give-up', ctx.seed);
+      if (giveUpRate > 0 && actions.length > 0 && r() < giveUpRate)
+        actions = actions.slice(0, randomInt(r, actions.length));
+      const answer =
+        actions.length < task.actions.length
+          ? 'I could not finish the task.'
+          : (task.answer ?? `Done: ${task.actions.length} actions taken.`);
+      return [...actions.map((toolCall) => ({ toolCall })), { answer }];
+    },
+    // A malformed block reads as a plain answer and would end the agent's episode: real mistakes only.
+    { errorRate: options.errorRate ?? 0, errorKinds: ['wrong_argument', 'unknown_tool'] },
+  );
+}
+
 /** Built-in policies by name, for configuration and the CLI (`scripted` needs a script, so it is not here). */
 export const namedPolicies: Readonly<Record<'echo' | 'random', () => Policy>> = {
   echo: () => echoPolicy,

@@ -3,17 +3,28 @@ import { ValidationError } from '../../domain/errors.js';
 import { listen } from '../../util/http-server.js';
 import { SimEngine } from './engine.js';
 import { instantLatency, latencyModel } from './latency.js';
-import { namedPolicies, type Policy, type ScriptStep, scriptedPolicy } from './policies.js';
+import {
+  namedPolicies,
+  type Policy,
+  type ReferenceTask,
+  referencePolicy,
+  type ScriptStep,
+  scriptedPolicy,
+} from './policies.js';
 import { createSimApp, DEFAULT_SIM_MODEL } from './server.js';
 
 export interface SimServerOptions {
   host?: string;
   port?: number;
-  policy?: 'echo' | 'random' | 'scripted';
+  policy?: 'echo' | 'random' | 'scripted' | 'reference';
   /** Steps for the `scripted` policy (e.g. parsed from `--script FILE`). */
   script?: unknown;
-  /** For `scripted`: chance that a tool call is preceded by a wrong one, then corrected (default 0). */
+  /** Tasks for the `reference` policy: each prompt with the tool calls that solve it. */
+  tasks?: readonly ReferenceTask[];
+  /** For `scripted` and `reference`: chance that a tool call is preceded by a wrong one, then corrected (default 0). */
   errorRate?: number;
+  /** For `reference`: chance that an episode gives up part way (default 0). */
+  giveUpRate?: number;
   seed?: number;
   ttftMs?: number;
   /** Decode speed; 0 or absent with no ttft means instant. */
@@ -30,6 +41,11 @@ export interface RunningSimServer {
 
 function choosePolicy(options: SimServerOptions): Policy {
   const name = options.policy ?? 'echo';
+  if (name === 'reference') {
+    if (!options.tasks || options.tasks.length === 0)
+      throw new ValidationError('the reference policy needs tasks with reference actions', 'tasks');
+    return referencePolicy(options.tasks, { errorRate: options.errorRate, giveUpRate: options.giveUpRate });
+  }
   if (name !== 'scripted') return namedPolicies[name]();
   if (!Array.isArray(options.script) || options.script.length === 0) {
     throw new ValidationError('the scripted policy needs a non-empty JSON array of steps', 'script');
