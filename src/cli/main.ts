@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { startSimServer } from '../engines/sim/serve.js';
+import { registerExportCommands } from '../export/cli.js';
 import { startServer } from '../gateway/server.js';
 import { createLogger } from '../util/logger.js';
 import { runDemo } from './demo.js';
@@ -92,6 +93,8 @@ export function buildCli(): Command {
         `demo done: ${result.consumedGroups} groups, ${result.consumedSteps} steps trained on, ${result.toolErrors} tool errors recorded`,
       );
     });
+
+  registerExportCommands(program);
 
   return program;
 }

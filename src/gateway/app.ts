@@ -22,6 +22,7 @@ import {
   trajectoryToWire,
   ValidationError,
 } from '../domain/index.js';
+import { mountExportRoutes } from '../export/routes.js';
 import type { DataPool } from '../pool/data-pool.js';
 import { BatchRequest, checkBatchRequest, type RenderedBatch, renderBatch } from '../serving/batch.js';
 import { type ApiKey, type AuthVariables, authenticate, requireScope } from './auth.js';
@@ -236,6 +237,8 @@ export function createApp(options: AppOptions): Hono<Env> {
   app.get('/v1/policy-version', requireScope('trainer', 'agent'), async (c) =>
     c.json({ version: await pool.policyVersion() }),
   );
+
+  mountExportRoutes(app, pool);
 
   // ---- observation (trainer or admin) ---------------------------------------------------------
 

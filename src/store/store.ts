@@ -141,6 +141,32 @@ export interface Page<T> {
   items: T[];
 }
 
+/** A keyset walk over trajectories in storage order (oldest first): stable while new ones arrive. */
+export interface TrajectoryScan extends LabelFilter {
+  channel?: string;
+  groupId?: string;
+  taskId?: string;
+  rewardMin?: number;
+  rewardMax?: number;
+  status?: TrajectoryStatus;
+  /** The cursor of the previous page; null starts at the beginning. */
+  after: string | null;
+  limit: number;
+}
+
+export interface ScanPage<T> {
+  items: T[];
+  /** Pass as `after` for the next page; null when this page was the last. */
+  cursor: string | null;
+}
+
+/** Where a store keeps its data (exports record it as their source). */
+export interface StoreInfo {
+  kind: 'sqlite' | 'postgres';
+  /** Absolute path of the database file; null for an in-memory or remote database. */
+  path: string | null;
+}
+
 export interface EventQuery {
   after: number;
   limit: number;
@@ -198,6 +224,8 @@ export interface Store {
   getGroup(channel: string, id: string): Promise<Group | null>;
   listSteps(query: StepQuery): Promise<Page<Step>>;
   listTrajectories(query: TrajectoryQuery): Promise<Page<Trajectory>>;
+  /** Pages through every trajectory matching the filters without offsets (exports read it all). */
+  scanTrajectories(query: TrajectoryScan): Promise<ScanPage<Trajectory>>;
 
   getPolicyVersion(): Promise<number>;
   setPolicyVersion(version: number, now: number): Promise<void>;
@@ -214,10 +242,13 @@ export interface Store {
 
   addLabels(labels: LabelInput[], now: number): Promise<Label[]>;
   getLabels(trajectoryId: string): Promise<Label[]>;
+  /** The curation state in force for a trajectory and its steps (labels folded). */
+  getCurrentLabels(trajectoryId: string): Promise<CurrentLabel[]>;
 
   readEvents(query: EventQuery): Promise<PoolEvent[]>;
   lastEventSeq(): Promise<number>;
   stats(channel: string | null): Promise<PoolStats>;
+  describe(): Promise<StoreInfo>;
 
   close(): Promise<void>;
 }

@@ -813,6 +813,90 @@ export function runStoreConformance(name: string, open: () => Promise<StoreHarne
         );
       });
 
+      it('scans trajectories oldest first by cursor, with the list filters, unshaken by new arrivals', async () => {
+        await fillGroups(['g1', 'g2', 'g3'], 2);
+        await fillGroups(['g1'], 1, 'val');
+        await store.createTrajectory(
+          { id: 'open-1', groupId: 'g9', channel: 'train', nRollouts: null, metadata: {} },
+          tick(),
+        );
+        const seen: string[] = [];
+        let after: string | null = null;
+        let pages = 0;
+        do {
+          const page: Awaited<ReturnType<Store['scanTrajectories']>> = await store.scanTrajectories({
+            channel: 'train',
+            status: 'complete',
+            after,
+            limit: 2,
+          });
+          seen.push(...page.items.map((t) => t.id));
+          after = page.cursor;
+          pages++;
+          // Arrivals during the walk land after the cursor and never shift what is still to come.
+          if (pages === 1) await fillGroups(['g4'], 1);
+        } while (after !== null);
+        expect(seen).toEqual([
+          'train-g1-r0',
+          'train-g1-r1',
+          'train-g2-r0',
+          'train-g2-r1',
+          'train-g3-r0',
+          'train-g3-r1',
+          'train-g4-r0',
+        ]);
+        const anyChannel = await store.scanTrajectories({ status: 'complete', after: null, limit: 100 });
+        expect(anyChannel.items.map((t) => t.id)).toContain('val-g1-r0');
+        expect(anyChannel.items.map((t) => t.id)).not.toContain('open-1');
+        expect(anyChannel.cursor).toBeNull();
+        const rewarded = await store.scanTrajectories({
+          rewardMin: 1,
+          groupId: 'g2',
+          after: null,
+          limit: 100,
+        });
+        expect(rewarded.items.map((t) => t.id)).toEqual(['train-g2-r1']);
+        await expect(store.scanTrajectories({ after: 'x1', limit: 10 })).rejects.toMatchObject({
+          field: 'after',
+        });
+      });
+
+      it('reads the label state in force beside the audit trail', async () => {
+        await fillGroups(['g'], 1);
+        await store.addLabels(
+          [{ trajectory_uid: 'train-g-r0', quality: 'good', tags: ['a'], note: 'first' }],
+          tick(),
+        );
+        // A patch: quality is cleared, tags replaced, the note stays.
+        await store.addLabels(
+          [
+            { trajectory_uid: 'train-g-r0', quality: null, tags: ['b'] },
+            { trajectory_uid: 'train-g-r0', step_index: 1, trainable: false },
+          ],
+          tick(),
+        );
+        const current = await store.getCurrentLabels('train-g-r0');
+        expect(current.sort((a, b) => (a.stepIndex ?? -1) - (b.stepIndex ?? -1))).toEqual([
+          {
+            trajectoryId: 'train-g-r0',
+            stepIndex: null,
+            quality: null,
+            trainable: null,
+            tags: ['b'],
+            note: 'first',
+          },
+          { trajectoryId: 'train-g-r0', stepIndex: 1, quality: null, trainable: false, tags: [], note: null },
+        ]);
+        expect(await store.getLabels('train-g-r0')).toHaveLength(3);
+        expect(await store.getCurrentLabels('unknown')).toEqual([]);
+      });
+
+      it('describes where it keeps its data', async () => {
+        const info = await store.describe();
+        expect(info.kind).toBe(store.kind);
+        if (info.path !== null) expect(info.path.startsWith('/')).toBe(true);
+      });
+
       it('logs events with a monotonic cursor, filterable by channel and type', async () => {
         await fillGroups(['g1'], 1);
         await fillGroups(['g1'], 1, 'val');

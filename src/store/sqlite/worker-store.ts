@@ -104,6 +104,7 @@ export class WorkerStore implements Store {
   getGroup: Store['getGroup'] = (...a) => this.call('getGroup', a);
   listSteps: Store['listSteps'] = (...a) => this.call('listSteps', a);
   listTrajectories: Store['listTrajectories'] = (...a) => this.call('listTrajectories', a);
+  scanTrajectories: Store['scanTrajectories'] = (...a) => this.call('scanTrajectories', a);
   getPolicyVersion: Store['getPolicyVersion'] = (...a) => this.call('getPolicyVersion', a);
   setPolicyVersion: Store['setPolicyVersion'] = (...a) => this.call('setPolicyVersion', a);
   getChannelConfig: Store['getChannelConfig'] = (...a) => this.call('getChannelConfig', a);
@@ -115,9 +116,11 @@ export class WorkerStore implements Store {
   sweep: Store['sweep'] = (...a) => this.call('sweep', a);
   addLabels: Store['addLabels'] = (...a) => this.call('addLabels', a);
   getLabels: Store['getLabels'] = (...a) => this.call('getLabels', a);
+  getCurrentLabels: Store['getCurrentLabels'] = (...a) => this.call('getCurrentLabels', a);
   readEvents: Store['readEvents'] = (...a) => this.call('readEvents', a);
   lastEventSeq: Store['lastEventSeq'] = (...a) => this.call('lastEventSeq', a);
   stats: Store['stats'] = (...a) => this.call('stats', a);
+  describe: Store['describe'] = (...a) => this.call('describe', a);
 
   async close(): Promise<void> {
     if (this.failure) return;
