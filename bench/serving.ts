@@ -198,6 +198,9 @@ async function main(): Promise<void> {
           headers: { 'content-type': 'application/json' },
           body: JSON.stringify({ ...leaseBody, ...c.body }),
           dispatcher,
+          // A fresh connection per rep: a kept-alive one may be closed by the server while the
+          // in-process part of the rep runs (the server's keep-alive timeout is 5 s).
+          reset: true,
         });
         const bytes = (await res.body.arrayBuffer()).byteLength;
         const total = performance.now() - started;
