@@ -1,0 +1,59 @@
+import { describe, expect, it } from 'vitest';
+import { bwrapArgs, groupFile, passwdFile } from './bwrap-args.js';
+
+const plan = {
+  workspace: '/tmp/run/ws',
+  mountDir: '/root/.openclaw/workspace',
+  etcFiles: { passwd: '/tmp/x/passwd', group: '/tmp/x/group', hosts: '/tmp/x/hosts' },
+  tmpBytes: 1024,
+  shmBytes: 512,
+  statusFd: 3,
+};
+
+/** The [source, destination] pairs of every bind of a kind. */
+function binds(args: string[], kind: string): [string, string][] {
+  const pairs: [string, string][] = [];
+  args.forEach((arg, i) => {
+    if (arg === kind) pairs.push([args[i + 1]!, args[i + 2]!]);
+  });
+  return pairs;
+}
+
+describe('bwrapArgs', () => {
+  it('isolates every namespace and ties the sandbox to its parent', () => {
+    const unprivileged = bwrapArgs({ ...plan, privileged: false });
+    expect(unprivileged).toEqual(
+      expect.arrayContaining(['--unshare-all', '--disable-userns', '--die-with-parent', '--new-session']),
+    );
+    const privileged = bwrapArgs({ ...plan, privileged: true });
+    for (const flag of [
+      '--unshare-ipc',
+      '--unshare-pid',
+      '--unshare-net',
+      '--unshare-uts',
+      '--die-with-parent',
+    ]) {
+      expect(privileged).toContain(flag);
+    }
+    expect(privileged.slice(privileged.indexOf('--cap-drop'), privileged.indexOf('--cap-drop') + 2)).toEqual([
+      '--cap-drop',
+      'ALL',
+    ]);
+  });
+
+  it('binds writable only the workspace, and read-only only the system', () => {
+    const args = bwrapArgs({ ...plan, privileged: true, gatewaySocket: '/tmp/x/gw.sock' });
+    expect(binds(args, '--bind')).toEqual([['/tmp/run/ws', '/root/.openclaw/workspace']]);
+    for (const [source, dest] of [...binds(args, '--ro-bind'), ...binds(args, '--ro-bind-try')]) {
+      expect(source, source).toMatch(/^(\/usr|\/etc\/|\/tmp\/x\/|\/bin|\/sbin|\/lib)/);
+      expect(dest).not.toMatch(/^\/(work|home|root|var|opt)/);
+    }
+    expect(args).not.toContain('--dev-bind');
+    expect(args.slice(-6)).toEqual(['--remount-ro', '/', '--json-status-fd', '3', '--chdir', '/']);
+  });
+
+  it('writes passwd and group entries for the sandbox uid', () => {
+    expect(passwdFile(1234, '/root')).toContain('agent:x:1234:1234:Stepwise sandbox:/root:/bin/bash');
+    expect(groupFile(1234)).toContain('agent:x:1234:');
+  });
+});

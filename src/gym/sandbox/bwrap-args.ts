@@ -1,0 +1,150 @@
+import { lstatSync, readlinkSync } from 'node:fs';
+
+export const BWRAP = '/usr/bin/bwrap';
+export const PYTHON = '/usr/bin/python3';
+export const PRLIMIT = '/usr/bin/prlimit';
+/** Where the gateway bridge's unix socket appears inside the sandbox. */
+export const INSIDE_GATEWAY_SOCKET = '/run/stepwise/gateway.sock';
+
+/** The parts of /etc that programs need; the rest of the host's configuration stays hidden. */
+const ETC_ENTRIES = [
+  'alternatives',
+  'bash.bashrc',
+  'ca-certificates',
+  'ca-certificates.conf',
+  'debian_version',
+  'fonts',
+  'gai.conf',
+  'host.conf',
+  'inputrc',
+  'ld.so.cache',
+  'ld.so.conf',
+  'ld.so.conf.d',
+  'localtime',
+  'magic',
+  'magic.mime',
+  'mime.types',
+  'nsswitch.conf',
+  'os-release',
+  'perl',
+  'profile',
+  'protocols',
+  'python3',
+  'python3.11',
+  'python3.12',
+  'python3.13',
+  'services',
+  'ssl',
+  'terminfo',
+  'timezone',
+];
+
+/** Top-level system entries: mirrored as the same symlink (merged /usr) or bound read-only. */
+const SYSTEM_LINKS = ['/bin', '/sbin', '/lib', '/lib32', '/lib64', '/libx32'];
+
+export interface BwrapPlan {
+  /** The host runs as root: bwrap is privileged, no user namespace, the supervisor drops to a uid. */
+  privileged: boolean;
+  workspace: string;
+  mountDir: string;
+  /** Host files for the sandbox's /etc/passwd, /etc/group and /etc/hosts. */
+  etcFiles: { passwd: string; group: string; hosts: string };
+  tmpBytes: number;
+  shmBytes: number;
+  /** The host path of the gateway bridge's unix socket. */
+  gatewaySocket?: string;
+  statusFd: number;
+}
+
+/** Namespaces and capabilities: the isolation itself. */
+export function namespaceArgs(privileged: boolean): string[] {
+  if (!privileged) return ['--unshare-all', '--unshare-user', '--disable-userns'];
+  // Not --unshare-all: as root it adds a user namespace that maps uid 0 only, and the command must
+  // run as another uid. Capabilities: only what the supervisor needs to drop to that uid
+  // (and to empty the bounding set first), to signal the command's processes, and to bind the bridge.
+  return [
+    '--unshare-ipc',
+    '--unshare-pid',
+    '--unshare-net',
+    '--unshare-uts',
+    '--unshare-cgroup-try',
+    '--cap-drop',
+    'ALL',
+    '--cap-add',
+    'CAP_SETUID',
+    '--cap-add',
+    'CAP_SETGID',
+    '--cap-add',
+    'CAP_NET_BIND_SERVICE',
+    '--cap-add',
+    'CAP_SETPCAP',
+    '--cap-add',
+    'CAP_KILL',
+  ];
+}
+
+/** /usr read-only, and /bin, /lib... as the host has them (symlinks into /usr, or read-only binds). */
+export function systemArgs(): string[] {
+  const args = ['--ro-bind', '/usr', '/usr'];
+  for (const path of SYSTEM_LINKS) {
+    let st: import('node:fs').Stats;
+    try {
+      st = lstatSync(path);
+    } catch {
+      continue;
+    }
+    if (st.isSymbolicLink()) args.push('--symlink', readlinkSync(path), path);
+    else if (st.isDirectory()) args.push('--ro-bind', path, path);
+  }
+  return args;
+}
+
+export function bwrapArgs(plan: BwrapPlan): string[] {
+  const args = namespaceArgs(plan.privileged);
+  args.push('--die-with-parent', '--new-session', '--hostname', 'sandbox');
+  args.push(...systemArgs());
+  // bwrap makes missing parents 0700 when privileged; the sandbox uid must be able to traverse them.
+  args.push('--perms', '0755', '--dir', '/etc');
+  for (const entry of ETC_ENTRIES) args.push('--ro-bind-try', `/etc/${entry}`, `/etc/${entry}`);
+  args.push('--ro-bind', plan.etcFiles.passwd, '/etc/passwd');
+  args.push('--ro-bind', plan.etcFiles.group, '/etc/group');
+  args.push('--ro-bind', plan.etcFiles.hosts, '/etc/hosts');
+  args.push('--proc', '/proc', '--dev', '/dev');
+  args.push('--perms', '1777', '--size', String(plan.tmpBytes), '--tmpfs', '/tmp');
+  args.push('--perms', '1777', '--size', String(plan.shmBytes), '--tmpfs', '/dev/shm');
+  for (const dir of ancestors(plan.mountDir)) {
+    if (dir !== '/tmp') args.push('--perms', '0755', '--dir', dir);
+  }
+  args.push('--bind', plan.workspace, plan.mountDir);
+  if (plan.gatewaySocket) {
+    for (const dir of ancestors(INSIDE_GATEWAY_SOCKET)) args.push('--perms', '0755', '--dir', dir);
+    args.push('--ro-bind', plan.gatewaySocket, INSIDE_GATEWAY_SOCKET);
+  }
+  // The root tmpfs (the parents of mountDir, /run) read-only: the workspace and /tmp stay writable.
+  args.push('--remount-ro', '/');
+  args.push('--json-status-fd', String(plan.statusFd), '--chdir', '/');
+  return args;
+}
+
+/** /a/b/c -> ['/a', '/a/b']: the directories above a path, outermost first. */
+function ancestors(path: string): string[] {
+  const parts = path.split('/').filter((p) => p !== '');
+  return parts.slice(0, -1).map((_, i) => `/${parts.slice(0, i + 1).join('/')}`);
+}
+
+export function passwdFile(uid: number, home: string): string {
+  const lines = ['root:x:0:0:root:/root:/bin/bash'];
+  if (uid !== 0) lines.push(`agent:x:${uid}:${uid}:Stepwise sandbox:${home}:/bin/bash`);
+  lines.push('nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin', '');
+  return lines.join('\n');
+}
+
+export function groupFile(gid: number): string {
+  const lines = ['root:x:0:'];
+  if (gid !== 0) lines.push(`agent:x:${gid}:`);
+  lines.push('nogroup:x:65534:', '');
+  return lines.join('\n');
+}
+
+export const HOSTS_FILE =
+  '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\tsandbox\n';

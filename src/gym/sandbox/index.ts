@@ -1,0 +1,229 @@
+import { existsSync } from 'node:fs';
+import { mkdtemp, realpath, rm, stat, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import {
+  BWRAP,
+  bwrapArgs,
+  groupFile,
+  HOSTS_FILE,
+  INSIDE_GATEWAY_SOCKET,
+  PYTHON,
+  passwdFile,
+} from './bwrap-args.js';
+import { normalizeMountDir, sandboxCwd, sandboxEnv, sandboxHome } from './environment.js';
+import { type Bridge, gatewayTarget, startBridge } from './gateway-bridge.js';
+import { classifyLimitHit } from './limit-hit.js';
+import { runUnsafe } from './run-unsafe.js';
+import { STATUS_FDS, type Supervised, supervise } from './supervise.js';
+import { SUPERVISOR_PY, type SupervisorConfig } from './supervisor.js';
+import {
+  MIB,
+  type RunResult,
+  type RunSettings,
+  resolveLimits,
+  SandboxError,
+  type SandboxLimits,
+  type SandboxOptions,
+} from './types.js';
+import { chownTree, sandboxUidFor } from './workspace-owner.js';
+
+/*
+ * Runs untrusted commands (agents' tools, agents themselves, task verifiers) in a bubblewrap sandbox:
+ * no network (one optional bridged gateway port), a read-only system, the workspace and a private /tmp
+ * writable, rlimits, and a wall-clock timeout that ends every process of the sandbox. docs/gym-sandbox.md
+ * says what is isolated and how.
+ */
+
+export { checkSandbox } from './check.js';
+export { DEFAULT_LIMITS, SandboxError } from './types.js';
+export type { RunResult, SandboxLimits, SandboxOptions };
+
+/** SIGTERM first; whatever still runs this much later gets SIGKILL. */
+const KILL_GRACE_MS = 2_000;
+/** One argv string cannot exceed the kernel's MAX_ARG_STRLEN (128 KiB). */
+const MAX_COMMAND_BYTES = 128 * 1024 - 1;
+/** Without a user namespace of its own (non-root host) the sandbox's init and supervisor threads count too. */
+const SUPERVISOR_TASKS = 32;
+
+export async function runInSandbox(
+  options: SandboxOptions,
+  command: string /* run by bash -c */,
+  run: RunSettings = {},
+): Promise<RunResult> {
+  const limits = resolveLimits(options.limits);
+  const mountDir = normalizeMountDir(options.mountDir);
+  const cwd = sandboxCwd(mountDir, run.cwd);
+  const timeoutMs = run.timeoutMs ?? limits.wallMs;
+  const maxOutputBytes = run.maxOutputBytes ?? MIB;
+  if (!(timeoutMs > 0)) throw new TypeError(`sandbox timeoutMs must be positive, got ${timeoutMs}`);
+  if (!(maxOutputBytes >= 0))
+    throw new TypeError(`sandbox maxOutputBytes must be >= 0, got ${maxOutputBytes}`);
+  if (typeof command !== 'string') throw new TypeError('sandbox command must be a string');
+  if (command.includes('\0')) throw new TypeError('sandbox command contains a NUL byte');
+  if (Buffer.byteLength(command) > MAX_COMMAND_BYTES) {
+    throw new RangeError(
+      `sandbox command is ${Buffer.byteLength(command)} bytes; the most is ${MAX_COMMAND_BYTES}`,
+    );
+  }
+  const env = sandboxEnv(mountDir, options.env);
+  const gateway = options.gateway ? resolveGateway(options.gateway) : undefined;
+  const workspace = await realWorkspace(options.workspace);
+
+  if (options.unsafeNoSandbox) {
+    return runUnsafe({
+      workspace,
+      mountDir,
+      cwd,
+      env,
+      limits,
+      command,
+      stdin: run.stdin,
+      timeoutMs,
+      graceMs: KILL_GRACE_MS,
+      maxOutputBytes,
+      gateway,
+    });
+  }
+  if (!existsSync(BWRAP)) throw new SandboxError(`bubblewrap is not installed (${BWRAP} not found)`);
+
+  const privileged = process.getuid?.() === 0;
+  const uid = privileged ? sandboxUidFor(workspace) : (process.getuid?.() ?? 0);
+  const gid = privileged ? uid : (process.getgid?.() ?? 0);
+  if (privileged) {
+    await chownTree(workspace, uid, gid).catch((error: Error) => {
+      throw new SandboxError(`cannot hand the workspace to the sandbox uid: ${error.message}`);
+    });
+  }
+  const runDir = await mkdtemp(join(tmpdir(), 'stepwise-sandbox-'));
+  let bridge: Bridge | undefined;
+  try {
+    const etcFiles = {
+      passwd: join(runDir, 'passwd'),
+      group: join(runDir, 'group'),
+      hosts: join(runDir, 'hosts'),
+    };
+    await writeFile(etcFiles.passwd, passwdFile(uid, sandboxHome(mountDir)));
+    await writeFile(etcFiles.group, groupFile(gid));
+    await writeFile(etcFiles.hosts, HOSTS_FILE);
+    const gatewaySocket = gateway ? join(runDir, 'gateway.sock') : undefined;
+    if (gateway && gatewaySocket) {
+      bridge = await startBridge(gatewaySocket, gateway.target).catch((error: Error) => {
+        throw new SandboxError(`cannot start the gateway bridge: ${error.message}`);
+      });
+    }
+    const config: SupervisorConfig = {
+      statusFd: STATUS_FDS.supervisor,
+      controlFd: STATUS_FDS.control,
+      cwd,
+      ...(privileged ? { uid, gid } : {}),
+      limits: {
+        cpu: Math.ceil(limits.cpuSeconds),
+        as: Math.floor(limits.memoryMb * MIB),
+        nproc: limits.processes + (privileged ? 0 : SUPERVISOR_TASKS),
+        fsize: Math.floor(limits.fileSizeMb * MIB),
+      },
+      ...(gateway ? { gateway: { port: gateway.port, socket: INSIDE_GATEWAY_SOCKET } } : {}),
+    };
+    const tmpBytes = Math.floor(limits.memoryMb * MIB);
+    const args = [
+      ...bwrapArgs({
+        privileged,
+        workspace,
+        mountDir,
+        etcFiles,
+        tmpBytes,
+        shmBytes: Math.min(tmpBytes, 64 * MIB),
+        ...(gatewaySocket ? { gatewaySocket } : {}),
+        statusFd: STATUS_FDS.bwrap,
+      }),
+      '--',
+      PYTHON,
+      '-I',
+      '-S',
+      '-c',
+      SUPERVISOR_PY,
+      JSON.stringify(config),
+      command,
+    ];
+    let supervised: Supervised;
+    try {
+      supervised = await supervise({
+        executable: BWRAP,
+        args,
+        env,
+        stdin: run.stdin,
+        timeoutMs,
+        graceMs: KILL_GRACE_MS,
+        maxOutputBytes,
+      });
+    } catch (error) {
+      throw new SandboxError(`bwrap could not be started: ${(error as Error).message}`);
+    }
+    return toResult(supervised, limits);
+  } finally {
+    await bridge?.close();
+    await rm(runDir, { recursive: true, force: true });
+  }
+}
+
+function resolveGateway(gateway: { url: string; port?: number }) {
+  const target = gatewayTarget(gateway.url);
+  const port = gateway.port ?? target.port;
+  if (!Number.isInteger(port) || port < 1 || port > 65_535) {
+    throw new TypeError(`sandbox gateway.port must be a TCP port, got ${gateway.port}`);
+  }
+  return { target, port };
+}
+
+async function realWorkspace(workspace: string): Promise<string> {
+  try {
+    const real = await realpath(workspace);
+    if ((await stat(real)).isDirectory()) return real;
+  } catch {
+    // Reported below.
+  }
+  throw new SandboxError(`the workspace ${workspace} is not a directory`);
+}
+
+function toResult(run: Supervised, limits: SandboxLimits): RunResult {
+  const stderr = run.stderr.text();
+  if (run.failedReason !== null)
+    throw new SandboxError(`the sandbox could not be set up: ${run.failedReason}`);
+  if (!run.started && !run.timedOut) {
+    const why = stderr.trim() || `bwrap exited with ${run.bwrap.code ?? run.bwrap.signal}`;
+    throw new SandboxError(`the sandbox failed to start: ${why}`);
+  }
+  let exitCode: number | null;
+  let signal: string | null;
+  if (run.exit) {
+    ({ code: exitCode, signal } = run.exit);
+  } else if (run.killed) {
+    exitCode = null;
+    signal = 'SIGKILL';
+  } else {
+    // The supervisor itself was killed (only the command could have): bwrap reports 128 + n.
+    exitCode = run.bwrap.code;
+    signal = run.bwrap.signal;
+  }
+  return {
+    exitCode,
+    signal,
+    stdout: run.stdout.text(),
+    stderr,
+    timedOut: run.timedOut,
+    durationMs: run.durationMs,
+    limitHit: classifyLimitHit(
+      {
+        exitCode,
+        signal,
+        stderr,
+        cpuSeconds: run.exit?.cpu ?? null,
+        peakTasks: run.exit?.peakTasks ?? null,
+      },
+      limits,
+    ),
+    stdoutTruncated: run.stdout.truncated,
+    stderrTruncated: run.stderr.truncated,
+  };
+}

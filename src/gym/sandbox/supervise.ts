@@ -1,0 +1,201 @@
+import { spawn } from 'node:child_process';
+import { readFile, readlink } from 'node:fs/promises';
+import type { Readable, Writable } from 'node:stream';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { OutputBuffer, settleWithin } from './output-buffer.js';
+
+/** A run of bwrap + the supervisor, as the host sees it. */
+export interface SupervisedRun {
+  executable: string;
+  args: string[];
+  env: Record<string, string>;
+  stdin: string | undefined;
+  timeoutMs: number;
+  /** After SIGTERM, how long processes get before SIGKILL. */
+  graceMs: number;
+  maxOutputBytes: number;
+}
+
+export interface SupervisorExit {
+  code: number | null;
+  signal: string | null;
+  cpu: number;
+  peakTasks: number;
+}
+
+export interface Supervised {
+  /** The supervisor got as far as starting the command. */
+  started: boolean;
+  /** Why the supervisor could not set the sandbox up (it said so). */
+  failedReason: string | null;
+  exit: SupervisorExit | null;
+  /** bwrap's own ending. */
+  bwrap: { code: number | null; signal: string | null };
+  timedOut: boolean;
+  /** SIGKILL was needed: the command did not end on SIGTERM within the grace period. */
+  killed: boolean;
+  stdout: OutputBuffer;
+  stderr: OutputBuffer;
+  durationMs: number;
+}
+
+// fds of the bwrap process: 3 = bwrap's JSON status, 4 = supervisor status, 5 = supervisor control.
+export const STATUS_FDS = { bwrap: 3, supervisor: 4, control: 5 } as const;
+
+export async function supervise(run: SupervisedRun): Promise<Supervised> {
+  const begin = performance.now();
+  const child = spawn(run.executable, run.args, {
+    stdio: [run.stdin === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe', 'pipe', 'pipe', 'pipe'],
+    env: run.env,
+    cwd: '/',
+    // Its own process group, so the whole group can be killed; bwrap --die-with-parent ties it to us.
+    detached: true,
+  });
+  const exited = new Promise<{ code: number | null; signal: string | null }>((resolve, reject) => {
+    child.once('error', reject);
+    child.once('exit', (code, signal) => resolve({ code, signal }));
+  });
+
+  const stdout = new OutputBuffer(run.maxOutputBytes);
+  const stderr = new OutputBuffer(run.maxOutputBytes);
+  const drained = Promise.all([stdout.attach(child.stdout), stderr.attach(child.stderr)]);
+  // Node's typings stop at fd 4; the pipes past it exist all the same.
+  const pipes = child.stdio as unknown as (Readable & Writable)[];
+  const bwrapStatus = pipes[STATUS_FDS.bwrap]!;
+  const supervisorStatus = pipes[STATUS_FDS.supervisor]!;
+  const control = pipes[STATUS_FDS.control]!;
+  control.on('error', () => undefined);
+
+  let bwrapText = '';
+  bwrapStatus.setEncoding('utf8');
+  bwrapStatus.on('data', (text: string) => {
+    bwrapText += text;
+  });
+  bwrapStatus.on('error', () => undefined);
+
+  let started = false;
+  let failedReason: string | null = null;
+  let exit: SupervisorExit | null = null;
+  let pendingLine = '';
+  supervisorStatus.setEncoding('utf8');
+  supervisorStatus.on('data', (text: string) => {
+    pendingLine += text;
+    let newline = pendingLine.indexOf('\n');
+    while (newline >= 0) {
+      const event = parseEvent(pendingLine.slice(0, newline));
+      pendingLine = pendingLine.slice(newline + 1);
+      if (event?.event === 'started') started = true;
+      else if (event?.event === 'failed') failedReason = String(event.reason ?? 'unknown reason');
+      else if (event?.event === 'exit') exit = toExit(event);
+      newline = pendingLine.indexOf('\n');
+    }
+  });
+  supervisorStatus.on('error', () => undefined);
+
+  if (run.stdin !== undefined && child.stdin) {
+    child.stdin.on('error', () => undefined);
+    child.stdin.end(run.stdin);
+  }
+
+  const initPid = () => {
+    const match = /"child-pid"\s*:\s*(\d+)/.exec(bwrapText);
+    return match ? Number(match[1]) : null;
+  };
+  let timedOut = false;
+  let killed = false;
+  let grace: NodeJS.Timeout | undefined;
+  const hardKill = () => {
+    killed = true;
+    signalQuietly(-(child.pid ?? 0), 'SIGKILL');
+    const pid = initPid();
+    if (pid !== null) signalQuietly(pid, 'SIGKILL');
+  };
+  const wall = setTimeout(() => {
+    timedOut = true;
+    control.write('T');
+    grace = setTimeout(hardKill, run.graceMs);
+  }, run.timeoutMs);
+
+  let bwrap: { code: number | null; signal: string | null };
+  try {
+    bwrap = await exited;
+  } finally {
+    clearTimeout(wall);
+    clearTimeout(grace);
+  }
+  // Output and status end when the last process holding them is gone; bound the wait all the same.
+  await settleWithin(Promise.all([drained, ended(bwrapStatus), ended(supervisorStatus)]), 2_000);
+  for (const stream of [bwrapStatus, supervisorStatus, control, child.stdout, child.stderr])
+    stream?.destroy();
+
+  const pid = initPid();
+  const nsMatch = /"pid-namespace"\s*:\s*(\d+)/.exec(bwrapText);
+  if (pid !== null && nsMatch) await waitForNamespaceEnd(pid, nsMatch[1]!, 5_000);
+
+  return {
+    started,
+    failedReason,
+    exit,
+    bwrap,
+    timedOut,
+    killed,
+    stdout,
+    stderr,
+    durationMs: Math.round(performance.now() - begin),
+  };
+}
+
+function ended(stream: Readable): Promise<void> {
+  if (stream.readableEnded || stream.destroyed) return Promise.resolve();
+  return new Promise((resolve) => {
+    stream.once('end', resolve);
+    stream.once('close', resolve);
+    stream.once('error', () => resolve());
+  });
+}
+
+function parseEvent(line: string): Record<string, unknown> | null {
+  try {
+    const value: unknown = JSON.parse(line);
+    return typeof value === 'object' && value !== null ? (value as Record<string, unknown>) : null;
+  } catch {
+    return null;
+  }
+}
+
+function toExit(event: Record<string, unknown>): SupervisorExit {
+  return {
+    code: typeof event.code === 'number' ? event.code : null,
+    signal: typeof event.signal === 'string' ? event.signal : null,
+    cpu: typeof event.cpu === 'number' ? event.cpu : 0,
+    peakTasks: typeof event.peakTasks === 'number' ? event.peakTasks : 0,
+  };
+}
+
+function signalQuietly(pid: number, signal: NodeJS.Signals): void {
+  if (pid === 0) return;
+  try {
+    process.kill(pid, signal);
+  } catch {
+    // Already gone.
+  }
+}
+
+/**
+ * Waits until the sandbox's pid 1 is gone or a zombie. The kernel kills and reaps every other process
+ * of a pid namespace before its init becomes a zombie, so then nothing of the sandbox is left.
+ */
+async function waitForNamespaceEnd(pid: number, namespace: string, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    try {
+      if ((await readlink(`/proc/${pid}/ns/pid`)) !== `pid:[${namespace}]`) return;
+      const stat = await readFile(`/proc/${pid}/stat`, 'utf8');
+      const state = stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
+      if (state === 'Z' || state === 'X') return;
+    } catch {
+      return;
+    }
+    await sleep(10);
+  }
+}

@@ -1,0 +1,89 @@
+import { z } from 'zod';
+
+export interface SandboxLimits {
+  /** CPU seconds per process (RLIMIT_CPU): SIGXCPU at the limit, SIGKILL one second later. */
+  cpuSeconds: number;
+  /** Address space per process (RLIMIT_AS), MiB. Also the size cap of the private /tmp. */
+  memoryMb: number;
+  /** Processes and threads the command may have at once (RLIMIT_NPROC, counted per sandbox). */
+  processes: number;
+  /** Largest file a process may write (RLIMIT_FSIZE), MiB. */
+  fileSizeMb: number;
+  /** Wall-clock limit of one run, ms; the whole sandbox is killed when it passes. */
+  wallMs: number;
+}
+
+export const DEFAULT_LIMITS: SandboxLimits = Object.freeze({
+  cpuSeconds: 60,
+  memoryMb: 1024,
+  processes: 256,
+  fileSizeMb: 64,
+  wallMs: 120_000,
+});
+
+export interface SandboxOptions {
+  /** Host directory, mounted read-write at mountDir. */
+  workspace: string;
+  /** Where the workspace appears inside the sandbox, e.g. /root/.openclaw/workspace. */
+  mountDir: string;
+  limits?: Partial<SandboxLimits>;
+  /** Added to a minimal environment (PATH, HOME, LANG=C.UTF-8); may override those. */
+  env?: Record<string, string>;
+  /** Expose ONE host HTTP endpoint: inside the sandbox http://127.0.0.1:<port> reaches gateway.url on the host; nothing else on the network. */
+  gateway?: { url: string; port?: number };
+  /** Run on the host without isolation (explicit opt-in; log a loud warning once per process). */
+  unsafeNoSandbox?: boolean;
+}
+
+export type LimitHit = 'cpu' | 'memory' | 'file_size' | 'processes';
+
+export interface RunResult {
+  /** The command's exit status; null when it was killed by a signal. */
+  exitCode: number | null;
+  /** The signal that killed the command (e.g. SIGXCPU, or SIGKILL after a timeout). */
+  signal: string | null;
+  stdout: string;
+  stderr: string;
+  timedOut: boolean;
+  durationMs: number;
+  limitHit: LimitHit | null;
+  stdoutTruncated: boolean;
+  stderrTruncated: boolean;
+}
+
+export interface RunSettings {
+  /** Working directory inside the sandbox (absolute, or relative to mountDir); default mountDir. */
+  cwd?: string;
+  stdin?: string;
+  /** Default: limits.wallMs. */
+  timeoutMs?: number;
+  /** Per stream; default 1 MiB. */
+  maxOutputBytes?: number;
+}
+
+/** The sandbox itself failed (bwrap missing, could not start, could not set up): not the command's fault. */
+export class SandboxError extends Error {
+  override readonly name = 'SandboxError';
+}
+
+const positive = z.number().finite().positive();
+const LimitsSchema = z.strictObject({
+  cpuSeconds: positive.max(86_400),
+  memoryMb: positive.max(1_048_576),
+  processes: z.number().int().min(1).max(1_000_000),
+  fileSizeMb: positive.max(1_048_576),
+  wallMs: positive.max(86_400_000),
+});
+
+/** The limits of a run: the defaults, overridden by `partial`; a bad value names its field. */
+export function resolveLimits(partial: Partial<SandboxLimits> | undefined): SandboxLimits {
+  const defined = Object.fromEntries(Object.entries(partial ?? {}).filter(([, v]) => v !== undefined));
+  const parsed = LimitsSchema.safeParse({ ...DEFAULT_LIMITS, ...defined });
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]!;
+    throw new TypeError(`sandbox limits.${issue.path.join('.')}: ${issue.message}`);
+  }
+  return parsed.data;
+}
+
+export const MIB = 1024 * 1024;

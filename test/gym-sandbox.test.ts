@@ -1,0 +1,351 @@
+import { execFileSync, spawnSync } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
+import http from 'node:http';
+import net from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { checkSandbox, runInSandbox, SandboxError, type SandboxOptions } from '../src/gym/sandbox/index.js';
+
+/*
+ * Containment tests against the real bubblewrap: every one runs an escape or an abuse and asserts it
+ * fails, and that the host is untouched.
+ */
+
+const MOUNT = '/root/.openclaw/workspace';
+let root: string;
+let workspace: string;
+let outside: string;
+let secretFile: string;
+const SECRET = `host-secret-${randomUUID()}`;
+const base = (): SandboxOptions => ({ workspace, mountDir: MOUNT });
+
+/** Processes on the host whose command line contains `marker`. */
+function leftovers(marker: string): string[] {
+  try {
+    return execFileSync('pgrep', ['-af', marker], { encoding: 'utf8' }).trim().split('\n').filter(Boolean);
+  } catch {
+    return [];
+  }
+}
+
+/** Whether the host can open a TCP connection to 127.0.0.1:port. */
+function hostCanConnect(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = net.connect({ host: '127.0.0.1', port });
+    socket.once('connect', () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.once('error', () => resolve(false));
+  });
+}
+
+beforeAll(() => {
+  // Like the runner's workspaces: inside a private (0700) temporary directory.
+  root = mkdtempSync(join(tmpdir(), 'stepwise-sbx-test-'));
+  workspace = join(root, 'workspace');
+  mkdirSync(workspace);
+  outside = mkdtempSync(join(tmpdir(), 'stepwise-sbx-outside-'));
+  secretFile = join(outside, 'secret.txt');
+  writeFileSync(secretFile, SECRET);
+});
+
+afterAll(() => {
+  rmSync(root, { recursive: true, force: true });
+  rmSync(outside, { recursive: true, force: true });
+});
+
+describe('sandbox basics', () => {
+  it('bubblewrap can create sandboxes here', () => {
+    expect(checkSandbox()).toEqual({ ok: true });
+  });
+
+  it('runs bash and python3 in the workspace, which the host sees', async () => {
+    writeFileSync(join(workspace, 'input.txt'), 'from the host\n');
+    const r = await runInSandbox(
+      { ...base(), env: { GREETING: 'hi' } },
+      'pwd; cat input.txt; echo "$GREETING $((6 * 7))"; python3 -c "print(sum(range(10)))" > out.txt; echo "$HOME|$LANG|$PATH"',
+    );
+    expect(r).toMatchObject({ exitCode: 0, signal: null, timedOut: false, limitHit: null });
+    expect(r.stdout).toBe(
+      `${MOUNT}\nfrom the host\nhi 42\n/root|C.UTF-8|/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n`,
+    );
+    expect(readFileSync(join(workspace, 'out.txt'), 'utf8')).toBe('45\n');
+  });
+
+  it('does not pass the host environment in', async () => {
+    process.env.STEPWISE_HOST_ONLY = SECRET;
+    try {
+      const r = await runInSandbox(base(), 'env');
+      expect(r.stdout).not.toContain(SECRET);
+    } finally {
+      delete process.env.STEPWISE_HOST_ONLY;
+    }
+  });
+
+  it('runs the command without privileges', async () => {
+    const r = await runInSandbox(
+      base(),
+      'id -u; grep -E "^(CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs)" /proc/self/status',
+    );
+    const [uid, ...caps] = r.stdout.trim().split('\n');
+    if (process.getuid?.() === 0) expect(uid).not.toBe('0');
+    expect(caps).toEqual([
+      'CapPrm:\t0000000000000000',
+      'CapEff:\t0000000000000000',
+      'CapBnd:\t0000000000000000',
+      'CapAmb:\t0000000000000000',
+      'NoNewPrivs:\t1',
+    ]);
+  });
+
+  it('passes stdin, honours cwd, and truncates long output', async () => {
+    mkdirSync(join(workspace, 'sub'), { recursive: true });
+    const r = await runInSandbox(base(), 'pwd; cat', { stdin: 'piped', cwd: 'sub' });
+    expect(r.stdout).toBe(`${MOUNT}/sub\npiped`);
+    const long = await runInSandbox(base(), 'head -c 100000 /dev/zero | tr "\\0" x', {
+      maxOutputBytes: 1000,
+    });
+    expect(long.stdout).toHaveLength(1000);
+    expect(long.stdoutTruncated).toBe(true);
+  });
+
+  it('runs sandboxes side by side, each on its own workspace', async () => {
+    const dirs = Array.from({ length: 6 }, (_, i) => join(root, `parallel-${i}`));
+    for (const dir of dirs) mkdirSync(dir);
+    const results = await Promise.all(
+      dirs.map((dir, i) =>
+        runInSandbox({ workspace: dir, mountDir: MOUNT }, `echo ${i} > n.txt; sleep 0.2; cat n.txt`),
+      ),
+    );
+    expect(results.map((r) => r.stdout)).toEqual(dirs.map((_, i) => `${i}\n`));
+  });
+
+  it('tells an infrastructure failure from a failing command', async () => {
+    const failing = await runInSandbox(base(), 'echo oops >&2; exit 3');
+    expect(failing).toMatchObject({ exitCode: 3, stderr: 'oops\n' });
+    await expect(runInSandbox({ ...base(), workspace: join(root, 'missing') }, 'true')).rejects.toThrow(
+      SandboxError,
+    );
+    await expect(runInSandbox({ ...base(), mountDir: '/usr/ws' }, 'true')).rejects.toThrow(TypeError);
+  });
+});
+
+describe('containment', () => {
+  it('has no network: neither the internet nor the host loopback services', async () => {
+    const hostServer = net.createServer((socket) => {
+      socket.on('error', () => undefined);
+      socket.end('host service\n');
+    });
+    await new Promise<void>((resolve) => hostServer.listen(0, '127.0.0.1', resolve));
+    const hostPort = (hostServer.address() as net.AddressInfo).port;
+    try {
+      expect(await hostCanConnect(hostPort)).toBe(true);
+      const probe = (host: string, port: number) =>
+        `python3 -c "import socket; socket.create_connection(('${host}', ${port}), timeout=3); print('CONNECTED')"`;
+      for (const [host, port] of [
+        ['1.1.1.1', 53],
+        ['127.0.0.1', 5432],
+        ['127.0.0.1', hostPort],
+      ] as const) {
+        const r = await runInSandbox(base(), probe(host, port));
+        expect(r.exitCode, `${host}:${port}`).not.toBe(0);
+        expect(r.stdout).not.toContain('CONNECTED');
+        expect(r.stderr).toMatch(/Network is unreachable|Connection refused/);
+      }
+      const curl = await runInSandbox(base(), `curl -sS -m 3 http://127.0.0.1:${hostPort}/`);
+      expect(curl.exitCode).not.toBe(0);
+    } finally {
+      hostServer.close();
+    }
+  });
+
+  it('cannot write outside the workspace, and the host stays untouched', async () => {
+    const name = `escape-${randomUUID()}`;
+    const targets = ['/usr', '/etc', '/root', '/root/.openclaw', '/', outside, '/work', '/var/tmp'];
+    for (const dir of targets) {
+      const r = await runInSandbox(base(), `echo pwned > ${dir}/${name}`);
+      expect(r.exitCode, dir).not.toBe(0);
+    }
+    // /tmp is writable but private: nothing reaches the host's /tmp.
+    const tmp = await runInSandbox(base(), `echo pwned > /tmp/${name} && cat /tmp/${name}`);
+    expect(tmp.stdout).toBe('pwned\n');
+    for (const dir of [...targets, tmpdir()]) expect(existsSync(join(dir, name)), dir).toBe(false);
+  });
+
+  it('cannot read host files outside the workspace', async () => {
+    const r = await runInSandbox(
+      base(),
+      `cat ${secretFile}; ls ${outside}; ls /work; cat /root/.bashrc; cat /etc/shadow; ls /home /var /opt; cat /proc/1/environ`,
+    );
+    expect(r.stdout).not.toContain(SECRET);
+    expect(r.stdout).toBe('');
+    expect(r.stderr).toMatch(/No such file or directory|Permission denied/);
+  });
+
+  it('a symlink in the workspace pointing outside does not reach host data', async () => {
+    symlinkSync(secretFile, join(workspace, 'secret-link'));
+    symlinkSync(outside, join(workspace, 'outside-link'));
+    symlinkSync('/etc/shadow', join(workspace, 'shadow-link'));
+    const r = await runInSandbox(
+      base(),
+      'cat secret-link; ls outside-link/; cat outside-link/secret.txt; cat shadow-link; echo x > outside-link/new',
+    );
+    expect(r.stdout).not.toContain(SECRET);
+    expect(r.stdout).toBe('');
+    expect(existsSync(join(outside, 'new'))).toBe(false);
+    expect(readFileSync(secretFile, 'utf8')).toBe(SECRET);
+  });
+
+  it('contains a fork bomb: the host keeps working and the run ends in bounded time', async () => {
+    const marker = `stepwise-bomb-${randomUUID()}`;
+    const running = runInSandbox(
+      { ...base(), limits: { processes: 64, wallMs: 8_000 } },
+      `bomb() { bomb | bomb & }; bomb; sleep 3 # ${marker}`,
+    );
+    await sleep(1_000);
+    const host = spawnSync('/bin/sh', ['-c', 'echo alive'], { encoding: 'utf8', timeout: 5_000 });
+    expect(host.stdout).toBe('alive\n');
+    const r = await running;
+    expect(r.limitHit === 'processes' || r.timedOut).toBe(true);
+    expect(r.limitHit).toBe('processes');
+    expect(r.durationMs).toBeLessThan(12_000);
+    expect(leftovers(marker)).toEqual([]);
+  });
+
+  it('stops a memory hog', async () => {
+    const r = await runInSandbox(
+      { ...base(), limits: { memoryMb: 256 } },
+      'python3 -c "chunks = []\nwhile True: chunks.append(bytearray(16 * 1024 * 1024))"',
+    );
+    expect(r.exitCode).not.toBe(0);
+    expect(r.limitHit).toBe('memory');
+  });
+
+  it('stops a CPU spinner at the CPU limit', async () => {
+    const r = await runInSandbox({ ...base(), limits: { cpuSeconds: 1 } }, 'python3 -c "while True: pass"');
+    expect(r).toMatchObject({ exitCode: null, signal: 'SIGXCPU', limitHit: 'cpu', timedOut: false });
+    expect(r.durationMs).toBeLessThan(10_000);
+  });
+
+  it('stops a big file write at the file-size limit', async () => {
+    const limits = { fileSizeMb: 1 };
+    const shell = await runInSandbox({ ...base(), limits }, 'head -c 10M /dev/zero > big.bin');
+    expect(shell.limitHit).toBe('file_size');
+    const python = await runInSandbox(
+      { ...base(), limits },
+      `python3 -c "open('big.py.bin', 'wb').write(b'0' * 10_000_000)"`,
+    );
+    expect(python.limitHit).toBe('file_size');
+    for (const file of ['big.bin', 'big.py.bin']) {
+      expect(statSync(join(workspace, file)).size).toBeLessThanOrEqual(1024 * 1024);
+    }
+  });
+
+  it('at the timeout, first asks every process to stop with SIGTERM', async () => {
+    const r = await runInSandbox(
+      base(),
+      `(trap 'echo child got TERM; exit 0' TERM; sleep 30 & wait) & trap 'echo got TERM; exit 7' TERM; sleep 30 & wait`,
+      { timeoutMs: 500 },
+    );
+    expect(r).toMatchObject({ timedOut: true, exitCode: 7, signal: null });
+    expect(r.stdout).toContain('got TERM');
+    expect(r.durationMs).toBeLessThan(2_000);
+  });
+
+  it('kills a process that ignores SIGTERM at the timeout, and leaves nothing behind', async () => {
+    const marker = `stepwise-stubborn-${randomUUID()}`;
+    // A daemon in its own session, a child that ignores SIGTERM (named by exec -a so pgrep can find
+    // it), and a shell that traps SIGTERM.
+    const r = await runInSandbox(
+      base(),
+      [
+        `(setsid bash -c 'exec -a ${marker}-daemon sleep 300' &)`,
+        `(trap '' TERM; exec -a ${marker}-deaf sleep 301) &`,
+        `trap '' TERM; echo ready; while true; do sleep 0.1; done # ${marker}`,
+      ].join('\n'),
+      { timeoutMs: 1_000 },
+    );
+    expect(r).toMatchObject({ timedOut: true, exitCode: null, signal: 'SIGKILL', stdout: 'ready\n' });
+    expect(r.durationMs).toBeLessThan(8_000);
+    expect(leftovers(marker)).toEqual([]);
+  });
+
+  it('ends background processes when the command exits', async () => {
+    const marker = `stepwise-daemon-${randomUUID()}`;
+    const r = await runInSandbox(
+      base(),
+      `nohup sh -c 'sleep 300 # ${marker}' > /dev/null 2>&1 & echo started`,
+    );
+    expect(r).toMatchObject({ exitCode: 0, stdout: 'started\n', timedOut: false });
+    expect(r.durationMs).toBeLessThan(5_000);
+    expect(leftovers(marker)).toEqual([]);
+  });
+});
+
+describe('gateway bridge', () => {
+  let server: http.Server;
+  let port: number;
+  beforeAll(async () => {
+    server = http.createServer((req, res) => res.end(`gateway saw ${req.method} ${req.url}`));
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    port = (server.address() as net.AddressInfo).port;
+  });
+  afterAll(() => new Promise<void>((resolve) => server.close(() => resolve())));
+
+  it('reaches the host endpoint through 127.0.0.1:<port> inside, and nothing else', async () => {
+    const r = await runInSandbox(
+      { ...base(), gateway: { url: `http://127.0.0.1:${port}/v1`, port: 8100 } },
+      [
+        'curl -sS http://127.0.0.1:8100/v1/models; echo',
+        `python3 -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:8100/py').read().decode())"`,
+        `curl -sS -m 3 http://127.0.0.1:${port}/direct || echo "direct refused"`,
+        `python3 -c "import socket; socket.create_connection(('127.0.0.1', 5432), timeout=3)" 2>/dev/null || echo "postgres refused"`,
+        `python3 -c "import socket; socket.create_connection(('1.1.1.1', 53), timeout=3)" 2>/dev/null || echo "internet unreachable"`,
+      ].join('; '),
+    );
+    expect(r.stdout).toBe(
+      'gateway saw GET /v1/models\ngateway saw GET /py\ndirect refused\npostgres refused\ninternet unreachable\n',
+    );
+  });
+
+  it('uses the gateway URL port inside by default', async () => {
+    const r = await runInSandbox(
+      { ...base(), gateway: { url: `http://localhost:${port}` } },
+      `curl -sS http://127.0.0.1:${port}/same-port`,
+    );
+    expect(r.stdout).toBe('gateway saw GET /same-port');
+  });
+});
+
+describe('unsafeNoSandbox', () => {
+  it('runs on the host, in the workspace, with the same timeout and a one-time warning', async () => {
+    const warnings: string[] = [];
+    const onWarning = (warning: Error & { code?: string }) => warnings.push(warning.code ?? '');
+    process.on('warning', onWarning);
+    try {
+      writeFileSync(join(workspace, 'unsafe.txt'), 'on the host\n');
+      const options = { ...base(), unsafeNoSandbox: true };
+      const r = await runInSandbox(options, 'pwd; cat unsafe.txt');
+      expect(r.stdout).toBe(`${workspace}\non the host\n`);
+      const slow = await runInSandbox(options, 'sleep 30', { timeoutMs: 300 });
+      expect(slow).toMatchObject({ timedOut: true, signal: 'SIGTERM' });
+      await sleep(10);
+      expect(warnings.filter((code) => code === 'STEPWISE_UNSAFE_NO_SANDBOX')).toHaveLength(1);
+    } finally {
+      process.off('warning', onWarning);
+    }
+  });
+});
