@@ -3,6 +3,9 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import { startSimServer } from '../engines/sim/serve.js';
 import { registerExportCommands } from '../export/cli.js';
 import { startServer } from '../gateway/server.js';
+import { registerBenchCommand } from '../gym/bench.js';
+import { referenceTasks, registerGymCommands } from '../gym/cli.js';
+import { loadTasks } from '../gym/tasks/index.js';
 import { createLogger } from '../util/logger.js';
 import { runDemo } from './demo.js';
 
@@ -44,11 +47,22 @@ export function buildCli(): Command {
     .option('--host <host>', 'address to bind', '127.0.0.1')
     .option('--port <port>', 'port to listen on', int('--port'), 8200)
     .addOption(
-      new Option('--policy <name>', 'what the sim says (scripted needs --script)')
-        .choices(['echo', 'random', 'scripted'])
+      new Option('--policy <name>', 'what the sim says (scripted needs --script, reference needs --tasks)')
+        .choices(['echo', 'random', 'scripted', 'reference'])
         .default('echo'),
     )
     .option('--script <file>', 'JSON list of script steps for --policy scripted')
+    .option(
+      '--tasks <path>',
+      'gym tasks (JSONL or ClawGym folders) whose reference actions --policy reference follows',
+    )
+    .option(
+      '--error-rate <p>',
+      'scripted/reference: chance of a wrong tool call before the right one',
+      rate,
+      0,
+    )
+    .option('--give-up-rate <p>', 'reference: chance an episode stops part way', rate, 0)
     .option('--seed <n>', 'engine seed (requests without a seed derive theirs from it)', int('--seed'), 0)
     .option('--ttft-ms <ms>', 'simulated time to first token', int('--ttft-ms'), 0)
     .option('--tokens-per-second <n>', 'simulated decode speed (0: instant)', int('--tokens-per-second'), 0)
@@ -56,11 +70,16 @@ export function buildCli(): Command {
     .action(async (opts) => {
       if (opts.policy === 'scripted' && !opts.script)
         throw new Error('--policy scripted needs --script FILE');
+      if (opts.policy === 'reference' && !opts.tasks)
+        throw new Error('--policy reference needs --tasks PATH');
       const server = await startSimServer({
         host: opts.host,
         port: opts.port,
         policy: opts.policy,
         script: opts.script ? JSON.parse(readFileSync(opts.script, 'utf8')) : undefined,
+        tasks: opts.tasks ? referenceTasks(await loadTasks(opts.tasks)) : undefined,
+        errorRate: opts.errorRate,
+        giveUpRate: opts.giveUpRate,
         seed: opts.seed,
         ttftMs: opts.ttftMs,
         tokensPerSecond: opts.tokensPerSecond,
@@ -95,6 +114,8 @@ export function buildCli(): Command {
     });
 
   registerExportCommands(program);
+  registerGymCommands(program);
+  registerBenchCommand(program);
 
   return program;
 }

@@ -1,0 +1,83 @@
+import { runInSandbox, type SandboxOptions } from '../sandbox/index.js';
+import type { GymTask } from '../tasks/schema.js';
+import type { AgentOutcome } from './builtin.js';
+
+/*
+ * Any agent as a black box (the way ClawGym ran OpenClaw): a command template run inside the task's
+ * sandbox, where it executes its own tools on the workspace. Its only way out is the gateway: the
+ * sandbox has no network but a loopback port bridged to the Stepwise server, and the agent finds it
+ * in OPENAI_BASE_URL. Placeholders: {prompt_file} (the task prompt, a file in the sandbox's private
+ * /tmp), {workspace} (the workspace path inside the sandbox), {task_id}, {model}.
+ */
+
+export interface ExternalAgentOptions {
+  template: string;
+  /** The trajectory's base_url on the host (`http://host:port/<trajectory>/<group>/v1`). */
+  baseUrl: string;
+  apiKey?: string;
+  model: string;
+  task: GymTask;
+  workspace: string;
+  sandbox?: Omit<SandboxOptions, 'workspace' | 'mountDir' | 'gateway'>;
+  timeoutMs: number;
+}
+
+/** The agent process failed (non-zero exit, killed, timed out): the sample scores 0. */
+export class AgentFailed extends Error {
+  override readonly name = 'AgentFailed';
+}
+
+const PROMPT_PATH = '/tmp/stepwise-prompt.txt';
+const BRIDGE_PORT = 8100;
+
+/** Single-quotes a value for bash. */
+const quote = (value: string) => `'${value.replaceAll("'", `'\\''`)}'`;
+
+export function renderTemplate(template: string, values: Record<string, string>): string {
+  return template.replace(/\{(prompt_file|workspace|task_id|model)\}/g, (_, key: string) =>
+    quote(values[key]!),
+  );
+}
+
+export async function runExternalAgent(options: ExternalAgentOptions): Promise<AgentOutcome> {
+  const { task } = options;
+  const upstream = new URL(options.baseUrl);
+  const inside = `http://127.0.0.1:${BRIDGE_PORT}${upstream.pathname.replace(/\/+$/, '')}`;
+  const command = renderTemplate(options.template, {
+    prompt_file: PROMPT_PATH,
+    workspace: task.mountDir,
+    task_id: task.id,
+    model: options.model,
+  });
+  // The prompt arrives on stdin and is written into the sandbox's private /tmp before the agent starts.
+  const script = `cat > ${PROMPT_PATH} && exec ${command} < /dev/null`;
+  const result = await runInSandbox(
+    {
+      ...options.sandbox,
+      workspace: options.workspace,
+      mountDir: task.mountDir,
+      gateway: { url: upstream.origin, port: BRIDGE_PORT },
+      env: {
+        ...options.sandbox?.env,
+        OPENAI_BASE_URL: inside,
+        OPENAI_API_KEY: options.apiKey ?? 'stepwise',
+        OPENAI_MODEL: options.model,
+        STEPWISE_TASK_ID: task.id,
+      },
+    },
+    script,
+    { stdin: task.prompt, timeoutMs: options.timeoutMs },
+  );
+  if (result.timedOut) throw new AgentFailed(`the agent did not finish within ${options.timeoutMs} ms`);
+  if (result.exitCode !== 0) {
+    const why = result.signal ? `was killed by ${result.signal}` : `exited with ${result.exitCode}`;
+    throw new AgentFailed(`the agent ${why}: ${result.stderr.trim().slice(-500)}`);
+  }
+  return {
+    ended: 'answer',
+    turns: 0,
+    toolCalls: 0,
+    toolErrors: 0,
+    answer: result.stdout.trim().slice(-2000),
+  };
+}

@@ -1,0 +1,245 @@
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import cliProgress from 'cli-progress';
+import { type Command, InvalidArgumentError } from 'commander';
+import type { ReferenceTask } from '../engines/sim/policies.js';
+import { type RunningServer, startServer } from '../gateway/server.js';
+import { type AgentSpec, defaultRunId, type GymSummary, runGym, type SampleResult } from './runner.js';
+import { checkSandbox } from './sandbox/index.js';
+import { loadTasks } from './tasks/index.js';
+import type { GymTask } from './tasks/schema.js';
+
+/*
+ * `stepwise gym ...`: run tasks through the gateway (`run`), gate a task set (`validate`) and
+ * synthesize tasks (`synth`, registered by src/gym/synth/cli.ts).
+ */
+
+export function positiveInt(flag: string, min = 1) {
+  return (value: string) => {
+    const n = Number(value);
+    if (!Number.isInteger(n) || n < min)
+      throw new InvalidArgumentError(`${flag} must be an integer >= ${min}`);
+    return n;
+  };
+}
+
+export function probability(flag: string) {
+  return (value: string) => {
+    const n = Number(value);
+    if (!Number.isFinite(n) || n < 0 || n > 1)
+      throw new InvalidArgumentError(`${flag} must be a number from 0 to 1`);
+    return n;
+  };
+}
+
+/** The reference actions of the tasks that have them, for the sim's `reference` policy. */
+export function referenceTasks(tasks: readonly GymTask[]): ReferenceTask[] {
+  return tasks
+    .filter((t) => t.referenceActions && t.referenceActions.length > 0)
+    .map((t) => ({ prompt: t.prompt, actions: t.referenceActions! }));
+}
+
+/** Where the agents' LLM calls go: a running Stepwise (`--gateway`) or one started here over `<out>/stepwise.db`. */
+export async function gatewayFor(
+  opts: {
+    gateway?: string;
+    engine: string[];
+    out: string;
+    errorRate: number;
+    giveUpRate: number;
+    seed: number;
+  },
+  tasks: readonly GymTask[],
+): Promise<{ url: string; server: RunningServer | null }> {
+  if (opts.gateway) {
+    if (opts.engine.length > 0) throw new InvalidArgumentError('--gateway and --engine exclude each other');
+    return { url: opts.gateway.replace(/\/+$/, ''), server: null };
+  }
+  const engines = opts.engine.length > 0 ? opts.engine : ['sim'];
+  const reference = referenceTasks(tasks);
+  const server = await startServer({
+    dbPath: join(opts.out, 'stepwise.db'),
+    port: 0,
+    engines,
+    sim:
+      reference.length > 0
+        ? {
+            policy: 'reference',
+            tasks: reference,
+            errorRate: opts.errorRate,
+            giveUpRate: opts.giveUpRate,
+            seed: opts.seed,
+          }
+        : { policy: 'echo', seed: opts.seed },
+  });
+  return { url: server.url, server };
+}
+
+export function addRunOptions(command: Command): Command {
+  return command
+    .requiredOption('--tasks <path>', 'tasks: a JSONL file, a ClawGym task folder or a folder of them')
+    .option('--out <dir>', 'results, state (for resuming) and the embedded store', 'gym-out')
+    .option('--samples <k>', 'samples per task (one group)', positiveInt('--samples'), 4)
+    .option('--concurrency <n>', 'samples run at once', positiveInt('--concurrency'), 8)
+    .option(
+      '--agent <agent>',
+      "'builtin' or a command template with {prompt_file} {workspace} {task_id} {model}",
+      'builtin',
+    )
+    .option(
+      '--engine <spec>',
+      'engine of an in-process gateway: sim (default), vllm=URL, openai=URL (repeatable)',
+      (v: string, p: string[]) => p.concat(v),
+      [] as string[],
+    )
+    .option('--gateway <url>', 'a running Stepwise server instead of an in-process one')
+    .option('--api-key <key>', 'bearer key for --gateway (agent scope)', process.env.STEPWISE_API_KEY)
+    .option('--model <name>', 'model name the agent asks for', 'sim-qwen3')
+    .option('--max-turns <n>', 'turns of the built-in agent', positiveInt('--max-turns'), 30)
+    .option(
+      '--sample-timeout-ms <ms>',
+      'wall-clock limit of one sample',
+      positiveInt('--sample-timeout-ms'),
+      600_000,
+    )
+    .option(
+      '--run-id <id>',
+      'group ids are <run-id>.<task id>; the same id resumes (default: from the tasks and settings)',
+    )
+    .option('--channel <name>', 'pool channel of the trajectories')
+    .option(
+      '--error-rate <p>',
+      'sim reference policy: chance of a wrong tool call before the right one',
+      probability('--error-rate'),
+      0.2,
+    )
+    .option(
+      '--give-up-rate <p>',
+      'sim reference policy: chance an episode stops part way',
+      probability('--give-up-rate'),
+      0.2,
+    )
+    .option('--seed <n>', 'seed of the sim', positiveInt('--seed', 0), 0)
+    .option('--keep-workspaces', 'keep each sample workspace under <out>/work')
+    .option('--unsafe-no-sandbox', 'run agents and verifiers WITHOUT isolation (never on untrusted tasks)');
+}
+
+export interface RunCommandOptions {
+  tasks: string;
+  out: string;
+  samples: number;
+  concurrency: number;
+  agent: string;
+  engine: string[];
+  gateway?: string;
+  apiKey?: string;
+  model: string;
+  maxTurns: number;
+  sampleTimeoutMs: number;
+  runId?: string;
+  channel?: string;
+  errorRate: number;
+  giveUpRate: number;
+  seed: number;
+  keepWorkspaces?: boolean;
+  unsafeNoSandbox?: boolean;
+}
+
+/** Runs the task set and returns what happened; prints progress to stderr when `progress`. */
+export async function runCommand(
+  opts: RunCommandOptions,
+  print: (line: string) => void,
+): Promise<{
+  tasks: GymTask[];
+  results: SampleResult[];
+  summary: GymSummary;
+  runId: string;
+  gatewayUrl: string;
+}> {
+  if (!opts.unsafeNoSandbox) {
+    const check = checkSandbox();
+    if (!check.ok)
+      throw new Error(
+        `the sandbox is unavailable (${check.reason}); install bubblewrap, or pass --unsafe-no-sandbox`,
+      );
+  } else {
+    print('WARNING: --unsafe-no-sandbox: agents and verifiers run on this machine WITHOUT isolation');
+  }
+  const tasks = await loadTasks(opts.tasks);
+  if (tasks.length === 0) throw new Error(`no tasks in ${opts.tasks}`);
+  const out = resolve(opts.out);
+  mkdirSync(out, { recursive: true });
+  const agent: AgentSpec =
+    opts.agent === 'builtin'
+      ? { kind: 'builtin', maxTurns: opts.maxTurns }
+      : { kind: 'command', template: opts.agent };
+  const runId = opts.runId ?? defaultRunId(tasks, opts.samples, agent);
+  const { url, server } = await gatewayFor(opts, tasks);
+  const bar =
+    process.stderr.isTTY === true
+      ? new cliProgress.SingleBar(
+          { format: 'gym {bar} {value}/{total} samples | mean {mean}', stream: process.stderr },
+          cliProgress.Presets.shades_classic,
+        )
+      : null;
+  let sum = 0;
+  let count = 0;
+  try {
+    bar?.start(tasks.length * opts.samples, 0, { mean: '-' });
+    const { results, summary } = await runGym({
+      tasks,
+      samples: opts.samples,
+      concurrency: opts.concurrency,
+      gatewayUrl: url,
+      apiKey: opts.apiKey,
+      model: opts.model,
+      agent,
+      runId,
+      channel: opts.channel,
+      stateFile: join(out, `state-${runId}.jsonl`),
+      workDir: join(out, 'work'),
+      keepWorkspaces: opts.keepWorkspaces,
+      sampleTimeoutMs: opts.sampleTimeoutMs,
+      unsafeNoSandbox: opts.unsafeNoSandbox,
+      onSample: (r, done, total) => {
+        sum += r.score;
+        count++;
+        if (bar) bar.update(done, { mean: (sum / count).toFixed(3) });
+        else if (done % Math.max(1, Math.floor(total / 20)) === 0 || done === total)
+          print(`gym: ${done}/${total} samples, mean score ${(sum / count).toFixed(3)}`);
+      },
+    });
+    bar?.stop();
+    writeFileSync(join(out, 'summary.json'), `${JSON.stringify({ runId, summary }, null, 2)}\n`);
+    return { tasks, results, summary, runId, gatewayUrl: url };
+  } finally {
+    bar?.stop();
+    await server?.close();
+  }
+}
+
+export function formatSummary(summary: GymSummary): string {
+  const g = summary.groups;
+  return [
+    `samples: ${summary.samples} (${summary.skipped} already done), mean score ${summary.meanScore.toFixed(3)}`,
+    `groups: ${g.mixed} mixed, ${g.allZero} all-zero, ${g.allOne} all-one`,
+    `failures: ${summary.agentFailed} agent, ${summary.infraFailed} infrastructure (masked from training), ${summary.verifierFailed} verifier`,
+  ].join('\n');
+}
+
+export function registerGymCommands(program: Command): Command {
+  const gym = program
+    .command('gym')
+    .description('Claw-style tasks: run them through the gateway, validate, synthesize');
+  addRunOptions(
+    gym
+      .command('run')
+      .description(
+        'run every task × --samples through the gateway (one group per task), verify, store rewards',
+      ),
+  ).action(async (opts: RunCommandOptions) => {
+    const { summary, runId } = await runCommand(opts, (line) => console.error(line));
+    console.log(`run ${runId}\n${formatSummary(summary)}`);
+  });
+  return gym;
+}

@@ -1,0 +1,319 @@
+import { createHash } from 'node:crypto';
+import { appendFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { APIConnectionError, APIError } from 'openai';
+import { type AgentOutcome, runBuiltinAgent } from './agent/builtin.js';
+import { AgentFailed, runExternalAgent } from './agent/external.js';
+import { SandboxError, type SandboxLimits } from './sandbox/index.js';
+import { workspaceFor } from './tasks/index.js';
+import type { GymTask } from './tasks/schema.js';
+import { type JudgeConfig, verify } from './verify/index.js';
+
+/*
+ * `stepwise gym run`: every task × N samples through the gateway, each sample one trajectory, the N
+ * samples of a task one group (what GRPO compares). Per sample: init a trajectory, materialize a
+ * fresh workspace, run the agent (built-in or a command) in the sandbox, verify, and complete the
+ * trajectory with the score as its reward. Failures are split by whose they are: the agent's (its
+ * process failed or ran out of time: score 0, a real training signal) or the infrastructure's
+ * (sandbox, gateway, engine: the trajectory is closed `infra_failed`, which serving never hands out).
+ * Finished samples are appended to a state file, so a re-run skips them.
+ */
+
+export type AgentSpec =
+  | { kind: 'builtin'; maxTurns?: number; turnTimeoutMs?: number }
+  | { kind: 'command'; template: string };
+
+export interface GymRunOptions {
+  tasks: readonly GymTask[];
+  samples: number;
+  concurrency: number;
+  /** Origin of a Stepwise server with the gateway routes (`http://127.0.0.1:8100`). */
+  gatewayUrl: string;
+  apiKey?: string;
+  /** Model name sent by the agent (the gateway passes it to the engine). */
+  model: string;
+  agent: AgentSpec;
+  /** Groups are `<runId>.<task id>`: the same id resumes the same groups. */
+  runId: string;
+  channel?: string;
+  /** Finished samples, one JSON line each; read on start to skip them. */
+  stateFile: string;
+  /** Workspaces are made under here (and removed after verification unless `keepWorkspaces`). */
+  workDir: string;
+  keepWorkspaces?: boolean;
+  sampleTimeoutMs: number;
+  limits?: Partial<SandboxLimits>;
+  unsafeNoSandbox?: boolean;
+  judge?: JudgeConfig;
+  onSample?: (result: SampleResult, done: number, total: number) => void;
+  signal?: AbortSignal;
+}
+
+export interface SampleResult {
+  taskId: string;
+  category: string;
+  sample: number;
+  groupId: string;
+  trajectoryUid: string | null;
+  status: 'complete' | 'infra_failed';
+  score: number;
+  code: number | null;
+  rubric: number | null;
+  verifierFailed: boolean;
+  agent: 'finished' | 'max_turns' | 'failed';
+  reason: string | null;
+  toolCalls: number;
+  toolErrors: number;
+  durationMs: number;
+}
+
+export interface GymSummary {
+  samples: number;
+  skipped: number;
+  meanScore: number;
+  infraFailed: number;
+  agentFailed: number;
+  verifierFailed: number;
+  groups: { allZero: number; allOne: number; mixed: number };
+}
+
+/** A stable run id from the task set and the settings that shape the groups. */
+export function defaultRunId(tasks: readonly GymTask[], samples: number, agent: AgentSpec): string {
+  const hash = createHash('sha256');
+  for (const t of tasks) hash.update(t.id).update('\0');
+  hash.update(`${samples}\0${agent.kind === 'builtin' ? 'builtin' : agent.template}`);
+  return `gym-${hash.digest('hex').slice(0, 12)}`;
+}
+
+/** One episode's seed: the same sample of the same task in the same run gets the same seed. */
+export const sampleSeed = (runId: string, taskId: string, sample: number) =>
+  createHash('sha256').update(`${runId}\0${taskId}\0${sample}`).digest().readUInt32LE(0);
+
+function readState(path: string): Map<string, SampleResult> {
+  const done = new Map<string, SampleResult>();
+  if (!existsSync(path)) return done;
+  for (const line of readFileSync(path, 'utf8').split('\n')) {
+    if (line.trim() === '') continue;
+    try {
+      const r = JSON.parse(line) as SampleResult;
+      done.set(`${r.taskId}\0${r.sample}`, r);
+    } catch {
+      // A line torn by a crash mid-write: that sample runs again.
+    }
+  }
+  return done;
+}
+
+class InfraError extends Error {
+  override readonly name = 'InfraError';
+}
+
+async function postJson(url: string, body: unknown, apiKey: string | undefined): Promise<unknown> {
+  let res: Response;
+  try {
+    res = await fetch(url, {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/json',
+        ...(apiKey ? { authorization: `Bearer ${apiKey}` } : {}),
+      },
+      body: JSON.stringify(body),
+    });
+  } catch (error) {
+    throw new InfraError(
+      `the gateway at ${new URL(url).origin} is unreachable (${(error as Error).message})`,
+    );
+  }
+  const text = await res.text();
+  if (!res.ok) throw new InfraError(`${url} answered ${res.status}: ${text.slice(0, 300)}`);
+  return text ? JSON.parse(text) : null;
+}
+
+/** Is this failure the infrastructure's (sandbox, gateway, engine) rather than the agent's? */
+function isInfra(error: unknown): boolean {
+  if (error instanceof InfraError || error instanceof SandboxError) return true;
+  if (error instanceof APIConnectionError) return true;
+  return error instanceof APIError && (error.status === undefined || error.status >= 500);
+}
+
+export async function runGym(
+  options: GymRunOptions,
+): Promise<{ results: SampleResult[]; summary: GymSummary }> {
+  const done = readState(options.stateFile);
+  mkdirSync(options.workDir, { recursive: true });
+  const queue: { task: GymTask; sample: number }[] = [];
+  for (const task of [...options.tasks].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0)))
+    for (let sample = 0; sample < options.samples; sample++)
+      if (!done.has(`${task.id}\0${sample}`)) queue.push({ task, sample });
+  const total = options.tasks.length * options.samples;
+  const results: SampleResult[] = [...done.values()].filter((r) =>
+    options.tasks.some((t) => t.id === r.taskId),
+  );
+  let finished = results.length;
+  let next = 0;
+  const worker = async () => {
+    while (next < queue.length && !options.signal?.aborted) {
+      const { task, sample } = queue[next++]!;
+      const result = await runSample(options, task, sample);
+      appendFileSync(options.stateFile, `${JSON.stringify(result)}\n`);
+      results.push(result);
+      options.onSample?.(result, ++finished, total);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.max(1, Math.min(options.concurrency, queue.length)) }, worker));
+  return { results, summary: summarize(results, total - queue.length) };
+}
+
+async function runSample(options: GymRunOptions, task: GymTask, sample: number): Promise<SampleResult> {
+  const started = performance.now();
+  const groupId = `${options.runId}.${task.id}`;
+  const base: Omit<SampleResult, 'status' | 'score' | 'agent' | 'reason' | 'durationMs'> = {
+    taskId: task.id,
+    category: task.category,
+    sample,
+    groupId,
+    trajectoryUid: null,
+    code: null,
+    rubric: null,
+    verifierFailed: false,
+    toolCalls: 0,
+    toolErrors: 0,
+  };
+  const dir = mkdtempSync(join(options.workDir, `${task.id}-${sample}-`));
+  const workspace = join(dir, 'workspace');
+  let trajectory: { trajectory_uid: string; base_url: string } | null = null;
+  const complete = async (reward: number | null, status: 'complete' | 'infra_failed') => {
+    if (!trajectory) return;
+    await postJson(`${trajectory.base_url}/complete_trajectory`, { reward, status }, options.apiKey);
+  };
+  try {
+    trajectory = (await postJson(
+      `${options.gatewayUrl.replace(/\/+$/, '')}/init_trajectory`,
+      {
+        group_id: groupId,
+        n_rollouts: options.samples,
+        ...(options.channel ? { channel: options.channel } : {}),
+        metadata: { task_id: task.id, sample, category: task.category, run_id: options.runId },
+      },
+      options.apiKey,
+    )) as { trajectory_uid: string; base_url: string };
+    base.trajectoryUid = trajectory.trajectory_uid;
+    await workspaceFor(task, workspace);
+    const sandbox = { limits: options.limits, unsafeNoSandbox: options.unsafeNoSandbox };
+    let outcome: AgentOutcome | null = null;
+    let agentError: string | null = null;
+    const timeout = AbortSignal.timeout(options.sampleTimeoutMs);
+    try {
+      outcome =
+        options.agent.kind === 'builtin'
+          ? await runBuiltinAgent({
+              baseUrl: trajectory.base_url,
+              apiKey: options.apiKey,
+              model: options.model,
+              task,
+              workspace,
+              sandbox,
+              maxTurns: options.agent.maxTurns,
+              turnTimeoutMs: options.agent.turnTimeoutMs,
+              seed: sampleSeed(options.runId, task.id, sample),
+              signal: timeout,
+            })
+          : await runExternalAgent({
+              template: options.agent.template,
+              baseUrl: trajectory.base_url,
+              apiKey: options.apiKey,
+              model: options.model,
+              task,
+              workspace,
+              sandbox,
+              timeoutMs: options.sampleTimeoutMs,
+            });
+    } catch (error) {
+      if (isInfra(error) && !timeout.aborted) throw error;
+      agentError =
+        error instanceof AgentFailed
+          ? error.message
+          : timeout.aborted
+            ? `the agent did not finish within ${options.sampleTimeoutMs} ms`
+            : `the agent failed: ${(error as Error).message}`;
+    }
+    if (outcome === null) {
+      // An agent that fails scores 0: a real outcome to learn from, not an infrastructure fault.
+      await complete(0, 'complete');
+      return {
+        ...base,
+        status: 'complete',
+        score: 0,
+        agent: 'failed',
+        reason: agentError,
+        durationMs: performance.now() - started,
+      };
+    }
+    const verdict = await verify(task, workspace, { sandbox, judge: options.judge });
+    await postJson(
+      `${trajectory.base_url}/register_trajectory`,
+      {
+        metadata: {
+          verifier: {
+            score: verdict.score,
+            code: verdict.code,
+            rubric: verdict.rubric,
+            verifier_failed: verdict.verifierFailed,
+            reason: verdict.reason,
+            subscores: verdict.subscores,
+          },
+        },
+      },
+      options.apiKey,
+    );
+    await complete(verdict.score, 'complete');
+    return {
+      ...base,
+      status: 'complete',
+      score: verdict.score,
+      code: verdict.code,
+      rubric: verdict.rubric,
+      verifierFailed: verdict.verifierFailed,
+      agent: outcome.ended === 'answer' ? 'finished' : 'max_turns',
+      reason: verdict.reason,
+      toolCalls: outcome.toolCalls,
+      toolErrors: outcome.toolErrors,
+      durationMs: performance.now() - started,
+    };
+  } catch (error) {
+    // The infrastructure failed: close the trajectory so serving masks it, and say why.
+    const reason = `${(error as Error).name}: ${(error as Error).message}`;
+    await complete(null, 'infra_failed').catch(() => {});
+    return {
+      ...base,
+      status: 'infra_failed',
+      score: 0,
+      agent: 'failed',
+      reason,
+      durationMs: performance.now() - started,
+    };
+  } finally {
+    if (!options.keepWorkspaces) rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+export function summarize(results: readonly SampleResult[], skipped: number): GymSummary {
+  const scored = results.filter((r) => r.status === 'complete');
+  const byGroup = new Map<string, number[]>();
+  for (const r of scored) byGroup.set(r.groupId, [...(byGroup.get(r.groupId) ?? []), r.score]);
+  const groups = { allZero: 0, allOne: 0, mixed: 0 };
+  for (const scores of byGroup.values()) {
+    if (scores.every((s) => s === 0)) groups.allZero++;
+    else if (scores.every((s) => s === 1)) groups.allOne++;
+    else groups.mixed++;
+  }
+  return {
+    samples: results.length,
+    skipped,
+    meanScore: scored.length === 0 ? 0 : scored.reduce((a, r) => a + r.score, 0) / scored.length,
+    infraFailed: results.length - scored.length,
+    agentFailed: scored.filter((r) => r.agent === 'failed').length,
+    verifierFailed: scored.filter((r) => r.verifierFailed).length,
+    groups,
+  };
+}

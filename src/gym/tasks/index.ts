@@ -1,0 +1,102 @@
+import { mkdir, readdir, stat } from 'node:fs/promises';
+import { join } from 'node:path';
+import { ValidationError } from '../../domain/errors.js';
+import { INPUT_DIR, isClawGymFolder, readClawGymFolder } from './clawgym.js';
+import { makeDirs, writeTaskFiles } from './files.js';
+import { readTasksJsonl } from './jsonl.js';
+import type { GymTask } from './schema.js';
+
+export {
+  ClawGymProvenance,
+  entryTextOf,
+  isClawGymFolder,
+  readClawGymFolder,
+  writeClawGymFolder,
+} from './clawgym.js';
+export { taskFileBytes, taskFileFromBytes } from './files.js';
+export { parseTaskLine, readTasksJsonl, TaskLineError, taskToJsonLine, writeTasksJsonl } from './jsonl.js';
+export * from './schema.js';
+
+// Folders are read a few at a time: each read touches every file of the task.
+const LOAD_CONCURRENCY = 8;
+
+function refuseDuplicates(tasks: readonly GymTask[], source: string): void {
+  const seen = new Set<string>();
+  for (const task of tasks) {
+    if (seen.has(task.id)) throw new ValidationError(`${source}: task id ${task.id} appears twice`, 'id');
+    seen.add(task.id);
+  }
+}
+
+async function loadFolders(dirs: readonly string[]): Promise<GymTask[]> {
+  const tasks: GymTask[] = new Array(dirs.length);
+  let next = 0;
+  const worker = async () => {
+    while (next < dirs.length) {
+      const i = next++;
+      tasks[i] = await readClawGymFolder(dirs[i]!);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(LOAD_CONCURRENCY, dirs.length) }, worker));
+  return tasks;
+}
+
+/**
+ * Loads tasks from a JSONL file (in file order), a single ClawGym task folder, or a directory of task
+ * folders (sorted by id; entries without a data_entry.json are ignored). Duplicate ids are refused.
+ */
+export async function loadTasks(source: string): Promise<GymTask[]> {
+  const st = await stat(source).catch(() => {
+    throw new ValidationError(`${source}: no such file or directory`, 'source');
+  });
+  let tasks: GymTask[];
+  if (st.isFile()) {
+    tasks = [];
+    for await (const task of readTasksJsonl(source)) tasks.push(task);
+  } else if (await isClawGymFolder(source)) {
+    tasks = [await readClawGymFolder(source)];
+  } else {
+    const dirs: string[] = [];
+    for (const entry of (await readdir(source, { withFileTypes: true })).sort((a, b) =>
+      a.name < b.name ? -1 : 1,
+    )) {
+      if (entry.isDirectory() && (await isClawGymFolder(join(source, entry.name)))) {
+        dirs.push(join(source, entry.name));
+      }
+    }
+    if (dirs.length === 0) {
+      throw new ValidationError(
+        `${source}: neither a JSONL file, a task folder nor a folder of tasks`,
+        'source',
+      );
+    }
+    tasks = (await loadFolders(dirs)).sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+  }
+  refuseDuplicates(tasks, source);
+  return tasks;
+}
+
+/** Empty directories of the task's starting workspace (ClawGym folders may carry some). */
+function workspaceEmptyDirs(task: GymTask): string[] {
+  const clawgym = task.provenance.clawgym as { emptyDirs?: unknown } | undefined;
+  const dirs = Array.isArray(clawgym?.emptyDirs) ? clawgym.emptyDirs : [];
+  const prefix = `${INPUT_DIR}/`;
+  return dirs
+    .filter((d): d is string => typeof d === 'string' && d.startsWith(prefix))
+    .map((d) => d.slice(prefix.length));
+}
+
+/**
+ * Materializes a task's starting workspace at `hostDir` (created; it must be absent or empty so that
+ * nothing of an earlier episode leaks in): the task's files with their modes. Returns `hostDir`; the
+ * caller owns it. The verifier's files are not written: the agent must never see them.
+ */
+export async function workspaceFor(task: GymTask, hostDir: string): Promise<string> {
+  await mkdir(hostDir, { recursive: true });
+  if ((await readdir(hostDir)).length > 0) {
+    throw new ValidationError(`${hostDir}: a fresh workspace must be absent or empty`, 'workspace');
+  }
+  await writeTaskFiles(hostDir, task.files);
+  await makeDirs(hostDir, workspaceEmptyDirs(task));
+  return hostDir;
+}

@@ -1,0 +1,160 @@
+import { cp, lstat, mkdtemp, rename, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { basename, dirname, join, posix } from 'node:path';
+import { writeTaskFiles } from '../tasks/files.js';
+import type { GymTask, Verifier } from '../tasks/schema.js';
+import {
+  defaultSandboxRunner,
+  type SandboxRunner,
+  type SandboxSettings,
+  shellQuote,
+  tail,
+  verifierSandbox,
+} from './sandbox-runner.js';
+
+/*
+ * ClawGym's script verifier. After the episode the task's `reward/` files are copied into the
+ * workspace (the agent never saw them), `bash <mountDir>/<entry>` runs in the sandbox without network,
+ * and the last non-empty stdout line is the score. A verifier that fails (non-zero exit, timeout,
+ * no number, NaN, Inf) scores 0 with `verifierFailed`: the task's fault, not the agent's. A
+ * SandboxError (the infrastructure) is thrown on to the runner.
+ */
+
+export type ScriptVerifier = Extract<Verifier, { kind: 'script' }>;
+
+export interface ScriptVerdict {
+  /** In [0, 1]; 0 when the verifier failed. */
+  score: number;
+  verifierFailed: boolean;
+  reason: string | null;
+  /** The verifier's own output, trimmed to its end, for inspection. */
+  stdoutTail: string;
+  stderrTail: string;
+  durationMs: number;
+}
+
+export interface ScriptVerifierOptions {
+  sandbox?: SandboxSettings;
+  runInSandbox?: SandboxRunner;
+  /** Output kept from the verifier (default 1 MiB); a verifier that prints more fails. */
+  maxOutputBytes?: number;
+}
+
+const NUMBER = /^[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?$/;
+
+/** The score printed as the last non-empty stdout line, or why there is none. */
+export function scoreFromStdout(stdout: string): { score: number } | { reason: string } {
+  const last = stdout
+    .split(/\r?\n|\r/)
+    .map((l) => l.trim())
+    .filter((l) => l !== '')
+    .at(-1);
+  if (last === undefined) return { reason: 'the verifier printed no score' };
+  if (!NUMBER.test(last)) {
+    const shown = last.length > 80 ? `${last.slice(0, 80)}…` : last;
+    return { reason: `the verifier's last line is not a finite number: ${JSON.stringify(shown)}` };
+  }
+  const value = Number(last);
+  if (!Number.isFinite(value)) return { reason: `the verifier's score is not finite: ${last}` };
+  return { score: Math.min(1, Math.max(0, value)) };
+}
+
+async function exists(path: string): Promise<boolean> {
+  try {
+    await lstat(path);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Moves whatever the agent left at the verifier's top-level paths (a `reward/` of its own, a symlink
+ * named `reward`) out of the workspace, so the verifier sees only its own files and nothing is written
+ * through an agent's symlink; `restore` puts it back for inspection.
+ */
+async function setAside(workspace: string, names: readonly string[]) {
+  const present: string[] = [];
+  for (const name of names) if (await exists(join(workspace, name))) present.push(name);
+  if (present.length === 0) return { restore: async () => {} };
+  let hold: string;
+  let moved: (from: string, to: string) => Promise<void>;
+  try {
+    // A sibling of the workspace: same filesystem, so a rename.
+    hold = await mkdtemp(join(dirname(workspace), `.${basename(workspace)}-held-`));
+    moved = rename;
+  } catch {
+    hold = await mkdtemp(join(tmpdir(), 'stepwise-held-'));
+    moved = async (from, to) => {
+      await cp(from, to, { recursive: true, verbatimSymlinks: true });
+      await rm(from, { recursive: true, force: true });
+    };
+  }
+  for (const name of present) {
+    try {
+      await rename(join(workspace, name), join(hold, name));
+    } catch {
+      await moved(join(workspace, name), join(hold, name));
+    }
+  }
+  return {
+    restore: async () => {
+      for (const name of present) {
+        await rm(join(workspace, name), { recursive: true, force: true });
+        try {
+          await rename(join(hold, name), join(workspace, name));
+        } catch {
+          await cp(join(hold, name), join(workspace, name), { recursive: true, verbatimSymlinks: true });
+        }
+      }
+      await rm(hold, { recursive: true, force: true });
+    },
+  };
+}
+
+export async function runScriptVerifier(
+  task: GymTask,
+  verifier: ScriptVerifier,
+  workspace: string,
+  options: ScriptVerifierOptions = {},
+): Promise<ScriptVerdict> {
+  const run = options.runInSandbox ?? defaultSandboxRunner;
+  // Normalized first: `./reward/x` must never make `.` (the whole workspace) a name to remove.
+  const topNames = [...new Set(verifier.files.map((f) => posix.normalize(f.path).split('/')[0]!))].filter(
+    (name) => name !== '' && name !== '.' && name !== '..',
+  );
+  const held = await setAside(workspace, topNames);
+  try {
+    await writeTaskFiles(workspace, verifier.files, { exclusive: true });
+    const entry = posix.join(task.mountDir, verifier.entry);
+    const result = await run(
+      verifierSandbox(options.sandbox, workspace, task.mountDir),
+      `bash ${shellQuote(entry)}`,
+      {
+        cwd: task.mountDir,
+        timeoutMs: verifier.timeoutMs,
+        maxOutputBytes: options.maxOutputBytes ?? 1 << 20,
+      },
+    );
+    const base = {
+      stdoutTail: tail(result.stdout, 2_000),
+      stderrTail: tail(result.stderr, 2_000),
+      durationMs: result.durationMs,
+    };
+    const failed = (reason: string): ScriptVerdict => ({ ...base, score: 0, verifierFailed: true, reason });
+    if (result.timedOut) return failed(`the verifier timed out after ${verifier.timeoutMs} ms`);
+    if (result.limitHit) return failed(`the verifier hit the sandbox's ${result.limitHit} limit`);
+    if (result.signal) return failed(`the verifier was killed by ${result.signal}`);
+    if (result.exitCode !== 0) {
+      const stderr = tail(result.stderr);
+      return failed(`the verifier exited with code ${result.exitCode}${stderr ? `: ${stderr}` : ''}`);
+    }
+    if (result.stdoutTruncated) return failed('the verifier printed more output than is kept');
+    const parsed = scoreFromStdout(result.stdout);
+    if ('reason' in parsed) return failed(parsed.reason);
+    return { ...base, score: parsed.score, verifierFailed: false, reason: null };
+  } finally {
+    for (const name of topNames) await rm(join(workspace, name), { recursive: true, force: true });
+    await held.restore();
+  }
+}

@@ -1,0 +1,90 @@
+import { lstat, readFile, realpath, stat } from 'node:fs/promises';
+import { dirname, join, sep } from 'node:path';
+
+/*
+ * Resolving a check's path inside a workspace the agent controlled: a path with `..`, an absolute
+ * path, or one that leads (through symlinks) outside the workspace is an escape, and reads nothing.
+ */
+
+export type WorkspaceEntry =
+  | { kind: 'file'; path: string; size: number }
+  | { kind: 'dir'; path: string }
+  | { kind: 'other'; path: string }
+  | { kind: 'missing' }
+  /** A symlink that leads nowhere (or loops). */
+  | { kind: 'broken' }
+  | { kind: 'escape'; reason: string };
+
+function inside(root: string, path: string): boolean {
+  return path === root || path.startsWith(root.endsWith(sep) ? root : `${root}${sep}`);
+}
+
+function isMissing(err: unknown): boolean {
+  const code = (err as NodeJS.ErrnoException).code;
+  return code === 'ENOENT' || code === 'ENOTDIR';
+}
+
+export async function resolveInWorkspace(workspace: string, relPath: string): Promise<WorkspaceEntry> {
+  const parts = relPath.split('/');
+  if (relPath.startsWith('/') || relPath.includes('\0') || parts.includes('..')) {
+    return { kind: 'escape', reason: 'the path is absolute or contains ..' };
+  }
+  const root = await realpath(workspace);
+  const target = join(root, ...parts);
+  let real: string;
+  try {
+    real = await realpath(target);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ELOOP') return { kind: 'broken' };
+    if (!isMissing(err)) throw err;
+    // Absent: still an escape when the nearest existing ancestor lies outside (a symlinked folder).
+    for (let dir = dirname(target); ; dir = dirname(dir)) {
+      try {
+        const realDir = await realpath(dir);
+        if (!inside(root, realDir)) return { kind: 'escape', reason: 'the path leads outside the workspace' };
+        break;
+      } catch (e) {
+        if (!isMissing(e) || dirname(dir) === dir) throw e;
+      }
+    }
+    try {
+      await lstat(target);
+      return { kind: 'broken' };
+    } catch {
+      return { kind: 'missing' };
+    }
+  }
+  if (!inside(root, real)) return { kind: 'escape', reason: 'the path leads outside the workspace' };
+  const st = await stat(real);
+  if (st.isFile()) return { kind: 'file', path: real, size: st.size };
+  if (st.isDirectory()) return { kind: 'dir', path: real };
+  return { kind: 'other', path: real };
+}
+
+/** Largest file a check reads (a verifier must not be made to load a huge file into memory). */
+export const MAX_CHECKED_FILE_BYTES = 32 * 1024 * 1024;
+
+/** A workspace file's text, or why it cannot be read. */
+export async function readWorkspaceText(
+  workspace: string,
+  relPath: string,
+): Promise<{ text: string } | { error: string }> {
+  const entry = await resolveInWorkspace(workspace, relPath);
+  switch (entry.kind) {
+    case 'escape':
+      return { error: entry.reason };
+    case 'missing':
+      return { error: 'the file does not exist' };
+    case 'broken':
+      return { error: 'the path is a broken symlink' };
+    case 'dir':
+      return { error: 'the path is a directory' };
+    case 'other':
+      return { error: 'the path is not a regular file' };
+    case 'file':
+      if (entry.size > MAX_CHECKED_FILE_BYTES) {
+        return { error: `the file is larger than ${MAX_CHECKED_FILE_BYTES} bytes` };
+      }
+      return { text: await readFile(entry.path, 'utf8') };
+  }
+}

@@ -1,0 +1,209 @@
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type RunningServer, startServer } from '../src/gateway/server.js';
+import { referenceTasks } from '../src/gym/cli.js';
+import { type GymRunOptions, runGym } from '../src/gym/runner.js';
+import { checkSandbox } from '../src/gym/sandbox/index.js';
+import { GymTask } from '../src/gym/tasks/schema.js';
+
+/*
+ * The gym end to end: tasks × samples through a real Stepwise server (gateway + SQLite) with the sim
+ * following each task's reference actions, agents acting in the real bubblewrap sandbox, verifiers,
+ * rewards in the pool, and a trainer's lease of the resulting groups.
+ */
+
+const sandboxReady = checkSandbox().ok;
+
+const tasks = [
+  GymTask.parse({
+    id: 'sum-1',
+    prompt:
+      'Read input/numbers.txt (one integer per line) and write their sum to output/sum.txt. All file paths are relative to the workspace directory.',
+    files: [{ path: 'input/numbers.txt', content: '3\n4\n5\n' }],
+    verifier: {
+      kind: 'checks',
+      checks: [
+        { kind: 'file_exists', name: 'exists', path: 'output/sum.txt' },
+        { kind: 'text_contains', name: 'value', path: 'output/sum.txt', pattern: '^12\\s*$', regex: true },
+      ],
+    },
+    referenceActions: [
+      { name: 'read', arguments: { path: 'input/numbers.txt' } },
+      {
+        name: 'exec',
+        arguments: {
+          command:
+            'mkdir -p output && python3 -c "print(sum(int(l) for l in open(\'input/numbers.txt\')))" > output/sum.txt',
+        },
+      },
+    ],
+    category: 'Analysis & Reasoning',
+  }),
+  GymTask.parse({
+    id: 'json-1',
+    prompt:
+      'Write output/info.json with keys name ("stepwise") and version (1). All file paths are relative to the workspace directory.',
+    verifier: {
+      kind: 'checks',
+      checks: [
+        { kind: 'parses', name: 'parses', path: 'output/info.json', format: 'json' },
+        {
+          kind: 'json_value',
+          name: 'name',
+          path: 'output/info.json',
+          pointer: '/name',
+          expected: 'stepwise',
+        },
+      ],
+    },
+    referenceActions: [
+      {
+        name: 'write',
+        arguments: { path: 'output/info.json', content: '{"name": "stepwise", "version": 1}\n' },
+      },
+    ],
+    category: 'Software Development',
+  }),
+];
+
+/** A tiny external agent: stdlib Python speaking the OpenAI API, executing `write` calls itself. */
+const PY_AGENT = `
+import json, os, sys, urllib.request
+base = os.environ['OPENAI_BASE_URL']
+prompt = open(sys.argv[1]).read()
+workspace = sys.argv[2]
+tools = [{"type": "function", "function": {"name": "write", "parameters": {"type": "object", "properties": {"path": {"type": "string"}, "content": {"type": "string"}}}}}]
+messages = [{"role": "user", "content": prompt}]
+for _ in range(8):
+    req = urllib.request.Request(base + '/chat/completions', data=json.dumps({"model": os.environ['OPENAI_MODEL'], "messages": messages, "tools": tools, "seed": 1}).encode(), headers={"content-type": "application/json", "authorization": "Bearer " + os.environ['OPENAI_API_KEY']})
+    answer = json.load(urllib.request.urlopen(req, timeout=30))
+    msg = answer["choices"][0]["message"]
+    messages.append({"role": "assistant", "content": msg.get("content"), "tool_calls": msg.get("tool_calls")} if msg.get("tool_calls") else {"role": "assistant", "content": msg.get("content")})
+    if not msg.get("tool_calls"):
+        break
+    for call in msg["tool_calls"]:
+        args = json.loads(call["function"]["arguments"])
+        if call["function"]["name"] == "write":
+            path = os.path.join(workspace, args["path"])
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            open(path, "w").write(args["content"])
+            result = "wrote " + args["path"]
+        else:
+            result = "Error: unknown tool " + call["function"]["name"]
+        messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
+print("done")
+`;
+
+describe.skipIf(!sandboxReady)('gym runner', () => {
+  let dir: string;
+  let server: RunningServer;
+  beforeAll(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'stepwise-gym-run-'));
+    server = await startServer({
+      dbPath: join(dir, 'pool.db'),
+      port: 0,
+      engines: ['sim'],
+      sim: { policy: 'reference', tasks: referenceTasks(tasks), errorRate: 0.5 },
+    });
+  });
+  afterAll(async () => {
+    await server.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  const options = (over: Partial<GymRunOptions>): GymRunOptions => ({
+    tasks,
+    samples: 3,
+    concurrency: 3,
+    gatewayUrl: server.url,
+    model: 'sim-qwen3',
+    agent: { kind: 'builtin', maxTurns: 12 },
+    runId: 'run-a',
+    stateFile: join(dir, 'state-a.jsonl'),
+    workDir: join(dir, 'work'),
+    sampleTimeoutMs: 60_000,
+    ...over,
+  });
+
+  it('runs every task × sample as a trajectory of one group per task, with the score as reward', async () => {
+    const { results, summary } = await runGym(options({}));
+    expect(results).toHaveLength(6);
+    // The reference policy solves each task (after corrected mistakes): every sample scores 1.
+    expect(results.map((r) => [r.taskId, r.score])).toEqual(
+      expect.arrayContaining([
+        ['json-1', 1],
+        ['sum-1', 1],
+      ]),
+    );
+    expect(summary).toMatchObject({ samples: 6, meanScore: 1, infraFailed: 0, groups: { allOne: 2 } });
+    for (const r of results) {
+      const t = await server.pool.store.getTrajectory(r.trajectoryUid!);
+      expect(t).toMatchObject({ status: 'complete', reward: 1, groupId: `run-a.${r.taskId}` });
+      expect(t!.metadata).toMatchObject({ task_id: r.taskId, verifier: { score: 1 } });
+      const steps = await server.pool.getTrajectorySteps(r.trajectoryUid!);
+      expect(steps.length).toBeGreaterThanOrEqual(
+        tasks.find((x) => x.id === r.taskId)!.referenceActions!.length,
+      );
+    }
+    // Injected mistakes reach the pool as tool results flagged as errors on the step that made them.
+    const all = await Promise.all(results.map((r) => server.pool.getTrajectorySteps(r.trajectoryUid!)));
+    const flagged = all
+      .flat()
+      .flatMap((s) => s.toolResults ?? [])
+      .filter((t) => t.error);
+    expect(flagged.length).toBeGreaterThan(0);
+    // Both groups are complete and a trainer can lease them.
+    const batch = await server.pool.lease({
+      channel: 'train',
+      batch_size: 2,
+      n_rollouts: 3,
+      wait_ms: 0,
+      consumer: 't',
+      ttl_ms: 60_000,
+    });
+    expect(batch?.groups.map((g) => g.group.id).sort()).toEqual(['run-a.json-1', 'run-a.sum-1']);
+  });
+
+  it('resumes: a re-run with the same state skips finished samples', async () => {
+    const before = readFileSync(join(dir, 'state-a.jsonl'), 'utf8').trim().split('\n').length;
+    const { summary } = await runGym(options({}));
+    expect(summary).toMatchObject({ samples: 6, skipped: 6 });
+    expect(readFileSync(join(dir, 'state-a.jsonl'), 'utf8').trim().split('\n')).toHaveLength(before);
+  });
+
+  it('an unreachable gateway is an infrastructure failure, not a zero to train on', async () => {
+    const { results, summary } = await runGym(
+      options({ runId: 'run-b', stateFile: join(dir, 'state-b.jsonl'), gatewayUrl: 'http://127.0.0.1:9' }),
+    );
+    expect(results.every((r) => r.status === 'infra_failed')).toBe(true);
+    expect(summary.infraFailed).toBe(6);
+    expect(results[0]!.reason).toMatch(/unreachable/);
+  });
+
+  it('an external agent command runs in the sandbox and reaches the gateway through the bridge only', async () => {
+    {
+      const { results } = await runGym(
+        options({
+          tasks: [tasks[1]!],
+          samples: 2,
+          runId: 'run-c',
+          stateFile: join(dir, 'state-c.jsonl'),
+          // The script travels inside the command: the sandbox sees no host path but the workspace.
+          agent: {
+            kind: 'command',
+            template: `python3 -c "$(echo ${Buffer.from(PY_AGENT).toString('base64')} | base64 -d)" {prompt_file} {workspace}`,
+          },
+        }),
+      );
+      expect(results.map((r) => [r.status, r.score, r.agent])).toEqual([
+        ['complete', 1, 'finished'],
+        ['complete', 1, 'finished'],
+      ]);
+      const steps = await server.pool.getTrajectorySteps(results[0]!.trajectoryUid!);
+      expect(steps.length).toBeGreaterThanOrEqual(1);
+      expect(steps[0]!.toolCalls?.[0]).toMatchObject({ function: { name: expect.stringMatching(/write/) } });
+    }
+  });
+});
