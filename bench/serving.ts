@@ -95,6 +95,35 @@ const median = (values: number[]) => {
   return s.length % 2 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2;
 };
 
+/** Packs every group `reps` times: with building the inputs (prompt + response), and packing alone. */
+function benchPacking(
+  groups: NewStep[][][],
+  totalTokens: number,
+  reps: number,
+): { packRates: number[]; packOnlyRates: number[]; packed: number } {
+  const inputsOf = (group: NewStep[][]) =>
+    group
+      .flat()
+      .map((s) => ({ tokens: s.promptIds.concat(s.responseIds), promptLength: s.promptIds.length }));
+  const packRates: number[] = [];
+  let packed = 0;
+  for (let rep = 0; rep < reps + 1; rep++) {
+    packed = 0;
+    const started = performance.now();
+    for (const group of groups) packed += packPrefixTree(inputsOf(group)).tokens.length;
+    const seconds = (performance.now() - started) / 1000;
+    if (rep > 0) packRates.push(totalTokens / seconds); // rep 0 warms the JIT
+  }
+  const inputs = groups.map(inputsOf);
+  const packOnlyRates: number[] = [];
+  for (let rep = 0; rep < reps + 1; rep++) {
+    const started = performance.now();
+    for (const input of inputs) packPrefixTree(input);
+    if (rep > 0) packOnlyRates.push(totalTokens / ((performance.now() - started) / 1000));
+  }
+  return { packRates, packOnlyRates, packed };
+}
+
 interface FormatCase {
   name: string;
   body: Partial<BatchRequest>;
@@ -145,34 +174,7 @@ async function main(): Promise<void> {
   );
 
   // ---- packing, in process --------------------------------------------------------------------
-  const packRates: number[] = [];
-  let packed = 0;
-  for (let rep = 0; rep < reps + 1; rep++) {
-    packed = 0;
-    const started = performance.now();
-    for (const group of groups) {
-      const p = packPrefixTree(
-        group
-          .flat()
-          .map((s) => ({ tokens: s.promptIds.concat(s.responseIds), promptLength: s.promptIds.length })),
-      );
-      packed += p.tokens.length;
-    }
-    const seconds = (performance.now() - started) / 1000;
-    if (rep > 0) packRates.push(totalTokens / seconds); // rep 0 warms the JIT
-  }
-  // The same, without building the concatenated inputs (what packing itself costs).
-  const inputs = groups.map((group) =>
-    group
-      .flat()
-      .map((s) => ({ tokens: s.promptIds.concat(s.responseIds), promptLength: s.promptIds.length })),
-  );
-  const packOnlyRates: number[] = [];
-  for (let rep = 0; rep < reps; rep++) {
-    const started = performance.now();
-    for (const input of inputs) packPrefixTree(input);
-    packOnlyRates.push(totalTokens / ((performance.now() - started) / 1000));
-  }
+  const { packRates, packOnlyRates, packed } = benchPacking(groups, totalTokens, reps);
   log(
     `packing: ${fix(median(packOnlyRates) / 1e6, 1)}M tokens/s, ratio ${fix((100 * packed) / totalTokens, 1)}%`,
   );
