@@ -1,40 +1,47 @@
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { runDemo } from '../src/cli/demo.js';
 
 describe('demo (the README main job)', () => {
-  it('runs agents through the gateway and the trainer loop to the end over real HTTP and SQLite', async () => {
-    const lines: string[] = [];
-    const result = await runDemo({
-      port: 0,
-      groups: 4,
-      rollouts: 3,
-      batchSize: 2,
-      seed: 1,
-      errorRate: 0.5,
-      print: (l) => lines.push(l),
-    });
-    expect(result.consumedGroups).toBe(4);
-    expect(result.consumedSteps).toBe(result.producedSteps);
-    // Wrong calls were made and their failed tool results attached to the steps that made them.
-    expect(result.toolErrors).toBeGreaterThan(0);
-    const agentLines = lines.filter((l) => l.startsWith('agents    prompt-'));
-    expect(agentLines).toHaveLength(4);
-    const errorsReported = agentLines
-      .flatMap((l) => /tool errors \[([\d,]+)\]/.exec(l)![1]!.split(','))
-      .reduce((n, x) => n + Number(x), 0);
-    expect(errorsReported).toBe(result.toolErrors);
-    // Every LLM call an agent made became exactly one stored step.
-    const callsMade = agentLines
-      .flatMap((l) => /LLM calls \[([\d,]+)\]/.exec(l)![1]!.split(','))
-      .reduce((n, x) => n + Number(x), 0);
-    expect(callsMade).toBeGreaterThanOrEqual(12);
-    expect(result.producedSteps).toBe(callsMade);
-    expect(lines.filter((l) => l.startsWith('trainer   acked'))).toHaveLength(2);
-    expect(lines.some((l) => l.includes('nacked'))).toBe(true);
-    expect(lines.at(-1)).toMatch(
-      new RegExp(
-        `produced ${result.producedSteps} steps / 12 trajectories, consumed 4 groups / ${result.producedSteps} steps`,
-      ),
-    );
+  it('synthesizes tasks, runs the agent through the gateway, verifies, trains on the groups and exports SFT', async () => {
+    const out = mkdtempSync(join(tmpdir(), 'stepwise-demo-test-'));
+    try {
+      const lines: string[] = [];
+      const result = await runDemo({
+        out,
+        port: 0,
+        tasks: 4,
+        rollouts: 3,
+        concurrency: 4,
+        batchSize: 2,
+        seed: 3,
+        errorRate: 0.5,
+        giveUpRate: 0.3,
+        print: (l) => lines.push(l),
+      });
+      expect(result.samples).toBe(12);
+      // Every group completed and was consumed (after one nack), every step trained on.
+      expect(result.consumedGroups).toBe(4);
+      expect(result.consumedSteps).toBe(result.producedSteps);
+      expect(lines.filter((l) => l.startsWith('trainer   acked'))).toHaveLength(2);
+      expect(lines.some((l) => l.includes('nacked'))).toBe(true);
+      // Injected mistakes were recorded as failed tool results on the steps that made them.
+      expect(result.toolErrors).toBeGreaterThan(0);
+      // Give-ups make some rollouts fail: the mean is below 1, and the SFT export keeps only successes.
+      expect(result.meanScore).toBeLessThan(1);
+      expect(result.meanScore).toBeGreaterThan(0);
+      const sft = readFileSync(join(out, 'sft', 'sft.jsonl'), 'utf8')
+        .trim()
+        .split('\n');
+      expect(sft).toHaveLength(result.sftLines);
+      const successes = lines.filter((l) => /^agent .* score 1\.00/.test(l)).length;
+      expect(result.sftLines).toBe(successes);
+      const first = JSON.parse(sft[0]!) as { messages: { role: string }[] };
+      expect(first.messages.map((m) => m.role)).toContain('tool');
+    } finally {
+      rmSync(out, { recursive: true, force: true });
+    }
   });
 });

@@ -97,19 +97,21 @@ export function buildCli(): Command {
   program
     .command('demo')
     .description(
-      'run the end-to-end loop: agents work a task through the gateway (sim engine), a trainer leases, acks and syncs',
+      'the main job: synthesize tasks, run the built-in agent on them through the gateway (sim engine), verify, lease with GRPO advantages, export SFT data',
     )
-    .option('--db <path>', 'keep the store in this file (default: a temporary file)')
+    .option('--out <dir>', 'keep the store, run state and SFT export here (default: a temporary directory)')
     .option('--port <port>', 'port to listen on (0: any free port)', int('--port'), 0)
-    .option('--groups <n>', 'prompt groups to produce', int('--groups', 1), 8)
-    .option('--rollouts <n>', 'rollouts per prompt', int('--rollouts', 1), 4)
+    .option('--tasks <n>', 'synthesized tasks (one prompt group each)', int('--tasks', 1), 6)
+    .option('--rollouts <n>', 'samples per task', int('--rollouts', 1), 4)
+    .option('--concurrency <n>', 'samples run at once', int('--concurrency', 1), 4)
     .option('--error-rate <p>', 'chance the sim makes a wrong tool call first, then corrects it', rate, 0.3)
+    .option('--give-up-rate <p>', 'chance an episode stops part way (a failed rollout)', rate, 0.3)
     .option('--batch-size <n>', 'groups per leased batch', int('--batch-size', 1), 2)
     .option('--seed <n>', 'random seed', int('--seed'), 7)
     .action(async (opts) => {
       const result = await runDemo({ ...opts, print: (line: string) => console.log(line) });
       console.log(
-        `demo done: ${result.consumedGroups} groups, ${result.consumedSteps} steps trained on, ${result.toolErrors} tool errors recorded`,
+        `demo done: ${result.samples} samples (mean score ${result.meanScore.toFixed(2)}), ${result.consumedGroups} groups / ${result.consumedSteps} steps trained on, ${result.toolErrors} tool errors recorded, ${result.sftLines} SFT conversations`,
       );
     });
 

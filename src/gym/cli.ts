@@ -6,6 +6,8 @@ import type { ReferenceTask } from '../engines/sim/policies.js';
 import { type RunningServer, startServer } from '../gateway/server.js';
 import { type AgentSpec, defaultRunId, type GymSummary, runGym, type SampleResult } from './runner.js';
 import { checkSandbox } from './sandbox/index.js';
+import { registerSynthCommand } from './synth/cli.js';
+import { gateTasks } from './synth/gate.js';
 import { loadTasks } from './tasks/index.js';
 import type { GymTask } from './tasks/schema.js';
 
@@ -241,5 +243,63 @@ export function registerGymCommands(program: Command): Command {
     const { summary, runId } = await runCommand(opts, (line) => console.error(line));
     console.log(`run ${runId}\n${formatSummary(summary)}`);
   });
+  gym
+    .command('validate')
+    .description(
+      "ClawGym's gate: a no-op scores 0 on the untouched and on a scaffold workspace, verifiers do not crash, a native task's reference actions score 1",
+    )
+    .argument('<tasks>', 'a JSONL file, a ClawGym task folder or a folder of them')
+    .option(
+      '--json',
+      'print {"tasks": [{task_id, ok, noop_score, scaffold_score, reference_score, problems}]}',
+    )
+    .option('--concurrency <n>', 'tasks checked at once', positiveInt('--concurrency'), 4)
+    .option('--unsafe-no-sandbox', 'run verifiers and reference actions WITHOUT isolation')
+    .action(
+      async (source: string, opts: { json?: boolean; concurrency: number; unsafeNoSandbox?: boolean }) => {
+        const failed = await validateCommand(source, opts, (line) => console.log(line));
+        if (failed > 0) process.exitCode = 1;
+      },
+    );
+  registerSynthCommand(gym);
   return gym;
+}
+
+/** `stepwise gym validate`: prints the offenders (or JSON) and returns how many tasks failed. */
+export async function validateCommand(
+  source: string,
+  opts: { json?: boolean; concurrency: number; unsafeNoSandbox?: boolean },
+  print: (line: string) => void,
+): Promise<number> {
+  if (!opts.unsafeNoSandbox && !checkSandbox().ok)
+    throw new Error('the sandbox is unavailable; install bubblewrap, or pass --unsafe-no-sandbox');
+  const tasks = await loadTasks(source);
+  const results = await gateTasks(tasks, {
+    concurrency: opts.concurrency,
+    sandbox: opts.unsafeNoSandbox ? { unsafeNoSandbox: true } : {},
+    // Native tasks must be solvable by their reference actions; ClawGym's come without any.
+    requireReference: false,
+    onResult: (task, result, done) => {
+      if (!opts.json && !result.ok) print(`${task.id}: ${result.problems.join('; ')}`);
+      if (!opts.json && done % 10 === 0) process.stderr.write(`validated ${done}/${tasks.length}\n`);
+    },
+  });
+  const rows = tasks.map((task, i) => {
+    const r = results[i]!;
+    const problems = [...r.problems];
+    if (task.verifier.kind === 'checks' && (task.referenceActions?.length ?? 0) === 0)
+      problems.push('a native task needs reference actions that score 1');
+    return {
+      task_id: task.id,
+      ok: r.ok && problems.length === r.problems.length,
+      noop_score: r.noopScore,
+      scaffold_score: r.scaffoldScore,
+      reference_score: r.referenceScore,
+      problems,
+    };
+  });
+  const failed = rows.filter((r) => !r.ok).length;
+  if (opts.json) print(JSON.stringify({ tasks: rows }));
+  else print(`${rows.length - failed} of ${rows.length} tasks pass the gate; ${failed} fail`);
+  return failed;
 }
