@@ -219,7 +219,7 @@ async function main(): Promise<void> {
         });
         const leased = performance.now();
         if (!batch) throw new Error('no batch to lease');
-        renderBatch(batch, {
+        await renderBatch(batch, {
           ...leaseBody,
           channel: 'train',
           wait_ms: 0,

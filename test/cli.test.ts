@@ -76,14 +76,17 @@ describe('stepwise CLI as a real process', () => {
   });
 
   describe('help and option errors', () => {
-    it('stepwise --help lists the serve, gateway, sim and demo commands', async () => {
+    it('stepwise --help lists the serve, gateway, sim, demo, gym, bench and export commands', async () => {
       const result = await runCli(['--help']);
       expect(result.code, result.stderr).toBe(0);
       expect(result.stdout).toMatch(/Usage: stepwise \[options\] \[command\]/);
       expect(result.stdout).toMatch(/^\s+serve \[options\]\s+serve the gateway and the DataPool HTTP API/m);
       expect(result.stdout).toMatch(/^\s+gateway \[options\]\s+serve only the gateway/m);
       expect(result.stdout).toMatch(/^\s+sim \[options\]\s+serve the built-in sim engine/m);
-      expect(result.stdout).toMatch(/^\s+demo \[options\]\s+run the end-to-end loop/m);
+      expect(result.stdout).toMatch(/^\s+demo \[options\]\s+the main job/m);
+      expect(result.stdout).toMatch(/^\s+gym\s+Claw-style tasks/m);
+      expect(result.stdout).toMatch(/^\s+bench \[options\]\s+benchmark an agent/m);
+      expect(result.stdout).toMatch(/^\s+export /m);
     });
 
     it('serve --help exits 0 and names its options', async () => {
@@ -111,7 +114,7 @@ describe('stepwise CLI as a real process', () => {
       const result = await runCli(['demo', '--help']);
       expect(result.code, result.stderr).toBe(0);
       expect(result.stdout).toMatch(/Usage: stepwise demo \[options\]/);
-      for (const option of ['--db <path>', '--port <port>', '--groups <n>', '--rollouts <n>', '--seed <n>']) {
+      for (const option of ['--out <dir>', '--port <port>', '--tasks <n>', '--rollouts <n>', '--seed <n>']) {
         expect(result.stdout, option).toContain(option);
       }
     });

@@ -194,7 +194,7 @@ export function createApp(options: AppOptions): Hono<Env> {
     if (!batch) return c.body(null, 204);
     let rendered: RenderedBatch;
     try {
-      rendered = renderBatch(batch, request);
+      rendered = await renderBatch(batch, request);
     } catch (error) {
       // Nothing was served: the groups go back to the queue at once rather than at lease expiry.
       await pool.nack(batch.lease.id);

@@ -1,63 +1,52 @@
-import {
-  Bool,
-  type DataType,
-  Field,
-  Float32,
-  Float64,
-  Int32,
-  List,
-  makeData,
-  makeVector,
-  Table,
-  tableToIPC,
-  Utf8,
-  type Vector,
-  vectorFromArray,
-} from 'apache-arrow';
+import { Worker } from 'node:worker_threads';
 import type { Step } from '../domain/index.js';
 import type { LeasedBatch } from '../store/store.js';
 import { type AdvantageEstimator, groupAdvantages } from './advantages.js';
 
 /*
- * The `arrow` batch format: an Arrow IPC stream, one row per step (docs/serving.md). Token columns
- * are List<Int32> built straight from one offsets array and one values array per column.
+ * The `arrow` batch format: an Arrow IPC stream, one row per step (docs/serving.md). The columns are
+ * laid out here as plain and typed arrays (token columns as one offsets array and one values array
+ * each) and encoded by apache-arrow on a worker thread (src/serving/arrow-worker.mjs): loading
+ * apache-arrow switches off V8's fast Array.prototype.concat for the whole thread it runs in.
  */
 
-/** A List<child> vector over per-row arrays (a null row where `values(i)` is null). */
-function listVector<T extends Int32 | Float32>(
-  child: T,
+export type ArrowColumn = { name: string } & (
+  | { kind: 'utf8'; values: (string | null)[] }
+  | { kind: 'bool'; values: (boolean | null)[] }
+  | { kind: 'int32'; values: (number | null)[] | Int32Array }
+  | { kind: 'float32'; values: Float32Array }
+  | { kind: 'float64'; values: (number | null)[] }
+  | {
+      kind: 'list_int32' | 'list_float32';
+      offsets: Int32Array;
+      values: Int32Array | Float32Array;
+      validity: Uint8Array;
+      nullCount: number;
+    }
+);
+
+/** A List column over per-row arrays (a null row where the array is null). */
+function listColumn(
+  name: string,
+  kind: 'list_int32' | 'list_float32',
   rows: readonly (readonly number[] | null)[],
-): Vector<List<T>> {
+): ArrowColumn {
   const offsets = new Int32Array(rows.length + 1);
+  const validity = new Uint8Array((rows.length + 7) >> 3);
   let total = 0;
-  let nulls = 0;
+  let nullCount = 0;
   for (const [i, row] of rows.entries()) {
     total += row?.length ?? 0;
     offsets[i + 1] = total;
-    if (row === null) nulls++;
+    if (row === null) nullCount++;
+    else validity[i >> 3]! |= 1 << (i & 7);
   }
-  const values = child instanceof Int32 ? new Int32Array(total) : new Float32Array(total);
+  const values = kind === 'list_int32' ? new Int32Array(total) : new Float32Array(total);
   for (const [i, row] of rows.entries()) if (row) values.set(row, offsets[i]!);
-  let nullBitmap: Uint8Array | undefined;
-  if (nulls > 0) {
-    nullBitmap = new Uint8Array((rows.length + 7) >> 3);
-    for (const [i, row] of rows.entries()) if (row !== null) nullBitmap[i >> 3]! |= 1 << (i & 7);
-  }
-  const type = new List(new Field('item', child, false));
-  const childData = makeData({ type: child as DataType, length: total, data: values } as never);
-  return makeVector(
-    makeData({
-      type,
-      length: rows.length,
-      nullCount: nulls,
-      nullBitmap,
-      valueOffsets: offsets,
-      child: childData,
-    } as never),
-  ) as unknown as Vector<List<T>>;
+  return { name, kind, offsets, values, validity, nullCount };
 }
 
-export function batchToArrow(batch: LeasedBatch, options: { advantage?: AdvantageEstimator }): Uint8Array {
+export function arrowColumns(batch: LeasedBatch, options: { advantage?: AdvantageEstimator }): ArrowColumn[] {
   const steps: Step[] = [];
   const rowGroup: string[] = [];
   const trajectoryReward: (number | null)[] = [];
@@ -90,53 +79,103 @@ export function batchToArrow(batch: LeasedBatch, options: { advantage?: Advantag
       }
     });
   }
-  const columns: Record<string, Vector> = {
-    group_id: vectorFromArray(rowGroup, new Utf8()),
-    trajectory_uid: vectorFromArray(
-      steps.map((s) => s.trajectoryId),
-      new Utf8(),
-    ),
-    step_index: vectorFromArray(Int32Array.from(steps, (s) => s.index)),
-    prompt_ids: listVector(
-      new Int32(),
+  const columns: ArrowColumn[] = [
+    { name: 'group_id', kind: 'utf8', values: rowGroup },
+    { name: 'trajectory_uid', kind: 'utf8', values: steps.map((s) => s.trajectoryId) },
+    { name: 'step_index', kind: 'int32', values: Int32Array.from(steps, (s) => s.index) },
+    listColumn(
+      'prompt_ids',
+      'list_int32',
       steps.map((s) => s.promptIds),
     ),
-    response_ids: listVector(
-      new Int32(),
+    listColumn(
+      'response_ids',
+      'list_int32',
       steps.map((s) => s.responseIds),
     ),
-    response_logprobs: listVector(
-      new Float32(),
+    listColumn(
+      'response_logprobs',
+      'list_float32',
       steps.map((s) => s.responseLogprobs),
     ),
-    reward: vectorFromArray(
-      steps.map((s) => s.reward),
-      new Float64(),
-    ),
-    trajectory_reward: vectorFromArray(trajectoryReward, new Float64()),
-  };
-  if (options.advantage) columns.advantage = vectorFromArray(Float32Array.from(advantage));
-  Object.assign(columns, {
-    policy_version: vectorFromArray(Int32Array.from(steps, (s) => s.policyVersion)),
-    is_last: vectorFromArray(
-      steps.map((s) => s.isLast),
-      new Bool(),
-    ),
-    token_source: vectorFromArray(
-      steps.map((s) => s.tokenSource),
-      new Utf8(),
-    ),
-    finish_reason: vectorFromArray(
-      steps.map((s) => s.finishReason),
-      new Utf8(),
-    ),
-    guided: vectorFromArray(guided, new Bool()),
-    guidance_k: vectorFromArray(guidanceK, new Int32()),
-    probe: vectorFromArray(probe, new Bool()),
-    derived_from: vectorFromArray(derivedFrom, new Utf8()),
-    stale: vectorFromArray(stale, new Bool()),
-    staleness: vectorFromArray(Int32Array.from(staleness)),
-    partial: vectorFromArray(partial, new Bool()),
-  });
-  return tableToIPC(new Table(columns), 'stream');
+    { name: 'reward', kind: 'float64', values: steps.map((s) => s.reward) },
+    { name: 'trajectory_reward', kind: 'float64', values: trajectoryReward },
+  ];
+  if (options.advantage)
+    columns.push({ name: 'advantage', kind: 'float32', values: Float32Array.from(advantage) });
+  columns.push(
+    { name: 'policy_version', kind: 'int32', values: Int32Array.from(steps, (s) => s.policyVersion) },
+    { name: 'is_last', kind: 'bool', values: steps.map((s) => s.isLast) },
+    { name: 'token_source', kind: 'utf8', values: steps.map((s) => s.tokenSource) },
+    { name: 'finish_reason', kind: 'utf8', values: steps.map((s) => s.finishReason) },
+    { name: 'guided', kind: 'bool', values: guided },
+    { name: 'guidance_k', kind: 'int32', values: guidanceK },
+    { name: 'probe', kind: 'bool', values: probe },
+    { name: 'derived_from', kind: 'utf8', values: derivedFrom },
+    { name: 'stale', kind: 'bool', values: stale },
+    { name: 'staleness', kind: 'int32', values: Int32Array.from(staleness) },
+    { name: 'partial', kind: 'bool', values: partial },
+  );
+  return columns;
+}
+
+/** One worker for the process, started on first use; it does not keep the process alive. */
+class ArrowEncoder {
+  private worker: Worker | null = null;
+  private nextId = 0;
+  private readonly pending = new Map<
+    number,
+    { resolve: (b: Uint8Array) => void; reject: (e: Error) => void }
+  >();
+
+  encode(columns: ArrowColumn[]): Promise<Uint8Array> {
+    const worker = this.start();
+    const id = this.nextId++;
+    const transfer: ArrayBuffer[] = [];
+    for (const c of columns) {
+      if (c.kind === 'list_int32' || c.kind === 'list_float32')
+        transfer.push(
+          c.offsets.buffer as ArrayBuffer,
+          c.values.buffer as ArrayBuffer,
+          c.validity.buffer as ArrayBuffer,
+        );
+    }
+    return new Promise((resolve, reject) => {
+      this.pending.set(id, { resolve, reject });
+      if (this.pending.size === 1) worker.ref();
+      worker.postMessage({ id, columns }, transfer);
+    });
+  }
+
+  private start(): Worker {
+    if (this.worker) return this.worker;
+    const worker = new Worker(new URL('./arrow-worker.mjs', import.meta.url));
+    worker.unref();
+    worker.on('message', (m: { id: number; bytes?: Uint8Array; error?: string }) => {
+      const waiting = this.pending.get(m.id);
+      if (!waiting) return;
+      this.pending.delete(m.id);
+      if (this.pending.size === 0) worker.unref();
+      if (m.bytes) waiting.resolve(m.bytes);
+      else waiting.reject(new Error(`Arrow encoding failed: ${m.error}`));
+    });
+    const fail = (error: Error) => {
+      for (const waiting of this.pending.values()) waiting.reject(error);
+      this.pending.clear();
+      this.worker = null;
+    };
+    worker.on('error', fail);
+    worker.on('exit', (code) => fail(new Error(`the Arrow worker exited (${code})`)));
+    this.worker = worker;
+    return worker;
+  }
+}
+
+const encoder = new ArrowEncoder();
+
+export function batchToArrow(
+  batch: LeasedBatch,
+  options: { advantage?: AdvantageEstimator },
+): Promise<Uint8Array> {
+  return encoder.encode(arrowColumns(batch, options));
 }

@@ -42,7 +42,7 @@ export interface RenderedBatch {
 }
 
 /** Lays a leased batch out in the requested format. Throws OverlongError under `overlong: reject`. */
-export function renderBatch(batch: LeasedBatch, request: BatchRequest): RenderedBatch {
+export async function renderBatch(batch: LeasedBatch, request: BatchRequest): Promise<RenderedBatch> {
   const lease = { 'x-lease-id': batch.lease.id, 'x-lease-expires-at': String(batch.lease.expiresAt) };
   const steps = batch.groups.reduce((n, g) => n + g.trajectories.reduce((m, t) => m + t.steps.length, 0), 0);
   if (request.format === 'json') {
@@ -52,7 +52,7 @@ export function renderBatch(batch: LeasedBatch, request: BatchRequest): Rendered
   if (request.format === 'arrow') {
     return {
       contentType: 'application/vnd.apache.arrow.stream',
-      body: [batchToArrow(batch, { advantage: request.advantage })],
+      body: [await batchToArrow(batch, { advantage: request.advantage })],
       headers: {
         ...lease,
         'x-stepwise-rows': String(steps),

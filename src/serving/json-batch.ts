@@ -99,7 +99,7 @@ export function batchToJson(batch: LeasedBatch, options: JsonBatchOptions = {}):
       if (options.pack === 'prefix_tree') {
         const inputs = g.trajectories.flatMap((t) =>
           t.steps.map((s) => ({
-            tokens: s.promptIds.concat(s.responseIds),
+            tokens: [...s.promptIds, ...s.responseIds],
             promptLength: s.promptIds.length,
           })),
         );

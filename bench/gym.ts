@@ -1,0 +1,183 @@
+/**
+ * Gym benchmark: how fast a sandbox starts, how many samples per minute the runner gets through with
+ * the sim engine, and what the runner (agent loop + gateway + pool) costs over executing the same
+ * tool calls directly.
+ *
+ *   npm run bench:gym              full run (~3-5 minutes), updates BENCHMARKS.md
+ *   npm run bench:gym -- --quick   fewer tasks and starts, prints only
+ */
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import { join } from 'node:path';
+import { startServer } from '../src/gateway/server.js';
+import { referenceTasks } from '../src/gym/cli.js';
+import { runGym } from '../src/gym/runner.js';
+import { checkSandbox, runInSandbox } from '../src/gym/sandbox/index.js';
+import { synthesize } from '../src/gym/synth/index.js';
+import { workspaceFor } from '../src/gym/tasks/index.js';
+import type { GymTask } from '../src/gym/tasks/schema.js';
+import { runTool } from '../src/gym/tools/index.js';
+import { verify } from '../src/gym/verify/index.js';
+import { codeVersion, fix, int, log, machineInfo, percentile, writeBenchmarks } from './support.js';
+
+const MARK_START = '<!-- bench:gym -->';
+const MARK_END = '<!-- /bench:gym -->';
+
+const median = (values: number[]) => {
+  const s = [...values].sort((a, b) => a - b);
+  const mid = s.length >> 1;
+  return s.length % 2 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2;
+};
+
+/** Starts `n` sandboxes one after another, each running `true`; returns their wall times in ms. */
+async function sandboxStarts(n: number, dir: string): Promise<number[]> {
+  const workspace = join(dir, 'start-ws');
+  mkdirSync(workspace, { recursive: true });
+  const times: number[] = [];
+  for (let i = 0; i < n + 3; i++) {
+    const started = performance.now();
+    const result = await runInSandbox({ workspace, mountDir: '/root/.openclaw/workspace' }, 'true');
+    if (result.exitCode !== 0) throw new Error(`sandbox start failed: ${result.stderr}`);
+    if (i >= 3) times.push(performance.now() - started); // 3 warm-up starts
+  }
+  return times;
+}
+
+/** The same samples without agent loop, gateway or pool: reference actions run straight through the tools. */
+async function direct(tasks: readonly GymTask[], concurrency: number, dir: string): Promise<number> {
+  const started = performance.now();
+  let next = 0;
+  const worker = async () => {
+    while (next < tasks.length) {
+      const i = next++;
+      const task = tasks[i]!;
+      const workspace = join(dir, `direct-${i}`);
+      await workspaceFor(task, workspace);
+      const sandbox = { workspace, mountDir: task.mountDir };
+      for (const action of task.referenceActions ?? [])
+        await runTool(action.name, action.arguments, { workspace, mountDir: task.mountDir, sandbox });
+      const verdict = await verify(task, workspace, {});
+      if (verdict.score !== 1) throw new Error(`${task.id}: reference actions scored ${verdict.score}`);
+      rmSync(workspace, { recursive: true, force: true });
+    }
+  };
+  await Promise.all(Array.from({ length: concurrency }, worker));
+  return performance.now() - started;
+}
+
+interface RunFigures {
+  concurrency: number;
+  samples: number;
+  ms: number;
+  directMs: number;
+  meanScore: number;
+  steps: number;
+}
+
+async function gymRun(tasks: readonly GymTask[], concurrency: number, dir: string): Promise<RunFigures> {
+  const runDir = mkdtempSync(join(dir, `run-${concurrency}-`));
+  const server = await startServer({
+    dbPath: join(runDir, 'pool.db'),
+    port: 0,
+    engines: ['sim'],
+    sim: { policy: 'reference', tasks: referenceTasks(tasks), errorRate: 0 },
+  });
+  try {
+    const started = performance.now();
+    const { results, summary } = await runGym({
+      tasks,
+      samples: 1,
+      concurrency,
+      gatewayUrl: server.url,
+      model: 'sim-qwen3',
+      agent: { kind: 'builtin', maxTurns: 16 },
+      runId: `bench-${concurrency}`,
+      stateFile: join(runDir, 'state.jsonl'),
+      workDir: join(runDir, 'work'),
+      sampleTimeoutMs: 300_000,
+    });
+    const ms = performance.now() - started;
+    if (summary.infraFailed > 0)
+      throw new Error(`${summary.infraFailed} samples failed in the infrastructure`);
+    const stats = await server.pool.stats('train');
+    const directMs = await direct(tasks, concurrency, runDir);
+    return {
+      concurrency,
+      samples: results.length,
+      ms,
+      directMs,
+      meanScore: summary.meanScore,
+      steps: stats.produced.steps,
+    };
+  } finally {
+    await server.close();
+    rmSync(runDir, { recursive: true, force: true });
+  }
+}
+
+async function main(): Promise<void> {
+  const args = process.argv.slice(2);
+  if (args.includes('--help') || args.includes('-h')) {
+    process.stdout.write('usage: npm run bench:gym [-- --quick]\n');
+    return;
+  }
+  const check = checkSandbox();
+  if (!check.ok) throw new Error(`the sandbox is unavailable: ${check.reason}`);
+  const quick = args.includes('--quick');
+  const command =
+    process.env.npm_lifecycle_event === 'bench:gym'
+      ? `npm run bench:gym${args.length ? ` -- ${args.join(' ')}` : ''}  (tsx bench/gym.ts)`
+      : `tsx bench/gym.ts${args.length ? ` ${args.join(' ')}` : ''}`;
+  const loadAtStart = os.loadavg();
+  const codeAtStart = codeVersion();
+  const dir = mkdtempSync(join(os.tmpdir(), 'stepwise-bench-gym-'));
+  try {
+    const starts = await sandboxStarts(quick ? 20 : 100, dir);
+    log(`sandbox start: p50 ${fix(median(starts), 1)} ms, p99 ${fix(percentile(starts, 99), 1)} ms`);
+    const tasks = synthesize({ n: quick ? 24 : 96, seed: 11 });
+    const runs: RunFigures[] = [];
+    for (const concurrency of [8, 32]) {
+      const r = await gymRun(tasks, concurrency, dir);
+      runs.push(r);
+      log(
+        `concurrency ${concurrency}: ${r.samples} samples in ${fix(r.ms / 1000, 1)} s (${fix((60_000 * r.samples) / r.ms, 0)}/min); direct ${fix(r.directMs / 1000, 1)} s`,
+      );
+    }
+    const lines = [
+      '## Gym benchmark (`bench/gym.ts`)',
+      '',
+      ...machineInfo(command, loadAtStart, codeAtStart, {
+        stack: `bubblewrap sandbox, in-process server with the sim engine`,
+        noise: 'runner, server, sandboxes and verifiers',
+      }),
+      '',
+      '### Sandbox start',
+      '',
+      `${starts.length} sandboxes started one after another, each running \`true\` in a workspace (bubblewrap with the supervisor, limits and a private /tmp; from the call to the exit status): **p50 ${fix(median(starts), 1)} ms, p99 ${fix(percentile(starts, 99), 1)} ms**.`,
+      '',
+      '### Runner throughput and overhead',
+      '',
+      `${tasks.length} synthesized tasks (all six categories), one sample each, built-in agent, sim \`reference\` policy without injected mistakes (every sample solves its task). "Direct" runs the same reference tool calls straight through the tools and the same verifier — no agent loop, gateway, LLM calls or pool — at the same concurrency.`,
+      '',
+      '| concurrency | samples | gym wall time | samples/min | steps stored | mean score | direct wall time | gym / direct |',
+      '|---:|---:|---:|---:|---:|---:|---:|---:|',
+      ...runs.map(
+        (r) =>
+          `| ${r.concurrency} | ${r.samples} | ${fix(r.ms / 1000, 1)} s | ${int((60_000 * r.samples) / r.ms)} | ${int(r.steps)} | ${fix(r.meanScore, 3)} | ${fix(r.directMs / 1000, 1)} s | ${fix(r.ms / r.directMs, 2)}× |`,
+      ),
+      '',
+      `Each sample makes ${fix(runs[0]!.steps / runs[0]!.samples, 1)} LLM calls on average (one per tool call plus the closing answer). Most of a sample's time is the sandboxed \`exec\` calls and the verifier on ${os.cpus().length} cores; the difference to "direct" is the agent loop, the gateway's capture and the pool's commits.`,
+      '',
+    ];
+    const report = lines.join('\n');
+    process.stdout.write(`${report}\n`);
+    if (!quick) log(`wrote ${writeBenchmarks(MARK_START, MARK_END, report)}`);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+main().catch((error) => {
+  console.error(error);
+  process.exit(1);
+});
