@@ -141,7 +141,12 @@ describe.skipIf(!sandboxReady)('gym runner', () => {
     for (const r of results) {
       const t = await server.pool.store.getTrajectory(r.trajectoryUid!);
       expect(t).toMatchObject({ status: 'complete', reward: 1, groupId: `run-a.${r.taskId}` });
-      expect(t!.metadata).toMatchObject({ task_id: r.taskId, verifier: { score: 1 } });
+      expect(t!.metadata).toMatchObject({ task_id: r.taskId, sample: r.sample });
+      const signals = await server.pool.getSignals(r.trajectoryUid!, { current: true });
+      expect(signals.map((x) => [x.name, x.source, x.value]).sort()).toEqual([
+        ['code', 'verifier', 1],
+        ['score', 'verifier', 1],
+      ]);
       const steps = await server.pool.getTrajectorySteps(r.trajectoryUid!);
       expect(steps.length).toBeGreaterThanOrEqual(
         tasks.find((x) => x.id === r.taskId)!.referenceActions!.length,

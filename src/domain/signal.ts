@@ -1,7 +1,10 @@
 import { z } from 'zod';
+import { ClientId } from './ids.js';
 import { JsonObject } from './json.js';
+import { MAX_STEP_INDEX } from './step.js';
 
 export const SignalSource = z.enum(['rule', 'verifier', 'judge', 'rm', 'human', 'env']);
+export type SignalSource = z.infer<typeof SignalSource>;
 
 /** A reward or quality score attached to a step or a trajectory (used by the rewards issue). */
 export const Signal = z.object({
@@ -15,3 +18,99 @@ export const Signal = z.object({
   createdAt: z.number(),
 });
 export type Signal = z.infer<typeof Signal>;
+
+/** A signal as written: the store stamps `createdAt`; `version` and `details` have defaults. */
+export const SignalInput = Signal.omit({ createdAt: true });
+export type SignalInput = z.input<typeof SignalInput>;
+
+/**
+ * Signals are append-only: a newer signal with the same key supersedes an older one for "current"
+ * purposes, and the older one stays as history.
+ */
+export function signalKey(s: Pick<Signal, 'stepIndex' | 'name' | 'source'>): string {
+  return `${s.stepIndex ?? -1}\u0000${s.source}\u0000${s.name}`;
+}
+
+/** The latest signal per (step, name, source), in the order of the given (oldest-first) history. */
+export function currentSignals<T extends Pick<Signal, 'stepIndex' | 'name' | 'source'>>(history: T[]): T[] {
+  const latest = new Map<string, T>();
+  for (const s of history) latest.set(signalKey(s), s);
+  const keep = new Set(latest.values());
+  return history.filter((s) => keep.has(s));
+}
+
+const SignalFields = {
+  step_index: z
+    .number()
+    .int('must be an integer')
+    .min(0, 'must be >= 0')
+    .max(MAX_STEP_INDEX)
+    .nullable()
+    .optional(),
+  name: z.string().min(1, 'must not be empty').max(128, 'must be at most 128 characters'),
+  value: z.number('must be a finite number').finite('must be a finite number'),
+  source: SignalSource,
+  version: z.string().min(1, 'must not be empty').max(64, 'must be at most 64 characters').optional(),
+  details: JsonObject.optional(),
+};
+
+/** One signal in `POST /v1/signals`. */
+export const SignalWire = z.strictObject({ trajectory_uid: ClientId, ...SignalFields });
+export type SignalWire = z.infer<typeof SignalWire>;
+
+export const SignalsBody = z.strictObject({
+  signals: z
+    .array(SignalWire)
+    .min(1, 'must hold at least one signal')
+    .max(10_000, 'at most 10000 signals per call'),
+});
+
+/**
+ * One signal posted under a trajectory's base_url: the base_url names the trajectory; a
+ * `trajectory_uid`, when sent, must be that one.
+ */
+export const TrajectorySignalWire = z.strictObject({ trajectory_uid: ClientId.optional(), ...SignalFields });
+
+export const TrajectorySignalsBody = z.strictObject({
+  signals: z
+    .array(TrajectorySignalWire)
+    .min(1, 'must hold at least one signal')
+    .max(10_000, 'at most 10000 signals per call'),
+});
+
+export function signalFromWire(wire: Omit<SignalWire, 'trajectory_uid'>, trajectoryId: string): SignalInput {
+  return {
+    trajectoryId,
+    stepIndex: wire.step_index ?? null,
+    name: wire.name,
+    value: wire.value,
+    source: wire.source,
+    ...(wire.version === undefined ? {} : { version: wire.version }),
+    ...(wire.details === undefined ? {} : { details: wire.details }),
+  };
+}
+
+/** The wire form a trainer, an agent or a batch receives. */
+export interface SignalOut {
+  trajectory_uid: string;
+  step_index: number | null;
+  name: string;
+  value: number;
+  source: SignalSource;
+  version: string;
+  details: Record<string, unknown>;
+  created_at: number;
+}
+
+export function signalToWire(s: Signal): SignalOut {
+  return {
+    trajectory_uid: s.trajectoryId,
+    step_index: s.stepIndex,
+    name: s.name,
+    value: s.value,
+    source: s.source,
+    version: s.version,
+    details: s.details,
+    created_at: s.createdAt,
+  };
+}

@@ -11,11 +11,15 @@ import {
   CompleteTrajectoryBody,
   EventType,
   LabelsBody,
+  NotFoundError,
   parseOrThrow,
   Quality,
+  SignalsBody,
   StepWire,
   StepwiseError,
   SubmitStepsBody,
+  signalFromWire,
+  signalToWire,
   stepFromWire,
   stepToWire,
   TrajectoryStatus,
@@ -100,6 +104,12 @@ const PolicyVersionBody = z.strictObject({
   drain: z.boolean().default(false),
 });
 const StatsQuery = z.strictObject({ channel: ChannelName.optional() });
+const SignalListQuery = z.strictObject({
+  current: z
+    .enum(['true', 'false'])
+    .transform((v) => v === 'true')
+    .optional(),
+});
 
 /**
  * The HTTP face of the pool: thin handlers that parse, call the pool and shape the answer.
@@ -312,6 +322,22 @@ export function createApp(options: AppOptions): Hono<Env> {
     if (!trajectory) throw new StepwiseError(`trajectory ${id} does not exist`, 404, 'not_found');
     const [steps, labels] = await Promise.all([pool.getTrajectorySteps(id), pool.labels(id)]);
     return c.json({ ...trajectoryToWire(trajectory), steps: steps.map(stepToWire), labels });
+  });
+
+  // ---- signals (trainer or admin: reward workers, judges, verifiers) ---------------------------
+
+  app.post('/v1/signals', requireScope('trainer'), async (c) => {
+    const { signals } = parseOrThrow(SignalsBody, await readJsonBody(c));
+    const added = await pool.addSignals(signals.map((s) => signalFromWire(s, s.trajectory_uid)));
+    return c.json({ signals: added.map(signalToWire) });
+  });
+
+  app.get('/v1/trajectories/:id/signals', requireScope('trainer'), async (c) => {
+    const id = parseOrThrow(ClientId, c.req.param('id'), 'trajectory_uid');
+    const { current } = parseOrThrow(SignalListQuery, c.req.query());
+    if (!(await pool.getTrajectory(id))) throw new NotFoundError(`trajectory ${id} does not exist`);
+    const signals = await pool.getSignals(id, { current: current ?? false });
+    return c.json({ trajectory_uid: id, signals: signals.map(signalToWire) });
   });
 
   // ---- curation and configuration (admin) -----------------------------------------------------

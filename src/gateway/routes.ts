@@ -5,13 +5,18 @@ import {
   ClientId,
   CompleteTrajectoryBody,
   JsonObject,
+  NotFoundError,
   parseOrThrow,
+  StepwiseError,
+  signalFromWire,
+  signalToWire,
   TokenIds,
+  TrajectorySignalsBody,
   trajectoryToWire,
   ValidationError,
 } from '../domain/index.js';
 import { type AuthVariables, requireScope } from './auth.js';
-import type { CallKind, Gateway } from './gateway.js';
+import type { CallKind, Gateway, Session } from './gateway.js';
 import { readJsonBody } from './json-body.js';
 import { openaiErrorResponse, toOpenAIError } from './openai-errors.js';
 
@@ -19,9 +24,10 @@ import { openaiErrorResponse, toOpenAIError } from './openai-errors.js';
  * The gateway's HTTP routes, mounted on the pool's app (one port):
  * - black-box agents: `POST /init_trajectory` mints a trajectory and its base_url
  *   `http://host:port/<trajectory>/<group>/v1`; under it the OpenAI routes (`chat/completions`,
- *   `completions`, `models`) and `register_trajectory` / `complete_trajectory`. Agents with a fixed
- *   base_url call `/v1/chat/completions` and name the trajectory in `X-Stepwise-Trajectory` or as
- *   the model prefix `<trajectory>__<model>`.
+ *   `completions`, `models`), `register_trajectory` / `complete_trajectory` and `signals` (scores
+ *   for this trajectory only, also after it completed). Agents with a fixed base_url call
+ *   `/v1/chat/completions` and name the trajectory in `X-Stepwise-Trajectory` or as the model
+ *   prefix `<trajectory>__<model>`.
  * - white-box agents: `POST /generate` (token ids in and out), `POST /compute_reward`.
  * Errors on these routes have OpenAI's shape, so every OpenAI SDK reports them properly.
  */
@@ -62,6 +68,20 @@ const openai =
       return toOpenAIError(error);
     }
   };
+
+/** Waits until the steps this process captured for an open trajectory are committed. */
+async function capturedStepsStored(gateway: Gateway, trajectory: string, group: string): Promise<void> {
+  let session: Session;
+  try {
+    session = await gateway.session(trajectory, group);
+  } catch (error) {
+    // Closed meanwhile: completing it waited for its writes already.
+    if (error instanceof StepwiseError) return;
+    throw error;
+  }
+  gateway.pool.flushWrites();
+  while (session.writes.size > 0) await Promise.all(session.writes);
+}
 
 export interface GatewayRouteOptions {
   /** Origin written into base_urls (default: the origin the request came to). */
@@ -147,6 +167,36 @@ export function mountGatewayRoutes(
         status: body.status,
       });
       return c.json(trajectoryToWire(t));
+    }),
+  );
+
+  app.post(
+    '/:traj/:group/v1/signals',
+    agent,
+    openai(async (c) => {
+      const { trajectory, group } = ids(c);
+      const { signals } = parseOrThrow(TrajectorySignalsBody, await readJsonBody(c));
+      // The base_url is the capability: it writes signals for its own trajectory and no other.
+      signals.forEach((s, i) => {
+        if (s.trajectory_uid !== undefined && s.trajectory_uid !== trajectory) {
+          throw new StepwiseError(
+            `signals.${i}.trajectory_uid: this base_url writes signals only for trajectory ${trajectory}`,
+            403,
+            'forbidden',
+            `signals.${i}.trajectory_uid`,
+          );
+        }
+      });
+      const stored = await gateway.pool.getTrajectory(trajectory);
+      if (!stored || stored.groupId !== group) {
+        throw new NotFoundError(`trajectory ${trajectory} has no group ${group} (check the base_url)`);
+      }
+      // A step just answered may still be on its way to the store: a signal may name it at once.
+      if (stored.status === 'open' && signals.some((s) => s.step_index != null)) {
+        await capturedStepsStored(gateway, trajectory, group);
+      }
+      const added = await gateway.pool.addSignals(signals.map((s) => signalFromWire(s, trajectory)));
+      return c.json({ signals: added.map(signalToWire) });
     }),
   );
 

@@ -250,22 +250,24 @@ async function runSample(options: GymRunOptions, task: GymTask, sample: number):
       };
     }
     const verdict = await verify(task, workspace, { sandbox, judge: options.judge });
-    await postJson(
-      `${trajectory.base_url}/register_trajectory`,
+    // The scores land as signals on the trajectory: the verifier's code score with its sub-scores,
+    // the judge's rubric score when there is one, and the combined score (also the reward).
+    const signals: Record<string, unknown>[] = [
       {
-        metadata: {
-          verifier: {
-            score: verdict.score,
-            code: verdict.code,
-            rubric: verdict.rubric,
-            verifier_failed: verdict.verifierFailed,
-            reason: verdict.reason,
-            subscores: verdict.subscores,
-          },
+        name: 'code',
+        value: verdict.code,
+        source: 'verifier',
+        details: {
+          verifier: task.verifier.kind,
+          verifier_failed: verdict.verifierFailed,
+          reason: verdict.reason,
+          subscores: verdict.subscores,
         },
       },
-      options.apiKey,
-    );
+      { name: 'score', value: verdict.score, source: 'verifier', details: { weights: task.weights } },
+    ];
+    if (verdict.rubric !== null) signals.push({ name: 'rubric', value: verdict.rubric, source: 'judge' });
+    await postJson(`${trajectory.base_url}/signals`, { signals }, options.apiKey);
     await complete(verdict.score, 'complete');
     return {
       ...base,

@@ -8,6 +8,8 @@ import {
   type LeaseRequest,
   type NewStep,
   type PoolEvent,
+  type Signal,
+  type SignalInput,
   type Step,
   StepwiseError,
   type Trajectory,
@@ -20,6 +22,7 @@ import type {
   LeasedBatch,
   Page,
   PoolStats,
+  SignalQuery,
   StepQuery,
   Store,
   SubmitOutcome,
@@ -245,6 +248,16 @@ export class DataPool {
 
   async labels(trajectoryId: string): Promise<Label[]> {
     return this.store.getLabels(trajectoryId);
+  }
+
+  /** Appends reward and quality signals, all or none; they are served with the next leases. */
+  async addSignals(signals: SignalInput[]): Promise<Signal[]> {
+    this.assertOpen();
+    return this.store.addSignals(signals, this.clock());
+  }
+
+  getSignals(trajectoryId: string, options: SignalQuery = {}): Promise<Signal[]> {
+    return this.store.getSignals(trajectoryId, options);
   }
 
   stats(channel: string | null = null): Promise<PoolStats> {

@@ -1,4 +1,4 @@
-import { type StepOut, stepToWire } from '../domain/index.js';
+import { type SignalOut, type StepOut, signalToWire, stepToWire } from '../domain/index.js';
 import type { CurrentLabel, LeasedBatch } from '../store/store.js';
 import { type AdvantageEstimator, groupAdvantages } from './advantages.js';
 import { type PackingWire, packingToWire, packPrefixTree } from './packing.js';
@@ -31,6 +31,8 @@ export interface BatchJson {
       derived_from: string | null;
       metadata: Record<string, unknown>;
       label: StepLabelOut | null;
+      /** The signals in force (the latest per step, name and source), oldest first. */
+      signals: SignalOut[];
       /** With `advantage`: the trajectory's advantage, also on each of its steps. */
       advantage?: number;
       steps: (StepOut & { label: StepLabelOut | null; advantage?: number })[];
@@ -51,8 +53,8 @@ function labelOut(label: CurrentLabel | undefined): StepLabelOut | null {
 }
 
 /**
- * The `json` batch format: groups → trajectories → steps in wire form, with curation labels and,
- * when asked, advantages and each group's prefix-tree packing.
+ * The `json` batch format: groups → trajectories → steps in wire form, with curation labels, the
+ * trajectories' current signals and, when asked, advantages and each group's prefix-tree packing.
  */
 export function batchToJson(batch: LeasedBatch, options: JsonBatchOptions = {}): BatchJson {
   return {
@@ -87,6 +89,7 @@ export function batchToJson(batch: LeasedBatch, options: JsonBatchOptions = {}):
             derived_from: t.trajectory.derivedFrom,
             metadata: t.trajectory.metadata,
             label: labelOut(byStep.get(null)),
+            signals: t.signals.map(signalToWire),
             ...(advantage === undefined ? {} : { advantage }),
             steps: t.steps.map((s) => ({
               ...stepToWire(s),

@@ -9,6 +9,8 @@ import type {
   Lease,
   NewStep,
   PoolEvent,
+  Signal,
+  SignalInput,
   Step,
   StepwiseError,
   ToolResult,
@@ -93,6 +95,8 @@ export interface ServedTrajectory {
   trajectory: Trajectory;
   steps: Step[];
   labels: CurrentLabel[];
+  /** The signals in force: the latest per (step, name, source), oldest first. */
+  signals: Signal[];
 }
 
 export interface ServedGroup {
@@ -106,6 +110,11 @@ export interface LeasedBatch {
   lease: Lease;
   policyVersion: number;
   groups: ServedGroup[];
+}
+
+export interface SignalQuery {
+  /** Only the latest signal per (step, name, source). */
+  current?: boolean;
 }
 
 export interface LabelFilter {
@@ -244,6 +253,14 @@ export interface Store {
   getLabels(trajectoryId: string): Promise<Label[]>;
   /** The curation state in force for a trajectory and its steps (labels folded). */
   getCurrentLabels(trajectoryId: string): Promise<CurrentLabel[]>;
+
+  /**
+   * Appends signals atomically (all or none): the trajectory, and the step when one is named, must
+   * exist. A newer signal with the same (step, name, source) supersedes an older one; both are kept.
+   */
+  addSignals(signals: SignalInput[], now: number): Promise<Signal[]>;
+  /** A trajectory's signals by createdAt, then insertion; `current`: only the latest per key. */
+  getSignals(trajectoryId: string, options?: SignalQuery): Promise<Signal[]>;
 
   readEvents(query: EventQuery): Promise<PoolEvent[]>;
   lastEventSeq(): Promise<number>;

@@ -7,6 +7,7 @@ import {
   type NewStep,
   NotFoundError,
   PoolEvent,
+  Signal,
   Step,
   Trajectory,
 } from '../../src/domain/index.js';
@@ -767,6 +768,213 @@ export function runStoreConformance(name: string, open: () => Promise<StoreHarne
           ),
         ).rejects.toBeInstanceOf(NotFoundError);
         expect(await store.getLabels('train-g-r0')).toEqual([]);
+      });
+    });
+
+    describe('signals', () => {
+      const signalEvents = async () =>
+        (await store.readEvents({ after: 0, limit: 1000, types: ['signal_added'] })).map((e) => e.data);
+
+      it('stores trajectory-level and step-level signals and reads them back, details included', async () => {
+        await submit(episode('t', 'g', 2));
+        const at = tick();
+        const details = {
+          checks: [
+            { id: 'exists', ok: true },
+            { id: 'size', ok: false },
+          ],
+          note: 'ok',
+          x: null,
+        };
+        const added = await store.addSignals(
+          [
+            { trajectoryId: 't', stepIndex: null, name: 'outcome', value: 0.5, source: 'verifier', details },
+            { trajectoryId: 't', stepIndex: 1, name: 'format', value: -1, source: 'rule', version: 'fmt-2' },
+          ],
+          at,
+        );
+        expect(added).toEqual([
+          {
+            trajectoryId: 't',
+            stepIndex: null,
+            name: 'outcome',
+            value: 0.5,
+            source: 'verifier',
+            version: '1',
+            details,
+            createdAt: at,
+          },
+          {
+            trajectoryId: 't',
+            stepIndex: 1,
+            name: 'format',
+            value: -1,
+            source: 'rule',
+            version: 'fmt-2',
+            details: {},
+            createdAt: at,
+          },
+        ]);
+        expect(await store.getSignals('t')).toEqual(added);
+        for (const signal of await store.getSignals('t')) Signal.parse(signal);
+        expect(await store.getSignals('unknown')).toEqual([]);
+        store = await h.reopen();
+        expect(await store.getSignals('t', { current: true })).toEqual(added);
+      });
+
+      it('accepts signals on open and finished trajectories alike', async () => {
+        await submit([makeStep('open', 'g', 0, [1], [2])]);
+        await store.createTrajectory(
+          { id: 'empty', groupId: 'h', channel: 'val', nRollouts: 1, metadata: {} },
+          tick(),
+        );
+        await store.addSignals(
+          [
+            { trajectoryId: 'open', stepIndex: 0, name: 'r', value: 1, source: 'env' },
+            { trajectoryId: 'empty', stepIndex: null, name: 'r', value: 0, source: 'human' },
+          ],
+          tick(),
+        );
+        expect(await store.getSignals('open')).toHaveLength(1);
+        expect(await store.getSignals('empty')).toHaveLength(1);
+      });
+
+      it('refuses a batch naming an unknown trajectory, storing none of it', async () => {
+        await submit(episode('t', 'g', 1));
+        const error = await store
+          .addSignals(
+            [
+              { trajectoryId: 't', stepIndex: null, name: 'ok', value: 1, source: 'judge' },
+              { trajectoryId: 'nope', stepIndex: null, name: 'ok', value: 1, source: 'judge' },
+            ],
+            tick(),
+          )
+          .catch((e: unknown) => e);
+        expect(error).toBeInstanceOf(NotFoundError);
+        expect((error as Error).message).toMatch(/signals\.1\.trajectory_uid: .*nope/);
+        expect(await store.getSignals('t')).toEqual([]);
+        expect(await signalEvents()).toEqual([]);
+      });
+
+      it('refuses a batch naming an unknown step, storing none of it', async () => {
+        await submit(episode('t', 'g', 2));
+        const mixed = (stepIndex: number) =>
+          store.addSignals(
+            [
+              { trajectoryId: 't', stepIndex: 0, name: 'ok', value: 1, source: 'rule' },
+              { trajectoryId: 't', stepIndex: null, name: 'ok', value: 1, source: 'rule' },
+              { trajectoryId: 't', stepIndex, name: 'ok', value: 1, source: 'rule' },
+            ],
+            tick(),
+          );
+        await expect(mixed(2)).rejects.toBeInstanceOf(NotFoundError);
+        await expect(mixed(2)).rejects.toThrow(/signals\.2\.step_index: step 2 of trajectory t/);
+        await expect(mixed(2 ** 20)).rejects.toBeInstanceOf(NotFoundError);
+        expect(await store.getSignals('t')).toEqual([]);
+        expect(await signalEvents()).toEqual([]);
+      });
+
+      it('refuses a signal that breaks the schema, naming the field', async () => {
+        await submit(episode('t', 'g', 1));
+        await expect(
+          store.addSignals(
+            [{ trajectoryId: 't', stepIndex: null, name: 'x', value: Number.NaN, source: 'rule' }],
+            tick(),
+          ),
+        ).rejects.toMatchObject({ field: 'signals.0.value' });
+        expect(await store.getSignals('t')).toEqual([]);
+      });
+
+      it('keeps every signal as history; current holds the latest per step, name and source', async () => {
+        await submit(episode('t', 'g', 2));
+        const judge = (value: number, stepIndex: number | null = null, version = '1') =>
+          ({ trajectoryId: 't', stepIndex, name: 'quality', value, source: 'judge', version }) as const;
+        await store.addSignals([judge(0.1), judge(0.2, 0)], tick());
+        // Another source with the same name is another key; within one call the later one wins.
+        await store.addSignals(
+          [{ ...judge(1), source: 'human' }, judge(0.3, null, 'judge-v2'), judge(0.4, null, 'judge-v3')],
+          tick(),
+        );
+        const history = await store.getSignals('t');
+        expect(history.map((s) => s.value)).toEqual([0.1, 0.2, 1, 0.3, 0.4]);
+        const current = await store.getSignals('t', { current: true });
+        expect(current.map((s) => [s.stepIndex, s.source, s.value, s.version])).toEqual([
+          [0, 'judge', 0.2, '1'],
+          [null, 'human', 1, '1'],
+          [null, 'judge', 0.4, 'judge-v3'],
+        ]);
+        expect(await store.getSignals('t', { current: false })).toEqual(history);
+        // Order is by createdAt, then insertion: a signal stamped earlier (another process's clock)
+        // sorts before, and so does not supersede a later one.
+        await store.addSignals([judge(0.9)], now - 10);
+        expect((await store.getSignals('t'))[0]!.value).toBe(0.9);
+        expect((await store.getSignals('t', { current: true })).map((s) => s.value)).toEqual([0.2, 1, 0.4]);
+      });
+
+      it('logs a signal_added event per signal in the same commit', async () => {
+        await submit(episode('t', 'g', 2), 'val');
+        await store.addSignals(
+          [
+            {
+              trajectoryId: 't',
+              stepIndex: 1,
+              name: 'tests',
+              value: 0.75,
+              source: 'verifier',
+              version: 'v9',
+            },
+            { trajectoryId: 't', stepIndex: null, name: 'outcome', value: 1, source: 'env' },
+          ],
+          tick(),
+        );
+        const events = await store.readEvents({ after: 0, limit: 100, types: ['signal_added'] });
+        expect(events.map((e) => [e.channel, e.data])).toEqual([
+          [
+            'val',
+            {
+              trajectory_uid: 't',
+              step_index: 1,
+              name: 'tests',
+              value: 0.75,
+              source: 'verifier',
+              version: 'v9',
+            },
+          ],
+          [
+            'val',
+            { trajectory_uid: 't', step_index: null, name: 'outcome', value: 1, source: 'env', version: '1' },
+          ],
+        ]);
+        for (const event of events) PoolEvent.parse(event);
+      });
+
+      it('serves the current signals of each trajectory with a leased batch', async () => {
+        await fillGroups(['g'], 2);
+        await store.addSignals(
+          [
+            { trajectoryId: 'train-g-r0', stepIndex: null, name: 'judge', value: 0.2, source: 'judge' },
+            {
+              trajectoryId: 'train-g-r0',
+              stepIndex: 1,
+              name: 'fmt',
+              value: 1,
+              source: 'rule',
+              details: { a: [1] },
+            },
+          ],
+          tick(),
+        );
+        await store.addSignals(
+          [{ trajectoryId: 'train-g-r0', stepIndex: null, name: 'judge', value: 0.7, source: 'judge' }],
+          tick(),
+        );
+        const b = await lease({ nRollouts: 2 });
+        const served = new Map(b!.groups[0]!.trajectories.map((t) => [t.trajectory.id, t.signals]));
+        expect(served.get('train-g-r0')!.map((s) => [s.name, s.value, s.details])).toEqual([
+          ['fmt', 1, { a: [1] }],
+          ['judge', 0.7, {}],
+        ]);
+        expect(served.get('train-g-r1')).toEqual([]);
       });
     });
 

@@ -81,6 +81,21 @@ const migrations: Record<string, Migration> = {
       for (const statement of statements) await sql.raw(statement).execute(db);
     },
   },
+  '0002_signals': {
+    async up(db: Kysely<unknown>) {
+      const statements = [
+        // Append-only reward and quality scores (step_index NULL: the whole trajectory). The latest
+        // row per (trajectory, step, name, source) is in force; the rowid orders ties in created_at.
+        `CREATE TABLE signals (
+           id INTEGER PRIMARY KEY, trajectory_id TEXT NOT NULL, step_index INTEGER, name TEXT NOT NULL,
+           value REAL NOT NULL, source TEXT NOT NULL, version TEXT NOT NULL, details TEXT,
+           created_at INTEGER NOT NULL
+         )`,
+        `CREATE INDEX signals_trajectory ON signals (trajectory_id, created_at)`,
+      ];
+      for (const statement of statements) await sql.raw(statement).execute(db);
+    },
+  },
 };
 
 export const sqliteMigrations: MigrationProvider = {

@@ -5,6 +5,7 @@ import {
   type ChannelConfig,
   type ChannelConfigPatch,
   ConflictError,
+  currentSignals,
   DEFAULT_CHANNEL_CONFIG,
   type DropReason,
   type EventType,
@@ -18,6 +19,9 @@ import {
   NotFoundError,
   newLeaseId,
   type PoolEvent,
+  parseOrThrow,
+  type Signal,
+  SignalInput,
   type Step,
   StepwiseError,
   type Trajectory,
@@ -51,6 +55,7 @@ import type {
   ScanPage,
   ServedGroup,
   ServedTrajectory,
+  SignalQuery,
   StepQuery,
   Store,
   StoreInfo,
@@ -146,6 +151,18 @@ interface LabelCurrentRow {
   tags: string;
   note: string | null;
   updated_at: number;
+}
+
+interface SignalRow {
+  id: number;
+  trajectory_id: string;
+  step_index: number | null;
+  name: string;
+  value: number;
+  source: Signal['source'];
+  version: string;
+  details: string | null;
+  created_at: number;
 }
 
 /** Tables as Kysely sees them; used to build the filtered list queries. */
@@ -283,6 +300,19 @@ function toCurrentLabel(row: LabelCurrentRow): CurrentLabel {
     trainable: row.trainable === null ? null : row.trainable === 1,
     tags: JSON.parse(row.tags),
     note: row.note,
+  };
+}
+
+function toSignal(row: SignalRow): Signal {
+  return {
+    trajectoryId: row.trajectory_id,
+    stepIndex: row.step_index,
+    name: row.name,
+    value: row.value,
+    source: row.source,
+    version: row.version,
+    details: row.details ? JSON.parse(row.details) : {},
+    createdAt: row.created_at,
   };
 }
 
@@ -1443,11 +1473,12 @@ export class SqliteStore implements Store {
     });
     if (!leased) return null;
     // The groups are ours now: decode their steps after the commit, without holding the write lock.
+    const signals = this.currentSignalsOf(leased.picks.flatMap((p) => p.members.map((m) => m.id)));
     const groups: ServedGroup[] = leased.picks.map(({ row, staleness, stale, members }) => ({
       group: toGroup(row),
       staleness,
       stale,
-      trajectories: members.map((member) => this.servedTrajectory(member)),
+      trajectories: members.map((member) => this.servedTrajectory(member, signals.get(member.id) ?? [])),
     }));
     return { lease: leased.lease, policyVersion: leased.policyVersion, groups };
   }
@@ -1459,15 +1490,33 @@ export class SqliteStore implements Store {
     ).all(group.id, group.channel) as TrajectoryRow[];
   }
 
-  /** A trajectory with its trainable steps (labels applied) and its labels. */
-  private servedTrajectory(row: TrajectoryRow): ServedTrajectory {
+  /** A trajectory with its trainable steps (labels applied), its labels and its current signals. */
+  private servedTrajectory(row: TrajectoryRow, signals: Signal[]): ServedTrajectory {
     const labels = this.currentLabels(row.id);
     const steps = this.decodeRange(row.seq);
     return {
       trajectory: toTrajectory(row),
       steps: labels.length > 0 ? steps.filter((s) => isStepTrainable(labels, s.index)) : steps,
       labels,
+      signals,
     };
+  }
+
+  /** The signals in force for many trajectories, read with one query over the signals index. */
+  private currentSignalsOf(trajectoryIds: string[]): Map<string, Signal[]> {
+    const byTrajectory = new Map<string, Signal[]>();
+    if (trajectoryIds.length === 0) return byTrajectory;
+    const rows = this.stmt(
+      `SELECT * FROM signals WHERE trajectory_id IN (SELECT value FROM json_each(?))
+       ORDER BY trajectory_id, created_at, id`,
+    ).all(JSON.stringify(trajectoryIds)) as SignalRow[];
+    for (const row of rows) {
+      const list = byTrajectory.get(row.trajectory_id);
+      if (list) list.push(toSignal(row));
+      else byTrajectory.set(row.trajectory_id, [toSignal(row)]);
+    }
+    for (const [id, history] of byTrajectory) byTrajectory.set(id, currentSignals(history));
+    return byTrajectory;
   }
 
   private currentLabels(trajectoryId: string): CurrentLabel[] {
@@ -1641,6 +1690,76 @@ export class SqliteStore implements Store {
     return (
       this.stmt('SELECT * FROM labels WHERE trajectory_id = ? ORDER BY id').all(trajectoryId) as LabelRow[]
     ).map(toLabel);
+  }
+
+  // ---- signals --------------------------------------------------------------------------------
+
+  async addSignals(signals: SignalInput[], now: number): Promise<Signal[]> {
+    return this.write(() => {
+      const insert = this.stmt(
+        `INSERT INTO signals (trajectory_id, step_index, name, value, source, version, details, created_at)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+      );
+      const stepExists = this.stmt('SELECT 1 FROM steps WHERE key = ?');
+      const trajectories = new Map<string, TrajectoryRow>();
+      return signals.map((raw, i) => {
+        const input = parseOrThrow(SignalInput, raw, `signals.${i}`);
+        let trajectory = trajectories.get(input.trajectoryId);
+        if (!trajectory) {
+          trajectory = this.trajectoryRow(input.trajectoryId);
+          if (!trajectory) {
+            throw new NotFoundError(
+              `signals.${i}.trajectory_uid: trajectory ${input.trajectoryId} does not exist`,
+            );
+          }
+          trajectories.set(trajectory.id, trajectory);
+        }
+        const stepIndex = input.stepIndex;
+        if (
+          stepIndex !== null &&
+          (stepIndex >= STEP_KEY_SPAN || !stepExists.get(stepKey(trajectory.seq, stepIndex)))
+        ) {
+          throw new NotFoundError(
+            `signals.${i}.step_index: step ${stepIndex} of trajectory ${trajectory.id} does not exist`,
+          );
+        }
+        const details = Object.keys(input.details).length > 0 ? JSON.stringify(input.details) : null;
+        insert.run(
+          trajectory.id,
+          stepIndex,
+          input.name,
+          input.value,
+          input.source,
+          input.version,
+          details,
+          now,
+        );
+        const signal: Signal = { ...input, createdAt: now };
+        this.emit(
+          'signal_added',
+          trajectory.channel,
+          {
+            trajectory_uid: trajectory.id,
+            step_index: stepIndex,
+            name: input.name,
+            value: input.value,
+            source: input.source,
+            version: input.version,
+          },
+          now,
+        );
+        return signal;
+      });
+    });
+  }
+
+  async getSignals(trajectoryId: string, options: SignalQuery = {}): Promise<Signal[]> {
+    const history = (
+      this.stmt('SELECT * FROM signals WHERE trajectory_id = ? ORDER BY created_at, id').all(
+        trajectoryId,
+      ) as SignalRow[]
+    ).map(toSignal);
+    return options.current ? currentSignals(history) : history;
   }
 
   // ---- events and stats -----------------------------------------------------------------------

@@ -117,6 +117,8 @@ export class WorkerStore implements Store {
   addLabels: Store['addLabels'] = (...a) => this.call('addLabels', a);
   getLabels: Store['getLabels'] = (...a) => this.call('getLabels', a);
   getCurrentLabels: Store['getCurrentLabels'] = (...a) => this.call('getCurrentLabels', a);
+  addSignals: Store['addSignals'] = (...a) => this.call('addSignals', a);
+  getSignals: Store['getSignals'] = (...a) => this.call('getSignals', a);
   readEvents: Store['readEvents'] = (...a) => this.call('readEvents', a);
   lastEventSeq: Store['lastEventSeq'] = (...a) => this.call('lastEventSeq', a);
   stats: Store['stats'] = (...a) => this.call('stats', a);
