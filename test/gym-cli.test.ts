@@ -1,0 +1,85 @@
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { checkSandbox } from '../src/gym/sandbox/index.js';
+import { CLAWGYM_SAMPLE } from './support/clawgym-sample.js';
+import { runCli } from './support/server-process.js';
+
+/* The gym's commands as real processes: synth → validate → bench, and validate on ClawGym tasks. */
+
+describe.skipIf(!checkSandbox().ok)('stepwise gym / bench CLI', () => {
+  let dir: string;
+  beforeAll(() => {
+    dir = mkdtempSync(join(tmpdir(), 'stepwise-gym-cli-'));
+  });
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+  it('synthesizes tasks that pass validate, then benchmarks the built-in agent on them', async () => {
+    const tasks = join(dir, 'tasks');
+    const synth = await runCli(['gym', 'synth', '--n', '6', '--seed', '4', '--out', tasks], {}, 60_000);
+    expect(synth.code, synth.stderr).toBe(0);
+    const validate = await runCli(['gym', 'validate', join(tasks, 'tasks.jsonl'), '--json'], {}, 60_000);
+    expect(validate.code, validate.stderr).toBe(0);
+    const gate = JSON.parse(validate.stdout) as { tasks: { ok: boolean; reference_score: number }[] };
+    expect(gate.tasks).toHaveLength(6);
+    expect(gate.tasks.every((t) => t.ok && t.reference_score === 1)).toBe(true);
+
+    const out = join(dir, 'bench');
+    const bench = await runCli(
+      [
+        'bench',
+        '--tasks',
+        join(tasks, 'tasks.jsonl'),
+        '--samples',
+        '2',
+        '--concurrency',
+        '4',
+        '--out',
+        out,
+        '--give-up-rate',
+        '0',
+      ],
+      {},
+      120_000,
+    );
+    expect(bench.code, bench.stderr).toBe(0);
+    const report = JSON.parse(readFileSync(join(out, 'report.json'), 'utf8'));
+    expect(report.overall).toMatchObject({ mean: 1, coverage: 1, pass_at_k: 1, samples: 12, tasks: 6 });
+    expect(report.manifest).toMatchObject({ agent: 'builtin', samples_per_task: 2, tasks: 6 });
+    expect(Object.keys(report.categories).length).toBe(6);
+    expect(existsSync(join(out, 'report.html')) && existsSync(join(out, 'report.md'))).toBe(true);
+    expect(bench.stdout).toMatch(/\| \*\*overall\*\* \| 6 \| 12 \| 1\.000/);
+    // A re-run resumes: nothing left to run.
+    const again = await runCli(
+      ['bench', '--tasks', join(tasks, 'tasks.jsonl'), '--samples', '2', '--out', out, '--give-up-rate', '0'],
+      {},
+      60_000,
+    );
+    expect(again.stdout).toMatch(/samples: 12 \(12 already done\)/);
+  });
+
+  it('validate reports the flawed ClawGym task and exits non-zero', async () => {
+    const result = await runCli(['gym', 'validate', join(CLAWGYM_SAMPLE, 'task_1550'), '--json'], {}, 60_000);
+    expect(result.code).toBe(1);
+    const [row] = (
+      JSON.parse(result.stdout) as {
+        tasks: { task_id: string; ok: boolean; noop_score: number; problems: string[] }[];
+      }
+    ).tasks;
+    expect(row).toMatchObject({ task_id: 'task_1550', ok: false });
+    expect(row!.noop_score).toBeCloseTo(0.0175, 3);
+    expect(row!.problems.join(' ')).toMatch(/no-op/);
+    const good = await runCli(['gym', 'validate', join(CLAWGYM_SAMPLE, 'task_0000')], {}, 60_000);
+    expect(good.code, good.stdout + good.stderr).toBe(0);
+    expect(good.stdout).toMatch(/1 of 1 tasks pass the gate/);
+  });
+
+  it('names a bad flag and changes nothing', async () => {
+    const out = join(dir, 'bad');
+    const result = await runCli(['gym', 'run', '--tasks', 'x.jsonl', '--samples', '0', '--out', out]);
+    expect(result.code).not.toBe(0);
+    expect(result.stderr).toMatch(/--samples/);
+    expect(existsSync(out)).toBe(false);
+  });
+});
