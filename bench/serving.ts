@@ -14,7 +14,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
 import { Agent, request } from 'undici';
-import type { NewStep } from '../src/domain/index.js';
+import { type NewStep, newStep } from '../src/domain/index.js';
 import { startServer } from '../src/gateway/server.js';
 import { type BatchRequest, renderBatch } from '../src/serving/batch.js';
 import { packPrefixTree } from '../src/serving/packing.js';
@@ -60,28 +60,21 @@ function makeGroup(shape: Shape, g: number, system: number[], random: () => numb
       const length = Math.round(shape.responseTokens * (0.5 + random()));
       const response = tokens(length);
       const last = i === shape.steps - 1;
-      steps.push({
-        trajectoryId: id,
-        groupId: `group-${g}`,
-        index: i,
-        promptIds: prompt,
-        responseIds: response,
-        responseLogprobs: response.map(() => -random() * 2),
-        reward: last ? (success ? 1 : 0) : null,
-        policyVersion: 0,
-        isLast: last,
-        metadata: {},
-        tokenSource: 'engine',
-        finishReason: last ? 'stop' : 'tool_calls',
-        messages: null,
-        tools: null,
-        responseText: null,
-        toolCalls: null,
-        toolResults: null,
-        latencyMs: null,
-        ttftMs: null,
-        engineId: null,
-      });
+      steps.push(
+        newStep({
+          trajectoryId: id,
+          groupId: `group-${g}`,
+          index: i,
+          promptIds: prompt,
+          responseIds: response,
+          responseLogprobs: response.map(() => -random() * 2),
+          reward: last ? (success ? 1 : 0) : null,
+          policyVersion: 0,
+          isLast: last,
+          tokenSource: 'engine',
+          finishReason: last ? 'stop' : 'tool_calls',
+        }),
+      );
       prompt = prompt.concat(response, tokens(shape.toolTokens));
     }
     trajectories.push(steps);

@@ -133,6 +133,31 @@ export type NewStep = Omit<Step, 'createdAt' | 'channel' | 'policyVersion'> & {
   policyVersion: number | null;
 };
 
+/** A step with every optional field empty; callers name the keys and tokens and what else they know. */
+export function newStep(
+  fields: Pick<NewStep, 'trajectoryId' | 'groupId' | 'index' | 'promptIds' | 'responseIds'> &
+    Partial<NewStep>,
+): NewStep {
+  return {
+    responseLogprobs: null,
+    reward: null,
+    policyVersion: null,
+    isLast: false,
+    metadata: {},
+    tokenSource: 'submitted',
+    finishReason: null,
+    messages: null,
+    tools: null,
+    responseText: null,
+    toolCalls: null,
+    toolResults: null,
+    latencyMs: null,
+    ttftMs: null,
+    engineId: null,
+    ...fields,
+  };
+}
+
 export function stepFromWire(wire: z.output<typeof StepWire>): NewStep {
   return {
     trajectoryId: wire.trajectory_uid,

@@ -1,32 +1,14 @@
 import { describe, expect, it } from 'vitest';
-import type { Step } from '../domain/index.js';
+import { newStep, type Step } from '../domain/index.js';
 import { buildConversation, firstAssistantIndex, stepToolCalls } from './conversation.js';
 
 function step(index: number, over: Partial<Step>): Step {
+  const { channel = 'train', createdAt = 0, policyVersion = 0, ...rest } = over;
   return {
-    trajectoryId: 't',
-    groupId: 'g',
-    channel: 'train',
-    index,
-    promptIds: [1],
-    responseIds: [2],
-    responseLogprobs: null,
-    reward: null,
-    policyVersion: 0,
-    isLast: false,
-    metadata: {},
-    tokenSource: 'submitted',
-    finishReason: null,
-    messages: null,
-    tools: null,
-    responseText: null,
-    toolCalls: null,
-    toolResults: null,
-    latencyMs: null,
-    ttftMs: null,
-    engineId: null,
-    createdAt: 0,
-    ...over,
+    ...newStep({ trajectoryId: 't', groupId: 'g', index, promptIds: [1], responseIds: [2], ...rest }),
+    channel,
+    createdAt,
+    policyVersion,
   };
 }
 

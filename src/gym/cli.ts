@@ -1,9 +1,9 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import cliProgress from 'cli-progress';
 import { type Command, InvalidArgumentError } from 'commander';
 import type { ReferenceTask } from '../engines/sim/policies.js';
 import { type RunningServer, startServer } from '../gateway/server.js';
+import { progressReporter } from '../util/progress.js';
 import { type AgentSpec, defaultRunId, type GymSummary, runGym, type SampleResult } from './runner.js';
 import { checkSandbox } from './sandbox/index.js';
 import { registerSynthCommand } from './synth/cli.js';
@@ -177,17 +177,10 @@ export async function runCommand(
       : { kind: 'command', template: opts.agent };
   const runId = opts.runId ?? defaultRunId(tasks, opts.samples, agent);
   const { url, server } = await gatewayFor(opts, tasks);
-  const bar =
-    process.stderr.isTTY === true
-      ? new cliProgress.SingleBar(
-          { format: 'gym {bar} {value}/{total} samples | mean {mean}', stream: process.stderr },
-          cliProgress.Presets.shades_classic,
-        )
-      : null;
+  const progress = progressReporter('gym', 'samples', process.stderr);
   let sum = 0;
   let count = 0;
   try {
-    bar?.start(tasks.length * opts.samples, 0, { mean: '-' });
     const { results, summary } = await runGym({
       tasks,
       samples: opts.samples,
@@ -206,16 +199,15 @@ export async function runCommand(
       onSample: (r, done, total) => {
         sum += r.score;
         count++;
-        if (bar) bar.update(done, { mean: (sum / count).toFixed(3) });
-        else if (done % Math.max(1, Math.floor(total / 20)) === 0 || done === total)
-          print(`gym: ${done}/${total} samples, mean score ${(sum / count).toFixed(3)}`);
+        progress.update(done, total);
       },
     });
-    bar?.stop();
+    progress.stop();
+    print(`gym: mean score ${count === 0 ? '-' : (sum / count).toFixed(3)} over ${count} samples run now`);
     writeFileSync(join(out, 'summary.json'), `${JSON.stringify({ runId, summary }, null, 2)}\n`);
     return { tasks, results, summary, runId, gatewayUrl: url };
   } finally {
-    bar?.stop();
+    progress.stop();
     await server?.close();
   }
 }

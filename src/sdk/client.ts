@@ -59,6 +59,20 @@ export interface LeaseOptions {
   pack?: 'prefix_tree';
 }
 
+/** The wire fields every lease request shares. */
+function leaseFields(options: Omit<LeaseOptions, 'pack'>): Record<string, unknown> {
+  return {
+    channel: options.channel,
+    batch_size: options.batchSize,
+    n_rollouts: options.nRollouts,
+    max_staleness: options.maxStaleness,
+    wait_ms: options.waitMs ?? 0,
+    consumer: options.consumer,
+    ttl_ms: options.ttlMs,
+    advantage: options.advantage,
+  };
+}
+
 export interface BinaryLeaseOptions extends Omit<LeaseOptions, 'pack'> {
   format: 'arrow' | 'padded';
   /** `padded`: widths (default: the longest in the batch), what to do with longer steps, pad id. */
@@ -180,17 +194,7 @@ export class StepwiseClient {
     const { data } = await this.request<BatchJson>(
       'POST',
       '/v1/batches/lease',
-      {
-        channel: options.channel,
-        batch_size: options.batchSize,
-        n_rollouts: options.nRollouts,
-        max_staleness: options.maxStaleness,
-        wait_ms: waitMs,
-        consumer: options.consumer,
-        ttl_ms: options.ttlMs,
-        advantage: options.advantage,
-        pack: options.pack,
-      },
+      { ...leaseFields(options), pack: options.pack },
       waitMs + (this.options.timeoutMs ?? 30_000),
     );
     return data;
@@ -206,14 +210,7 @@ export class StepwiseClient {
       method: 'POST',
       headers,
       body: JSON.stringify({
-        channel: options.channel,
-        batch_size: options.batchSize,
-        n_rollouts: options.nRollouts,
-        max_staleness: options.maxStaleness,
-        wait_ms: waitMs,
-        consumer: options.consumer,
-        ttl_ms: options.ttlMs,
-        advantage: options.advantage,
+        ...leaseFields(options),
         format: options.format,
         prompt_length: options.promptLength,
         response_length: options.responseLength,

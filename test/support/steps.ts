@@ -1,4 +1,4 @@
-import type { NewStep } from '../../src/domain/index.js';
+import { type NewStep, newStep } from '../../src/domain/index.js';
 
 export function makeStep(
   trajectoryId: string,
@@ -8,29 +8,7 @@ export function makeStep(
   responseIds: number[],
   extra: Partial<NewStep> = {},
 ): NewStep {
-  return {
-    trajectoryId,
-    groupId,
-    index,
-    promptIds,
-    responseIds,
-    responseLogprobs: null,
-    reward: null,
-    policyVersion: null,
-    isLast: false,
-    metadata: {},
-    tokenSource: 'submitted',
-    finishReason: null,
-    messages: null,
-    tools: null,
-    responseText: null,
-    toolCalls: null,
-    toolResults: null,
-    latencyMs: null,
-    ttftMs: null,
-    engineId: null,
-    ...extra,
-  };
+  return newStep({ trajectoryId, groupId, index, promptIds, responseIds, ...extra });
 }
 
 /** A finished episode of `n` steps whose prompts extend each other; the last step carries `reward`. */

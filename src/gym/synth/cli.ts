@@ -1,7 +1,7 @@
 import { join } from 'node:path';
-import cliProgress from 'cli-progress';
 import { type Command, InvalidArgumentError, Option } from 'commander';
 import { StepwiseError, ValidationError } from '../../domain/errors.js';
+import { progressReporter } from '../../util/progress.js';
 import { CATEGORIES } from '../tasks/schema.js';
 import { MAX_TASKS, parseSeed, type SynthSeed, synthesize, TEMPLATES } from './index.js';
 import {
@@ -36,52 +36,6 @@ function seedFlag(value: string): SynthSeed {
   }
 }
 
-interface Progress {
-  update(done: number, total: number): void;
-  stop(): void;
-}
-
-/** A bar on a terminal; plain lines (at most one a second, and the last) otherwise. */
-function progress(label: string, out: NodeJS.WriteStream = process.stdout): Progress {
-  if (out.isTTY) {
-    const bar = new cliProgress.SingleBar(
-      { format: `${label} [{bar}] {value}/{total} tasks`, stream: out, hideCursor: true },
-      cliProgress.Presets.shades_classic,
-    );
-    let started = false;
-    return {
-      update(done, total) {
-        if (!started) bar.start(total, done);
-        else bar.update(done);
-        started = true;
-      },
-      stop() {
-        if (started) bar.stop();
-        started = false;
-      },
-    };
-  }
-  let lastAt = 0;
-  let last: [number, number] | null = null;
-  let printed = -1;
-  const print = ([done, total]: [number, number]) => {
-    out.write(`${label}: ${done}/${total} tasks\n`);
-    printed = done;
-  };
-  return {
-    update(done, total) {
-      last = [done, total];
-      if (Date.now() - lastAt >= 1_000) {
-        lastAt = Date.now();
-        print(last);
-      }
-    },
-    stop() {
-      if (last && printed !== last[0]) print(last);
-    },
-  };
-}
-
 /** Adds `synth` under the `gym` command. */
 export function registerSynthCommand(gym: Command): Command {
   return gym
@@ -110,14 +64,14 @@ export function registerSynthCommand(gym: Command): Command {
           throw new ValidationError(error.message.replace(/^out:/, '--out:'), 'out');
         throw error;
       }
-      const building = progress('synth');
+      const building = progressReporter('synth', 'tasks');
       let tasks: ReturnType<typeof synthesize>;
       try {
         tasks = synthesize({ n: opts.n, seed: opts.seed }, (done, total) => building.update(done, total));
       } finally {
         building.stop();
       }
-      const writing = progress('write');
+      const writing = progressReporter('write', 'tasks');
       try {
         const manifest = await writeSynthOutput({
           tasks,
