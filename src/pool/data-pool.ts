@@ -47,6 +47,11 @@ export interface DataPoolOptions {
   sweepIntervalMs?: number;
   /** How often waiting consumers re-check the store for work written by other processes. */
   pollIntervalMs?: number;
+  /**
+   * How long a policy version read from the store is reused (default 50 ms). A version set through
+   * this pool is seen at once; one set by another process sharing the store, within this long.
+   */
+  policyVersionTtlMs?: number;
 }
 
 export interface SubmitResult {
@@ -66,6 +71,8 @@ export class DataPool {
   private readonly writer: WriteCoalescer<SubmitRequest, SubmitOutcome>;
   private readonly pollIntervalMs: number;
   private readonly sweepIntervalMs: number;
+  private readonly policyVersionTtlMs: number;
+  private version: { value: number; readAt: number } | null = null;
   private sweepTimer: NodeJS.Timeout | null = null;
   private waiters = new Set<() => void>();
   private closed = false;
@@ -76,6 +83,7 @@ export class DataPool {
     this.logger = options.logger;
     this.pollIntervalMs = options.pollIntervalMs ?? 200;
     this.sweepIntervalMs = options.sweepIntervalMs ?? 1_000;
+    this.policyVersionTtlMs = options.policyVersionTtlMs ?? 50;
     this.writer = new WriteCoalescer((requests) => this.store.submitBatch(requests, this.clock()), {
       windowMs: options.commitWindowMs ?? 0,
       maxWeight: options.maxCommitSteps ?? 4_096,
@@ -222,10 +230,18 @@ export class DataPool {
 
   async setPolicyVersion(version: number): Promise<void> {
     await this.store.setPolicyVersion(version, this.clock());
+    this.version = { value: version, readAt: performance.now() };
   }
 
+  /** The policy version in force (see `policyVersionTtlMs` for versions set by other processes). */
   async policyVersion(): Promise<number> {
-    return this.store.getPolicyVersion();
+    const cached = this.version;
+    if (cached && performance.now() - cached.readAt < this.policyVersionTtlMs) return cached.value;
+    const readAt = performance.now();
+    const value = await this.store.getPolicyVersion();
+    // A set that landed while this read was in flight wins.
+    if (!this.version || this.version.readAt <= readAt) this.version = { value, readAt };
+    return this.version.value;
   }
 
   async configureChannel(channel: string, patch: ChannelConfigPatch): Promise<ChannelConfig> {

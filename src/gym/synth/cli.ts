@@ -4,6 +4,7 @@ import { StepwiseError, ValidationError } from '../../domain/errors.js';
 import { progressReporter } from '../../util/progress.js';
 import { CATEGORIES } from '../tasks/schema.js';
 import { MAX_TASKS, parseSeed, type SynthSeed, synthesize, TEMPLATES } from './index.js';
+import { llmManifestOf, synthesizeWithLlm, writeLlmManifest } from './llm.js';
 import {
   checkOutDir,
   MANIFEST_FILE,
@@ -36,6 +37,37 @@ function seedFlag(value: string): SynthSeed {
   }
 }
 
+function rangeFlag(flag: string, min: number, max: number) {
+  return (value: string) => {
+    const n = Number(value);
+    if (value.trim() === '' || !Number.isInteger(n) || n < min || n > max) {
+      throw new InvalidArgumentError(`${flag} must be an integer from ${min} to ${max}`);
+    }
+    return n;
+  };
+}
+
+function secondsFlag(flag: string) {
+  return (value: string) => {
+    const n = Number(value);
+    if (value.trim() === '' || !Number.isFinite(n) || n <= 0 || n > 3600) {
+      throw new InvalidArgumentError(`${flag} must be a number of seconds above 0, at most 3600`);
+    }
+    return n;
+  };
+}
+
+/** The flags of `--mode llm`. */
+interface LlmFlags {
+  mode: 'procedural' | 'llm';
+  llmUrl?: string;
+  llmModel?: string;
+  llmApiKey?: string;
+  llmTimeout: number;
+  repairRounds: number;
+  concurrency: number;
+}
+
 /** Adds `synth` under the `gym` command. */
 export function registerSynthCommand(gym: Command): Command {
   return gym
@@ -56,7 +88,32 @@ export function registerSynthCommand(gym: Command): Command {
         .choices([...SYNTH_FORMATS])
         .default('jsonl'),
     )
-    .action(async (opts: { n: number; seed: SynthSeed; out: string; format: SynthFormat }) => {
+    .addOption(
+      new Option(
+        '--mode <mode>',
+        'procedural: the templates; llm: an OpenAI-compatible model writes each task (request, input files, checks, reference actions), gated and deduplicated',
+      )
+        .choices(['procedural', 'llm'])
+        .default('procedural'),
+    )
+    .option('--llm-url <url>', 'with --mode llm: OpenAI-compatible base URL (e.g. http://127.0.0.1:8000/v1)')
+    .option('--llm-model <model>', 'with --mode llm: the model name')
+    .option('--llm-api-key <key>', 'with --mode llm: API key (default: env STEPWISE_LLM_API_KEY)')
+    .option('--llm-timeout <seconds>', 'with --mode llm: per request', secondsFlag('--llm-timeout'), 120)
+    .option(
+      '--repair-rounds <count>',
+      'with --mode llm: follow-up turns per stage (unusable reply, gate failure)',
+      rangeFlag('--repair-rounds', 0, 10),
+      2,
+    )
+    .option('--concurrency <count>', 'with --mode llm: tasks in flight', rangeFlag('--concurrency', 1, 64), 4)
+    .action(async (opts: { n: number; seed: SynthSeed; out: string; format: SynthFormat } & LlmFlags) => {
+      if (opts.mode === 'llm') {
+        if (!opts.llmUrl) throw new ValidationError('--llm-url is required with --mode llm', 'llm-url');
+        if (!opts.llmModel) throw new ValidationError('--llm-model is required with --mode llm', 'llm-model');
+      } else if (opts.llmUrl !== undefined || opts.llmModel !== undefined) {
+        throw new ValidationError('--llm-url and --llm-model need --mode llm', 'mode');
+      }
       try {
         await checkOutDir(opts.out);
       } catch (error) {
@@ -64,6 +121,7 @@ export function registerSynthCommand(gym: Command): Command {
           throw new ValidationError(error.message.replace(/^out:/, '--out:'), 'out');
         throw error;
       }
+      if (opts.mode === 'llm') return synthLlmCommand(opts);
       const building = progressReporter('synth', 'tasks');
       let tasks: ReturnType<typeof synthesize>;
       try {
@@ -94,4 +152,52 @@ export function registerSynthCommand(gym: Command): Command {
         throw error;
       }
     });
+}
+
+/** `--mode llm`: the model writes the tasks; the manifest counts accepted and dropped candidates. */
+async function synthLlmCommand(
+  opts: { n: number; seed: SynthSeed; out: string; format: SynthFormat } & LlmFlags,
+): Promise<void> {
+  const model = opts.llmModel!;
+  const building = progressReporter('synth', 'tasks');
+  let result: Awaited<ReturnType<typeof synthesizeWithLlm>>;
+  try {
+    result = await synthesizeWithLlm({
+      n: opts.n,
+      seed: opts.seed,
+      llm: {
+        baseURL: opts.llmUrl!,
+        apiKey: opts.llmApiKey ?? process.env.STEPWISE_LLM_API_KEY ?? 'EMPTY',
+        model,
+        timeoutMs: Math.round(opts.llmTimeout * 1000),
+      },
+      repairRounds: opts.repairRounds,
+      concurrency: opts.concurrency,
+      onProgress: (done, total) => building.update(done, total),
+    });
+  } finally {
+    building.stop();
+  }
+  const { tasks, stats } = result;
+  const writing = progressReporter('write', 'tasks');
+  const base = await writeSynthOutput({
+    tasks,
+    outDir: opts.out,
+    format: opts.format,
+    seed: opts.seed,
+    onProgress: (done, total) => writing.update(done, total),
+  });
+  writing.stop();
+  const manifest = llmManifestOf(base, tasks, stats, { model, repairRounds: opts.repairRounds });
+  await writeLlmManifest(opts.out, MANIFEST_FILE, manifest);
+  const dropped = Object.entries(stats.dropped)
+    .filter(([, count]) => count > 0)
+    .map(([reason, count]) => `${reason} ${count}`)
+    .join(', ');
+  const where = opts.format === 'jsonl' ? join(opts.out, TASKS_FILE) : `${opts.out}/<task id>/`;
+  console.log(
+    `accepted ${stats.accepted}/${stats.requested} tasks from ${model} (${stats.llmCalls} requests) to ${where}`,
+  );
+  console.log(`dropped: ${dropped || 'none'}`);
+  console.log(`manifest: ${join(opts.out, MANIFEST_FILE)} (${manifest.content_hash})`);
 }
