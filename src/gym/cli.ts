@@ -122,6 +122,9 @@ export function addRunOptions(command: Command): Command {
       0.2,
     )
     .option('--seed <n>', 'seed of the sim', positiveInt('--seed', 0), 0)
+    .option('--judge-url <url>', 'OpenAI-compatible endpoint of an LLM judge for tasks with rubrics')
+    .option('--judge-model <name>', 'model of the LLM judge (needed with --judge-url)')
+    .option('--judge-api-key <key>', 'bearer key of the LLM judge', process.env.STEPWISE_JUDGE_API_KEY)
     .option('--keep-workspaces', 'keep each sample workspace under <out>/work')
     .option('--unsafe-no-sandbox', 'run agents and verifiers WITHOUT isolation (never on untrusted tasks)');
 }
@@ -145,6 +148,9 @@ export interface RunCommandOptions {
   seed: number;
   keepWorkspaces?: boolean;
   unsafeNoSandbox?: boolean;
+  judgeUrl?: string;
+  judgeModel?: string;
+  judgeApiKey?: string;
 }
 
 /** Runs the task set and returns what happened; prints progress to stderr when `progress`. */
@@ -167,6 +173,11 @@ export async function runCommand(
   } else {
     print('WARNING: --unsafe-no-sandbox: agents and verifiers run on this machine WITHOUT isolation');
   }
+  if ((opts.judgeUrl === undefined) !== (opts.judgeModel === undefined))
+    throw new InvalidArgumentError('--judge-url and --judge-model go together');
+  const judge = opts.judgeUrl
+    ? { baseURL: opts.judgeUrl, model: opts.judgeModel!, apiKey: opts.judgeApiKey ?? 'EMPTY' }
+    : undefined;
   const tasks = await loadTasks(opts.tasks);
   if (tasks.length === 0) throw new Error(`no tasks in ${opts.tasks}`);
   const out = resolve(opts.out);
@@ -196,6 +207,7 @@ export async function runCommand(
       keepWorkspaces: opts.keepWorkspaces,
       sampleTimeoutMs: opts.sampleTimeoutMs,
       unsafeNoSandbox: opts.unsafeNoSandbox,
+      judge,
       onSample: (r, done, total) => {
         sum += r.score;
         count++;
