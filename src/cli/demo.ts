@@ -172,7 +172,7 @@ export async function runDemo(o: DemoOptions): Promise<DemoResult> {
       `gym       ${summary.samples} samples, mean score ${summary.meanScore.toFixed(3)}; groups: ${summary.groups.mixed} mixed, ${summary.groups.allOne} all-one, ${summary.groups.allZero} all-zero`,
     );
     say(
-      `export    SFT: ${manifest.counts.records} conversations of verified successes -> ${join(out, 'sft', 'sft.jsonl')}`,
+      `export    SFT: ${manifest.counts.records} conversations of verified successes -> ${join(out, 'sft', 'sft.jsonl')}${tempDir ? ' (a temporary directory: pass --out DIR to keep it)' : ''}`,
     );
     say(
       `stats     produced ${stats.produced.steps} steps / ${stats.produced.trajectories} trajectories, consumed ${stats.consumed.groups} groups / ${stats.consumed.steps} steps, tool errors recorded ${toolErrors}`,
