@@ -7,13 +7,11 @@
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Command } from 'commander';
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SimEngine } from '../src/engines/sim/engine.js';
 import { type PolicyContext, scriptedPolicy } from '../src/engines/sim/policies.js';
 import { createSimApp } from '../src/engines/sim/server.js';
 import { checkSandbox } from '../src/gym/sandbox/index.js';
-import { registerSynthCommand } from '../src/gym/synth/cli.js';
 import { gateTask } from '../src/gym/synth/gate.js';
 import { CLOSING_SENTENCE } from '../src/gym/synth/index.js';
 import {
@@ -31,6 +29,7 @@ import {
 import { MANIFEST_FILE, TASKS_FILE } from '../src/gym/synth/output.js';
 import { CATEGORIES, GymTask } from '../src/gym/tasks/schema.js';
 import { type Listening, listen } from '../src/util/http-server.js';
+import { synthCli } from './support/synth-cli.js';
 
 const sandbox = checkSandbox();
 const noSandbox = !sandbox.ok;
@@ -401,29 +400,6 @@ describe('stepwise gym synth --mode llm flags', () => {
     expect(rounds.error).toMatch(/--repair-rounds must be an integer from 0 to 10/);
   });
 });
-
-async function synthCli(...args: string[]): Promise<{ out: string; error: string | null }> {
-  const program = new Command('stepwise').exitOverride();
-  let out = '';
-  program.configureOutput({ writeOut: (s) => (out += s), writeErr: (s) => (out += s) });
-  registerSynthCommand(program.command('gym'));
-  const write = vi.spyOn(process.stdout, 'write').mockImplementation((chunk) => {
-    out += String(chunk);
-    return true;
-  });
-  const log = vi.spyOn(console, 'log').mockImplementation((...parts) => {
-    out += `${parts.join(' ')}\n`;
-  });
-  try {
-    await program.parseAsync(['node', 'stepwise', 'gym', 'synth', ...args]);
-    return { out, error: null };
-  } catch (error) {
-    return { out, error: (error as Error).message };
-  } finally {
-    write.mockRestore();
-    log.mockRestore();
-  }
-}
 
 // ---- the parts --------------------------------------------------------------------------------------------
 

@@ -8,10 +8,8 @@ import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
-import { Command } from 'commander';
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { checkSandbox } from '../src/gym/sandbox/index.js';
-import { registerSynthCommand } from '../src/gym/synth/cli.js';
 import { gateTask, gateTasks, scaffoldPaths } from '../src/gym/synth/gate.js';
 import {
   buildTask,
@@ -27,6 +25,7 @@ import { MANIFEST_FILE, TASKS_FILE, writeSynthOutput } from '../src/gym/synth/ou
 import { loadTasks } from '../src/gym/tasks/index.js';
 import { CATEGORIES, type Check, GymTask } from '../src/gym/tasks/schema.js';
 import { CLAWGYM_SAMPLE } from './support/clawgym-sample.js';
+import { synthCli } from './support/synth-cli.js';
 
 const sandbox = checkSandbox();
 const noSandbox = !sandbox.ok;
@@ -362,30 +361,6 @@ describe.skipIf(!hasSamples)('scaffoldPaths on the ClawGym samples', () => {
     );
   });
 });
-
-/** Runs `stepwise gym synth ...` in process; returns what it printed, or the error it ended with. */
-async function synthCli(...args: string[]): Promise<{ out: string; error: string | null }> {
-  const program = new Command('stepwise').exitOverride();
-  let out = '';
-  program.configureOutput({ writeOut: (s) => (out += s), writeErr: (s) => (out += s) });
-  registerSynthCommand(program.command('gym'));
-  const write = vi.spyOn(process.stdout, 'write').mockImplementation((chunk) => {
-    out += String(chunk);
-    return true;
-  });
-  const log = vi.spyOn(console, 'log').mockImplementation((...parts) => {
-    out += `${parts.join(' ')}\n`;
-  });
-  try {
-    await program.parseAsync(['node', 'stepwise', 'gym', 'synth', ...args]);
-    return { out, error: null };
-  } catch (error) {
-    return { out, error: (error as Error).message };
-  } finally {
-    write.mockRestore();
-    log.mockRestore();
-  }
-}
 
 describe('stepwise gym synth', () => {
   it('writes tasks.jsonl and a manifest (n, seed, counts, content hash), with plain progress lines', async () => {
