@@ -129,29 +129,37 @@ export function registerSynthCommand(gym: Command): Command {
       } finally {
         building.stop();
       }
-      const writing = progressReporter('write', 'tasks');
-      try {
-        const manifest = await writeSynthOutput({
-          tasks,
-          outDir: opts.out,
-          format: opts.format,
-          seed: opts.seed,
-          onProgress: (done, total) => writing.update(done, total),
-        });
-        writing.stop();
-        const where = opts.format === 'jsonl' ? join(opts.out, TASKS_FILE) : `${opts.out}/<task id>/`;
-        console.log(
-          `synthesized ${manifest.n} tasks (${manifest.templates_used} templates, ${Object.keys(manifest.counts.by_category).length} categories) to ${where}`,
-        );
-        console.log(`manifest: ${join(opts.out, MANIFEST_FILE)} (${manifest.content_hash})`);
-      } catch (error) {
-        writing.stop();
-        if (error instanceof StepwiseError && error.field === 'out') {
-          throw new StepwiseError(error.message.replace(/^out:/, '--out:'), error.status, error.code, 'out');
-        }
-        throw error;
-      }
+      const manifest = await writeTasks(tasks, opts);
+      const where = opts.format === 'jsonl' ? join(opts.out, TASKS_FILE) : `${opts.out}/<task id>/`;
+      console.log(
+        `synthesized ${manifest.n} tasks (${manifest.templates_used} templates, ${Object.keys(manifest.counts.by_category).length} categories) to ${where}`,
+      );
+      console.log(`manifest: ${join(opts.out, MANIFEST_FILE)} (${manifest.content_hash})`);
     });
+}
+
+/** Writes the tasks and the manifest with a progress bar; errors about the output name `--out`. */
+async function writeTasks(
+  tasks: Parameters<typeof writeSynthOutput>[0]['tasks'],
+  opts: { seed: SynthSeed; out: string; format: SynthFormat },
+): Promise<Awaited<ReturnType<typeof writeSynthOutput>>> {
+  const writing = progressReporter('write', 'tasks');
+  try {
+    return await writeSynthOutput({
+      tasks,
+      outDir: opts.out,
+      format: opts.format,
+      seed: opts.seed,
+      onProgress: (done, total) => writing.update(done, total),
+    });
+  } catch (error) {
+    if (error instanceof StepwiseError && error.field === 'out') {
+      throw new StepwiseError(error.message.replace(/^out:/, '--out:'), error.status, error.code, 'out');
+    }
+    throw error;
+  } finally {
+    writing.stop();
+  }
 }
 
 /** `--mode llm`: the model writes the tasks; the manifest counts accepted and dropped candidates. */
@@ -179,15 +187,7 @@ async function synthLlmCommand(
     building.stop();
   }
   const { tasks, stats } = result;
-  const writing = progressReporter('write', 'tasks');
-  const base = await writeSynthOutput({
-    tasks,
-    outDir: opts.out,
-    format: opts.format,
-    seed: opts.seed,
-    onProgress: (done, total) => writing.update(done, total),
-  });
-  writing.stop();
+  const base = await writeTasks(tasks, opts);
   const manifest = llmManifestOf(base, tasks, stats, { model, repairRounds: opts.repairRounds });
   await writeLlmManifest(opts.out, MANIFEST_FILE, manifest);
   const dropped = Object.entries(stats.dropped)
