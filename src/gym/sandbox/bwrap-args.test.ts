@@ -56,4 +56,18 @@ describe('bwrapArgs', () => {
     expect(passwdFile(1234, '/root')).toContain('agent:x:1234:1234:Stepwise sandbox:/root:/bin/bash');
     expect(groupFile(1234)).toContain('agent:x:1234:');
   });
+  it('shows read-only binds read-only, under directories the sandbox uid can traverse, before the root goes read-only', () => {
+    const args = bwrapArgs({
+      ...plan,
+      privileged: true,
+      readOnlyBinds: [{ source: '/srv/tools/openclaw', target: '/opt/stepwise/openclaw' }],
+    });
+    expect(binds(args, '--ro-bind')).toContainEqual(['/srv/tools/openclaw', '/opt/stepwise/openclaw']);
+    expect(binds(args, '--bind').map(([, to]) => to)).not.toContain('/opt/stepwise/openclaw');
+    const at = args.indexOf('/srv/tools/openclaw');
+    const dirAt = args.findIndex((a, k) => a === '--dir' && args[k + 1] === '/opt/stepwise');
+    expect(args.slice(dirAt - 2, dirAt)).toEqual(['--perms', '0755']);
+    expect(dirAt).toBeLessThan(at);
+    expect(at).toBeLessThan(args.indexOf('--remount-ro'));
+  });
 });

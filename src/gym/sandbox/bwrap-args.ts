@@ -53,6 +53,8 @@ export interface BwrapPlan {
   shmBytes: number;
   /** The host path of the gateway bridge's unix socket. */
   gatewaySocket?: string;
+  /** Host paths shown read-only inside (checked by the caller). */
+  readOnlyBinds?: readonly { source: string; target: string }[];
   statusFd: number;
 }
 
@@ -119,6 +121,10 @@ export function bwrapArgs(plan: BwrapPlan): string[] {
   if (plan.gatewaySocket) {
     for (const dir of ancestors(INSIDE_GATEWAY_SOCKET)) args.push('--perms', '0755', '--dir', dir);
     args.push('--ro-bind', plan.gatewaySocket, INSIDE_GATEWAY_SOCKET);
+  }
+  for (const bind of plan.readOnlyBinds ?? []) {
+    for (const dir of ancestors(bind.target)) args.push('--perms', '0755', '--dir', dir);
+    args.push('--ro-bind', bind.source, bind.target);
   }
   // The root tmpfs (the parents of mountDir, /run) read-only: the workspace and /tmp stay writable.
   args.push('--remount-ro', '/');

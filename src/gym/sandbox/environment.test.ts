@@ -1,5 +1,11 @@
 import { describe, expect, it } from 'vitest';
-import { normalizeMountDir, sandboxCwd, sandboxEnv, sandboxHome } from './environment.js';
+import {
+  normalizeBindTarget,
+  normalizeMountDir,
+  sandboxCwd,
+  sandboxEnv,
+  sandboxHome,
+} from './environment.js';
 
 describe('sandbox environment', () => {
   it('puts HOME where mountDir says the home is', () => {
@@ -31,5 +37,19 @@ describe('sandbox environment', () => {
     expect(sandboxCwd('/w', undefined)).toBe('/w');
     expect(sandboxCwd('/w', 'sub/dir')).toBe('/w/sub/dir');
     expect(sandboxCwd('/w', '/tmp')).toBe('/tmp');
+  });
+  it('accepts a read-only bind target only clear of the system, /tmp and the workspace', () => {
+    expect(normalizeBindTarget('/opt/tools/', '/root/.openclaw/workspace')).toBe('/opt/tools');
+    for (const bad of [
+      'opt',
+      '/',
+      '/usr/local',
+      '/tmp/x',
+      '/etc',
+      '/root/.openclaw',
+      '/root/.openclaw/workspace/x',
+    ]) {
+      expect(() => normalizeBindTarget(bad, '/root/.openclaw/workspace'), bad).toThrow(TypeError);
+    }
   });
 });

@@ -53,3 +53,22 @@ export function sandboxCwd(mountDir: string, cwd: string | undefined): string {
   if (cwd.includes('\0')) throw new TypeError('sandbox cwd contains a NUL byte');
   return posix.resolve(mountDir, cwd);
 }
+
+/** A read-only bind's target: absolute, normalized, and clear of the system, /tmp and the workspace. */
+export function normalizeBindTarget(target: string, mountDir: string): string {
+  if (typeof target !== 'string' || !target.startsWith('/') || target.includes('\0')) {
+    throw new TypeError(
+      `sandbox readOnlyBinds target must be an absolute path, got ${JSON.stringify(target)}`,
+    );
+  }
+  const normalized = posix.normalize(target).replace(/\/+$/, '');
+  const under = (dir: string, path: string) => path === dir || path.startsWith(`${dir}/`);
+  const clash = [...RESERVED, '/tmp', '/run'].find((dir) => under(dir, normalized));
+  if (normalized === '' || clash !== undefined) {
+    throw new TypeError(`sandbox readOnlyBinds target ${target} is inside ${clash ?? '/'}`);
+  }
+  if (under(normalized, mountDir) || under(mountDir, normalized)) {
+    throw new TypeError(`sandbox readOnlyBinds target ${target} overlaps the workspace ${mountDir}`);
+  }
+  return normalized;
+}

@@ -11,7 +11,13 @@ import {
   PYTHON,
   passwdFile,
 } from './bwrap-args.js';
-import { normalizeMountDir, sandboxCwd, sandboxEnv, sandboxHome } from './environment.js';
+import {
+  normalizeBindTarget,
+  normalizeMountDir,
+  sandboxCwd,
+  sandboxEnv,
+  sandboxHome,
+} from './environment.js';
 import { type Bridge, gatewayTarget, startBridge } from './gateway-bridge.js';
 import { classifyLimitHit } from './limit-hit.js';
 import { runUnsafe } from './run-unsafe.js';
@@ -69,6 +75,14 @@ export async function runInSandbox(
   const env = sandboxEnv(mountDir, options.env);
   const gateway = options.gateway ? resolveGateway(options.gateway) : undefined;
   const workspace = await realWorkspace(options.workspace);
+  const readOnlyBinds = await Promise.all(
+    (options.readOnlyBinds ?? []).map(async ({ source, target }) => ({
+      source: await realpath(source).catch(() => {
+        throw new SandboxError(`the read-only bind source ${source} does not exist`);
+      }),
+      target: normalizeBindTarget(target, mountDir),
+    })),
+  );
 
   if (options.unsafeNoSandbox) {
     return runUnsafe({
@@ -135,6 +149,7 @@ export async function runInSandbox(
         tmpBytes,
         shmBytes: Math.min(tmpBytes, 64 * MIB),
         ...(gatewaySocket ? { gatewaySocket } : {}),
+        readOnlyBinds,
         statusFd: STATUS_FDS.bwrap,
       }),
       '--',

@@ -31,6 +31,11 @@ export interface SandboxOptions {
   env?: Record<string, string>;
   /** Expose ONE host HTTP endpoint: inside the sandbox http://127.0.0.1:<port> reaches gateway.url on the host; nothing else on the network. */
   gateway?: { url: string; port?: number };
+  /**
+   * Host directories or files made visible inside, read-only (an agent's own install, say). A target
+   * must be absolute and outside the system directories, the workspace and /tmp.
+   */
+  readOnlyBinds?: readonly { source: string; target: string }[];
   /** Run on the host without isolation (explicit opt-in; log a loud warning once per process). */
   unsafeNoSandbox?: boolean;
 }
