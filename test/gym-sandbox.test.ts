@@ -195,6 +195,29 @@ describe('containment', () => {
     expect(r.stderr).toMatch(/No such file or directory|Permission denied/);
   });
 
+  it('shows a read-only bind and nothing else of the host; the bind cannot be written', async () => {
+    const tools = join(root, 'tools');
+    mkdirSync(join(tools, 'bin'), { recursive: true });
+    writeFileSync(join(tools, 'bin', 'hello'), '#!/bin/sh\necho hello from the tools folder\n', {
+      mode: 0o755,
+    });
+    const r = await runInSandbox(
+      { ...base(), readOnlyBinds: [{ source: tools, target: '/opt/tools' }] },
+      `/opt/tools/bin/hello; touch /opt/tools/x 2>&1 || echo touch-failed; ls /opt; cat ${secretFile} 2>&1 || true`,
+    );
+    expect(r.stdout).toContain('hello from the tools folder');
+    expect(r.stdout).toContain('touch-failed');
+    expect(r.stdout.split('\n')).toContain('tools');
+    expect(r.stdout).not.toContain(SECRET);
+    expect(existsSync(join(tools, 'x'))).toBe(false);
+    await expect(
+      runInSandbox(
+        { ...base(), readOnlyBinds: [{ source: join(root, 'missing'), target: '/opt/x' }] },
+        'true',
+      ),
+    ).rejects.toThrow(SandboxError);
+  });
+
   it('a symlink in the workspace pointing outside does not reach host data', async () => {
     symlinkSync(secretFile, join(workspace, 'secret-link'));
     symlinkSync(outside, join(workspace, 'outside-link'));
