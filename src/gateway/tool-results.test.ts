@@ -137,6 +137,39 @@ describe('toolResultsFor', () => {
     expect(results.map((r) => [r.tool_call_id, r.content])).toEqual([['call_1', 'ok']]);
   });
 
+  it('matches ids a harness rewrote (OpenClaw sends call_1 back as call1)', () => {
+    const rewritten = { role: 'assistant', content: null, tool_calls: [{ id: 'call1' }, { id: 'call2' }] };
+    const results = toolResultsFor(
+      [
+        user,
+        rewritten,
+        { role: 'tool', tool_call_id: 'call2', content: 'second' },
+        { role: 'tool', tool_call_id: 'CALL1', content: 'first' },
+        { role: 'user', content: [{ type: 'text', text: 'fresh context' }] },
+      ],
+      calls,
+    );
+    expect(results.map((r) => [r.tool_call_id, r.name, r.content])).toEqual([
+      ['call_2', 'run', 'second'],
+      ['call_1', 'read', 'first'],
+    ]);
+  });
+
+  it('falls back to position when none of the ids matches (the agent replaced them all)', () => {
+    const results = toolResultsFor(
+      [
+        assistant,
+        { role: 'tool', tool_call_id: 'toolu_a', content: 'first' },
+        { role: 'tool', tool_call_id: 'toolu_b', content: 'second' },
+      ],
+      calls,
+    );
+    expect(results.map((r) => [r.tool_call_id, r.content])).toEqual([
+      ['call_1', 'first'],
+      ['call_2', 'second'],
+    ]);
+  });
+
   it('falls back to position when the tool messages carry no ids', () => {
     const results = toolResultsFor(
       [assistant, { role: 'tool', content: 'first' }, { role: 'tool', content: '{"exit_code": 1}' }],

@@ -68,9 +68,14 @@ export function detectToolError(content: string): { error: boolean; errorType?: 
   return { error: false };
 }
 
+/** An id as harnesses rewrite it (OpenClaw sends `call_1` back as `call1`): letters and digits, one case. */
+const normalizedId = (id: string) => id.replace(/[^0-9a-z]/gi, '').toLowerCase();
+
 /**
  * The results of `calls` in a request's messages: the tool messages after the last assistant turn
- * that made those calls, matched by `tool_call_id` (or by position when the agent sent no ids).
+ * that made those calls, matched by `tool_call_id` — exactly, else as the same letters and digits
+ * (harnesses that rewrite ids drop separators) — or by position when the agent sent no ids, or ids
+ * of which none matches (it replaced them all). A stray id among matching ones is skipped.
  * Empty when the request does not answer them (the agent started over, or called no tool).
  */
 export function toolResultsFor(
@@ -78,7 +83,11 @@ export function toolResultsFor(
   calls: readonly AnsweredCall[],
 ): ToolResult[] {
   if (calls.length === 0) return [];
-  const wanted = new Map(calls.map((c) => [c.id, c]));
+  const exact = new Map(calls.map((c) => [c.id, c]));
+  // Ids with no letter or digit (or none at all) match nothing after normalizing.
+  const normalized = new Map(
+    calls.filter((c) => normalizedId(c.id) !== '').map((c) => [normalizedId(c.id), c]),
+  );
   let lastAssistant = -1;
   for (let i = messages.length - 1; i >= 0; i--) {
     if (messages[i]!.role === 'assistant') {
@@ -86,15 +95,19 @@ export function toolResultsFor(
       break;
     }
   }
+  const answers = messages
+    .slice(lastAssistant + 1)
+    .filter((m) => m.role === 'tool')
+    .map((m) => {
+      const id = typeof m.tool_call_id === 'string' ? m.tool_call_id : undefined;
+      const byId = id === undefined ? undefined : (exact.get(id) ?? normalized.get(normalizedId(id)));
+      return { m, id, byId };
+    });
+  const idsMatch = answers.some((a) => a.byId !== undefined);
   const results: ToolResult[] = [];
-  let position = 0;
-  for (let i = lastAssistant + 1; i < messages.length; i++) {
-    const m = messages[i]!;
-    if (m.role !== 'tool') continue;
-    const id = typeof m.tool_call_id === 'string' ? m.tool_call_id : undefined;
-    const call = id !== undefined ? wanted.get(id) : calls[position];
-    position++;
-    if (!call) continue;
+  answers.forEach(({ m, id, byId }, position) => {
+    const call = id !== undefined && idsMatch ? byId : calls[position];
+    if (!call) return;
     const content = contentText(m.content);
     const { error, errorType } = detectToolError(content);
     results.push({
@@ -104,6 +117,6 @@ export function toolResultsFor(
       error,
       ...(errorType ? { error_type: errorType } : {}),
     });
-  }
+  });
   return results;
 }

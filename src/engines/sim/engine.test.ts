@@ -78,6 +78,21 @@ describe('SimEngine.complete', () => {
     expect(new Set(texts(5)).size).toBeGreaterThan(1);
   });
 
+  it("tells the policy whether the seed was the request's or derived (chat and text)", () => {
+    const seen: (boolean | undefined)[] = [];
+    const e = new SimEngine({
+      policy: (ctx) => {
+        seen.push(ctx.seedDerived);
+        return { text: 'ok' };
+      },
+    });
+    e.complete(req({ seed: 7 }));
+    e.complete(req({ seed: null }));
+    e.completeText({ prompt: 'a', seed: 7 });
+    e.completeText({ prompt: 'a' });
+    expect(seen).toEqual([false, true, false, true]);
+  });
+
   it('renders tool calls in hermes format and parses them back to the policy calls', () => {
     const calls: PolicyToolCall[] = [
       { name: 'read_file', arguments: { path: 'src/ü.ts' } },

@@ -202,6 +202,7 @@ export class SimEngine {
       messages: request.messages,
       tools: request.tools ?? [],
       seed,
+      seedDerived: request.seed == null,
       turn: assistantTurns(request.messages),
       random: seededRandom('policy', seed),
       toolChoice,
@@ -264,6 +265,7 @@ export class SimEngine {
       tools: [],
       prompt,
       seed,
+      seedDerived: request.seed == null,
       turn: assistantTurnsInPrompt(prompt),
       random: seededRandom('policy', seed),
     });

@@ -39,6 +39,7 @@ export {
   assistantTurns,
   assistantTurnsInPrompt,
   echoPolicy,
+  episodeSeed,
   type InjectedErrorKind,
   injectError,
   namedPolicies,
@@ -58,3 +59,4 @@ export {
 } from './policies.js';
 export { buildSimApp, type RunningSimServer, type SimServerOptions, startSimServer } from './serve.js';
 export { createSimApp, DEFAULT_SIM_MODEL, type SimAppOptions, type SimStreamEnd } from './server.js';
+export { adaptCall } from './tool-adapter.js';

@@ -1,5 +1,7 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { renderChat } from '../../text/index.js';
+import { type ChatToolInput, renderChat } from '../../text/index.js';
 import { seededRandom } from '../../util/random.js';
 import {
   assistantTurns,
@@ -258,5 +260,233 @@ describe('reference policy', () => {
     expect(episode(policy, 'Write the total to output/total.txt.', 7)).toEqual(
       episode(policy, 'Write the total to output/total.txt.', 7),
     );
+  });
+});
+
+describe('reference policy under OpenClaw', () => {
+  const offered: ChatToolInput[] = JSON.parse(
+    readFileSync(join(import.meta.dirname, '../../../test/fixtures/openclaw/tools.json'), 'utf8'),
+  );
+  const prompt = 'Greet the team in hello.txt, then show it.';
+  const task = {
+    prompt,
+    actions: [
+      { name: 'write', arguments: { path: 'hello.txt', content: 'hi\nteam\n' } },
+      { name: 'read', arguments: { path: 'hello.txt', offset: 2, limit: 1 } },
+      { name: 'edit', arguments: { path: 'hello.txt', oldText: 'hi', newText: 'hello' } },
+      { name: 'ls', arguments: { path: '.' } },
+      { name: 'exec', arguments: { command: 'cat hello.txt' } },
+    ],
+  };
+
+  /** OpenClaw's tools over an in-memory workspace: what succeeds and what fails, as OpenClaw reports it. */
+  function runTool(files: Map<string, string>, name: string, args: Record<string, unknown>) {
+    const path = String(args.path ?? '.');
+    const missing = { error: true, content: `ENOENT: no such file or directory, access '${path}'` };
+    switch (name) {
+      case 'write':
+        files.set(path, String(args.content));
+        return { error: false, content: `Successfully wrote to ${path}` };
+      case 'read': {
+        const text = files.get(path);
+        if (text === undefined) return missing;
+        const lines = text.split('\n');
+        const first = Number(args.offset ?? 1) - 1; // 1-based
+        return {
+          error: false,
+          content: lines.slice(first, first + Number(args.limit ?? lines.length)).join('\n'),
+        };
+      }
+      case 'edit': {
+        const text = files.get(path);
+        if (text === undefined) return missing;
+        let next = text;
+        for (const e of args.edits as { oldText: string; newText: string }[]) {
+          if (next.split(e.oldText).length !== 2) return { error: true, content: 'oldText must occur once' };
+          next = next.replace(e.oldText, e.newText);
+        }
+        files.set(path, next);
+        return { error: false, content: `Edited ${path}` };
+      }
+      case 'ls':
+        return path === '.' ? { error: false, content: [...files.keys()].join('\n') } : missing;
+      case 'exec':
+        return { error: false, content: files.get('hello.txt') ?? '' };
+      default:
+        return { error: true, content: `Tool ${name} not found` };
+    }
+  }
+
+  /**
+   * One OpenClaw episode: no seed (the engine derives a new one per request, here `seedOf(call)`), the
+   * prompt wrapped in a timestamp and a Runtime line, a fresh trailing context message on every call
+   * that the next call's history no longer holds, and tool-call ids rewritten.
+   */
+  function play(
+    policy: ReturnType<typeof referencePolicy>,
+    session: string,
+    seedOf: (call: number) => number,
+  ) {
+    const history: PolicyContext['messages'][number][] = [
+      { role: 'system', content: 'You are a personal assistant running inside a harness.' },
+      {
+        role: 'user',
+        content: `[Thu 2026-12-03 05:31 UTC] ${prompt}\n\nRuntime: agent=main | sessionId=${session} | shell=bash`,
+      },
+    ];
+    const files = new Map<string, string>();
+    const steps: { name: string; arguments: Record<string, unknown>; error: boolean }[] = [];
+    for (let call = 0; call < 20; call++) {
+      const context = {
+        role: 'user' as const,
+        content: [{ type: 'text' as const, text: `<<<context ${call}>>>` }],
+      };
+      const messages = [...history, context];
+      const seed = seedOf(call);
+      const out = policy({
+        messages,
+        tools: offered,
+        seed,
+        seedDerived: true,
+        turn: assistantTurns(messages),
+        random: seededRandom('policy', seed),
+      });
+      if (!out.toolCalls) return { steps, answer: out.text, files };
+      const [c] = out.toolCalls;
+      const result = runTool(files, c!.name, c!.arguments);
+      steps.push({ ...c!, error: result.error });
+      history.push(
+        {
+          role: 'assistant',
+          content: null,
+          tool_calls: [
+            {
+              id: `call${call}`,
+              type: 'function',
+              function: { name: c!.name, arguments: JSON.stringify(c!.arguments) },
+            },
+          ],
+        },
+        { role: 'tool', content: result.content, tool_call_id: `call${call}` },
+      );
+    }
+    throw new Error('the episode did not end');
+  }
+
+  it("finds the task inside OpenClaw's wrapped prompt and speaks its tool schemas", () => {
+    const run = play(referencePolicy([task]), 'a1', (call) => 1000 + call);
+    expect(run.steps.map(({ name, arguments: a }) => ({ name, arguments: a }))).toEqual([
+      task.actions[0],
+      // 1-based offset, as OpenClaw reads it: line 2 is "team".
+      task.actions[1],
+      { name: 'edit', arguments: { path: 'hello.txt', edits: [{ oldText: 'hi', newText: 'hello' }] } },
+      task.actions[3],
+      task.actions[4],
+    ]);
+    expect(run.steps.every((s) => !s.error)).toBe(true);
+    expect(run.files.get('hello.txt')).toBe('hello\nteam\n');
+    expect(run.answer).toMatch(/^Done/);
+  });
+
+  it('keeps one error and give-up plan per episode although every request gets a new seed', () => {
+    const policy = referencePolicy([task], { errorRate: 0.5, giveUpRate: 0.3 });
+    const plans = new Set<string>();
+    for (let s = 0; s < 24; s++) {
+      const session = `session-${s}`;
+      const run = play(policy, session, (call) => call * 7919 + s);
+      // Another draw of the engine's per-request seeds: the same episode.
+      expect(play(policy, session, (call) => call * 104_729 + 5 * s + 3)).toEqual(run);
+      // Never skipped or repeated: the correct calls are a prefix of the actions, in order.
+      const correct = run.steps.filter((st) => !st.error).map((st) => st.name);
+      expect(correct).toEqual(task.actions.slice(0, correct.length).map((a) => a.name));
+      if (run.answer === 'I could not finish the task.') expect(correct.length).toBeLessThan(5);
+      else expect(correct).toHaveLength(5);
+      plans.add(JSON.stringify(run.steps));
+    }
+    // Sessions differ in their opening (session id, timestamp): their plans differ too.
+    expect(plans.size).toBeGreaterThan(5);
+  });
+
+  it('injects only errors that fail under OpenClaw’s tools, each followed by its correction', () => {
+    const policy = referencePolicy([task], { errorRate: 1 });
+    const kinds = new Set<string>();
+    for (let s = 0; s < 12; s++) {
+      const run = play(policy, `s${s}`, (call) => call + 31 * s);
+      expect(run.steps).toHaveLength(10);
+      for (let i = 0; i < 10; i += 2) {
+        const [wrong, right] = [run.steps[i]!, run.steps[i + 1]!];
+        expect(wrong.error, JSON.stringify(wrong)).toBe(true);
+        expect(right.error).toBe(false);
+        const offeredNames = offered.map((t) => t.function.name);
+        kinds.add(
+          offeredNames.includes(wrong.name) ? `${right.name}: wrong argument` : `${right.name}: unknown tool`,
+        );
+      }
+      // The wrong calls left no stray file behind.
+      expect([...run.files.keys()]).toEqual(['hello.txt']);
+    }
+    // Both kinds are used where they fail; write and exec only ever get an unknown tool.
+    expect(kinds).toEqual(
+      new Set([
+        'write: unknown tool',
+        'read: wrong argument',
+        'read: unknown tool',
+        'edit: wrong argument',
+        'edit: unknown tool',
+        'ls: wrong argument',
+        'ls: unknown tool',
+        'exec: unknown tool',
+      ]),
+    );
+  });
+
+  it('with an explicit seed, the plan still follows the seed (built-in agent, unchanged)', () => {
+    const policy = referencePolicy([task], { errorRate: 0.5 });
+    const at = (seed: number, seedDerived?: boolean) =>
+      JSON.stringify(
+        policy({
+          ...ctx({ messages: [{ role: 'user', content: prompt }], seed }),
+          ...(seedDerived ? { seedDerived } : {}),
+        }),
+      );
+    const bySeed = new Set(Array.from({ length: 16 }, (_, s) => at(s)));
+    expect(bySeed.size).toBeGreaterThan(1);
+    const derived = new Set(Array.from({ length: 16 }, (_, s) => at(s, true)));
+    expect(derived.size).toBe(1);
+    // Without a seed the plan comes from the first user message, not the system prompt, which some
+    // harnesses refresh on every call.
+    const withSystem = (system: string) =>
+      JSON.stringify(
+        policy({
+          ...ctx({
+            messages: [
+              { role: 'system', content: system },
+              { role: 'user', content: prompt },
+            ],
+          }),
+          seedDerived: true,
+        }),
+      );
+    expect(new Set(Array.from({ length: 8 }, (_, i) => withSystem(`clock 05:3${i}`)))).toEqual(
+      new Set([withSystem('')]),
+    );
+  });
+});
+
+describe('injectError: unknown tools are unknown', () => {
+  it('picks a name the request does not offer', () => {
+    const call = { name: 'read', arguments: { path: 'a' } };
+    expect(injectError(call, 'unknown_tool', ['read', 'read_v2', 'read_v3']).toolCalls?.[0]?.name).toBe(
+      'read_v4',
+    );
+  });
+
+  it('never corrupts an argument of write or exec: that would not fail', () => {
+    expect(
+      injectError({ name: 'write', arguments: { path: 'a', content: 'b' } }, 'wrong_argument').text,
+    ).toContain('<tool_call>');
+    expect(injectError({ name: 'read', arguments: { path: 'a' } }, 'wrong_argument').toolCalls).toEqual([
+      { name: 'read', arguments: { path: 'a_wrong' } },
+    ]);
   });
 });

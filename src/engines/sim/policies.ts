@@ -1,7 +1,8 @@
 import { ValidationError } from '../../domain/errors.js';
 import type { ChatMessageInput, ChatToolInput } from '../../text/index.js';
-import { pick, type Random, randomInt, seededRandom } from '../../util/random.js';
+import { hashSeed, pick, type Random, randomInt, seededRandom } from '../../util/random.js';
 import type { SimToolChoice } from './controls.js';
+import { adaptCall } from './tool-adapter.js';
 
 /** What a policy sees: the conversation as the agent sent it, and its own seeded randomness. */
 export interface PolicyContext {
@@ -20,6 +21,11 @@ export interface PolicyContext {
   toolChoice?: SimToolChoice;
   /** The request's seed (or the engine's derived one): the same seed gives the same output. */
   seed: number;
+  /**
+   * True when the request sent no seed and `seed` was derived by the engine: it then differs on every
+   * request, so a plan that must hold for a whole episode cannot come from it (see `episodeSeed`).
+   */
+  seedDerived?: boolean;
   /** Assistant turns already in `messages`: 0 on the first call of an episode. */
   turn: number;
   /** Seeded from `seed`; a policy must draw all its randomness from here. */
@@ -47,6 +53,32 @@ function contentText(content: ChatMessageInput['content']): string {
   if (content == null) return '';
   if (typeof content === 'string') return content;
   return content.map((p) => p.text).join('\n');
+}
+
+/**
+ * The text that opens a conversation: its first user message (or a raw prompt's first user turn).
+ * Not the system prompt: some harnesses refresh state in it on every call, and a plan drawn from it
+ * would change mid-episode.
+ */
+function conversationOpening(ctx: PolicyContext): string | undefined {
+  if (ctx.messages.length > 0) {
+    const user = ctx.messages.find((m) => m.role === 'user');
+    return user ? contentText(user.content) : undefined;
+  }
+  return ctx.prompt?.match(/<\|im_start\|>user\n[\s\S]*?<\|im_end\|>/)?.[0];
+}
+
+/**
+ * The seed of an episode-wide plan (injected errors, giving up): the request's seed when it sent one;
+ * otherwise a hash of the conversation's opening, which every turn of an episode repeats while the
+ * engine's derived seed changes per request. Agents that send no seed (OpenClaw) still get distinct
+ * rollouts when their openings differ (OpenClaw's first user message holds a timestamp and a session
+ * id); rollouts of one agent that opens every episode with the same bare prompt get the same plan.
+ */
+export function episodeSeed(ctx: PolicyContext): number {
+  if (!ctx.seedDerived) return ctx.seed;
+  const opening = conversationOpening(ctx);
+  return opening === undefined ? ctx.seed : hashSeed('episode', opening);
 }
 
 /** Counts assistant messages: the number of turns the policy has already taken in this episode. */
@@ -175,11 +207,14 @@ export type InjectedErrorKind = 'wrong_argument' | 'unknown_tool' | 'malformed';
 export interface ScriptedPolicyOptions {
   /** Chance that a tool-call step is preceded by a wrong call (default 0). */
   errorRate?: number;
-  /** Kinds of injected error to draw from (default all; `wrong_argument` needs a string argument). */
+  /**
+   * Kinds of injected error to draw from (default all). `wrong_argument` needs an argument whose wrong
+   * value fails: a path for read, edit and ls, never write or exec; for other tools a string argument.
+   */
   errorKinds?: readonly InjectedErrorKind[];
   /**
-   * Seed of the error plan. Defaults to the request's seed, so an agent that sends no fixed seed gets a
-   * plan that can change between turns; set this for an episode-stable plan.
+   * Seed of the error plan. Defaults to `episodeSeed`: the request's seed, or, when the request sent
+   * none, one drawn from the conversation's opening (stable over the episode).
    */
   seed?: number;
   /** Said once the script is exhausted (default: the script's last answer, or "Done."). */
@@ -225,26 +260,54 @@ function locate(
   return undefined;
 }
 
-function firstStringArgument(call: PolicyToolCall): string | undefined {
-  return Object.keys(call.arguments).find((k) => typeof call.arguments[k] === 'string');
+/*
+ * An injected error must be one: the tool has to fail, or CLEANER learns from a "mistake" that worked.
+ * For our built-in tools (and the harness tools of the same name: OpenClaw's too) a wrong path fails
+ * read, edit and ls (the file or directory does not exist), but not write (it creates a stray file)
+ * nor exec (a changed command may well succeed): those get an unknown tool instead.
+ */
+const FAILING_ARGUMENT: Readonly<Record<string, string | null>> = {
+  read: 'path',
+  edit: 'path',
+  ls: 'path',
+  write: null,
+  exec: null,
+};
+
+/** The argument whose wrong value makes the call fail; for tools we do not know, the first string one. */
+function wrongArgument(call: PolicyToolCall): string | undefined {
+  const key = Object.hasOwn(FAILING_ARGUMENT, call.name)
+    ? FAILING_ARGUMENT[call.name]
+    : Object.keys(call.arguments).find((k) => typeof call.arguments[k] === 'string');
+  return typeof key === 'string' && typeof call.arguments[key] === 'string' ? key : undefined;
 }
 
 function chooseKind(r: Random, call: PolicyToolCall, kinds: readonly InjectedErrorKind[]): InjectedErrorKind {
-  const usable = kinds.filter((k) => k !== 'wrong_argument' || firstStringArgument(call) !== undefined);
+  const usable = kinds.filter((k) => k !== 'wrong_argument' || wrongArgument(call) !== undefined);
   return usable.length > 0 ? pick(r, usable) : 'malformed';
 }
 
-/** The wrong version of a call, as the simulated assistant writes it. */
-export function injectError(call: PolicyToolCall, kind: InjectedErrorKind): PolicyOutput {
+/**
+ * The wrong version of a call, as the simulated assistant writes it. `offered` are the tool names the
+ * request offers: an unknown tool's name is none of them.
+ */
+export function injectError(
+  call: PolicyToolCall,
+  kind: InjectedErrorKind,
+  offered: readonly string[] = [],
+): PolicyOutput {
   switch (kind) {
     case 'wrong_argument': {
-      const key = firstStringArgument(call);
+      const key = wrongArgument(call);
       if (key === undefined) return injectError(call, 'malformed');
       const value = call.arguments[key] as string;
       return { toolCalls: [{ name: call.name, arguments: { ...call.arguments, [key]: `${value}_wrong` } }] };
     }
-    case 'unknown_tool':
-      return { toolCalls: [{ name: `${call.name}_v2`, arguments: call.arguments }] };
+    case 'unknown_tool': {
+      let version = 2;
+      while (offered.includes(`${call.name}_v${version}`)) version++;
+      return { toolCalls: [{ name: `${call.name}_v${version}`, arguments: call.arguments }] };
+    }
     case 'malformed':
       // The closing brace of the call object is missing: parsers leave the block in `content`.
       return {
@@ -258,9 +321,10 @@ const CORRECTION_TEXT = 'That call was wrong; retrying with the correct one.';
 /**
  * Follows a per-task script. The step is chosen by the number of assistant turns already in the
  * conversation; with `errorRate`, a tool-call step first gets a wrong call (wrong argument, unknown
- * tool or malformed block) and the correct call on the next turn — deterministic for the seed. With
- * `toolChoice: "none"` a tool-call step answers instead (the script's final answer); "required" and a
- * named function change nothing: the script decides.
+ * tool or malformed block) and the correct call on the next turn — deterministic for the episode
+ * seed. Calls to our built-in tools are written in the schema of the tools the request offers
+ * (`adaptCall`). With `toolChoice: "none"` a tool-call step answers instead (the script's final
+ * answer); "required" and a named function change nothing: the script decides.
  */
 export function scriptedPolicy(source: ScriptSource, options: ScriptedPolicyOptions = {}): Policy {
   const errorRate = options.errorRate ?? 0;
@@ -274,14 +338,21 @@ export function scriptedPolicy(source: ScriptSource, options: ScriptedPolicyOpti
       const answers = script.filter((s): s is { answer: string } => 'answer' in s);
       return { text: options.finalAnswer ?? answers.at(-1)?.answer ?? 'Done.' };
     };
-    const pos = locate(script, ctx.turn, options.seed ?? ctx.seed, errorRate, kinds);
+    const pos = locate(script, ctx.turn, options.seed ?? episodeSeed(ctx), errorRate, kinds);
     if (!pos) return finalAnswer();
     const step = script[pos.step]!;
     if ('answer' in step) return { text: step.answer };
     if (ctx.toolChoice === 'none') return finalAnswer();
-    if (pos.injected) return injectError(step.toolCall, pos.injected);
+    const adapt = (call: PolicyToolCall) => adaptCall(call, ctx.tools);
+    if (pos.injected) {
+      // The error is made on the action as written (its kinds are chosen for our tools), then adapted.
+      const offered = ctx.tools.map((t) => t.function.name);
+      const call = pos.injected === 'malformed' ? adapt(step.toolCall) : step.toolCall;
+      const wrong = injectError(call, pos.injected, offered);
+      return wrong.toolCalls ? { ...wrong, toolCalls: wrong.toolCalls.map(adapt) } : wrong;
+    }
     const text = pos.correction ? CORRECTION_TEXT : step.text;
-    return { ...(text !== undefined ? { text } : {}), toolCalls: [step.toolCall] };
+    return { ...(text !== undefined ? { text } : {}), toolCalls: [adapt(step.toolCall)] };
   };
 }
 
@@ -307,10 +378,11 @@ function firstUserText(messages: readonly ChatMessageInput[]): string | undefine
 
 /**
  * Follows the reference actions of the task whose prompt opens the conversation (the first user
- * message equals or contains it), with injected errors and self-corrections as `scriptedPolicy`. The
- * error plan and the give-up draw come from the request's seed: an agent that sends one seed per
- * episode gets one plan per episode, and rollouts with different seeds differ. A conversation about
- * no known task gets "Done.".
+ * message equals or contains it, so a harness may wrap the prompt in its own text), with injected
+ * errors and self-corrections as `scriptedPolicy`, in the schema of the tools the request offers.
+ * The error plan and the give-up draw come from `episodeSeed`: an agent that sends one seed per
+ * episode gets one plan per episode, one that sends none gets the plan of its conversation's opening;
+ * rollouts with different seeds (or openings) differ. A conversation about no known task gets "Done.".
  */
 export function referencePolicy(
   tasks: readonly ReferenceTask[],
@@ -330,7 +402,7 @@ export function referencePolicy(
       const task = text === undefined ? undefined : find(text);
       if (!task) return undefined;
       let actions = task.actions;
-      const r = seededRandom('reference-give-up', ctx.seed);
+      const r = seededRandom('reference-give-up', episodeSeed(ctx));
       if (giveUpRate > 0 && actions.length > 0 && r() < giveUpRate)
         actions = actions.slice(0, randomInt(r, actions.length));
       const answer =
