@@ -111,6 +111,14 @@ describe('sandbox basics', () => {
     ]);
   });
 
+  it('works in a private (0700) workspace, as mkdtemp makes them', async () => {
+    const privateWs = mkdtempSync(join(root, 'private-'));
+    const r = await runInSandbox({ workspace: privateWs, mountDir: MOUNT }, 'pwd; echo ok > made.txt');
+    expect(r.exitCode, r.stderr).toBe(0);
+    expect(r.stdout.trim()).toBe(MOUNT);
+    expect(readFileSync(join(privateWs, 'made.txt'), 'utf8')).toBe('ok\n');
+  });
+
   it('passes stdin, honours cwd, and truncates long output', async () => {
     mkdirSync(join(workspace, 'sub'), { recursive: true });
     const r = await runInSandbox(base(), 'pwd; cat', { stdin: 'piped', cwd: 'sub' });

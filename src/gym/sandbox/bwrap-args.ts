@@ -63,7 +63,10 @@ export function namespaceArgs(privileged: boolean): string[] {
   if (!privileged) return ['--unshare-all', '--unshare-user', '--disable-userns'];
   // Not --unshare-all: as root it adds a user namespace that maps uid 0 only, and the command must
   // run as another uid. Capabilities: only what the supervisor needs to drop to that uid
-  // (and to empty the bounding set first), to signal the command's processes, and to bind the bridge.
+  // (and to empty the bounding set first), to signal the command's processes, to bind the bridge,
+  // and to enter the working directory before it drops (a 0700 workspace belongs to the command's
+  // uid, not to root). The command keeps none of them: it runs as another uid with an empty
+  // bounding set.
   return [
     '--unshare-ipc',
     '--unshare-pid',
@@ -82,6 +85,8 @@ export function namespaceArgs(privileged: boolean): string[] {
     'CAP_SETPCAP',
     '--cap-add',
     'CAP_KILL',
+    '--cap-add',
+    'CAP_DAC_READ_SEARCH',
   ];
 }
 
