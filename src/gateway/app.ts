@@ -254,7 +254,9 @@ export function createApp(options: AppOptions): Hono<Env> {
 
   app.get('/v1/stats', requireScope('trainer'), async (c) => {
     const { channel } = parseOrThrow(StatsQuery, c.req.query());
-    return c.json(await pool.stats(channel ?? null));
+    const stats = await pool.stats(channel ?? null);
+    // The gateway's counters are this process's, whatever the channel filter.
+    return c.json(options.gateway ? { ...stats, gateway: options.gateway.stats() } : stats);
   });
 
   app.get('/v1/events', requireScope('trainer'), async (c) => {

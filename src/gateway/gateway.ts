@@ -16,6 +16,7 @@ import { readText, UpstreamError } from '../engines/upstream.js';
 import type { DataPool } from '../pool/data-pool.js';
 import type { ToolResultAttachment } from '../store/store.js';
 import { type ChatTokenizer, loadQwen3Tokenizer, SseDecoder } from '../text/index.js';
+import { OnlineSessions, type SessionStats } from './online-sessions.js';
 import { normalizeUpstreamError, openaiErrorBody, openaiErrorResponse } from './openai-errors.js';
 import { PolicyGate } from './policy-gate.js';
 import { type AnsweredCall, toolResultsFor } from './tool-results.js';
@@ -35,11 +36,18 @@ export interface GatewayOptions {
   router: EngineRouter | null;
   /** For engines that return no ids (Qwen3's by default, loaded on first use). */
   tokenizer?: () => ChatTokenizer;
-  logger?: Pick<Logger, 'warn' | 'info' | 'error'>;
+  logger?: Pick<Logger, 'warn' | 'info' | 'error'> & Partial<Pick<Logger, 'debug'>>;
   /** Longest a drain waits for running generations before switching anyway (default 60 s). */
   drainTimeoutMs?: number;
-  /** Sessions unused this long are dropped from memory (they reload from the store; default 10 min). */
+  /** Trajectory sessions unused this long are dropped from memory (they reload from the store; default 10 min). */
+  sessionCacheMs?: number;
+  /**
+   * Online sessions (`X-Stepwise-Session`) with no call for this long are completed, and their next
+   * call opens a new trajectory (default 30 min).
+   */
   sessionIdleMs?: number;
+  /** Online sessions kept open at once; past it the least recently used is completed (default 10000). */
+  maxSessions?: number;
   /**
    * A session unused this long is checked against the store before its next call (default 30 s), so
    * a trajectory closed elsewhere (idle timeout, another process) is refused, not written to.
@@ -123,12 +131,14 @@ export class Gateway {
   private readonly sessions = new Map<string, Session>();
   private readonly loading = new Map<string, Promise<Session>>();
   private readonly drainTimeoutMs: number;
-  private readonly sessionIdleMs: number;
+  private readonly sessionCacheMs: number;
   private readonly sessionRecheckMs: number;
   private readonly captureDeferMs: number;
   private readonly timer: NodeJS.Timeout;
   /** Steps whose write failed after the agent was answered (logged; counted here). */
   lostSteps = 0;
+  /** Online sessions on the fixed base_url (`X-Stepwise-Session`). */
+  readonly online: OnlineSessions;
 
   constructor(options: GatewayOptions) {
     this.pool = options.pool;
@@ -136,15 +146,29 @@ export class Gateway {
     this.tokenizer = options.tokenizer ?? loadQwen3Tokenizer;
     this.logger = options.logger;
     this.drainTimeoutMs = options.drainTimeoutMs ?? 60_000;
-    this.sessionIdleMs = options.sessionIdleMs ?? 600_000;
+    this.sessionCacheMs = options.sessionCacheMs ?? 600_000;
     this.sessionRecheckMs = options.sessionRecheckMs ?? 30_000;
     this.captureDeferMs = options.captureDeferMs ?? 20;
-    this.timer = setInterval(() => this.evictIdle(), Math.min(60_000, this.sessionIdleMs));
+    this.timer = setInterval(() => this.evictIdle(), Math.min(60_000, this.sessionCacheMs));
     this.timer.unref();
+    this.online = new OnlineSessions(this, {
+      idleMs: options.sessionIdleMs,
+      maxSessions: options.maxSessions,
+      logger: options.logger,
+    });
   }
 
   get openSessions(): number {
     return this.sessions.size;
+  }
+
+  /** This process's counters: online sessions, implicit feedback, trajectories cached, lost steps. */
+  stats(): { sessions: SessionStats; cached_trajectories: number; lost_steps: number } {
+    return {
+      sessions: this.online.stats(),
+      cached_trajectories: this.sessions.size,
+      lost_steps: this.lostSteps,
+    };
   }
 
   // ---- trajectory lifecycle -------------------------------------------------------------------
@@ -222,7 +246,7 @@ export class Gateway {
   }
 
   private evictIdle(): void {
-    const cutoff = Date.now() - this.sessionIdleMs;
+    const cutoff = Date.now() - this.sessionCacheMs;
     for (const [id, s] of this.sessions) {
       if (s.usedAt < cutoff && s.inFlight === 0 && s.writes.size === 0) this.sessions.delete(id);
     }
@@ -309,6 +333,8 @@ export class Gateway {
       if (settled) return;
       settled = true;
       session.inFlight--;
+      // Idle time counts from the end of the last call (online sessions close on it).
+      session.usedAt = Date.now();
       this.gate.exit();
     };
     try {
@@ -762,6 +788,7 @@ export class Gateway {
   /** Waits up to graceMs for running generations to finish, then for every captured step's write. */
   async close(graceMs = 10_000): Promise<void> {
     clearInterval(this.timer);
+    await this.online.close();
     const deadline = Date.now() + graceMs;
     while (this.gate.running > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
     await Promise.all([...this.sessions.values()].map(settle));

@@ -18,6 +18,7 @@ import {
 import { type AuthVariables, requireScope } from './auth.js';
 import type { CallKind, Gateway, Session } from './gateway.js';
 import { readJsonBody } from './json-body.js';
+import { CHANNEL_HEADER, SESSION_HEADER, sessionOf } from './online-sessions.js';
 import { openaiErrorResponse, toOpenAIError } from './openai-errors.js';
 
 /*
@@ -27,7 +28,8 @@ import { openaiErrorResponse, toOpenAIError } from './openai-errors.js';
  *   `completions`, `models`), `register_trajectory` / `complete_trajectory` and `signals` (scores
  *   for this trajectory only, also after it completed). Agents with a fixed base_url call
  *   `/v1/chat/completions` and name the trajectory in `X-Stepwise-Trajectory` or as the model
- *   prefix `<trajectory>__<model>`.
+ *   prefix `<trajectory>__<model>`, or name a session in `X-Stepwise-Session` (online mode: one
+ *   trajectory per session, opened on its first call; see online-sessions.ts).
  * - white-box agents: `POST /generate` (token ids in and out), `POST /compute_reward`.
  * Errors on these routes have OpenAI's shape, so every OpenAI SDK reports them properly.
  */
@@ -202,9 +204,36 @@ export function mountGatewayRoutes(
 
   // ---- fixed base_url: the trajectory in a header or in the model name ------------------------
 
+  /** A call of an online session: its trajectory is found (or opened) by session key. */
+  const sessionCall = async (c: Context<Env>, kind: CallKind, body: unknown, header: string) => {
+    if (c.req.header(TRAJECTORY_HEADER) !== undefined) {
+      throw new ValidationError(
+        'X-Stepwise-Session: send either X-Stepwise-Session or X-Stepwise-Trajectory, not both',
+        'X-Stepwise-Session',
+      );
+    }
+    if (typeof body !== 'object' || body === null || Array.isArray(body)) {
+      throw new ValidationError('body: must be a JSON object', 'body');
+    }
+    const request = body as Record<string, unknown>;
+    const { key, channel } = sessionOf(header, c.req.header(CHANNEL_HEADER), request);
+    const call = await gateway.online.acquire(key, channel, c.req.header('user-agent') ?? null);
+    try {
+      const feedback = kind === 'chat' ? call.feedbackFor(request) : null;
+      const response = await gateway.call(call.session, kind, request, c.req.raw.signal);
+      // Only for a call the gateway accepted: a rejected one is sent again, and judged then.
+      if (feedback) call.recordFeedback(feedback);
+      return response;
+    } finally {
+      call.release();
+    }
+  };
+
   const fixed = (kind: CallKind) =>
     openai(async (c) => {
       const body = await readJsonBody(c, false);
+      const sessionHeader = c.req.header(SESSION_HEADER);
+      if (sessionHeader !== undefined) return sessionCall(c, kind, body, sessionHeader);
       let trajectory = c.req.header(TRAJECTORY_HEADER) ?? null;
       const model = (body as { model?: unknown } | null)?.model;
       if (trajectory === null && typeof model === 'string' && model.includes(MODEL_SEPARATOR)) {
@@ -230,6 +259,8 @@ export function mountGatewayRoutes(
     agent,
     openai(async () => gateway.models()),
   );
+  // This process's counters (a `stepwise gateway` has no /v1/stats).
+  app.get('/v1/gateway/stats', requireScope('trainer'), async (c) => c.json(gateway.stats()));
 
   // ---- white-box ------------------------------------------------------------------------------
 

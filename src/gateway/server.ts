@@ -35,7 +35,12 @@ export interface ServerOptions {
   /** Session and drain tuning of the gateway. */
   gatewayOptions?: Pick<
     GatewayOptions,
-    'drainTimeoutMs' | 'sessionIdleMs' | 'sessionRecheckMs' | 'captureDeferMs'
+    | 'drainTimeoutMs'
+    | 'sessionCacheMs'
+    | 'sessionIdleMs'
+    | 'maxSessions'
+    | 'sessionRecheckMs'
+    | 'captureDeferMs'
   >;
   /** `gateway`: only the agent routes (a gateway beside a `stepwise serve` sharing the store). */
   role?: 'all' | 'gateway';

@@ -1,0 +1,541 @@
+import type { Logger } from 'pino';
+import { z } from 'zod';
+import {
+  ChannelName,
+  ConflictError,
+  NotFoundError,
+  parseOrThrow,
+  type Trajectory,
+  ValidationError,
+} from '../domain/index.js';
+import type { DataPool } from '../pool/data-pool.js';
+import { classifyFeedback, excerpt, type FeedbackKind, latestUserTurn } from './feedback.js';
+import type { InitTrajectoryInput, Session } from './gateway.js';
+
+/*
+ * Online sessions ("deployment = training"): an everyday assistant calls the fixed base_url with a
+ * static `X-Stepwise-Session` header, and each of its conversations becomes one trajectory. The
+ * session key comes from the header or, with `auto`, from the request body (OpenClaw sends
+ * `prompt_cache_key: "<sessionId>:<n>"`). A session idle for `idleMs` is completed (a session ending
+ * is normal, not an abort); its next call opens a new trajectory linked by `previous_trajectory`.
+ *
+ * The key → trajectory map is a bounded cache of the store: on the first call in a channel the open
+ * session trajectories of that channel are read back (one indexed scan), so a restarted gateway goes
+ * on appending to them. Past `maxSessions` the least recently used session is completed early.
+ * Every state change of one key (open, restore, close) runs under that key's lock, so concurrent
+ * first calls open one trajectory.
+ */
+
+export const SESSION_HEADER = 'x-stepwise-session';
+export const CHANNEL_HEADER = 'x-stepwise-channel';
+export const DEFAULT_SESSION_CHANNEL = 'online';
+/** Header value meaning "derive the key from the body". */
+export const AUTO_SESSION = 'auto';
+export const FEEDBACK_SIGNAL = 'user_feedback';
+
+const SessionKey = z
+  .string()
+  .min(1, 'must not be empty')
+  .max(512, 'must be at most 512 characters')
+  .regex(/^[\x20-\x7e]+$/, 'must be printable ASCII');
+
+/** `<id>:<n>` → `<id>`: OpenClaw's prompt_cache_key ends in a counter that may change mid-session. */
+export function stripCounter(key: string): string {
+  const at = key.lastIndexOf(':');
+  if (at <= 0) return key;
+  return /^\d+$/.test(key.slice(at + 1)) ? key.slice(0, at) : key;
+}
+
+const nonEmpty = (v: unknown): string | null => (typeof v === 'string' && v.trim() !== '' ? v.trim() : null);
+
+/**
+ * The session key a request body carries: `prompt_cache_key` (counter suffix removed), else `user`,
+ * else `safety_identifier`, else `metadata.session_id`; null when there is none.
+ */
+export function sessionKeyFromBody(body: Record<string, unknown>): string | null {
+  const cacheKey = nonEmpty(body.prompt_cache_key);
+  if (cacheKey !== null) return stripCounter(cacheKey);
+  const metadata = body.metadata;
+  const fromMetadata =
+    typeof metadata === 'object' && metadata !== null
+      ? nonEmpty((metadata as Record<string, unknown>).session_id)
+      : null;
+  return nonEmpty(body.user) ?? nonEmpty(body.safety_identifier) ?? fromMetadata;
+}
+
+/** The session a request names: its key (header value, or derived from the body) and channel. */
+export function sessionOf(
+  header: string,
+  channelHeader: string | undefined,
+  body: Record<string, unknown>,
+): { key: string; channel: string } {
+  const value = header.trim();
+  let key: string | null = value;
+  if (value.toLowerCase() === AUTO_SESSION) {
+    key = sessionKeyFromBody(body);
+    if (key === null) {
+      throw new ValidationError(
+        'prompt_cache_key: X-Stepwise-Session: auto derives the session from the body, which has none: send prompt_cache_key (OpenClaw: set the model compat flag supportsPromptCacheKey: true), user, safety_identifier or metadata.session_id, or put the session key itself in the header',
+        'prompt_cache_key',
+      );
+    }
+  }
+  return {
+    key: parseOrThrow(SessionKey, key, 'X-Stepwise-Session'),
+    channel:
+      channelHeader === undefined
+        ? DEFAULT_SESSION_CHANNEL
+        : parseOrThrow(ChannelName, channelHeader.trim(), 'X-Stepwise-Channel'),
+  };
+}
+
+/** What the sessions need from the gateway (the Gateway itself; a fake in unit tests). */
+export interface SessionHost {
+  readonly pool: DataPool;
+  initTrajectory(input: InitTrajectoryInput): Promise<Trajectory>;
+  session(id: string): Promise<Session>;
+  completeTrajectory(
+    id: string,
+    input: { reward: number | null; status?: 'complete' | 'aborted' | 'infra_failed' },
+  ): Promise<Trajectory>;
+}
+
+export interface OnlineSessionOptions {
+  /** A session with no call for this long is completed (default 30 min). */
+  idleMs?: number;
+  /** Open sessions kept; past it the least recently used is completed early (default 10000). */
+  maxSessions?: number;
+  logger?: Pick<Logger, 'warn' | 'info'> & Partial<Pick<Logger, 'debug'>>;
+}
+
+/** Counters of this process since it started (wire names). */
+export interface SessionStats {
+  open: number;
+  max: number;
+  idle_ms: number;
+  opened: number;
+  restored: number;
+  closed_idle: number;
+  closed_evicted: number;
+  closed_elsewhere: number;
+  feedback: { thanks: number; correction: number; lost: number };
+}
+
+interface Entry {
+  mapKey: string;
+  key: string;
+  channel: string;
+  trajectoryId: string;
+  /** The gateway session of the trajectory, as of the last call (null until one is made). */
+  session: Session | null;
+  /** Calls between acquire and release. */
+  pending: number;
+  lastActive: number;
+  /** The trajectory before this one, for feedback given in the first call after an idle close. */
+  previous: { trajectoryId: string; lastStep: number | null } | null;
+  /** The step whose implicit feedback was looked at last (one verdict per step). */
+  feedbackMark: string | null;
+}
+
+interface Closed {
+  trajectoryId: string;
+  lastStep: number | null;
+}
+
+/** A user turn classified before its call was forwarded; recorded once the call is accepted. */
+export interface PendingFeedback {
+  trajectoryId: string;
+  stepIndex: number;
+  kind: FeedbackKind | null;
+  text: string;
+  mark: string;
+  /** Step writes that must be committed before the signal can name the step. */
+  prior: Promise<void>[];
+}
+
+/** One call of a session: the trajectory's gateway session, and what to do around the call. */
+export interface SessionCall {
+  session: Session;
+  trajectoryId: string;
+  /** Classifies the request's new user turn against the step it reacts to (null: nothing to record). */
+  feedbackFor(body: Record<string, unknown>): PendingFeedback | null;
+  /** Records the feedback as a `user_feedback` signal behind the answer. */
+  recordFeedback(feedback: PendingFeedback): void;
+  release(): void;
+}
+
+const noop = () => {};
+
+export class OnlineSessions {
+  readonly idleMs: number;
+  readonly maxSessions: number;
+  private readonly host: SessionHost;
+  private readonly logger?: OnlineSessionOptions['logger'];
+  /** Open sessions, least recently used first. */
+  private readonly entries = new Map<string, Entry>();
+  /** Recently closed sessions (same bound), to link the next trajectory of the key. */
+  private readonly closed = new Map<string, Closed>();
+  private readonly locks = new Map<string, Promise<unknown>>();
+  private readonly restored = new Map<string, Promise<void>>();
+  private readonly background = new Set<Promise<void>>();
+  private readonly timer: NodeJS.Timeout;
+  private sweeping = false;
+  private readonly counts = {
+    opened: 0,
+    restored: 0,
+    closedIdle: 0,
+    closedEvicted: 0,
+    closedElsewhere: 0,
+    thanks: 0,
+    correction: 0,
+    lost: 0,
+  };
+
+  constructor(host: SessionHost, options: OnlineSessionOptions = {}) {
+    this.host = host;
+    this.idleMs = options.idleMs ?? 30 * 60_000;
+    this.maxSessions = options.maxSessions ?? 10_000;
+    this.logger = options.logger;
+    const every = Math.max(20, Math.min(15_000, Math.floor(this.idleMs / 4)));
+    this.timer = setInterval(() => this.track(this.closeIdle()), every);
+    this.timer.unref();
+  }
+
+  stats(): SessionStats {
+    const c = this.counts;
+    return {
+      open: this.entries.size,
+      max: this.maxSessions,
+      idle_ms: this.idleMs,
+      opened: c.opened,
+      restored: c.restored,
+      closed_idle: c.closedIdle,
+      closed_evicted: c.closedEvicted,
+      closed_elsewhere: c.closedElsewhere,
+      feedback: { thanks: c.thanks, correction: c.correction, lost: c.lost },
+    };
+  }
+
+  /** The open trajectory of a session, opened (or read back from the store) on first use. */
+  async acquire(key: string, channel: string, userAgent: string | null): Promise<SessionCall> {
+    const mapKey = `${channel}\u0000${key}`;
+    for (let opens = 0; ; ) {
+      const busy = this.locks.get(mapKey);
+      if (busy) {
+        await busy.then(noop, noop);
+        continue;
+      }
+      const entry = this.entries.get(mapKey);
+      if (entry) {
+        entry.pending++;
+        entry.lastActive = Date.now();
+        this.entries.delete(mapKey);
+        this.entries.set(mapKey, entry);
+        try {
+          const session = await this.host.session(entry.trajectoryId);
+          entry.session = session;
+          return this.callOf(entry, session);
+        } catch (error) {
+          entry.pending--;
+          const closedElsewhere = error instanceof ConflictError || error instanceof NotFoundError;
+          if (!closedElsewhere || opens >= 3) throw error;
+          // Completed by someone else (an admin, the pool's idle sweep, a failed write): go on in a
+          // new trajectory linked to it.
+          if (this.entries.get(mapKey) === entry) {
+            this.entries.delete(mapKey);
+            this.remember(mapKey, { trajectoryId: entry.trajectoryId, lastStep: lastStepOf(entry) });
+            this.counts.closedElsewhere++;
+          }
+        }
+      }
+      if (opens++ >= 3) throw new ConflictError(`session ${key}: could not open a trajectory`);
+      await this.locked(mapKey, () => this.open(mapKey, key, channel, userAgent));
+    }
+  }
+
+  private async open(mapKey: string, key: string, channel: string, userAgent: string | null): Promise<void> {
+    await this.restore(channel);
+    if (this.entries.has(mapKey)) return;
+    const previous = this.closed.get(mapKey) ?? null;
+    const trajectory = await this.host.initTrajectory({
+      channel,
+      metadata: {
+        session_key: key,
+        source: 'session',
+        user_agent: userAgent,
+        ...(previous ? { previous_trajectory: previous.trajectoryId } : {}),
+      },
+    });
+    this.closed.delete(mapKey);
+    this.insert({
+      mapKey,
+      key,
+      channel,
+      trajectoryId: trajectory.id,
+      session: null,
+      pending: 0,
+      lastActive: Date.now(),
+      previous,
+      feedbackMark: null,
+    });
+    this.counts.opened++;
+    this.logger?.debug?.({ session_key: key, channel, trajectory: trajectory.id }, 'session opened');
+  }
+
+  /**
+   * Reads back a channel's open session trajectories once per process (an indexed scan of the
+   * channel's open trajectories), so a restarted gateway continues them. Also keeps the pool's idle
+   * sweep, which aborts, from closing sessions before this class completes them.
+   */
+  private restore(channel: string): Promise<void> {
+    let done = this.restored.get(channel);
+    if (!done) {
+      done = this.readBack(channel);
+      this.restored.set(channel, done);
+      done.catch(() => this.restored.delete(channel));
+    }
+    return done;
+  }
+
+  private async readBack(channel: string): Promise<void> {
+    const { pool } = this.host;
+    const config = await pool.channelConfig(channel);
+    if (config.idle_timeout_ms !== null && config.idle_timeout_ms <= this.idleMs) {
+      const raised = this.idleMs * 2;
+      await pool.configureChannel(channel, { idle_timeout_ms: raised });
+      this.logger?.info(
+        { channel, idle_timeout_ms: raised, was: config.idle_timeout_ms, session_idle_ms: this.idleMs },
+        "raised the session channel's idle_timeout_ms above --session-idle-ms: sessions end complete, not aborted by the idle sweep",
+      );
+    }
+    let after: string | null = null;
+    do {
+      const page = await pool.store.scanTrajectories({ channel, status: 'open', after, limit: 500 });
+      for (const t of page.items) {
+        const key = t.metadata.source === 'session' ? t.metadata.session_key : undefined;
+        if (typeof key !== 'string') continue;
+        const mapKey = `${channel}\u0000${key}`;
+        const older = this.entries.get(mapKey);
+        // Two open trajectories for one key (two gateways split a session): keep the newer.
+        if (older) this.closeLater(older, 'evicted');
+        const previous = t.metadata.previous_trajectory;
+        this.insert({
+          mapKey,
+          key,
+          channel,
+          trajectoryId: t.id,
+          session: null,
+          pending: 0,
+          // Refined from the last step's time before an idle close (see closeIfIdle).
+          lastActive: t.createdAt,
+          previous: typeof previous === 'string' ? { trajectoryId: previous, lastStep: null } : null,
+          feedbackMark: null,
+        });
+        this.counts.restored++;
+      }
+      after = page.cursor;
+    } while (after !== null);
+  }
+
+  private insert(entry: Entry): void {
+    this.entries.set(entry.mapKey, entry);
+    if (this.entries.size <= this.maxSessions) return;
+    for (const candidate of this.entries.values()) {
+      if (this.entries.size <= this.maxSessions) break;
+      if (candidate === entry || this.busy(candidate) || this.locks.has(candidate.mapKey)) continue;
+      this.closeLater(candidate, 'evicted');
+    }
+  }
+
+  private busy(entry: Entry): boolean {
+    return entry.pending > 0 || (entry.session?.inFlight ?? 0) > 0;
+  }
+
+  private lastActivity(entry: Entry): number {
+    return Math.max(entry.lastActive, entry.session?.usedAt ?? 0);
+  }
+
+  /** Leaves the map at once and completes in the background, under the key's lock. */
+  private closeLater(entry: Entry, reason: 'evicted'): void {
+    this.entries.delete(entry.mapKey);
+    this.track(this.locked(entry.mapKey, () => this.complete(entry, reason)));
+  }
+
+  private async closeIdle(): Promise<void> {
+    if (this.sweeping) return;
+    this.sweeping = true;
+    try {
+      const now = Date.now();
+      for (const entry of [...this.entries.values()]) {
+        if (this.busy(entry) || this.locks.has(entry.mapKey)) continue;
+        if (now - this.lastActivity(entry) < this.idleMs) continue;
+        await this.locked(entry.mapKey, () => this.closeIfIdle(entry)).catch((err: unknown) =>
+          this.logger?.warn({ err, trajectory: entry.trajectoryId }, 'an idle session could not be closed'),
+        );
+      }
+    } finally {
+      this.sweeping = false;
+    }
+  }
+
+  private async closeIfIdle(entry: Entry): Promise<void> {
+    if (this.entries.get(entry.mapKey) !== entry) return;
+    const { pool } = this.host;
+    const stored = await pool.getTrajectory(entry.trajectoryId);
+    if (stored?.status !== 'open') {
+      this.entries.delete(entry.mapKey);
+      this.remember(entry.mapKey, { trajectoryId: entry.trajectoryId, lastStep: lastStored(stored) });
+      this.counts.closedElsewhere++;
+      return;
+    }
+    // Another process may have written to it (a restored session, a shared store): its last step's
+    // time is the activity that counts.
+    const last = lastStored(stored);
+    if (last !== null) {
+      const step = await pool.getStep(stored.id, last);
+      if (step) entry.lastActive = Math.max(entry.lastActive, step.createdAt);
+    }
+    if (this.busy(entry) || Date.now() - this.lastActivity(entry) < this.idleMs) return;
+    this.entries.delete(entry.mapKey);
+    await this.complete(entry, 'idle');
+  }
+
+  /** Completes a session's trajectory (it has left the map already). */
+  private async complete(entry: Entry, reason: 'idle' | 'evicted'): Promise<void> {
+    let lastStep = lastStepOf(entry);
+    try {
+      await this.host.pool.mergeTrajectoryMetadata(entry.trajectoryId, { session_closed: reason });
+      const t = await this.host.completeTrajectory(entry.trajectoryId, { reward: null, status: 'complete' });
+      lastStep = lastStored(t);
+      if (reason === 'idle') this.counts.closedIdle++;
+      else this.counts.closedEvicted++;
+      this.logger?.debug?.(
+        { session_key: entry.key, trajectory: entry.trajectoryId, reason },
+        'session closed',
+      );
+    } catch (error) {
+      if (error instanceof ConflictError || error instanceof NotFoundError) this.counts.closedElsewhere++;
+      else {
+        // The pool's idle sweep remains the backstop for a trajectory left open here.
+        this.logger?.warn({ err: error, trajectory: entry.trajectoryId }, 'a session could not be completed');
+      }
+    }
+    this.remember(entry.mapKey, { trajectoryId: entry.trajectoryId, lastStep });
+  }
+
+  private remember(mapKey: string, closed: Closed): void {
+    this.closed.delete(mapKey);
+    this.closed.set(mapKey, closed);
+    if (this.closed.size > this.maxSessions) {
+      const oldest = this.closed.keys().next().value;
+      if (oldest !== undefined) this.closed.delete(oldest);
+    }
+  }
+
+  private async locked<T>(mapKey: string, work: () => Promise<T>): Promise<T> {
+    while (this.locks.has(mapKey)) await this.locks.get(mapKey)!.then(noop, noop);
+    const running = work();
+    this.locks.set(mapKey, running);
+    try {
+      return await running;
+    } finally {
+      if (this.locks.get(mapKey) === running) this.locks.delete(mapKey);
+    }
+  }
+
+  private track(work: Promise<void>): void {
+    const tracked = work
+      .catch((err: unknown) => this.logger?.warn({ err }, 'session housekeeping failed'))
+      .finally(() => this.background.delete(tracked));
+    this.background.add(tracked);
+  }
+
+  private callOf(entry: Entry, session: Session): SessionCall {
+    let released = false;
+    return {
+      session,
+      trajectoryId: entry.trajectoryId,
+      feedbackFor: (body) => this.feedbackFor(entry, session, body),
+      recordFeedback: (feedback) => this.recordFeedback(entry, session, feedback),
+      release: () => {
+        if (released) return;
+        released = true;
+        entry.pending--;
+        entry.lastActive = Date.now();
+      },
+    };
+  }
+
+  private feedbackFor(entry: Entry, session: Session, body: Record<string, unknown>): PendingFeedback | null {
+    if (!Array.isArray(body.messages)) return null;
+    // The step the user reacts to: this trajectory's last answer or, on the first call after an
+    // idle close, the previous trajectory's.
+    let target: { trajectoryId: string; stepIndex: number } | null = null;
+    if (session.last) target = { trajectoryId: session.id, stepIndex: session.last.index };
+    else if (session.nextIndex === 0 && entry.previous?.lastStep != null) {
+      target = { trajectoryId: entry.previous.trajectoryId, stepIndex: entry.previous.lastStep };
+    }
+    if (!target) return null;
+    const mark = `${target.trajectoryId}:${target.stepIndex}`;
+    if (entry.feedbackMark === mark) return null;
+    const text = latestUserTurn(body.messages);
+    if (text === null) return null;
+    return {
+      ...target,
+      kind: classifyFeedback(text),
+      text,
+      mark,
+      prior: target.trajectoryId === session.id ? [...session.writes] : [],
+    };
+  }
+
+  private recordFeedback(entry: Entry, session: Session, feedback: PendingFeedback): void {
+    entry.feedbackMark = feedback.mark;
+    const { kind } = feedback;
+    if (kind === null) return;
+    const write: Promise<void> = Promise.all(feedback.prior)
+      .then(() =>
+        this.host.pool.addSignals([
+          {
+            trajectoryId: feedback.trajectoryId,
+            stepIndex: feedback.stepIndex,
+            name: FEEDBACK_SIGNAL,
+            value: kind === 'thanks' ? 1 : -1,
+            source: 'human',
+            details: { implicit: true, kind, text_excerpt: excerpt(feedback.text) },
+          },
+        ]),
+      )
+      .then(
+        () => {
+          this.counts[kind]++;
+        },
+        (err: unknown) => {
+          this.counts.lost++;
+          this.logger?.warn(
+            { err, trajectory: feedback.trajectoryId, step: feedback.stepIndex },
+            'implicit feedback could not be recorded',
+          );
+        },
+      )
+      .finally(() => session.writes.delete(write));
+    // Completing the trajectory (and shutdown) waits for it like for a step write.
+    session.writes.add(write);
+  }
+
+  /** Stops the idle timer and waits for closes in progress; open sessions stay open (a restart continues them). */
+  async close(): Promise<void> {
+    clearInterval(this.timer);
+    while (this.background.size > 0) await Promise.all(this.background);
+  }
+}
+
+/** The gateway numbers a trajectory's steps 0, 1, 2, ...: the last one is nSteps − 1. */
+function lastStored(t: Trajectory | null): number | null {
+  return t && t.nSteps > 0 ? t.nSteps - 1 : null;
+}
+
+function lastStepOf(entry: Entry): number | null {
+  if (!entry.session) return null;
+  return entry.session.nextIndex > 0 ? entry.session.nextIndex - 1 : null;
+}
