@@ -8,6 +8,8 @@ import { referenceTasks, registerGymCommands } from '../gym/cli.js';
 import { loadTasks } from '../gym/tasks/index.js';
 import { createLogger } from '../util/logger.js';
 import { runDemo } from './demo.js';
+import { registerOpenClawCommand } from './openclaw.js';
+import { registerToolsCommand } from './tools.js';
 
 function int(name: string, min = 0) {
   return (value: string) => {
@@ -118,6 +120,8 @@ export function buildCli(): Command {
   registerExportCommands(program);
   registerGymCommands(program);
   registerBenchCommand(program);
+  registerToolsCommand(program);
+  registerOpenClawCommand(program);
 
   return program;
 }
@@ -140,12 +144,35 @@ function addServerOptions(command: Command, role: 'all' | 'gateway'): void {
       600_000,
     )
     .option('--public-url <url>', 'origin written into base_urls (default: the one each request came to)')
+    .option(
+      '--session-idle-ms <ms>',
+      'an online session (X-Stepwise-Session) with no call for this long is completed; its next call opens a new trajectory',
+      int('--session-idle-ms', 1),
+      1_800_000,
+    )
+    .option(
+      '--max-sessions <n>',
+      'online sessions kept open at once (past it the least recently used is completed)',
+      int('--max-sessions', 1),
+      10_000,
+    )
     .addOption(
       new Option('--sim-policy <name>', 'what the built-in sim says')
-        .choices(['echo', 'random', 'scripted'])
+        .choices(['echo', 'random', 'scripted', 'reference'])
         .default('echo'),
     )
     .option('--sim-script <file>', 'JSON script for --sim-policy scripted')
+    .option(
+      '--sim-tasks <path>',
+      'gym tasks (JSONL or ClawGym folders) whose reference actions --sim-policy reference follows',
+    )
+    .option(
+      '--sim-error-rate <p>',
+      'scripted/reference: chance of a wrong tool call before the right one',
+      rate,
+      0,
+    )
+    .option('--sim-give-up-rate <p>', 'reference: chance an episode stops part way', rate, 0)
     .option('--sim-seed <n>', 'seed of the built-in sim', int('--sim-seed'), 0)
     .option('--sim-ttft-ms <ms>', 'simulated time to first token', int('--sim-ttft-ms'), 0)
     .option(
@@ -187,6 +214,10 @@ function addServerOptions(command: Command, role: 'all' | 'gateway'): void {
         .default('main'),
     )
     .action(async (opts) => {
+      if (opts.simPolicy === 'scripted' && !opts.simScript)
+        throw new InvalidArgumentError('--sim-policy scripted needs --sim-script FILE');
+      if (opts.simPolicy === 'reference' && !opts.simTasks)
+        throw new InvalidArgumentError('--sim-policy reference needs --sim-tasks PATH');
       const logger = createLogger();
       const envKeys = (process.env.STEPWISE_API_KEYS ?? '').split(/\s+/).filter(Boolean);
       const channelDefaults = Object.fromEntries(
@@ -214,6 +245,9 @@ function addServerOptions(command: Command, role: 'all' | 'gateway'): void {
         sim: {
           policy: opts.simPolicy,
           script: opts.simScript ? JSON.parse(readFileSync(opts.simScript, 'utf8')) : undefined,
+          tasks: opts.simTasks ? referenceTasks(await loadTasks(opts.simTasks)) : undefined,
+          errorRate: opts.simErrorRate,
+          giveUpRate: opts.simGiveUpRate,
           seed: opts.simSeed,
           ttftMs: opts.simTtftMs,
           tokensPerSecond: opts.simTokensPerSecond,
@@ -221,6 +255,7 @@ function addServerOptions(command: Command, role: 'all' | 'gateway'): void {
         upstreamApiKey: process.env.STEPWISE_UPSTREAM_API_KEY,
         upstreamTimeoutMs: opts.upstreamTimeoutMs,
         publicUrl: opts.publicUrl,
+        gatewayOptions: { sessionIdleMs: opts.sessionIdleMs, maxSessions: opts.maxSessions },
       });
       logger.info(
         { url: server.url, db: opts.db, role, engines: opts.engine },

@@ -4,6 +4,7 @@ import { type Command, InvalidArgumentError } from 'commander';
 import type { ReferenceTask } from '../engines/sim/policies.js';
 import { type RunningServer, startServer } from '../gateway/server.js';
 import { progressReporter } from '../util/progress.js';
+import { defaultToolsDir, findOpenClaw, OPENCLAW_VERSION } from './agent/openclaw/install.js';
 import { type AgentSpec, defaultRunId, type GymSummary, runGym, type SampleResult } from './runner.js';
 import { checkSandbox } from './sandbox/index.js';
 import { registerSynthCommand } from './synth/cli.js';
@@ -39,6 +40,21 @@ export function referenceTasks(tasks: readonly GymTask[]): ReferenceTask[] {
   return tasks
     .filter((t) => t.referenceActions && t.referenceActions.length > 0)
     .map((t) => ({ prompt: t.prompt, actions: t.referenceActions! }));
+}
+
+/** `--agent`: the built-in agent, the installed OpenClaw, or a command template. */
+export function agentSpec(opts: { agent: string; maxTurns: number; toolsDir?: string }): AgentSpec {
+  if (opts.agent === 'builtin') return { kind: 'builtin', maxTurns: opts.maxTurns };
+  if (opts.agent === 'openclaw') {
+    const dir = opts.toolsDir ?? defaultToolsDir();
+    const install = findOpenClaw(dir);
+    if (!install)
+      throw new Error(
+        `OpenClaw ${OPENCLAW_VERSION} is not installed in ${dir}: run \`stepwise tools install openclaw${opts.toolsDir ? ` --dir ${opts.toolsDir}` : ''}\` first`,
+      );
+    return { kind: 'openclaw', install };
+  }
+  return { kind: 'command', template: opts.agent };
 }
 
 /** Where the agents' LLM calls go: a running Stepwise (`--gateway`) or one started here over `<out>/stepwise.db`. */
@@ -85,8 +101,12 @@ export function addRunOptions(command: Command): Command {
     .option('--concurrency <n>', 'samples run at once', positiveInt('--concurrency'), 8)
     .option(
       '--agent <agent>',
-      "'builtin' or a command template with {prompt_file} {workspace} {task_id} {model}",
+      "'builtin', 'openclaw' (stock OpenClaw, see `stepwise tools install openclaw`) or a command template with {prompt_file} {workspace} {task_id} {model}",
       'builtin',
+    )
+    .option(
+      '--tools-dir <dir>',
+      'where `stepwise tools install` put OpenClaw (default: $STEPWISE_TOOLS_DIR or .stepwise/tools)',
     )
     .option(
       '--engine <spec>',
@@ -135,6 +155,7 @@ export interface RunCommandOptions {
   samples: number;
   concurrency: number;
   agent: string;
+  toolsDir?: string;
   engine: string[];
   gateway?: string;
   apiKey?: string;
@@ -182,10 +203,7 @@ export async function runCommand(
   if (tasks.length === 0) throw new Error(`no tasks in ${opts.tasks}`);
   const out = resolve(opts.out);
   mkdirSync(out, { recursive: true });
-  const agent: AgentSpec =
-    opts.agent === 'builtin'
-      ? { kind: 'builtin', maxTurns: opts.maxTurns }
-      : { kind: 'command', template: opts.agent };
+  const agent = agentSpec(opts);
   const runId = opts.runId ?? defaultRunId(tasks, opts.samples, agent);
   const { url, server } = await gatewayFor(opts, tasks);
   const progress = progressReporter('gym', 'samples', process.stderr);

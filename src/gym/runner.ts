@@ -4,6 +4,8 @@ import { join } from 'node:path';
 import { APIConnectionError, APIError } from 'openai';
 import { type AgentOutcome, runBuiltinAgent } from './agent/builtin.js';
 import { AgentFailed, runExternalAgent } from './agent/external.js';
+import type { OpenClawInstall } from './agent/openclaw/install.js';
+import { GatewayUnavailable, runOpenClawAgent } from './agent/openclaw/run.js';
 import { SandboxError, type SandboxLimits } from './sandbox/index.js';
 import { workspaceFor } from './tasks/index.js';
 import type { GymTask } from './tasks/schema.js';
@@ -21,7 +23,8 @@ import { type JudgeConfig, verify } from './verify/index.js';
 
 export type AgentSpec =
   | { kind: 'builtin'; maxTurns?: number; turnTimeoutMs?: number }
-  | { kind: 'command'; template: string };
+  | { kind: 'command'; template: string }
+  | { kind: 'openclaw'; install: OpenClawInstall; allowTools?: readonly string[] };
 
 export interface GymRunOptions {
   tasks: readonly GymTask[];
@@ -81,7 +84,13 @@ export interface GymSummary {
 export function defaultRunId(tasks: readonly GymTask[], samples: number, agent: AgentSpec): string {
   const hash = createHash('sha256');
   for (const t of tasks) hash.update(t.id).update('\0');
-  hash.update(`${samples}\0${agent.kind === 'builtin' ? 'builtin' : agent.template}`);
+  const agentKey =
+    agent.kind === 'command'
+      ? agent.template
+      : agent.kind === 'openclaw'
+        ? `openclaw@${agent.install.version}`
+        : 'builtin';
+  hash.update(`${samples}\0${agentKey}`);
   return `gym-${hash.digest('hex').slice(0, 12)}`;
 }
 
@@ -131,7 +140,8 @@ async function postJson(url: string, body: unknown, apiKey: string | undefined):
 
 /** Is this failure the infrastructure's (sandbox, gateway, engine) rather than the agent's? */
 function isInfra(error: unknown): boolean {
-  if (error instanceof InfraError || error instanceof SandboxError) return true;
+  if (error instanceof InfraError || error instanceof SandboxError || error instanceof GatewayUnavailable)
+    return true;
   if (error instanceof APIConnectionError) return true;
   return error instanceof APIError && (error.status === undefined || error.status >= 500);
 }
@@ -205,29 +215,31 @@ async function runSample(options: GymRunOptions, task: GymTask, sample: number):
     const timeout = AbortSignal.timeout(options.sampleTimeoutMs);
     try {
       outcome =
-        options.agent.kind === 'builtin'
-          ? await runBuiltinAgent({
-              baseUrl: trajectory.base_url,
-              apiKey: options.apiKey,
-              model: options.model,
-              task,
-              workspace,
-              sandbox,
-              maxTurns: options.agent.maxTurns,
-              turnTimeoutMs: options.agent.turnTimeoutMs,
-              seed: sampleSeed(options.runId, task.id, sample),
-              signal: timeout,
-            })
-          : await runExternalAgent({
-              template: options.agent.template,
-              baseUrl: trajectory.base_url,
-              apiKey: options.apiKey,
-              model: options.model,
-              task,
-              workspace,
-              sandbox,
-              timeoutMs: options.sampleTimeoutMs,
-            });
+        options.agent.kind === 'openclaw'
+          ? await runOpenClaw(options, options.agent, task, workspace, trajectory.base_url)
+          : options.agent.kind === 'builtin'
+            ? await runBuiltinAgent({
+                baseUrl: trajectory.base_url,
+                apiKey: options.apiKey,
+                model: options.model,
+                task,
+                workspace,
+                sandbox,
+                maxTurns: options.agent.maxTurns,
+                turnTimeoutMs: options.agent.turnTimeoutMs,
+                seed: sampleSeed(options.runId, task.id, sample),
+                signal: timeout,
+              })
+            : await runExternalAgent({
+                template: options.agent.template,
+                baseUrl: trajectory.base_url,
+                apiKey: options.apiKey,
+                model: options.model,
+                task,
+                workspace,
+                sandbox,
+                timeoutMs: options.sampleTimeoutMs,
+              });
     } catch (error) {
       if (isInfra(error) && !timeout.aborted) throw error;
       agentError =
@@ -297,6 +309,30 @@ async function runSample(options: GymRunOptions, task: GymTask, sample: number):
   } finally {
     if (!options.keepWorkspaces) rmSync(dir, { recursive: true, force: true });
   }
+}
+
+/** OpenClaw in the sandbox; its envelope goes into the trajectory's metadata whatever the outcome. */
+async function runOpenClaw(
+  options: GymRunOptions,
+  agent: Extract<AgentSpec, { kind: 'openclaw' }>,
+  task: GymTask,
+  workspace: string,
+  baseUrl: string,
+): Promise<AgentOutcome> {
+  const run = await runOpenClawAgent({
+    install: agent.install,
+    baseUrl,
+    apiKey: options.apiKey,
+    model: options.model,
+    task,
+    workspace,
+    sandbox: { limits: options.limits, unsafeNoSandbox: options.unsafeNoSandbox },
+    timeoutMs: options.sampleTimeoutMs,
+    allowTools: agent.allowTools,
+  });
+  await postJson(`${baseUrl}/register_trajectory`, { metadata: { openclaw: run.metadata } }, options.apiKey);
+  if (!run.ok) throw new AgentFailed(run.reason ?? 'OpenClaw failed');
+  return run.outcome;
 }
 
 export function summarize(results: readonly SampleResult[], skipped: number): GymSummary {

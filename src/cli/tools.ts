@@ -1,0 +1,108 @@
+import type { Command } from 'commander';
+import {
+  defaultToolsDir,
+  findOpenClaw,
+  installOpenClaw,
+  NODE_VERSION,
+  OPENCLAW_VERSION,
+  type OpenClawInstall,
+} from '../gym/agent/openclaw/install.js';
+
+/*
+ * `stepwise tools install|path <tool>`: the external programs Stepwise runs as black boxes,
+ * installed into a project-local tools folder (src/gym/agent/openclaw/install.ts for OpenClaw).
+ */
+
+interface ToolInstaller {
+  pinned: string;
+  find(dir: string): OpenClawInstall | null;
+  install(options: {
+    dir: string;
+    force: boolean;
+    onProgress: (message: string) => void;
+    signal: AbortSignal;
+  }): Promise<OpenClawInstall & { reused: boolean }>;
+}
+
+const TOOLS: Record<string, ToolInstaller> = {
+  openclaw: {
+    pinned: `openclaw ${OPENCLAW_VERSION} on Node ${NODE_VERSION}`,
+    find: findOpenClaw,
+    install: installOpenClaw,
+  },
+};
+
+function toolNamed(name: string): ToolInstaller {
+  const tool = Object.hasOwn(TOOLS, name) ? TOOLS[name] : undefined;
+  if (!tool) throw new Error(`unknown tool "${name}"; known tools: ${Object.keys(TOOLS).join(', ')}`);
+  return tool;
+}
+
+const DIR_HELP = 'tools folder (default: $STEPWISE_TOOLS_DIR, else ./.stepwise/tools)';
+
+export function registerToolsCommand(program: Command): void {
+  const tools = program
+    .command('tools')
+    .description('install and locate the external tools Stepwise runs as black-box agents');
+
+  tools
+    .command('install')
+    .description(
+      `install a tool into the tools folder, checksum-verified, or reuse a good install (${Object.values(
+        TOOLS,
+      )
+        .map((t) => t.pinned)
+        .join('; ')})`,
+    )
+    .argument('<tool>', `the tool: ${Object.keys(TOOLS).join(', ')}`)
+    .option('--dir <dir>', DIR_HELP)
+    .option('--force', 'reinstall even if a good install is there', false)
+    .option('--json', 'print the result as one JSON object on stdout', false)
+    .action(async (name: string, opts: { dir?: string; force: boolean; json: boolean }) => {
+      const tool = toolNamed(name);
+      const dir = opts.dir ?? defaultToolsDir();
+      const started = Date.now();
+      const abort = new AbortController();
+      const stop = () => abort.abort(new Error('interrupted; nothing was installed'));
+      process.once('SIGINT', stop);
+      process.once('SIGTERM', stop);
+      try {
+        const result = await tool.install({
+          dir,
+          force: opts.force,
+          signal: abort.signal,
+          onProgress: (message) => process.stderr.write(`${name}: ${message}\n`),
+        });
+        const seconds = Number(((Date.now() - started) / 1000).toFixed(1));
+        if (opts.json) {
+          console.log(JSON.stringify({ tool: name, ...result, seconds }));
+          return;
+        }
+        console.log(
+          `${name} ${result.version} (Node ${result.nodeVersion}) ${result.reused ? 'already installed, reused' : `installed in ${seconds} s`}: ${result.dir}`,
+        );
+        console.log(`  node:  ${result.node}`);
+        console.log(`  entry: ${result.entry}`);
+      } finally {
+        process.off('SIGINT', stop);
+        process.off('SIGTERM', stop);
+      }
+    });
+
+  tools
+    .command('path')
+    .description('print the install folder of an installed tool (exit 1 if it is not installed)')
+    .argument('<tool>', `the tool: ${Object.keys(TOOLS).join(', ')}`)
+    .option('--dir <dir>', DIR_HELP)
+    .option('--json', 'print the install (folder, node, entry, versions) as JSON', false)
+    .action((name: string, opts: { dir?: string; json: boolean }) => {
+      const tool = toolNamed(name);
+      const dir = opts.dir ?? defaultToolsDir();
+      const found = tool.find(dir);
+      if (!found)
+        throw new Error(
+          `${tool.pinned} is not installed in ${dir}; run \`stepwise tools install ${name}${opts.dir ? ` --dir ${opts.dir}` : ''}\``,
+        );
+      console.log(opts.json ? JSON.stringify({ tool: name, ...found }) : found.dir);
+    });
+}
