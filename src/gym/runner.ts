@@ -3,7 +3,7 @@ import { appendFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSyn
 import { join } from 'node:path';
 import { APIConnectionError, APIError } from 'openai';
 import { type AgentOutcome, runBuiltinAgent } from './agent/builtin.js';
-import { AgentFailed, runExternalAgent } from './agent/external.js';
+import { AgentFailed, runExternalAgent, type SandboxedAgentOptions } from './agent/external.js';
 import type { OpenClawInstall } from './agent/openclaw/install.js';
 import { GatewayUnavailable, runOpenClawAgent } from './agent/openclaw/run.js';
 import { SandboxError, type SandboxLimits } from './sandbox/index.js';
@@ -214,32 +214,28 @@ async function runSample(options: GymRunOptions, task: GymTask, sample: number):
     let agentError: string | null = null;
     const timeout = AbortSignal.timeout(options.sampleTimeoutMs);
     try {
+      const run = {
+        baseUrl: trajectory.base_url,
+        apiKey: options.apiKey,
+        model: options.model,
+        task,
+        workspace,
+        sandbox,
+        timeoutMs: options.sampleTimeoutMs,
+      };
+      const { agent } = options;
       outcome =
-        options.agent.kind === 'openclaw'
-          ? await runOpenClaw(options, options.agent, task, workspace, trajectory.base_url)
-          : options.agent.kind === 'builtin'
+        agent.kind === 'openclaw'
+          ? await runOpenClaw(options, agent, run)
+          : agent.kind === 'builtin'
             ? await runBuiltinAgent({
-                baseUrl: trajectory.base_url,
-                apiKey: options.apiKey,
-                model: options.model,
-                task,
-                workspace,
-                sandbox,
-                maxTurns: options.agent.maxTurns,
-                turnTimeoutMs: options.agent.turnTimeoutMs,
+                ...run,
+                maxTurns: agent.maxTurns,
+                turnTimeoutMs: agent.turnTimeoutMs,
                 seed: sampleSeed(options.runId, task.id, sample),
                 signal: timeout,
               })
-            : await runExternalAgent({
-                template: options.agent.template,
-                baseUrl: trajectory.base_url,
-                apiKey: options.apiKey,
-                model: options.model,
-                task,
-                workspace,
-                sandbox,
-                timeoutMs: options.sampleTimeoutMs,
-              });
+            : await runExternalAgent({ ...run, template: agent.template });
     } catch (error) {
       if (isInfra(error) && !timeout.aborted) throw error;
       agentError =
@@ -315,24 +311,16 @@ async function runSample(options: GymRunOptions, task: GymTask, sample: number):
 async function runOpenClaw(
   options: GymRunOptions,
   agent: Extract<AgentSpec, { kind: 'openclaw' }>,
-  task: GymTask,
-  workspace: string,
-  baseUrl: string,
+  run: SandboxedAgentOptions,
 ): Promise<AgentOutcome> {
-  const run = await runOpenClawAgent({
-    install: agent.install,
-    baseUrl,
-    apiKey: options.apiKey,
-    model: options.model,
-    task,
-    workspace,
-    sandbox: { limits: options.limits, unsafeNoSandbox: options.unsafeNoSandbox },
-    timeoutMs: options.sampleTimeoutMs,
-    allowTools: agent.allowTools,
-  });
-  await postJson(`${baseUrl}/register_trajectory`, { metadata: { openclaw: run.metadata } }, options.apiKey);
-  if (!run.ok) throw new AgentFailed(run.reason ?? 'OpenClaw failed');
-  return run.outcome;
+  const result = await runOpenClawAgent({ ...run, install: agent.install, allowTools: agent.allowTools });
+  await postJson(
+    `${run.baseUrl}/register_trajectory`,
+    { metadata: { openclaw: result.metadata } },
+    options.apiKey,
+  );
+  if (!result.ok) throw new AgentFailed(result.reason ?? 'OpenClaw failed');
+  return result.outcome;
 }
 
 export function summarize(results: readonly SampleResult[], skipped: number): GymSummary {

@@ -10,16 +10,21 @@ import type { AgentOutcome } from './builtin.js';
  * /tmp), {workspace} (the workspace path inside the sandbox), {task_id}, {model}.
  */
 
-export interface ExternalAgentOptions {
-  template: string;
+/** What every agent run inside a task's sandbox is given. */
+export interface SandboxedAgentOptions {
   /** The trajectory's base_url on the host (`http://host:port/<trajectory>/<group>/v1`). */
   baseUrl: string;
   apiKey?: string;
   model: string;
   task: GymTask;
+  /** Host directory of the task's workspace (mounted at task.mountDir in the sandbox). */
   workspace: string;
   sandbox?: Omit<SandboxOptions, 'workspace' | 'mountDir' | 'gateway'>;
   timeoutMs: number;
+}
+
+export interface ExternalAgentOptions extends SandboxedAgentOptions {
+  template: string;
 }
 
 /** The agent process failed (non-zero exit, killed, timed out): the sample scores 0. */
@@ -28,10 +33,15 @@ export class AgentFailed extends Error {
 }
 
 const PROMPT_PATH = '/tmp/stepwise-prompt.txt';
-const BRIDGE_PORT = 8100;
+/** Inside the sandbox, 127.0.0.1:BRIDGE_PORT is the gateway. */
+export const BRIDGE_PORT = 8100;
 
 /** Single-quotes a value for bash. */
-const quote = (value: string) => `'${value.replaceAll("'", `'\\''`)}'`;
+export const quote = (value: string) => `'${value.replaceAll("'", `'\\''`)}'`;
+
+/** A host base_url as an agent inside the sandbox reaches it: the same path on the bridged port. */
+export const insideBaseUrl = (baseUrl: string) =>
+  `http://127.0.0.1:${BRIDGE_PORT}${new URL(baseUrl).pathname.replace(/\/+$/, '')}`;
 
 export function renderTemplate(template: string, values: Record<string, string>): string {
   return template.replace(/\{(prompt_file|workspace|task_id|model)\}/g, (_, key: string) =>
@@ -42,7 +52,7 @@ export function renderTemplate(template: string, values: Record<string, string>)
 export async function runExternalAgent(options: ExternalAgentOptions): Promise<AgentOutcome> {
   const { task } = options;
   const upstream = new URL(options.baseUrl);
-  const inside = `http://127.0.0.1:${BRIDGE_PORT}${upstream.pathname.replace(/\/+$/, '')}`;
+  const inside = insideBaseUrl(options.baseUrl);
   const command = renderTemplate(options.template, {
     prompt_file: PROMPT_PATH,
     workspace: task.mountDir,

@@ -2,9 +2,9 @@ import { existsSync } from 'node:fs';
 import { mkdtemp, realpath, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, posix, relative, sep } from 'node:path';
-import { runInSandbox, type SandboxLimits, type SandboxOptions } from '../../sandbox/index.js';
-import type { GymTask } from '../../tasks/schema.js';
+import { runInSandbox, type SandboxLimits } from '../../sandbox/index.js';
 import type { AgentOutcome } from '../builtin.js';
+import { BRIDGE_PORT, insideBaseUrl, quote, type SandboxedAgentOptions } from '../external.js';
 import { GYM_TOOLS, renderOpenClawConfig } from './config.js';
 import { envelopeMetadata, type OpenClawEnvelope, parseEnvelope } from './envelope.js';
 import type { OpenClawInstall } from './install.js';
@@ -19,7 +19,6 @@ import type { OpenClawInstall } from './install.js';
 
 /** Where the install appears inside the sandbox. */
 const INSIDE_ROOT = '/opt/stepwise/openclaw';
-const BRIDGE_PORT = 8100;
 /** OpenClaw stops itself this long before our wall clock ends, to print its envelope. */
 const OWN_TIMEOUT_MARGIN_MS = 10_000;
 
@@ -34,17 +33,8 @@ export const OPENCLAW_LIMITS: Readonly<Partial<SandboxLimits>> = Object.freeze({
   processes: 512,
 });
 
-export interface OpenClawRunOptions {
+export interface OpenClawRunOptions extends SandboxedAgentOptions {
   install: OpenClawInstall;
-  /** The trajectory's base_url as the host reaches it (`http://host:port/<trajectory>/<group>/v1`). */
-  baseUrl: string;
-  apiKey?: string;
-  model: string;
-  task: GymTask;
-  /** Host directory of the task's workspace. */
-  workspace: string;
-  sandbox?: Omit<SandboxOptions, 'workspace' | 'mountDir' | 'gateway'>;
-  timeoutMs: number;
   /** Tools OpenClaw may use (default: files, shell and ls). */
   allowTools?: readonly string[];
   /**
@@ -94,8 +84,6 @@ export async function checkGateway(baseUrl: string, apiKey: string | undefined):
   if (!res.ok) throw new GatewayUnavailable(`the gateway answered ${res.status} at ${url}`);
 }
 
-const quote = (value: string) => `'${value.replaceAll("'", `'\\''`)}'`;
-
 /** The deepest directory holding every path. */
 function commonRoot(paths: readonly string[]): string {
   const split = paths.map((p) => p.split(sep));
@@ -116,9 +104,7 @@ export async function runOpenClawAgent(options: OpenClawRunOptions): Promise<Ope
   const inside = (path: string) =>
     unsafe ? path : posix.join(INSIDE_ROOT, ...relative(root, path).split(sep));
   const upstream = new URL(options.baseUrl);
-  const baseUrl = unsafe
-    ? options.baseUrl
-    : `http://127.0.0.1:${BRIDGE_PORT}${upstream.pathname.replace(/\/+$/, '')}`;
+  const baseUrl = unsafe ? options.baseUrl : insideBaseUrl(options.baseUrl);
   const config =
     options.configText ??
     renderOpenClawConfig({
