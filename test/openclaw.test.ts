@@ -149,6 +149,39 @@ describe.skipIf(!sandboxReady)('OpenClaw in the gym', () => {
     expect([...toolsUsed].sort()).toEqual(expect.arrayContaining(['edit', 'read']));
   }, 600_000);
 
+  it('injected tool errors reach OpenClaw as real errors, which it gets past; the gateway flags them', async () => {
+    // Every reference action is first tried wrongly (a wrong path or an unknown tool), then right.
+    const noisy = await startServer({
+      dbPath: join(dir, 'noisy.db'),
+      port: 0,
+      engines: ['sim'],
+      sim: { policy: 'reference', tasks: referenceTasks([tasks[2]!]), errorRate: 1 },
+    });
+    try {
+      const { results } = await runGym(
+        options({
+          tasks: [tasks[2]!],
+          samples: 1,
+          gatewayUrl: noisy.url,
+          runId: 'oc-noisy',
+          stateFile: join(dir, 'state-noisy.jsonl'),
+        }),
+      );
+      expect(results[0]).toMatchObject({ status: 'complete', score: 1 });
+      const t = await noisy.pool.store.getTrajectory(results[0]!.trajectoryUid!);
+      const meta = t!.metadata.openclaw as Record<string, number>;
+      const actions = tasks[2]!.referenceActions!.length;
+      // Each action took two calls: the wrong one and the right one, then the answer.
+      expect(meta.assistant_turns).toBe(2 * actions + 1);
+      expect(meta.tool_failures).toBeGreaterThanOrEqual(1);
+      const steps = await noisy.pool.getTrajectorySteps(results[0]!.trajectoryUid!);
+      const flagged = steps.flatMap((s) => s.toolResults ?? []).filter((r) => r.error);
+      expect(flagged.length).toBeGreaterThanOrEqual(1);
+    } finally {
+      await noisy.close();
+    }
+  }, 300_000);
+
   it("OpenClaw's exec reaches nothing but the bridged gateway port", async () => {
     const { results } = await runGym(
       options({ tasks: [probe], samples: 1, runId: 'oc-net', stateFile: join(dir, 'state-net.jsonl') }),
