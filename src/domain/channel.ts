@@ -1,5 +1,25 @@
 import { z } from 'zod';
 
+/** Serve-time curation of a channel's groups (src/curation/pipeline.ts); the default changes nothing. */
+export const ChannelCuration = z.strictObject({
+  /** `drop`: a group whose served rewards are all equal (no GRPO signal) is dropped, the batch refilled. */
+  zero_variance: z.enum(['keep', 'drop']),
+  /** `exclude`: a trajectory with a step that stopped at the length limit is not served. */
+  truncated: z.enum(['keep', 'exclude']),
+  /** Degenerate output: a step whose response repeats more than `max_fraction` of its n-grams. */
+  repetition: z
+    .strictObject({
+      ngram: z.number().int().min(1).max(64),
+      max_fraction: z.number().min(0).max(1),
+    })
+    .nullable(),
+  /** `exclude`: a trajectory whose every response equals an earlier one of its group. */
+  duplicates: z.enum(['keep', 'exclude']),
+  /** A group left with fewer trajectories than this after the filters is dropped. */
+  min_trajectories: z.number().int().min(1).max(4096),
+});
+export type ChannelCuration = z.infer<typeof ChannelCuration>;
+
 const fields = {
   n_rollouts: z.number().int().min(1).max(4096).nullable(),
   max_queue_size: z.number().int().min(1).nullable(),
@@ -9,6 +29,7 @@ const fields = {
   incomplete_policy: z.enum(['drop', 'serve_partial']),
   /** An open trajectory with no activity for this long is closed as `aborted` (no session leaks). */
   idle_timeout_ms: z.number().int().min(1).nullable(),
+  curation: ChannelCuration,
 };
 
 /** Per-channel pool policy; persisted so every process sharing the store applies the same rules. */
@@ -16,7 +37,9 @@ export const ChannelConfig = z.strictObject(fields);
 export type ChannelConfig = z.infer<typeof ChannelConfig>;
 
 /** A change to some settings; fields left out keep their value. */
-export const ChannelConfigPatch = z.strictObject(fields).partial();
+export const ChannelConfigPatch = z
+  .strictObject({ ...fields, curation: ChannelCuration.partial() })
+  .partial();
 export type ChannelConfigPatch = z.infer<typeof ChannelConfigPatch>;
 
 export const DEFAULT_CHANNEL_CONFIG: ChannelConfig = {
@@ -27,4 +50,11 @@ export const DEFAULT_CHANNEL_CONFIG: ChannelConfig = {
   group_timeout_ms: null,
   incomplete_policy: 'drop',
   idle_timeout_ms: 30 * 60 * 1000,
+  curation: {
+    zero_variance: 'keep',
+    truncated: 'keep',
+    repetition: null,
+    duplicates: 'keep',
+    min_trajectories: 1,
+  },
 };

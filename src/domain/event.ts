@@ -7,6 +7,7 @@ export const EventType = z.enum([
   'trajectory_completed',
   'group_ready',
   'group_dropped',
+  'trajectory_excluded',
   'batch_leased',
   'batch_acked',
   'batch_nacked',

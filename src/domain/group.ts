@@ -3,7 +3,14 @@ import { z } from 'zod';
 export const GroupState = z.enum(['collecting', 'ready', 'leased', 'consumed', 'dropped']);
 export type GroupState = z.infer<typeof GroupState>;
 
-export const DropReason = z.enum(['queue_full', 'stale', 'incomplete_timeout', 'no_complete_trajectories']);
+export const DropReason = z.enum([
+  'queue_full',
+  'stale',
+  'incomplete_timeout',
+  'no_complete_trajectories',
+  'zero_variance',
+  'too_few_after_curation',
+]);
 export type DropReason = z.infer<typeof DropReason>;
 
 /** Claw-R1's prompt group: the rollouts of one prompt, the unit GRPO normalises over. */

@@ -21,6 +21,8 @@ export interface BatchJson {
     partial: boolean;
     stale: boolean;
     staleness: number;
+    /** Trajectories of the group that the channel's curation did not serve, with why. */
+    excluded: { trajectory_uid: string; reason: string; detail?: Record<string, unknown> }[];
     trajectories: {
       trajectory_uid: string;
       reward: number | null;
@@ -76,6 +78,11 @@ export function batchToJson(batch: LeasedBatch, options: JsonBatchOptions = {}):
         partial: g.group.partial,
         stale: g.stale,
         staleness: g.staleness,
+        excluded: (g.excluded ?? []).map((e) => ({
+          trajectory_uid: e.trajectoryId,
+          reason: e.reason,
+          ...(e.detail ? { detail: e.detail } : {}),
+        })),
         trajectories: g.trajectories.map((t, i) => {
           const byStep = new Map(t.labels.map((l) => [l.stepIndex, l]));
           const advantage = advantages?.[i];

@@ -1,3 +1,4 @@
+import type { ExclusionReason } from '../curation/pipeline.js';
 import type {
   ChannelConfig,
   ChannelConfigPatch,
@@ -104,6 +105,8 @@ export interface ServedGroup {
   staleness: number;
   stale: boolean;
   trajectories: ServedTrajectory[];
+  /** Trajectories the channel's curation left out of this group, with the reason (absent: none). */
+  excluded?: { trajectoryId: string; reason: ExclusionReason; detail?: Record<string, unknown> }[];
 }
 
 export interface LeasedBatch {
@@ -193,6 +196,8 @@ export interface PoolStats {
   consumed: { groups: number; steps: number };
   leased: { batches: number; groups: number };
   dropped: Partial<Record<DropReason, number>>;
+  /** Trajectories curation left out of served or dropped groups, by reason. */
+  excluded: Partial<Record<ExclusionReason, number>>;
   duplicateSteps: number;
   prefixBreaks: number;
   lateTrajectories: number;

@@ -2,8 +2,16 @@ import { resolve } from 'node:path';
 import Database from 'better-sqlite3';
 import { Kysely, Migrator, type RawBuilder, type SqlBool, SqliteDialect, sql } from 'kysely';
 import {
+  type CurationDecision,
+  curateGroup,
+  type ExclusionReason,
+  isNoop,
+  needsSteps,
+} from '../../curation/pipeline.js';
+import {
   type ChannelConfig,
   type ChannelConfigPatch,
+  type ChannelCuration,
   ConflictError,
   currentSignals,
   DEFAULT_CHANNEL_CONFIG,
@@ -66,6 +74,13 @@ import type {
   TrajectoryScan,
 } from '../store.js';
 import { sqliteMigrations } from './migrations.js';
+
+/** A ready group after curation: the members it is served with, what was left out, decoded steps. */
+interface Curated {
+  members: TrajectoryRow[];
+  excluded: CurationDecision['excluded'];
+  steps: Map<string, Step[]>;
+}
 
 export interface SqliteStoreOptions {
   path: string;
@@ -486,7 +501,12 @@ export class SqliteStore implements Store {
 
   async setChannelConfig(channel: string, patch: ChannelConfigPatch, now: number): Promise<ChannelConfig> {
     return this.write((log) => {
-      const config: ChannelConfig = { ...this.channelConfig(channel), ...patch };
+      const current = this.channelConfig(channel);
+      const config: ChannelConfig = {
+        ...current,
+        ...patch,
+        curation: { ...current.curation, ...patch.curation },
+      };
       this.saveChannelConfig(channel, config, now);
       this.emit('channel_configured', channel, { config }, now);
       if (patch.n_rollouts != null) this.adoptGroupSize(channel, patch.n_rollouts, config, now, log);
@@ -1403,7 +1423,12 @@ export class SqliteStore implements Store {
       }
       const maxStaleness = params.maxStaleness ?? config.max_staleness;
       const policyVersion = this.policyVersionNow();
-      const chosen: { row: GroupRow; staleness: number; stale: boolean }[] = [];
+      const chosen: {
+        row: GroupRow;
+        staleness: number;
+        stale: boolean;
+        curated: Curated | null;
+      }[] = [];
       const page = this.stmt(
         "SELECT * FROM groups WHERE channel = ? AND state = 'ready' AND ready_seq > ? ORDER BY ready_seq LIMIT ?",
       );
@@ -1420,26 +1445,37 @@ export class SqliteStore implements Store {
             this.dropGroup(row, 'stale', now, log);
             continue;
           }
-          chosen.push({ row, staleness, stale });
+          let curated: Curated | null = null;
+          if (!isNoop(config.curation)) {
+            curated = this.curate(row, config.curation, now, log);
+            if (curated === null) continue; // dropped: the next ready group takes its place
+          }
+          chosen.push({ row, staleness, stale, curated });
           if (chosen.length === params.batchSize) break;
         }
       }
       if (chosen.length < params.batchSize) return null;
 
       const leaseId = newLeaseId();
-      const picks: { row: GroupRow; staleness: number; stale: boolean; members: TrajectoryRow[] }[] = [];
+      const picks: {
+        row: GroupRow;
+        staleness: number;
+        stale: boolean;
+        members: TrajectoryRow[];
+        curated: Curated | null;
+      }[] = [];
       let nSteps = 0;
       const markLeased = this.stmt(
         "UPDATE groups SET state = 'leased', lease_id = ? WHERE channel = ? AND id = ?",
       );
-      for (const { row, staleness, stale } of chosen) {
+      for (const { row, staleness, stale, curated } of chosen) {
         markLeased.run(leaseId, row.channel, row.id);
         row.state = 'leased';
         row.lease_id = leaseId;
-        const members = this.groupMembers(row);
+        const members = curated?.members ?? this.groupMembers(row);
         for (const t of members) nSteps += t.n_steps;
         if (stale) log.count(params.channel, 'groups_served_stale');
-        picks.push({ row, staleness, stale, members });
+        picks.push({ row, staleness, stale, members, curated });
       }
       const lease: LeaseRow = {
         id: leaseId,
@@ -1474,13 +1510,54 @@ export class SqliteStore implements Store {
     if (!leased) return null;
     // The groups are ours now: decode their steps after the commit, without holding the write lock.
     const signals = this.currentSignalsOf(leased.picks.flatMap((p) => p.members.map((m) => m.id)));
-    const groups: ServedGroup[] = leased.picks.map(({ row, staleness, stale, members }) => ({
+    const groups: ServedGroup[] = leased.picks.map(({ row, staleness, stale, members, curated }) => ({
       group: toGroup(row),
       staleness,
       stale,
-      trajectories: members.map((member) => this.servedTrajectory(member, signals.get(member.id) ?? [])),
+      trajectories: members.map((member) =>
+        this.servedTrajectory(member, signals.get(member.id) ?? [], curated?.steps.get(member.id)),
+      ),
+      ...(curated && curated.excluded.length > 0
+        ? {
+            excluded: curated.excluded.map(({ id, reason, detail }) => ({
+              trajectoryId: id,
+              reason,
+              ...(detail ? { detail } : {}),
+            })),
+          }
+        : {}),
     }));
     return { lease: leased.lease, policyVersion: leased.policyVersion, groups };
+  }
+
+  /**
+   * Applies the channel's curation to a ready group inside the lease transaction: exclusions are
+   * recorded (event + counter) and a group the filters empty or flatten is dropped with its reason
+   * (null). Steps decoded for the filters are kept for serving.
+   */
+  private curate(row: GroupRow, curation: ChannelCuration, now: number, log: TxLog): Curated | null {
+    const members = this.groupMembers(row);
+    const steps = new Map<string, Step[]>();
+    if (needsSteps(curation)) for (const m of members) steps.set(m.id, this.decodeRange(m.seq));
+    const decision = curateGroup(
+      members.map((m) => ({ id: m.id, reward: m.reward, steps: steps.get(m.id) })),
+      curation,
+    );
+    for (const { id, reason, detail } of decision.excluded) {
+      log.count(row.channel, `excluded_${reason}`);
+      this.emit(
+        'trajectory_excluded',
+        row.channel,
+        { group_id: row.id, trajectory_id: id, reason, ...(detail ? { detail } : {}) },
+        now,
+      );
+    }
+    if (decision.drop) {
+      this.dropGroup(row, decision.drop, now, log);
+      return null;
+    }
+    const keep = new Set(decision.keep);
+    return { members: members.filter((m) => keep.has(m.id)), excluded: decision.excluded, steps };
   }
 
   /** The rollouts a group is served with: those that completed while it collected. */
@@ -1491,9 +1568,9 @@ export class SqliteStore implements Store {
   }
 
   /** A trajectory with its trainable steps (labels applied), its labels and its current signals. */
-  private servedTrajectory(row: TrajectoryRow, signals: Signal[]): ServedTrajectory {
+  private servedTrajectory(row: TrajectoryRow, signals: Signal[], decoded?: Step[]): ServedTrajectory {
     const labels = this.currentLabels(row.id);
-    const steps = this.decodeRange(row.seq);
+    const steps = decoded ?? this.decodeRange(row.seq);
     return {
       trajectory: toTrajectory(row),
       steps: labels.length > 0 ? steps.filter((s) => isStepTrainable(labels, s.index)) : steps,
@@ -1829,8 +1906,10 @@ export class SqliteStore implements Store {
       stalenessHistogram[bucket] = (stalenessHistogram[bucket] ?? 0) + r.n;
     }
     const dropped: PoolStats['dropped'] = {};
+    const excluded: PoolStats['excluded'] = {};
     for (const [name, value] of c) {
       if (name.startsWith('dropped_')) dropped[name.slice('dropped_'.length) as DropReason] = value;
+      if (name.startsWith('excluded_')) excluded[name.slice('excluded_'.length) as ExclusionReason] = value;
     }
     return {
       channel,
@@ -1846,6 +1925,7 @@ export class SqliteStore implements Store {
       consumed: { groups: get('groups_consumed'), steps: get('steps_consumed') },
       leased: { batches: get('batches_leased'), groups: get('groups_leased') },
       dropped,
+      excluded,
       duplicateSteps: get('duplicate_steps'),
       prefixBreaks: get('prefix_breaks'),
       lateTrajectories: get('late_trajectories'),

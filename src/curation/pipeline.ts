@@ -1,0 +1,132 @@
+import { type ChannelCuration, DEFAULT_CHANNEL_CONFIG } from '../domain/channel.js';
+
+/*
+ * Serve-time curation: what a lease hands a trainer out of a ready group. Trajectory filters run
+ * first — a trajectory that hit the length limit, whose output degenerated into repetition, or that
+ * repeats another of its group token for token is excluded — then group filters: a group whose kept
+ * rewards are all equal carries no GRPO signal (zero variance) and is dropped, as is one left with
+ * fewer than `min_trajectories`. The store applies the decision inside the lease transaction, drops
+ * groups with their reason (and refills the batch from the next ready groups), and records every
+ * exclusion as an event and a counter. Staleness, infrastructure failures and human labels are
+ * applied where they were before: the lease's staleness rule, `infra_failed` trajectories never
+ * joining a served group, and untrainable steps left out.
+ */
+
+export type ExclusionReason = 'truncated' | 'repetition' | 'duplicate';
+export type GroupDropReason = 'zero_variance' | 'too_few_after_curation';
+
+export interface CandidateStep {
+  responseIds: readonly number[];
+  finishReason: string | null;
+}
+
+export interface CandidateTrajectory {
+  id: string;
+  reward: number | null;
+  /** Needed only when a trajectory filter is on (see `needsSteps`). */
+  steps?: readonly CandidateStep[];
+}
+
+export interface Exclusion {
+  id: string;
+  reason: ExclusionReason;
+  detail?: Record<string, unknown>;
+}
+
+export interface CurationDecision {
+  /** Ids of the trajectories served, in the group's order. */
+  keep: string[];
+  excluded: Exclusion[];
+  /** Set when the whole group is dropped. */
+  drop: GroupDropReason | null;
+}
+
+export const DEFAULT_CURATION: ChannelCuration = DEFAULT_CHANNEL_CONFIG.curation;
+
+/** Curation that changes nothing: the store then skips the work. */
+export function isNoop(c: ChannelCuration): boolean {
+  return (
+    c.zero_variance === 'keep' &&
+    c.truncated === 'keep' &&
+    c.repetition === null &&
+    c.duplicates === 'keep' &&
+    c.min_trajectories <= 1
+  );
+}
+
+/** Trajectory filters read the steps; group filters need only rewards. */
+export function needsSteps(c: ChannelCuration): boolean {
+  return c.truncated !== 'keep' || c.repetition !== null || c.duplicates !== 'keep';
+}
+
+/**
+ * The share of a sequence's n-grams that repeat an earlier n-gram of it: 0 for text that never
+ * repeats itself, near 1 for a model stuck in a loop. Sequences shorter than 2n count as 0 (too short
+ * to call degenerate).
+ */
+export function repetitionFraction(ids: readonly number[], n: number): number {
+  const total = ids.length - n + 1;
+  if (ids.length < 2 * n || total <= 0) return 0;
+  const seen = new Set<string>();
+  let repeats = 0;
+  for (let i = 0; i < total; i++) {
+    let key = '';
+    for (let j = 0; j < n; j++) key += `${ids[i + j]},`;
+    if (seen.has(key)) repeats++;
+    else seen.add(key);
+  }
+  return repeats / total;
+}
+
+/** Two trajectories are duplicates when every step's response ids are equal. */
+function responseKey(steps: readonly CandidateStep[]): string {
+  return steps.map((s) => s.responseIds.join(',')).join('|');
+}
+
+export function curateGroup(members: readonly CandidateTrajectory[], c: ChannelCuration): CurationDecision {
+  const excluded: Exclusion[] = [];
+  const kept: CandidateTrajectory[] = [];
+  const seen = new Map<string, string>();
+  for (const t of members) {
+    const steps = t.steps ?? [];
+    if (c.truncated === 'exclude') {
+      const at = steps.findIndex((s) => s.finishReason === 'length');
+      if (at >= 0) {
+        excluded.push({ id: t.id, reason: 'truncated', detail: { step: at } });
+        continue;
+      }
+    }
+    if (c.repetition) {
+      const { ngram, max_fraction } = c.repetition;
+      let worst = { step: -1, fraction: 0 };
+      steps.forEach((s, i) => {
+        const fraction = repetitionFraction(s.responseIds, ngram);
+        if (fraction > worst.fraction) worst = { step: i, fraction };
+      });
+      if (worst.fraction > max_fraction) {
+        excluded.push({
+          id: t.id,
+          reason: 'repetition',
+          detail: { step: worst.step, fraction: Math.round(worst.fraction * 1000) / 1000, ngram },
+        });
+        continue;
+      }
+    }
+    if (c.duplicates === 'exclude' && steps.length > 0) {
+      const key = responseKey(steps);
+      const first = seen.get(key);
+      if (first !== undefined) {
+        excluded.push({ id: t.id, reason: 'duplicate', detail: { duplicate_of: first } });
+        continue;
+      }
+      seen.set(key, t.id);
+    }
+    kept.push(t);
+  }
+  const keep = kept.map((t) => t.id);
+  if (kept.length < c.min_trajectories || (kept.length === 0 && members.length > 0))
+    return { keep, excluded, drop: 'too_few_after_curation' };
+  if (c.zero_variance === 'drop' && kept.length > 0 && kept.every((t) => t.reward === kept[0]!.reward))
+    return { keep, excluded, drop: 'zero_variance' };
+  return { keep, excluded, drop: null };
+}

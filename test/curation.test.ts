@@ -1,0 +1,136 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import type { NewStep } from '../src/domain/index.js';
+import { openSqliteStore } from '../src/store/sqlite/sqlite-store.js';
+import type { Store } from '../src/store/store.js';
+import { episode } from './support/steps.js';
+
+/*
+ * Serve-time curation on a real SQLite file: staleness, zero-variance, truncation and labels change
+ * what a lease returns, the batch is refilled from later groups, and every decision is recorded with
+ * its reason (events and counters).
+ */
+
+describe('curation at lease time', () => {
+  let dir: string;
+  let store: Store;
+  let now = 1_000_000;
+  const tick = () => ++now;
+
+  beforeEach(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'stepwise-curation-'));
+    store = await openSqliteStore({ path: join(dir, 'pool.db') });
+  });
+  afterEach(async () => {
+    await store.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  /** One group of three 2-step rollouts with these rewards; `edit` may change a rollout's steps. */
+  const group = async (
+    channel: string,
+    id: string,
+    rewards: number[],
+    edit?: (r: number, s: NewStep[]) => void,
+  ) => {
+    for (const [r, reward] of rewards.entries()) {
+      const steps = episode(`${channel}-${id}-r${r}`, id, 2, reward, 10 * r + id.length);
+      edit?.(r, steps);
+      const [out] = await store.submitBatch([{ channel, nRollouts: rewards.length, steps }], tick());
+      if (!out!.ok) throw out!.error;
+    }
+  };
+  /** The same four groups, in this ready order: stale, flat (all 1), truncated, labelled. */
+  const fill = async (channel: string) => {
+    await group(channel, 'g-stale', [1, 0, 0]);
+    await store.setPolicyVersion(2, tick());
+    await group(channel, 'g-flat', [1, 1, 1]);
+    await group(channel, 'g-trunc', [1, 0, 1], (r, steps) => {
+      if (r === 2) steps[1]!.finishReason = 'length';
+    });
+    await group(channel, 'g-label', [0, 1, 0]);
+    await store.addLabels(
+      [{ trajectory_uid: `${channel}-g-label-r0`, step_index: 0, trainable: false }],
+      tick(),
+    );
+  };
+  const lease = (channel: string) =>
+    store.leaseBatch(
+      { channel, batchSize: 2, nRollouts: 3, maxStaleness: 1, consumer: 'trainer', ttlMs: 60_000 },
+      tick(),
+    );
+
+  it('without curation the lease takes the oldest ready groups as they are', async () => {
+    await store.setChannelConfig('raw', { stale_policy: 'flag' }, tick());
+    await fill('raw');
+    const batch = (await lease('raw'))!;
+    expect(batch.groups.map((g) => g.group.id)).toEqual(['g-stale', 'g-flat']);
+    expect(batch.groups.every((g) => g.excluded === undefined)).toBe(true);
+  });
+
+  it('with curation: stale and zero-variance groups are dropped and replaced, truncated rollouts left out, labels applied', async () => {
+    await store.setChannelConfig(
+      'train',
+      { curation: { zero_variance: 'drop', truncated: 'exclude', min_trajectories: 2 } },
+      tick(),
+    );
+    // A partial patch keeps the other curation settings.
+    expect((await store.getChannelConfig('train')).curation).toEqual({
+      zero_variance: 'drop',
+      truncated: 'exclude',
+      repetition: null,
+      duplicates: 'keep',
+      min_trajectories: 2,
+    });
+    const seqBefore = await store.lastEventSeq();
+    await fill('train');
+    const batch = (await lease('train'))!;
+    // Refilled to the requested size from the groups behind the dropped ones.
+    expect(batch.groups.map((g) => g.group.id)).toEqual(['g-trunc', 'g-label']);
+    const [trunc, label] = batch.groups;
+    expect(trunc!.trajectories.map((t) => t.trajectory.id)).toEqual(['train-g-trunc-r0', 'train-g-trunc-r1']);
+    expect(trunc!.excluded).toEqual([
+      { trajectoryId: 'train-g-trunc-r2', reason: 'truncated', detail: { step: 1 } },
+    ]);
+    // The human label still holds: the untrainable step is not served.
+    const r0 = label!.trajectories.find((t) => t.trajectory.id === 'train-g-label-r0')!;
+    expect(r0.steps.map((s) => s.index)).toEqual([1]);
+
+    // Every decision is on record with its reason.
+    const events = await store.readEvents({
+      after: seqBefore,
+      limit: 1000,
+      channel: 'train',
+      types: ['group_dropped', 'trajectory_excluded'],
+    });
+    expect(events.map((e) => [e.type, e.data])).toEqual([
+      ['group_dropped', { group_id: 'g-stale', reason: 'stale' }],
+      ['group_dropped', { group_id: 'g-flat', reason: 'zero_variance' }],
+      [
+        'trajectory_excluded',
+        { group_id: 'g-trunc', trajectory_id: 'train-g-trunc-r2', reason: 'truncated', detail: { step: 1 } },
+      ],
+    ]);
+    const stats = await store.stats('train');
+    expect(stats.dropped).toMatchObject({ stale: 1, zero_variance: 1 });
+    expect(stats.excluded).toEqual({ truncated: 1 });
+    expect(stats.groups).toMatchObject({ dropped: 2, leased: 2 });
+    expect(batch.lease.groupIds.sort()).toEqual(['g-label', 'g-trunc']);
+  });
+
+  it('a group the filters leave too small is dropped, not served short', async () => {
+    await store.setChannelConfig(
+      'train',
+      { curation: { truncated: 'exclude', min_trajectories: 3 } },
+      tick(),
+    );
+    await group('train', 'g-a', [1, 0, 1], (r, steps) => {
+      if (r === 0) steps[0]!.finishReason = 'length';
+    });
+    expect(await lease('train')).toBeNull();
+    const g = await store.getGroup('train', 'g-a');
+    expect(g).toMatchObject({ state: 'dropped', dropReason: 'too_few_after_curation' });
+  });
+});
