@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { NewStep } from '../src/domain/index.js';
+import { startServer } from '../src/gateway/server.js';
 import { openSqliteStore } from '../src/store/sqlite/sqlite-store.js';
 import type { Store } from '../src/store/store.js';
 import { episode } from './support/steps.js';
@@ -132,5 +133,35 @@ describe('curation at lease time', () => {
     expect(await lease('train')).toBeNull();
     const g = await store.getGroup('train', 'g-a');
     expect(g).toMatchObject({ state: 'dropped', dropReason: 'too_few_after_curation' });
+  });
+
+  it('over HTTP: a bad curation setting is a 400 naming its field and changes nothing', async () => {
+    const server = await startServer({ dbPath: join(dir, 'http.db'), port: 0, engines: ['sim'] });
+    try {
+      const put = (body: unknown) =>
+        fetch(`${server.url}/v1/channels/train`, {
+          method: 'PUT',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify(body),
+        });
+      const bad = await put({ curation: { zero_variance: 'sometimes' } });
+      expect(bad.status).toBe(400);
+      expect(JSON.stringify(await bad.json())).toContain('curation.zero_variance');
+      const ok = await put({ curation: { repetition: { ngram: 4, max_fraction: 0.6 } } });
+      expect(ok.status).toBe(200);
+      const { config } = (await (await fetch(`${server.url}/v1/channels/train`)).json()) as {
+        config: { curation: unknown };
+      };
+      // The bad PUT changed nothing; the good one changed only what it named.
+      expect(config.curation).toEqual({
+        zero_variance: 'keep',
+        truncated: 'keep',
+        repetition: { ngram: 4, max_fraction: 0.6 },
+        duplicates: 'keep',
+        min_trajectories: 1,
+      });
+    } finally {
+      await server.close();
+    }
   });
 });
