@@ -5,6 +5,7 @@ import type { ReferenceTask } from '../engines/sim/policies.js';
 import { type RunningServer, startServer } from '../gateway/server.js';
 import { progressReporter } from '../util/progress.js';
 import { defaultToolsDir, findOpenClaw, OPENCLAW_VERSION } from './agent/openclaw/install.js';
+import { addGuideOptions, type GuideCliOptions, guidedRunner } from './guide.js';
 import { type AgentSpec, defaultRunId, type GymSummary, runGym, type SampleResult } from './runner.js';
 import { checkSandbox } from './sandbox/index.js';
 import { registerSynthCommand } from './synth/cli.js';
@@ -43,8 +44,23 @@ export function referenceTasks(tasks: readonly GymTask[]): ReferenceTask[] {
 }
 
 /** `--agent`: the built-in agent, the installed OpenClaw, or a command template. */
-export function agentSpec(opts: { agent: string; maxTurns: number; toolsDir?: string }): AgentSpec {
-  if (opts.agent === 'builtin') return { kind: 'builtin', maxTurns: opts.maxTurns };
+export function agentSpec(opts: {
+  agent: string;
+  maxTurns: number;
+  toolsDir?: string;
+  cleaner?: boolean;
+  cleanerP?: number;
+}): AgentSpec {
+  // --cleaner-p alone turns CLEANER on too.
+  const cleaner = opts.cleaner || opts.cleanerP !== undefined;
+  if (cleaner && opts.agent !== 'builtin')
+    throw new InvalidArgumentError('--cleaner works with --agent builtin only');
+  if (opts.agent === 'builtin')
+    return {
+      kind: 'builtin',
+      maxTurns: opts.maxTurns,
+      ...(cleaner ? { cleaner: opts.cleanerP === undefined ? {} : { p: opts.cleanerP } } : {}),
+    };
   if (opts.agent === 'openclaw') {
     const dir = opts.toolsDir ?? defaultToolsDir();
     const install = findOpenClaw(dir);
@@ -66,6 +82,7 @@ export async function gatewayFor(
     errorRate: number;
     giveUpRate: number;
     seed: number;
+    simNeedsPlan?: number;
   },
   tasks: readonly GymTask[],
 ): Promise<{ url: string; server: RunningServer | null }> {
@@ -86,6 +103,7 @@ export async function gatewayFor(
             tasks: reference,
             errorRate: opts.errorRate,
             giveUpRate: opts.giveUpRate,
+            needsPlan: opts.simNeedsPlan,
             seed: opts.seed,
           }
         : { policy: 'echo', seed: opts.seed },
@@ -118,6 +136,15 @@ export function addRunOptions(command: Command): Command {
     .option('--api-key <key>', 'bearer key for --gateway (agent scope)', process.env.STEPWISE_API_KEY)
     .option('--model <name>', 'model name the agent asks for', 'sim-qwen3')
     .option('--max-turns <n>', 'turns of the built-in agent', positiveInt('--max-turns'), 30)
+    .option(
+      '--cleaner',
+      'built-in agent: CLEANER rollback, failed tool calls are regenerated and rewritten out of the history (docs/cleaner.md)',
+    )
+    .option(
+      '--cleaner-p <p>',
+      'chance that CLEANER rollback is on for a sample (default 1; implies --cleaner)',
+      probability('--cleaner-p'),
+    )
     .option(
       '--sample-timeout-ms <ms>',
       'wall-clock limit of one sample',
@@ -161,6 +188,8 @@ export interface RunCommandOptions {
   apiKey?: string;
   model: string;
   maxTurns: number;
+  cleaner?: boolean;
+  cleanerP?: number;
   sampleTimeoutMs: number;
   runId?: string;
   channel?: string;
@@ -172,12 +201,15 @@ export interface RunCommandOptions {
   judgeUrl?: string;
   judgeModel?: string;
   judgeApiKey?: string;
+  /** Sim reference policy: share of a task's actions a plan in the prompt must show (`gym run --sim-needs-plan`). */
+  simNeedsPlan?: number;
 }
 
 /** Runs the task set and returns what happened; prints progress to stderr when `progress`. */
 export async function runCommand(
   opts: RunCommandOptions,
   print: (line: string) => void,
+  run: typeof runGym = runGym,
 ): Promise<{
   tasks: GymTask[];
   results: SampleResult[];
@@ -210,7 +242,7 @@ export async function runCommand(
   let sum = 0;
   let count = 0;
   try {
-    const { results, summary } = await runGym({
+    const { results, summary } = await run({
       tasks,
       samples: opts.samples,
       concurrency: opts.concurrency,
@@ -255,14 +287,17 @@ export function registerGymCommands(program: Command): Command {
   const gym = program
     .command('gym')
     .description('Claw-style tasks: run them through the gateway, validate, synthesize');
-  addRunOptions(
-    gym
-      .command('run')
-      .description(
-        'run every task × --samples through the gateway (one group per task), verify, store rewards',
-      ),
-  ).action(async (opts: RunCommandOptions) => {
-    const { summary, runId } = await runCommand(opts, (line) => console.error(line));
+  addGuideOptions(
+    addRunOptions(
+      gym
+        .command('run')
+        .description(
+          'run every task × --samples through the gateway (one group per task), verify, store rewards',
+        ),
+    ),
+  ).action(async (opts: RunCommandOptions & GuideCliOptions) => {
+    const print = (line: string) => console.error(line);
+    const { summary, runId } = await runCommand(opts, print, guidedRunner(opts, print));
     console.log(`run ${runId}\n${formatSummary(summary)}`);
   });
   gym

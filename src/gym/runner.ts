@@ -2,7 +2,9 @@ import { createHash } from 'node:crypto';
 import { appendFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { APIConnectionError, APIError } from 'openai';
-import { type AgentOutcome, runBuiltinAgent } from './agent/builtin.js';
+import { cleanerMetadata } from '../curation/cleaner/report.js';
+import type { CleanerOptions } from '../curation/cleaner/saar.js';
+import { type AgentOutcome, type BuiltinAgentOptions, runBuiltinAgent } from './agent/builtin.js';
 import { AgentFailed, runExternalAgent, type SandboxedAgentOptions } from './agent/external.js';
 import type { OpenClawInstall } from './agent/openclaw/install.js';
 import { GatewayUnavailable, runOpenClawAgent } from './agent/openclaw/run.js';
@@ -22,7 +24,7 @@ import { type JudgeConfig, verify } from './verify/index.js';
  */
 
 export type AgentSpec =
-  | { kind: 'builtin'; maxTurns?: number; turnTimeoutMs?: number }
+  | { kind: 'builtin'; maxTurns?: number; turnTimeoutMs?: number; cleaner?: CleanerOptions }
   | { kind: 'command'; template: string }
   | { kind: 'openclaw'; install: OpenClawInstall; allowTools?: readonly string[] };
 
@@ -50,6 +52,10 @@ export interface GymRunOptions {
   judge?: JudgeConfig;
   onSample?: (result: SampleResult, done: number, total: number) => void;
   signal?: AbortSignal;
+  /** The group of a task's samples (default `<runId>.<task id>`); guided passes name theirs (guide.ts). */
+  groupOf?: (task: GymTask) => string;
+  /** Trajectory metadata beside the runner's own keys (e.g. ActGuide's `guidance`). */
+  metadataOf?: (task: GymTask, sample: number) => Record<string, unknown>;
 }
 
 export interface SampleResult {
@@ -89,7 +95,9 @@ export function defaultRunId(tasks: readonly GymTask[], samples: number, agent: 
       ? agent.template
       : agent.kind === 'openclaw'
         ? `openclaw@${agent.install.version}`
-        : 'builtin';
+        : agent.cleaner
+          ? `builtin+cleaner${JSON.stringify(agent.cleaner)}`
+          : 'builtin';
   hash.update(`${samples}\0${agentKey}`);
   return `gym-${hash.digest('hex').slice(0, 12)}`;
 }
@@ -176,7 +184,7 @@ export async function runGym(
 
 async function runSample(options: GymRunOptions, task: GymTask, sample: number): Promise<SampleResult> {
   const started = performance.now();
-  const groupId = `${options.runId}.${task.id}`;
+  const groupId = options.groupOf?.(task) ?? `${options.runId}.${task.id}`;
   const base: Omit<SampleResult, 'status' | 'score' | 'agent' | 'reason' | 'durationMs'> = {
     taskId: task.id,
     category: task.category,
@@ -203,7 +211,13 @@ async function runSample(options: GymRunOptions, task: GymTask, sample: number):
         group_id: groupId,
         n_rollouts: options.samples,
         ...(options.channel ? { channel: options.channel } : {}),
-        metadata: { task_id: task.id, sample, category: task.category, run_id: options.runId },
+        metadata: {
+          ...options.metadataOf?.(task, sample),
+          task_id: task.id,
+          sample,
+          category: task.category,
+          run_id: options.runId,
+        },
       },
       options.apiKey,
     )) as { trajectory_uid: string; base_url: string };
@@ -228,12 +242,13 @@ async function runSample(options: GymRunOptions, task: GymTask, sample: number):
         agent.kind === 'openclaw'
           ? await runOpenClaw(options, agent, run)
           : agent.kind === 'builtin'
-            ? await runBuiltinAgent({
+            ? await runBuiltin(options, {
                 ...run,
                 maxTurns: agent.maxTurns,
                 turnTimeoutMs: agent.turnTimeoutMs,
                 seed: sampleSeed(options.runId, task.id, sample),
                 signal: timeout,
+                cleaner: agent.cleaner,
               })
             : await runExternalAgent({ ...run, template: agent.template });
     } catch (error) {
@@ -321,6 +336,18 @@ async function runOpenClaw(
   );
   if (!result.ok) throw new AgentFailed(result.reason ?? 'OpenClaw failed');
   return result.outcome;
+}
+
+/** The built-in agent; with CLEANER on, what it did goes into the trajectory's metadata. */
+async function runBuiltin(options: GymRunOptions, run: BuiltinAgentOptions): Promise<AgentOutcome> {
+  const outcome = await runBuiltinAgent(run);
+  if (outcome.cleaner)
+    await postJson(
+      `${run.baseUrl}/register_trajectory`,
+      { metadata: { cleaner: cleanerMetadata(outcome.cleaner) } },
+      options.apiKey,
+    );
+  return outcome;
 }
 
 export function summarize(results: readonly SampleResult[], skipped: number): GymSummary {

@@ -2,6 +2,7 @@ import { ValidationError } from '../../domain/errors.js';
 import type { ChatMessageInput, ChatToolInput } from '../../text/index.js';
 import { hashSeed, pick, type Random, randomInt, seededRandom } from '../../util/random.js';
 import type { SimToolChoice } from './controls.js';
+import { neededPlanSteps, shownPlanSteps } from './plan-hint.js';
 import { adaptCall } from './tool-adapter.js';
 
 /** What a policy sees: the conversation as the agent sent it, and its own seeded randomness. */
@@ -369,6 +370,12 @@ export interface ReferencePolicyOptions {
   errorRate?: number;
   /** Chance that an episode stops after a random prefix of its actions (default 0): failed rollouts. */
   giveUpRate?: number;
+  /**
+   * A policy that needs a plan (ActGuide-RL's hard tasks): the share of a task's actions (0 to 1) that
+   * a numbered plan in the first user message must show before an episode can finish; with fewer
+   * shown, it takes the shown actions and gives up. 0 (default): no plan needed.
+   */
+  needsPlan?: number;
 }
 
 function firstUserText(messages: readonly ChatMessageInput[]): string | undefined {
@@ -391,6 +398,9 @@ export function referencePolicy(
   const giveUpRate = options.giveUpRate ?? 0;
   if (!(giveUpRate >= 0 && giveUpRate <= 1))
     throw new ValidationError('giveUpRate must be in [0, 1]', 'giveUpRate');
+  const needsPlan = options.needsPlan ?? 0;
+  if (!(needsPlan >= 0 && needsPlan <= 1))
+    throw new ValidationError('needsPlan must be in [0, 1]', 'needsPlan');
   const byPrompt = new Map(tasks.map((t) => [t.prompt.trim(), t]));
   // Longest prompts first, so a prompt that contains a shorter one still finds its own task.
   const byLength = [...tasks].sort((a, b) => b.prompt.length - a.prompt.length);
@@ -405,6 +415,10 @@ export function referencePolicy(
       const r = seededRandom('reference-give-up', episodeSeed(ctx));
       if (giveUpRate > 0 && actions.length > 0 && r() < giveUpRate)
         actions = actions.slice(0, randomInt(r, actions.length));
+      if (needsPlan > 0) {
+        const shown = shownPlanSteps(text!, task.actions);
+        if (shown < neededPlanSteps(task.actions.length, needsPlan)) actions = actions.slice(0, shown);
+      }
       const answer =
         actions.length < task.actions.length
           ? 'I could not finish the task.'

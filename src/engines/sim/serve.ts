@@ -25,6 +25,8 @@ export interface SimServerOptions {
   errorRate?: number;
   /** For `reference`: chance that an episode gives up part way (default 0). */
   giveUpRate?: number;
+  /** For `reference`: share of a task's actions a plan in the prompt must show before it can finish (default 0). */
+  needsPlan?: number;
   seed?: number;
   ttftMs?: number;
   /** Decode speed; 0 or absent with no ttft means instant. */
@@ -44,7 +46,11 @@ function choosePolicy(options: SimServerOptions): Policy {
   if (name === 'reference') {
     if (!options.tasks || options.tasks.length === 0)
       throw new ValidationError('the reference policy needs tasks with reference actions', 'tasks');
-    return referencePolicy(options.tasks, { errorRate: options.errorRate, giveUpRate: options.giveUpRate });
+    return referencePolicy(options.tasks, {
+      errorRate: options.errorRate,
+      giveUpRate: options.giveUpRate,
+      needsPlan: options.needsPlan,
+    });
   }
   if (name !== 'scripted') return namedPolicies[name]();
   if (!Array.isArray(options.script) || options.script.length === 0) {

@@ -3,15 +3,28 @@ import type {
   ChatCompletionMessageParam,
   ChatCompletionMessageToolCall,
 } from 'openai/resources/chat/completions';
+import {
+  type CleanerReport,
+  chatTurn,
+  type RepairRecord,
+  repairedAssistantMessage,
+} from '../../curation/cleaner/report.js';
+import { type CleanerOptions, SaarSession, withRetryNote } from '../../curation/cleaner/saar.js';
+import { type Random, seededRandom } from '../../util/random.js';
 import type { SandboxOptions } from '../sandbox/index.js';
 import type { GymTask } from '../tasks/schema.js';
-import { runTool, TOOL_DEFINITIONS } from '../tools/index.js';
+import { runTool, TOOL_DEFINITIONS, type ToolOutcome } from '../tools/index.js';
 
 /*
  * The built-in Claw-style agent: the official `openai` client pointed at a trajectory's base_url, a
  * system prompt, the workspace tools, and a loop of model turns until the model answers without a
  * tool call (or the turn budget runs out). Tool results go back as `tool` messages in the next
  * request, which is how the gateway attaches them to the step that asked for them.
+ *
+ * With `cleaner`, failed tool calls go through CLEANER's SAAR (src/curation/cleaner/saar.ts): the
+ * model sees the error and regenerates the turn, and the failed call and its error are rewritten out
+ * of the history before the next generation. Every LLM call, regenerations included, still goes
+ * through the gateway as a step; the outcome says what CLEANER did.
  */
 
 export interface BuiltinAgentOptions {
@@ -30,6 +43,11 @@ export interface BuiltinAgentOptions {
   seed?: number;
   temperature?: number;
   signal?: AbortSignal;
+  /**
+   * CLEANER rollback of failed tool calls. The p draw comes from `random`, else from `seed` (one
+   * draw per episode), else Math.random.
+   */
+  cleaner?: CleanerOptions & { random?: Random };
 }
 
 export interface AgentOutcome {
@@ -39,6 +57,8 @@ export interface AgentOutcome {
   toolCalls: number;
   toolErrors: number;
   answer: string | null;
+  /** What CLEANER did (present when it was on); repair steps are LLM-call (= step) indices. */
+  cleaner?: CleanerReport;
 }
 
 export const SYSTEM_PROMPT = (mountDir: string) =>
@@ -49,6 +69,9 @@ export const SYSTEM_PROMPT = (mountDir: string) =>
     'change anything, check your results, and fix mistakes when a tool reports an error.',
     'When the task is done, reply with a short summary of what you did and no tool call.',
   ].join(' ');
+
+type FunctionCall = ChatCompletionMessageToolCall & { type: 'function' };
+type AssistantMessage = ChatCompletionMessageParam & { role: 'assistant'; tool_calls?: FunctionCall[] };
 
 export async function runBuiltinAgent(options: BuiltinAgentOptions): Promise<AgentOutcome> {
   const { task } = options;
@@ -68,37 +91,124 @@ export async function runBuiltinAgent(options: BuiltinAgentOptions): Promise<Age
     mountDir: task.mountDir,
     sandbox: { ...options.sandbox, workspace: options.workspace, mountDir: task.mountDir },
   };
+  const saar = options.cleaner
+    ? new SaarSession(
+        options.cleaner,
+        options.cleaner.random ??
+          (options.seed === undefined ? Math.random : seededRandom('cleaner-rollback', options.seed)),
+      )
+    : null;
+  const repairs: RepairRecord[] = [];
+  let llmCalls = 0;
   let toolCalls = 0;
   let toolErrors = 0;
-  for (let turn = 1; turn <= maxTurns; turn++) {
+  /** One model turn through the gateway; `step` is the LLM call's index (the gateway's step index). */
+  const generate = async (history: ChatCompletionMessageParam[]) => {
     const completion = await client.chat.completions.create(
       {
         model: options.model,
-        messages,
+        messages: history,
         tools: TOOL_DEFINITIONS,
         ...(options.seed === undefined ? {} : { seed: options.seed }),
         ...(options.temperature === undefined ? {} : { temperature: options.temperature }),
       },
       { signal: options.signal },
     );
+    const step = llmCalls++;
     const message = completion.choices[0]?.message;
-    const calls = (message?.tool_calls ?? []).filter(
-      (c): c is ChatCompletionMessageToolCall & { type: 'function' } => c.type === 'function',
-    );
-    messages.push({
+    const calls = (message?.tool_calls ?? []).filter((c): c is FunctionCall => c.type === 'function');
+    const assistant: AssistantMessage = {
       role: 'assistant',
       content: message?.content ?? null,
       ...(calls.length > 0 ? { tool_calls: calls } : {}),
-    });
-    if (calls.length === 0) {
-      return { ended: 'answer', turns: turn, toolCalls, toolErrors, answer: message?.content ?? '' };
-    }
+    };
+    return { step, assistant, calls, text: message?.content ?? '' };
+  };
+  const execute = async (calls: readonly FunctionCall[]) => {
+    const outcomes: ToolOutcome[] = [];
     for (const call of calls) {
       toolCalls++;
       const outcome = await runTool(call.function.name, call.function.arguments, context);
       if (!outcome.ok) toolErrors++;
-      messages.push({ role: 'tool', tool_call_id: call.id, content: outcome.content });
+      outcomes.push(outcome);
+    }
+    return outcomes;
+  };
+  const toolMessages = (calls: readonly FunctionCall[], outcomes: readonly ToolOutcome[]) =>
+    calls.map(
+      (call, i): ChatCompletionMessageParam => ({
+        role: 'tool',
+        tool_call_id: call.id,
+        content: outcomes[i]!.content,
+      }),
+    );
+  const finish = (ended: AgentOutcome['ended'], turns: number, answer: string | null): AgentOutcome => {
+    return {
+      ended,
+      turns,
+      toolCalls,
+      toolErrors,
+      answer,
+      ...(saar ? { cleaner: { options: saar.state.options, metrics: saar.finish(), repairs } } : {}),
+    };
+  };
+
+  let turn = 0;
+  while (turn < maxTurns) {
+    turn++;
+    const generated = await generate(messages);
+    if (generated.calls.length === 0) {
+      messages.push(generated.assistant);
+      return finish('answer', turn, generated.text);
+    }
+    // The turn stands at `at` in the history; a rollback rewrites it there.
+    const at = messages.push(generated.assistant) - 1;
+    let current = generated;
+    for (;;) {
+      const outcomes = await execute(current.calls);
+      const results = toolMessages(current.calls, outcomes);
+      const decision = saar?.toolResults(outcomes) ?? { kind: 'keep' as const, recovered: false };
+      if (decision.kind === 'give_up' && decision.note !== null) {
+        const last = outcomes.findLastIndex((o) => !o.ok);
+        results[last] = {
+          ...results[last]!,
+          content: withRetryNote(outcomes[last]!.content, decision.retries),
+        } as ChatCompletionMessageParam;
+      }
+      if (decision.kind !== 'rollback') {
+        messages.push(...results);
+        break;
+      }
+      if (turn >= maxTurns) {
+        // No budget left for the regeneration: the error stays.
+        messages.push(...results);
+        saar!.abandon();
+        break;
+      }
+      // Show the model its error and let it redo the turn.
+      turn++;
+      const regenerated = await generate([...messages, ...results]);
+      const failed = messages[at] as AssistantMessage;
+      const repair = saar!.regenerated(
+        chatTurn(failed.content, failed.tool_calls ?? []),
+        chatTurn(regenerated.assistant.content, regenerated.calls),
+      );
+      if (repair.kind === 'keep_error') {
+        // T' answered instead of calling a tool: the error stays, and T' is the episode's answer.
+        messages.push(...results, regenerated.assistant);
+        return finish('answer', turn, regenerated.text);
+      }
+      repairs.push({
+        failedStep: current.step,
+        retryStep: regenerated.step,
+        similarity: repair.similarity,
+        mode: repair.mode,
+        errorTypes: repair.removedErrorTypes,
+      });
+      // The failed call and its error leave the history; the repaired turn's calls run next.
+      messages[at] = repairedAssistantMessage(failed, regenerated.assistant, repair.mode);
+      current = regenerated;
     }
   }
-  return { ended: 'max_turns', turns: maxTurns, toolCalls, toolErrors, answer: null };
+  return finish('max_turns', maxTurns, null);
 }

@@ -1,0 +1,108 @@
+import { ValidationError } from '../../domain/errors.js';
+import type { Step } from '../../domain/step.js';
+import {
+  type ChatMessageInput,
+  type ChatTokenizer,
+  loadQwen3Tokenizer,
+  tokenizeChat,
+} from '../../text/index.js';
+import { stripHint } from './hint.js';
+
+/*
+ * A guided step has two prompts. The behaviour prompt is what the engine saw (the task with the hint),
+ * captured by the gateway as the step's prompt ids. The training prompt is the same conversation
+ * without the hint: ActGuide-RL trains the unguided policy on the guided rollout's tokens, off-policy
+ * (the hint shaped the behaviour; the trainer weighs it with the importance ratio). It is rebuilt from
+ * the step's stored messages with the hint section removed and rendered with the chat template, as the
+ * engine rendered the original; the response ids are the generated ones, untouched.
+ */
+
+export interface StepPromptViews {
+  /** What the engine saw: the stored prompt ids, hint included. */
+  behaviourPromptIds: number[];
+  /** The same conversation without the hint section, rendered with the chat template. */
+  trainingPromptIds: number[];
+  /** The generated ids, as stored. */
+  responseIds: number[];
+  /**
+   * Rendering the stored messages reproduces `behaviourPromptIds` exactly: the template here is the
+   * one the engine used, so the training view differs from the behaviour view by the hint alone.
+   */
+  behaviourReproduced: boolean;
+}
+
+export type GuidedStep = Pick<
+  Step,
+  'trajectoryId' | 'index' | 'promptIds' | 'responseIds' | 'messages' | 'tools' | 'metadata'
+>;
+
+type Content = ChatMessageInput['content'];
+
+/** The content without the hint section, or null when the section is not in it. */
+function contentWithoutHint(content: Content, hint: string): Content | null {
+  if (typeof content === 'string') {
+    const stripped = stripHint(content, hint);
+    return stripped.removed ? stripped.text : null;
+  }
+  if (!Array.isArray(content)) return null;
+  for (let i = 0; i < content.length; i++) {
+    const part = content[i]!;
+    if (typeof part.text !== 'string') continue;
+    const stripped = stripHint(part.text, hint);
+    if (stripped.removed) return content.map((p, j) => (j === i ? { ...p, text: stripped.text } : p));
+  }
+  return null;
+}
+
+/** The step's conversation with the hint section taken out of the first user message that holds it. */
+export function messagesWithoutHint(step: GuidedStep, hint: string): ChatMessageInput[] {
+  const where = `step ${step.index} of trajectory ${step.trajectoryId}`;
+  if (!step.messages)
+    throw new ValidationError(
+      `${where} kept no chat messages: the training view is rebuilt from them`,
+      'messages',
+    );
+  const messages = step.messages as unknown as ChatMessageInput[];
+  for (let i = 0; i < messages.length; i++) {
+    const m = messages[i]!;
+    if (m.role !== 'user') continue;
+    const content = contentWithoutHint(m.content, hint);
+    if (content !== null) return messages.map((x, j) => (j === i ? { ...x, content } : x));
+  }
+  throw new ValidationError(`${where}: no user message holds the hint section`, 'messages');
+}
+
+function enableThinking(metadata: GuidedStep['metadata']): boolean | undefined {
+  const kwargs = metadata.chat_template_kwargs;
+  if (typeof kwargs !== 'object' || kwargs === null || Array.isArray(kwargs)) return undefined;
+  const value = (kwargs as Record<string, unknown>).enable_thinking;
+  return typeof value === 'boolean' ? value : undefined;
+}
+
+/** Both prompt views of a guided step (see the module comment). */
+export function promptViews(
+  step: GuidedStep,
+  hint: string,
+  tokenizer: ChatTokenizer = loadQwen3Tokenizer(),
+): StepPromptViews {
+  const training = messagesWithoutHint(step, hint);
+  const thinking = enableThinking(step.metadata);
+  const render = (messages: readonly ChatMessageInput[]) =>
+    tokenizeChat(
+      {
+        messages,
+        tools: (step.tools as never) ?? null,
+        addGenerationPrompt: true,
+        ...(thinking !== undefined ? { enableThinking: thinking } : {}),
+      },
+      tokenizer,
+    );
+  const behaviour = render(step.messages as unknown as ChatMessageInput[]);
+  return {
+    behaviourPromptIds: step.promptIds,
+    trainingPromptIds: render(training),
+    responseIds: step.responseIds,
+    behaviourReproduced:
+      behaviour.length === step.promptIds.length && behaviour.every((id, i) => id === step.promptIds[i]),
+  };
+}

@@ -1,0 +1,408 @@
+import { appendFileSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { type Command, InvalidArgumentError, Option } from 'commander';
+import {
+  chooseGuidanceK,
+  GUIDE_STRATEGIES,
+  GuidanceConfig,
+  type GuidanceConfigInput,
+  type GuidanceProbe,
+  type GuideStrategy,
+  guidedPrompt,
+  isHardGroup,
+  renderHint,
+} from '../curation/actguide/index.js';
+import { parseOrThrow } from '../domain/errors.js';
+import { type GymRunOptions, type GymSummary, runGym, type SampleResult } from './runner.js';
+import type { GymTask } from './tasks/schema.js';
+
+/*
+ * ActGuide-RL on a gym run. The tasks run unguided first (a plain `runGym`). A task whose group is hard
+ * (no rollout scored above the threshold) and that has reference actions is guided: its unguided
+ * rollouts are labelled untrainable (kept for inspection, never trained on), k is chosen (by probe
+ * rollouts for `adaptive`), and n guided rollouts, the task prompt with a hint of the first k actions,
+ * form the group `<group>.guided` that is served in its place. Probes run in their own group
+ * `<group>.probe-<k>` in the channel `<channel>-probe`, which no trainer leases. Guided and probe
+ * trajectories carry `guidance: {k, strategy, hint, ...}` in their metadata: the guided ones are
+ * off-policy (the hint shaped the behaviour), and the hint is what serving strips to rebuild the
+ * training prompt (src/curation/actguide/prompt-views.ts).
+ */
+
+export const REPLACED_TAG = 'actguide-replaced';
+
+export interface GuideOptions extends GuidanceConfigInput {
+  /** Channel of the probe rollouts (default `<channel>-probe`). */
+  probeChannel?: string;
+  /** A key with the admin scope, for labelling replaced rollouts (default: the run's apiKey). */
+  adminApiKey?: string;
+  /** The guide's own state (decisions, probe and guided samples); default `<stateFile>.guide/`. */
+  stateDir?: string;
+  onDecision?: (decision: GuideDecision) => void;
+  onSample?: (result: SampleResult, phase: 'probe' | 'guided') => void;
+}
+
+export interface GuidedRunOptions extends GymRunOptions {
+  guide: GuideOptions;
+}
+
+export interface GuidanceRecord {
+  k: number;
+  strategy: GuideStrategy;
+  hint: string;
+  /** Length of the plan the hint was cut from. */
+  actions: number;
+  probes: GuidanceProbe[];
+  /** The guided group served in the hard group's place. */
+  groupId: string;
+  rewards: number[];
+  /** A guided rollout scored above the threshold. */
+  rescued: boolean;
+  /** The unguided trajectories labelled untrainable. */
+  replaced: string[];
+}
+
+export interface GuideDecision {
+  taskId: string;
+  /** The unguided group. */
+  groupId: string;
+  /** Scores of its complete rollouts. */
+  rewards: number[];
+  hard: boolean;
+  /** Why a hard group was left as it was. */
+  reason: string | null;
+  guidance: GuidanceRecord | null;
+}
+
+export interface GuideSummary {
+  /** Groups with at least one complete unguided rollout. */
+  groups: number;
+  hard: number;
+  guided: number;
+  rescued: number;
+  /** hard / groups. */
+  hardFraction: number;
+  /** rescued / hard. */
+  rescuedFraction: number;
+  probeRollouts: number;
+  guidedRollouts: number;
+}
+
+export interface GuidedRunResult {
+  results: SampleResult[];
+  summary: GymSummary;
+  guidance: {
+    decisions: GuideDecision[];
+    summary: GuideSummary;
+    probes: SampleResult[];
+    guided: SampleResult[];
+  };
+}
+
+const defaultStateDir = (stateFile: string) => `${stateFile.replace(/\.jsonl$/, '')}.guide`;
+
+function readDecisions(path: string): Map<string, GuideDecision> {
+  const decisions = new Map<string, GuideDecision>();
+  if (!existsSync(path)) return decisions;
+  for (const line of readFileSync(path, 'utf8').split('\n')) {
+    if (line.trim() === '') continue;
+    try {
+      const d = JSON.parse(line) as GuideDecision;
+      decisions.set(d.taskId, d);
+    } catch {
+      // Torn by a crash mid-write: that task is decided again (its samples resume from their state).
+    }
+  }
+  return decisions;
+}
+
+export function summarizeGuidance(decisions: readonly GuideDecision[]): GuideSummary {
+  const groups = decisions.filter((d) => d.rewards.length > 0).length;
+  const hard = decisions.filter((d) => d.hard).length;
+  const guided = decisions.filter((d) => d.guidance !== null);
+  const rescued = guided.filter((d) => d.guidance!.rescued).length;
+  return {
+    groups,
+    hard,
+    guided: guided.length,
+    rescued,
+    hardFraction: groups === 0 ? 0 : hard / groups,
+    rescuedFraction: hard === 0 ? 0 : rescued / hard,
+    probeRollouts: guided.reduce(
+      (n, d) => n + d.guidance!.probes.reduce((m, p) => m + p.rewards.length, 0),
+      0,
+    ),
+    guidedRollouts: guided.reduce((n, d) => n + d.guidance!.rewards.length, 0),
+  };
+}
+
+/** Marks replaced rollouts untrainable (POST /v1/labels, admin scope); they stay for inspection. */
+async function labelReplaced(
+  options: GuidedRunOptions,
+  replaced: readonly { trajectoryId: string; guidedGroup: string }[],
+) {
+  if (replaced.length === 0) return;
+  const key = options.guide.adminApiKey ?? options.apiKey;
+  const url = `${options.gatewayUrl.replace(/\/+$/, '')}/v1/labels`;
+  const labels = replaced.map(({ trajectoryId, guidedGroup }) => ({
+    trajectory_uid: trajectoryId,
+    trainable: false,
+    tags: [REPLACED_TAG],
+    note: `ActGuide: a hard group, replaced by the guided group ${guidedGroup}`,
+    author: 'actguide',
+  }));
+  const res = await fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...(key ? { authorization: `Bearer ${key}` } : {}) },
+    body: JSON.stringify({ labels }),
+  });
+  if (!res.ok) {
+    const scope = res.status === 401 || res.status === 403 ? ' (labels need a key with the admin scope)' : '';
+    throw new Error(
+      `labelling replaced rollouts failed: ${url} answered ${res.status}${scope}: ${await res.text()}`,
+    );
+  }
+}
+
+const scores = (results: readonly SampleResult[]) =>
+  results.filter((r) => r.status === 'complete').map((r) => r.score);
+
+/** Runs the tasks, then guides the hard groups (see the module comment). */
+export async function runGuided(options: GuidedRunOptions): Promise<GuidedRunResult> {
+  const config = parseOrThrow(GuidanceConfig, stripHooks(options.guide), 'guide');
+  const { guide, ...gymOptions } = options;
+  const unguided = await runGym(gymOptions);
+  const stateDir = guide.stateDir ?? defaultStateDir(options.stateFile);
+  mkdirSync(stateDir, { recursive: true });
+  const decisionsFile = join(stateDir, 'decisions.jsonl');
+  const decided = readDecisions(decisionsFile);
+  const probes: SampleResult[] = [];
+  const guided: SampleResult[] = [];
+  const channel = options.channel ?? 'train';
+  const probeChannel = guide.probeChannel ?? `${channel}-probe`;
+  // One pass of a task with a hint of k actions: probe rollouts, or the guided group itself.
+  const pass = async (task: GymTask, groupId: string, k: number, phase: 'probe' | 'guided') => {
+    const actions = task.referenceActions ?? [];
+    const hint = renderHint(actions, k);
+    const samples = phase === 'probe' ? config.probeRollouts : options.samples;
+    const guidance = { k, strategy: config.strategy, hint, actions: actions.length };
+    const { results } = await runGym({
+      ...gymOptions,
+      tasks: [{ ...task, prompt: guidedPrompt(task.prompt, hint) }],
+      samples,
+      concurrency: Math.max(1, Math.min(options.concurrency, samples)),
+      channel: phase === 'probe' ? probeChannel : options.channel,
+      stateFile: join(
+        stateDir,
+        phase === 'probe' ? `probe-${task.id}-k${k}.jsonl` : `guided-${task.id}.jsonl`,
+      ),
+      groupOf: () => (phase === 'probe' ? `${groupId}.probe-${k}` : `${groupId}.guided`),
+      metadataOf: () => ({
+        guidance:
+          phase === 'probe'
+            ? { ...guidance, probe: true, for_group: groupId }
+            : { ...guidance, off_policy: true, replaces: groupId },
+      }),
+      onSample: (result) => guide.onSample?.(result, phase),
+    });
+    (phase === 'probe' ? probes : guided).push(...results);
+    return results;
+  };
+
+  const byTask = new Map<string, SampleResult[]>();
+  for (const r of unguided.results) byTask.set(r.taskId, [...(byTask.get(r.taskId) ?? []), r]);
+  const todo = [...options.tasks]
+    .sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))
+    .filter((t) => !decided.has(t.id))
+    .map((task) => {
+      const results = byTask.get(task.id) ?? [];
+      const groupId = results[0]?.groupId ?? `${options.runId}.${task.id}`;
+      const rewards = scores(results);
+      const hard = isHardGroup(rewards, config.threshold);
+      const replaced = results.flatMap((r) => (r.trajectoryUid ? [r.trajectoryUid] : []));
+      const willGuide = hard && (task.referenceActions?.length ?? 0) > 0;
+      return { task, groupId, rewards, hard, replaced: willGuide ? replaced : [] };
+    });
+  if (options.signal?.aborted) return { ...unguided, guidance: guidanceSoFar(decided, options.tasks) };
+  // Every group to be replaced is labelled before any probe runs: the shorter the window in which a
+  // trainer can lease a hard group, the better.
+  await labelReplaced(
+    options,
+    todo.flatMap((t) =>
+      t.replaced.map((trajectoryId) => ({ trajectoryId, guidedGroup: `${t.groupId}.guided` })),
+    ),
+  );
+
+  const decide = async ({ task, groupId, rewards, hard, replaced }: (typeof todo)[number]) => {
+    const base = { taskId: task.id, groupId, rewards, hard };
+    if (!hard) return { ...base, reason: null, guidance: null } satisfies GuideDecision;
+    const actions = task.referenceActions ?? [];
+    if (actions.length === 0)
+      return { ...base, reason: 'the task has no reference actions', guidance: null } satisfies GuideDecision;
+    const guidedGroup = `${groupId}.guided`;
+    const choice = await chooseGuidanceK(
+      actions,
+      async (k) => scores(await pass(task, groupId, k, 'probe')),
+      config,
+    );
+    const guidedRewards = scores(await pass(task, groupId, choice.k, 'guided'));
+    const decision: GuideDecision = {
+      ...base,
+      reason: null,
+      guidance: {
+        k: choice.k,
+        strategy: choice.strategy,
+        hint: renderHint(actions, choice.k),
+        actions: actions.length,
+        probes: choice.probes,
+        groupId: guidedGroup,
+        rewards: guidedRewards,
+        rescued: guidedRewards.some((r) => r > config.threshold),
+        replaced,
+      },
+    };
+    return decision;
+  };
+
+  const decisions = new Map(decided);
+  let next = 0;
+  // Each guided task runs its passes with up to `samples` rollouts at once: share the concurrency.
+  const width = Math.max(
+    1,
+    Math.floor(options.concurrency / Math.max(options.samples, config.probeRollouts)),
+  );
+  const worker = async () => {
+    while (next < todo.length && !options.signal?.aborted) {
+      const item = todo[next++]!;
+      const decision: GuideDecision = await decide(item);
+      if (options.signal?.aborted) return; // a pass cut short decides nothing
+      appendFileSync(decisionsFile, `${JSON.stringify(decision)}\n`);
+      decisions.set(item.task.id, decision);
+      guide.onDecision?.(decision);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(width, Math.max(1, todo.length)) }, worker));
+  return { ...unguided, guidance: { ...guidanceSoFar(decisions, options.tasks), probes, guided } };
+}
+
+/** The decisions made so far, in task order, with their summary. */
+function guidanceSoFar(decisions: ReadonlyMap<string, GuideDecision>, tasks: readonly GymTask[]) {
+  const ordered = tasks.flatMap((t) => {
+    const d = decisions.get(t.id);
+    return d ? [d] : [];
+  });
+  return { decisions: ordered, summary: summarizeGuidance(ordered), probes: [], guided: [] };
+}
+
+/** The scheduler's fields of the guide options (the rest are this module's). */
+function stripHooks(guide: GuideOptions): GuidanceConfigInput {
+  const { probeChannel, adminApiKey, stateDir, onDecision, onSample, ...config } = guide;
+  return config;
+}
+
+// ---- CLI ----------------------------------------------------------------------------------------
+
+export interface GuideCliOptions {
+  guide?: GuideStrategy | true;
+  guideK?: number;
+  guideRatio?: number;
+  probeRollouts?: number;
+  maxProbeSteps?: number;
+  guideApiKey?: string;
+}
+
+const integer = (flag: string, min: number) => (value: string) => {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < min) throw new InvalidArgumentError(`${flag} must be an integer >= ${min}`);
+  return n;
+};
+
+/** `stepwise gym run --guide [strategy] ...` (docs/actguide.md). */
+export function addGuideOptions(command: Command): Command {
+  return command
+    .addOption(
+      new Option(
+        '--guide [strategy]',
+        'ActGuide: replace hard groups by groups guided with reference actions',
+      )
+        .choices(GUIDE_STRATEGIES)
+        .preset('adaptive'),
+    )
+    .option('--guide-k <n>', '--guide fixed_k: actions revealed', integer('--guide-k', 0))
+    .option(
+      '--guide-ratio <r>',
+      '--guide fixed_ratio: share of the actions revealed, in (0, 1]',
+      (v: string) => {
+        const r = Number(v);
+        if (!(r > 0 && r <= 1)) throw new InvalidArgumentError('--guide-ratio must be a number in (0, 1]');
+        return r;
+      },
+    )
+    .option(
+      '--probe-rollouts <n>',
+      '--guide adaptive: rollouts per probed k (default 2)',
+      integer('--probe-rollouts', 1),
+    )
+    .option(
+      '--max-probe-steps <n>',
+      '--guide adaptive: probed k values at most (default 5)',
+      integer('--max-probe-steps', 0),
+    )
+    .option(
+      '--sim-needs-plan <share>',
+      "sim reference policy: share of a task's actions a reference plan in the prompt must show before it can finish (hard tasks for --guide)",
+      (v: string) => {
+        const r = Number(v);
+        if (!(r >= 0 && r <= 1))
+          throw new InvalidArgumentError('--sim-needs-plan must be a number from 0 to 1');
+        return r;
+      },
+    )
+    .option(
+      '--guide-api-key <key>',
+      'key with the admin scope for labelling replaced groups (default --api-key)',
+      process.env.STEPWISE_ADMIN_API_KEY,
+    );
+}
+
+/**
+ * What `stepwise gym run` runs in place of `runGym` under `--guide` (undefined without it): the guided
+ * run, with its summary printed and written to `<out>/guide-summary.json`.
+ */
+export function guidedRunner(
+  opts: GuideCliOptions & { out: string },
+  print: (line: string) => void,
+): ((options: GymRunOptions) => Promise<{ results: SampleResult[]; summary: GymSummary }>) | undefined {
+  if (opts.guide === undefined) return undefined;
+  const strategy: GuideStrategy = opts.guide === true ? 'adaptive' : opts.guide;
+  if (strategy === 'fixed_k' && opts.guideK === undefined)
+    throw new InvalidArgumentError('--guide fixed_k needs --guide-k N');
+  if (strategy === 'fixed_ratio' && opts.guideRatio === undefined)
+    throw new InvalidArgumentError('--guide fixed_ratio needs --guide-ratio R');
+  const guide: GuideOptions = {
+    strategy,
+    ...(opts.guideK !== undefined ? { k: opts.guideK } : {}),
+    ...(opts.guideRatio !== undefined ? { ratio: opts.guideRatio } : {}),
+    ...(opts.probeRollouts !== undefined ? { probeRollouts: opts.probeRollouts } : {}),
+    ...(opts.maxProbeSteps !== undefined ? { maxProbeSteps: opts.maxProbeSteps } : {}),
+    ...(opts.guideApiKey !== undefined ? { adminApiKey: opts.guideApiKey } : {}),
+    onDecision: (d) => {
+      if (d.guidance)
+        print(
+          `guide: ${d.taskId} hard; k=${d.guidance.k}/${d.guidance.actions} after ${d.guidance.probes.length} probes, ${d.guidance.rescued ? 'rescued' : 'not rescued'}`,
+        );
+      else if (d.hard) print(`guide: ${d.taskId} hard; left as is (${d.reason})`);
+    },
+  };
+  return async (options) => {
+    const run = await runGuided({ ...options, guide });
+    const s = run.guidance.summary;
+    print(
+      `guide: ${s.hard} of ${s.groups} groups hard (${(100 * s.hardFraction).toFixed(1)}%), ${s.rescued} rescued (${(100 * s.rescuedFraction).toFixed(1)}%); ${s.probeRollouts} probe and ${s.guidedRollouts} guided rollouts`,
+    );
+    writeFileSync(
+      join(opts.out, 'guide-summary.json'),
+      `${JSON.stringify({ summary: s, decisions: run.guidance.decisions }, null, 2)}\n`,
+    );
+    return run;
+  };
+}

@@ -1,0 +1,276 @@
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { HINT_HEADING, promptViews, renderHint } from '../src/curation/actguide/index.js';
+import { type RunningServer, startServer } from '../src/gateway/server.js';
+import { referenceTasks } from '../src/gym/cli.js';
+import { type GuidedRunOptions, REPLACED_TAG, runGuided } from '../src/gym/guide.js';
+import { GymTask } from '../src/gym/tasks/schema.js';
+import { loadQwen3Tokenizer } from '../src/text/index.js';
+import { runCli } from './support/server-process.js';
+
+/*
+ * ActGuide on a real gym run: a Stepwise server in process (gateway + SQLite), the built-in agent, and
+ * the sim's reference policy with `needsPlan: 0.75`: a rollout finishes a task only when a reference
+ * plan in its prompt shows at least 3 of its 4 actions, so the unguided group is hard, probes find
+ * k = 3, and the guided group replaces it. The tasks only write files and check that they exist:
+ * nothing runs a command, so the agents run without the sandbox.
+ */
+
+const plan4 = GymTask.parse({
+  id: 'plan-4',
+  prompt: 'Write the three parts, then output/report.txt. Paths are relative to the workspace.',
+  verifier: { kind: 'checks', checks: [{ kind: 'file_exists', name: 'report', path: 'output/report.txt' }] },
+  referenceActions: [
+    { name: 'write', arguments: { path: 'parts/a.txt', content: 'a\n' } },
+    { name: 'write', arguments: { path: 'parts/b.txt', content: 'b\n' } },
+    { name: 'write', arguments: { path: 'parts/c.txt', content: 'c\n' } },
+    { name: 'write', arguments: { path: 'output/report.txt', content: 'abc\n' } },
+  ],
+});
+/** Solved by doing nothing: never hard. */
+const easy = GymTask.parse({
+  id: 'easy-0',
+  prompt: 'Check that input/ready.txt is there.',
+  files: [{ path: 'input/ready.txt', content: 'yes\n' }],
+  verifier: { kind: 'checks', checks: [{ kind: 'file_exists', name: 'ready', path: 'input/ready.txt' }] },
+});
+/** Unsolvable, and with no reference actions to guide it: hard, left as it is. */
+const stuck = GymTask.parse({
+  id: 'stuck-0',
+  prompt: 'Write output/never.txt.',
+  verifier: { kind: 'checks', checks: [{ kind: 'file_exists', name: 'never', path: 'output/never.txt' }] },
+});
+const tasks = [plan4, easy, stuck];
+
+describe('ActGuide on a gym run', () => {
+  let dir: string;
+  let server: RunningServer;
+  beforeAll(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'stepwise-actguide-'));
+    server = await startServer({
+      dbPath: join(dir, 'pool.db'),
+      port: 0,
+      engines: ['sim'],
+      sim: { policy: 'reference', tasks: referenceTasks(tasks), needsPlan: 0.75 },
+    });
+  });
+  afterAll(async () => {
+    await server.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  const options = (): GuidedRunOptions => ({
+    tasks,
+    samples: 3,
+    concurrency: 3,
+    gatewayUrl: server.url,
+    model: 'sim-qwen3',
+    agent: { kind: 'builtin', maxTurns: 12 },
+    runId: 'run-g',
+    stateFile: join(dir, 'state-g.jsonl'),
+    workDir: join(dir, 'work'),
+    sampleTimeoutMs: 60_000,
+    unsafeNoSandbox: true,
+    guide: { strategy: 'adaptive', probeRollouts: 2, maxProbeSteps: 5 },
+  });
+
+  it('finds the hard group, chooses k by probes, and serves guided rollouts in its place', async () => {
+    const run = await runGuided(options());
+    // The unguided pass: plan-4 and stuck-0 score 0 throughout, easy-0 scores 1.
+    expect(run.summary.groups).toEqual({ allZero: 2, allOne: 1, mixed: 0 });
+    const byTask = Object.fromEntries(run.guidance.decisions.map((d) => [d.taskId, d]));
+    expect(byTask['easy-0']).toMatchObject({ hard: false, guidance: null });
+    expect(byTask['stuck-0']).toMatchObject({
+      hard: true,
+      reason: 'the task has no reference actions',
+      guidance: null,
+    });
+    const decision = byTask['plan-4']!;
+    expect(decision).toMatchObject({ groupId: 'run-g.plan-4', rewards: [0, 0, 0], hard: true });
+    // Binary search over 0..4: k = 2 fails (2 of the 3 needed actions shown), k = 3 succeeds.
+    expect(decision.guidance).toMatchObject({
+      k: 3,
+      strategy: 'adaptive',
+      actions: 4,
+      probes: [
+        { k: 2, rewards: [0, 0] },
+        { k: 3, rewards: [1, 1] },
+      ],
+      groupId: 'run-g.plan-4.guided',
+      rewards: [1, 1, 1],
+      rescued: true,
+    });
+    expect(decision.guidance!.hint).toBe(renderHint(plan4.referenceActions!, 3));
+    expect(decision.guidance!.replaced).toHaveLength(3);
+    expect(run.guidance.summary).toEqual({
+      groups: 3,
+      hard: 2,
+      guided: 1,
+      rescued: 1,
+      hardFraction: 2 / 3,
+      rescuedFraction: 0.5,
+      probeRollouts: 4,
+      guidedRollouts: 3,
+    });
+
+    // What a trainer leases from the training channel.
+    const batch = await server.pool.lease({
+      channel: 'train',
+      batch_size: 4,
+      n_rollouts: 3,
+      wait_ms: 0,
+      consumer: 'trainer',
+      ttl_ms: 60_000,
+    });
+    expect(batch?.groups.map((g) => g.group.id).sort()).toEqual([
+      'run-g.easy-0',
+      'run-g.plan-4',
+      'run-g.plan-4.guided',
+      'run-g.stuck-0',
+    ]);
+    const served = (id: string) => batch!.groups.find((g) => g.group.id === id)!.trajectories;
+    // The replaced rollouts are kept but carry no trainable step, and say why.
+    for (const t of served('run-g.plan-4')) {
+      expect(decision.guidance!.replaced).toContain(t.trajectory.id);
+      expect(t.steps).toEqual([]);
+      expect(t.labels).toEqual([
+        expect.objectContaining({ stepIndex: null, trainable: false, tags: [REPLACED_TAG] }),
+      ]);
+      expect((await server.pool.getTrajectorySteps(t.trajectory.id)).length).toBeGreaterThan(0);
+    }
+    // The guided group: n rollouts that solved the task, marked off-policy with their guidance.
+    const guided = served('run-g.plan-4.guided');
+    expect(guided).toHaveLength(3);
+    for (const t of guided) {
+      expect(t.trajectory.reward).toBe(1);
+      expect(t.steps.length).toBeGreaterThanOrEqual(4);
+      expect(t.trajectory.metadata).toMatchObject({
+        task_id: 'plan-4',
+        guidance: {
+          k: 3,
+          strategy: 'adaptive',
+          hint: decision.guidance!.hint,
+          off_policy: true,
+          replaces: 'run-g.plan-4',
+        },
+      });
+    }
+    // Probes live in their own channel and groups: nothing leased from `train` is a probe.
+    const leased = batch!.groups.flatMap((g) => g.trajectories);
+    expect(
+      leased.some((t) => (t.trajectory.metadata.guidance as { probe?: boolean } | undefined)?.probe),
+    ).toBe(false);
+    const probes = await server.pool.listTrajectories({ channel: 'train-probe', limit: 100, offset: 0 });
+    expect(probes.items).toHaveLength(4);
+    expect(new Set(probes.items.map((t) => t.groupId))).toEqual(
+      new Set(['run-g.plan-4.probe-2', 'run-g.plan-4.probe-3']),
+    );
+    expect(probes.items.every((t) => (t.metadata.guidance as { probe: boolean }).probe)).toBe(true);
+    await server.pool.ack(batch!.lease.id);
+    expect(
+      await server.pool.lease({
+        channel: 'train',
+        batch_size: 1,
+        wait_ms: 0,
+        consumer: 'trainer',
+        ttl_ms: 60_000,
+      }),
+    ).toBeNull();
+
+    // Both prompt views of a guided step: the training prompt is the unguided rollout's prompt, to the
+    // token, and the response ids are the generated ones.
+    const tokenizer = loadQwen3Tokenizer();
+    const guidedSteps = await server.pool.getTrajectorySteps(guided[0]!.trajectory.id);
+    const unguidedSteps = await server.pool.getTrajectorySteps(decision.guidance!.replaced[0]!);
+    const hint = decision.guidance!.hint;
+    const first = promptViews(guidedSteps[0]!, hint, tokenizer);
+    expect(first.behaviourReproduced).toBe(true);
+    expect(tokenizer.decode(first.behaviourPromptIds)).toContain(HINT_HEADING);
+    expect(first.trainingPromptIds).toEqual(unguidedSteps[0]!.promptIds);
+    expect(first.responseIds).toEqual(guidedSteps[0]!.responseIds);
+    for (const step of guidedSteps) {
+      const views = promptViews(step, hint, tokenizer);
+      expect(views.behaviourReproduced).toBe(true);
+      expect(tokenizer.decode(views.trainingPromptIds)).not.toContain(HINT_HEADING);
+      expect(tokenizer.decode(views.trainingPromptIds)).not.toContain('1. write: ');
+      expect(views.responseIds).toBe(step.responseIds);
+    }
+  });
+
+  it('resumes: a re-run decides nothing again and runs no rollout', async () => {
+    const before = (await server.pool.listTrajectories({ limit: 1, offset: 0 })).total;
+    const run = await runGuided(options());
+    expect(run.summary.skipped).toBe(9);
+    expect(run.guidance.probes).toEqual([]);
+    expect(run.guidance.guided).toEqual([]);
+    expect(run.guidance.summary).toMatchObject({ hard: 2, rescued: 1 });
+    expect((await server.pool.listTrajectories({ limit: 1, offset: 0 })).total).toBe(before);
+  });
+});
+
+describe('stepwise gym run --guide', () => {
+  let dir: string;
+  beforeAll(() => {
+    dir = mkdtempSync(join(tmpdir(), 'stepwise-actguide-cli-'));
+  });
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+  it('guides the hard groups of an in-process run and writes guide-summary.json', async () => {
+    const file = join(dir, 'tasks.jsonl');
+    writeFileSync(file, `${[plan4, easy].map((t) => JSON.stringify(t)).join('\n')}\n`);
+    const out = join(dir, 'out');
+    const result = await runCli(
+      [
+        'gym',
+        'run',
+        '--tasks',
+        file,
+        '--out',
+        out,
+        '--samples',
+        '2',
+        '--guide',
+        'fixed_ratio',
+        '--guide-ratio',
+        '0.75',
+        '--sim-needs-plan',
+        '0.75',
+        '--error-rate',
+        '0',
+        '--give-up-rate',
+        '0',
+        '--unsafe-no-sandbox',
+      ],
+      {},
+      120_000,
+    );
+    expect(result.code, result.stderr).toBe(0);
+    expect(result.stderr).toMatch(/guide: plan-4 hard; k=3\/4 after 0 probes, rescued/);
+    expect(result.stderr).toMatch(/guide: 1 of 2 groups hard \(50\.0%\), 1 rescued \(100\.0%\)/);
+    const report = JSON.parse(readFileSync(join(out, 'guide-summary.json'), 'utf8'));
+    expect(report.summary).toMatchObject({
+      groups: 2,
+      hard: 1,
+      rescued: 1,
+      guidedRollouts: 2,
+      probeRollouts: 0,
+    });
+  });
+
+  it('names a strategy without its parameter', async () => {
+    const result = await runCli([
+      'gym',
+      'run',
+      '--tasks',
+      'x.jsonl',
+      '--out',
+      join(dir, 'bad'),
+      '--guide',
+      'fixed_k',
+    ]);
+    expect(result.code).not.toBe(0);
+    expect(result.stderr).toMatch(/--guide fixed_k needs --guide-k N/);
+  });
+});

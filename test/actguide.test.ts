@@ -1,0 +1,303 @@
+import { describe, expect, it } from 'vitest';
+import {
+  chooseGuidanceK,
+  EMPTY_HINT,
+  fixedRatioK,
+  guidedPrompt,
+  HINT_HEADING,
+  isHardGroup,
+  messagesWithoutHint,
+  planFromSteps,
+  promptViews,
+  pythonJson,
+  renderHint,
+  stripHint,
+} from '../src/curation/actguide/index.js';
+import { ValidationError } from '../src/domain/errors.js';
+import { assistantTurns, type PolicyContext, referencePolicy } from '../src/engines/sim/policies.js';
+import { loadQwen3Tokenizer, tokenizeChat } from '../src/text/index.js';
+import { seededRandom } from '../src/util/random.js';
+
+/*
+ * ActGuide-RL's pure pieces: the hint (format and placement), the scheduler's worked examples, the two
+ * prompt views of a guided step, plans read from stored steps, and the sim policy that needs a plan.
+ */
+
+const searchVisit = [
+  { name: 'search', arguments: { query: ['x'] } },
+  { name: 'visit', arguments: { url: ['u'] } },
+];
+
+describe('renderHint', () => {
+  it('renders the first k actions as numbered lines with Python-style JSON (the worked example)', () => {
+    expect(renderHint(searchVisit, 1)).toBe('1. search: {"query": ["x"]}');
+    expect(renderHint(searchVisit, 2)).toBe('1. search: {"query": ["x"]}\n2. visit: {"url": ["u"]}');
+    expect(renderHint(searchVisit, 9)).toBe(renderHint(searchVisit, 2));
+  });
+
+  it('says None for k = 0 and for an empty plan', () => {
+    expect(renderHint(searchVisit, 0)).toBe('None');
+    expect(renderHint([], 3)).toBe(EMPTY_HINT);
+  });
+
+  it('writes JSON as json.dumps(..., ensure_ascii=False): Python separators, non-ASCII as itself', () => {
+    expect(pythonJson({ a: 1, b: [true, null, 'x'], c: {}, d: [] })).toBe(
+      '{"a": 1, "b": [true, null, "x"], "c": {}, "d": []}',
+    );
+    // The paper's code passes ensure_ascii=False: the model reads 报告 and café, not \u escapes.
+    expect(pythonJson({ path: '数据/报告.md', who: 'café' })).toBe('{"path": "数据/报告.md", "who": "café"}');
+    // Quotes, backslashes and control characters are escaped as Python escapes them.
+    expect(pythonJson({ s: 'say "hi"\\\n\t\u0001' })).toBe('{"s": "say \\"hi\\"\\\\\\n\\t\\u0001"}');
+    expect(pythonJson({ n: -2.5, e: 1e21, skipped: undefined })).toBe('{"n": -2.5, "e": 1e+21}');
+  });
+});
+
+describe('the hint in the user message', () => {
+  it('follows the task prompt under its heading, and strips off exactly', () => {
+    const hint = renderHint(searchVisit, 1);
+    const prompt = 'Find the page.';
+    const guided = guidedPrompt(prompt, hint);
+    expect(guided).toBe(`Find the page.\n\n${HINT_HEADING}\n1. search: {"query": ["x"]}`);
+    expect(stripHint(guided, hint)).toEqual({ text: prompt, removed: true });
+    expect(stripHint(prompt, hint)).toEqual({ text: prompt, removed: false });
+  });
+});
+
+describe('isHardGroup', () => {
+  it('is hard when there are rewards and none beats the threshold', () => {
+    expect(isHardGroup([0, 0, 0])).toBe(true);
+    expect(isHardGroup([0, 0.25])).toBe(false);
+    expect(isHardGroup([0.5, 0.25], 0.5)).toBe(true);
+    expect(isHardGroup([])).toBe(false);
+  });
+});
+
+/** A probe against a monotone task: a rollout succeeds iff the hint shows at least `need` actions. */
+function probeNeeding(need: number) {
+  const calls: number[] = [];
+  const probe = async (k: number) => {
+    calls.push(k);
+    return k >= need ? [0, 1] : [0, 0];
+  };
+  return { probe, calls };
+}
+
+const actions = (n: number) => Array.from({ length: n }, (_, i) => ({ name: `a${i}`, arguments: {} }));
+
+describe('chooseGuidanceK', () => {
+  it('adaptive: 10 actions, success iff k >= 6 → probes at 5 ✗, 8 ✓, 7 ✓, 6 ✓ → k = 6', async () => {
+    const { probe, calls } = probeNeeding(6);
+    const choice = await chooseGuidanceK(actions(10), probe);
+    expect(calls).toEqual([5, 8, 7, 6]);
+    expect(choice).toEqual({
+      k: 6,
+      strategy: 'adaptive',
+      probes: [
+        { k: 5, rewards: [0, 0] },
+        { k: 8, rewards: [0, 1] },
+        { k: 7, rewards: [0, 1] },
+        { k: 6, rewards: [0, 1] },
+      ],
+    });
+  });
+
+  it('adaptive: when every probe fails, k = len (10 actions: probes at 5, 8, 9)', async () => {
+    const { probe, calls } = probeNeeding(Number.POSITIVE_INFINITY);
+    const choice = await chooseGuidanceK(actions(10), probe, { maxProbeSteps: 5 });
+    expect(calls).toEqual([5, 8, 9]);
+    expect(choice.k).toBe(10);
+  });
+
+  it('adaptive: all failing reaches len while len <= 62 with 5 probes; at 63 the budget stops at 62', async () => {
+    const at62 = probeNeeding(Number.POSITIVE_INFINITY);
+    expect((await chooseGuidanceK(actions(62), at62.probe)).k).toBe(62);
+    expect(at62.calls).toHaveLength(5);
+    const at63 = probeNeeding(Number.POSITIVE_INFINITY);
+    const choice = await chooseGuidanceK(actions(63), at63.probe, { maxProbeSteps: 5 });
+    expect(at63.calls).toEqual([31, 47, 55, 59, 61]);
+    expect(choice.k).toBe(62);
+  });
+
+  it('adaptive: kOffset moves the level found and is clamped to [0, len]', async () => {
+    expect((await chooseGuidanceK(actions(10), probeNeeding(6).probe, { kOffset: 2 })).k).toBe(8);
+    expect((await chooseGuidanceK(actions(10), probeNeeding(6).probe, { kOffset: 9 })).k).toBe(10);
+    expect((await chooseGuidanceK(actions(10), probeNeeding(6).probe, { kOffset: -9 })).k).toBe(0);
+  });
+
+  it('adaptive: a success must beat the threshold; a probe at k = 0 that succeeds gives k = 0', async () => {
+    const atHalf = async () => [0.5];
+    expect((await chooseGuidanceK(actions(4), atHalf, { threshold: 0.5 })).k).toBe(4);
+    expect((await chooseGuidanceK(actions(4), atHalf)).k).toBe(0);
+    expect(await chooseGuidanceK([], atHalf)).toEqual({ k: 0, strategy: 'adaptive', probes: [] });
+  });
+
+  it('fixed_k, fixed_ratio (ceil) and all pick k without probing', async () => {
+    const never = async (): Promise<number[]> => {
+      throw new Error('no probe expected');
+    };
+    expect((await chooseGuidanceK(actions(10), never, { strategy: 'fixed_k', k: 3 })).k).toBe(3);
+    expect((await chooseGuidanceK(actions(10), never, { strategy: 'fixed_k', k: 30 })).k).toBe(10);
+    expect((await chooseGuidanceK(actions(10), never, { strategy: 'fixed_ratio', ratio: 0.25 })).k).toBe(3);
+    // 10 × 0.3 is 3.0000000000000004 in floating point: still 3, not 4.
+    expect((await chooseGuidanceK(actions(10), never, { strategy: 'fixed_ratio', ratio: 0.3 })).k).toBe(3);
+    expect(fixedRatioK(7, 1)).toBe(7);
+    expect(await chooseGuidanceK(actions(10), never, { strategy: 'all' })).toEqual({
+      k: 10,
+      strategy: 'all',
+      probes: [],
+    });
+  });
+
+  it('refuses a strategy without its parameter, naming the field', async () => {
+    const probe = async () => [0];
+    await expect(chooseGuidanceK(actions(3), probe, { strategy: 'fixed_k' })).rejects.toThrow(
+      ValidationError,
+    );
+    await expect(chooseGuidanceK(actions(3), probe, { strategy: 'fixed_ratio' })).rejects.toThrow(
+      /guidance\.ratio/,
+    );
+    await expect(chooseGuidanceK(actions(3), probe, { strategy: 'fixed_ratio', ratio: 1.5 })).rejects.toThrow(
+      /guidance\.ratio: must be <= 1/,
+    );
+  });
+});
+
+describe('promptViews', () => {
+  const tokenizer = loadQwen3Tokenizer();
+  const tools = [
+    {
+      type: 'function',
+      function: {
+        name: 'write',
+        parameters: { type: 'object', properties: { path: { type: 'string' } } },
+      },
+    },
+  ];
+  const prompt = 'Write output/a.txt.';
+  const hint = renderHint([{ name: 'write', arguments: { path: 'output/a.txt' } }], 1);
+  const conversation = (user: unknown) => [
+    { role: 'system', content: 'You are a capable assistant.' },
+    { role: 'user', content: user },
+    {
+      role: 'assistant',
+      content: null,
+      tool_calls: [
+        { id: 'c1', type: 'function', function: { name: 'write', arguments: '{"path": "output/a.txt"}' } },
+      ],
+    },
+    { role: 'tool', tool_call_id: 'c1', content: 'wrote output/a.txt' },
+  ];
+  const stepOf = (messages: ReturnType<typeof conversation>) => ({
+    trajectoryId: 't1',
+    index: 1,
+    promptIds: tokenizeChat({
+      messages: messages as never,
+      tools: tools as never,
+      addGenerationPrompt: true,
+    }),
+    responseIds: tokenizer.encode('Done.<|im_end|>', { addSpecialTokens: false }),
+    messages: messages as never,
+    tools: tools as never,
+    metadata: {},
+  });
+
+  it('training prompt = the same chat without the hint; response ids untouched', () => {
+    const step = stepOf(conversation(guidedPrompt(prompt, hint)));
+    const views = promptViews(step, hint);
+    expect(views.behaviourReproduced).toBe(true);
+    expect(views.behaviourPromptIds).toBe(step.promptIds);
+    expect(views.responseIds).toBe(step.responseIds);
+    const behaviourText = tokenizer.decode(views.behaviourPromptIds);
+    const trainingText = tokenizer.decode(views.trainingPromptIds);
+    expect(behaviourText).toContain(HINT_HEADING);
+    expect(trainingText).not.toContain(HINT_HEADING);
+    expect(trainingText).not.toContain('1. write:');
+    // Exactly the prompt an unguided rollout of the same conversation would have had.
+    expect(views.trainingPromptIds).toEqual(
+      tokenizeChat({
+        messages: conversation(prompt) as never,
+        tools: tools as never,
+        addGenerationPrompt: true,
+      }),
+    );
+  });
+
+  it('finds the hint in text parts too, and refuses a step without it', () => {
+    const parts = conversation([{ type: 'text', text: guidedPrompt(prompt, hint) }]);
+    const stripped = messagesWithoutHint(stepOf(parts), hint);
+    expect(stripped[1]!.content).toEqual([{ type: 'text', text: prompt }]);
+    expect(() => promptViews(stepOf(conversation(prompt)), hint)).toThrow(/no user message holds the hint/);
+    expect(() => promptViews({ ...stepOf(conversation(prompt)), messages: null }, hint)).toThrow(
+      /kept no chat messages/,
+    );
+  });
+
+  it('flags a prompt the local template does not reproduce', () => {
+    const step = stepOf(conversation(guidedPrompt(prompt, hint)));
+    expect(promptViews({ ...step, promptIds: [1, 2, 3] }, hint).behaviourReproduced).toBe(false);
+  });
+});
+
+describe('planFromSteps', () => {
+  it('keeps the successful tool calls in step order', () => {
+    const call = (id: string, name: string, args: string) => ({
+      id,
+      type: 'function',
+      function: { name, arguments: args },
+    });
+    const plan = planFromSteps([
+      {
+        index: 1,
+        toolCalls: [call('c2', 'write', '{"path": "out.txt", "content": "9"}')],
+        toolResults: [{ tool_call_id: 'c2', content: 'ok', error: false }],
+      },
+      {
+        index: 0,
+        toolCalls: [call('c0', 'read', '{"path": "missing"}'), call('c1', 'read', '{"path": "in.txt"}')],
+        toolResults: [
+          { tool_call_id: 'c0', content: 'Error: no such file', error: true },
+          { tool_call_id: 'c1', content: '9', error: false },
+        ],
+      },
+      { index: 2, toolCalls: [call('c3', 'exec', '{"command": ')], toolResults: null },
+      { index: 3, toolCalls: null, toolResults: null },
+    ]);
+    expect(plan).toEqual([
+      { name: 'read', arguments: { path: 'in.txt' } },
+      { name: 'write', arguments: { path: 'out.txt', content: '9' } },
+    ]);
+  });
+});
+
+describe('the sim reference policy with needsPlan reads our hints', () => {
+  const task = {
+    prompt: 'Write four files.',
+    actions: [1, 2, 3, 4].map((i) => ({ name: 'write', arguments: { path: `f${i}.txt`, content: `${i}` } })),
+  };
+  function episode(needsPlan: number, first: string) {
+    const policy = referencePolicy([task], { needsPlan });
+    const messages: PolicyContext['messages'][number][] = [{ role: 'user', content: first }];
+    let calls = 0;
+    for (let turn = 0; turn < 10; turn++) {
+      const out = policy({
+        messages,
+        tools: [],
+        seed: 1,
+        turn: assistantTurns(messages),
+        random: seededRandom('t', turn),
+      });
+      if (!out.toolCalls) return { calls, answer: out.text };
+      calls += out.toolCalls.length;
+      messages.push({ role: 'assistant', content: '' }, { role: 'tool', content: 'ok' });
+    }
+    throw new Error('the episode did not end');
+  }
+
+  it('without enough of the plan it takes the shown steps and gives up; with enough it finishes', () => {
+    const hinted = (k: number) => guidedPrompt(task.prompt, renderHint(task.actions, k));
+    expect(episode(0.75, task.prompt)).toEqual({ calls: 0, answer: 'I could not finish the task.' });
+    expect(episode(0.75, hinted(2))).toEqual({ calls: 2, answer: 'I could not finish the task.' });
+    expect(episode(0.75, hinted(3))).toMatchObject({ calls: 4, answer: expect.stringMatching(/^Done/) });
+    expect(episode(0, task.prompt)).toMatchObject({ calls: 4 });
+  });
+});
