@@ -6,6 +6,7 @@ import { startServer } from '../gateway/server.js';
 import { registerBenchCommand } from '../gym/bench.js';
 import { referenceTasks, registerGymCommands } from '../gym/cli.js';
 import { loadTasks } from '../gym/tasks/index.js';
+import { loadRewardsConfig } from '../rewards/config.js';
 import { createLogger } from '../util/logger.js';
 import { runDemo } from './demo.js';
 import { registerOpenClawCommand } from './openclaw.js';
@@ -208,6 +209,12 @@ function addServerOptions(command: Command, role: 'all' | 'gateway'): void {
       ]),
     )
     .option('--max-body-mb <mb>', 'largest request body accepted', int('--max-body-mb', 1), 64)
+    .option('--rewards <file>', 'reward functions, combinations and workers (JSON; docs/rewards.md)')
+    .option(
+      '--reward-workers <n>',
+      'reward jobs run at once in this process (default: the config; 0: queue only)',
+      int('--reward-workers'),
+    )
     .addOption(
       new Option('--store-thread <where>', 'run SQLite on the event-loop thread or its own worker thread')
         .choices(['main', 'worker'])
@@ -256,6 +263,8 @@ function addServerOptions(command: Command, role: 'all' | 'gateway'): void {
         upstreamTimeoutMs: opts.upstreamTimeoutMs,
         publicUrl: opts.publicUrl,
         gatewayOptions: { sessionIdleMs: opts.sessionIdleMs, maxSessions: opts.maxSessions },
+        rewards: opts.rewards ? await loadRewardsConfig(opts.rewards) : undefined,
+        rewardWorkers: opts.rewardWorkers,
       });
       logger.info(
         { url: server.url, db: opts.db, role, engines: opts.engine },

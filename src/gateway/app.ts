@@ -28,6 +28,8 @@ import {
 } from '../domain/index.js';
 import { mountExportRoutes } from '../export/routes.js';
 import type { DataPool } from '../pool/data-pool.js';
+import { mountRewardRoutes } from '../rewards/routes.js';
+import type { RewardService } from '../rewards/service.js';
 import { BatchRequest, checkBatchRequest, type RenderedBatch, renderBatch } from '../serving/batch.js';
 import { type ApiKey, type AuthVariables, authenticate, requireScope } from './auth.js';
 import type { Gateway } from './gateway.js';
@@ -46,6 +48,8 @@ export interface AppOptions {
   publicUrl?: string;
   /** `gateway`: agent routes only (trajectories, steps, LLM calls); trainer and admin routes stay off. */
   role?: 'all' | 'gateway';
+  /** Reward functions and jobs: `/compute_reward` and `/v1/rewards/*` answer when given. */
+  rewards?: RewardService;
 }
 
 type Env = { Variables: AuthVariables };
@@ -189,8 +193,9 @@ export function createApp(options: AppOptions): Hono<Env> {
   app.post('/v1/trajectories/:id/complete', requireScope('agent'), (c) => complete(c, c.req.param('id')));
   app.post('/complete_trajectory/:id', requireScope('agent'), (c) => complete(c, c.req.param('id')));
 
+  const gatewayRoutes = { publicUrl: options.publicUrl, rewards: options.rewards };
   if (options.role === 'gateway') {
-    if (options.gateway) mountGatewayRoutes(app, options.gateway, { publicUrl: options.publicUrl });
+    if (options.gateway) mountGatewayRoutes(app, options.gateway, gatewayRoutes);
     return app;
   }
 
@@ -342,6 +347,8 @@ export function createApp(options: AppOptions): Hono<Env> {
     return c.json({ trajectory_uid: id, signals: signals.map(signalToWire) });
   });
 
+  if (options.rewards) mountRewardRoutes(app, options.rewards);
+
   // ---- curation and configuration (admin) -----------------------------------------------------
 
   app.post('/v1/labels', requireScope('admin'), async (c) => {
@@ -358,7 +365,7 @@ export function createApp(options: AppOptions): Hono<Env> {
     return c.json({ channel: name, config: await pool.configureChannel(name, patch) });
   });
 
-  if (options.gateway) mountGatewayRoutes(app, options.gateway, { publicUrl: options.publicUrl });
+  if (options.gateway) mountGatewayRoutes(app, options.gateway, gatewayRoutes);
 
   return app;
 }

@@ -15,6 +15,8 @@ import {
   trajectoryToWire,
   ValidationError,
 } from '../domain/index.js';
+import { computeRewardResponse } from '../rewards/routes.js';
+import type { RewardService } from '../rewards/service.js';
 import { type AuthVariables, requireScope } from './auth.js';
 import type { CallKind, Gateway, Session } from './gateway.js';
 import { readJsonBody } from './json-body.js';
@@ -88,6 +90,8 @@ async function capturedStepsStored(gateway: Gateway, trajectory: string, group: 
 export interface GatewayRouteOptions {
   /** Origin written into base_urls (default: the origin the request came to). */
   publicUrl?: string;
+  /** Reward functions for `/compute_reward`; without them it answers 501. */
+  rewards?: RewardService;
 }
 
 export function mountGatewayRoutes(
@@ -289,13 +293,15 @@ export function mountGatewayRoutes(
   app.post(
     '/compute_reward',
     agent,
-    openai(async () =>
-      openaiErrorResponse(
-        501,
-        'no reward function is configured on this server: submit rewards with the steps or with complete_trajectory, or configure a reward function (the rewards module)',
-        null,
-        'not_implemented',
-      ),
+    openai(async (c) =>
+      options.rewards
+        ? computeRewardResponse(c, options.rewards, await readJsonBody(c))
+        : openaiErrorResponse(
+            501,
+            'no reward function is configured on this server: submit rewards with the steps or with complete_trajectory, or start the server with --rewards FILE (docs/rewards.md)',
+            null,
+            'not_implemented',
+          ),
     ),
   );
 }

@@ -3,6 +3,8 @@ import type { ChannelConfig } from '../domain/index.js';
 import { createEngineRouter } from '../engines/index.js';
 import type { SimServerOptions } from '../engines/sim/serve.js';
 import { DataPool } from '../pool/data-pool.js';
+import type { RewardsConfig } from '../rewards/config.js';
+import { RewardService } from '../rewards/service.js';
 import { openSqliteStore } from '../store/sqlite/sqlite-store.js';
 import { WorkerStore } from '../store/sqlite/worker-store.js';
 import { type Listening, listen } from '../util/http-server.js';
@@ -44,6 +46,10 @@ export interface ServerOptions {
   >;
   /** `gateway`: only the agent routes (a gateway beside a `stepwise serve` sharing the store). */
   role?: 'all' | 'gateway';
+  /** Reward functions (docs/rewards.md): jobs run in this process, `/compute_reward` answers. */
+  rewards?: RewardsConfig;
+  /** Overrides the config's worker count (0: queue reward jobs here, run them elsewhere). */
+  rewardWorkers?: number;
 }
 
 export interface RunningServer {
@@ -51,6 +57,7 @@ export interface RunningServer {
   port: number;
   pool: DataPool;
   gateway: Gateway;
+  rewards: RewardService | null;
   close(): Promise<void>;
 }
 
@@ -79,7 +86,18 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   }).start();
   let gateway: Gateway;
   let listening: Listening;
+  let rewards: RewardService | null = null;
   try {
+    if (options.rewards) {
+      rewards = (
+        await RewardService.open({
+          pool,
+          config: options.rewards,
+          concurrency: options.rewardWorkers,
+          logger: options.logger,
+        })
+      ).start();
+    }
     const router = createEngineRouter({
       engines: options.engines ?? [],
       sim: options.sim,
@@ -97,9 +115,11 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       logger: options.logger,
       publicUrl: options.publicUrl,
       role: options.role,
+      rewards: rewards ?? undefined,
     });
     listening = await listen(app.fetch, host, options.port ?? 8100);
   } catch (error) {
+    await rewards?.close();
     await pool.close(); // e.g. the port is taken: leave no store or timer behind
     throw error;
   }
@@ -108,11 +128,13 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     port: listening.port,
     pool,
     gateway,
+    rewards,
     // Captured steps are written and the pool commits queued submissions and releases long-polls
-    // before connections close.
+    // before connections close; running reward jobs go back to the queue.
     close: () =>
       listening.close(async () => {
         await gateway.close();
+        await rewards?.close();
         await pool.close();
       }),
   };

@@ -96,6 +96,27 @@ const migrations: Record<string, Migration> = {
       for (const statement of statements) await sql.raw(statement).execute(db);
     },
   },
+  '0003_reward_jobs': {
+    async up(db: Kysely<unknown>) {
+      const statements = [
+        // Reward jobs (src/rewards/job-queue.ts): one reward function (or a combination) for one
+        // trajectory or group, retried with backoff; a failed job keeps its errors as the record.
+        `CREATE TABLE reward_jobs (
+           id INTEGER PRIMARY KEY, kind TEXT NOT NULL, channel TEXT NOT NULL, trajectory_id TEXT,
+           group_id TEXT, function TEXT NOT NULL, version TEXT NOT NULL, state TEXT NOT NULL,
+           attempts INTEGER NOT NULL DEFAULT 0, max_attempts INTEGER NOT NULL, run_at INTEGER NOT NULL,
+           lease_until INTEGER, worker TEXT, error TEXT, errors TEXT NOT NULL DEFAULT '[]', result TEXT,
+           reason TEXT NOT NULL, created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL, finished_at INTEGER
+         )`,
+        `CREATE INDEX reward_jobs_due ON reward_jobs (state, run_at)`,
+        `CREATE INDEX reward_jobs_trajectory ON reward_jobs (trajectory_id, function)`,
+        `CREATE INDEX reward_jobs_group ON reward_jobs (group_id, function)`,
+        // Where the reward scheduler is in the event log, so a restart resumes there.
+        `CREATE TABLE reward_cursors (name TEXT PRIMARY KEY, seq INTEGER NOT NULL, updated_at INTEGER NOT NULL) WITHOUT ROWID`,
+      ];
+      for (const statement of statements) await sql.raw(statement).execute(db);
+    },
+  },
 };
 
 export const sqliteMigrations: MigrationProvider = {

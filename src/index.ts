@@ -1,0 +1,29 @@
+/*
+ * The package entry: what other programs import from `stepwise` (the CLI is `bin/stepwise.js`).
+ * The SDK for agents and trainers, and the data operators as plain functions.
+ */
+
+export {
+  chooseGuidanceK,
+  isHardGroup,
+  planFromSteps,
+  promptViews,
+  renderHint,
+} from './curation/actguide/index.js';
+export {
+  callSimilarity,
+  purifyTrajectory,
+  SaarSession,
+  sequenceRatio,
+  toolCallText,
+} from './curation/cleaner/index.js';
+export { curateGroup, repetitionFraction } from './curation/pipeline.js';
+export { ChannelConfig, type ChannelCuration, DEFAULT_CHANNEL_CONFIG } from './domain/channel.js';
+export {
+  type BinaryBatch,
+  type BinaryLeaseOptions,
+  type LeaseOptions,
+  StepwiseClient,
+  type StepwiseClientOptions,
+  StepwiseHttpError,
+} from './sdk/client.js';

@@ -1,0 +1,837 @@
+import type { Logger } from 'pino';
+import {
+  ConflictError,
+  NotFoundError,
+  type PoolEvent,
+  type Signal,
+  type SignalInput,
+  type Trajectory,
+  ValidationError,
+} from '../domain/index.js';
+import type { DataPool } from '../pool/data-pool.js';
+import { CombinationEvalError, evaluateCombination, requiredSignalNames } from './combination.js';
+import { type RewardFunction, type RewardsConfig, type Scoring, scoringFor } from './config.js';
+import {
+  type JobRequest,
+  type JobState,
+  openRewardJobQueue,
+  type RewardJob,
+  type RewardJobQueue,
+  UNFINISHED_SUFFIX,
+} from './job-queue.js';
+import { jsonEqual } from './json-path.js';
+import {
+  NotApplicableError,
+  RewardError,
+  type RewardManifest,
+  type RewardScore,
+  type TrajectoryView,
+} from './plugin.js';
+import { type JobOutcome, RewardWorkers } from './workers.js';
+
+/*
+ * The rewards module at run time: a scheduler that follows the pool's event log and queues reward
+ * jobs, workers that run them, and the entry points the HTTP API calls (compute_reward, recompute,
+ * job listings, the "are the required signals in" check).
+ *
+ * When jobs are queued:
+ * - `trajectory_completed` (status complete): the trajectory's function jobs (step and trajectory
+ *   targets), its combination, and the group's group-target jobs once all its expected rollouts have
+ *   finished; aborted and infra-failed trajectories are not scored;
+ * - `group_ready`: the group-target jobs (for groups without a known size, or served partially);
+ * - `signal_added` of a signal a combination reads and no configured function writes (human
+ *   feedback, env rewards, late scores from elsewhere): that trajectory's combination again;
+ * - a finished function job: the combination of every trajectory it scored.
+ * The scheduler's place in the event log is saved with the jobs it queued (one transaction), so a
+ * restart continues where it stopped, and with `backfill` a first start scores what finished before.
+ */
+
+const CURSOR = 'scheduler';
+const SCHEDULED_EVENTS = ['trajectory_completed', 'group_ready', 'signal_added'] as const;
+const MAX_RESULT_VALUES = 20;
+
+export interface RewardServiceOptions {
+  pool: DataPool;
+  config: RewardsConfig;
+  /** Default: a queue on the store's database file (in memory for an in-memory store). */
+  queue?: RewardJobQueue;
+  /** Overrides `workers.concurrency` of the config; 0: this process queues jobs but runs none. */
+  concurrency?: number;
+  /** Follow the event log and queue jobs (default true). */
+  schedule?: boolean;
+  clock?: () => number;
+  random?: () => number;
+  logger?: Pick<Logger, 'warn' | 'info'>;
+  workerId?: string;
+}
+
+export interface ComputeRewardOptions {
+  /** Only these functions (default: every function of the trajectory's scoring). */
+  functions?: string[];
+  /** Compute again even if this version already ran (or failed). */
+  recompute?: boolean;
+  /** How long to wait for the jobs (0: queue and answer at once). */
+  waitMs: number;
+}
+
+export interface FunctionOutcome {
+  state: JobState | 'not_queued';
+  job_id: number | null;
+  version: string;
+  /** The current trajectory-level value, when the function wrote one. */
+  value: number | null;
+  /** Step-level values (step-target functions). */
+  steps?: { step_index: number; value: number }[];
+  attempts?: number;
+  error?: string | null;
+}
+
+export interface ComputeRewardAnswer {
+  trajectory_uid: string;
+  /** done: all jobs finished; failed: some failed (see functions); pending: still running (HTTP 202). */
+  status: 'done' | 'failed' | 'pending';
+  /** The combined value; without a combination, the single trajectory-level function's value. */
+  reward: number | null;
+  combined: {
+    signal: string;
+    value: number;
+    inputs: Record<string, number>;
+    reward_written: boolean | null;
+  } | null;
+  /** Combination inputs not in yet. */
+  missing: string[];
+  functions: Record<string, FunctionOutcome>;
+  job_ids: number[];
+}
+
+export interface RequiredSignalsStatus {
+  /** True when the reward can be computed: every required input is in (or nothing is required). */
+  ready: boolean;
+  required: string[];
+  missing: string[];
+}
+
+export interface RecomputeRequest {
+  channel?: string;
+  trajectoryId?: string;
+  /** A function name, or a combination's signal name (recombine only). */
+  function?: string;
+}
+
+/**
+ * Whether a trajectory's signals hold everything its scoring needs: with a combination, that the
+ * combination can be computed; without one, that every function has written a current signal.
+ */
+export function requiredSignalsStatus(
+  scoring: Scoring | null,
+  signals: readonly Signal[],
+): RequiredSignalsStatus {
+  if (!scoring) return { ready: true, required: [], missing: [] };
+  if (scoring.combination) {
+    const required = requiredSignalNames(scoring.combination.combination);
+    try {
+      const evaluation = evaluateCombination(scoring.combination.combination, signals);
+      return { ready: evaluation.ok, required, missing: evaluation.ok ? [] : evaluation.missing };
+    } catch (error) {
+      if (error instanceof CombinationEvalError) return { ready: true, required, missing: [] };
+      throw error;
+    }
+  }
+  const required = scoring.functions.filter((f) => f.handler !== null).map((f) => f.name);
+  const present = new Set(signals.map((s) => s.name));
+  const missing = required.filter((n) => !present.has(n));
+  return { ready: missing.length === 0, required, missing };
+}
+
+export class RewardService {
+  readonly config: RewardsConfig;
+  readonly queue: RewardJobQueue;
+  readonly workers: RewardWorkers;
+  private readonly pool: DataPool;
+  private readonly clock: () => number;
+  private readonly logger?: Pick<Logger, 'warn' | 'info'>;
+  private readonly schedule: boolean;
+  private readonly ownsQueue: boolean;
+  /** Signal names some combination reads that are not its own scoring's functions (human, env, ...). */
+  private readonly externalInputs: Set<string>;
+  private readonly hasGroupFunctions: boolean;
+  private scheduler: Promise<void> | null = null;
+  private stopScheduler: (() => void) | null = null;
+  private stopped = false;
+
+  private constructor(options: RewardServiceOptions & { queue: RewardJobQueue }, ownsQueue: boolean) {
+    this.config = options.config;
+    this.pool = options.pool;
+    this.queue = options.queue;
+    this.ownsQueue = ownsQueue;
+    this.clock = options.clock ?? Date.now;
+    this.logger = options.logger;
+    this.schedule = options.schedule ?? true;
+    this.hasGroupFunctions = [...this.config.functions.values()].some((f) => f.plugin.target === 'group');
+    this.externalInputs = new Set(
+      [...this.config.channels.values(), ...this.config.tasks.values(), this.config.default].flatMap((s) =>
+        s?.combination
+          ? s.combination.combination.names.filter((n) => !s.functions.some((f) => f.name === n))
+          : [],
+      ),
+    );
+    const w = options.config.workers;
+    this.workers = new RewardWorkers({
+      queue: this.queue,
+      run: (job, signal) => this.runJob(job, signal),
+      concurrency: options.concurrency ?? w.concurrency,
+      timeoutMs: (job) => this.timeoutOf(job),
+      backoffMs: w.backoff_ms,
+      backoffMaxMs: w.backoff_max_ms,
+      pollMs: w.poll_ms,
+      clock: options.clock,
+      random: options.random,
+      logger: options.logger,
+      workerId: options.workerId,
+    });
+  }
+
+  /** Opens the job queue (on the store's file unless one is given) and builds the service. */
+  static async open(options: RewardServiceOptions): Promise<RewardService> {
+    if (options.queue) return new RewardService({ ...options, queue: options.queue }, false);
+    const info = await options.pool.store.describe();
+    const queue = await openRewardJobQueue({ path: info.kind === 'sqlite' ? info.path : null });
+    return new RewardService({ ...options, queue }, true);
+  }
+
+  /** Starts the workers and the scheduler. */
+  start(): this {
+    if (this.stopped) return this;
+    this.workers.start();
+    if (this.schedule && !this.scheduler) this.scheduler = this.follow();
+    return this;
+  }
+
+  /** Stops the scheduler and the workers (running jobs go back to the queue), then the queue. */
+  async close(): Promise<void> {
+    if (this.stopped) return;
+    this.stopped = true;
+    this.stopScheduler?.();
+    await this.scheduler;
+    await this.workers.stop();
+    if (this.ownsQueue) await this.queue.close();
+  }
+
+  manifests(): RewardManifest[] {
+    return this.config.plugins;
+  }
+
+  private timeoutOf(job: RewardJob): number {
+    return job.kind === 'function'
+      ? (this.config.functions.get(job.function)?.timeoutMs ?? this.config.workers.timeout_ms)
+      : this.config.workers.timeout_ms;
+  }
+
+  // ---- job requests ---------------------------------------------------------------------------
+
+  private functionJob(
+    fn: RewardFunction,
+    t: Pick<Trajectory, 'id' | 'groupId' | 'channel'>,
+    reason: string,
+    force = false,
+  ): JobRequest {
+    const group = fn.plugin.target === 'group';
+    return {
+      kind: 'function',
+      channel: t.channel,
+      trajectoryId: group ? null : t.id,
+      groupId: group ? t.groupId : null,
+      function: fn.name,
+      version: fn.version,
+      maxAttempts: fn.maxAttempts,
+      reason,
+      force,
+    };
+  }
+
+  private combineJob(scoring: Scoring, t: Pick<Trajectory, 'id' | 'channel'>, reason: string): JobRequest[] {
+    const rule = scoring.combination;
+    if (!rule) return [];
+    return [
+      {
+        kind: 'combine',
+        channel: t.channel,
+        trajectoryId: t.id,
+        groupId: null,
+        function: rule.signal,
+        version: rule.version,
+        maxAttempts: this.config.workers.max_attempts,
+        reason,
+      },
+    ];
+  }
+
+  /** Whether every expected rollout of the trajectory's group has finished (or the group moved on). */
+  private async groupFinished(t: Trajectory): Promise<boolean> {
+    const group = await this.pool.store.getGroup(t.channel, t.groupId);
+    if (!group) return false;
+    if (group.state !== 'collecting') return true;
+    return group.expected !== null && group.nFinished >= group.expected;
+  }
+
+  private async jobsForCompleted(t: Trajectory, reason: string): Promise<JobRequest[]> {
+    const scoring = scoringFor(this.config, t);
+    if (!scoring) return [];
+    const requests: JobRequest[] = [];
+    const computed = scoring.functions.filter((f) => f.handler !== null);
+    for (const fn of computed)
+      if (fn.plugin.target !== 'group') requests.push(this.functionJob(fn, t, reason));
+    const groupFns = computed.filter((f) => f.plugin.target === 'group');
+    if (groupFns.length > 0 && (await this.groupFinished(t))) {
+      for (const fn of groupFns) requests.push(this.functionJob(fn, t, reason));
+    }
+    // Jobs of functions the combination reads queue it as they finish; queue it here only if none
+    // was queued (its inputs come from elsewhere, or were computed already).
+    const feeding = requests.flatMap((r, i) =>
+      scoring.combination?.combination.names.includes(r.function) ? [i] : [],
+    );
+    for (const c of this.combineJob(scoring, t, reason)) requests.push({ ...c, unlessCreated: feeding });
+    return requests;
+  }
+
+  /** A ready group's group-target jobs (its scoring is that of its members: they share a prompt). */
+  private async groupJobs(channel: string, groupId: string, reason: string): Promise<JobRequest[]> {
+    const members = await this.pool.listTrajectories({
+      channel,
+      groupId,
+      status: 'complete',
+      limit: 1,
+      offset: 0,
+    });
+    const first = members.items[0];
+    if (!first) return [];
+    const scoring = scoringFor(this.config, first);
+    if (!scoring) return [];
+    return scoring.functions
+      .filter((f) => f.handler !== null && f.plugin.target === 'group')
+      .map((f) => this.functionJob(f, first, reason));
+  }
+
+  private async jobsForEvent(event: PoolEvent): Promise<JobRequest[]> {
+    const data = event.data as Record<string, unknown>;
+    if (event.type === 'trajectory_completed') {
+      if (data.update === true || data.status !== 'complete') return [];
+      const t = await this.pool.getTrajectory(String(data.trajectory_uid));
+      return t ? this.jobsForCompleted(t, 'completed') : [];
+    }
+    if (event.type === 'group_ready' && event.channel && this.hasGroupFunctions) {
+      return this.groupJobs(event.channel, String(data.group_id), 'group_ready');
+    }
+    if (event.type === 'signal_added') {
+      const name = String(data.name);
+      const t = await this.signalTarget(event, name);
+      if (!t) return [];
+      const scoring = scoringFor(this.config, t);
+      const rule = scoring?.combination;
+      // A configured function's own signals are combined by its job as it finishes.
+      if (!scoring || !rule?.combination.names.includes(name)) return [];
+      if (scoring.functions.some((f) => f.name === name)) return [];
+      return this.combineJob(scoring, t, 'signal');
+    }
+    return [];
+  }
+
+  /** The trajectory a signal event is about, when some combination reads that signal from outside. */
+  private async signalTarget(event: PoolEvent, name: string): Promise<Trajectory | null> {
+    if (!this.externalInputs.has(name)) return null;
+    return this.pool.getTrajectory(String((event.data as Record<string, unknown>).trajectory_uid));
+  }
+
+  // ---- the scheduler --------------------------------------------------------------------------
+
+  private async follow(): Promise<void> {
+    let cursor: number;
+    try {
+      const saved = await this.queue.cursor(CURSOR);
+      if (saved !== null) cursor = saved;
+      else if (this.config.backfill) cursor = 0;
+      else {
+        cursor = await this.pool.store.lastEventSeq();
+        await this.queue.advance(CURSOR, cursor, [], this.clock());
+      }
+    } catch (err) {
+      this.logger?.warn({ err }, 'the reward scheduler could not start');
+      return;
+    }
+    const pollMs = this.config.workers.poll_ms;
+    while (!this.stopped) {
+      let busy = false;
+      try {
+        const events = await this.pool.events({ after: cursor, limit: 500, types: [...SCHEDULED_EVENTS] });
+        if (events.length > 0) {
+          const requests: JobRequest[] = [];
+          for (const event of events) requests.push(...(await this.jobsForEvent(event)));
+          const last = events.at(-1)!.seq;
+          const outcomes = await this.queue.advance(CURSOR, last, requests, this.clock());
+          cursor = last;
+          if (outcomes.some((o) => o.created)) this.workers.poke();
+          busy = events.length === 500;
+        }
+      } catch (err) {
+        if (this.stopped) break;
+        this.logger?.warn({ err }, 'the reward scheduler failed to read events; will retry');
+      }
+      if (!busy && !this.stopped) await this.pause(pollMs);
+    }
+  }
+
+  private pause(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        this.stopScheduler = null;
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      this.stopScheduler = done;
+    });
+  }
+
+  // ---- running jobs ---------------------------------------------------------------------------
+
+  private async view(t: Trajectory): Promise<TrajectoryView> {
+    const [steps, signals] = await Promise.all([
+      this.pool.getTrajectorySteps(t.id),
+      this.pool.getSignals(t.id, { current: true }),
+    ]);
+    return { trajectory: t, steps, signals };
+  }
+
+  /** Runs one job: the JobRunner of the workers. */
+  async runJob(job: RewardJob, signal: AbortSignal): Promise<JobOutcome> {
+    return job.kind === 'combine' ? this.runCombine(job) : this.runFunction(job, signal);
+  }
+
+  private async runFunction(job: RewardJob, signal: AbortSignal): Promise<JobOutcome> {
+    const fn = this.config.functions.get(job.function);
+    if (!fn) throw new NotApplicableError(`reward function ${job.function} is not configured any more`);
+    if (!fn.handler)
+      throw new NotApplicableError(`reward function ${job.function} computes nothing (human feedback)`);
+    let targets: Trajectory[];
+    if (job.groupId !== null) {
+      targets = [];
+      for (let offset = 0; ; offset += 500) {
+        const page = await this.pool.listTrajectories({
+          channel: job.channel,
+          groupId: job.groupId,
+          status: 'complete',
+          limit: 500,
+          offset,
+        });
+        targets.push(...page.items);
+        if (page.items.length < 500) break;
+      }
+      if (targets.length === 0)
+        throw new NotApplicableError(`group ${job.groupId} has no complete trajectories`);
+    } else {
+      const t = await this.pool.getTrajectory(job.trajectoryId!);
+      if (!t) throw new NotApplicableError(`trajectory ${job.trajectoryId} does not exist`);
+      targets = [t];
+    }
+    const views = await Promise.all(targets.map((t) => this.view(t)));
+    const scores = await fn.handler(views, { signal });
+    if (signal.aborted) throw signal.reason;
+    checkScores(fn, views, scores);
+    const signals: SignalInput[] = scores.map((s) => ({
+      trajectoryId: s.trajectoryId,
+      stepIndex: s.stepIndex,
+      name: fn.name,
+      value: s.value,
+      source: fn.plugin.source,
+      version: fn.version,
+      details: { ...(s.details ?? {}), plugin: fn.plugin.name, job: job.id },
+    }));
+    await this.pool.addSignals(signals);
+    const followUps: JobRequest[] = [];
+    for (const t of targets) {
+      const scoring = scoringFor(this.config, t);
+      if (scoring?.combination?.combination.names.includes(fn.name)) {
+        followUps.push(...this.combineJob(scoring, t, `after:${fn.name}`));
+      }
+    }
+    return {
+      result: {
+        version: fn.version,
+        signals: scores.length,
+        values: scores.slice(0, MAX_RESULT_VALUES).map((s) => ({
+          trajectory_uid: s.trajectoryId,
+          step_index: s.stepIndex,
+          value: s.value,
+        })),
+      },
+      followUps,
+    };
+  }
+
+  private async runCombine(job: RewardJob): Promise<JobOutcome> {
+    const t = await this.pool.getTrajectory(job.trajectoryId!);
+    if (!t) throw new NotApplicableError(`trajectory ${job.trajectoryId} does not exist`);
+    const rule = scoringFor(this.config, t)?.combination;
+    if (!rule) return { result: { skipped: 'no combination is configured for this trajectory' } };
+    const signals = await this.pool.getSignals(t.id, { current: true });
+    let evaluation: ReturnType<typeof evaluateCombination>;
+    try {
+      evaluation = evaluateCombination(rule.combination, signals);
+    } catch (error) {
+      if (error instanceof CombinationEvalError)
+        throw new RewardError(error.message, false, 'combination_failed');
+      throw error;
+    }
+    if (!evaluation.ok) return { result: { waiting: evaluation.missing } };
+    const { value, inputs } = evaluation;
+    const current = signals.find(
+      (s) => s.stepIndex === null && s.name === rule.signal && s.source === rule.source,
+    );
+    const unchanged =
+      current !== undefined &&
+      current.value === value &&
+      current.version === rule.version &&
+      jsonEqual((current.details as { inputs?: unknown }).inputs, inputs);
+    if (!unchanged) {
+      await this.pool.addSignals([
+        {
+          trajectoryId: t.id,
+          stepIndex: null,
+          name: rule.signal,
+          value,
+          source: rule.source,
+          version: rule.version,
+          details: { expression: rule.combination.text, inputs, job: job.id },
+        },
+      ]);
+    }
+    let rewardWritten: boolean | null = null;
+    let rewardNote: string | null = null;
+    if (rule.writeReward && t.status === 'complete') {
+      if (t.reward === value) rewardWritten = true;
+      else {
+        try {
+          await this.pool.completeTrajectory(t.id, { reward: value, status: 'complete' });
+          rewardWritten = true;
+        } catch (error) {
+          if (!(error instanceof ConflictError)) throw error;
+          // Its group was already handed to a trainer: the signal stays as the record.
+          rewardWritten = false;
+          rewardNote = error.message;
+        }
+      }
+    }
+    return {
+      result: {
+        value,
+        inputs,
+        unchanged,
+        reward_written: rewardWritten,
+        ...(rewardNote ? { reward_note: rewardNote } : {}),
+      },
+    };
+  }
+
+  // ---- entry points ---------------------------------------------------------------------------
+
+  /** Whether a trajectory has every signal its channel's (or task's) scoring needs. */
+  async requiredSignals(trajectoryId: string): Promise<RequiredSignalsStatus> {
+    const t = await this.pool.getTrajectory(trajectoryId);
+    if (!t) throw new NotFoundError(`trajectory ${trajectoryId} does not exist`);
+    return requiredSignalsStatus(
+      scoringFor(this.config, t),
+      await this.pool.getSignals(t.id, { current: true }),
+    );
+  }
+
+  /** Waits until no job for these keys is pending or running, or the time is up; true when settled. */
+  private async settle(
+    trajectoryId: string,
+    groupId: string | null,
+    kinds: 'function' | 'combine',
+    deadline: number,
+  ): Promise<boolean> {
+    for (;;) {
+      const open = async (filter: { trajectoryId?: string; groupId?: string }) => {
+        for (const state of ['pending', 'running'] as const) {
+          const jobs = await this.queue.list({ ...filter, kind: kinds, state, limit: 1 });
+          if (jobs.length > 0) return true;
+        }
+        return false;
+      };
+      const busy =
+        (await open({ trajectoryId })) ||
+        (groupId !== null && kinds === 'function' && (await open({ groupId })));
+      if (!busy) return true;
+      const left = deadline - performance.now();
+      if (left <= 0) return false;
+      await this.workers.waitForAnyFinish(Math.min(left, 50));
+    }
+  }
+
+  /**
+   * Computes a trajectory's reward now: queues its functions' jobs (not again for a version already
+   * computed unless `recompute`), waits up to `waitMs` for them and then for its combination, and
+   * answers what is known. `status: 'pending'` when time ran out (the jobs go on).
+   */
+  async computeReward(trajectoryId: string, options: ComputeRewardOptions): Promise<ComputeRewardAnswer> {
+    const t = await this.pool.getTrajectory(trajectoryId);
+    if (!t) throw new NotFoundError(`trajectory ${trajectoryId} does not exist`);
+    const scoring = scoringFor(this.config, t);
+    if (!scoring || (scoring.functions.length === 0 && !scoring.combination)) {
+      throw new NotApplicableError(`no reward function is configured for channel ${t.channel}`);
+    }
+    const wanted = options.functions;
+    wanted?.forEach((name, i) => {
+      if (!scoring.functions.some((f) => f.name === name)) {
+        throw new ValidationError(
+          `functions.${i}: ${JSON.stringify(name)} is not a reward function of ${scoring.origin} (${scoring.functions.map((f) => f.name).join(', ') || 'none'})`,
+          `functions.${i}`,
+        );
+      }
+    });
+    const chosen = scoring.functions.filter(
+      (f) => f.handler !== null && (!wanted || wanted.includes(f.name)),
+    );
+    const requests: JobRequest[] = [];
+    const recompute = options.recompute ?? false;
+    let groupPending = false;
+    for (const fn of chosen) {
+      if (fn.plugin.target === 'group' && !(await this.groupFinished(t))) {
+        groupPending = true;
+        continue;
+      }
+      const reason = t.status === 'open' ? `compute_reward${UNFINISHED_SUFFIX}` : 'compute_reward';
+      requests.push(this.functionJob(fn, t, reason, recompute));
+    }
+    const outcomes = await this.queue.enqueue(requests, this.clock());
+    this.workers.poke();
+    const deadline = performance.now() + options.waitMs;
+    const groupId = chosen.some((f) => f.plugin.target === 'group') ? t.groupId : null;
+    let settled = await this.settle(t.id, groupId, 'function', deadline);
+    const ids = outcomes.map((o) => o.job.id);
+    if (settled && scoring.combination) {
+      const [combine] = await this.queue.enqueue(this.combineJob(scoring, t, 'compute_reward'), this.clock());
+      this.workers.poke();
+      if (combine) ids.push(combine.job.id);
+      settled = await this.settle(t.id, null, 'combine', deadline);
+    }
+    return this.answer(t.id, scoring, chosen, ids, settled && !groupPending);
+  }
+
+  private async answer(
+    trajectoryId: string,
+    scoring: Scoring,
+    chosen: RewardFunction[],
+    ids: number[],
+    settled: boolean,
+  ): Promise<ComputeRewardAnswer> {
+    const t = (await this.pool.getTrajectory(trajectoryId))!;
+    const signals = await this.pool.getSignals(trajectoryId, { current: true });
+    const functions: Record<string, FunctionOutcome> = {};
+    let failed = false;
+    for (const fn of chosen) {
+      const filter = fn.plugin.target === 'group' ? { groupId: t.groupId } : { trajectoryId };
+      const [job] = await this.queue.list({ ...filter, kind: 'function', function: fn.name, limit: 1 });
+      const mine = signals.filter((s) => s.name === fn.name && s.source === fn.plugin.source);
+      const whole = mine.find((s) => s.stepIndex === null);
+      const outcome: FunctionOutcome = {
+        state: job?.state ?? 'not_queued',
+        job_id: job?.id ?? null,
+        version: whole?.version ?? fn.version,
+        value: whole?.value ?? null,
+      };
+      if (fn.plugin.target === 'step') {
+        outcome.steps = mine
+          .filter((s) => s.stepIndex !== null)
+          .map((s) => ({ step_index: s.stepIndex!, value: s.value }));
+      }
+      if (job && (job.state === 'failed' || job.error)) {
+        outcome.attempts = job.attempts;
+        outcome.error = job.error;
+      }
+      if (job?.state === 'failed') failed = true;
+      functions[fn.name] = outcome;
+    }
+    let combined: ComputeRewardAnswer['combined'] = null;
+    let missing: string[] = [];
+    const rule = scoring.combination;
+    if (rule) {
+      const status = requiredSignalsStatus(scoring, signals);
+      missing = status.missing;
+      const written = signals.find(
+        (s) => s.stepIndex === null && s.name === rule.signal && s.source === rule.source,
+      );
+      if (written && status.ready) {
+        combined = {
+          signal: rule.signal,
+          value: written.value,
+          inputs: ((written.details as { inputs?: Record<string, number> }).inputs ?? {}) as Record<
+            string,
+            number
+          >,
+          reward_written: rule.writeReward ? t.reward === written.value : null,
+        };
+      }
+    }
+    const single = chosen.filter((f) => f.plugin.target !== 'step');
+    const reward = combined
+      ? combined.value
+      : !rule && single.length === 1
+        ? (functions[single[0]!.name]!.value ?? null)
+        : null;
+    return {
+      trajectory_uid: trajectoryId,
+      status: !settled ? 'pending' : failed ? 'failed' : 'done',
+      reward,
+      combined,
+      missing,
+      functions,
+      job_ids: [...new Set(ids)],
+    };
+  }
+
+  /**
+   * Queues jobs again, forced (a new version, a fixed endpoint, a late input): one trajectory, a
+   * channel, or every complete trajectory; all functions or one, or only the combination when
+   * `function` names a combination's signal.
+   */
+  async recompute(
+    request: RecomputeRequest,
+  ): Promise<{ trajectories: number; queued: number; job_ids: number[] }> {
+    const only = request.function;
+    if (only !== undefined && !this.config.functions.has(only) && !this.isCombinationSignal(only)) {
+      throw new ValidationError(
+        `function: no reward function or combination is named ${JSON.stringify(only)}`,
+        'function',
+      );
+    }
+    let trajectories = 0;
+    let queued = 0;
+    const jobIds: number[] = [];
+    const groupsSeen = new Set<string>();
+    const enqueueFor = async (list: Trajectory[]) => {
+      const requests: JobRequest[] = [];
+      for (const t of list) {
+        const scoring = scoringFor(this.config, t);
+        if (!scoring) continue;
+        trajectories++;
+        for (const fn of scoring.functions) {
+          if (fn.handler === null || (only !== undefined && fn.name !== only)) continue;
+          if (fn.plugin.target === 'group') {
+            const key = `${t.channel}\u0000${t.groupId}`;
+            if (groupsSeen.has(key)) continue;
+            groupsSeen.add(key);
+          }
+          requests.push(this.functionJob(fn, t, 'recompute', true));
+        }
+        if (only !== undefined && scoring.combination?.signal === only) {
+          requests.push(...this.combineJob(scoring, t, 'recompute'));
+        }
+      }
+      const outcomes = await this.queue.enqueue(requests, this.clock());
+      for (const o of outcomes) {
+        if (o.created) queued++;
+        if (jobIds.length < 1_000) jobIds.push(o.job.id);
+      }
+      this.workers.poke();
+    };
+    if (request.trajectoryId !== undefined) {
+      const t = await this.pool.getTrajectory(request.trajectoryId);
+      if (!t) throw new NotFoundError(`trajectory ${request.trajectoryId} does not exist`);
+      if (request.channel !== undefined && t.channel !== request.channel) {
+        throw new ValidationError(`channel: trajectory ${t.id} is in channel ${t.channel}`, 'channel');
+      }
+      await enqueueFor([t]);
+    } else {
+      let after: string | null = null;
+      do {
+        const page = await this.pool.store.scanTrajectories({
+          channel: request.channel,
+          status: 'complete',
+          after,
+          limit: 500,
+        });
+        await enqueueFor(page.items);
+        after = page.cursor;
+      } while (after !== null);
+    }
+    return { trajectories, queued, job_ids: jobIds };
+  }
+
+  private isCombinationSignal(name: string): boolean {
+    return [...this.config.channels.values(), ...this.config.tasks.values(), this.config.default].some(
+      (s) => s?.combination?.signal === name,
+    );
+  }
+
+  jobs(filter: Parameters<RewardJobQueue['list']>[0]): Promise<RewardJob[]> {
+    return this.queue.list(filter);
+  }
+
+  job(id: number): Promise<RewardJob | null> {
+    return this.queue.get(id);
+  }
+
+  async describe(): Promise<Record<string, unknown>> {
+    const scoringOut = (s: Scoring) => ({
+      functions: s.functions.map((f) => f.name),
+      combination: s.combination
+        ? {
+            expression: s.combination.combination.text,
+            signal: s.combination.signal,
+            version: s.combination.version,
+            write_reward: s.combination.writeReward,
+            required: requiredSignalNames(s.combination.combination),
+          }
+        : null,
+    });
+    return {
+      functions: Object.fromEntries(
+        [...this.config.functions.values()].map((f) => [
+          f.name,
+          {
+            plugin: f.plugin.name,
+            target: f.plugin.target,
+            source: f.plugin.source,
+            version: f.version,
+            timeout_ms: f.timeoutMs,
+            max_attempts: f.maxAttempts,
+          },
+        ]),
+      ),
+      channels: Object.fromEntries([...this.config.channels].map(([k, s]) => [k, scoringOut(s)])),
+      tasks: Object.fromEntries([...this.config.tasks].map(([k, s]) => [k, scoringOut(s)])),
+      default: this.config.default ? scoringOut(this.config.default) : null,
+      workers: { ...this.workers.stats(), worker_id: this.workers.workerId },
+      jobs: await this.queue.counts(),
+    };
+  }
+}
+
+/** A handler's answer must score exactly its targets, with finite values. */
+function checkScores(fn: RewardFunction, views: TrajectoryView[], scores: RewardScore[]): void {
+  const bad = (why: string) =>
+    new RewardError(`plugin ${fn.plugin.name} answered badly: ${why}`, false, 'bad_plugin_answer');
+  const byId = new Map(views.map((v) => [v.trajectory.id, v]));
+  const seen = new Set<string>();
+  for (const s of scores) {
+    const view = byId.get(s.trajectoryId);
+    if (!view) throw bad(`a score for trajectory ${s.trajectoryId}, which it was not given`);
+    if (!Number.isFinite(s.value)) throw bad(`a non-finite score ${s.value}`);
+    if (fn.plugin.target === 'step') {
+      if (s.stepIndex === null || !view.steps.some((st) => st.index === s.stepIndex)) {
+        throw bad(`a step score for step ${s.stepIndex} of ${s.trajectoryId}, which does not exist`);
+      }
+    } else if (s.stepIndex !== null) {
+      throw bad('a step score from a trajectory-level function');
+    }
+    const key = `${s.trajectoryId}\u0000${s.stepIndex}`;
+    if (seen.has(key)) throw bad(`two scores for ${key.replace('\u0000', ' step ')}`);
+    seen.add(key);
+  }
+  if (fn.plugin.target !== 'step') {
+    for (const v of views)
+      if (!seen.has(`${v.trajectory.id}\u0000null`)) throw bad(`no score for ${v.trajectory.id}`);
+  }
+}
