@@ -1,4 +1,4 @@
-import { contentText } from './tool-results.js';
+import { contentText } from '../text/content.js';
 
 /*
  * Implicit feedback: in an online session the user's next message often says what they thought of

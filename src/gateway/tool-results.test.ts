@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { contentText, detectToolError, toolResultsFor } from './tool-results.js';
+import { contentText } from '../text/content.js';
+import { detectToolError, toolResultsFor } from './tool-results.js';
 
 describe('detectToolError', () => {
   const failed = (content: string, errorType: string) =>

@@ -1,4 +1,5 @@
 import type { ToolResult } from '../domain/index.js';
+import { contentText } from '../text/content.js';
 
 /*
  * A black-box agent never tells us what its tools returned, but the next request does: the outputs of
@@ -10,19 +11,6 @@ import type { ToolResult } from '../domain/index.js';
 export interface AnsweredCall {
   id: string;
   name: string;
-}
-
-/** Text of a message's content: a string, or the text parts of a content array. */
-export function contentText(content: unknown): string {
-  if (typeof content === 'string') return content;
-  if (!Array.isArray(content)) return '';
-  return content
-    .map((part) =>
-      typeof part === 'object' && part !== null && typeof (part as { text?: unknown }).text === 'string'
-        ? (part as { text: string }).text
-        : '',
-    )
-    .join('');
 }
 
 const ERROR_PATTERNS: [RegExp, string][] = [

@@ -1,4 +1,5 @@
 import type { Step } from '../domain/index.js';
+import { contentText } from '../text/content.js';
 
 /*
  * What reward functions read from a trajectory's stored steps:
@@ -15,19 +16,6 @@ export interface ChatMessage {
   name?: string;
   tool_call_id?: string;
   tool_calls?: unknown[];
-}
-
-/** A message's content as text: a string, or the text parts of a content array. */
-export function contentText(content: unknown): string {
-  if (typeof content === 'string') return content;
-  if (!Array.isArray(content)) return '';
-  return content
-    .map((part) =>
-      typeof part === 'object' && part !== null && typeof (part as { text?: unknown }).text === 'string'
-        ? (part as { text: string }).text
-        : '',
-    )
-    .join('');
 }
 
 function lastStep(steps: readonly Step[]): Step | null {

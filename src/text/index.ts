@@ -9,6 +9,7 @@ export {
   renderChat,
   tokenizeChat,
 } from './chat-template.js';
+export { contentText } from './content.js';
 export {
   encodeSseComment,
   encodeSseDone,
