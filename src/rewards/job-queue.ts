@@ -2,6 +2,7 @@ import Database from 'better-sqlite3';
 import { Kysely, Migrator, SqliteDialect } from 'kysely';
 import { StepwiseError } from '../domain/index.js';
 import { sqliteMigrations } from '../store/sqlite/migrations.js';
+import { statementCache } from '../store/sqlite/statements.js';
 
 /*
  * The reward job queue, persisted in the store's SQLite file (table `reward_jobs`, migration
@@ -214,21 +215,16 @@ export async function openRewardJobQueue(options: RewardJobQueueOptions): Promis
 }
 
 export class SqliteRewardJobQueue implements RewardJobQueue {
-  private readonly statements = new Map<string, Database.Statement>();
   private closed = false;
+
+  /** Prepared statements, one per SQL text. */
+  private readonly stmt: (source: string) => Database.Statement;
 
   constructor(
     private readonly db: Database.Database,
     private readonly kysely: Kysely<unknown>,
-  ) {}
-
-  private stmt(source: string): Database.Statement {
-    let s = this.statements.get(source);
-    if (!s) {
-      s = this.db.prepare(source);
-      this.statements.set(source, s);
-    }
-    return s;
+  ) {
+    this.stmt = statementCache(db);
   }
 
   private write<T>(fn: () => T): T {

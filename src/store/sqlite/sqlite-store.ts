@@ -74,6 +74,7 @@ import type {
   TrajectoryScan,
 } from '../store.js';
 import { sqliteMigrations } from './migrations.js';
+import { statementCache } from './statements.js';
 
 /** A ready group after curation: the members it is served with, what was left out, decoded steps. */
 interface Curated {
@@ -358,17 +359,20 @@ export async function openSqliteStore(options: SqliteStoreOptions): Promise<Sqli
 
 export class SqliteStore implements Store {
   readonly kind = 'sqlite' as const;
-  private readonly statements = new Map<string, Database.Statement>();
   private readonly tails: TailCache;
   private readonly channelDefaults: ChannelConfig;
   private readonly path: string | null;
   private closed = false;
+
+  /** Prepared statements, one per SQL text. */
+  private readonly stmt: (source: string) => Database.Statement;
 
   constructor(
     private readonly db: Database.Database,
     private readonly kysely: Kysely<Schema>,
     options: SqliteStoreOptions,
   ) {
+    this.stmt = statementCache(db);
     this.tails = new TailCache(options.tailCacheTokens);
     this.savepoint = db.transaction(<T>(fn: () => T): T => fn()) as <T>(fn: () => T) => T;
     this.channelDefaults = { ...DEFAULT_CHANNEL_CONFIG, ...options.channelDefaults };
@@ -379,15 +383,6 @@ export class SqliteStore implements Store {
   private readonly savepoint: <T>(fn: () => T) => T;
   /** Channel settings read during the open write transaction (settings change rarely; reads add up). */
   private txChannels: Map<string, ChannelConfig> | null = null;
-
-  private stmt(source: string): Database.Statement {
-    let statement = this.statements.get(source);
-    if (!statement) {
-      statement = this.db.prepare(source);
-      this.statements.set(source, statement);
-    }
-    return statement;
-  }
 
   /** Runs fn in one IMMEDIATE transaction, writes its counters, then applies its cache effects. */
   private write<T>(fn: (log: TxLog) => T): T {
