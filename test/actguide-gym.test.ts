@@ -7,6 +7,8 @@ import { type RunningServer, startServer } from '../src/gateway/server.js';
 import { referenceTasks } from '../src/gym/cli.js';
 import { type GuidedRunOptions, REPLACED_TAG, runGuided } from '../src/gym/guide.js';
 import { GymTask } from '../src/gym/tasks/schema.js';
+import { batchToJson } from '../src/serving/json-batch.js';
+import { batchToPadded } from '../src/serving/padded-batch.js';
 import { loadQwen3Tokenizer } from '../src/text/index.js';
 import { runCli } from './support/server-process.js';
 
@@ -144,6 +146,7 @@ describe('ActGuide on a gym run', () => {
     const guided = served('run-g.plan-4.guided');
     expect(guided).toHaveLength(3);
     for (const t of guided) {
+      expect(t.trajectory).toMatchObject({ guided: true, guidanceK: 3, probe: false });
       expect(t.trajectory.reward).toBe(1);
       expect(t.steps.length).toBeGreaterThanOrEqual(4);
       expect(t.trajectory.metadata).toMatchObject({
@@ -168,6 +171,48 @@ describe('ActGuide on a gym run', () => {
       new Set(['run-g.plan-4.probe-2', 'run-g.plan-4.probe-3']),
     );
     expect(probes.items.every((t) => (t.metadata.guidance as { probe: boolean }).probe)).toBe(true);
+    expect(probes.items.every((t) => t.probe && !t.guided)).toBe(true);
+    expect(probes.items.map((t) => t.guidanceK).sort()).toEqual([2, 2, 3, 3]);
+
+    // The batch as a trainer reads it: both prompt views of each guided step and the off-policy mask.
+    const tokenizer = loadQwen3Tokenizer();
+    const json = batchToJson(batch!);
+    const unguidedFirst = (await server.pool.getTrajectorySteps(decision.guidance!.replaced[0]!))[0]!;
+    for (const g of json.groups) {
+      for (const t of g.trajectories) {
+        const isGuided = g.group_id === 'run-g.plan-4.guided';
+        expect(t.off_policy).toBe(isGuided);
+        expect(t.recompute_log_probs).toBe(false);
+        for (const step of t.steps) {
+          if (!isGuided) {
+            expect(step.training_prompt_ids).toBeNull();
+            continue;
+          }
+          const stored = await server.pool.getStep(t.trajectory_uid, step.step_index);
+          // The behaviour prompt is what the engine saw (hint included); the response is the generated ids.
+          expect(tokenizer.decode(step.prompt_ids)).toContain(HINT_HEADING);
+          expect(step.response_ids).toEqual(stored!.responseIds);
+          expect(stored!.tokenSource).toBe('engine');
+          const training = step.training_prompt_ids!;
+          expect(tokenizer.decode(training)).not.toContain(HINT_HEADING);
+          expect(tokenizer.decode(training)).not.toContain('1. write: ');
+          expect(training).toEqual(
+            promptViews(stored!, decision.guidance!.hint, tokenizer).trainingPromptIds,
+          );
+          // The first call's training prompt is the unguided rollout's prompt, to the token.
+          if (step.step_index === 0) expect(training).toEqual(unguidedFirst.promptIds);
+        }
+      }
+    }
+    const padded = batchToPadded(batch!, { overlong: 'reject', padTokenId: 0 });
+    const offPolicy = padded.arrays.off_policy!.data as Uint8Array;
+    const trajectoryIndex = padded.arrays.trajectory_index!.data as Int32Array;
+    const uids = padded.arrays.trajectory_uids!.data as string[];
+    const guidedUids = new Set(guided.map((t) => t.trajectory.id));
+    expect(offPolicy.length).toBeGreaterThan(0);
+    offPolicy.forEach((flag, row) => {
+      expect(flag).toBe(guidedUids.has(uids[trajectoryIndex[row]!]!) ? 1 : 0);
+    });
     await server.pool.ack(batch!.lease.id);
     expect(
       await server.pool.lease({
@@ -179,24 +224,12 @@ describe('ActGuide on a gym run', () => {
       }),
     ).toBeNull();
 
-    // Both prompt views of a guided step: the training prompt is the unguided rollout's prompt, to the
-    // token, and the response ids are the generated ones.
-    const tokenizer = loadQwen3Tokenizer();
-    const guidedSteps = await server.pool.getTrajectorySteps(guided[0]!.trajectory.id);
-    const unguidedSteps = await server.pool.getTrajectorySteps(decision.guidance!.replaced[0]!);
-    const hint = decision.guidance!.hint;
-    const first = promptViews(guidedSteps[0]!, hint, tokenizer);
-    expect(first.behaviourReproduced).toBe(true);
-    expect(tokenizer.decode(first.behaviourPromptIds)).toContain(HINT_HEADING);
-    expect(first.trainingPromptIds).toEqual(unguidedSteps[0]!.promptIds);
-    expect(first.responseIds).toEqual(guidedSteps[0]!.responseIds);
-    for (const step of guidedSteps) {
-      const views = promptViews(step, hint, tokenizer);
-      expect(views.behaviourReproduced).toBe(true);
-      expect(tokenizer.decode(views.trainingPromptIds)).not.toContain(HINT_HEADING);
-      expect(tokenizer.decode(views.trainingPromptIds)).not.toContain('1. write: ');
-      expect(views.responseIds).toBe(step.responseIds);
-    }
+    // The template reproduces every captured guided prompt, so the stored views differ by the hint alone.
+    for (const t of guided)
+      for (const step of await server.pool.getTrajectorySteps(t.trajectory.id)) {
+        expect(promptViews(step, decision.guidance!.hint, tokenizer).behaviourReproduced).toBe(true);
+        expect(step.metadata.training_prompt_unavailable).toBeUndefined();
+      }
   });
 
   it('resumes: a re-run decides nothing again and runs no rollout', async () => {

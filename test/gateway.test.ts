@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import { afterAll, afterEach, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
+import { HINT_HEADING } from '../src/curation/actguide/index.js';
 import type { Step } from '../src/domain/index.js';
 import { startSimServer } from '../src/engines/sim/serve.js';
 import { type RunningServer, type ServerOptions, startServer } from '../src/gateway/server.js';
@@ -318,6 +319,70 @@ describe('gateway: black-box protocol with the openai client', () => {
     await expect(
       client(t).chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'two' }] }),
     ).rejects.toMatchObject({ status: 409 });
+  });
+});
+
+describe('gateway: guided trajectories (ActGuide-RL)', () => {
+  it('a guided trajectory stores each step with a second prompt: the same chat without the hint', async () => {
+    const server = await serve();
+    const hint = '1. read_file: {"path": "a.txt"}';
+    const t = await init(server, {
+      group_id: 'g-guided',
+      guided: true,
+      guidance_k: 1,
+      guidance_hint: hint,
+      metadata: { guidance: { strategy: 'fixed_k' } },
+    });
+    const section = `\n\n${HINT_HEADING}\n${hint}`;
+    const task = 'Read a.txt and say what it holds.';
+    const answer = await client(t).chat.completions.create({
+      model: 'm',
+      messages: [{ role: 'user', content: `${task}${section}` }],
+      seed: 5,
+      max_tokens: 32,
+    });
+    expect((await complete(t)).status).toBe(200);
+    const stored = await server.pool.getTrajectory(t.trajectory_uid);
+    expect(stored).toMatchObject({
+      guided: true,
+      probe: false,
+      guidanceK: 1,
+      metadata: { guidance: { strategy: 'fixed_k', hint } },
+    });
+    const [step] = await server.pool.getTrajectorySteps(t.trajectory_uid);
+    expect(step!.promptIds).toEqual((answer as unknown as WithIds).prompt_token_ids);
+    expect(tokenizer.decode(step!.trainingPromptIds!)).toBe(
+      renderChat({ messages: [{ role: 'user', content: task }], addGenerationPrompt: true }),
+    );
+
+    // An unguided trajectory, and a probe, store no second prompt.
+    for (const body of [{}, { probe: true, guidance_k: 0, guidance_hint: 'None' }]) {
+      const u = await init(server, body);
+      await client(u).chat.completions.create({
+        model: 'm',
+        messages: [{ role: 'user', content: `${task}${section}` }],
+        max_tokens: 8,
+      });
+      await complete(u);
+      const [s] = await server.pool.getTrajectorySteps(u.trajectory_uid);
+      expect(s!.trainingPromptIds).toBeNull();
+    }
+  });
+
+  it('refuses guidance fields that contradict each other, naming the field, and creates nothing', async () => {
+    const server = await serve();
+    const bad = [
+      [{ guided: true, probe: true }, 'probe'],
+      [{ guidance_k: 2 }, 'guidance_k'],
+      [{ guidance_hint: 'x' }, 'guidance_hint'],
+      [{ guided: true, guidance_k: -1 }, 'guidance_k'],
+    ] as const;
+    for (const [body, field] of bad) {
+      const { status, json } = await post(`${server.url}/init_trajectory`, body);
+      expect(status).toBe(400);
+      expect(JSON.stringify(json)).toContain(field);
+    }
+    expect((await server.pool.listTrajectories({ limit: 10, offset: 0 })).items).toEqual([]);
   });
 });
 

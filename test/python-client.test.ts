@@ -147,6 +147,8 @@ interface RowSummary {
   advantage_on_padding: boolean;
   trajectory_reward: number;
   truncated: number;
+  off_policy: number;
+  training_prompt_is_prompt: boolean;
 }
 interface BatchSummary {
   lease_id: string;
@@ -181,7 +183,8 @@ function expectGroupRows(batch: BatchSummary, group: PlannedGroup): void {
   expect(batch.response_width).toBe(Math.max(...planned.map((s) => s.response.length)));
   expect([batch.truncated_steps, batch.dropped_steps]).toEqual([0, 0]);
   expect(batch.aligned).toBe(true);
-  expect(batch.members).toBe(20); // 9 row arrays (with advantages) + 9 row keys + 2 id lists
+  // 10 row arrays (with advantages and the training prompts) + 11 row keys + 2 id lists
+  expect(batch.members).toBe(23);
   for (const row of batch.steps) {
     const ti = group.trajectories.findIndex((t) => t.uid === row.trajectory_uid);
     const trajectory = group.trajectories[ti]!;
@@ -197,6 +200,8 @@ function expectGroupRows(batch: BatchSummary, group: PlannedGroup): void {
     expect(row.trajectory_reward).toBeCloseTo(trajectory.outcome, 6);
     expect(row.policy_version).toBe(0);
     expect(row.truncated).toBe(0);
+    expect(row.off_policy).toBe(0);
+    expect(row.training_prompt_is_prompt).toBe(true);
   }
 }
 

@@ -89,6 +89,9 @@ export const StepWire = z
     tool_results: z.array(ToolResult).nullable().optional(),
     timings: StepTimings.nullable().optional(),
     engine_id: z.string().max(256).nullable().optional(),
+    // ActGuide-RL: the prompt without the guidance hint (docs/actguide.md); prompt_ids is what the
+    // engine saw. Only guided steps carry it.
+    training_prompt_ids: TokenIds.nullable().optional(),
   })
   .superRefine((step, ctx) => {
     if (step.rollout_log_probs != null && step.rollout_log_probs.length !== step.response_ids.length) {
@@ -124,6 +127,8 @@ export const Step = z.object({
   latencyMs: z.number().nullable(),
   ttftMs: z.number().nullable(),
   engineId: z.string().nullable(),
+  /** A guided step's prompt without the hint (the training view); null otherwise. */
+  trainingPromptIds: z.array(z.number().int()).nullable(),
   createdAt: z.number(),
 });
 export type Step = z.infer<typeof Step>;
@@ -154,6 +159,7 @@ export function newStep(
     latencyMs: null,
     ttftMs: null,
     engineId: null,
+    trainingPromptIds: null,
     ...fields,
   };
 }
@@ -180,6 +186,7 @@ export function stepFromWire(wire: z.output<typeof StepWire>): NewStep {
     latencyMs: wire.timings?.latency_ms ?? null,
     ttftMs: wire.timings?.ttft_ms ?? null,
     engineId: wire.engine_id ?? null,
+    trainingPromptIds: wire.training_prompt_ids ?? null,
   };
 }
 
@@ -205,6 +212,8 @@ export interface StepOut {
   tool_results: ToolResult[] | null;
   timings: { latency_ms: number | null; ttft_ms: number | null };
   engine_id: string | null;
+  /** A guided step's prompt without the hint; null for every other step. */
+  training_prompt_ids: number[] | null;
   created_at: number;
 }
 
@@ -230,6 +239,7 @@ export function stepToWire(step: Step): StepOut {
     tool_results: step.toolResults,
     timings: { latency_ms: step.latencyMs, ttft_ms: step.ttftMs },
     engine_id: step.engineId,
+    training_prompt_ids: step.trainingPromptIds,
     created_at: step.createdAt,
   };
 }

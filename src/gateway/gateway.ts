@@ -1,4 +1,5 @@
 import type { Logger } from 'pino';
+import { trainingPromptOf } from '../curation/actguide/prompt-views.js';
 import { newTrajectoryId } from '../domain/ids.js';
 import {
   ConflictError,
@@ -67,6 +68,12 @@ export interface InitTrajectoryInput {
   channel?: string;
   metadata?: Record<string, unknown>;
   nRollouts?: number | null;
+  /** ActGuide-RL: a guided rollout (trained off-policy) or a probe (never trained). */
+  guided?: boolean;
+  probe?: boolean;
+  guidanceK?: number | null;
+  /** The hint in its prompt; each guided step then also stores the prompt without it. */
+  guidanceHint?: string | null;
 }
 
 interface LastStep {
@@ -87,6 +94,17 @@ export interface Session {
   inFlight: number;
   usedAt: number;
   closed: string | null;
+  /** A guided trajectory's hint: its steps get a training prompt without it. */
+  hint: string | null;
+}
+
+/** The hint a guided trajectory's steps are stored without (metadata `guidance.hint`). */
+function hintOf(t: Pick<Trajectory, 'guided' | 'metadata'>): string | null {
+  if (!t.guided) return null;
+  const guidance = t.metadata.guidance;
+  if (typeof guidance !== 'object' || guidance === null || Array.isArray(guidance)) return null;
+  const hint = (guidance as Record<string, unknown>).hint;
+  return typeof hint === 'string' ? hint : null;
 }
 
 export type CallKind = 'chat' | 'text';
@@ -174,19 +192,28 @@ export class Gateway {
   // ---- trajectory lifecycle -------------------------------------------------------------------
 
   async initTrajectory(input: InitTrajectoryInput): Promise<Trajectory> {
+    let metadata = input.metadata ?? {};
+    if (input.guidanceHint != null) {
+      const given = metadata.guidance;
+      const guidance = typeof given === 'object' && given !== null && !Array.isArray(given) ? given : {};
+      metadata = { ...metadata, guidance: { ...guidance, hint: input.guidanceHint } };
+    }
     const trajectory = await this.pool.createTrajectory({
       id: newTrajectoryId(),
       groupId: input.groupId ?? newTrajectoryId(),
       channel: input.channel ?? 'train',
       nRollouts: input.nRollouts ?? null,
-      metadata: input.metadata ?? {},
+      metadata,
+      guided: input.guided ?? false,
+      probe: input.probe ?? false,
+      guidanceK: input.guidanceK ?? null,
     });
     this.sessions.set(trajectory.id, this.newSession(trajectory, 0, null));
     return trajectory;
   }
 
   private newSession(
-    t: Pick<Trajectory, 'id' | 'groupId' | 'channel'>,
+    t: Pick<Trajectory, 'id' | 'groupId' | 'channel' | 'guided' | 'metadata'>,
     next: number,
     last: LastStep | null,
   ): Session {
@@ -200,6 +227,7 @@ export class Gateway {
       inFlight: 0,
       usedAt: Date.now(),
       closed: null,
+      hint: hintOf(t),
     };
   }
 
@@ -697,6 +725,24 @@ export class Gateway {
     if (captured.model) metadata.served_model = captured.model;
     if (captured.reasoning !== null) metadata.reasoning = captured.reasoning;
     if (captured.idsIncomplete) metadata.ids_incomplete = true;
+    let trainingPromptIds: number[] | null = null;
+    if (session.hint !== null && ctx.kind === 'chat') {
+      const view = trainingPromptOf(
+        {
+          trajectoryId: session.id,
+          index: session.nextIndex,
+          promptIds,
+          responseIds,
+          messages: request.messages as JsonObject[],
+          tools: Array.isArray(request.tools) ? (request.tools as JsonObject[]) : null,
+          metadata,
+        },
+        session.hint,
+        this.tokenizer(),
+      );
+      trainingPromptIds = view.ids;
+      if (view.problem !== null) metadata.training_prompt_unavailable = view.problem;
+    }
     const index = session.nextIndex++;
     const step: NewStep = {
       trajectoryId: session.id,
@@ -719,6 +765,7 @@ export class Gateway {
       latencyMs: now - ctx.started,
       ttftMs: firstTokenAt !== null ? firstTokenAt - ctx.started : null,
       engineId: routed.engine.id,
+      trainingPromptIds,
     };
     session.last = {
       index,

@@ -41,12 +41,33 @@ type Env = { Variables: AuthVariables };
 export const TRAJECTORY_HEADER = 'x-stepwise-trajectory';
 const MODEL_SEPARATOR = '__';
 
-const InitTrajectoryBody = z.strictObject({
-  group_id: ClientId.optional(),
-  channel: ChannelName.optional(),
-  metadata: JsonObject.optional(),
-  n_rollouts: z.number().int().min(1).max(4096).optional(),
-});
+const InitTrajectoryBody = z
+  .strictObject({
+    group_id: ClientId.optional(),
+    channel: ChannelName.optional(),
+    metadata: JsonObject.optional(),
+    n_rollouts: z.number().int().min(1).max(4096).optional(),
+    // ActGuide-RL (docs/actguide.md): a guided rollout is trained off-policy, a probe never is.
+    guided: z.boolean().optional(),
+    probe: z.boolean().optional(),
+    guidance_k: z.number().int().min(0).max(1_000_000).optional(),
+    guidance_hint: z.string().max(262_144).optional(),
+  })
+  .superRefine((body, ctx) => {
+    if (body.guided && body.probe)
+      ctx.addIssue({
+        code: 'custom',
+        path: ['probe'],
+        message: 'a trajectory is guided (trained off-policy) or a probe (never trained), not both',
+      });
+    for (const field of ['guidance_k', 'guidance_hint'] as const)
+      if (body[field] !== undefined && !body.guided && !body.probe)
+        ctx.addIssue({
+          code: 'custom',
+          path: [field],
+          message: 'applies to guided or probe trajectories only (set guided or probe)',
+        });
+  });
 
 const RegisterTrajectoryBody = z.strictObject({
   channel: ChannelName.optional(),
@@ -116,6 +137,10 @@ export function mountGatewayRoutes(
         channel: body.channel,
         metadata: body.metadata,
         nRollouts: body.n_rollouts ?? null,
+        guided: body.guided,
+        probe: body.probe,
+        guidanceK: body.guidance_k ?? null,
+        guidanceHint: body.guidance_hint ?? null,
       });
       return c.json({
         trajectory_uid: t.id,

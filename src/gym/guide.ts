@@ -196,6 +196,7 @@ export async function runGuided(options: GuidedRunOptions): Promise<GuidedRunRes
         phase === 'probe' ? `probe-${task.id}-k${k}.jsonl` : `guided-${task.id}.jsonl`,
       ),
       groupOf: () => (phase === 'probe' ? `${groupId}.probe-${k}` : `${groupId}.guided`),
+      guidance: { kind: phase === 'probe' ? 'probe' : 'guided', k, hint },
       metadataOf: () => ({
         guidance:
           phase === 'probe'

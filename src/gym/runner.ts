@@ -56,6 +56,8 @@ export interface GymRunOptions {
   groupOf?: (task: GymTask) => string;
   /** Trajectory metadata beside the runner's own keys (e.g. ActGuide's `guidance`). */
   metadataOf?: (task: GymTask, sample: number) => Record<string, unknown>;
+  /** ActGuide-RL: every trajectory of the run is guided (or a probe) by this hint (guide.ts). */
+  guidance?: { kind: 'guided' | 'probe'; k: number; hint: string };
 }
 
 export interface SampleResult {
@@ -211,6 +213,13 @@ async function runSample(options: GymRunOptions, task: GymTask, sample: number):
         group_id: groupId,
         n_rollouts: options.samples,
         ...(options.channel ? { channel: options.channel } : {}),
+        ...(options.guidance
+          ? {
+              [options.guidance.kind]: true,
+              guidance_k: options.guidance.k,
+              guidance_hint: options.guidance.hint,
+            }
+          : {}),
         metadata: {
           ...options.metadataOf?.(task, sample),
           task_id: task.id,

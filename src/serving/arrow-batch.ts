@@ -2,6 +2,7 @@ import { Worker } from 'node:worker_threads';
 import type { Step } from '../domain/index.js';
 import type { LeasedBatch } from '../store/store.js';
 import { type AdvantageEstimator, groupAdvantages } from './advantages.js';
+import { isOffPolicy } from './off-policy.js';
 
 /*
  * The `arrow` batch format: an Arrow IPC stream, one row per step (docs/serving.md). The columns are
@@ -55,6 +56,7 @@ export function arrowColumns(batch: LeasedBatch, options: { advantage?: Advantag
   const guidanceK: (number | null)[] = [];
   const probe: boolean[] = [];
   const derivedFrom: (string | null)[] = [];
+  const offPolicy: boolean[] = [];
   const stale: boolean[] = [];
   const staleness: number[] = [];
   const partial: boolean[] = [];
@@ -64,6 +66,7 @@ export function arrowColumns(batch: LeasedBatch, options: { advantage?: Advantag
       options.advantage ?? 'grpo',
     );
     served.trajectories.forEach((t, i) => {
+      const off = isOffPolicy(t.trajectory);
       for (const step of t.steps) {
         steps.push(step);
         rowGroup.push(served.group.id);
@@ -73,6 +76,7 @@ export function arrowColumns(batch: LeasedBatch, options: { advantage?: Advantag
         guidanceK.push(t.trajectory.guidanceK);
         probe.push(t.trajectory.probe);
         derivedFrom.push(t.trajectory.derivedFrom);
+        offPolicy.push(off);
         stale.push(served.stale);
         staleness.push(served.staleness);
         partial.push(served.group.partial);
@@ -98,6 +102,11 @@ export function arrowColumns(batch: LeasedBatch, options: { advantage?: Advantag
       'list_float32',
       steps.map((s) => s.responseLogprobs),
     ),
+    listColumn(
+      'training_prompt_ids',
+      'list_int32',
+      steps.map((s) => s.trainingPromptIds),
+    ),
     { name: 'reward', kind: 'float64', values: steps.map((s) => s.reward) },
     { name: 'trajectory_reward', kind: 'float64', values: trajectoryReward },
   ];
@@ -112,6 +121,7 @@ export function arrowColumns(batch: LeasedBatch, options: { advantage?: Advantag
     { name: 'guidance_k', kind: 'int32', values: guidanceK },
     { name: 'probe', kind: 'bool', values: probe },
     { name: 'derived_from', kind: 'utf8', values: derivedFrom },
+    { name: 'off_policy', kind: 'bool', values: offPolicy },
     { name: 'stale', kind: 'bool', values: stale },
     { name: 'staleness', kind: 'int32', values: Int32Array.from(staleness) },
     { name: 'partial', kind: 'bool', values: partial },

@@ -1,6 +1,7 @@
 import { type SignalOut, type StepOut, signalToWire, stepToWire } from '../domain/index.js';
 import type { CurrentLabel, LeasedBatch } from '../store/store.js';
 import { type AdvantageEstimator, groupAdvantages } from './advantages.js';
+import { isOffPolicy, needsLogprobRecompute } from './off-policy.js';
 import { type PackingWire, packingToWire, packPrefixTree } from './packing.js';
 
 export interface StepLabelOut {
@@ -31,6 +32,10 @@ export interface BatchJson {
       guidance_k: number | null;
       probe: boolean;
       derived_from: string | null;
+      /** Guided (train on `training_prompt_ids`, weigh by the prompt-swap ratio) or purified offline. */
+      off_policy: boolean;
+      /** Some step comes without `rollout_log_probs`: the trainer recomputes them. */
+      recompute_log_probs: boolean;
       metadata: Record<string, unknown>;
       label: StepLabelOut | null;
       /** The signals in force (the latest per step, name and source), oldest first. */
@@ -94,6 +99,8 @@ export function batchToJson(batch: LeasedBatch, options: JsonBatchOptions = {}):
             guidance_k: t.trajectory.guidanceK,
             probe: t.trajectory.probe,
             derived_from: t.trajectory.derivedFrom,
+            off_policy: isOffPolicy(t.trajectory),
+            recompute_log_probs: needsLogprobRecompute(t.steps),
             metadata: t.trajectory.metadata,
             label: labelOut(byStep.get(null)),
             signals: t.signals.map(signalToWire),

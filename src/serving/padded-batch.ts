@@ -2,6 +2,7 @@ import { StepwiseError } from '../domain/index.js';
 import type { LeasedBatch } from '../store/store.js';
 import { type AdvantageEstimator, groupAdvantages } from './advantages.js';
 import type { NpyArray } from './npz.js';
+import { isOffPolicy } from './off-policy.js';
 
 /*
  * verl's padded layout: one row per step, the prompt left-padded to P and the response right-padded
@@ -33,6 +34,9 @@ interface Row {
   step: number;
   version: number;
   prompt: number[];
+  /** A guided step's prompt without the hint; the prompt itself for every other step. */
+  training: number[];
+  offPolicy: boolean;
   response: number[];
   logprobs: number[] | null;
   reward: number;
@@ -58,6 +62,7 @@ export function batchToPadded(batch: LeasedBatch, options: PaddedOptions): Padde
     const { advantages, outcomes } = groupAdvantages(rewards, options.advantage ?? 'grpo');
     served.trajectories.forEach((t, i) => {
       const ti = trajectoryUids.push(t.trajectory.id) - 1;
+      const offPolicy = isOffPolicy(t.trajectory);
       for (const step of t.steps) {
         rows.push({
           group: g,
@@ -65,6 +70,8 @@ export function batchToPadded(batch: LeasedBatch, options: PaddedOptions): Padde
           step: step.index,
           version: step.policyVersion,
           prompt: step.promptIds,
+          training: step.trainingPromptIds ?? step.promptIds,
+          offPolicy,
           response: step.responseIds,
           logprobs: step.responseLogprobs,
           reward: step.reward ?? 0,
@@ -77,7 +84,7 @@ export function batchToPadded(batch: LeasedBatch, options: PaddedOptions): Padde
   let longestPrompt = 0;
   let longestResponse = 0;
   for (const r of rows) {
-    longestPrompt = Math.max(longestPrompt, r.prompt.length);
+    longestPrompt = Math.max(longestPrompt, r.prompt.length, r.training.length);
     longestResponse = Math.max(longestResponse, r.response.length);
   }
   const P = options.promptLength ?? longestPrompt;
@@ -86,10 +93,16 @@ export function batchToPadded(batch: LeasedBatch, options: PaddedOptions): Padde
   let dropped = 0;
   const kept: (Row & { cut: boolean })[] = [];
   for (const r of rows) {
-    const over = r.prompt.length > P ? 'prompt_length' : r.response.length > R ? 'response_length' : null;
+    const over =
+      Math.max(r.prompt.length, r.training.length) > P
+        ? 'prompt_length'
+        : r.response.length > R
+          ? 'response_length'
+          : null;
     if (over === null) kept.push({ ...r, cut: false });
     else if (options.overlong === 'reject') {
-      const length = over === 'prompt_length' ? r.prompt.length : r.response.length;
+      const length =
+        over === 'prompt_length' ? Math.max(r.prompt.length, r.training.length) : r.response.length;
       throw new OverlongError(
         `${over}: step ${r.step} of trajectory ${trajectoryUids[r.trajectory]} has ${length} ${over === 'prompt_length' ? 'prompt' : 'response'} tokens, more than ${over === 'prompt_length' ? P : R} (ask for overlong "truncate" or "drop", or a larger ${over})`,
         over,
@@ -101,6 +114,7 @@ export function batchToPadded(batch: LeasedBatch, options: PaddedOptions): Padde
         ...r,
         cut: true,
         prompt: r.prompt.length > P ? r.prompt.slice(r.prompt.length - P) : r.prompt,
+        training: r.training.length > P ? r.training.slice(r.training.length - P) : r.training,
         response: r.response.slice(0, R),
         logprobs: r.logprobs ? r.logprobs.slice(0, R) : null,
       });
@@ -112,6 +126,9 @@ export function batchToPadded(batch: LeasedBatch, options: PaddedOptions): Padde
   const attention = new Uint8Array(B * L);
   const positions = new Int32Array(B * L);
   const prompts = new Int32Array(B * P);
+  const trainingPrompts = new Int32Array(B * P).fill(options.padTokenId);
+  const trainingPromptLengths = new Int32Array(B);
+  const offPolicy = new Uint8Array(B);
   const responses = new Int32Array(B * R);
   const responseMask = new Uint8Array(B * R);
   const scores = new Float32Array(B * R);
@@ -143,6 +160,9 @@ export function batchToPadded(batch: LeasedBatch, options: PaddedOptions): Padde
     for (let j = 0; j < pl + rl; j++) positions[row + start + j] = j;
     positions.fill(last, row + P + rl, row + L);
     prompts.set(inputIds.subarray(row, row + P), b * P);
+    trainingPrompts.set(r.training, b * P + P - r.training.length);
+    trainingPromptLengths[b] = r.training.length;
+    offPolicy[b] = r.offPolicy ? 1 : 0;
     responses.set(inputIds.subarray(row + P, row + L), b * R);
     if (rl > 0) scores[b * R + rl - 1] = r.reward;
     promptLengths[b] = pl;
@@ -171,6 +191,10 @@ export function batchToPadded(batch: LeasedBatch, options: PaddedOptions): Padde
     response_lengths: { dtype: '<i4', shape: [B], data: responseLengths },
     truncated: { dtype: '|u1', shape: [B], data: cut },
     has_log_probs: { dtype: '|u1', shape: [B], data: hasLogprobs },
+    // ActGuide-RL's training view (left-padded like `prompts`) and the off-policy mask.
+    training_prompts: { dtype: '<i4', shape: [B, P], data: trainingPrompts },
+    training_prompt_lengths: { dtype: '<i4', shape: [B], data: trainingPromptLengths },
+    off_policy: { dtype: '|u1', shape: [B], data: offPolicy },
     group_index: { dtype: '<i4', shape: [B], data: groupIndex },
     trajectory_index: { dtype: '<i4', shape: [B], data: trajectoryIndex },
     step_index: { dtype: '<i4', shape: [B], data: stepIndex },

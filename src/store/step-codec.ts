@@ -101,6 +101,30 @@ interface StepView {
   rt?: string;
   tc?: Record<string, unknown>[];
   tr?: ToolResult[];
+  /** The training prompt as an edit of the prompt: `at` kept, `cut` ids replaced by `ins`. */
+  tp?: PromptEdit;
+}
+
+interface PromptEdit {
+  at: number;
+  cut: number;
+  ins: number[];
+}
+
+/** `to` as one splice of `from` (their common prefix and suffix kept): a hint removed is a short edit. */
+function promptEdit(from: readonly number[], to: readonly number[]): PromptEdit {
+  let at = 0;
+  const n = Math.min(from.length, to.length);
+  while (at < n && from[at] === to[at]) at++;
+  let tail = 0;
+  while (tail < n - at && from[from.length - 1 - tail] === to[to.length - 1 - tail]) tail++;
+  return { at, cut: from.length - at - tail, ins: to.slice(at, to.length - tail) };
+}
+
+function applyEdit(from: ArrayLike<number>, edit: PromptEdit): number[] {
+  const out = Array.from(from);
+  out.splice(edit.at, edit.cut, ...edit.ins);
+  return out;
 }
 
 export interface EncodedStep {
@@ -151,6 +175,7 @@ export function encodeStep(
   if (step.responseText != null) view.rt = step.responseText;
   if (step.toolCalls) view.tc = step.toolCalls;
   if (step.toolResults) view.tr = step.toolResults;
+  if (step.trainingPromptIds) view.tp = promptEdit(prompt, step.trainingPromptIds);
   const hasView = Object.keys(view).length > 0;
 
   // One array holds prompt then response; the stored blobs are views into it.
@@ -234,6 +259,7 @@ export function decodeSteps(
       latencyMs: row.latency_ms,
       ttftMs: row.ttft_ms,
       engineId: row.engine_id,
+      trainingPromptIds: view.tp ? applyEdit(prompt, view.tp) : null,
       createdAt: row.created_at,
     });
   }

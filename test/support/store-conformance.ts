@@ -131,6 +131,24 @@ export function runStoreConformance(name: string, open: () => Promise<StoreHarne
         expect(b!.isLast).toBe(true);
       });
 
+      it("keeps a guided step's training prompt, whatever edit it is of the prompt", async () => {
+        // Hint removed from the middle, from the end, a prompt with no common part, and an empty one.
+        const cases = [
+          { prompt: [1, 2, 90, 91, 92, 3, 4], training: [1, 2, 3, 4] },
+          { prompt: [1, 2, 3, 90, 91], training: [1, 2, 3] },
+          { prompt: [7, 8], training: [5, 6, 5] },
+          { prompt: [1, 1, 1], training: [1, 1] },
+          { prompt: [4, 5], training: [] },
+        ];
+        const steps = cases.map((c, i) =>
+          makeStep('tg', 'gg', i, c.prompt, [100 + i], { trainingPromptIds: c.training }),
+        );
+        await submit([...steps, makeStep('tg', 'gg', cases.length, [1], [2])]);
+        const back = await store.getTrajectorySteps('tg');
+        expect(back.map((s) => s.trainingPromptIds)).toEqual([...cases.map((c) => c.training), null]);
+        expect(back.map((s) => s.promptIds)).toEqual([...cases.map((c) => c.prompt), [1]]);
+      });
+
       it('treats a retried submission as a no-op and counts it', async () => {
         const steps = episode('t1', 'g1', 3);
         await submit(steps.slice(0, 2));

@@ -34,6 +34,7 @@ ROW_MEMBERS = {
     "rm_scores": "<f4",
     "rollout_log_probs": "<f4",
     "advantages": "<f4",
+    "training_prompts": "<i4",
 }
 ROW_KEYS = {
     "prompt_lengths": "<i4",
@@ -45,6 +46,8 @@ ROW_KEYS = {
     "step_index": "<i4",
     "policy_version": "<i4",
     "trajectory_rewards": "<f4",
+    "training_prompt_lengths": "<i4",
+    "off_policy": "|u1",
 }
 
 
@@ -102,7 +105,7 @@ def check_padded(batch: Batch, pad: int = 0) -> dict[str, Any]:
     B, L = a["input_ids"].shape
     P, R = a["prompts"].shape[1], a["responses"].shape[1]
     check(L == P + R, f"input_ids width {L} != P {P} + R {R}")
-    widths = {"input_ids": L, "attention_mask": L, "position_ids": L, "prompts": P}
+    widths = {"input_ids": L, "attention_mask": L, "position_ids": L, "prompts": P, "training_prompts": P}
     for name in ROW_MEMBERS:
         check(tuple(a[name].shape) == (B, widths.get(name, R)), f"{name}: shape {a[name].shape}")
     for name in ROW_KEYS:
@@ -152,6 +155,10 @@ def check_padded(batch: Batch, pad: int = 0) -> dict[str, Any]:
                 "advantage_on_padding": any(x != 0 for x in adv[rl:]),
                 "trajectory_reward": v["trajectory_rewards"][b],
                 "truncated": v["truncated"][b],
+                "off_policy": v["off_policy"][b],
+                # Unguided steps: the training prompt is the prompt itself.
+                "training_prompt_is_prompt": v["training_prompts"][b] == v["prompts"][b]
+                and v["training_prompt_lengths"][b] == pl,
             }
         )
     return {

@@ -106,3 +106,27 @@ export function promptViews(
       behaviour.length === step.promptIds.length && behaviour.every((id, i) => id === step.promptIds[i]),
   };
 }
+
+/**
+ * The training prompt of a guided step as the gateway captures it, or why there is none: the hint is
+ * not in the conversation, or this chat template does not reproduce what the engine saw (another
+ * model's template), so a re-rendered prompt could not be trusted to differ by the hint alone.
+ */
+export function trainingPromptOf(
+  step: GuidedStep,
+  hint: string,
+  tokenizer: ChatTokenizer = loadQwen3Tokenizer(),
+): { ids: number[]; problem: null } | { ids: null; problem: string } {
+  let views: StepPromptViews;
+  try {
+    views = promptViews(step, hint, tokenizer);
+  } catch (error) {
+    return { ids: null, problem: (error as Error).message };
+  }
+  if (!views.behaviourReproduced)
+    return {
+      ids: null,
+      problem: 'the chat template does not reproduce the prompt the engine saw',
+    };
+  return { ids: views.trainingPromptIds, problem: null };
+}
