@@ -12,6 +12,7 @@ export const {
   promptViews,
   renderHint,
   callSimilarity,
+  purifyStore,
   purifyTrajectory,
   SaarSession,
   sequenceRatio,

@@ -12,6 +12,7 @@ export {
 } from './curation/actguide/index.js';
 export {
   callSimilarity,
+  purifyStore,
   purifyTrajectory,
   SaarSession,
   sequenceRatio,

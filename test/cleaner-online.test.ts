@@ -10,6 +10,9 @@ import { agentSpec, referenceTasks } from '../src/gym/cli.js';
 import { type AgentSpec, type GymRunOptions, runGym, type SampleResult } from '../src/gym/runner.js';
 import { checkSandbox } from '../src/gym/sandbox/index.js';
 import { GymTask } from '../src/gym/tasks/schema.js';
+import { batchToJson } from '../src/serving/json-batch.js';
+import { loadQwen3Tokenizer } from '../src/text/index.js';
+import { runCli } from './support/server-process.js';
 
 /*
  * CLEANER online: the built-in agent with rollback on, through a real Stepwise server whose sim
@@ -259,6 +262,82 @@ describe.skipIf(!sandboxReady)('CLEANER online in the built-in agent', () => {
       expect(out.messages.length).toBe(messagesOf(steps.at(-1)!).length + 1 - 2 * ACTIONS);
     }
   });
+
+  it('`stepwise purify` writes derived purified trajectories beside the originals and serves them off-policy', async () => {
+    const results = await run('cleaner-cli', { kind: 'builtin', maxTurns: 16 });
+    const dbPath = join(dir, 'pool.db');
+    const before = new Map<string, Step[]>();
+    for (const r of results)
+      before.set(r.trajectoryUid!, await server.pool.getTrajectorySteps(r.trajectoryUid!));
+
+    const summaryOf = async (args: string[]) => {
+      const out = await runCli(['purify', '--db', dbPath, ...args], {}, 60_000);
+      expect(out.code, out.stderr).toBe(0);
+      return JSON.parse(out.stdout);
+    };
+    const ids = results.map((r) => r.trajectoryUid!);
+    // One trajectory alone first, then the rest of the run (through its groups' channel).
+    const one = await summaryOf(['--trajectory', ids[0]!, '--details']);
+    expect(one).toMatchObject({ scanned: 1, purified: 1, copied: 0, dry_run: false });
+    const all = await summaryOf(['--channel', 'train', '--into', 'train-purified', '--details']);
+    const mine = (all.trajectories as { source: string }[]).filter((t) => ids.includes(t.source));
+    expect(mine).toHaveLength(ids.length - 1);
+    expect(all.skipped.already_derived).toBeGreaterThanOrEqual(1);
+    expect(all.metrics.removed_error_types).toBeDefined();
+
+    const tokenizer = loadQwen3Tokenizer();
+    for (const r of results) {
+      const original = before.get(r.trajectoryUid!)!;
+      // The originals are untouched.
+      expect(await server.pool.getTrajectorySteps(r.trajectoryUid!)).toEqual(original);
+      const derived = (
+        await server.pool.listTrajectories({ channel: 'train-purified', limit: 500, offset: 0 })
+      ).items.find((t) => t.derivedFrom === r.trajectoryUid);
+      expect(derived).toMatchObject({
+        status: 'complete',
+        groupId: r.groupId,
+        reward: 1,
+        derivation: { derived_from: r.trajectoryUid, purified_offline: true, mode: 'shallow' },
+      });
+      const steps = await server.pool.getTrajectorySteps(derived!.id);
+      // Each self-corrected failure took one LLM call out.
+      expect(steps).toHaveLength(original.length - ACTIONS);
+      expect(steps.every((s) => s.tokenSource === 'retokenized' && s.responseLogprobs === null)).toBe(true);
+      // Re-rendered with the engine's own template: before the first repair the ids are the captured ones.
+      expect(steps[0]!.promptIds).toEqual(original[0]!.promptIds);
+      expect(steps.at(-1)!.isLast).toBe(true);
+      for (const s of steps) expect(messagesOf(s).filter(isErrorText)).toEqual([]);
+      // The prompt of each step is the purified conversation so far, rendered.
+      const last = steps.at(-1)!;
+      expect(tokenizer.decode(last.promptIds)).not.toMatch(/Error: /);
+    }
+
+    // Served as a mirror of the source groups, off-policy, saying the logprobs must be recomputed.
+    const batch = await server.pool.lease({
+      channel: 'train-purified',
+      batch_size: 1,
+      wait_ms: 0,
+      consumer: 'trainer',
+      ttl_ms: 60_000,
+    });
+    expect(batch).not.toBeNull();
+    const json = batchToJson(batch!);
+    for (const t of json.groups[0]!.trajectories) {
+      const stored = await server.pool.getTrajectory(t.trajectory_uid);
+      expect(t.derived_from).toBe(stored!.derivedFrom);
+      expect(t.off_policy).toBe(stored!.derivation?.purified_offline === true);
+      expect(t.recompute_log_probs).toBe(t.off_policy);
+    }
+    await server.pool.nack(batch!.lease.id);
+
+    // A second run writes nothing new.
+    const again = await summaryOf(['--channel', 'train']);
+    expect(again.purified + again.copied).toBe(0);
+
+    const missing = await runCli(['purify', '--db', dbPath, '--trajectory', 'nope'], {}, 30_000);
+    expect(missing.code).not.toBe(0);
+    expect(missing.stderr).toContain('--trajectory: nope does not exist');
+  }, 120_000);
 
   it('`gym run --cleaner/--cleaner-p` map onto the built-in agent spec', () => {
     expect(agentSpec({ agent: 'builtin', maxTurns: 9 })).toEqual({ kind: 'builtin', maxTurns: 9 });

@@ -10,6 +10,7 @@ import { loadRewardsConfig } from '../rewards/config.js';
 import { createLogger } from '../util/logger.js';
 import { runDemo } from './demo.js';
 import { registerOpenClawCommand } from './openclaw.js';
+import { registerPurifyCommand } from './purify.js';
 import { registerToolsCommand } from './tools.js';
 
 function int(name: string, min = 0) {
@@ -123,6 +124,7 @@ export function buildCli(): Command {
   registerBenchCommand(program);
   registerToolsCommand(program);
   registerOpenClawCommand(program);
+  registerPurifyCommand(program);
 
   return program;
 }

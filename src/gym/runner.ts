@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { setMaxListeners } from 'node:events';
 import { appendFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { APIConnectionError, APIError } from 'openai';
@@ -236,6 +237,8 @@ async function runSample(options: GymRunOptions, task: GymTask, sample: number):
     let outcome: AgentOutcome | null = null;
     let agentError: string | null = null;
     const timeout = AbortSignal.timeout(options.sampleTimeoutMs);
+    // Every LLM call of the sample listens on it: a long episode is not a listener leak.
+    setMaxListeners(0, timeout);
     try {
       const run = {
         baseUrl: trajectory.base_url,

@@ -1,6 +1,13 @@
 /* CLEANER (arXiv 2601.15141): similarity-aware rollback of self-corrected tool errors. See docs/cleaner.md. */
 
 export {
+  derivedTrajectoryId,
+  type PurifiedEntry,
+  type PurifyStoreOptions,
+  type PurifySummary,
+  purifyStore,
+} from './derive.js';
+export {
   type OfflineRepair,
   type PurifiableStep,
   type PurifiedDerivation,

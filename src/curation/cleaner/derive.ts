@@ -1,0 +1,392 @@
+import { createHash } from 'node:crypto';
+import {
+  type JsonObject,
+  type NewStep,
+  newStep,
+  type Step,
+  type ToolResult,
+  type Trajectory,
+  ValidationError,
+} from '../../domain/index.js';
+import { retokenizeChat } from '../../engines/retokenize.js';
+import type { Store } from '../../store/store.js';
+import {
+  type ChatMessageInput,
+  type ChatTokenizer,
+  loadQwen3Tokenizer,
+  tokenizeChat,
+} from '../../text/index.js';
+import { type PurifiedDerivation, purifyTrajectory } from './purify.js';
+import { type CleanerOptions, resolveCleanerOptions } from './saar.js';
+
+/*
+ * Offline CLEANER over a store (`stepwise purify`). Each complete trajectory is purified
+ * (purify.ts) and written as a derived trajectory into a separate channel (default
+ * `<channel>-purified`), in a group of the same id, so the derived channel mirrors the original's
+ * groups: a trajectory with nothing to roll back is copied as it is (on-policy, its logprobs kept),
+ * one with repairs becomes a new trajectory whose steps are the purified conversation re-rendered
+ * with the chat template: `token_source: retokenized`, no rollout logprobs (the context is one the
+ * model never saw as a whole, so the trainer recomputes them), and `derivation.purified_offline`.
+ * Originals are never changed. Derived ids are a hash of the source id, so a second run skips what
+ * the first wrote, and a crash mid-run loses nothing but the trajectory being written (a derived
+ * trajectory is completed only after its steps are in; an open one left by a crash is finished on
+ * the next run).
+ */
+
+export interface PurifyStoreOptions {
+  /** Only this channel (default: every channel, derived ones excepted). */
+  channel?: string;
+  /** Only this trajectory. */
+  trajectoryId?: string;
+  /** Where derived trajectories go (default `<source channel>-purified`). */
+  into?: string;
+  cleaner?: CleanerOptions;
+  /** Purify and report, write nothing. */
+  dryRun?: boolean;
+  tokenizer?: ChatTokenizer;
+  clock?: () => number;
+  onProgress?: (done: number, total: number) => void;
+}
+
+export type PurifySkipReason =
+  | 'already_derived'
+  | 'no_messages'
+  | 'template_mismatch'
+  | 'probe'
+  | 'not_complete'
+  | 'derived';
+
+export interface PurifiedEntry {
+  source: string;
+  derived: string;
+  channel: string;
+  group_id: string;
+  /** `purified` (repairs made), `copied` (nothing to roll back). */
+  outcome: 'purified' | 'copied';
+  repairs: number;
+  mode: PurifiedDerivation['mode'] | null;
+  steps_before: number;
+  steps_after: number;
+}
+
+export interface PurifySummary {
+  dry_run: boolean;
+  scanned: number;
+  purified: number;
+  copied: number;
+  skipped: Partial<Record<PurifySkipReason, number>>;
+  metrics: {
+    rollbacks_triggered: number;
+    recovered: number;
+    failed: number;
+    shallow: number;
+    deep: number;
+    removed_error_types: Record<string, number>;
+    /** Failed tool results in the contexts before and after purification. */
+    tool_errors_before: number;
+    tool_errors_after: number;
+  };
+  options: ReturnType<typeof resolveCleanerOptions>;
+  /** The trajectories written (or, with dry_run, that would be), in scan order. */
+  trajectories: PurifiedEntry[];
+}
+
+/** The id of the trajectory derived from `source`: stable, so re-runs find what they wrote. */
+export function derivedTrajectoryId(source: string): string {
+  return createHash('sha256').update(`stepwise/cleaner-offline/${source}`).digest('hex').slice(0, 32);
+}
+
+const isSame = (a: readonly number[], b: readonly number[]) =>
+  a.length === b.length && a.every((x, i) => x === b[i]);
+
+function enableThinking(step: Step): boolean | undefined {
+  const kwargs = step.metadata.chat_template_kwargs;
+  if (typeof kwargs !== 'object' || kwargs === null || Array.isArray(kwargs)) return undefined;
+  const v = (kwargs as Record<string, unknown>).enable_thinking;
+  return typeof v === 'boolean' ? v : undefined;
+}
+
+/** The template reproduces what the engine saw for the first step: re-rendered ids can be trusted. */
+function templateReproduces(step: Step, tokenizer: ChatTokenizer): boolean {
+  if (!step.messages) return false;
+  const thinking = enableThinking(step);
+  const ids = tokenizeChat(
+    {
+      messages: step.messages as unknown as ChatMessageInput[],
+      tools: (step.tools as never) ?? null,
+      addGenerationPrompt: true,
+      ...(thinking !== undefined ? { enableThinking: thinking } : {}),
+    },
+    tokenizer,
+  );
+  return isSame(ids, step.promptIds);
+}
+
+/** Tool results in a conversation that the original steps flagged as failures. */
+function failedToolMessages(messages: readonly JsonObject[], flagged: ReadonlySet<string>): number {
+  return messages.filter((m) => m.role === 'tool' && flagged.has(toolKey(m))).length;
+}
+
+const toolKey = (m: JsonObject) =>
+  `${String(m.tool_call_id ?? '').replace(/[^0-9a-z]/gi, '')}\u0000${String(m.content ?? '')}`;
+
+/** The steps of a purified conversation: one per assistant message, re-rendered with the template. */
+function purifiedSteps(
+  source: Trajectory,
+  derivedId: string,
+  original: readonly Step[],
+  messages: readonly JsonObject[],
+  tokenizer: ChatTokenizer,
+): NewStep[] {
+  const first = original[0]!;
+  const tools = first.tools;
+  const thinking = enableThinking(first);
+  const results = new Map<string, ToolResult>();
+  for (const s of original)
+    for (const r of s.toolResults ?? [])
+      results.set(`${(r.tool_call_id ?? '').replace(/[^0-9a-z]/gi, '')}\u0000${r.content}`, r);
+  const version = Math.max(...original.map((s) => s.policyVersion));
+  const steps: NewStep[] = [];
+  messages.forEach((m, at) => {
+    if (m.role !== 'assistant') return;
+    const calls = Array.isArray(m.tool_calls) ? (m.tool_calls as JsonObject[]) : [];
+    const content = typeof m.content === 'string' ? m.content : '';
+    const { promptIds, responseIds } = retokenizeChat(
+      {
+        messages: messages.slice(0, at) as unknown as ChatMessageInput[],
+        tools: (tools as never) ?? null,
+        ...(thinking !== undefined ? { enableThinking: thinking } : {}),
+      },
+      {
+        promptIds: null,
+        responseIds: null,
+        logprobs: null,
+        content,
+        reasoning: typeof m.reasoning_content === 'string' ? m.reasoning_content : null,
+        toolCalls: calls as never,
+        finishReason: calls.length > 0 ? 'tool_calls' : 'stop',
+        usage: null,
+        model: null,
+        idsIncomplete: false,
+      },
+      tokenizer,
+    );
+    const answers: ToolResult[] = [];
+    for (let j = at + 1; messages[j]?.role === 'tool'; j++) {
+      const t = messages[j]!;
+      const known = results.get(toolKey(t));
+      answers.push(
+        known ?? {
+          ...(typeof t.tool_call_id === 'string' ? { tool_call_id: t.tool_call_id } : {}),
+          content: String(t.content ?? ''),
+          error: false,
+        },
+      );
+    }
+    steps.push(
+      newStep({
+        trajectoryId: derivedId,
+        groupId: source.groupId,
+        index: steps.length,
+        promptIds,
+        responseIds,
+        policyVersion: version,
+        tokenSource: 'retokenized',
+        finishReason: calls.length > 0 ? 'tool_calls' : 'stop',
+        messages: messages.slice(0, at) as JsonObject[],
+        tools,
+        responseText: content,
+        toolCalls: calls.length > 0 ? calls : null,
+        toolResults: answers.length > 0 ? answers : null,
+        metadata: { purified_offline: true },
+        engineId: first.engineId,
+      }),
+    );
+  });
+  if (steps.length > 0) steps[steps.length - 1]!.isLast = true;
+  return steps;
+}
+
+/** A trajectory's steps verbatim under the derived id (nothing rolled back). */
+function copiedSteps(derivedId: string, original: readonly Step[]): NewStep[] {
+  return original.map(({ channel: _c, createdAt: _t, ...s }) => ({ ...s, trajectoryId: derivedId }));
+}
+
+async function* candidates(store: Store, options: PurifyStoreOptions): AsyncGenerator<Trajectory> {
+  if (options.trajectoryId !== undefined) {
+    const t = await store.getTrajectory(options.trajectoryId);
+    if (!t) throw new ValidationError(`trajectory: ${options.trajectoryId} does not exist`, 'trajectory');
+    if (options.channel !== undefined && t.channel !== options.channel)
+      throw new ValidationError(
+        `trajectory: ${t.id} is in channel ${t.channel}, not ${options.channel}`,
+        'trajectory',
+      );
+    yield t;
+    return;
+  }
+  let after: string | null = null;
+  do {
+    const page = await store.scanTrajectories({
+      ...(options.channel !== undefined ? { channel: options.channel } : {}),
+      status: 'complete',
+      after,
+      limit: 200,
+    });
+    for (const t of page.items) yield t;
+    after = page.cursor;
+  } while (after !== null);
+}
+
+async function countCandidates(store: Store, options: PurifyStoreOptions): Promise<number> {
+  if (options.trajectoryId !== undefined) return 1;
+  const page = await store.listTrajectories({
+    ...(options.channel !== undefined ? { channel: options.channel } : {}),
+    status: 'complete',
+    limit: 1,
+    offset: 0,
+  });
+  return page.total;
+}
+
+/** Purifies stored trajectories into derived ones (see the module comment). */
+export async function purifyStore(store: Store, options: PurifyStoreOptions = {}): Promise<PurifySummary> {
+  const resolved = resolveCleanerOptions(options.cleaner ?? {});
+  if (options.into !== undefined && options.channel !== undefined && options.into === options.channel)
+    throw new ValidationError('into: derived trajectories go to another channel than --channel', 'into');
+  const tokenizer = options.tokenizer ?? loadQwen3Tokenizer();
+  const clock = options.clock ?? Date.now;
+  const summary: PurifySummary = {
+    dry_run: options.dryRun === true,
+    scanned: 0,
+    purified: 0,
+    copied: 0,
+    skipped: {},
+    metrics: {
+      rollbacks_triggered: 0,
+      recovered: 0,
+      failed: 0,
+      shallow: 0,
+      deep: 0,
+      removed_error_types: {},
+      tool_errors_before: 0,
+      tool_errors_after: 0,
+    },
+    options: resolved,
+    trajectories: [],
+  };
+  const skip = (reason: PurifySkipReason) => {
+    summary.skipped[reason] = (summary.skipped[reason] ?? 0) + 1;
+  };
+  const total = await countCandidates(store, options);
+  const groupSizes = new Map<string, number>();
+  for await (const source of candidates(store, options)) {
+    summary.scanned++;
+    options.onProgress?.(summary.scanned, Math.max(total, summary.scanned));
+    if (source.derivedFrom !== null) {
+      skip('derived');
+      continue;
+    }
+    if (source.probe) {
+      skip('probe');
+      continue;
+    }
+    if (source.status !== 'complete') {
+      skip('not_complete');
+      continue;
+    }
+    const into = options.into ?? `${source.channel}-purified`;
+    const derivedId = derivedTrajectoryId(source.id);
+    const existing = await store.getTrajectory(derivedId);
+    if (existing?.status === 'complete') {
+      skip('already_derived');
+      continue;
+    }
+    const original = await store.getTrajectorySteps(source.id);
+    if (original.length === 0 || original.every((s) => s.messages === null)) {
+      skip('no_messages');
+      continue;
+    }
+    const result = purifyTrajectory(original, { ...resolved });
+    const m = result.report.metrics;
+    const before = original.at(-1)!;
+    const flagged = new Set(
+      original.flatMap((s) =>
+        (s.toolResults ?? [])
+          .filter((r) => r.error)
+          .map((r) => `${(r.tool_call_id ?? '').replace(/[^0-9a-z]/gi, '')}\u0000${r.content}`),
+      ),
+    );
+    let steps: NewStep[];
+    if (result.changed) {
+      if (!templateReproduces(original[0]!, tokenizer)) {
+        skip('template_mismatch');
+        continue;
+      }
+      steps = purifiedSteps(source, derivedId, original, result.messages, tokenizer);
+    } else {
+      steps = copiedSteps(derivedId, original);
+    }
+    summary.metrics.rollbacks_triggered += m.rollbacksTriggered;
+    summary.metrics.recovered += m.recovered;
+    summary.metrics.failed += m.failed;
+    summary.metrics.shallow += m.shallow;
+    summary.metrics.deep += m.deep;
+    for (const [type, n] of Object.entries(m.removedErrorTypes))
+      summary.metrics.removed_error_types[type] = (summary.metrics.removed_error_types[type] ?? 0) + n;
+    summary.metrics.tool_errors_before += failedToolMessages(
+      (before.messages ?? []) as JsonObject[],
+      flagged,
+    );
+    summary.metrics.tool_errors_after += failedToolMessages(result.messages, flagged);
+    if (result.changed) summary.purified++;
+    else summary.copied++;
+    summary.trajectories.push({
+      source: source.id,
+      derived: derivedId,
+      channel: into,
+      group_id: source.groupId,
+      outcome: result.changed ? 'purified' : 'copied',
+      repairs: result.repairs.length,
+      mode: result.derivation?.mode ?? null,
+      steps_before: original.length,
+      steps_after: steps.length,
+    });
+    if (options.dryRun) continue;
+
+    // The derived group mirrors the source group: as many rollouts as it completed.
+    const groupKey = `${source.channel}\u0000${source.groupId}`;
+    let size = groupSizes.get(groupKey);
+    if (size === undefined) {
+      size = (await store.getGroup(source.channel, source.groupId))?.nComplete ?? 1;
+      groupSizes.set(groupKey, size);
+    }
+    const derivation: Record<string, unknown> = result.derivation
+      ? { ...result.derivation }
+      : { derived_from: source.id, purified_offline: false, unchanged: true };
+    if (!existing) {
+      await store.createTrajectory(
+        {
+          id: derivedId,
+          groupId: source.groupId,
+          channel: into,
+          nRollouts: size,
+          metadata: {
+            ...source.metadata,
+            ...(result.derivation ? { cleaner: result.derivation.cleaner } : {}),
+          },
+          taskId: source.taskId,
+          guided: source.guided,
+          guidanceK: source.guidanceK,
+          derivedFrom: source.id,
+          derivation,
+        },
+        clock(),
+      );
+    }
+    // Steps already written by a run that crashed are skipped by the store as duplicates.
+    const [outcome] = await store.submitBatch([{ channel: into, nRollouts: size, steps }], clock());
+    if (outcome && !outcome.ok) throw outcome.error;
+    await store.completeTrajectory(derivedId, { reward: source.reward, status: 'complete' }, clock());
+  }
+  return summary;
+}
