@@ -292,6 +292,44 @@ describe('stepwise gym run --guide', () => {
     });
   });
 
+  it('`stepwise guide` guides the hard groups of a finished run without running its samples again', async () => {
+    const file = join(dir, 'tasks-2.jsonl');
+    writeFileSync(file, `${[plan4, easy].map((t) => JSON.stringify(t)).join('\n')}\n`);
+    const common = [
+      '--tasks',
+      file,
+      '--out',
+      join(dir, 'out-2'),
+      '--run-id',
+      'r2',
+      '--samples',
+      '2',
+      '--sim-needs-plan',
+      '0.75',
+      '--error-rate',
+      '0',
+      '--give-up-rate',
+      '0',
+      '--unsafe-no-sandbox',
+    ];
+    const plain = await runCli(['gym', 'run', ...common], {}, 120_000);
+    expect(plain.code, plain.stderr).toBe(0);
+    expect(plain.stdout).toMatch(/samples: 4 \(0 already done\)/);
+    const guided = await runCli(['guide', ...common], {}, 120_000);
+    expect(guided.code, guided.stderr).toBe(0);
+    // The unguided samples are the first run's; adaptive probes k = 2 (fails) and k = 3 (succeeds).
+    expect(guided.stdout).toMatch(/samples: 4 \(4 already done\)/);
+    expect(guided.stderr).toMatch(/guide: plan-4 hard; k=3\/4 after 2 probes, rescued/);
+    const report = JSON.parse(readFileSync(join(dir, 'out-2', 'guide-summary.json'), 'utf8'));
+    expect(report.summary).toMatchObject({
+      groups: 2,
+      hard: 1,
+      rescued: 1,
+      probeRollouts: 4,
+      guidedRollouts: 2,
+    });
+  });
+
   it('names a strategy without its parameter', async () => {
     const result = await runCli([
       'gym',

@@ -300,6 +300,23 @@ export function registerGymCommands(program: Command): Command {
     const { summary, runId } = await runCommand(opts, print, guidedRunner(opts, print));
     console.log(`run ${runId}\n${formatSummary(summary)}`);
   });
+  // `stepwise guide`: the same run with ActGuide on (adaptive unless --guide names a strategy).
+  // Pointed at a finished run (same tasks, --out and --run-id), it resumes it, so no unguided
+  // sample runs again, and only the hard groups' probes and guided rollouts are new.
+  addGuideOptions(
+    addRunOptions(
+      program
+        .command('guide')
+        .description(
+          'ActGuide-RL on a gym run: run (or resume) the tasks, then replace every hard group (no rollout above the threshold) by rollouts guided with the first k reference actions, k chosen by probes',
+        ),
+    ),
+  ).action(async (opts: RunCommandOptions & GuideCliOptions) => {
+    const print = (line: string) => console.error(line);
+    const guided = { ...opts, guide: opts.guide ?? ('adaptive' as const) };
+    const { summary, runId } = await runCommand(guided, print, guidedRunner(guided, print));
+    console.log(`run ${runId}\n${formatSummary(summary)}`);
+  });
   gym
     .command('validate')
     .description(
