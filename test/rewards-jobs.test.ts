@@ -117,6 +117,39 @@ describe('reward jobs: workers and failures', () => {
     });
   });
 
+  it('a channel gated on the combined signal serves its group only once every rollout is scored', async () => {
+    // The judge holds its second answer back: one rollout is scored, the other not yet.
+    const judge = await judgeServer((k) => ({
+      body: '{"band": 4, "reason": "ok"}',
+      ...(k === 2 ? { delayMs: 800 } : {}),
+    }));
+    const { pool } = await start(dbPath(), {
+      functions: { exact: exactFn, judge: judgeFn(judge.url) },
+      channels: { train: { functions: ['exact', 'judge'], combination: '0.7*exact + 0.3*judge' } },
+      workers: { ...workers, concurrency: 2 },
+    });
+    await pool.configureChannel('train', { required_signals: ['reward'] });
+    const a = await addTrajectory(pool, { groupId: 'gated', nRollouts: 2, answers: ['It is 42.'] });
+    const b = await addTrajectory(pool, { groupId: 'gated', nRollouts: 2, answers: ['It is 41.'] });
+    const lease = () =>
+      pool.lease({ channel: 'train', batch_size: 1, wait_ms: 0, consumer: 'trainer', ttl_ms: 60_000 });
+    const scored = async (id: string) =>
+      (await pool.getSignals(id, { current: true })).some((s) => s.name === 'reward');
+    // One rollout scored, the other waiting on the judge: the finished group is held back.
+    await eventually(async () => (await scored(a.id)) !== (await scored(b.id)));
+    expect(await lease()).toBeNull();
+    expect((await pool.stats('train')).awaitingSignals).toBe(1);
+    const batch = (await eventually(lease))!;
+    const rewards = Object.fromEntries(
+      batch.groups[0]!.trajectories.map((t) => [t.trajectory.id, t.trajectory.reward]),
+    );
+    // Served with every reward written: never a half-scored group.
+    expect(rewards[a.id]).toBeCloseTo(0.925);
+    expect(rewards[b.id]).toBeCloseTo(0.225);
+    for (const t of batch.groups[0]!.trajectories)
+      expect(t.signals.some((s) => s.name === 'reward' && s.value === t.trajectory.reward)).toBe(true);
+  });
+
   it('retries a judge that is too slow (timeout) and succeeds when it answers in time', async () => {
     const judge = await judgeServer((i) =>
       i === 1 ? { body: '{"band": 5}', delayMs: 10_000 } : '{"band": 5}',

@@ -30,6 +30,14 @@ const fields = {
   /** An open trajectory with no activity for this long is closed as `aborted` (no session leaks). */
   idle_timeout_ms: z.number().int().min(1).nullable(),
   curation: ChannelCuration,
+  /**
+   * Trajectory-level signals every complete rollout of a group must have (e.g. `reward`, the
+   * rewards combination's signal) before the group is ready: a group is never served half-scored.
+   */
+  required_signals: z
+    .array(z.string().min(1).max(128))
+    .max(32, 'at most 32 names')
+    .refine((names) => new Set(names).size === names.length, 'names must be distinct'),
 };
 
 /** Per-channel pool policy; persisted so every process sharing the store applies the same rules. */
@@ -57,4 +65,5 @@ export const DEFAULT_CHANNEL_CONFIG: ChannelConfig = {
     duplicates: 'keep',
     min_trajectories: 1,
   },
+  required_signals: [],
 };

@@ -10,6 +10,7 @@ export const DropReason = z.enum([
   'no_complete_trajectories',
   'zero_variance',
   'too_few_after_curation',
+  'signals_missing',
 ]);
 export type DropReason = z.infer<typeof DropReason>;
 

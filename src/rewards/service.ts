@@ -492,19 +492,8 @@ export class RewardService {
       current.value === value &&
       current.version === rule.version &&
       jsonEqual((current.details as { inputs?: unknown }).inputs, inputs);
-    if (!unchanged) {
-      await this.pool.addSignals([
-        {
-          trajectoryId: t.id,
-          stepIndex: null,
-          name: rule.signal,
-          value,
-          source: rule.source,
-          version: rule.version,
-          details: { expression: rule.combination.text, inputs, job: job.id },
-        },
-      ]);
-    }
+    // The reward first: a group gated on this signal (required_signals) turns ready with it, and
+    // must not be leased with the reward still unset.
     let rewardWritten: boolean | null = null;
     let rewardNote: string | null = null;
     if (rule.writeReward && t.status === 'complete') {
@@ -520,6 +509,19 @@ export class RewardService {
           rewardNote = error.message;
         }
       }
+    }
+    if (!unchanged) {
+      await this.pool.addSignals([
+        {
+          trajectoryId: t.id,
+          stepIndex: null,
+          name: rule.signal,
+          value,
+          source: rule.source,
+          version: rule.version,
+          details: { expression: rule.combination.text, inputs, job: job.id },
+        },
+      ]);
     }
     return {
       result: {

@@ -204,6 +204,8 @@ export interface PoolStats {
   queueDepth: number;
   groups: { collecting: number; ready: number; leased: number; consumed: number; dropped: number };
   activeLeases: number;
+  /** Collecting groups whose rollouts are all in, held back until their required signals are. */
+  awaitingSignals: number;
   /** Ready groups by staleness (current policy version minus the group's oldest step version). */
   stalenessHistogram: Record<string, number>;
   lastEventSeq: number;

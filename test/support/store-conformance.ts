@@ -996,6 +996,91 @@ export function runStoreConformance(name: string, open: () => Promise<StoreHarne
       });
     });
 
+    describe('required signals', () => {
+      const signal = (trajectoryId: string, name: string, stepIndex: number | null = null) => ({
+        trajectoryId,
+        stepIndex,
+        name,
+        value: 1,
+        source: 'rule' as const,
+      });
+
+      it('holds a finished group back until every complete rollout has each required signal', async () => {
+        await store.setChannelConfig('train', { required_signals: ['reward', 'judge'] }, tick());
+        await submit(episode('a', 'g', 2), 'train', 3);
+        await submit(episode('b', 'g', 2), 'train', 3);
+        await submit([makeStep('c', 'g', 0, [1], [2])], 'train', 3);
+        await store.completeTrajectory('c', { reward: null, status: 'aborted' }, tick());
+        // Every rollout is in; none is scored.
+        expect((await store.getGroup('train', 'g'))!.state).toBe('collecting');
+        expect(await lease({ nRollouts: 3 })).toBeNull();
+        expect((await store.stats('train')).awaitingSignals).toBe(1);
+
+        // A step-level signal, a signal of another name, and one of two names for one rollout: not yet.
+        await store.addSignals([signal('a', 'reward', 0), signal('a', 'other')], tick());
+        await store.addSignals([signal('a', 'reward'), signal('a', 'judge'), signal('b', 'reward')], tick());
+        expect((await store.getGroup('train', 'g'))!.state).toBe('collecting');
+        expect(await lease({ nRollouts: 3 })).toBeNull();
+
+        // The last one: ready at once (the aborted rollout needs none), served with its signals.
+        await store.addSignals([signal('b', 'judge')], tick());
+        expect((await store.getGroup('train', 'g'))!.state).toBe('ready');
+        expect((await store.stats('train')).awaitingSignals).toBe(0);
+        const batch = await lease({ nRollouts: 3 });
+        expect(batch!.groups[0]!.group.partial).toBe(true);
+        for (const t of batch!.groups[0]!.trajectories)
+          expect(t.signals.map((x) => x.name).sort()).toEqual(
+            t.trajectory.id === 'a' ? ['judge', 'other', 'reward', 'reward'] : ['judge', 'reward'],
+          );
+      });
+
+      it('makes a group ready at completion when its signals came first; other channels are not gated', async () => {
+        await store.setChannelConfig('train', { required_signals: ['reward'] }, tick());
+        await submit([makeStep('a', 'g', 0, [1], [2])], 'train', 1);
+        await store.addSignals([signal('a', 'reward')], tick());
+        expect((await store.getGroup('train', 'g'))!.state).toBe('collecting');
+        await store.completeTrajectory('a', { reward: 1, status: 'complete' }, tick());
+        expect((await store.getGroup('train', 'g'))!.state).toBe('ready');
+        await submit(episode('v', 'h', 1), 'val', 1);
+        expect((await store.getGroup('val', 'h'))!.state).toBe('ready');
+      });
+
+      it('drops a group still missing signals at its timeout, whatever the incomplete policy', async () => {
+        await store.setChannelConfig(
+          'train',
+          { required_signals: ['reward'], group_timeout_ms: 10_000, incomplete_policy: 'serve_partial' },
+          tick(),
+        );
+        await submit(episode('a', 'g', 1), 'train', 1);
+        tick(11_000);
+        expect(await store.sweep(tick())).toMatchObject({ dropped: 1, servedPartial: 0 });
+        expect((await store.getGroup('train', 'g'))!).toMatchObject({
+          state: 'dropped',
+          dropReason: 'signals_missing',
+        });
+        expect((await store.stats('train')).dropped.signals_missing).toBe(1);
+      });
+
+      it('refuses a bad required_signals list, naming the field, and keeps the config', async () => {
+        const before = await store.getChannelConfig('train');
+        await expect(
+          store.setChannelConfig('train', { required_signals: ['a', 'a'] }, tick()),
+        ).rejects.toMatchObject({ field: expect.stringContaining('required_signals') });
+        await expect(
+          store.setChannelConfig('train', { required_signals: [''] } as never, tick()),
+        ).rejects.toMatchObject({ field: expect.stringContaining('required_signals') });
+        expect(await store.getChannelConfig('train')).toEqual(before);
+      });
+
+      it('releases held groups when the requirement is lifted', async () => {
+        await store.setChannelConfig('train', { required_signals: ['reward'] }, tick());
+        await submit(episode('a', 'g', 1), 'train', 1);
+        expect((await store.getGroup('train', 'g'))!.state).toBe('collecting');
+        await store.setChannelConfig('train', { required_signals: [] }, tick());
+        expect((await store.getGroup('train', 'g'))!.state).toBe('ready');
+      });
+    });
+
     describe('queries, events and stats', () => {
       it('lists steps and trajectories with filters and pagination', async () => {
         await fillGroups(['g1', 'g2'], 2);

@@ -10,7 +10,7 @@ import {
 } from '../../curation/pipeline.js';
 import {
   type ChannelConfig,
-  type ChannelConfigPatch,
+  ChannelConfigPatch,
   type ChannelCuration,
   ConflictError,
   currentSignals,
@@ -494,7 +494,8 @@ export class SqliteStore implements Store {
     return this.channelConfig(channel);
   }
 
-  async setChannelConfig(channel: string, patch: ChannelConfigPatch, now: number): Promise<ChannelConfig> {
+  async setChannelConfig(channel: string, raw: ChannelConfigPatch, now: number): Promise<ChannelConfig> {
+    const patch = parseOrThrow(ChannelConfigPatch, raw);
     return this.write((log) => {
       const current = this.channelConfig(channel);
       const config: ChannelConfig = {
@@ -505,6 +506,13 @@ export class SqliteStore implements Store {
       this.saveChannelConfig(channel, config, now);
       this.emit('channel_configured', channel, { config }, now);
       if (patch.n_rollouts != null) this.adoptGroupSize(channel, patch.n_rollouts, config, now, log);
+      if (patch.required_signals !== undefined) {
+        // Groups held back for signals no longer required (or already in) may be ready now.
+        const held = this.stmt(
+          "SELECT * FROM groups WHERE channel = ? AND state = 'collecting' AND expected IS NOT NULL AND n_finished >= expected",
+        ).all(channel) as GroupRow[];
+        for (const row of held) this.settleGroup(row, config, now, log);
+      }
       return config;
     });
   }
@@ -590,7 +598,23 @@ export class SqliteStore implements Store {
       this.dropGroup(row, 'no_complete_trajectories', now, log);
       return;
     }
+    // Every rollout is in; the group waits (still collecting) for its required signals.
+    if (!this.signalsIn(row, config)) return;
     this.markReady(row, row.n_complete < row.expected, config, now, log);
+  }
+
+  /** Whether every complete rollout of the group has each of the channel's required signals. */
+  private signalsIn(row: GroupRow, config: ChannelConfig): boolean {
+    const names = config.required_signals;
+    if (names.length === 0) return true;
+    const { n } = this.stmt(
+      `SELECT count(*) AS n FROM trajectories t
+       WHERE t.group_id = ? AND t.channel = ? AND t.status = 'complete'
+         AND (SELECT count(DISTINCT s.name) FROM signals s
+              WHERE s.trajectory_id = t.id AND s.step_index IS NULL
+                AND s.name IN (SELECT value FROM json_each(?))) < ?`,
+    ).get(row.id, row.channel, JSON.stringify(names), names.length) as { n: number };
+    return n === 0;
   }
 
   private markReady(row: GroupRow, partial: boolean, config: ChannelConfig, now: number, log: TxLog): void {
@@ -1309,6 +1333,12 @@ export class SqliteStore implements Store {
         "SELECT * FROM groups WHERE state = 'collecting' AND created_at < ? AND channel = ?",
       ).all(now - config.group_timeout_ms, name) as GroupRow[];
       for (const row of stale) {
+        // All rollouts in but not all their signals: never served half-scored.
+        if (row.expected !== null && row.n_finished >= row.expected && row.n_complete > 0) {
+          this.dropGroup(row, 'signals_missing', now, log);
+          dropped++;
+          continue;
+        }
         if (config.incomplete_policy === 'serve_partial' && row.n_complete > 0) {
           this.markReady(row, true, config, now, log);
           servedPartial++;
@@ -1767,14 +1797,16 @@ export class SqliteStore implements Store {
   // ---- signals --------------------------------------------------------------------------------
 
   async addSignals(signals: SignalInput[], now: number): Promise<Signal[]> {
-    return this.write(() => {
+    return this.write((log) => {
       const insert = this.stmt(
         `INSERT INTO signals (trajectory_id, step_index, name, value, source, version, details, created_at)
          VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
       );
       const stepExists = this.stmt('SELECT 1 FROM steps WHERE key = ?');
       const trajectories = new Map<string, TrajectoryRow>();
-      return signals.map((raw, i) => {
+      // Trajectory-level signal names written, by trajectory.
+      const written = new Map<string, Set<string>>();
+      const added = signals.map((raw, i) => {
         const input = parseOrThrow(SignalInput, raw, `signals.${i}`);
         let trajectory = trajectories.get(input.trajectoryId);
         if (!trajectory) {
@@ -1807,6 +1839,11 @@ export class SqliteStore implements Store {
           now,
         );
         const signal: Signal = { ...input, createdAt: now };
+        if (stepIndex === null) {
+          const names = written.get(trajectory.id) ?? new Set<string>();
+          names.add(input.name);
+          written.set(trajectory.id, names);
+        }
         this.emit(
           'signal_added',
           trajectory.channel,
@@ -1822,6 +1859,15 @@ export class SqliteStore implements Store {
         );
         return signal;
       });
+      // A group held back for its required signals may be complete now.
+      for (const t of trajectories.values()) {
+        if (t.status !== 'complete' || !written.has(t.id)) continue;
+        const config = this.channelConfig(t.channel);
+        if (!config.required_signals.some((n) => written.get(t.id)!.has(n))) continue;
+        const group = this.groupRow(t.channel, t.group_id);
+        if (group?.state === 'collecting') this.settleGroup(group, config, now, log);
+      }
+      return added;
     });
   }
 
@@ -1885,6 +1931,12 @@ export class SqliteStore implements Store {
         ? this.stmt("SELECT count(*) AS n FROM leases WHERE state = 'active'").get()
         : this.stmt("SELECT count(*) AS n FROM leases WHERE state = 'active' AND channel = ?").get(channel)
     ) as { n: number };
+    const awaiting = "state = 'collecting' AND expected IS NOT NULL AND n_finished >= expected";
+    const { n: awaitingSignals } = (
+      channel === null
+        ? this.stmt(`SELECT count(*) AS n FROM groups WHERE ${awaiting}`).get()
+        : this.stmt(`SELECT count(*) AS n FROM groups WHERE channel = ? AND ${awaiting}`).get(channel)
+    ) as { n: number };
     const policyVersion = this.policyVersionNow();
     const versionRows = (
       channel === null
@@ -1927,6 +1979,7 @@ export class SqliteStore implements Store {
       queueDepth: groups.ready,
       groups,
       activeLeases,
+      awaitingSignals,
       stalenessHistogram,
       lastEventSeq: await this.lastEventSeq(),
     };
