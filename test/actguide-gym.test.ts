@@ -86,7 +86,7 @@ describe('ActGuide on a gym run', () => {
     expect(byTask['easy-0']).toMatchObject({ hard: false, guidance: null });
     expect(byTask['stuck-0']).toMatchObject({
       hard: true,
-      reason: 'the task has no reference actions',
+      reason: 'no plan for the task: no reference actions, action log or stored rollout that solved it',
       guidance: null,
     });
     const decision = byTask['plan-4']!;
@@ -230,6 +230,56 @@ describe('ActGuide on a gym run', () => {
         expect(promptViews(step, decision.guidance!.hint, tokenizer).behaviourReproduced).toBe(true);
         expect(step.metadata.training_prompt_unavailable).toBeUndefined();
       }
+  });
+
+  it('guides a task without reference actions by an action log, or else by a stored rollout that solved it', async () => {
+    // plan-4 as a task set without its reference actions (the sim still knows how to act on it).
+    const bare = { ...plan4, referenceActions: null };
+    const logged = await runGuided({
+      ...options(),
+      tasks: [bare],
+      runId: 'run-l',
+      stateFile: join(dir, 'state-l.jsonl'),
+      guide: {
+        strategy: 'fixed_k',
+        k: 3,
+        actionLogs: new Map([['plan-4', plan4.referenceActions!]]),
+      },
+    });
+    expect(logged.guidance.decisions[0]!.guidance).toMatchObject({
+      planSource: 'action_log',
+      planFrom: null,
+      k: 3,
+      rescued: true,
+    });
+
+    // No log: the plan is read from the most recent stored rollout of plan-4 that scored above 0.
+    const stored = await runGuided({
+      ...options(),
+      tasks: [bare],
+      runId: 'run-s',
+      stateFile: join(dir, 'state-s.jsonl'),
+      guide: { strategy: 'fixed_k', k: 3 },
+    });
+    const guidance = stored.guidance.decisions[0]!.guidance!;
+    expect(guidance).toMatchObject({ planSource: 'stored', k: 3, actions: 4, rescued: true });
+    const source = await server.pool.getTrajectory(guidance.planFrom!);
+    expect(source).toMatchObject({ taskId: 'plan-4', status: 'complete', reward: 1 });
+    // The plan is that rollout's successful calls: the same 4 writes as the reference.
+    expect(guidance.hint).toBe(renderHint(plan4.referenceActions!, 3));
+    const guided = await server.pool.getTrajectory(stored.guidance.guided[0]!.trajectoryUid!);
+    expect(guided!.metadata.guidance).toMatchObject({ plan_source: 'stored', plan_from: guidance.planFrom });
+
+    // Neither: hard and left alone, and nothing is labelled.
+    const none = await runGuided({
+      ...options(),
+      tasks: [{ ...stuck }],
+      runId: 'run-n',
+      stateFile: join(dir, 'state-n.jsonl'),
+      guide: { strategy: 'fixed_k', k: 1, actionLogs: new Map([['other', plan4.referenceActions!]]) },
+    });
+    expect(none.guidance.decisions[0]).toMatchObject({ hard: true, guidance: null });
+    for (const r of none.results) expect(await server.pool.labels(r.trajectoryUid!)).toEqual([]);
   });
 
   it('resumes: a re-run decides nothing again and runs no rollout', async () => {

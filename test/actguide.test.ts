@@ -1,3 +1,6 @@
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import {
   chooseGuidanceK,
@@ -15,6 +18,7 @@ import {
 } from '../src/curation/actguide/index.js';
 import { ValidationError } from '../src/domain/errors.js';
 import { assistantTurns, type PolicyContext, referencePolicy } from '../src/engines/sim/policies.js';
+import { readActionLogs } from '../src/gym/guide.js';
 import { loadQwen3Tokenizer, tokenizeChat } from '../src/text/index.js';
 import { seededRandom } from '../src/util/random.js';
 
@@ -299,5 +303,43 @@ describe('the sim reference policy with needsPlan reads our hints', () => {
     expect(episode(0.75, hinted(2))).toEqual({ calls: 2, answer: 'I could not finish the task.' });
     expect(episode(0.75, hinted(3))).toMatchObject({ calls: 4, answer: expect.stringMatching(/^Done/) });
     expect(episode(0, task.prompt)).toMatchObject({ calls: 4 });
+  });
+});
+
+describe('--guide-actions (imported action logs)', () => {
+  const file = (text: string) => {
+    const dir = mkdtempSync(join(tmpdir(), 'stepwise-actions-'));
+    const path = join(dir, 'actions.jsonl');
+    writeFileSync(path, text);
+    return path;
+  };
+
+  it('reads one plan per task id, blank lines allowed', () => {
+    const logs = readActionLogs(
+      file(
+        `${JSON.stringify({ task_id: 't1', actions: [{ name: 'read', arguments: { path: 'a' } }] })}\n\n${JSON.stringify(
+          {
+            task_id: 't2',
+            actions: [
+              { name: 'ls', arguments: {} },
+              { name: 'write', arguments: { path: 'b', content: 'x' } },
+            ],
+          },
+        )}\n`,
+      ),
+    );
+    expect([...logs.keys()]).toEqual(['t1', 't2']);
+    expect(renderHint(logs.get('t2')!, 2)).toBe('1. ls: {}\n2. write: {"path": "b", "content": "x"}');
+  });
+
+  it('names the line and the field of a bad entry, and a missing file', () => {
+    expect(() => readActionLogs(file('{"task_id": "t1", "actions": []}\n'))).toThrow(
+      /line 1.*actions.*at least one action/,
+    );
+    expect(() => readActionLogs(file('{"task_id": "t1", "actions": [{"name": "x"}]}\n'))).toThrow(
+      /line 1.*actions\.0\.arguments/,
+    );
+    expect(() => readActionLogs(file('\n{oops\n'))).toThrow(/--guide-actions: line 2 is not JSON/);
+    expect(() => readActionLogs('/nonexistent/actions.jsonl')).toThrow(/--guide-actions: .* does not exist/);
   });
 });

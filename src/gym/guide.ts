@@ -1,6 +1,7 @@
 import { appendFileSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { type Command, InvalidArgumentError, Option } from 'commander';
+import { z } from 'zod';
 import {
   chooseGuidanceK,
   GUIDE_STRATEGIES,
@@ -10,9 +11,12 @@ import {
   type GuideStrategy,
   guidedPrompt,
   isHardGroup,
+  type PlanAction,
+  planFromSteps,
   renderHint,
 } from '../curation/actguide/index.js';
-import { parseOrThrow } from '../domain/errors.js';
+import { parseOrThrow, ValidationError } from '../domain/errors.js';
+import type { StepOut } from '../domain/step.js';
 import { type GymRunOptions, type GymSummary, runGym, type SampleResult } from './runner.js';
 import type { GymTask } from './tasks/schema.js';
 
@@ -30,7 +34,14 @@ import type { GymTask } from './tasks/schema.js';
 
 export const REPLACED_TAG = 'actguide-replaced';
 
+/** Where a guided task's plan came from, in the order they are tried. */
+export type PlanSource = 'reference' | 'action_log' | 'stored';
+
 export interface GuideOptions extends GuidanceConfigInput {
+  /** Imported action logs: a plan per task id, for tasks without reference actions. */
+  actionLogs?: ReadonlyMap<string, readonly PlanAction[]>;
+  /** Look for a stored rollout that solved the task when neither gives a plan (default true). */
+  storedPlans?: boolean;
   /** Channel of the probe rollouts (default `<channel>-probe`). */
   probeChannel?: string;
   /** A key with the admin scope, for labelling replaced rollouts (default: the run's apiKey). */
@@ -49,6 +60,9 @@ export interface GuidanceRecord {
   k: number;
   strategy: GuideStrategy;
   hint: string;
+  planSource: PlanSource;
+  /** With `stored`: the trajectory whose successful calls are the plan. */
+  planFrom: string | null;
   /** Length of the plan the hint was cut from. */
   actions: number;
   probes: GuidanceProbe[];
@@ -180,11 +194,24 @@ export async function runGuided(options: GuidedRunOptions): Promise<GuidedRunRes
   const channel = options.channel ?? 'train';
   const probeChannel = guide.probeChannel ?? `${channel}-probe`;
   // One pass of a task with a hint of k actions: probe rollouts, or the guided group itself.
-  const pass = async (task: GymTask, groupId: string, k: number, phase: 'probe' | 'guided') => {
-    const actions = task.referenceActions ?? [];
+  const pass = async (
+    task: GymTask,
+    groupId: string,
+    plan: ResolvedPlan,
+    k: number,
+    phase: 'probe' | 'guided',
+  ) => {
+    const actions = plan.actions;
     const hint = renderHint(actions, k);
     const samples = phase === 'probe' ? config.probeRollouts : options.samples;
-    const guidance = { k, strategy: config.strategy, hint, actions: actions.length };
+    const guidance = {
+      k,
+      strategy: config.strategy,
+      hint,
+      actions: actions.length,
+      plan_source: plan.source,
+      ...(plan.from ? { plan_from: plan.from } : {}),
+    };
     const { results } = await runGym({
       ...gymOptions,
       tasks: [{ ...task, prompt: guidedPrompt(task.prompt, hint) }],
@@ -220,9 +247,12 @@ export async function runGuided(options: GuidedRunOptions): Promise<GuidedRunRes
       const rewards = scores(results);
       const hard = isHardGroup(rewards, config.threshold);
       const replaced = results.flatMap((r) => (r.trajectoryUid ? [r.trajectoryUid] : []));
-      const willGuide = hard && (task.referenceActions?.length ?? 0) > 0;
-      return { task, groupId, rewards, hard, replaced: willGuide ? replaced : [] };
+      return { task, groupId, rewards, hard, replaced };
     });
+  // Plans are found before anything is labelled: only a group that will be guided is replaced.
+  const plans = new Map<string, ResolvedPlan | null>();
+  for (const t of todo) if (t.hard) plans.set(t.task.id, await planFor(t.task, options, config.threshold));
+  for (const t of todo) if (!plans.get(t.task.id)) t.replaced = [];
   if (options.signal?.aborted) return { ...unguided, guidance: guidanceSoFar(decided, options.tasks) };
   // Every group to be replaced is labelled before any probe runs: the shorter the window in which a
   // trainer can lease a hard group, the better.
@@ -236,16 +266,21 @@ export async function runGuided(options: GuidedRunOptions): Promise<GuidedRunRes
   const decide = async ({ task, groupId, rewards, hard, replaced }: (typeof todo)[number]) => {
     const base = { taskId: task.id, groupId, rewards, hard };
     if (!hard) return { ...base, reason: null, guidance: null } satisfies GuideDecision;
-    const actions = task.referenceActions ?? [];
-    if (actions.length === 0)
-      return { ...base, reason: 'the task has no reference actions', guidance: null } satisfies GuideDecision;
+    const plan = plans.get(task.id) ?? null;
+    if (plan === null)
+      return {
+        ...base,
+        reason: 'no plan for the task: no reference actions, action log or stored rollout that solved it',
+        guidance: null,
+      } satisfies GuideDecision;
+    const actions = plan.actions;
     const guidedGroup = `${groupId}.guided`;
     const choice = await chooseGuidanceK(
       actions,
-      async (k) => scores(await pass(task, groupId, k, 'probe')),
+      async (k) => scores(await pass(task, groupId, plan, k, 'probe')),
       config,
     );
-    const guidedRewards = scores(await pass(task, groupId, choice.k, 'guided'));
+    const guidedRewards = scores(await pass(task, groupId, plan, choice.k, 'guided'));
     const decision: GuideDecision = {
       ...base,
       reason: null,
@@ -253,6 +288,8 @@ export async function runGuided(options: GuidedRunOptions): Promise<GuidedRunRes
         k: choice.k,
         strategy: choice.strategy,
         hint: renderHint(actions, choice.k),
+        planSource: plan.source,
+        planFrom: plan.from,
         actions: actions.length,
         probes: choice.probes,
         groupId: guidedGroup,
@@ -296,14 +333,110 @@ function guidanceSoFar(decisions: ReadonlyMap<string, GuideDecision>, tasks: rea
 
 /** The scheduler's fields of the guide options (the rest are this module's). */
 function stripHooks(guide: GuideOptions): GuidanceConfigInput {
-  const { probeChannel, adminApiKey, stateDir, onDecision, onSample, ...config } = guide;
+  const { probeChannel, adminApiKey, stateDir, onDecision, onSample, actionLogs, storedPlans, ...config } =
+    guide;
   return config;
 }
+
+interface ResolvedPlan {
+  actions: readonly PlanAction[];
+  source: PlanSource;
+  from: string | null;
+}
+
+/**
+ * The plan a hard task is guided with: its reference actions, else an imported action log, else the
+ * successful calls of a stored rollout that solved it (the most recent complete one scoring above the
+ * threshold, read through the pool API with the guide's key); null when none has a plan.
+ */
+async function planFor(
+  task: GymTask,
+  options: GuidedRunOptions,
+  threshold: number,
+): Promise<ResolvedPlan | null> {
+  if (task.referenceActions && task.referenceActions.length > 0)
+    return { actions: task.referenceActions, source: 'reference', from: null };
+  const logged = options.guide.actionLogs?.get(task.id);
+  if (logged && logged.length > 0) return { actions: logged, source: 'action_log', from: null };
+  if (options.guide.storedPlans === false) return null;
+  const key = options.guide.adminApiKey ?? options.apiKey;
+  const base = options.gatewayUrl.replace(/\/+$/, '');
+  const get = async (path: string) => {
+    const res = await fetch(`${base}${path}`, {
+      headers: key ? { authorization: `Bearer ${key}` } : {},
+    });
+    if (!res.ok) {
+      const scope =
+        res.status === 401 || res.status === 403 ? ' (reading stored rollouts needs the trainer scope)' : '';
+      throw new Error(`looking up a plan for ${task.id}: ${path} answered ${res.status}${scope}`);
+    }
+    return res.json();
+  };
+  const query = new URLSearchParams({
+    task_id: task.id,
+    status: 'complete',
+    reward_min: String(threshold),
+    limit: '50',
+    offset: '0',
+  });
+  const page = (await get(`/v1/trajectories?${query}`)) as {
+    items: { trajectory_uid: string; reward: number | null; probe: boolean; created_at: number }[];
+  };
+  const solved = page.items
+    .filter((t) => t.reward !== null && t.reward > threshold && !t.probe)
+    .sort((a, b) => b.created_at - a.created_at);
+  for (const t of solved) {
+    const full = (await get(`/v1/trajectories/${encodeURIComponent(t.trajectory_uid)}`)) as {
+      steps: StepOut[];
+    };
+    const actions = planFromSteps(
+      full.steps.map((s) => ({
+        index: s.step_index,
+        toolCalls: s.tool_calls as never,
+        toolResults: s.tool_results,
+      })),
+    );
+    if (actions.length > 0) return { actions, source: 'stored', from: t.trajectory_uid };
+  }
+  return null;
+}
+
+/** Reads `--guide-actions FILE`: JSONL, one `{"task_id", "actions": [{"name", "arguments"}]}` a line. */
+export function readActionLogs(path: string): Map<string, PlanAction[]> {
+  if (!existsSync(path))
+    throw new ValidationError(`--guide-actions: ${path} does not exist`, 'guide_actions');
+  const logs = new Map<string, PlanAction[]>();
+  readFileSync(path, 'utf8')
+    .split('\n')
+    .forEach((line, i) => {
+      if (line.trim() === '') return;
+      let value: unknown;
+      try {
+        value = JSON.parse(line);
+      } catch (error) {
+        throw new ValidationError(
+          `--guide-actions: line ${i + 1} is not JSON (${(error as Error).message})`,
+          'guide_actions',
+        );
+      }
+      const entry = parseOrThrow(ActionLogLine, value, `--guide-actions line ${i + 1}`);
+      logs.set(entry.task_id, entry.actions as PlanAction[]);
+    });
+  return logs;
+}
+
+const ActionLogLine = z.strictObject({
+  task_id: z.string().min(1),
+  actions: z
+    .array(z.strictObject({ name: z.string().min(1), arguments: z.record(z.string(), z.unknown()) }))
+    .min(1, 'must hold at least one action'),
+});
 
 // ---- CLI ----------------------------------------------------------------------------------------
 
 export interface GuideCliOptions {
   guide?: GuideStrategy | true;
+  guideActions?: string;
   guideK?: number;
   guideRatio?: number;
   probeRollouts?: number;
@@ -359,6 +492,10 @@ export function addGuideOptions(command: Command): Command {
       },
     )
     .option(
+      '--guide-actions <file>',
+      'action logs for tasks without reference actions: JSONL of {"task_id", "actions": [{"name", "arguments"}]}',
+    )
+    .option(
       '--guide-api-key <key>',
       'key with the admin scope for labelling replaced groups (default --api-key)',
       process.env.STEPWISE_ADMIN_API_KEY,
@@ -386,6 +523,7 @@ export function guidedRunner(
     ...(opts.probeRollouts !== undefined ? { probeRollouts: opts.probeRollouts } : {}),
     ...(opts.maxProbeSteps !== undefined ? { maxProbeSteps: opts.maxProbeSteps } : {}),
     ...(opts.guideApiKey !== undefined ? { adminApiKey: opts.guideApiKey } : {}),
+    ...(opts.guideActions !== undefined ? { actionLogs: readActionLogs(opts.guideActions) } : {}),
     onDecision: (d) => {
       if (d.guidance)
         print(

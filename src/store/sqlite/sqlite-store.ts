@@ -665,7 +665,8 @@ export class SqliteStore implements Store {
       id: input.id,
       channel: input.channel,
       group_id: input.groupId,
-      task_id: input.taskId ?? null,
+      // Gym runs name the task in the metadata; the column makes it a filter.
+      task_id: input.taskId ?? (typeof input.metadata.task_id === 'string' ? input.metadata.task_id : null),
       status: 'open',
       reward: null,
       metadata: JSON.stringify(input.metadata),
