@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { NewStep } from '../src/domain/index.js';
 import { startServer } from '../src/gateway/server.js';
+import { batchToJson } from '../src/serving/json-batch.js';
 import { openSqliteStore } from '../src/store/sqlite/sqlite-store.js';
 import type { Store } from '../src/store/store.js';
 import { episode } from './support/steps.js';
@@ -93,7 +94,7 @@ describe('curation at lease time', () => {
     const [trunc, label] = batch.groups;
     expect(trunc!.trajectories.map((t) => t.trajectory.id)).toEqual(['train-g-trunc-r0', 'train-g-trunc-r1']);
     expect(trunc!.excluded).toEqual([
-      { trajectoryId: 'train-g-trunc-r2', reason: 'truncated', detail: { step: 1 } },
+      { trajectoryId: 'train-g-trunc-r2', reason: 'truncated', reward: 1, detail: { step: 1 } },
     ]);
     // The human label still holds: the untrainable step is not served.
     const r0 = label!.trajectories.find((t) => t.trajectory.id === 'train-g-label-r0')!;
@@ -119,6 +120,24 @@ describe('curation at lease time', () => {
     expect(stats.excluded).toEqual({ truncated: 1 });
     expect(stats.groups).toMatchObject({ dropped: 2, leased: 2 });
     expect(batch.lease.groupIds.sort()).toEqual(['g-label', 'g-trunc']);
+
+    // Metrics over kept and dropped data: the all-solved group curation dropped still counts.
+    // Kept: trunc r0, r1 (1, 0) and label r0-r2 (0, 1, 0); dropped: trunc r2 (1) and flat (1, 1, 1).
+    expect(batch.dropped).toEqual([{ groupId: 'g-flat', reason: 'zero_variance', rewards: [1, 1, 1] }]);
+    const wire = batchToJson(batch).curation;
+    expect(wire.dropped_groups).toEqual([
+      { group_id: 'g-flat', reason: 'zero_variance', rewards: [1, 1, 1] },
+    ]);
+    expect(wire.metrics.kept).toEqual({ trajectories: 5, mean_reward: 2 / 5 });
+    expect(wire.metrics.dropped).toEqual({ trajectories: 4, mean_reward: 1 });
+    expect(wire.metrics.all.trajectories).toBe(9);
+    expect(wire.metrics.all.mean_reward).toBeCloseTo(6 / 9, 12);
+    expect(stats.curation.kept).toEqual({ groups: 2, trajectories: 5, meanReward: 2 / 5 });
+    expect(stats.curation.dropped).toEqual({ groups: 1, trajectories: 4, meanReward: 1 });
+    expect(stats.curation.all.groups).toBe(3);
+    expect(stats.curation.all.meanReward).toBeCloseTo(6 / 9, 12);
+    // A channel without curation tallies nothing.
+    expect((await store.stats('raw')).curation.all).toEqual({ groups: 0, trajectories: 0, meanReward: null });
   });
 
   it('a group the filters leave too small is dropped, not served short', async () => {

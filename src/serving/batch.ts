@@ -3,7 +3,7 @@ import { LeaseRequest, ValidationError } from '../domain/index.js';
 import type { LeasedBatch } from '../store/store.js';
 import { ADVANTAGE_ESTIMATORS } from './advantages.js';
 import { batchToArrow } from './arrow-batch.js';
-import { batchToJson } from './json-batch.js';
+import { batchCuration, batchToJson } from './json-batch.js';
 import { npzParts } from './npz.js';
 import { batchToPadded } from './padded-batch.js';
 
@@ -43,7 +43,16 @@ export interface RenderedBatch {
 
 /** Lays a leased batch out in the requested format. Throws OverlongError under `overlong: reject`. */
 export async function renderBatch(batch: LeasedBatch, request: BatchRequest): Promise<RenderedBatch> {
-  const lease = { 'x-lease-id': batch.lease.id, 'x-lease-expires-at': String(batch.lease.expiresAt) };
+  const lease: Record<string, string> = {
+    'x-lease-id': batch.lease.id,
+    'x-lease-expires-at': String(batch.lease.expiresAt),
+  };
+  if (request.format !== 'json') {
+    // The binary formats carry curation's metrics in a header (the JSON body has the whole record);
+    // the dropped groups are counted, not listed, to keep the header small.
+    const { dropped_groups, metrics } = batchCuration(batch);
+    lease['x-stepwise-curation'] = JSON.stringify({ dropped_groups: dropped_groups.length, metrics });
+  }
   const steps = batch.groups.reduce((n, g) => n + g.trajectories.reduce((m, t) => m + t.steps.length, 0), 0);
   if (request.format === 'json') {
     const json = batchToJson(batch, { advantage: request.advantage, pack: request.pack });

@@ -16,6 +16,7 @@ export interface BatchJson {
   consumer: string;
   channel: string;
   policy_version: number;
+  curation: BatchCurationWire;
   groups: {
     group_id: string;
     expected: number | null;
@@ -23,7 +24,12 @@ export interface BatchJson {
     stale: boolean;
     staleness: number;
     /** Trajectories of the group that the channel's curation did not serve, with why. */
-    excluded: { trajectory_uid: string; reason: string; detail?: Record<string, unknown> }[];
+    excluded: {
+      trajectory_uid: string;
+      reason: string;
+      reward: number | null;
+      detail?: Record<string, unknown>;
+    }[];
     trajectories: {
       trajectory_uid: string;
       reward: number | null;
@@ -49,9 +55,40 @@ export interface BatchJson {
   }[];
 }
 
+export interface BatchCurationWire {
+  /** Groups curation dropped while this lease was filled (their places were refilled). */
+  dropped_groups: { group_id: string; reason: string; rewards: (number | null)[] }[];
+  /** Reward metrics of this batch over what was served, what curation left out, and both. */
+  metrics: Record<'kept' | 'dropped' | 'all', { trajectories: number; mean_reward: number | null }>;
+}
+
 export interface JsonBatchOptions {
   advantage?: AdvantageEstimator;
   pack?: 'prefix_tree';
+}
+
+/** What curation did while this batch was leased, with reward metrics over kept and dropped data. */
+export function batchCuration(batch: LeasedBatch): BatchCurationWire {
+  const kept = batch.groups.flatMap((g) => g.trajectories.map((t) => t.trajectory.reward));
+  const dropped = [
+    ...batch.groups.flatMap((g) => (g.excluded ?? []).map((e) => e.reward)),
+    ...(batch.dropped ?? []).flatMap((d) => d.rewards),
+  ];
+  const tally = (rewards: readonly (number | null)[]) => {
+    const known = rewards.filter((r): r is number => r !== null);
+    return {
+      trajectories: rewards.length,
+      mean_reward: known.length === 0 ? null : known.reduce((a, b) => a + b, 0) / known.length,
+    };
+  };
+  return {
+    dropped_groups: (batch.dropped ?? []).map((d) => ({
+      group_id: d.groupId,
+      reason: d.reason,
+      rewards: d.rewards,
+    })),
+    metrics: { kept: tally(kept), dropped: tally(dropped), all: tally([...kept, ...dropped]) },
+  };
 }
 
 function labelOut(label: CurrentLabel | undefined): StepLabelOut | null {
@@ -70,6 +107,7 @@ export function batchToJson(batch: LeasedBatch, options: JsonBatchOptions = {}):
     consumer: batch.lease.consumer,
     channel: batch.lease.channel,
     policy_version: batch.policyVersion,
+    curation: batchCuration(batch),
     groups: batch.groups.map((g) => {
       const advantages = options.advantage
         ? groupAdvantages(
@@ -86,6 +124,7 @@ export function batchToJson(batch: LeasedBatch, options: JsonBatchOptions = {}):
         excluded: (g.excluded ?? []).map((e) => ({
           trajectory_uid: e.trajectoryId,
           reason: e.reason,
+          reward: e.reward,
           ...(e.detail ? { detail: e.detail } : {}),
         })),
         trajectories: g.trajectories.map((t, i) => {

@@ -106,13 +106,35 @@ export interface ServedGroup {
   stale: boolean;
   trajectories: ServedTrajectory[];
   /** Trajectories the channel's curation left out of this group, with the reason (absent: none). */
-  excluded?: { trajectoryId: string; reason: ExclusionReason; detail?: Record<string, unknown> }[];
+  excluded?: {
+    trajectoryId: string;
+    reason: ExclusionReason;
+    reward: number | null;
+    detail?: Record<string, unknown>;
+  }[];
+}
+
+/** A ready group the channel's curation dropped while this lease was filled (its place was refilled). */
+export interface CurationDrop {
+  groupId: string;
+  reason: DropReason;
+  /** Rewards of its complete rollouts, for metrics over kept and dropped data alike. */
+  rewards: (number | null)[];
 }
 
 export interface LeasedBatch {
   lease: Lease;
   policyVersion: number;
   groups: ServedGroup[];
+  /** Groups curation dropped while filling this lease (absent: none). */
+  dropped?: CurationDrop[];
+}
+
+/** Reward metrics over a set of trajectories (mean over those with a reward; null when none has). */
+export interface RewardTally {
+  groups: number;
+  trajectories: number;
+  meanReward: number | null;
 }
 
 export interface SignalQuery {
@@ -204,6 +226,12 @@ export interface PoolStats {
   queueDepth: number;
   groups: { collecting: number; ready: number; leased: number; consumed: number; dropped: number };
   activeLeases: number;
+  /**
+   * What curation did with the groups it saw, for metrics that do not only see what was kept
+   * (dropping zero-variance groups hides exactly the all-solved and all-failed ones): trajectories
+   * served, trajectories dropped (excluded ones and the members of dropped groups), and both.
+   */
+  curation: { kept: RewardTally; dropped: RewardTally; all: RewardTally };
   /** Collecting groups whose rollouts are all in, held back until their required signals are. */
   awaitingSignals: number;
   /** Ready groups by staleness (current policy version minus the group's oldest step version). */

@@ -52,6 +52,7 @@ import type {
   CallFailure,
   CompleteInput,
   CreateTrajectoryInput,
+  CurationDrop,
   CurrentLabel,
   EventQuery,
   GroupSweepResult,
@@ -60,6 +61,7 @@ import type {
   LeaseParams,
   Page,
   PoolStats,
+  RewardTally,
   ScanPage,
   ServedGroup,
   ServedTrajectory,
@@ -81,6 +83,8 @@ interface Curated {
   members: TrajectoryRow[];
   excluded: CurationDecision['excluded'];
   steps: Map<string, Step[]>;
+  /** Rewards of the group's rollouts, excluded ones included. */
+  rewards: Map<string, number | null>;
 }
 
 export interface SqliteStoreOptions {
@@ -190,6 +194,20 @@ interface Schema {
 }
 
 /** Counters and events gathered during one transaction, written before it commits. */
+/** stats().curation from the curation counters. */
+function curationTallies(get: (name: string) => number): PoolStats['curation'] {
+  const tally = (kinds: readonly ('kept' | 'dropped')[]): RewardTally => {
+    const sum = (what: string) => kinds.reduce((n, k) => n + get(`curation_${k}_${what}`), 0);
+    const rewarded = sum('rewarded');
+    return {
+      groups: sum('groups'),
+      trajectories: sum('trajectories'),
+      meanReward: rewarded === 0 ? null : sum('reward_sum') / rewarded,
+    };
+  };
+  return { kept: tally(['kept']), dropped: tally(['dropped']), all: tally(['kept', 'dropped']) };
+}
+
 class TxLog {
   readonly counters = new Map<string, number>();
   readonly tails = new Map<string, StepTail>();
@@ -1458,6 +1476,7 @@ export class SqliteStore implements Store {
       const page = this.stmt(
         "SELECT * FROM groups WHERE channel = ? AND state = 'ready' AND ready_seq > ? ORDER BY ready_seq LIMIT ?",
       );
+      const drops: CurationDrop[] = [];
       let after = 0;
       while (chosen.length < params.batchSize) {
         const rows = page.all(params.channel, after, params.batchSize * 2 + 16) as GroupRow[];
@@ -1473,7 +1492,7 @@ export class SqliteStore implements Store {
           }
           let curated: Curated | null = null;
           if (!isNoop(config.curation)) {
-            curated = this.curate(row, config.curation, now, log);
+            curated = this.curate(row, config.curation, now, log, drops);
             if (curated === null) continue; // dropped: the next ready group takes its place
           }
           chosen.push({ row, staleness, stale, curated });
@@ -1531,7 +1550,7 @@ export class SqliteStore implements Store {
         },
         now,
       );
-      return { lease: toLease(lease), policyVersion, picks };
+      return { lease: toLease(lease), policyVersion, picks, drops };
     });
     if (!leased) return null;
     // The groups are ours now: decode their steps after the commit, without holding the write lock.
@@ -1548,12 +1567,18 @@ export class SqliteStore implements Store {
             excluded: curated.excluded.map(({ id, reason, detail }) => ({
               trajectoryId: id,
               reason,
+              reward: curated.rewards.get(id) ?? null,
               ...(detail ? { detail } : {}),
             })),
           }
         : {}),
     }));
-    return { lease: leased.lease, policyVersion: leased.policyVersion, groups };
+    return {
+      lease: leased.lease,
+      policyVersion: leased.policyVersion,
+      groups,
+      ...(leased.drops.length > 0 ? { dropped: leased.drops } : {}),
+    };
   }
 
   /**
@@ -1561,13 +1586,35 @@ export class SqliteStore implements Store {
    * recorded (event + counter) and a group the filters empty or flatten is dropped with its reason
    * (null). Steps decoded for the filters are kept for serving.
    */
-  private curate(row: GroupRow, curation: ChannelCuration, now: number, log: TxLog): Curated | null {
+  private curate(
+    row: GroupRow,
+    curation: ChannelCuration,
+    now: number,
+    log: TxLog,
+    drops: CurationDrop[],
+  ): Curated | null {
     const members = this.groupMembers(row);
     const steps = new Map<string, Step[]>();
     if (needsSteps(curation)) for (const m of members) steps.set(m.id, this.decodeRange(m.seq));
     const decision = curateGroup(
       members.map((m) => ({ id: m.id, reward: m.reward, steps: steps.get(m.id) })),
       curation,
+    );
+    // Reward tallies over kept and dropped trajectories alike (stats().curation).
+    const tally = (kind: 'kept' | 'dropped', rows: readonly TrajectoryRow[]) => {
+      const rewarded = rows.filter((m) => m.reward !== null);
+      log.count(row.channel, `curation_${kind}_trajectories`, rows.length);
+      log.count(row.channel, `curation_${kind}_rewarded`, rewarded.length);
+      log.count(
+        row.channel,
+        `curation_${kind}_reward_sum`,
+        rewarded.reduce((sum, m) => sum + m.reward!, 0),
+      );
+    };
+    const excludedIds = new Set(decision.excluded.map((e) => e.id));
+    tally(
+      'dropped',
+      members.filter((m) => excludedIds.has(m.id)),
     );
     for (const { id, reason, detail } of decision.excluded) {
       log.count(row.channel, `excluded_${reason}`);
@@ -1578,12 +1625,23 @@ export class SqliteStore implements Store {
         now,
       );
     }
+    const kept = members.filter((m) => !excludedIds.has(m.id));
     if (decision.drop) {
       this.dropGroup(row, decision.drop, now, log);
+      tally('dropped', kept);
+      log.count(row.channel, 'curation_dropped_groups');
+      drops.push({ groupId: row.id, reason: decision.drop, rewards: members.map((m) => m.reward) });
       return null;
     }
+    tally('kept', kept);
+    log.count(row.channel, 'curation_kept_groups');
     const keep = new Set(decision.keep);
-    return { members: members.filter((m) => keep.has(m.id)), excluded: decision.excluded, steps };
+    return {
+      members: members.filter((m) => keep.has(m.id)),
+      excluded: decision.excluded,
+      steps,
+      rewards: new Map(members.map((m) => [m.id, m.reward])),
+    };
   }
 
   /** The rollouts a group is served with: those that completed while it collected. */
@@ -1981,6 +2039,7 @@ export class SqliteStore implements Store {
       groups,
       activeLeases,
       awaitingSignals,
+      curation: curationTallies(get),
       stalenessHistogram,
       lastEventSeq: await this.lastEventSeq(),
     };
