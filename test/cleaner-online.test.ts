@@ -18,7 +18,8 @@ import { runCli } from './support/server-process.js';
  * CLEANER online: the built-in agent with rollback on, through a real Stepwise server whose sim
  * follows each task's reference actions with a wrong call injected before every right one
  * (`errorRate: 1`). Every wrong call fails in the real sandboxed tools, the agent regenerates, and the
- * history it sends afterwards no longer holds the failure. What CLEANER did lands in the
+ * history it sends afterwards no longer holds the failure; the sim finds its place in that history by
+ * the calls it holds, so it goes on without repeating the corrected call. What CLEANER did lands in the
  * trajectory's metadata; the expected similarities and modes are computed here from the captured
  * calls, with the canonical text spelled out independently of the implementation.
  */
@@ -204,6 +205,15 @@ describe.skipIf(!sandboxReady)('CLEANER online in the built-in agent', () => {
     const names = last.flatMap((m) => m.tool_calls ?? []).map((c) => c.function.name);
     expect(names.filter((n) => !['read', 'write', 'edit', 'exec', 'ls'].includes(n))).toEqual([]);
     expect(JSON.stringify(last)).not.toContain('_wrong');
+
+    // The sim follows the purified history: one LLM call per action, one per injected error (its
+    // regeneration is the action's call) and the answer; no corrected call is made twice.
+    expect(steps).toHaveLength(ACTIONS + ACTIONS + 1);
+    expect(steps.at(-1)!.toolCalls ?? []).toEqual([]);
+    const kept = last
+      .flatMap((m) => m.tool_calls ?? [])
+      .map((c) => ({ name: c.function.name, arguments: JSON.parse(c.function.arguments) }));
+    expect(kept).toEqual(tasks.find((t) => t.id === r.taskId)!.referenceActions);
     return expected.map((e) => e.mode);
   }
 
@@ -237,6 +247,8 @@ describe.skipIf(!sandboxReady)('CLEANER online in the built-in agent', () => {
       });
       const steps = await server.pool.getTrajectorySteps(r.trajectoryUid!);
       expect(messagesOf(steps.at(-1)!).filter(isErrorText)).toHaveLength(ACTIONS);
+      // The same LLM calls as with rollback: each wrong call, its correction, then the answer.
+      expect(steps).toHaveLength(ACTIONS + ACTIONS + 1);
     }
   });
 

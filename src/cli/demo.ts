@@ -541,9 +541,6 @@ async function demoCleaner(c: SectionContext & { errorRate: number }): Promise<C
       say(
         `          stored as trajectories ${example.plainTrajectory} (channel cleaner-off) and ${example.cleanerTrajectory} (cleaner-on)`,
       );
-      say(
-        '          (the sim finds its next scripted action by counting assistant turns, so after a repair it repeats the corrected call once: docs/cleaner.md, "What is left")',
-      );
     }
     return {
       errorRate: c.errorRate,

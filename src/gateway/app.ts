@@ -4,6 +4,7 @@ import { HTTPException } from 'hono/http-exception';
 import { streamSSE } from 'hono/streaming';
 import type { Logger } from 'pino';
 import { z } from 'zod';
+import { mountDashboard } from '../dashboard/index.js';
 import {
   ChannelConfigPatch,
   ChannelName,
@@ -365,6 +366,7 @@ export function createApp(options: AppOptions): Hono<Env> {
     return c.json({ channel: name, config: await pool.configureChannel(name, patch) });
   });
 
+  mountDashboard(app, { pool, gateway: options.gateway, apiKeys: options.apiKeys ?? [] });
   if (options.gateway) mountGatewayRoutes(app, options.gateway, gatewayRoutes);
 
   return app;

@@ -1,5 +1,6 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { MiddlewareHandler } from 'hono';
+import { getCookie } from 'hono/cookie';
 import { AuthError, ValidationError } from '../domain/index.js';
 
 export const SCOPES = ['agent', 'trainer', 'admin'] as const;
@@ -55,17 +56,43 @@ function presentedKey(header: string | undefined, alt: string | undefined): stri
   return alt?.trim() || null;
 }
 
-/** Identifies the caller; with no keys configured (loopback only) every caller is trusted. */
+/** The cookie the dashboard's sign-in sets (HttpOnly, SameSite=Strict): a browser's API key. */
+export const KEY_COOKIE = 'stepwise_key';
+
+/** The configured key matching `key`, if any. */
+export function findKey(keys: readonly ApiKey[], key: string): ApiKey | null {
+  const d = digest(key);
+  return keys.find((k) => timingSafeEqual(k.digest, d)) ?? null;
+}
+
+/** Dashboard paths a browser reaches before signing in. */
+const isPublicDashboardPath = (path: string) =>
+  path === '/dashboard/login' || path.startsWith('/dashboard/assets/');
+
+/**
+ * Identifies the caller; with no keys configured (loopback only) every caller is trusted. A key
+ * comes as `Authorization: Bearer`, `X-Api-Key`, or the dashboard's cookie; a browser without one is
+ * sent to the dashboard's sign-in page.
+ */
 export function authenticate(keys: readonly ApiKey[]): MiddlewareHandler<{ Variables: AuthVariables }> {
   return async (c, next) => {
     if (keys.length === 0) {
       c.set('apiKey', null);
       return next();
     }
-    const key = presentedKey(c.req.header('authorization'), c.req.header('x-api-key'));
+    const key =
+      presentedKey(c.req.header('authorization'), c.req.header('x-api-key')) ??
+      getCookie(c, KEY_COOKIE) ??
+      null;
+    const dashboard = c.req.path === '/dashboard' || c.req.path.startsWith('/dashboard/');
+    if (dashboard && isPublicDashboardPath(c.req.path)) {
+      c.set('apiKey', key ? findKey(keys, key) : null);
+      return next();
+    }
+    const match = key ? findKey(keys, key) : null;
+    if (!match && dashboard)
+      return c.redirect(`/dashboard/login?next=${encodeURIComponent(c.req.path)}`, 303);
     if (!key) throw new AuthError('missing API key (Authorization: Bearer <key>)', 401);
-    const d = digest(key);
-    const match = keys.find((k) => timingSafeEqual(k.digest, d));
     if (!match) throw new AuthError('invalid API key', 401);
     c.set('apiKey', match);
     return next();

@@ -130,6 +130,31 @@ export interface LeasedBatch {
   dropped?: CurationDrop[];
 }
 
+/** What the dashboard's overview shows beyond stats(): how rewards and group outcomes are spread. */
+export interface DashboardSummary {
+  /** Complete trajectories with a reward, binned over [min, max] (equal-width bins). */
+  rewards: { min: number | null; max: number | null; bins: { from: number; to: number; count: number }[] };
+  /** Settled groups (ready, leased, consumed) by outcome: every reward <= 0, every reward >= 1, or mixed. */
+  outcomes: { allZero: number; allOne: number; mixed: number; unscored: number };
+}
+
+export interface LeaseQuery {
+  channel?: string;
+  limit: number;
+  offset: number;
+}
+
+/** One group as the next lease would see it (a read-only rehearsal: nothing is leased or dropped). */
+export interface PreviewGroup {
+  group: Group;
+  staleness: number;
+  /** `serve`, or why the lease would drop it (and take the next group instead). */
+  decision: 'serve' | DropReason;
+  /** Trajectories it would be served with, and how many of their steps are trainable. */
+  served: { trajectory: Trajectory; steps: number; trainableSteps: number }[];
+  excluded: { trajectoryId: string; reason: ExclusionReason; reward: number | null }[];
+}
+
 /** Reward metrics over a set of trajectories (mean over those with a reward; null when none has). */
 export interface RewardTally {
   groups: number;
@@ -296,6 +321,16 @@ export interface Store {
   addSignals(signals: SignalInput[], now: number): Promise<Signal[]>;
   /** A trajectory's signals by createdAt, then insertion; `current`: only the latest per key. */
   getSignals(trajectoryId: string, options?: SignalQuery): Promise<Signal[]>;
+
+  /** Reward histogram and group outcome mix (dashboard). */
+  dashboardSummary(channel: string | null, bins?: number): Promise<DashboardSummary>;
+  /** Leases, newest first. */
+  listLeases(query: LeaseQuery): Promise<Page<Lease>>;
+  /**
+   * The groups the next lease of this shape would look at, in order, each with what curation,
+   * staleness and labels would make of it; stops after `batchSize` served groups. Changes nothing.
+   */
+  previewBatch(params: LeaseParams): Promise<PreviewGroup[]>;
 
   readEvents(query: EventQuery): Promise<PoolEvent[]>;
   lastEventSeq(): Promise<number>;

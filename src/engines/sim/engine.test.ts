@@ -182,6 +182,42 @@ describe('SimEngine.complete', () => {
     expect(turns[2]?.content).toBe('It is a README.');
   });
 
+  it('scripted, history rewritten by a rollback: goes on, in chat and in a raw prompt', () => {
+    const engine = new SimEngine({
+      policy: scriptedPolicy(
+        [
+          { toolCall: { name: 'read_file', arguments: { path: 'README.md' } } },
+          { toolCall: { name: 'read_file', arguments: { path: 'NOTES.md' } } },
+          { answer: 'Read both.' },
+        ],
+        { errorRate: 1, errorKinds: ['wrong_argument'] },
+      ),
+    });
+    // The wrong call and its error were rolled back: only the corrected call and its result remain.
+    const messages: ChatMessageInput[] = [
+      { role: 'user', content: 'Read README.md and NOTES.md' },
+      {
+        role: 'assistant',
+        content: null,
+        tool_calls: [{ id: 'call_1', function: { name: 'read_file', arguments: '{"path":"README.md"}' } }],
+      },
+      { role: 'tool', tool_call_id: 'call_1', content: '# Readme' },
+    ];
+    const chat = engine.complete({ messages, tools, seed: 1 });
+    expect(chat.toolCalls[0]?.function).toEqual({
+      name: 'read_file',
+      arguments: '{"path":"NOTES.md_wrong"}',
+    });
+    const text = engine.completeText({
+      prompt: tokenizeChat({ messages, tools, addGenerationPrompt: true }),
+      seed: 1,
+      max_tokens: null,
+    });
+    expect(text.text).toBe(
+      '<tool_call>\n{"name": "read_file", "arguments": {"path": "NOTES.md_wrong"}}\n</tool_call>',
+    );
+  });
+
   it('passes enable_thinking to the template and renders reasoning', () => {
     const engine = new SimEngine({ policy: fixed({ reasoning: 'hmm', text: 'yes' }) });
     const off = engine.complete(req({ chat_template_kwargs: { enable_thinking: false } }));

@@ -1,14 +1,18 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { type ChatToolInput, renderChat } from '../../text/index.js';
+import { type ChatMessageInput, type ChatToolInput, renderChat } from '../../text/index.js';
 import { seededRandom } from '../../util/random.js';
 import {
   assistantTurns,
   assistantTurnsInPrompt,
   echoPolicy,
   injectError,
+  type Policy,
   type PolicyContext,
+  type PolicyOutput,
+  type PolicyToolCall,
+  pastTurnCalls,
   randomPolicy,
   referencePolicy,
   type ScriptStep,
@@ -92,6 +96,32 @@ describe('assistantTurnsInPrompt', () => {
   });
 });
 
+describe('pastTurnCalls', () => {
+  it('reads the calls of each assistant turn from messages, or from a rendered ChatML prompt', () => {
+    const messages: ChatMessageInput[] = [
+      { role: 'user', content: 'go' },
+      {
+        role: 'assistant',
+        content: 'Looking.',
+        tool_calls: [{ function: { name: 'ls', arguments: '{"path": "."}' } }],
+      },
+      { role: 'tool', content: 'a.txt' },
+      {
+        role: 'assistant',
+        content: '<tool_call>\n{"name": "read", "arguments": {"path": "a.txt"}\n</tool_call>',
+      },
+      { role: 'user', content: 'again' },
+      { role: 'assistant', content: 'Done.' },
+      { role: 'user', content: 'bye' },
+    ];
+    const expected = [[{ name: 'ls', arguments: { path: '.' } }], [], []];
+    expect(pastTurnCalls({ messages })).toEqual(expected);
+    const prompt = renderChat({ messages, addGenerationPrompt: true });
+    expect(pastTurnCalls({ messages: [], prompt })).toEqual(expected);
+    expect(pastTurnCalls({ messages: [], prompt: 'plain text' })).toEqual([]);
+  });
+});
+
 describe('randomPolicy', () => {
   it('is deterministic for a seed and differs across seeds', () => {
     const p = randomPolicy();
@@ -128,10 +158,50 @@ describe('randomPolicy', () => {
   });
 });
 
-describe('scriptedPolicy', () => {
-  const at = (turn: number, p = scriptedPolicy(script)) => p(ctx({ turn }));
+/** The assistant message an output becomes in the agent's history (arguments as a JSON string). */
+function assistantMessage(out: PolicyOutput, id: string): ChatMessageInput {
+  return {
+    role: 'assistant',
+    content: out.text ?? null,
+    ...(out.toolCalls
+      ? {
+          tool_calls: out.toolCalls.map((c, i) => ({
+            id: `${id}_${i}`,
+            type: 'function' as const,
+            function: { name: c.name, arguments: JSON.stringify(c.arguments) },
+          })),
+        }
+      : {}),
+  };
+}
 
-  it('follows the script by turn, then keeps giving the final answer', () => {
+/** The history after `outputs`: each turn, then a result for each of its calls. */
+function historyOf(
+  outputs: readonly PolicyOutput[],
+  first: ChatMessageInput[] = [{ role: 'user', content: 'hi' }],
+) {
+  const messages = [...first];
+  outputs.forEach((out, t) => {
+    messages.push(assistantMessage(out, `call${t}`));
+    for (const [i] of (out.toolCalls ?? []).entries())
+      messages.push({ role: 'tool', tool_call_id: `call${t}_${i}`, content: 'ok' });
+  });
+  return messages;
+}
+
+/** The outputs of an episode of `turns` turns, each request holding the policy's own earlier turns. */
+function playTurns(p: Policy, turns: number, over: Partial<PolicyContext> = {}): PolicyOutput[] {
+  const outputs: PolicyOutput[] = [];
+  for (let t = 0; t < turns; t++) outputs.push(p(ctx({ ...over, messages: historyOf(outputs) })));
+  return outputs;
+}
+
+describe('scriptedPolicy', () => {
+  /** Turn `turn` of an episode played so far by `p` itself; `over` applies to that turn's request. */
+  const at = (turn: number, p = scriptedPolicy(script), over: Partial<PolicyContext> = {}) =>
+    p(ctx({ ...over, messages: historyOf(playTurns(p, turn, { seed: over.seed ?? 1 })) }));
+
+  it('follows the script turn by turn, then keeps giving the final answer', () => {
     expect(at(0)).toEqual({
       text: 'Reading the file.',
       toolCalls: [{ name: 'read_file', arguments: { path: 'src/a.ts' } }],
@@ -155,23 +225,103 @@ describe('scriptedPolicy', () => {
 
   it('draws the error plan from the seed, deterministically', () => {
     const p = scriptedPolicy(script, { errorRate: 0.5 });
-    const plan = (seed: number) =>
-      Array.from({ length: 6 }, (_, turn) => JSON.stringify(p(ctx({ turn, seed }))));
+    const plan = (seed: number) => playTurns(p, 6, { seed }).map((o) => JSON.stringify(o));
     expect(plan(3)).toEqual(plan(3));
     const plans = new Set(Array.from({ length: 20 }, (_, s) => plan(s).join('|')));
     expect(plans.size).toBeGreaterThan(1);
     // An explicit plan seed overrides the request's.
     const fixed = scriptedPolicy(script, { errorRate: 0.5, seed: 9 });
-    expect(fixed(ctx({ turn: 0, seed: 1 }))).toEqual(fixed(ctx({ turn: 0, seed: 2 })));
+    expect(fixed(ctx({ seed: 1 }))).toEqual(fixed(ctx({ seed: 2 })));
   });
 
   it('with toolChoice none answers instead of calling (no injected error either)', () => {
     const p = scriptedPolicy(script, { errorRate: 1 });
-    expect(p(ctx({ turn: 0, toolChoice: 'none' }))).toEqual({ text: 'All tests pass.' });
-    expect(p(ctx({ turn: 2, toolChoice: 'none' }))).toEqual({ text: 'All tests pass.' });
-    expect(p(ctx({ turn: 4, toolChoice: 'none' }))).toEqual(at(4, p));
+    expect(at(0, p, { toolChoice: 'none' })).toEqual({ text: 'All tests pass.' });
+    expect(at(2, p, { toolChoice: 'none' })).toEqual({ text: 'All tests pass.' });
+    expect(at(4, p, { toolChoice: 'none' })).toEqual(at(4, p));
     // "required" and named choices leave the script in charge.
-    expect(p(ctx({ turn: 0, toolChoice: 'required' }))).toEqual(at(0, p));
+    expect(at(0, p, { toolChoice: 'required' })).toEqual(at(0, p));
+  });
+
+  it('in a history the sim wrote, places every turn as counting turns does, all error kinds included', () => {
+    // With the calls hidden (content only) every turn simply takes the next slot of the script: the
+    // turn counting the sim used to do. With them, a plain history (errors kept) gives the same episode.
+    const hidden = (outputs: readonly PolicyOutput[]) =>
+      historyOf(outputs.map((o) => ({ text: JSON.stringify(o) })));
+    for (let seed = 0; seed < 40; seed++) {
+      const p = scriptedPolicy(script, { errorRate: 0.5 });
+      const withCalls = playTurns(p, 7, { seed });
+      const counted: PolicyOutput[] = [];
+      for (let t = 0; t < 7; t++) counted.push(p(ctx({ seed, messages: hidden(counted) })));
+      expect(withCalls).toEqual(counted);
+    }
+  });
+
+  it('after a rolled-back wrong call, goes on from the corrected one instead of repeating it', () => {
+    const p = scriptedPolicy(script, {
+      errorRate: 1,
+      errorKinds: ['wrong_argument', 'unknown_tool', 'malformed'],
+    });
+    for (let seed = 0; seed < 20; seed++) {
+      // CLEANER's loop: the wrong call is shown with its error, regenerated, then replaced in the history.
+      const kept: PolicyOutput[] = [];
+      let generations = 0;
+      for (;;) {
+        const out = p(ctx({ seed, messages: historyOf(kept) }));
+        generations++;
+        if (!out.toolCalls && !out.text?.includes('<tool_call>')) {
+          kept.push(out);
+          break;
+        }
+        const retry = p(ctx({ seed, messages: historyOf([...kept, out]) }));
+        generations++;
+        expect(retry.text).toBe('That call was wrong; retrying with the correct one.');
+        kept.push(retry);
+        if (generations > 10) throw new Error('the episode did not end');
+      }
+      // Two actions, each a wrong call and its regeneration, then the answer: nothing repeated.
+      expect(generations).toBe(5);
+      expect(kept.map((o) => o.toolCalls ?? o.text)).toEqual([
+        [{ name: 'read_file', arguments: { path: 'src/a.ts' } }],
+        [{ name: 'run', arguments: { cmd: 'npm test' } }],
+        'All tests pass.',
+      ]);
+    }
+  });
+
+  it('recognises its call however the agent re-serialised the arguments', () => {
+    const p = scriptedPolicy(
+      [
+        { toolCall: { name: 'edit', arguments: { path: 'a', oldText: 'x', newText: 'y' } } },
+        { answer: 'ok' },
+      ],
+      { errorRate: 1, errorKinds: ['wrong_argument'] },
+    );
+    // The corrected call alone, keys reordered and spaced: the wrong one was rolled back.
+    const messages: ChatMessageInput[] = [
+      { role: 'user', content: 'hi' },
+      {
+        role: 'assistant',
+        content: null,
+        tool_calls: [
+          { function: { name: 'edit', arguments: '{ "newText": "y", "oldText": "x", "path": "a" }' } },
+        ],
+      },
+      { role: 'tool', content: 'Edited a' },
+    ];
+    expect(p(ctx({ messages }))).toEqual({ text: 'ok' });
+    // Arguments sent as an object work too.
+    const asObject = messages.map((m) =>
+      m.role === 'assistant'
+        ? {
+            ...m,
+            tool_calls: [
+              { function: { name: 'edit', arguments: { newText: 'y', oldText: 'x', path: 'a' } } },
+            ],
+          }
+        : m,
+    );
+    expect(p(ctx({ messages: asObject }))).toEqual({ text: 'ok' });
   });
 
   it('picks a script per task and rejects a bad errorRate', () => {
@@ -215,7 +365,7 @@ describe('reference policy', () => {
       const out = policy(ctx({ messages, seed }));
       if (!out.toolCalls) return { calls, answer: out.text ?? '', text: out.text };
       calls.push(...out.toolCalls.map((c) => `${c.name} ${JSON.stringify(c.arguments)}`));
-      messages.push({ role: 'assistant', content: out.text ?? '' }, { role: 'tool', content: 'ok' });
+      messages.push(assistantMessage(out, `call${turn}`), { role: 'tool', content: 'ok' });
     }
     throw new Error('the episode did not end');
   }
@@ -260,6 +410,85 @@ describe('reference policy', () => {
     expect(episode(policy, 'Write the total to output/total.txt.', 7)).toEqual(
       episode(policy, 'Write the total to output/total.txt.', 7),
     );
+  });
+});
+
+describe('reference policy with rewritten histories (CLEANER online)', () => {
+  const task = {
+    prompt: 'Write the total to output/total.txt.',
+    actions: [
+      { name: 'ls', arguments: { path: '.' } },
+      { name: 'read', arguments: { path: 'input/data.csv' } },
+      { name: 'write', arguments: { path: 'output/total.txt', content: '42' } },
+      { name: 'exec', arguments: { command: 'cat output/total.txt' } },
+    ],
+  };
+  const builtinTools = ['read', 'write', 'edit', 'exec', 'ls'];
+  /** Our built-in tools, as far as these actions go: a wrong path or an unknown tool fails. */
+  const fails = (out: PolicyOutput) => {
+    const c = out.toolCalls![0]!;
+    return !builtinTools.includes(c.name) || String(c.arguments.path ?? '').endsWith('_wrong');
+  };
+
+  /**
+   * One episode of the built-in agent, with CLEANER's rollback (src/gym/agent/builtin.ts) or without:
+   * a failed call is shown to the policy with its error and regenerated, and the regenerated turn takes
+   * its place in the history. Returns every generation and the final history's turns.
+   */
+  function run(policy: Policy, first: string, seed: number, rollback: boolean) {
+    const kept: PolicyOutput[] = [];
+    const generated: PolicyOutput[] = [];
+    const history = (outputs: readonly PolicyOutput[]) =>
+      historyOf(outputs, [{ role: 'user', content: first }]);
+    for (let turn = 0; turn < 30; turn++) {
+      let out = policy(ctx({ messages: history(kept), seed }));
+      generated.push(out);
+      while (rollback && out.toolCalls && fails(out)) {
+        out = policy(ctx({ messages: history([...kept, out]), seed }));
+        generated.push(out);
+      }
+      kept.push(out);
+      if (!out.toolCalls) return { generated, kept };
+    }
+    throw new Error('the episode did not end');
+  }
+  const callsOf = (outputs: readonly PolicyOutput[]) => outputs.flatMap((o) => o.toolCalls ?? []);
+
+  it('follows the purified history: the same generations as without CLEANER, none repeated', () => {
+    const policy = referencePolicy([task], { errorRate: 0.5, giveUpRate: 0.3 });
+    const outcomes = new Set<string>();
+    for (let seed = 0; seed < 40; seed++) {
+      const plain = run(policy, task.prompt, seed, false);
+      const cleaned = run(policy, task.prompt, seed, true);
+      // The same mistakes, corrections and answer, in the same order (the plan is per episode seed)...
+      expect(cleaned.generated).toEqual(plain.generated);
+      // ...and the history CLEANER keeps holds the correct calls, each once, in order.
+      const correct = callsOf(plain.generated).filter((c) => !fails({ toolCalls: [c] }));
+      expect(callsOf(cleaned.kept)).toEqual(correct);
+      expect(correct).toEqual(task.actions.slice(0, correct.length));
+      outcomes.add(`${correct.length}:${plain.generated.length}`);
+    }
+    // Some episodes gave up part way, some made mistakes: the runs above covered both.
+    expect(outcomes.size).toBeGreaterThan(3);
+  });
+
+  it('with errorRate 1: actions + injected errors + the answer, and every action once in the history', () => {
+    const cleaned = run(referencePolicy([task], { errorRate: 1 }), task.prompt, 5, true);
+    expect(cleaned.generated).toHaveLength(2 * task.actions.length + 1);
+    expect(callsOf(cleaned.kept)).toEqual(task.actions);
+    expect(cleaned.kept.at(-1)!.text).toMatch(/^Done/);
+  });
+
+  it('needsPlan: a rolled-back history still stops after the actions the plan shows', () => {
+    const policy = referencePolicy([task], { errorRate: 1, needsPlan: 1 });
+    const guided = `${task.prompt}\n\nPlan:\n1. ls: {}\n2. read: {}`;
+    const cleaned = run(policy, guided, 2, true);
+    expect(callsOf(cleaned.kept)).toEqual(task.actions.slice(0, 2));
+    expect(cleaned.generated).toHaveLength(2 * 2 + 1);
+    expect(cleaned.kept.at(-1)!.text).toBe('I could not finish the task.');
+    const full = task.actions.map((a, i) => `${i + 1}. ${a.name}: {}`).join('\n');
+    const solved = run(policy, `${task.prompt}\n\nPlan:\n${full}`, 2, true);
+    expect(callsOf(solved.kept)).toEqual(task.actions);
   });
 });
 
@@ -320,12 +549,15 @@ describe('reference policy under OpenClaw', () => {
   /**
    * One OpenClaw episode: no seed (the engine derives a new one per request, here `seedOf(call)`), the
    * prompt wrapped in a timestamp and a Runtime line, a fresh trailing context message on every call
-   * that the next call's history no longer holds, and tool-call ids rewritten.
+   * that the next call's history no longer holds, and tool-call ids rewritten. With `rollback`, as
+   * CLEANER online: a failed call is shown with its error and regenerated, and only the regenerated
+   * turn stays in the history.
    */
   function play(
     policy: ReturnType<typeof referencePolicy>,
     session: string,
     seedOf: (call: number) => number,
+    rollback = false,
   ) {
     const history: PolicyContext['messages'][number][] = [
       { role: 'system', content: 'You are a personal assistant running inside a harness.' },
@@ -336,39 +568,46 @@ describe('reference policy under OpenClaw', () => {
     ];
     const files = new Map<string, string>();
     const steps: { name: string; arguments: Record<string, unknown>; error: boolean }[] = [];
-    for (let call = 0; call < 20; call++) {
+    let call = 0;
+    const ask = (messages: PolicyContext['messages'][number][]) => {
       const context = {
         role: 'user' as const,
         content: [{ type: 'text' as const, text: `<<<context ${call}>>>` }],
       };
-      const messages = [...history, context];
-      const seed = seedOf(call);
-      const out = policy({
-        messages,
+      const seed = seedOf(call++);
+      return policy({
+        messages: [...messages, context],
         tools: offered,
         seed,
         seedDerived: true,
         turn: assistantTurns(messages),
         random: seededRandom('policy', seed),
       });
-      if (!out.toolCalls) return { steps, answer: out.text, files };
-      const [c] = out.toolCalls;
-      const result = runTool(files, c!.name, c!.arguments);
-      steps.push({ ...c!, error: result.error });
-      history.push(
-        {
-          role: 'assistant',
-          content: null,
-          tool_calls: [
-            {
-              id: `call${call}`,
-              type: 'function',
-              function: { name: c!.name, arguments: JSON.stringify(c!.arguments) },
-            },
-          ],
-        },
-        { role: 'tool', content: result.content, tool_call_id: `call${call}` },
-      );
+    };
+    const turnOf = (c: PolicyToolCall, content: string, id: string): PolicyContext['messages'] => [
+      {
+        role: 'assistant',
+        content: null,
+        tool_calls: [
+          { id, type: 'function', function: { name: c.name, arguments: JSON.stringify(c.arguments) } },
+        ],
+      },
+      { role: 'tool', content, tool_call_id: id },
+    ];
+    while (call < 20) {
+      let out = ask(history);
+      if (!out.toolCalls) return { steps, answer: out.text, files, history };
+      let c = out.toolCalls[0]!;
+      let result = runTool(files, c.name, c.arguments);
+      steps.push({ ...c, error: result.error });
+      while (rollback && result.error && call < 20) {
+        out = ask([...history, ...turnOf(c, result.content, `call${call - 1}`)]);
+        if (!out.toolCalls) break;
+        c = out.toolCalls[0]!;
+        result = runTool(files, c.name, c.arguments);
+        steps.push({ ...c, error: result.error });
+      }
+      history.push(...turnOf(c, result.content, `call${call - 1}`));
     }
     throw new Error('the episode did not end');
   }
@@ -438,6 +677,27 @@ describe('reference policy under OpenClaw', () => {
         'exec: unknown tool',
       ]),
     );
+  });
+
+  it('with CLEANER rolling failures back, the history holds each action once, in OpenClaw’s schemas', () => {
+    const policy = referencePolicy([task], { errorRate: 0.5, giveUpRate: 0.3 });
+    for (let s = 0; s < 24; s++) {
+      const plain = play(policy, `session-${s}`, (call) => call * 7919 + s);
+      const cleaned = play(policy, `session-${s}`, (call) => call * 7919 + s, true);
+      // The same generations in the same order as without rollback: nothing repeated, nothing skipped.
+      expect(cleaned.steps).toEqual(plain.steps);
+      expect(cleaned.answer).toBe(plain.answer);
+      expect(cleaned.files).toEqual(plain.files);
+      const kept = cleaned.history.flatMap((m) => m.tool_calls ?? []).map((c) => c.function.name);
+      expect(kept).toEqual(plain.steps.filter((st) => !st.error).map((st) => st.name));
+      expect(
+        cleaned.history.filter((m) => m.role === 'tool' && /ENOENT|not found/.test(String(m.content))),
+      ).toEqual([]);
+    }
+    const all = play(referencePolicy([task], { errorRate: 1 }), 'x', (call) => call, true);
+    expect(all.steps).toHaveLength(2 * task.actions.length);
+    expect(all.history.flatMap((m) => m.tool_calls ?? [])).toHaveLength(task.actions.length);
+    expect(all.files.get('hello.txt')).toBe('hello\nteam\n');
   });
 
   it('with an explicit seed, the plan still follows the seed (built-in agent, unchanged)', () => {

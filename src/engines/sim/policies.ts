@@ -1,5 +1,5 @@
 import { ValidationError } from '../../domain/errors.js';
-import type { ChatMessageInput, ChatToolInput } from '../../text/index.js';
+import { type ChatMessageInput, type ChatToolInput, parseToolCalls } from '../../text/index.js';
 import { hashSeed, pick, type Random, randomInt, seededRandom } from '../../util/random.js';
 import type { SimToolChoice } from './controls.js';
 import { neededPlanSteps, shownPlanSteps } from './plan-hint.js';
@@ -27,7 +27,10 @@ export interface PolicyContext {
    * request, so a plan that must hold for a whole episode cannot come from it (see `episodeSeed`).
    */
   seedDerived?: boolean;
-  /** Assistant turns already in `messages`: 0 on the first call of an episode. */
+  /**
+   * Assistant turns already in `messages` (or in a raw ChatML `prompt`): 0 on the first call of an
+   * episode. The scripted policies do not count them: they read the calls made (`pastTurnCalls`).
+   */
   turn: number;
   /** Seeded from `seed`; a policy must draw all its randomness from here. */
   random: Random;
@@ -87,12 +90,54 @@ export function assistantTurns(messages: readonly ChatMessageInput[]): number {
   return messages.filter((m) => m.role === 'assistant').length;
 }
 
+const PROMPT_ASSISTANT_TURN = /<\|im_start\|>assistant\n([\s\S]*?)<\|im_end\|>/g;
+
 /**
  * Completed assistant turns in a raw ChatML prompt (`<|im_start|>assistant ... <|im_end|>`): the `turn`
  * of a `/v1/completions` request whose prompt is a rendered conversation; 0 for plain text.
  */
 export function assistantTurnsInPrompt(prompt: string): number {
-  return prompt.match(/<\|im_start\|>assistant\n[\s\S]*?<\|im_end\|>/g)?.length ?? 0;
+  return prompt.match(PROMPT_ASSISTANT_TURN)?.length ?? 0;
+}
+
+/** A tool call an assistant turn of the conversation made; `arguments` as parsed JSON when they parse. */
+export interface PastToolCall {
+  name: string;
+  arguments: unknown;
+}
+
+function parsedArguments(args: unknown): unknown {
+  if (typeof args !== 'string') return args;
+  try {
+    return JSON.parse(args);
+  } catch {
+    return args;
+  }
+}
+
+/**
+ * The tool calls of each assistant turn already in the conversation, in order (an empty list for a
+ * turn that answered, or wrote a block no parser accepts): from `messages`, else from the turns of a
+ * raw ChatML `prompt`, parsed as the hermes parser does. One entry per turn counted in `turn`.
+ */
+export function pastTurnCalls(ctx: Pick<PolicyContext, 'messages' | 'prompt'>): PastToolCall[][] {
+  if (ctx.messages.length > 0) {
+    return ctx.messages
+      .filter((m) => m.role === 'assistant')
+      .map((m) =>
+        (m.tool_calls ?? []).map((c) => ({
+          name: c.function.name,
+          arguments: parsedArguments(c.function.arguments),
+        })),
+      );
+  }
+  if (ctx.prompt === undefined) return [];
+  return [...ctx.prompt.matchAll(PROMPT_ASSISTANT_TURN)].map((m) =>
+    parseToolCalls(m[1]!, { newToolCallId: () => '' }).toolCalls.map((c) => ({
+      name: c.function.name,
+      arguments: parsedArguments(c.function.arguments),
+    })),
+  );
 }
 
 /** The last user turn of a ChatML prompt that is not a tool response; undefined for plain text. */
@@ -227,7 +272,7 @@ export type ScriptSource =
   | readonly ScriptStep[]
   | ((ctx: PolicyContext) => readonly ScriptStep[] | undefined);
 
-/** Where a turn falls in a script once injected errors take their extra turns. */
+/** Where the next turn falls in a script once injected errors take their extra turns. */
 interface ScriptPosition {
   step: number;
   /** The wrong call that precedes the step's correct one. */
@@ -236,29 +281,77 @@ interface ScriptPosition {
   correction: boolean;
 }
 
+/**
+ * JSON with object keys sorted and strings NFC-normalised (the sim's output goes through the
+ * tokenizer, which normalises), so a call compares equal however an agent re-serialised it.
+ */
+function canonicalJson(value: unknown): string {
+  const canon = (v: unknown): unknown => {
+    if (typeof v === 'string') return v.normalize('NFC');
+    if (Array.isArray(v)) return v.map(canon);
+    if (isObject(v))
+      return Object.fromEntries(
+        Object.keys(v)
+          .sort()
+          .map((k) => [k.normalize('NFC'), canon(v[k])]),
+      );
+    return v;
+  };
+  return JSON.stringify(canon(value)) ?? 'undefined';
+}
+
+/**
+ * Where the conversation stands in the script, read from the calls its assistant turns made. Every
+ * turn completes the step it reached, except the first turn at a step whose wrong call is planned:
+ * that turn is the wrong call, unless it is the step's own call (`isStepCall`) — then the wrong call
+ * was rolled out of the history (CLEANER) and the step is done, not repeated. In a history the sim
+ * wrote itself that never happens, so each turn lands where counting turns put it; a turn the script
+ * cannot explain (a harness that rewrote a call) still completes its step, so nothing repeats forever.
+ * Tool results are not read: a wrong call never equals its step's call, and telling an error from
+ * an output is a guess (a file read may well start with "Error:").
+ */
 function locate(
   script: readonly ScriptStep[],
-  turn: number,
+  past: readonly (readonly PastToolCall[])[],
+  plan: (step: number) => InjectedErrorKind | undefined,
+  isStepCall: (calls: readonly PastToolCall[], step: ScriptStep) => boolean,
+): ScriptPosition | undefined {
+  let step = 0;
+  let wrongMade = false;
+  for (const calls of past) {
+    if (step >= script.length) return undefined;
+    if (!wrongMade && plan(step) !== undefined && !isStepCall(calls, script[step]!)) {
+      wrongMade = true;
+      continue;
+    }
+    step++;
+    wrongMade = false;
+  }
+  if (step >= script.length) return undefined;
+  const injected = wrongMade ? undefined : plan(step);
+  return injected ? { step, injected, correction: false } : { step, correction: wrongMade };
+}
+
+/**
+ * The episode's error plan: for each tool-call step, whether a wrong call precedes it and of which
+ * kind. One draw per step from its own stream: the plan for step i never depends on other steps.
+ */
+function errorPlan(
+  script: readonly ScriptStep[],
   planSeed: number,
   errorRate: number,
   kinds: readonly InjectedErrorKind[],
-): ScriptPosition | undefined {
-  let t = 0;
-  for (let i = 0; i < script.length; i++) {
-    const step = script[i]!;
-    // One draw per step from its own stream: the plan for step i never depends on other steps.
-    const r = seededRandom('scripted-error', planSeed, i);
-    const injectedHere = 'toolCall' in step && errorRate > 0 && r() < errorRate;
-    if (injectedHere) {
-      if (turn === t) return { step: i, injected: chooseKind(r, step.toolCall, kinds), correction: false };
-      if (turn === t + 1) return { step: i, correction: true };
-      t += 2;
-    } else {
-      if (turn === t) return { step: i, correction: false };
-      t += 1;
+): (step: number) => InjectedErrorKind | undefined {
+  const plans = new Map<number, InjectedErrorKind | undefined>();
+  return (i) => {
+    if (!plans.has(i)) {
+      const step = script[i]!;
+      const r = seededRandom('scripted-error', planSeed, i);
+      const injected = 'toolCall' in step && errorRate > 0 && r() < errorRate;
+      plans.set(i, injected ? chooseKind(r, step.toolCall, kinds) : undefined);
     }
-  }
-  return undefined;
+    return plans.get(i);
+  };
 }
 
 /*
@@ -320,12 +413,14 @@ export function injectError(
 const CORRECTION_TEXT = 'That call was wrong; retrying with the correct one.';
 
 /**
- * Follows a per-task script. The step is chosen by the number of assistant turns already in the
- * conversation; with `errorRate`, a tool-call step first gets a wrong call (wrong argument, unknown
- * tool or malformed block) and the correct call on the next turn — deterministic for the episode
- * seed. Calls to our built-in tools are written in the schema of the tools the request offers
- * (`adaptCall`). With `toolChoice: "none"` a tool-call step answers instead (the script's final
- * answer); "required" and a named function change nothing: the script decides.
+ * Follows a per-task script. The step is found from the calls already in the conversation (`locate`):
+ * each assistant turn takes a step; with `errorRate`, a tool-call step first gets a wrong call (wrong
+ * argument, unknown tool or malformed block) and the correct call on the next turn — deterministic for
+ * the episode seed. A history that holds the step's correct call without the wrong one before it (the
+ * failed turn was rolled back, as CLEANER does) has the step done, so the sim goes on from there.
+ * Calls to our built-in tools are written in the schema of the tools the request offers (`adaptCall`).
+ * With `toolChoice: "none"` a tool-call step answers instead (the script's final answer); "required"
+ * and a named function change nothing: the script decides.
  */
 export function scriptedPolicy(source: ScriptSource, options: ScriptedPolicyOptions = {}): Policy {
   const errorRate = options.errorRate ?? 0;
@@ -339,12 +434,20 @@ export function scriptedPolicy(source: ScriptSource, options: ScriptedPolicyOpti
       const answers = script.filter((s): s is { answer: string } => 'answer' in s);
       return { text: options.finalAnswer ?? answers.at(-1)?.answer ?? 'Done.' };
     };
-    const pos = locate(script, ctx.turn, options.seed ?? episodeSeed(ctx), errorRate, kinds);
+    const adapt = (call: PolicyToolCall) => adaptCall(call, ctx.tools);
+    // The step's call as the sim writes it for the offered tools, compared as JSON.
+    const isStepCall = (calls: readonly PastToolCall[], step: ScriptStep) => {
+      if (!('toolCall' in step) || calls.length !== 1) return false;
+      const made = calls[0]!;
+      const call = adapt(step.toolCall);
+      return made.name === call.name && canonicalJson(made.arguments) === canonicalJson(call.arguments);
+    };
+    const plan = errorPlan(script, options.seed ?? episodeSeed(ctx), errorRate, kinds);
+    const pos = locate(script, pastTurnCalls(ctx), plan, isStepCall);
     if (!pos) return finalAnswer();
     const step = script[pos.step]!;
     if ('answer' in step) return { text: step.answer };
     if (ctx.toolChoice === 'none') return finalAnswer();
-    const adapt = (call: PolicyToolCall) => adaptCall(call, ctx.tools);
     if (pos.injected) {
       // The error is made on the action as written (its kinds are chosen for our tools), then adapted.
       const offered = ctx.tools.map((t) => t.function.name);

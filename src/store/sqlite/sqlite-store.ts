@@ -54,13 +54,16 @@ import type {
   CreateTrajectoryInput,
   CurationDrop,
   CurrentLabel,
+  DashboardSummary,
   EventQuery,
   GroupSweepResult,
   LabelFilter,
   LeasedBatch,
   LeaseParams,
+  LeaseQuery,
   Page,
   PoolStats,
+  PreviewGroup,
   RewardTally,
   ScanPage,
   ServedGroup,
@@ -1963,6 +1966,135 @@ export class SqliteStore implements Store {
       channel: r.channel,
       data: JSON.parse(r.data),
     }));
+  }
+
+  async dashboardSummary(channel: string | null, bins = 10): Promise<DashboardSummary> {
+    const where = channel === null ? '' : 'AND channel = ?';
+    const args = channel === null ? [] : [channel];
+    const range = this.stmt(
+      `SELECT min(reward) AS lo, max(reward) AS hi FROM trajectories WHERE status = 'complete' AND reward IS NOT NULL ${where}`,
+    ).get(...args) as { lo: number | null; hi: number | null };
+    const histogram: DashboardSummary['rewards']['bins'] = [];
+    if (range.lo !== null && range.hi !== null) {
+      const width = range.hi > range.lo ? (range.hi - range.lo) / bins : 1;
+      const n = range.hi > range.lo ? bins : 1;
+      for (let i = 0; i < n; i++)
+        histogram.push({ from: range.lo + i * width, to: range.lo + (i + 1) * width, count: 0 });
+      const rows = this.stmt(
+        `SELECT min(CAST((reward - ?) / ? AS INTEGER), ?) AS bin, count(*) AS n
+         FROM trajectories WHERE status = 'complete' AND reward IS NOT NULL ${where} GROUP BY bin`,
+      ).all(range.lo, width, n - 1, ...args) as { bin: number; n: number }[];
+      for (const r of rows) histogram[r.bin]!.count = r.n;
+    }
+    const outcome = this.stmt(
+      `SELECT
+         sum(CASE WHEN unscored > 0 THEN 0 WHEN hi <= 0 THEN 1 ELSE 0 END) AS all_zero,
+         sum(CASE WHEN unscored > 0 THEN 0 WHEN lo >= 1 THEN 1 ELSE 0 END) AS all_one,
+         sum(CASE WHEN unscored > 0 THEN 0 WHEN hi > 0 AND lo < 1 THEN 1 ELSE 0 END) AS mixed,
+         sum(CASE WHEN unscored > 0 THEN 1 ELSE 0 END) AS unscored
+       FROM (
+         SELECT g.id, min(t.reward) AS lo, max(t.reward) AS hi,
+                sum(CASE WHEN t.reward IS NULL THEN 1 ELSE 0 END) AS unscored
+         FROM groups g JOIN trajectories t
+           ON t.group_id = g.id AND t.channel = g.channel AND t.status = 'complete' AND t.counted = 1
+         WHERE g.state IN ('ready', 'leased', 'consumed') ${channel === null ? '' : 'AND g.channel = ?'}
+         GROUP BY g.channel, g.id
+       )`,
+    ).get(...args) as Record<string, number | null>;
+    return {
+      rewards: { min: range.lo, max: range.hi, bins: histogram },
+      outcomes: {
+        allZero: outcome.all_zero ?? 0,
+        allOne: outcome.all_one ?? 0,
+        mixed: outcome.mixed ?? 0,
+        unscored: outcome.unscored ?? 0,
+      },
+    };
+  }
+
+  async listLeases(query: LeaseQuery): Promise<Page<Lease>> {
+    const where = query.channel === undefined ? '' : 'WHERE channel = ?';
+    const args = query.channel === undefined ? [] : [query.channel];
+    const { n } = this.stmt(`SELECT count(*) AS n FROM leases ${where}`).get(...args) as { n: number };
+    const rows = this.stmt(
+      `SELECT * FROM leases ${where} ORDER BY created_at DESC, rowid DESC LIMIT ? OFFSET ?`,
+    ).all(...args, query.limit, query.offset) as LeaseRow[];
+    return { total: n, items: rows.map(toLease) };
+  }
+
+  async previewBatch(params: LeaseParams): Promise<PreviewGroup[]> {
+    const config = this.readChannelConfig(params.channel);
+    const maxStaleness = params.maxStaleness ?? config.max_staleness;
+    const policyVersion = this.policyVersionNow();
+    const out: PreviewGroup[] = [];
+    let served = 0;
+    let after = 0;
+    const page = this.stmt(
+      "SELECT * FROM groups WHERE channel = ? AND state = 'ready' AND ready_seq > ? ORDER BY ready_seq LIMIT ?",
+    );
+    while (served < params.batchSize) {
+      const rows = page.all(params.channel, after, params.batchSize * 2 + 16) as GroupRow[];
+      if (rows.length === 0) break;
+      for (const row of rows) {
+        after = row.ready_seq!;
+        if (params.nRollouts !== null && row.expected !== params.nRollouts) continue;
+        const staleness = Math.max(0, policyVersion - (row.min_policy_version ?? policyVersion));
+        const members = this.groupMembers(row);
+        const base = { group: toGroup(row), staleness };
+        if (maxStaleness !== null && staleness > maxStaleness && config.stale_policy === 'drop') {
+          out.push({ ...base, decision: 'stale', served: [], excluded: [] });
+          continue;
+        }
+        const decoded = new Map<string, Step[]>();
+        const stepsOf = (m: TrajectoryRow) => {
+          let steps = decoded.get(m.id);
+          if (!steps) {
+            steps = this.decodeRange(m.seq);
+            decoded.set(m.id, steps);
+          }
+          return steps;
+        };
+        const decision = isNoop(config.curation)
+          ? { keep: members.map((m) => m.id), excluded: [], drop: null }
+          : curateGroup(
+              members.map((m) => ({
+                id: m.id,
+                reward: m.reward,
+                steps: needsSteps(config.curation) ? stepsOf(m) : undefined,
+              })),
+              config.curation,
+            );
+        const excluded = decision.excluded.map((e) => ({
+          trajectoryId: e.id,
+          reason: e.reason,
+          reward: members.find((m) => m.id === e.id)?.reward ?? null,
+        }));
+        if (decision.drop) {
+          out.push({ ...base, decision: decision.drop, served: [], excluded });
+          continue;
+        }
+        const keep = new Set(decision.keep);
+        out.push({
+          ...base,
+          decision: 'serve',
+          excluded,
+          served: members
+            .filter((m) => keep.has(m.id))
+            .map((m) => {
+              const labels = this.currentLabels(m.id);
+              const steps = m.n_steps;
+              const trainableSteps =
+                labels.length === 0
+                  ? steps
+                  : stepsOf(m).filter((s) => isStepTrainable(labels, s.index)).length;
+              return { trajectory: toTrajectory(m), steps, trainableSteps };
+            }),
+        });
+        served++;
+        if (served === params.batchSize) break;
+      }
+    }
+    return out;
   }
 
   async lastEventSeq(): Promise<number> {

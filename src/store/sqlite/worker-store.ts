@@ -119,6 +119,9 @@ export class WorkerStore implements Store {
   getCurrentLabels: Store['getCurrentLabels'] = (...a) => this.call('getCurrentLabels', a);
   addSignals: Store['addSignals'] = (...a) => this.call('addSignals', a);
   getSignals: Store['getSignals'] = (...a) => this.call('getSignals', a);
+  dashboardSummary: Store['dashboardSummary'] = (...a) => this.call('dashboardSummary', a);
+  listLeases: Store['listLeases'] = (...a) => this.call('listLeases', a);
+  previewBatch: Store['previewBatch'] = (...a) => this.call('previewBatch', a);
   readEvents: Store['readEvents'] = (...a) => this.call('readEvents', a);
   lastEventSeq: Store['lastEventSeq'] = (...a) => this.call('lastEventSeq', a);
   stats: Store['stats'] = (...a) => this.call('stats', a);
