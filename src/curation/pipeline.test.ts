@@ -1,3 +1,4 @@
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { type ChannelCuration, DEFAULT_CHANNEL_CONFIG } from '../domain/channel.js';
 import { type CandidateTrajectory, curateGroup, isNoop, needsSteps, repetitionFraction } from './pipeline.js';
@@ -19,6 +20,31 @@ describe('repetitionFraction', () => {
     // 1 2 1 2 1 2 1 2: bigrams 12 21 12 21 12 21 12 -> 5 of 7 repeat an earlier one.
     expect(repetitionFraction([1, 2, 1, 2, 1, 2, 1, 2], 2)).toBeCloseTo(5 / 7);
     expect(repetitionFraction(Array(40).fill(7), 4)).toBeCloseTo(36 / 37);
+  });
+
+  it('equals the plain definition (n-grams as strings in a set) on random sequences', () => {
+    const plain = (ids: number[], n: number) => {
+      const total = ids.length - n + 1;
+      if (ids.length < 2 * n || total <= 0) return 0;
+      const seen = new Set<string>();
+      let repeats = 0;
+      for (let i = 0; i < total; i++) {
+        const key = ids.slice(i, i + n).join(',');
+        if (seen.has(key)) repeats++;
+        else seen.add(key);
+      }
+      return repeats / total;
+    };
+    fc.assert(
+      fc.property(
+        fc.array(fc.oneof(fc.integer({ min: 0, max: 3 }), fc.integer({ min: 0, max: 2 ** 32 - 1 })), {
+          maxLength: 300,
+        }),
+        fc.integer({ min: 1, max: 8 }),
+        (ids, n) => repetitionFraction(ids, n) === plain(ids, n),
+      ),
+      { numRuns: 2000 },
+    );
   });
 
   it('calls nothing shorter than two n-grams degenerate', () => {

@@ -67,20 +67,38 @@ export function needsSteps(c: ChannelCuration): boolean {
 export function repetitionFraction(ids: readonly number[], n: number): number {
   const total = ids.length - n + 1;
   if (ids.length < 2 * n || total <= 0) return 0;
-  const seen = new Set<string>();
+  // n-grams keyed by a hash (two 26-bit lanes), each hash holding the starts seen with it; equal
+  // hashes are compared token by token, so the count is exact. No strings: this runs per lease.
+  const seen = new Map<number, number[]>();
+  const same = (a: number, b: number) => {
+    for (let j = 0; j < n; j++) if (ids[a + j] !== ids[b + j]) return false;
+    return true;
+  };
   let repeats = 0;
   for (let i = 0; i < total; i++) {
-    let key = '';
-    for (let j = 0; j < n; j++) key += `${ids[i + j]},`;
-    if (seen.has(key)) repeats++;
-    else seen.add(key);
+    let h1 = 0x1234567;
+    let h2 = 0x7654321;
+    for (let j = 0; j < n; j++) {
+      const v = ids[i + j]!;
+      h1 = Math.imul(h1 ^ v, 0x2c1b3c6d) >>> 6;
+      h2 = Math.imul(h2 ^ (v >>> 13) ^ (v << 7), 0x297a2d39) >>> 6;
+    }
+    const key = h1 * 0x4000000 + h2;
+    const starts = seen.get(key);
+    if (starts === undefined) seen.set(key, [i]);
+    else if (starts.some((s) => same(s, i))) repeats++;
+    else starts.push(i);
   }
   return repeats / total;
 }
 
 /** Two trajectories are duplicates when every step's response ids are equal. */
 function responseKey(steps: readonly CandidateStep[]): string {
-  return steps.map((s) => s.responseIds.join(',')).join('|');
+  // Each step as its length and its ids' bytes, one character per byte: exact, and no join of numbers.
+  let key = '';
+  for (const s of steps)
+    key += `${s.responseIds.length}:${Buffer.from(Uint32Array.from(s.responseIds).buffer).toString('latin1')}`;
+  return key;
 }
 
 export function curateGroup(members: readonly CandidateTrajectory[], c: ChannelCuration): CurationDecision {
