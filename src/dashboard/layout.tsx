@@ -30,6 +30,7 @@ export function Page({ title, current, children, scripts = [] }: PageProps) {
         <meta charset="utf-8" />
         <meta name="viewport" content="width=device-width, initial-scale=1" />
         <title>{`${title} · Stepwise`}</title>
+        <link rel="icon" href="data:," />
         <link rel="stylesheet" href="/dashboard/assets/dashboard.css" />
         <link rel="stylesheet" href="/dashboard/assets/uPlot.min.css" />
       </head>
