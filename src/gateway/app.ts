@@ -73,6 +73,10 @@ const LabelQuery = {
   quality: Quality.optional(),
   label: z.string().min(1).max(64).optional(),
 };
+const queryBoolean = z
+  .enum(['true', 'false'])
+  .transform((v) => v === 'true')
+  .optional();
 const StepListQuery = z.strictObject({
   channel: ChannelName.optional(),
   trajectory_uid: ClientId.optional(),
@@ -90,6 +94,10 @@ const TrajectoryListQuery = z.strictObject({
   reward_min: optionalNumber,
   reward_max: optionalNumber,
   status: TrajectoryStatus.optional(),
+  guided: queryBoolean,
+  probe: queryBoolean,
+  derived: queryBoolean,
+  policy_version: z.coerce.number().int().min(0).optional(),
   ...LabelQuery,
   ...Pagination,
 });
@@ -316,6 +324,10 @@ export function createApp(options: AppOptions): Hono<Env> {
       rewardMin: q.reward_min,
       rewardMax: q.reward_max,
       status: q.status,
+      guided: q.guided,
+      probe: q.probe,
+      derived: q.derived,
+      policyVersion: q.policy_version,
       trainable: q.trainable,
       quality: q.quality,
       tag: q.label,

@@ -57,6 +57,7 @@ import type {
   DashboardSummary,
   EventQuery,
   GroupSweepResult,
+  GymRunSummary,
   LabelFilter,
   LeasedBatch,
   LeaseParams,
@@ -1199,6 +1200,21 @@ export class SqliteStore implements Store {
     if (query.rewardMin !== undefined) q = q.where('trajectories.reward', '>=', query.rewardMin);
     if (query.rewardMax !== undefined) q = q.where('trajectories.reward', '<=', query.rewardMax);
     if (query.status !== undefined) q = q.where('trajectories.status', '=', query.status);
+    if (query.guided !== undefined) q = q.where('trajectories.guided', '=', query.guided ? 1 : 0);
+    if (query.probe !== undefined) q = q.where('trajectories.probe', '=', query.probe ? 1 : 0);
+    if (query.derived !== undefined)
+      q = q.where('trajectories.derived_from', query.derived ? 'is not' : 'is', null);
+    if (query.policyVersion !== undefined) {
+      const version = query.policyVersion;
+      q = q.where(({ exists, selectFrom }) =>
+        exists(
+          selectFrom('steps')
+            .select(sql`1`.as('one'))
+            .whereRef('steps.trajectory_id', '=', 'trajectories.id')
+            .where('steps.policy_version', '=', version),
+        ),
+      );
+    }
     for (const condition of this.labelConditions(query, false)) q = q.where(condition);
     return q;
   }
@@ -2010,6 +2026,110 @@ export class SqliteStore implements Store {
         unscored: outcome.unscored ?? 0,
       },
     };
+  }
+
+  async gymRuns(limit = 50): Promise<GymRunSummary[]> {
+    const rows = this.stmt(
+      `SELECT json_extract(metadata, '$.run_id') AS run, channel,
+              coalesce(json_extract(metadata, '$.category'), '') AS category, coalesce(task_id, '') AS task,
+              count(*) AS samples,
+              sum(CASE WHEN status = 'infra_failed' THEN 1 ELSE 0 END) AS infra,
+              sum(CASE WHEN status = 'complete' AND reward IS NOT NULL THEN 1 ELSE 0 END) AS scored,
+              sum(CASE WHEN status = 'complete' THEN reward ELSE 0 END) AS score_sum,
+              sum(CASE WHEN status = 'complete' AND reward >= 1 THEN 1 ELSE 0 END) AS passed,
+              min(created_at) AS started, max(completed_at) AS finished,
+              sum(CASE WHEN status = 'open' THEN 1 ELSE 0 END) AS open
+       FROM trajectories
+       WHERE json_extract(metadata, '$.run_id') IS NOT NULL AND probe = 0 AND derived_from IS NULL
+       GROUP BY run, channel, category, task`,
+    ).all() as {
+      run: string;
+      channel: string;
+      category: string;
+      task: string;
+      samples: number;
+      infra: number;
+      scored: number;
+      score_sum: number;
+      passed: number;
+      started: number;
+      finished: number | null;
+      open: number;
+    }[];
+    const runs = new Map<
+      string,
+      {
+        summary: GymRunSummary;
+        scored: number;
+        sum: number;
+        passed: number;
+        tasksPassed: number;
+        open: number;
+        cats: Map<string, { tasks: number; samples: number; scored: number; sum: number }>;
+      }
+    >();
+    for (const r of rows) {
+      const key = `${r.run}\u0000${r.channel}`;
+      let run = runs.get(key);
+      if (!run) {
+        run = {
+          summary: {
+            runId: String(r.run),
+            channel: r.channel,
+            startedAt: r.started,
+            finishedAt: r.finished,
+            tasks: 0,
+            samples: 0,
+            infraFailed: 0,
+            meanScore: null,
+            passAtK: null,
+            passAt1: null,
+            categories: [],
+          },
+          scored: 0,
+          sum: 0,
+          passed: 0,
+          tasksPassed: 0,
+          open: 0,
+          cats: new Map(),
+        };
+        runs.set(key, run);
+      }
+      const s = run.summary;
+      s.startedAt = Math.min(s.startedAt, r.started);
+      s.finishedAt = Math.max(s.finishedAt ?? 0, r.finished ?? 0) || null;
+      s.tasks++;
+      s.samples += r.samples;
+      s.infraFailed += r.infra;
+      run.scored += r.scored;
+      run.sum += r.score_sum;
+      run.passed += r.passed;
+      run.open += r.open;
+      if (r.passed > 0) run.tasksPassed++;
+      const cat = run.cats.get(r.category) ?? { tasks: 0, samples: 0, scored: 0, sum: 0 };
+      cat.tasks++;
+      cat.samples += r.samples;
+      cat.scored += r.scored;
+      cat.sum += r.score_sum;
+      run.cats.set(r.category, cat);
+    }
+    const out = [...runs.values()].map((run) => {
+      const s = run.summary;
+      if (run.open > 0) s.finishedAt = null;
+      s.meanScore = run.scored === 0 ? null : run.sum / run.scored;
+      s.passAt1 = run.scored === 0 ? null : run.passed / run.scored;
+      s.passAtK = s.tasks === 0 ? null : run.tasksPassed / s.tasks;
+      s.categories = [...run.cats.entries()]
+        .sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0))
+        .map(([category, c]) => ({
+          category: category || 'uncategorized',
+          tasks: c.tasks,
+          samples: c.samples,
+          meanScore: c.scored === 0 ? null : c.sum / c.scored,
+        }));
+      return s;
+    });
+    return out.sort((a, b) => b.startedAt - a.startedAt).slice(0, limit);
   }
 
   async listLeases(query: LeaseQuery): Promise<Page<Lease>> {

@@ -121,6 +121,7 @@ export class WorkerStore implements Store {
   getSignals: Store['getSignals'] = (...a) => this.call('getSignals', a);
   dashboardSummary: Store['dashboardSummary'] = (...a) => this.call('dashboardSummary', a);
   listLeases: Store['listLeases'] = (...a) => this.call('listLeases', a);
+  gymRuns: Store['gymRuns'] = (...a) => this.call('gymRuns', a);
   previewBatch: Store['previewBatch'] = (...a) => this.call('previewBatch', a);
   readEvents: Store['readEvents'] = (...a) => this.call('readEvents', a);
   lastEventSeq: Store['lastEventSeq'] = (...a) => this.call('lastEventSeq', a);
