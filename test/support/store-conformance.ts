@@ -11,7 +11,7 @@ import {
   Step,
   Trajectory,
 } from '../../src/domain/index.js';
-import type { LeaseParams, Store } from '../../src/store/store.js';
+import type { LeaseParams, Store, TrajectoryQuery } from '../../src/store/store.js';
 import { episode, makeStep } from './steps.js';
 
 export { episode, makeStep };
@@ -1078,6 +1078,76 @@ export function runStoreConformance(name: string, open: () => Promise<StoreHarne
         expect((await store.getGroup('train', 'g'))!.state).toBe('collecting');
         await store.setChannelConfig('train', { required_signals: [] }, tick());
         expect((await store.getGroup('train', 'g'))!.state).toBe('ready');
+      });
+    });
+
+    describe('dashboard reads', () => {
+      it('filters trajectories by guidance, provenance and policy version', async () => {
+        await fillGroups(['g1'], 2);
+        await store.createTrajectory(
+          {
+            id: 'guided',
+            groupId: 'gg',
+            channel: 'train',
+            nRollouts: 1,
+            metadata: {},
+            guided: true,
+            guidanceK: 2,
+          },
+          tick(),
+        );
+        await store.createTrajectory(
+          { id: 'probe', groupId: 'gp', channel: 'train-probe', nRollouts: 1, metadata: {}, probe: true },
+          tick(),
+        );
+        await store.createTrajectory(
+          {
+            id: 'derived',
+            groupId: 'g1',
+            channel: 'p',
+            nRollouts: 1,
+            metadata: {},
+            derivedFrom: 'train-g1-r0',
+          },
+          tick(),
+        );
+        await store.setPolicyVersion(3, tick());
+        await submit([makeStep('guided', 'gg', 0, [1], [2])], 'train', 1);
+        const ids = async (q: Partial<TrajectoryQuery>) =>
+          (await store.listTrajectories({ limit: 50, offset: 0, ...q })).items.map((t) => t.id).sort();
+        expect(await ids({ guided: true })).toEqual(['guided']);
+        expect(await ids({ guided: false, channel: 'train' })).toEqual(['train-g1-r0', 'train-g1-r1']);
+        expect(await ids({ probe: true })).toEqual(['probe']);
+        expect(await ids({ derived: true })).toEqual(['derived']);
+        expect((await ids({ derived: false })).includes('derived')).toBe(false);
+        // Steps stamped with version 3: only the guided trajectory's (written after the switch).
+        expect(await ids({ policyVersion: 3 })).toEqual(['guided']);
+        expect(await ids({ policyVersion: 0 })).toEqual(['train-g1-r0', 'train-g1-r1']);
+      });
+
+      it('summarises rewards and group outcomes over settled groups', async () => {
+        const group = async (id: string, rewards: (number | null)[]) => {
+          for (const [r, reward] of rewards.entries())
+            await submit(
+              [makeStep(`${id}-r${r}`, id, 0, [1, r], [2], { isLast: true, reward })],
+              'train',
+              rewards.length,
+            );
+        };
+        await group('zero', [0, 0]);
+        await group('one', [1, 1]);
+        await group('mixed', [0, 1]);
+        await group('half', [0.5, 0.5]);
+        await group('unscored', [1, null]);
+        await submit(episode('open-r0', 'open', 1, 1), 'train', 3); // still collecting: not counted
+        const s = await store.dashboardSummary('train', 4);
+        expect(s.outcomes).toEqual({ allZero: 1, allOne: 1, mixed: 2, unscored: 1 });
+        expect(s.rewards.min).toBe(0);
+        expect(s.rewards.max).toBe(1);
+        // Rewarded complete trajectories: 0 ×3, 0.5 ×2, 1 ×5 over 4 bins of 0.25 (1 falls in the last).
+        expect(s.rewards.bins.map((b) => b.count)).toEqual([3, 0, 2, 5]);
+        expect(s.rewards.bins[1]).toMatchObject({ from: 0.25, to: 0.5 });
+        expect((await store.dashboardSummary('none')).rewards).toEqual({ min: null, max: null, bins: [] });
       });
     });
 
