@@ -36,6 +36,12 @@ const require = createRequire(import.meta.url);
 const ASSETS: Record<string, { path: string; type: string }> = {
   'dashboard.css': { path: join(here, 'assets', 'dashboard.css'), type: 'text/css; charset=utf-8' },
   'dashboard.js': { path: join(here, 'assets', 'dashboard.js'), type: 'text/javascript; charset=utf-8' },
+  'trajectory.js': { path: join(here, 'assets', 'trajectory.js'), type: 'text/javascript; charset=utf-8' },
+  'events.js': { path: join(here, 'assets', 'events.js'), type: 'text/javascript; charset=utf-8' },
+  'event-summary.js': {
+    path: join(here, 'assets', 'event-summary.js'),
+    type: 'text/javascript; charset=utf-8',
+  },
   'uPlot.min.css': {
     path: join(dirname(require.resolve('uplot')), 'uPlot.min.css'),
     type: 'text/css; charset=utf-8',
