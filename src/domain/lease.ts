@@ -10,6 +10,8 @@ export const Lease = z.object({
   channel: z.string(),
   consumer: z.string(),
   groupIds: z.array(z.string()),
+  /** Steps handed over with the lease. */
+  nSteps: z.number().int().min(0),
   state: LeaseState,
   createdAt: z.number(),
   expiresAt: z.number(),

@@ -214,7 +214,7 @@ export interface GymRunSummary {
   meanScore: number | null;
   /** Share of tasks with at least one sample scoring >= 1 (pass@k, k = samples per task). */
   passAtK: number | null;
-  /** Share of samples scoring >= 1 (pass@1). */
+  /** Share of scored samples (infrastructure failures left out) scoring >= 1 (pass@1). */
   passAt1: number | null;
   categories: { category: string; tasks: number; samples: number; meanScore: number | null }[];
 }

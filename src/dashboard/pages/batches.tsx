@@ -46,40 +46,6 @@ function When({ ts }: { ts: number | null }) {
   return <time datetime={new Date(ts).toISOString()}>{formatTime(ts)}</time>;
 }
 
-/**
- * Steps per lease, read from the `batch_leased` events (a Lease carries no step count). The log
- * position of the oldest listed lease is found by bisecting on event time (one primary-key read per
- * probe); the batch_leased events from there are the listed leases' (and a few just before).
- */
-async function leaseSteps(pool: DataPool, channel: string, leases: Lease[]): Promise<Map<string, number>> {
-  const steps = new Map<string, number>();
-  if (leases.length === 0) return steps;
-  // Processes sharing a store stamp events with their own clocks, a little out of order.
-  const from = Math.min(...leases.map((l) => l.createdAt)) - 60_000;
-  let lo = 0;
-  let hi = await pool.store.lastEventSeq();
-  while (lo < hi) {
-    const mid = Math.floor((lo + hi) / 2);
-    const [next] = await pool.events({ after: mid, limit: 1 });
-    if (!next || next.ts >= from) hi = mid;
-    else lo = mid + 1;
-  }
-  const wanted = new Set(leases.map((l) => l.id));
-  const limit = leases.length + 16;
-  let after = lo;
-  for (let read = 0; read < 4 && wanted.size > 0; read++) {
-    const events = await pool.events({ after, limit, channel, types: ['batch_leased'] });
-    for (const e of events) {
-      const id = e.data.lease_id;
-      if (typeof id === 'string' && wanted.delete(id) && typeof e.data.n_steps === 'number')
-        steps.set(id, e.data.n_steps);
-    }
-    if (events.length < limit) break;
-    after = events.at(-1)!.seq;
-  }
-  return steps;
-}
-
 function ConfigList({ config }: { config: ChannelConfig }) {
   const c = config.curation;
   const entries: [string, string][] = [
@@ -274,17 +240,7 @@ function pageHref(q: BatchesQuery, offset: number): string {
   return `/dashboard/batches?${params}#history`;
 }
 
-function LeaseHistory({
-  q,
-  leases,
-  total,
-  steps,
-}: {
-  q: BatchesQuery;
-  leases: Lease[];
-  total: number;
-  steps: Map<string, number>;
-}) {
+function LeaseHistory({ q, leases, total }: { q: BatchesQuery; leases: Lease[]; total: number }) {
   const first = q.offset + 1;
   return (
     <section class="card" aria-labelledby="history" id="lease-history">
@@ -322,7 +278,7 @@ function LeaseHistory({
                 <td>
                   <GroupLinks channel={l.channel} ids={l.groupIds} />
                 </td>
-                <td class="num">{steps.has(l.id) ? fmt(steps.get(l.id)) : '–'}</td>
+                <td class="num">{fmt(l.nSteps)}</td>
                 <td class="nowrap">
                   <When ts={l.createdAt} />
                 </td>
@@ -436,7 +392,6 @@ export function mountBatchPages(app: Hono<DashboardEnv>, { pool }: DashboardOpti
       pool.stats(q.channel),
       pool.store.listLeases({ channel: q.channel, limit: LEASES_PER_PAGE, offset: q.offset }),
     ]);
-    const steps = await leaseSteps(pool, q.channel, leases.items);
     const maxStaleness = q.max_staleness ?? config.max_staleness;
     return html(
       c,
@@ -453,7 +408,7 @@ export function mountBatchPages(app: Hono<DashboardEnv>, { pool }: DashboardOpti
             <ConfigList config={config} />
           </section>
         </div>
-        <LeaseHistory q={q} leases={leases.items} total={leases.total} steps={steps} />
+        <LeaseHistory q={q} leases={leases.items} total={leases.total} />
       </Page>,
     );
   });

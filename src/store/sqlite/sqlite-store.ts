@@ -309,6 +309,7 @@ function toLease(row: LeaseRow): Lease {
     channel: row.channel,
     consumer: row.consumer,
     groupIds: JSON.parse(row.group_ids),
+    nSteps: row.n_steps,
     state: row.state,
     createdAt: row.created_at,
     expiresAt: row.expires_at,
