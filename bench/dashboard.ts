@@ -71,7 +71,6 @@ function trajectory(k: number, random: () => number): NewStep[] {
         messages: [...messages],
         responseText: last ? 'The report is written.' : '',
         toolCalls: last ? null : [call],
-        metadata: { task_id: `task-${k % 500}`, run_id: 'bench', category: `cat-${k % 7}` },
       }),
     );
     messages.push({ role: 'assistant', content: null, tool_calls: [call] });
@@ -91,12 +90,26 @@ async function fill(path: string): Promise<number> {
   let lastLog = t0;
   for (let k0 = 0; k0 < trajectories; k0 += 256) {
     const requests: SubmitRequest[] = [];
-    for (let k = k0; k < Math.min(k0 + 256, trajectories); k++)
-      requests.push({
-        channel: k % 10 === 0 ? 'eval' : 'train',
-        nRollouts: ROLLOUTS,
-        steps: trajectory(k, random),
-      });
+    for (let k = k0; k < Math.min(k0 + 256, trajectories); k++) {
+      const group = Math.floor(k / ROLLOUTS);
+      const channel = group % 10 === 0 ? 'eval' : 'train';
+      // Opened as a gym run opens them: the metadata names the run, the task and its category.
+      await store.createTrajectory(
+        {
+          id: `t${k}`,
+          groupId: `g${group}`,
+          channel,
+          nRollouts: ROLLOUTS,
+          metadata: {
+            run_id: `run-${Math.floor(k / 25_000)}`,
+            task_id: `task-${group % 500}`,
+            category: `cat-${group % 7}`,
+          },
+        },
+        Date.now(),
+      );
+      requests.push({ channel, nRollouts: ROLLOUTS, steps: trajectory(k, random) });
+    }
     const outcomes = await store.submitBatch(requests, Date.now());
     for (const o of outcomes) if (!o.ok) throw o.error;
     if (performance.now() - lastLog > 10_000) {
@@ -170,7 +183,7 @@ async function main(): Promise<void> {
   const loadAtStart = os.loadavg();
   const code = codeVersion();
   mkdirSync(DIR, { recursive: true });
-  const db = join(DIR, `store-${STEPS}.db`);
+  const db = join(DIR, `store-v3-${STEPS}.db`);
   let fillSeconds: number | null = null;
   if (!existsSync(db)) {
     log(`filling ${int(STEPS)} steps into ${db} (kept for later runs)`);
@@ -187,7 +200,7 @@ async function main(): Promise<void> {
       ['overview, one channel', '/dashboard?channel=eval'],
       ['events', '/dashboard/events'],
       ['trajectories, page 1', '/dashboard/trajectories'],
-      ['trajectories, page 1,000 (offset 49,950)', '/dashboard/trajectories?offset=49950'],
+      ['trajectories, page 1,000', '/dashboard/trajectories?page=1000'],
       [
         'trajectories, filtered (channel, reward, tag)',
         '/dashboard/trajectories?channel=train&reward_min=1&tag=bad',
@@ -195,7 +208,7 @@ async function main(): Promise<void> {
       ['trajectory detail (10 steps)', `/dashboard/trajectories/${mid}`],
       [
         'group (8 trajectories, prefix tree)',
-        `/dashboard/groups/train/g${Math.floor(STEPS / STEPS_PER_TRAJECTORY / 2 / ROLLOUTS)}`,
+        `/dashboard/groups/train/g${Math.floor(STEPS / STEPS_PER_TRAJECTORY / 2 / ROLLOUTS) + 1}`,
       ],
       [
         'batches (next-batch preview, lease history)',

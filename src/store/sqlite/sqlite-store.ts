@@ -2003,20 +2003,22 @@ export class SqliteStore implements Store {
       ).all(range.lo, width, n - 1, ...args) as { bin: number; n: number }[];
       for (const r of rows) histogram[r.bin]!.count = r.n;
     }
+    // Per group from the covering group index alone (in its order: no sort), then joined to the
+    // settled groups.
     const outcome = this.stmt(
       `SELECT
-         sum(CASE WHEN unscored > 0 THEN 0 WHEN hi <= 0 THEN 1 ELSE 0 END) AS all_zero,
-         sum(CASE WHEN unscored > 0 THEN 0 WHEN lo >= 1 THEN 1 ELSE 0 END) AS all_one,
-         sum(CASE WHEN unscored > 0 THEN 0 WHEN hi > 0 AND lo < 1 THEN 1 ELSE 0 END) AS mixed,
-         sum(CASE WHEN unscored > 0 THEN 1 ELSE 0 END) AS unscored
+         sum(CASE WHEN t.unscored > 0 THEN 0 WHEN t.hi <= 0 THEN 1 ELSE 0 END) AS all_zero,
+         sum(CASE WHEN t.unscored > 0 THEN 0 WHEN t.lo >= 1 THEN 1 ELSE 0 END) AS all_one,
+         sum(CASE WHEN t.unscored > 0 THEN 0 WHEN t.hi > 0 AND t.lo < 1 THEN 1 ELSE 0 END) AS mixed,
+         sum(CASE WHEN t.unscored > 0 THEN 1 ELSE 0 END) AS unscored
        FROM (
-         SELECT g.id, min(t.reward) AS lo, max(t.reward) AS hi,
-                sum(CASE WHEN t.reward IS NULL THEN 1 ELSE 0 END) AS unscored
-         FROM groups g JOIN trajectories t
-           ON t.group_id = g.id AND t.channel = g.channel AND t.status = 'complete' AND t.counted = 1
-         WHERE g.state IN ('ready', 'leased', 'consumed') ${channel === null ? '' : 'AND g.channel = ?'}
-         GROUP BY g.channel, g.id
-       )`,
+         SELECT group_id, channel, min(reward) AS lo, max(reward) AS hi,
+                sum(CASE WHEN reward IS NULL THEN 1 ELSE 0 END) AS unscored
+         FROM trajectories INDEXED BY trajectories_group
+         WHERE status = 'complete' AND counted = 1 ${where}
+         GROUP BY group_id, channel
+       ) t JOIN groups g ON g.channel = t.channel AND g.id = t.group_id
+       WHERE g.state IN ('ready', 'leased', 'consumed')`,
     ).get(...args) as Record<string, number | null>;
     return {
       rewards: { min: range.lo, max: range.hi, bins: histogram },
@@ -2040,9 +2042,9 @@ export class SqliteStore implements Store {
               sum(CASE WHEN status = 'complete' AND reward >= 1 THEN 1 ELSE 0 END) AS passed,
               min(created_at) AS started, max(completed_at) AS finished,
               sum(CASE WHEN status = 'open' THEN 1 ELSE 0 END) AS open
-       FROM trajectories
+       FROM trajectories INDEXED BY trajectories_gym_run
        WHERE json_extract(metadata, '$.run_id') IS NOT NULL AND probe = 0 AND derived_from IS NULL
-       GROUP BY run, channel, category, task`,
+       GROUP BY json_extract(metadata, '$.run_id'), channel, json_extract(metadata, '$.category'), task_id`,
     ).all() as {
       run: string;
       channel: string;
