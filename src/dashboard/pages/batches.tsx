@@ -1,7 +1,6 @@
 import type { Hono } from 'hono';
 import { z } from 'zod';
 import { type ChannelConfig, ChannelName, fromZodError, type Lease } from '../../domain/index.js';
-import type { DataPool } from '../../pool/data-pool.js';
 import type { PoolStats, PreviewGroup } from '../../store/store.js';
 import { formatTime } from '../assets/event-summary.js';
 import type { DashboardEnv, DashboardOptions } from '../index.js';

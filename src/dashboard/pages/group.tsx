@@ -1,7 +1,7 @@
 import type { Group, Step, Trajectory } from '../../domain/index.js';
 import { type Packing, packPrefixTree } from '../../serving/packing.js';
 import { fmt, Page, Stat } from '../layout.js';
-import { Badges, Clip, LIST_PATH, StatusTag, Time, trajectoryHref } from './trajectories/common.js';
+import { Clip, LIST_PATH, Time, TrajectoryCells, trajectoryHref } from './trajectories/common.js';
 import { decode } from './trajectories/tokens.js';
 
 /*
@@ -184,17 +184,7 @@ export function GroupPage({ d }: { d: GroupDetail }) {
                       <Clip text={t.id} max={22} />
                     </a>
                   </td>
-                  <td>
-                    <StatusTag status={t.status} />
-                  </td>
-                  <td class="num">{fmt(t.reward)}</td>
-                  <td class="num">{fmt(t.nSteps)}</td>
-                  <td>
-                    <Badges trajectory={t} />
-                  </td>
-                  <td>
-                    <Time ms={t.createdAt} />
-                  </td>
+                  <TrajectoryCells trajectory={t} />
                 </tr>
               ))}
             </tbody>

@@ -1493,31 +1493,25 @@ export class SqliteStore implements Store {
         stale: boolean;
         curated: Curated | null;
       }[] = [];
-      const page = this.stmt(
-        "SELECT * FROM groups WHERE channel = ? AND state = 'ready' AND ready_seq > ? ORDER BY ready_seq LIMIT ?",
-      );
       const drops: CurationDrop[] = [];
-      let after = 0;
-      while (chosen.length < params.batchSize) {
-        const rows = page.all(params.channel, after, params.batchSize * 2 + 16) as GroupRow[];
-        if (rows.length === 0) break;
-        for (const row of rows) {
-          after = row.ready_seq!;
-          if (params.nRollouts !== null && row.expected !== params.nRollouts) continue;
-          const staleness = Math.max(0, policyVersion - (row.min_policy_version ?? policyVersion));
-          const stale = maxStaleness !== null && staleness > maxStaleness;
-          if (stale && config.stale_policy === 'drop') {
-            this.dropGroup(row, 'stale', now, log);
-            continue;
-          }
-          let curated: Curated | null = null;
-          if (!isNoop(config.curation)) {
-            curated = this.curate(row, config.curation, now, log, drops);
-            if (curated === null) continue; // dropped: the next ready group takes its place
-          }
-          chosen.push({ row, staleness, stale, curated });
-          if (chosen.length === params.batchSize) break;
+      for (const { row, staleness } of this.readyGroups(
+        params.channel,
+        params.batchSize,
+        params.nRollouts,
+        policyVersion,
+      )) {
+        const stale = maxStaleness !== null && staleness > maxStaleness;
+        if (stale && config.stale_policy === 'drop') {
+          this.dropGroup(row, 'stale', now, log);
+          continue;
         }
+        let curated: Curated | null = null;
+        if (!isNoop(config.curation)) {
+          curated = this.curate(row, config.curation, now, log, drops);
+          if (curated === null) continue; // dropped: the next ready group takes its place
+        }
+        chosen.push({ row, staleness, stale, curated });
+        if (chosen.length === params.batchSize) break;
       }
       if (chosen.length < params.batchSize) return null;
 
@@ -1985,6 +1979,32 @@ export class SqliteStore implements Store {
     }));
   }
 
+  /**
+   * The ready groups a lease of this shape considers, oldest readiness first (groups of another
+   * size skipped), each with its staleness; paged, so a caller that stops early reads little. A
+   * caller may drop the groups it is given as it goes.
+   */
+  private *readyGroups(
+    channel: string,
+    batchSize: number,
+    nRollouts: number | null,
+    policyVersion: number,
+  ): Generator<{ row: GroupRow; staleness: number }> {
+    const page = this.stmt(
+      "SELECT * FROM groups WHERE channel = ? AND state = 'ready' AND ready_seq > ? ORDER BY ready_seq LIMIT ?",
+    );
+    let after = 0;
+    for (;;) {
+      const rows = page.all(channel, after, batchSize * 2 + 16) as GroupRow[];
+      if (rows.length === 0) return;
+      for (const row of rows) {
+        after = row.ready_seq!;
+        if (nRollouts !== null && row.expected !== nRollouts) continue;
+        yield { row, staleness: Math.max(0, policyVersion - (row.min_policy_version ?? policyVersion)) };
+      }
+    }
+  }
+
   async dashboardSummary(channel: string | null, bins = 10): Promise<DashboardSummary> {
     const where = channel === null ? '' : 'AND channel = ?';
     const args = channel === null ? [] : [channel];
@@ -2151,71 +2171,63 @@ export class SqliteStore implements Store {
     const policyVersion = this.policyVersionNow();
     const out: PreviewGroup[] = [];
     let served = 0;
-    let after = 0;
-    const page = this.stmt(
-      "SELECT * FROM groups WHERE channel = ? AND state = 'ready' AND ready_seq > ? ORDER BY ready_seq LIMIT ?",
-    );
-    while (served < params.batchSize) {
-      const rows = page.all(params.channel, after, params.batchSize * 2 + 16) as GroupRow[];
-      if (rows.length === 0) break;
-      for (const row of rows) {
-        after = row.ready_seq!;
-        if (params.nRollouts !== null && row.expected !== params.nRollouts) continue;
-        const staleness = Math.max(0, policyVersion - (row.min_policy_version ?? policyVersion));
-        const members = this.groupMembers(row);
-        const base = { group: toGroup(row), staleness };
-        if (maxStaleness !== null && staleness > maxStaleness && config.stale_policy === 'drop') {
-          out.push({ ...base, decision: 'stale', served: [], excluded: [] });
-          continue;
-        }
-        const decoded = new Map<string, Step[]>();
-        const stepsOf = (m: TrajectoryRow) => {
-          let steps = decoded.get(m.id);
-          if (!steps) {
-            steps = this.decodeRange(m.seq);
-            decoded.set(m.id, steps);
-          }
-          return steps;
-        };
-        const decision = isNoop(config.curation)
-          ? { keep: members.map((m) => m.id), excluded: [], drop: null }
-          : curateGroup(
-              members.map((m) => ({
-                id: m.id,
-                reward: m.reward,
-                steps: needsSteps(config.curation) ? stepsOf(m) : undefined,
-              })),
-              config.curation,
-            );
-        const excluded = decision.excluded.map((e) => ({
-          trajectoryId: e.id,
-          reason: e.reason,
-          reward: members.find((m) => m.id === e.id)?.reward ?? null,
-        }));
-        if (decision.drop) {
-          out.push({ ...base, decision: decision.drop, served: [], excluded });
-          continue;
-        }
-        const keep = new Set(decision.keep);
-        out.push({
-          ...base,
-          decision: 'serve',
-          excluded,
-          served: members
-            .filter((m) => keep.has(m.id))
-            .map((m) => {
-              const labels = this.currentLabels(m.id);
-              const steps = m.n_steps;
-              const trainableSteps =
-                labels.length === 0
-                  ? steps
-                  : stepsOf(m).filter((s) => isStepTrainable(labels, s.index)).length;
-              return { trajectory: toTrajectory(m), steps, trainableSteps };
-            }),
-        });
-        served++;
-        if (served === params.batchSize) break;
+    for (const { row, staleness } of this.readyGroups(
+      params.channel,
+      params.batchSize,
+      params.nRollouts,
+      policyVersion,
+    )) {
+      const members = this.groupMembers(row);
+      const base = { group: toGroup(row), staleness };
+      if (maxStaleness !== null && staleness > maxStaleness && config.stale_policy === 'drop') {
+        out.push({ ...base, decision: 'stale', served: [], excluded: [] });
+        continue;
       }
+      const decoded = new Map<string, Step[]>();
+      const stepsOf = (m: TrajectoryRow) => {
+        let steps = decoded.get(m.id);
+        if (!steps) {
+          steps = this.decodeRange(m.seq);
+          decoded.set(m.id, steps);
+        }
+        return steps;
+      };
+      const decision = isNoop(config.curation)
+        ? { keep: members.map((m) => m.id), excluded: [], drop: null }
+        : curateGroup(
+            members.map((m) => ({
+              id: m.id,
+              reward: m.reward,
+              steps: needsSteps(config.curation) ? stepsOf(m) : undefined,
+            })),
+            config.curation,
+          );
+      const excluded = decision.excluded.map((e) => ({
+        trajectoryId: e.id,
+        reason: e.reason,
+        reward: members.find((m) => m.id === e.id)?.reward ?? null,
+      }));
+      if (decision.drop) {
+        out.push({ ...base, decision: decision.drop, served: [], excluded });
+        continue;
+      }
+      const keep = new Set(decision.keep);
+      out.push({
+        ...base,
+        decision: 'serve',
+        excluded,
+        served: members
+          .filter((m) => keep.has(m.id))
+          .map((m) => {
+            const labels = this.currentLabels(m.id);
+            const steps = m.n_steps;
+            const trainableSteps =
+              labels.length === 0 ? steps : stepsOf(m).filter((s) => isStepTrainable(labels, s.index)).length;
+            return { trajectory: toTrajectory(m), steps, trainableSteps };
+          }),
+      });
+      served++;
+      if (served === params.batchSize) break;
     }
     return out;
   }

@@ -1,7 +1,7 @@
 import type { Context } from 'hono';
 import type { Trajectory } from '../../../domain/index.js';
 import { html } from '../../index.js';
-import { Page } from '../../layout.js';
+import { fmt, Page } from '../../layout.js';
 
 /* Small pieces the trajectory, group and curation pages share. */
 
@@ -55,6 +55,25 @@ export function Badges({ trajectory: t }: { trajectory: Trajectory }) {
 export function StatusTag({ status }: { status: Trajectory['status'] }) {
   const tone = status === 'complete' ? 'good' : status === 'open' ? '' : 'bad';
   return <span class={`tag ${tone}`}>{status}</span>;
+}
+
+/** The cells every trajectory table ends with: status, reward, steps, kind, created. */
+export function TrajectoryCells({ trajectory: t }: { trajectory: Trajectory }) {
+  return (
+    <>
+      <td>
+        <StatusTag status={t.status} />
+      </td>
+      <td class="num">{fmt(t.reward)}</td>
+      <td class="num">{fmt(t.nSteps)}</td>
+      <td>
+        <Badges trajectory={t} />
+      </td>
+      <td>
+        <Time ms={t.createdAt} />
+      </td>
+    </>
+  );
 }
 
 /** A validation or lookup failure as a page: the message names the field; nothing was changed. */

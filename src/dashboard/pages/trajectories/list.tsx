@@ -2,7 +2,7 @@ import type { Trajectory } from '../../../domain/index.js';
 import { Quality, TrajectoryStatus } from '../../../domain/index.js';
 import type { Page as ResultPage } from '../../../store/store.js';
 import { fmt, Page } from '../../layout.js';
-import { Alert, Badges, Clip, groupHref, LIST_PATH, StatusTag, Time, trajectoryHref } from './common.js';
+import { Alert, Clip, groupHref, LIST_PATH, TrajectoryCells, trajectoryHref } from './common.js';
 import { type ListFormValues, listUrl, PAGE_SIZE } from './filters.js';
 
 /*
@@ -109,17 +109,7 @@ function Rows({ items }: { items: Trajectory[] }) {
             </a>
           </td>
           <td>{t.taskId === null ? <span class="muted">–</span> : <Clip text={t.taskId} max={14} />}</td>
-          <td>
-            <StatusTag status={t.status} />
-          </td>
-          <td class="num">{fmt(t.reward)}</td>
-          <td class="num">{fmt(t.nSteps)}</td>
-          <td>
-            <Badges trajectory={t} />
-          </td>
-          <td>
-            <Time ms={t.createdAt} />
-          </td>
+          <TrajectoryCells trajectory={t} />
         </tr>
       ))}
     </tbody>
