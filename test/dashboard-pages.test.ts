@@ -2,12 +2,12 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Browser, Page } from 'playwright-core';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { NewStep } from '../src/domain/index.js';
 import { type RunningServer, startServer } from '../src/gateway/server.js';
 import { openSqliteStore, type SqliteStore } from '../src/store/sqlite/sqlite-store.js';
 import type { LeaseParams } from '../src/store/store.js';
-import { chromiumReady, demoStoreCopy, launchBrowser, openPage, screenshot } from './support/browser.js';
+import { chromiumReady, dashboardFixture, openPage, screenshot } from './support/browser.js';
 import { episode, makeStep } from './support/steps.js';
 
 /*
@@ -248,16 +248,8 @@ describe.skipIf(!chromiumReady)('dashboard pages: events, batches, gym', () => {
   let dir: string;
   let server: RunningServer;
   let browser: Browser;
-  beforeAll(async () => {
-    dir = mkdtempSync(join(tmpdir(), 'stepwise-dash-pages-'));
-    const db = await demoStoreCopy(dir);
-    server = await startServer({ dbPath: db, port: 0, engines: ['sim'] });
-    browser = await launchBrowser();
-  }, 180_000);
-  afterAll(async () => {
-    await browser?.close();
-    await server?.close();
-    rmSync(dir, { recursive: true, force: true });
+  dashboardFixture('dash-pages', (c) => {
+    ({ dir, server, browser } = c);
   });
 
   const submitEpisode = async (channel: string, id: string, reward = 1, nRollouts = 1) => {

@@ -1,8 +1,5 @@
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import type { Browser } from 'playwright-core';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { purifyStore } from '../src/curation/cleaner/derive.js';
 import { parseListFilters } from '../src/dashboard/pages/trajectories/filters.js';
 import {
@@ -12,10 +9,10 @@ import {
   safeListUrl,
 } from '../src/dashboard/pages/trajectories/label-forms.js';
 import type { Step, Trajectory } from '../src/domain/index.js';
-import { type RunningServer, startServer } from '../src/gateway/server.js';
+import type { RunningServer } from '../src/gateway/server.js';
 import { packPrefixTree } from '../src/serving/packing.js';
 import { contentText, loadQwen3Tokenizer } from '../src/text/index.js';
-import { chromiumReady, demoStoreCopy, launchBrowser, openPage, screenshot } from './support/browser.js';
+import { chromiumReady, dashboardFixture, openPage, screenshot } from './support/browser.js';
 import { episode, makeStep } from './support/steps.js';
 
 /*
@@ -134,16 +131,14 @@ describe('trajectory pages: forms', () => {
 });
 
 describe.skipIf(!chromiumReady)('dashboard: trajectories', () => {
-  let dir: string;
   let server: RunningServer;
   let browser: Browser;
   let purified: { source: string; derived: string }[];
 
+  dashboardFixture('dash-traj', (c) => {
+    ({ server, browser } = c);
+  });
   beforeAll(async () => {
-    dir = mkdtempSync(join(tmpdir(), 'stepwise-dash-traj-'));
-    const db = await demoStoreCopy(dir);
-    server = await startServer({ dbPath: db, port: 0, engines: ['sim'] });
-    browser = await launchBrowser();
     const store = server.pool.store;
     // Provenance: CLEANER's offline purification of the demo's runs (they have tool errors).
     const summary = await purifyStore(store, { channel: 'train' });
@@ -199,12 +194,6 @@ describe.skipIf(!chromiumReady)('dashboard: trajectories', () => {
     );
     expect(bulk!.ok).toBe(true);
   }, 240_000);
-
-  afterAll(async () => {
-    await browser?.close();
-    await server?.close();
-    rmSync(dir, { recursive: true, force: true });
-  });
 
   /** A demo trajectory whose steps record a failed tool call. */
   async function trajectoryWithToolError(): Promise<{ t: Trajectory; steps: Step[] }> {

@@ -1,11 +1,9 @@
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Browser } from 'playwright-core';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { type RunningServer, startServer } from '../src/gateway/server.js';
 import type { PoolStats } from '../src/store/store.js';
-import { chromiumReady, demoStoreCopy, launchBrowser, openPage, screenshot } from './support/browser.js';
+import { chromiumReady, dashboardFixture, openPage, screenshot } from './support/browser.js';
 import { episode } from './support/steps.js';
 
 /*
@@ -18,16 +16,8 @@ describe.skipIf(!chromiumReady)('dashboard: overview', () => {
   let dir: string;
   let server: RunningServer;
   let browser: Browser;
-  beforeAll(async () => {
-    dir = mkdtempSync(join(tmpdir(), 'stepwise-dash-'));
-    const db = await demoStoreCopy(dir);
-    server = await startServer({ dbPath: db, port: 0, engines: ['sim'] });
-    browser = await launchBrowser();
-  }, 180_000);
-  afterAll(async () => {
-    await browser?.close();
-    await server?.close();
-    rmSync(dir, { recursive: true, force: true });
+  dashboardFixture('dash', (c) => {
+    ({ dir, server, browser } = c);
   });
 
   it('shows the pool numbers /v1/stats gives, and updates them live when steps arrive', async () => {

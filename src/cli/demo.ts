@@ -6,7 +6,7 @@ import { ExportRequest } from '../export/request.js';
 import { runExport } from '../export/run-export.js';
 import { startServer } from '../gateway/server.js';
 import { referenceTasks } from '../gym/cli.js';
-import { REPLACED_TAG, runGuided } from '../gym/guide.js';
+import { type GuideSummary, REPLACED_TAG, runGuided } from '../gym/guide.js';
 import { runGym, type SampleResult, summarize } from '../gym/runner.js';
 import { checkSandbox } from '../gym/sandbox/index.js';
 import { synthesize } from '../gym/synth/index.js';
@@ -113,16 +113,8 @@ export interface ActGuideTaskResult {
   guided: number[];
 }
 
-export interface ActGuideDemoResult {
+export interface ActGuideDemoResult extends GuideSummary {
   needsPlan: number;
-  groups: number;
-  hard: number;
-  guided: number;
-  rescued: number;
-  hardFraction: number;
-  rescuedFraction: number;
-  probeRollouts: number;
-  guidedRollouts: number;
   tasks: ActGuideTaskResult[];
   /** Read back from the store. */
   stored: {

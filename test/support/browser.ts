@@ -4,10 +4,22 @@
  * for each test file (files label and lease, so none sees another's changes).
  */
 import { createHash } from 'node:crypto';
-import { copyFileSync, existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import {
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type Browser, chromium, type Page } from 'playwright-core';
+import { afterAll, beforeAll } from 'vitest';
 import { runDemo } from '../../src/cli/demo.js';
+import { type RunningServer, startServer } from '../../src/gateway/server.js';
 
 export const CHROMIUM = process.env.STEPWISE_CHROMIUM ?? '/usr/bin/chromium';
 export const chromiumReady = existsSync(CHROMIUM);
@@ -107,4 +119,31 @@ export async function demoStoreCopy(into: string): Promise<string> {
   const db = join(into, 'stepwise.db');
   copyFileSync(join(DEMO_DIR, 'out', 'stepwise.db'), db);
   return db;
+}
+
+export interface DashboardContext {
+  dir: string;
+  server: RunningServer;
+  browser: Browser;
+}
+
+/**
+ * A describe block's server on a copy of the demo store, and a browser; `ready` receives them before
+ * the first test, and both are closed after the last.
+ */
+export function dashboardFixture(tag: string, ready: (context: DashboardContext) => void): void {
+  let context: Partial<DashboardContext> = {};
+  beforeAll(async () => {
+    const dir = mkdtempSync(join(tmpdir(), `stepwise-${tag}-`));
+    context = { dir };
+    const db = await demoStoreCopy(dir);
+    context.server = await startServer({ dbPath: db, port: 0, engines: ['sim'] });
+    context.browser = await launchBrowser();
+    ready(context as DashboardContext);
+  }, 180_000);
+  afterAll(async () => {
+    await context.browser?.close();
+    await context.server?.close();
+    if (context.dir) rmSync(context.dir, { recursive: true, force: true });
+  });
 }

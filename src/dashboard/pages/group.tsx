@@ -1,7 +1,14 @@
 import type { Group, Step, Trajectory } from '../../domain/index.js';
 import { type Packing, packPrefixTree } from '../../serving/packing.js';
 import { fmt, Page, Stat } from '../layout.js';
-import { Clip, LIST_PATH, Time, TrajectoryCells, trajectoryHref } from './trajectories/common.js';
+import {
+  Clip,
+  LIST_PATH,
+  Time,
+  TrajectoryCells,
+  TrajectoryHeaderCells,
+  trajectoryHref,
+} from './trajectories/common.js';
 import { decode } from './trajectories/tokens.js';
 
 /*
@@ -164,15 +171,7 @@ export function GroupPage({ d }: { d: GroupDetail }) {
               <tr>
                 <th scope="col">key</th>
                 <th scope="col">trajectory</th>
-                <th scope="col">status</th>
-                <th scope="col" class="num">
-                  reward
-                </th>
-                <th scope="col" class="num">
-                  steps
-                </th>
-                <th scope="col">kind</th>
-                <th scope="col">created (UTC)</th>
+                <TrajectoryHeaderCells />
               </tr>
             </thead>
             <tbody>

@@ -57,6 +57,23 @@ export function StatusTag({ status }: { status: Trajectory['status'] }) {
   return <span class={`tag ${tone}`}>{status}</span>;
 }
 
+/** The header cells over `TrajectoryCells`. */
+export function TrajectoryHeaderCells() {
+  return (
+    <>
+      <th scope="col">status</th>
+      <th scope="col" class="num">
+        reward
+      </th>
+      <th scope="col" class="num">
+        steps
+      </th>
+      <th scope="col">kind</th>
+      <th scope="col">created (UTC)</th>
+    </>
+  );
+}
+
 /** The cells every trajectory table ends with: status, reward, steps, kind, created. */
 export function TrajectoryCells({ trajectory: t }: { trajectory: Trajectory }) {
   return (

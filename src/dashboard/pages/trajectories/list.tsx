@@ -2,7 +2,15 @@ import type { Trajectory } from '../../../domain/index.js';
 import { Quality, TrajectoryStatus } from '../../../domain/index.js';
 import type { Page as ResultPage } from '../../../store/store.js';
 import { fmt, Page } from '../../layout.js';
-import { Alert, Clip, groupHref, LIST_PATH, TrajectoryCells, trajectoryHref } from './common.js';
+import {
+  Alert,
+  Clip,
+  groupHref,
+  LIST_PATH,
+  TrajectoryCells,
+  TrajectoryHeaderCells,
+  trajectoryHref,
+} from './common.js';
 import { type ListFormValues, listUrl, PAGE_SIZE } from './filters.js';
 
 /*
@@ -185,15 +193,7 @@ export function ListPage({ values, result, page, errors, self }: ListPageProps) 
                     <th scope="col">channel</th>
                     <th scope="col">group</th>
                     <th scope="col">task</th>
-                    <th scope="col">status</th>
-                    <th scope="col" class="num">
-                      reward
-                    </th>
-                    <th scope="col" class="num">
-                      steps
-                    </th>
-                    <th scope="col">kind</th>
-                    <th scope="col">created (UTC)</th>
+                    <TrajectoryHeaderCells />
                   </tr>
                 </thead>
                 <Rows items={result.items} />
