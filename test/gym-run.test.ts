@@ -6,7 +6,7 @@ import { type RunningServer, startServer } from '../src/gateway/server.js';
 import { referenceTasks } from '../src/gym/cli.js';
 import { type GymRunOptions, runGym } from '../src/gym/runner.js';
 import { checkSandbox } from '../src/gym/sandbox/index.js';
-import { GymTask } from '../src/gym/tasks/schema.js';
+import { jsonTask, sumTask } from './support/gym-tasks.js';
 
 /*
  * The gym end to end: tasks × samples through a real Stepwise server (gateway + SQLite) with the sim
@@ -16,57 +16,7 @@ import { GymTask } from '../src/gym/tasks/schema.js';
 
 const sandboxReady = checkSandbox().ok;
 
-const tasks = [
-  GymTask.parse({
-    id: 'sum-1',
-    prompt:
-      'Read input/numbers.txt (one integer per line) and write their sum to output/sum.txt. All file paths are relative to the workspace directory.',
-    files: [{ path: 'input/numbers.txt', content: '3\n4\n5\n' }],
-    verifier: {
-      kind: 'checks',
-      checks: [
-        { kind: 'file_exists', name: 'exists', path: 'output/sum.txt' },
-        { kind: 'text_contains', name: 'value', path: 'output/sum.txt', pattern: '^12\\s*$', regex: true },
-      ],
-    },
-    referenceActions: [
-      { name: 'read', arguments: { path: 'input/numbers.txt' } },
-      {
-        name: 'exec',
-        arguments: {
-          command:
-            'mkdir -p output && python3 -c "print(sum(int(l) for l in open(\'input/numbers.txt\')))" > output/sum.txt',
-        },
-      },
-    ],
-    category: 'Analysis & Reasoning',
-  }),
-  GymTask.parse({
-    id: 'json-1',
-    prompt:
-      'Write output/info.json with keys name ("stepwise") and version (1). All file paths are relative to the workspace directory.',
-    verifier: {
-      kind: 'checks',
-      checks: [
-        { kind: 'parses', name: 'parses', path: 'output/info.json', format: 'json' },
-        {
-          kind: 'json_value',
-          name: 'name',
-          path: 'output/info.json',
-          pointer: '/name',
-          expected: 'stepwise',
-        },
-      ],
-    },
-    referenceActions: [
-      {
-        name: 'write',
-        arguments: { path: 'output/info.json', content: '{"name": "stepwise", "version": 1}\n' },
-      },
-    ],
-    category: 'Software Development',
-  }),
-];
+const tasks = [sumTask(), jsonTask()];
 
 /** A tiny external agent: stdlib Python speaking the OpenAI API, executing `write` calls itself. */
 const PY_AGENT = `

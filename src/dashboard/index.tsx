@@ -4,7 +4,14 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Context, Hono } from 'hono';
 import { setCookie } from 'hono/cookie';
-import { type ApiKey, type AuthVariables, findKey, KEY_COOKIE, requireScope } from '../gateway/auth.js';
+import {
+  type ApiKey,
+  type AuthVariables,
+  findKey,
+  isPublicDashboardPath,
+  KEY_COOKIE,
+  requireScope,
+} from '../gateway/auth.js';
 import type { Gateway } from '../gateway/gateway.js';
 import type { DataPool } from '../pool/data-pool.js';
 import { Page } from './layout.js';
@@ -91,12 +98,9 @@ export function mountDashboard(app: Hono<DashboardEnv>, options: DashboardOption
     return c.redirect(next, 303);
   });
 
-  app.use('/dashboard', requireScope('admin'));
-  app.use('/dashboard/*', async (c, next) => {
-    const path = c.req.path;
-    if (path === '/dashboard/login' || path.startsWith('/dashboard/assets/')) return next();
-    return requireScope('admin')(c, next);
-  });
+  const admin = requireScope('admin');
+  app.use('/dashboard', admin);
+  app.use('/dashboard/*', (c, next) => (isPublicDashboardPath(c.req.path) ? next() : admin(c, next)));
 
   mountOverview(app, options);
   mountEventPages(app, options);

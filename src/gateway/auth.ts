@@ -66,7 +66,7 @@ export function findKey(keys: readonly ApiKey[], key: string): ApiKey | null {
 }
 
 /** Dashboard paths a browser reaches before signing in. */
-const isPublicDashboardPath = (path: string) =>
+export const isPublicDashboardPath = (path: string) =>
   path === '/dashboard/login' || path.startsWith('/dashboard/assets/');
 
 /**
