@@ -1,13 +1,7 @@
 import { resolve } from 'node:path';
 import Database from 'better-sqlite3';
-import { Kysely, Migrator, type RawBuilder, type SqlBool, SqliteDialect, sql } from 'kysely';
-import {
-  type CurationDecision,
-  curateGroup,
-  type ExclusionReason,
-  isNoop,
-  needsSteps,
-} from '../../curation/pipeline.js';
+import { Kysely, Migrator, SqliteDialect } from 'kysely';
+import { isNoop, needsSteps } from '../../curation/pipeline.js';
 import {
   type ChannelConfig,
   ChannelConfigPatch,
@@ -19,11 +13,9 @@ import {
   type EventType,
   type Group,
   type GroupState,
-  isStepTrainable,
   type Label,
   type LabelInput,
   type Lease,
-  type LeaseState,
   NotFoundError,
   newLeaseId,
   type PoolEvent,
@@ -33,9 +25,43 @@ import {
   type Step,
   StepwiseError,
   type Trajectory,
-  type TrajectoryStatus,
-  ValidationError,
 } from '../../domain/index.js';
+import { ListQueries, type ListSchema } from '../list-queries.js';
+import {
+  applyCuration,
+  assembleStats,
+  type Curated,
+  callFailedData,
+  checkAppend,
+  checkRetry,
+  checkStepTarget,
+  currentSignalsByTrajectory,
+  declaredRollouts,
+  foldLabel,
+  type GroupRow,
+  type GymTaskRow,
+  type LabelCurrentRow,
+  type LabelRow,
+  type LeaseRow,
+  labelChangedData,
+  newTrajectoryRow,
+  type PriorStep,
+  previewGroup,
+  rewardBins,
+  type SignalRow,
+  servedGroup,
+  servedTrajectory,
+  summarizeGymRuns,
+  TRAJECTORY_LABEL,
+  type TrajectoryRow,
+  TxLog,
+  toCurrentLabel,
+  toGroup,
+  toLabel,
+  toLease,
+  toSignal,
+  toTrajectory,
+} from '../rows.js';
 import {
   decodeSteps,
   encodeStep,
@@ -43,7 +69,6 @@ import {
   STEP_KEY_SPAN,
   type StepRow,
   type StepTail,
-  stepFingerprint,
   stepKey,
   stepRowValues,
   TailCache,
@@ -58,17 +83,14 @@ import type {
   EventQuery,
   GroupSweepResult,
   GymRunSummary,
-  LabelFilter,
   LeasedBatch,
   LeaseParams,
   LeaseQuery,
   Page,
   PoolStats,
   PreviewGroup,
-  RewardTally,
   ScanPage,
   ServedGroup,
-  ServedTrajectory,
   SignalQuery,
   StepQuery,
   Store,
@@ -82,15 +104,6 @@ import type {
 import { sqliteMigrations } from './migrations.js';
 import { statementCache } from './statements.js';
 
-/** A ready group after curation: the members it is served with, what was left out, decoded steps. */
-interface Curated {
-  members: TrajectoryRow[];
-  excluded: CurationDecision['excluded'];
-  steps: Map<string, Step[]>;
-  /** Rewards of the group's rollouts, excluded ones included. */
-  rewards: Map<string, number | null>;
-}
-
 export interface SqliteStoreOptions {
   path: string;
   /** FULL (default) fsyncs every commit: an acknowledged step survives power loss, not just a crash. */
@@ -101,267 +114,6 @@ export interface SqliteStoreOptions {
   busyTimeoutMs?: number;
 }
 
-interface GroupRow {
-  channel: string;
-  id: string;
-  expected: number | null;
-  n_trajectories: number;
-  n_finished: number;
-  n_complete: number;
-  state: GroupState;
-  drop_reason: DropReason | null;
-  partial: number;
-  min_policy_version: number | null;
-  created_at: number;
-  ready_at: number | null;
-  ready_seq: number | null;
-  lease_id: string | null;
-  consumed_at: number | null;
-}
-
-interface TrajectoryRow {
-  seq: number;
-  id: string;
-  channel: string;
-  group_id: string;
-  task_id: string | null;
-  status: TrajectoryStatus;
-  reward: number | null;
-  metadata: string;
-  n_steps: number;
-  max_index: number | null;
-  last_index: number | null;
-  prefix_breaks: number;
-  min_policy_version: number | null;
-  created_at: number;
-  touched_at: number;
-  completed_at: number | null;
-  guided: number;
-  guidance_k: number | null;
-  probe: number;
-  derived_from: string | null;
-  derivation: string | null;
-}
-
-interface LeaseRow {
-  id: string;
-  channel: string;
-  consumer: string;
-  state: LeaseState;
-  group_ids: string;
-  n_steps: number;
-  created_at: number;
-  expires_at: number;
-  ended_at: number | null;
-}
-
-interface LabelRow {
-  id: number;
-  trajectory_id: string;
-  step_index: number | null;
-  quality: Label['quality'];
-  trainable: number | null;
-  tags: string | null;
-  note: string | null;
-  author: string | null;
-  created_at: number;
-}
-
-interface LabelCurrentRow {
-  trajectory_id: string;
-  step_index: number;
-  quality: Label['quality'];
-  trainable: number | null;
-  tags: string;
-  note: string | null;
-  updated_at: number;
-}
-
-interface SignalRow {
-  id: number;
-  trajectory_id: string;
-  step_index: number | null;
-  name: string;
-  value: number;
-  source: Signal['source'];
-  version: string;
-  details: string | null;
-  created_at: number;
-}
-
-/** Tables as Kysely sees them; used to build the filtered list queries. */
-interface Schema {
-  steps: StepRow & { rowid: number };
-  trajectories: TrajectoryRow & { rowid: number };
-  label_current: LabelCurrentRow;
-  label_tags: { tag: string; trajectory_id: string; step_index: number };
-}
-
-/** Counters and events gathered during one transaction, written before it commits. */
-/** stats().curation from the curation counters. */
-function curationTallies(get: (name: string) => number): PoolStats['curation'] {
-  const tally = (kinds: readonly ('kept' | 'dropped')[]): RewardTally => {
-    const sum = (what: string) => kinds.reduce((n, k) => n + get(`curation_${k}_${what}`), 0);
-    const rewarded = sum('rewarded');
-    return {
-      groups: sum('groups'),
-      trajectories: sum('trajectories'),
-      meanReward: rewarded === 0 ? null : sum('reward_sum') / rewarded,
-    };
-  };
-  return { kept: tally(['kept']), dropped: tally(['dropped']), all: tally(['kept', 'dropped']) };
-}
-
-class TxLog {
-  readonly counters = new Map<string, number>();
-  readonly tails = new Map<string, StepTail>();
-  readonly forgetTails = new Set<string>();
-  /** steps stored per channel and trajectory, logged as one event per channel per commit */
-  readonly submitted = new Map<string, Map<string, { group_id: string; count: number; created: boolean }>>();
-  submittedAt = 0;
-
-  count(channel: string, name: string, delta = 1): void {
-    const key = `${channel}\u0000${name}`;
-    this.counters.set(key, (this.counters.get(key) ?? 0) + delta);
-  }
-
-  noteSubmitted(
-    channel: string,
-    trajectoryId: string,
-    groupId: string,
-    count: number,
-    now: number,
-    created = false,
-  ): void {
-    this.submittedAt = Math.max(this.submittedAt, now);
-    let byTrajectory = this.submitted.get(channel);
-    if (!byTrajectory) {
-      byTrajectory = new Map();
-      this.submitted.set(channel, byTrajectory);
-    }
-    const entry = byTrajectory.get(trajectoryId);
-    if (entry) {
-      entry.count += count;
-      entry.created ||= created;
-    } else byTrajectory.set(trajectoryId, { group_id: groupId, count, created });
-  }
-
-  absorb(other: TxLog): void {
-    for (const [key, value] of other.counters) this.counters.set(key, (this.counters.get(key) ?? 0) + value);
-    for (const [key, value] of other.tails) this.tails.set(key, value);
-    for (const [channel, byTrajectory] of other.submitted) {
-      for (const [id, entry] of byTrajectory)
-        this.noteSubmitted(channel, id, entry.group_id, entry.count, other.submittedAt, entry.created);
-    }
-    for (const key of other.forgetTails) {
-      this.forgetTails.add(key);
-      this.tails.delete(key);
-    }
-  }
-}
-
-const TRAJECTORY_LABEL = -1;
-
-function toGroup(row: GroupRow): Group {
-  return {
-    id: row.id,
-    channel: row.channel,
-    expected: row.expected,
-    nTrajectories: row.n_trajectories,
-    nFinished: row.n_finished,
-    nComplete: row.n_complete,
-    state: row.state,
-    dropReason: row.drop_reason,
-    partial: row.partial === 1,
-    minPolicyVersion: row.min_policy_version,
-    createdAt: row.created_at,
-    readyAt: row.ready_at,
-    leaseId: row.lease_id,
-    consumedAt: row.consumed_at,
-  };
-}
-
-function toTrajectory(row: TrajectoryRow): Trajectory {
-  return {
-    id: row.id,
-    groupId: row.group_id,
-    channel: row.channel,
-    taskId: row.task_id,
-    status: row.status,
-    reward: row.reward,
-    metadata: JSON.parse(row.metadata),
-    nSteps: row.n_steps,
-    lastIndex: row.last_index,
-    prefixBreaks: row.prefix_breaks,
-    createdAt: row.created_at,
-    completedAt: row.completed_at,
-    guided: row.guided === 1,
-    guidanceK: row.guidance_k,
-    probe: row.probe === 1,
-    derivedFrom: row.derived_from,
-    derivation: row.derivation ? JSON.parse(row.derivation) : null,
-  };
-}
-
-function toLease(row: LeaseRow): Lease {
-  return {
-    id: row.id,
-    channel: row.channel,
-    consumer: row.consumer,
-    groupIds: JSON.parse(row.group_ids),
-    nSteps: row.n_steps,
-    state: row.state,
-    createdAt: row.created_at,
-    expiresAt: row.expires_at,
-    endedAt: row.ended_at,
-  };
-}
-
-function toLabel(row: LabelRow): Label {
-  return {
-    id: row.id,
-    trajectoryId: row.trajectory_id,
-    stepIndex: row.step_index,
-    quality: row.quality,
-    trainable: row.trainable === null ? null : row.trainable === 1,
-    tags: row.tags ? JSON.parse(row.tags) : [],
-    note: row.note,
-    author: row.author,
-    createdAt: row.created_at,
-  };
-}
-
-function toCurrentLabel(row: LabelCurrentRow): CurrentLabel {
-  return {
-    trajectoryId: row.trajectory_id,
-    stepIndex: row.step_index === TRAJECTORY_LABEL ? null : row.step_index,
-    quality: row.quality,
-    trainable: row.trainable === null ? null : row.trainable === 1,
-    tags: JSON.parse(row.tags),
-    note: row.note,
-  };
-}
-
-function toSignal(row: SignalRow): Signal {
-  return {
-    trajectoryId: row.trajectory_id,
-    stepIndex: row.step_index,
-    name: row.name,
-    value: row.value,
-    source: row.source,
-    version: row.version,
-    details: row.details ? JSON.parse(row.details) : {},
-    createdAt: row.created_at,
-  };
-}
-
-function stalenessBucket(staleness: number): string {
-  if (staleness <= 3) return String(staleness);
-  if (staleness <= 7) return '4-7';
-  if (staleness <= 15) return '8-15';
-  return '16+';
-}
-
 export async function openSqliteStore(options: SqliteStoreOptions): Promise<SqliteStore> {
   const db = new Database(options.path);
   db.pragma('journal_mode = WAL');
@@ -369,7 +121,7 @@ export async function openSqliteStore(options: SqliteStoreOptions): Promise<Sqli
   db.pragma(`busy_timeout = ${options.busyTimeoutMs ?? 10_000}`);
   db.pragma('cache_size = -65536');
   db.pragma('temp_store = MEMORY');
-  const kysely = new Kysely<Schema>({ dialect: new SqliteDialect({ database: db }) });
+  const kysely = new Kysely<ListSchema>({ dialect: new SqliteDialect({ database: db }) });
   const migrator = new Migrator({ db: kysely, provider: sqliteMigrations });
   const { error, results } = await migrator.migrateToLatest();
   const failed = results?.find((r) => r.status === 'Error');
@@ -387,15 +139,17 @@ export class SqliteStore implements Store {
   private readonly path: string | null;
   private closed = false;
 
+  private readonly queries: ListQueries;
   /** Prepared statements, one per SQL text. */
   private readonly stmt: (source: string) => Database.Statement;
 
   constructor(
     private readonly db: Database.Database,
-    private readonly kysely: Kysely<Schema>,
+    private readonly kysely: Kysely<ListSchema>,
     options: SqliteStoreOptions,
   ) {
     this.stmt = statementCache(db);
+    this.queries = new ListQueries(kysely, 'sqlite');
     this.tails = new TailCache(options.tailCacheTokens);
     this.savepoint = db.transaction(<T>(fn: () => T): T => fn()) as <T>(fn: () => T) => T;
     this.channelDefaults = { ...DEFAULT_CHANNEL_CONFIG, ...options.channelDefaults };
@@ -683,30 +437,7 @@ export class SqliteStore implements Store {
   private insertTrajectory(input: CreateTrajectoryInput, now: number, log: TxLog): TrajectoryRow {
     const collecting = this.joinGroup(input.channel, input.groupId, input.nRollouts, now, log);
     if (!collecting) log.count(input.channel, 'late_trajectories');
-    const row: TrajectoryRow = {
-      seq: 0, // assigned by the insert below
-      id: input.id,
-      channel: input.channel,
-      group_id: input.groupId,
-      // Gym runs name the task in the metadata; the column makes it a filter.
-      task_id: input.taskId ?? (typeof input.metadata.task_id === 'string' ? input.metadata.task_id : null),
-      status: 'open',
-      reward: null,
-      metadata: JSON.stringify(input.metadata),
-      n_steps: 0,
-      max_index: null,
-      last_index: null,
-      prefix_breaks: 0,
-      min_policy_version: null,
-      created_at: now,
-      touched_at: now,
-      completed_at: null,
-      guided: input.guided ? 1 : 0,
-      guidance_k: input.guidanceK ?? null,
-      probe: input.probe ? 1 : 0,
-      derived_from: input.derivedFrom ?? null,
-      derivation: input.derivation ? JSON.stringify(input.derivation) : null,
-    };
+    const row = newTrajectoryRow(input, now);
     const info = this.stmt(
       `INSERT INTO trajectories (id, channel, group_id, task_id, status, metadata, created_at, touched_at, guided,
          guidance_k, probe, derived_from, derivation) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
@@ -806,12 +537,7 @@ export class SqliteStore implements Store {
       let trajectory = this.trajectoryRow(trajectoryId);
       const created = !trajectory;
       if (!trajectory) {
-        const declared = first.metadata.n_rollouts;
-        const fromMetadata =
-          Number.isInteger(declared) && (declared as number) >= 1 && (declared as number) <= 4096
-            ? (declared as number)
-            : null;
-        const nRollouts = request.nRollouts ?? fromMetadata;
+        const nRollouts = request.nRollouts ?? declaredRollouts(first);
         trajectory = this.insertTrajectory(
           { id: trajectoryId, groupId: first.groupId, channel: request.channel, nRollouts, metadata: {} },
           now,
@@ -831,63 +557,18 @@ export class SqliteStore implements Store {
       for (const position of positions) {
         const step = request.steps[position]!;
         const field = `steps.${position}`;
-        if (step.index >= STEP_KEY_SPAN) {
-          throw new ValidationError(
-            `${field}.step_index: must be below ${STEP_KEY_SPAN}`,
-            `${field}.step_index`,
-          );
-        }
-        if (step.groupId !== trajectory.group_id) {
-          throw new ConflictError(
-            `${field}.prompt_uid: trajectory ${trajectoryId} belongs to prompt '${trajectory.group_id}', not '${step.groupId}'`,
-            `${field}.prompt_uid`,
-          );
-        }
+        checkStepTarget(step, field, trajectory);
         // Only an index at or below the highest stored one can be a retry: skip the lookup otherwise.
         const prior =
           step.index <= (trajectory.max_index ?? -1)
-            ? (existing.get(stepKey(trajectory.seq, step.index)) as
-                | {
-                    content_hash: number;
-                    prompt_len: number;
-                    response_len: number;
-                    is_last: number;
-                    reward: number | null;
-                  }
-                | undefined)
+            ? (existing.get(stepKey(trajectory.seq, step.index)) as PriorStep | undefined)
             : undefined;
         if (prior) {
-          const same =
-            prior.content_hash === stepFingerprint(step) &&
-            prior.prompt_len === step.promptIds.length &&
-            prior.response_len === step.responseIds.length &&
-            prior.is_last === (step.isLast ? 1 : 0) &&
-            prior.reward === step.reward;
-          if (!same) {
-            throw new ConflictError(
-              `${field}: step ${step.index} of trajectory ${trajectoryId} was already stored with different tokens, is_last or reward`,
-              field,
-            );
-          }
+          checkRetry(prior, step, field, trajectoryId);
           duplicates++;
           continue;
         }
-        if (trajectory.status !== 'open') {
-          throw new ConflictError(
-            `${field}: trajectory ${trajectoryId} is already ${trajectory.status}`,
-            field,
-          );
-        }
-        const lastIndex = trajectory.last_index;
-        if (
-          (lastIndex !== null && step.index > lastIndex) ||
-          (step.isLast && (trajectory.max_index ?? -1) > step.index)
-        ) {
-          throw new ConflictError(
-            `${field}.step_index: step ${step.index} lies beyond the trajectory's last step`,
-            field,
-          );
-        }
+        checkAppend(step, field, trajectory);
         const version = step.policyVersion ?? policyVersion;
         const base = this.baseTail(trajectory, step.index, log, local);
         const key = stepKey(trajectory.seq, step.index);
@@ -1133,129 +814,14 @@ export class SqliteStore implements Store {
     return this.loadSteps(trajectoryId, index).find((s) => s.index === index) ?? null;
   }
 
-  /**
-   * Conditions for label filters, driven from the label tables' indexes. A step's own label wins
-   * over its trajectory's (as when serving), so a trajectory-level match skips steps whose own
-   * label sets the same field otherwise. Tags add up instead.
-   */
-  private labelConditions(query: LabelFilter, forSteps: boolean): RawBuilder<SqlBool>[] {
-    const span = STEP_KEY_SPAN;
-    const within = (
-      table: 'label_current' | 'label_tags',
-      where: RawBuilder<unknown>,
-      overridable?: string,
-    ) => {
-      if (!forSteps) {
-        return sql<SqlBool>`trajectories.id IN (SELECT l.trajectory_id FROM ${sql.table(table)} AS l WHERE ${where})`;
-      }
-      const overridden = overridable
-        ? sql`AND NOT EXISTS (SELECT 1 FROM label_current AS o WHERE o.trajectory_id = lt.id AND o.step_index = ls.idx
-            AND o.${sql.ref(overridable)} IS NOT NULL AND o.${sql.ref(overridable)} IS NOT l.${sql.ref(overridable)})`
-        : sql``;
-      // Step keys of labelled steps, plus the step keys of labelled trajectories: rowid lookups.
-      return sql<SqlBool>`steps.key IN (
-        SELECT lt.seq * ${span} + l.step_index FROM ${sql.table(table)} AS l
-          JOIN trajectories AS lt ON lt.id = l.trajectory_id WHERE l.step_index >= 0 AND ${where}
-        UNION ALL
-        SELECT ls.key FROM ${sql.table(table)} AS l JOIN trajectories AS lt ON lt.id = l.trajectory_id
-          JOIN steps AS ls ON ls.key BETWEEN lt.seq * ${span} AND lt.seq * ${span} + ${span - 1}
-          WHERE l.step_index = ${TRAJECTORY_LABEL} AND ${where} ${overridden})`;
-    };
-    const conditions: RawBuilder<SqlBool>[] = [];
-    if (query.trainable !== undefined) {
-      conditions.push(within('label_current', sql`l.trainable = ${query.trainable ? 1 : 0}`, 'trainable'));
-    }
-    if (query.quality) conditions.push(within('label_current', sql`l.quality = ${query.quality}`, 'quality'));
-    if (query.tag) conditions.push(within('label_tags', sql`l.tag = ${query.tag}`));
-    return conditions;
-  }
-
-  private stepFilter(query: StepQuery) {
-    const span = STEP_KEY_SPAN;
-    let q = this.kysely.selectFrom('steps');
-    if (query.channel !== undefined) q = q.where('steps.channel', '=', query.channel);
-    // Trajectory, group and status filters go through the trajectories table and reach the steps
-    // as rowid ranges: the hot steps table carries no index for them.
-    const { trajectoryId, groupId, status, channel } = query;
-    if (trajectoryId !== undefined || groupId !== undefined || status !== undefined) {
-      let joined = q.innerJoin('trajectories as t', (join) =>
-        join.on(sql<SqlBool>`steps.key BETWEEN t.seq * ${span} AND t.seq * ${span} + ${span - 1}`),
-      );
-      if (trajectoryId !== undefined) joined = joined.where('t.id', '=', trajectoryId);
-      if (groupId !== undefined) joined = joined.where('t.group_id', '=', groupId);
-      if (status !== undefined) joined = joined.where('t.status', '=', status);
-      if (channel !== undefined) joined = joined.where('t.channel', '=', channel);
-      q = joined as unknown as typeof q;
-    }
-    if (query.rewardMin !== undefined) q = q.where('steps.reward', '>=', query.rewardMin);
-    if (query.rewardMax !== undefined) q = q.where('steps.reward', '<=', query.rewardMax);
-    for (const condition of this.labelConditions(query, true)) q = q.where(condition);
-    return q;
-  }
-
-  private trajectoryFilter(query: TrajectoryQuery) {
-    let q = this.kysely.selectFrom('trajectories');
-    if (query.channel !== undefined) q = q.where('trajectories.channel', '=', query.channel);
-    if (query.groupId !== undefined) q = q.where('trajectories.group_id', '=', query.groupId);
-    if (query.taskId !== undefined) q = q.where('trajectories.task_id', '=', query.taskId);
-    if (query.rewardMin !== undefined) q = q.where('trajectories.reward', '>=', query.rewardMin);
-    if (query.rewardMax !== undefined) q = q.where('trajectories.reward', '<=', query.rewardMax);
-    if (query.status !== undefined) q = q.where('trajectories.status', '=', query.status);
-    if (query.guided !== undefined) q = q.where('trajectories.guided', '=', query.guided ? 1 : 0);
-    if (query.probe !== undefined) q = q.where('trajectories.probe', '=', query.probe ? 1 : 0);
-    if (query.derived !== undefined)
-      q = q.where('trajectories.derived_from', query.derived ? 'is not' : 'is', null);
-    if (query.policyVersion !== undefined) {
-      const version = query.policyVersion;
-      q = q.where(({ exists, selectFrom }) =>
-        exists(
-          selectFrom('steps')
-            .select(sql`1`.as('one'))
-            .whereRef('steps.trajectory_id', '=', 'trajectories.id')
-            .where('steps.policy_version', '=', version),
-        ),
-      );
-    }
-    for (const condition of this.labelConditions(query, false)) q = q.where(condition);
-    return q;
-  }
-
-  private stepPageQuery(query: StepQuery) {
-    return this.stepFilter(query)
-      .select(['steps.key'])
-      .orderBy('steps.key', 'desc')
-      .limit(query.limit)
-      .offset(query.offset)
-      .compile();
-  }
-
-  private trajectoryPageQuery(query: TrajectoryQuery) {
-    return this.trajectoryFilter(query)
-      .selectAll()
-      .orderBy(sql`trajectories.rowid`, 'desc')
-      .limit(query.limit)
-      .offset(query.offset)
-      .compile();
-  }
-
   /** SQLite's plan for a list query and its count (for tests that pin "no full scans"). */
   explainList(kind: 'steps', query: StepQuery): string[];
   explainList(kind: 'trajectories', query: TrajectoryQuery): string[];
   explainList(kind: 'steps' | 'trajectories', query: StepQuery | TrajectoryQuery): string[] {
     const compiled =
       kind === 'steps'
-        ? [
-            this.stepFilter(query as StepQuery)
-              .select((eb) => eb.fn.countAll<number>().as('n'))
-              .compile(),
-            this.stepPageQuery(query as StepQuery),
-          ]
-        : [
-            this.trajectoryFilter(query)
-              .select((eb) => eb.fn.countAll<number>().as('n'))
-              .compile(),
-            this.trajectoryPageQuery(query),
-          ];
+        ? [this.queries.stepCountQuery(query as StepQuery), this.queries.stepPageQuery(query as StepQuery)]
+        : [this.queries.trajectoryCountQuery(query), this.queries.trajectoryPageQuery(query)];
     return compiled.flatMap((c) =>
       (
         this.db.prepare(`EXPLAIN QUERY PLAN ${c.sql}`).all(...(c.parameters as unknown[])) as {
@@ -1266,12 +832,8 @@ export class SqliteStore implements Store {
   }
 
   async listSteps(query: StepQuery): Promise<Page<Step>> {
-    const total = this.runCompiled<{ n: number }>(
-      this.stepFilter(query)
-        .select((eb) => eb.fn.countAll<number>().as('n'))
-        .compile(),
-    )[0]!.n;
-    const keys = this.runCompiled<{ key: number }>(this.stepPageQuery(query)).map((r) => r.key);
+    const total = this.runCompiled<{ n: number }>(this.queries.stepCountQuery(query))[0]!.n;
+    const keys = this.runCompiled<{ key: number }>(this.queries.stepPageQuery(query)).map((r) => r.key);
     // Decode each trajectory once, up to the highest step this page needs from it.
     const needed = new Map<number, number>();
     for (const key of keys) {
@@ -1286,34 +848,13 @@ export class SqliteStore implements Store {
   }
 
   async listTrajectories(query: TrajectoryQuery): Promise<Page<Trajectory>> {
-    const total = this.runCompiled<{ n: number }>(
-      this.trajectoryFilter(query)
-        .select((eb) => eb.fn.countAll<number>().as('n'))
-        .compile(),
-    )[0]!.n;
-    const rows = this.runCompiled<TrajectoryRow>(this.trajectoryPageQuery(query));
+    const total = this.runCompiled<{ n: number }>(this.queries.trajectoryCountQuery(query))[0]!.n;
+    const rows = this.runCompiled<TrajectoryRow>(this.queries.trajectoryPageQuery(query));
     return { total, items: rows.map(toTrajectory) };
   }
 
-  private trajectoryScanQuery(query: TrajectoryScan) {
-    const after = query.after === null ? 0 : Number(query.after);
-    if (!Number.isSafeInteger(after) || after < 0 || (query.after !== null && !/^\d+$/.test(query.after)))
-      throw new ValidationError('after: not a cursor returned by a previous page', 'after');
-    // Status alone would pick the (status, channel) index and sort every match for each page; `+`
-    // keeps SQLite on the rowid order instead, so a whole scan reads the table once.
-    const statusAlone = query.status !== undefined && query.channel === undefined;
-    let q = this.trajectoryFilter({ ...query, offset: 0, status: statusAlone ? undefined : query.status });
-    if (statusAlone) q = q.where(sql<SqlBool>`+trajectories.status = ${query.status}`);
-    return q
-      .selectAll()
-      .where('trajectories.seq', '>', after)
-      .orderBy('trajectories.seq')
-      .limit(query.limit)
-      .compile();
-  }
-
   async scanTrajectories(query: TrajectoryScan): Promise<ScanPage<Trajectory>> {
-    const rows = this.runCompiled<TrajectoryRow>(this.trajectoryScanQuery(query));
+    const rows = this.runCompiled<TrajectoryRow>(this.queries.trajectoryScanQuery(query));
     const last = rows.at(-1);
     return {
       items: rows.map(toTrajectory),
@@ -1323,7 +864,7 @@ export class SqliteStore implements Store {
 
   /** SQLite's plan for a trajectory scan page (for tests that pin "no sort of the whole table"). */
   explainScan(query: TrajectoryScan): string[] {
-    const c = this.trajectoryScanQuery(query);
+    const c = this.queries.trajectoryScanQuery(query);
     return (
       this.db.prepare(`EXPLAIN QUERY PLAN ${c.sql}`).all(...(c.parameters as unknown[])) as {
         detail: string;
@@ -1450,26 +991,7 @@ export class SqliteStore implements Store {
     this.write((log) => {
       this.ensureChannel(failure.channel, now);
       log.count(failure.channel, failure.kind === 'aborted' ? 'calls_aborted' : 'calls_upstream_error');
-      this.emit(
-        'call_failed',
-        failure.channel,
-        {
-          trajectory_uid: failure.trajectoryId,
-          group_id: failure.groupId,
-          kind: failure.kind,
-          engine_id: failure.engineId,
-          status: failure.status,
-          message: failure.message,
-          ...(failure.partial
-            ? {
-                prompt_tokens: failure.partial.promptTokens,
-                response_ids: failure.partial.responseIds,
-                response_text: failure.partial.responseText,
-              }
-            : {}),
-        },
-        now,
-      );
+      this.emit('call_failed', failure.channel, callFailedData(failure), now);
     });
   }
 
@@ -1569,24 +1091,22 @@ export class SqliteStore implements Store {
     if (!leased) return null;
     // The groups are ours now: decode their steps after the commit, without holding the write lock.
     const signals = this.currentSignalsOf(leased.picks.flatMap((p) => p.members.map((m) => m.id)));
-    const groups: ServedGroup[] = leased.picks.map(({ row, staleness, stale, members, curated }) => ({
-      group: toGroup(row),
-      staleness,
-      stale,
-      trajectories: members.map((member) =>
-        this.servedTrajectory(member, signals.get(member.id) ?? [], curated?.steps.get(member.id)),
+    const groups: ServedGroup[] = leased.picks.map(({ row, staleness, stale, members, curated }) =>
+      servedGroup(
+        row,
+        staleness,
+        stale,
+        members.map((m) =>
+          servedTrajectory(
+            m,
+            curated?.steps.get(m.id) ?? this.decodeRange(m.seq),
+            this.currentLabels(m.id),
+            signals.get(m.id) ?? [],
+          ),
+        ),
+        curated,
       ),
-      ...(curated && curated.excluded.length > 0
-        ? {
-            excluded: curated.excluded.map(({ id, reason, detail }) => ({
-              trajectoryId: id,
-              reason,
-              reward: curated.rewards.get(id) ?? null,
-              ...(detail ? { detail } : {}),
-            })),
-          }
-        : {}),
-    }));
+    );
     return {
       lease: leased.lease,
       policyVersion: leased.policyVersion,
@@ -1610,52 +1130,20 @@ export class SqliteStore implements Store {
     const members = this.groupMembers(row);
     const steps = new Map<string, Step[]>();
     if (needsSteps(curation)) for (const m of members) steps.set(m.id, this.decodeRange(m.seq));
-    const decision = curateGroup(
-      members.map((m) => ({ id: m.id, reward: m.reward, steps: steps.get(m.id) })),
+    const curated = applyCuration(
+      row,
+      members,
+      steps,
       curation,
+      log,
+      (type, channel, data) => this.emit(type, channel, data, now),
+      drops,
     );
-    // Reward tallies over kept and dropped trajectories alike (stats().curation).
-    const tally = (kind: 'kept' | 'dropped', rows: readonly TrajectoryRow[]) => {
-      const rewarded = rows.filter((m) => m.reward !== null);
-      log.count(row.channel, `curation_${kind}_trajectories`, rows.length);
-      log.count(row.channel, `curation_${kind}_rewarded`, rewarded.length);
-      log.count(
-        row.channel,
-        `curation_${kind}_reward_sum`,
-        rewarded.reduce((sum, m) => sum + m.reward!, 0),
-      );
-    };
-    const excludedIds = new Set(decision.excluded.map((e) => e.id));
-    tally(
-      'dropped',
-      members.filter((m) => excludedIds.has(m.id)),
-    );
-    for (const { id, reason, detail } of decision.excluded) {
-      log.count(row.channel, `excluded_${reason}`);
-      this.emit(
-        'trajectory_excluded',
-        row.channel,
-        { group_id: row.id, trajectory_id: id, reason, ...(detail ? { detail } : {}) },
-        now,
-      );
-    }
-    const kept = members.filter((m) => !excludedIds.has(m.id));
-    if (decision.drop) {
-      this.dropGroup(row, decision.drop, now, log);
-      tally('dropped', kept);
-      log.count(row.channel, 'curation_dropped_groups');
-      drops.push({ groupId: row.id, reason: decision.drop, rewards: members.map((m) => m.reward) });
+    if ('drop' in curated) {
+      this.dropGroup(row, curated.drop, now, log);
       return null;
     }
-    tally('kept', kept);
-    log.count(row.channel, 'curation_kept_groups');
-    const keep = new Set(decision.keep);
-    return {
-      members: members.filter((m) => keep.has(m.id)),
-      excluded: decision.excluded,
-      steps,
-      rewards: new Map(members.map((m) => [m.id, m.reward])),
-    };
+    return curated;
   }
 
   /** The rollouts a group is served with: those that completed while it collected. */
@@ -1665,33 +1153,14 @@ export class SqliteStore implements Store {
     ).all(group.id, group.channel) as TrajectoryRow[];
   }
 
-  /** A trajectory with its trainable steps (labels applied), its labels and its current signals. */
-  private servedTrajectory(row: TrajectoryRow, signals: Signal[], decoded?: Step[]): ServedTrajectory {
-    const labels = this.currentLabels(row.id);
-    const steps = decoded ?? this.decodeRange(row.seq);
-    return {
-      trajectory: toTrajectory(row),
-      steps: labels.length > 0 ? steps.filter((s) => isStepTrainable(labels, s.index)) : steps,
-      labels,
-      signals,
-    };
-  }
-
   /** The signals in force for many trajectories, read with one query over the signals index. */
   private currentSignalsOf(trajectoryIds: string[]): Map<string, Signal[]> {
-    const byTrajectory = new Map<string, Signal[]>();
-    if (trajectoryIds.length === 0) return byTrajectory;
+    if (trajectoryIds.length === 0) return new Map();
     const rows = this.stmt(
       `SELECT * FROM signals WHERE trajectory_id IN (SELECT value FROM json_each(?))
        ORDER BY trajectory_id, created_at, id`,
     ).all(JSON.stringify(trajectoryIds)) as SignalRow[];
-    for (const row of rows) {
-      const list = byTrajectory.get(row.trajectory_id);
-      if (list) list.push(toSignal(row));
-      else byTrajectory.set(row.trajectory_id, [toSignal(row)]);
-    }
-    for (const [id, history] of byTrajectory) byTrajectory.set(id, currentSignals(history));
-    return byTrajectory;
+    return currentSignalsByTrajectory(rows);
   }
 
   private currentLabels(trajectoryId: string): CurrentLabel[] {
@@ -1804,22 +1273,7 @@ export class SqliteStore implements Store {
           trajectory.id,
           key,
         ) as LabelCurrentRow | undefined;
-        const next: LabelCurrentRow = {
-          trajectory_id: trajectory.id,
-          step_index: key,
-          quality: input.quality !== undefined ? input.quality : (prev?.quality ?? null),
-          trainable:
-            input.trainable !== undefined
-              ? input.trainable === null
-                ? null
-                : input.trainable
-                  ? 1
-                  : 0
-              : (prev?.trainable ?? null),
-          tags: input.tags !== undefined ? JSON.stringify(input.tags) : (prev?.tags ?? '[]'),
-          note: input.note !== undefined ? input.note : (prev?.note ?? null),
-          updated_at: now,
-        };
+        const next = foldLabel(prev, input, trajectory.id, key, now);
         this.stmt(
           `INSERT INTO label_current (trajectory_id, step_index, quality, trainable, tags, note, updated_at)
            VALUES (@trajectory_id, @step_index, @quality, @trainable, @tags, @note, @updated_at)
@@ -1839,18 +1293,7 @@ export class SqliteStore implements Store {
         const label = toLabel(
           this.stmt('SELECT * FROM labels WHERE id = ?').get(Number(info.lastInsertRowid)) as LabelRow,
         );
-        this.emit(
-          'label_changed',
-          trajectory.channel,
-          {
-            trajectory_uid: trajectory.id,
-            step_index: stepIndex,
-            quality: next.quality,
-            trainable: next.trainable === null ? null : next.trainable === 1,
-            tags: JSON.parse(next.tags),
-          },
-          now,
-        );
+        this.emit('label_changed', trajectory.channel, labelChangedData(trajectory.id, stepIndex, next), now);
         out.push(label);
       });
       return out;
@@ -2011,12 +1454,11 @@ export class SqliteStore implements Store {
     const range = this.stmt(
       `SELECT min(reward) AS lo, max(reward) AS hi FROM trajectories WHERE status = 'complete' AND reward IS NOT NULL ${where}`,
     ).get(...args) as { lo: number | null; hi: number | null };
-    const histogram: DashboardSummary['rewards']['bins'] = [];
+    let histogram: DashboardSummary['rewards']['bins'] = [];
     if (range.lo !== null && range.hi !== null) {
-      const width = range.hi > range.lo ? (range.hi - range.lo) / bins : 1;
-      const n = range.hi > range.lo ? bins : 1;
-      for (let i = 0; i < n; i++)
-        histogram.push({ from: range.lo + i * width, to: range.lo + (i + 1) * width, count: 0 });
+      histogram = rewardBins(range.lo, range.hi, bins);
+      const n = histogram.length;
+      const width = histogram[0]!.to - histogram[0]!.from;
       const rows = this.stmt(
         `SELECT min(CAST((reward - ?) / ? AS INTEGER), ?) AS bin, count(*) AS n
          FROM trajectories WHERE status = 'complete' AND reward IS NOT NULL ${where} GROUP BY bin`,
@@ -2065,94 +1507,8 @@ export class SqliteStore implements Store {
        FROM trajectories INDEXED BY trajectories_gym_run
        WHERE json_extract(metadata, '$.run_id') IS NOT NULL AND probe = 0 AND derived_from IS NULL
        GROUP BY json_extract(metadata, '$.run_id'), channel, json_extract(metadata, '$.category'), task_id`,
-    ).all() as {
-      run: string;
-      channel: string;
-      category: string;
-      task: string;
-      samples: number;
-      infra: number;
-      scored: number;
-      score_sum: number;
-      passed: number;
-      started: number;
-      finished: number | null;
-      open: number;
-    }[];
-    const runs = new Map<
-      string,
-      {
-        summary: GymRunSummary;
-        scored: number;
-        sum: number;
-        passed: number;
-        tasksPassed: number;
-        open: number;
-        cats: Map<string, { tasks: number; samples: number; scored: number; sum: number }>;
-      }
-    >();
-    for (const r of rows) {
-      const key = `${r.run}\u0000${r.channel}`;
-      let run = runs.get(key);
-      if (!run) {
-        run = {
-          summary: {
-            runId: String(r.run),
-            channel: r.channel,
-            startedAt: r.started,
-            finishedAt: r.finished,
-            tasks: 0,
-            samples: 0,
-            infraFailed: 0,
-            meanScore: null,
-            passAtK: null,
-            passAt1: null,
-            categories: [],
-          },
-          scored: 0,
-          sum: 0,
-          passed: 0,
-          tasksPassed: 0,
-          open: 0,
-          cats: new Map(),
-        };
-        runs.set(key, run);
-      }
-      const s = run.summary;
-      s.startedAt = Math.min(s.startedAt, r.started);
-      s.finishedAt = Math.max(s.finishedAt ?? 0, r.finished ?? 0) || null;
-      s.tasks++;
-      s.samples += r.samples;
-      s.infraFailed += r.infra;
-      run.scored += r.scored;
-      run.sum += r.score_sum;
-      run.passed += r.passed;
-      run.open += r.open;
-      if (r.passed > 0) run.tasksPassed++;
-      const cat = run.cats.get(r.category) ?? { tasks: 0, samples: 0, scored: 0, sum: 0 };
-      cat.tasks++;
-      cat.samples += r.samples;
-      cat.scored += r.scored;
-      cat.sum += r.score_sum;
-      run.cats.set(r.category, cat);
-    }
-    const out = [...runs.values()].map((run) => {
-      const s = run.summary;
-      if (run.open > 0) s.finishedAt = null;
-      s.meanScore = run.scored === 0 ? null : run.sum / run.scored;
-      s.passAt1 = run.scored === 0 ? null : run.passed / run.scored;
-      s.passAtK = s.tasks === 0 ? null : run.tasksPassed / s.tasks;
-      s.categories = [...run.cats.entries()]
-        .sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0))
-        .map(([category, c]) => ({
-          category: category || 'uncategorized',
-          tasks: c.tasks,
-          samples: c.samples,
-          meanScore: c.scored === 0 ? null : c.sum / c.scored,
-        }));
-      return s;
-    });
-    return out.sort((a, b) => b.startedAt - a.startedAt).slice(0, limit);
+    ).all() as GymTaskRow[];
+    return summarizeGymRuns(rows, limit);
   }
 
   async listLeases(query: LeaseQuery): Promise<Page<Lease>> {
@@ -2177,57 +1533,17 @@ export class SqliteStore implements Store {
       params.nRollouts,
       policyVersion,
     )) {
-      const members = this.groupMembers(row);
-      const base = { group: toGroup(row), staleness };
-      if (maxStaleness !== null && staleness > maxStaleness && config.stale_policy === 'drop') {
-        out.push({ ...base, decision: 'stale', served: [], excluded: [] });
-        continue;
-      }
-      const decoded = new Map<string, Step[]>();
-      const stepsOf = (m: TrajectoryRow) => {
-        let steps = decoded.get(m.id);
-        if (!steps) {
-          steps = this.decodeRange(m.seq);
-          decoded.set(m.id, steps);
-        }
-        return steps;
-      };
-      const decision = isNoop(config.curation)
-        ? { keep: members.map((m) => m.id), excluded: [], drop: null }
-        : curateGroup(
-            members.map((m) => ({
-              id: m.id,
-              reward: m.reward,
-              steps: needsSteps(config.curation) ? stepsOf(m) : undefined,
-            })),
-            config.curation,
-          );
-      const excluded = decision.excluded.map((e) => ({
-        trajectoryId: e.id,
-        reason: e.reason,
-        reward: members.find((m) => m.id === e.id)?.reward ?? null,
-      }));
-      if (decision.drop) {
-        out.push({ ...base, decision: decision.drop, served: [], excluded });
-        continue;
-      }
-      const keep = new Set(decision.keep);
-      out.push({
-        ...base,
-        decision: 'serve',
-        excluded,
-        served: members
-          .filter((m) => keep.has(m.id))
-          .map((m) => {
-            const labels = this.currentLabels(m.id);
-            const steps = m.n_steps;
-            const trainableSteps =
-              labels.length === 0 ? steps : stepsOf(m).filter((s) => isStepTrainable(labels, s.index)).length;
-            return { trajectory: toTrajectory(m), steps, trainableSteps };
-          }),
-      });
-      served++;
-      if (served === params.batchSize) break;
+      const preview = await previewGroup(
+        row,
+        staleness,
+        this.groupMembers(row),
+        config,
+        maxStaleness,
+        (m) => this.decodeRange(m.seq),
+        (m) => this.currentLabels(m.id),
+      );
+      out.push(preview);
+      if (preview.decision === 'serve' && ++served === params.batchSize) break;
     }
     return out;
   }
@@ -2243,15 +1559,11 @@ export class SqliteStore implements Store {
         ? this.stmt('SELECT name, sum(value) AS value FROM counters GROUP BY name').all()
         : this.stmt('SELECT name, value FROM counters WHERE channel = ?').all(channel)
     ) as { name: string; value: number }[];
-    const c = new Map(counterRows.map((r) => [r.name, r.value]));
-    const get = (name: string) => c.get(name) ?? 0;
     const stateRows = (
       channel === null
         ? this.stmt('SELECT state, count(*) AS n FROM groups GROUP BY state').all()
         : this.stmt('SELECT state, count(*) AS n FROM groups WHERE channel = ? GROUP BY state').all(channel)
     ) as { state: GroupState; n: number }[];
-    const groups = { collecting: 0, ready: 0, leased: 0, consumed: 0, dropped: 0 };
-    for (const r of stateRows) groups[r.state] = r.n;
     const { n: activeLeases } = (
       channel === null
         ? this.stmt("SELECT count(*) AS n FROM leases WHERE state = 'active'").get()
@@ -2273,43 +1585,15 @@ export class SqliteStore implements Store {
             "SELECT min_policy_version AS v, count(*) AS n FROM groups WHERE channel = ? AND state = 'ready' GROUP BY min_policy_version",
           ).all(channel)
     ) as { v: number | null; n: number }[];
-    const stalenessHistogram: Record<string, number> = {};
-    for (const r of versionRows) {
-      const bucket = stalenessBucket(Math.max(0, policyVersion - (r.v ?? policyVersion)));
-      stalenessHistogram[bucket] = (stalenessHistogram[bucket] ?? 0) + r.n;
-    }
-    const dropped: PoolStats['dropped'] = {};
-    const excluded: PoolStats['excluded'] = {};
-    for (const [name, value] of c) {
-      if (name.startsWith('dropped_')) dropped[name.slice('dropped_'.length) as DropReason] = value;
-      if (name.startsWith('excluded_')) excluded[name.slice('excluded_'.length) as ExclusionReason] = value;
-    }
-    return {
-      channel,
-      policyVersion,
-      produced: { steps: get('steps_produced'), trajectories: get('trajectories_created') },
-      completed: {
-        trajectories: get('trajectories_complete'),
-        aborted: get('trajectories_aborted'),
-        idleAborted: get('trajectories_idle_aborted'),
-        infraFailed: get('trajectories_infra_failed'),
-      },
-      failedCalls: { aborted: get('calls_aborted'), upstreamError: get('calls_upstream_error') },
-      consumed: { groups: get('groups_consumed'), steps: get('steps_consumed') },
-      leased: { batches: get('batches_leased'), groups: get('groups_leased') },
-      dropped,
-      excluded,
-      duplicateSteps: get('duplicate_steps'),
-      prefixBreaks: get('prefix_breaks'),
-      lateTrajectories: get('late_trajectories'),
-      queueDepth: groups.ready,
-      groups,
+    return assembleStats(channel, {
+      counters: counterRows,
+      groupStates: stateRows,
       activeLeases,
       awaitingSignals,
-      curation: curationTallies(get),
-      stalenessHistogram,
+      policyVersion,
+      readyVersions: versionRows,
       lastEventSeq: await this.lastEventSeq(),
-    };
+    });
   }
 
   async describe(): Promise<StoreInfo> {

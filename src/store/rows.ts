@@ -1,0 +1,785 @@
+import {
+  type CurationDecision,
+  curateGroup,
+  type ExclusionReason,
+  isNoop,
+  needsSteps,
+} from '../curation/pipeline.js';
+import {
+  type ChannelConfig,
+  type ChannelCuration,
+  ConflictError,
+  currentSignals,
+  type DropReason,
+  type EventType,
+  type Group,
+  type GroupState,
+  isStepTrainable,
+  type Label,
+  type LabelInput,
+  type Lease,
+  type LeaseState,
+  type NewStep,
+  type Signal,
+  type Step,
+  type Trajectory,
+  type TrajectoryStatus,
+  ValidationError,
+} from '../domain/index.js';
+import { STEP_KEY_SPAN, type StepTail, stepFingerprint } from './step-codec.js';
+import type {
+  CallFailure,
+  CreateTrajectoryInput,
+  CurationDrop,
+  CurrentLabel,
+  DashboardSummary,
+  GymRunSummary,
+  PoolStats,
+  PreviewGroup,
+  RewardTally,
+  ServedGroup,
+  ServedTrajectory,
+} from './store.js';
+
+// Rows as every SQL backend stores them, and the pure logic both backends share around them.
+
+/** A ready group after curation: the members it is served with, what was left out, decoded steps. */
+export interface Curated {
+  members: TrajectoryRow[];
+  excluded: CurationDecision['excluded'];
+  steps: Map<string, Step[]>;
+  /** Rewards of the group's rollouts, excluded ones included. */
+  rewards: Map<string, number | null>;
+}
+
+export interface GroupRow {
+  channel: string;
+  id: string;
+  expected: number | null;
+  n_trajectories: number;
+  n_finished: number;
+  n_complete: number;
+  state: GroupState;
+  drop_reason: DropReason | null;
+  partial: number;
+  min_policy_version: number | null;
+  created_at: number;
+  ready_at: number | null;
+  ready_seq: number | null;
+  lease_id: string | null;
+  consumed_at: number | null;
+}
+
+export interface TrajectoryRow {
+  seq: number;
+  id: string;
+  channel: string;
+  group_id: string;
+  task_id: string | null;
+  status: TrajectoryStatus;
+  reward: number | null;
+  metadata: string;
+  n_steps: number;
+  max_index: number | null;
+  last_index: number | null;
+  prefix_breaks: number;
+  min_policy_version: number | null;
+  created_at: number;
+  touched_at: number;
+  completed_at: number | null;
+  guided: number;
+  guidance_k: number | null;
+  probe: number;
+  derived_from: string | null;
+  derivation: string | null;
+}
+
+export interface LeaseRow {
+  id: string;
+  channel: string;
+  consumer: string;
+  state: LeaseState;
+  group_ids: string;
+  n_steps: number;
+  created_at: number;
+  expires_at: number;
+  ended_at: number | null;
+}
+
+export interface LabelRow {
+  id: number;
+  trajectory_id: string;
+  step_index: number | null;
+  quality: Label['quality'];
+  trainable: number | null;
+  tags: string | null;
+  note: string | null;
+  author: string | null;
+  created_at: number;
+}
+
+export interface LabelCurrentRow {
+  trajectory_id: string;
+  step_index: number;
+  quality: Label['quality'];
+  trainable: number | null;
+  tags: string;
+  note: string | null;
+  updated_at: number;
+}
+
+export interface SignalRow {
+  id: number;
+  trajectory_id: string;
+  step_index: number | null;
+  name: string;
+  value: number;
+  source: Signal['source'];
+  version: string;
+  details: string | null;
+  created_at: number;
+}
+
+/** stats().curation from the curation counters. */
+export function curationTallies(get: (name: string) => number): PoolStats['curation'] {
+  const tally = (kinds: readonly ('kept' | 'dropped')[]): RewardTally => {
+    const sum = (what: string) => kinds.reduce((n, k) => n + get(`curation_${k}_${what}`), 0);
+    const rewarded = sum('rewarded');
+    return {
+      groups: sum('groups'),
+      trajectories: sum('trajectories'),
+      meanReward: rewarded === 0 ? null : sum('reward_sum') / rewarded,
+    };
+  };
+  return { kept: tally(['kept']), dropped: tally(['dropped']), all: tally(['kept', 'dropped']) };
+}
+
+/** Counters and events gathered during one transaction, written before it commits. */
+export class TxLog {
+  readonly counters = new Map<string, number>();
+  readonly tails = new Map<string, StepTail>();
+  readonly forgetTails = new Set<string>();
+  /** steps stored per channel and trajectory, logged as one event per channel per commit */
+  readonly submitted = new Map<string, Map<string, { group_id: string; count: number; created: boolean }>>();
+  submittedAt = 0;
+
+  count(channel: string, name: string, delta = 1): void {
+    const key = `${channel}\u0000${name}`;
+    this.counters.set(key, (this.counters.get(key) ?? 0) + delta);
+  }
+
+  noteSubmitted(
+    channel: string,
+    trajectoryId: string,
+    groupId: string,
+    count: number,
+    now: number,
+    created = false,
+  ): void {
+    this.submittedAt = Math.max(this.submittedAt, now);
+    let byTrajectory = this.submitted.get(channel);
+    if (!byTrajectory) {
+      byTrajectory = new Map();
+      this.submitted.set(channel, byTrajectory);
+    }
+    const entry = byTrajectory.get(trajectoryId);
+    if (entry) {
+      entry.count += count;
+      entry.created ||= created;
+    } else byTrajectory.set(trajectoryId, { group_id: groupId, count, created });
+  }
+
+  absorb(other: TxLog): void {
+    for (const [key, value] of other.counters) this.counters.set(key, (this.counters.get(key) ?? 0) + value);
+    for (const [key, value] of other.tails) this.tails.set(key, value);
+    for (const [channel, byTrajectory] of other.submitted) {
+      for (const [id, entry] of byTrajectory)
+        this.noteSubmitted(channel, id, entry.group_id, entry.count, other.submittedAt, entry.created);
+    }
+    for (const key of other.forgetTails) {
+      this.forgetTails.add(key);
+      this.tails.delete(key);
+    }
+  }
+}
+
+export const TRAJECTORY_LABEL = -1;
+
+export function toGroup(row: GroupRow): Group {
+  return {
+    id: row.id,
+    channel: row.channel,
+    expected: row.expected,
+    nTrajectories: row.n_trajectories,
+    nFinished: row.n_finished,
+    nComplete: row.n_complete,
+    state: row.state,
+    dropReason: row.drop_reason,
+    partial: row.partial === 1,
+    minPolicyVersion: row.min_policy_version,
+    createdAt: row.created_at,
+    readyAt: row.ready_at,
+    leaseId: row.lease_id,
+    consumedAt: row.consumed_at,
+  };
+}
+
+export function toTrajectory(row: TrajectoryRow): Trajectory {
+  return {
+    id: row.id,
+    groupId: row.group_id,
+    channel: row.channel,
+    taskId: row.task_id,
+    status: row.status,
+    reward: row.reward,
+    metadata: JSON.parse(row.metadata),
+    nSteps: row.n_steps,
+    lastIndex: row.last_index,
+    prefixBreaks: row.prefix_breaks,
+    createdAt: row.created_at,
+    completedAt: row.completed_at,
+    guided: row.guided === 1,
+    guidanceK: row.guidance_k,
+    probe: row.probe === 1,
+    derivedFrom: row.derived_from,
+    derivation: row.derivation ? JSON.parse(row.derivation) : null,
+  };
+}
+
+export function toLease(row: LeaseRow): Lease {
+  return {
+    id: row.id,
+    channel: row.channel,
+    consumer: row.consumer,
+    groupIds: JSON.parse(row.group_ids),
+    nSteps: row.n_steps,
+    state: row.state,
+    createdAt: row.created_at,
+    expiresAt: row.expires_at,
+    endedAt: row.ended_at,
+  };
+}
+
+export function toLabel(row: LabelRow): Label {
+  return {
+    id: row.id,
+    trajectoryId: row.trajectory_id,
+    stepIndex: row.step_index,
+    quality: row.quality,
+    trainable: row.trainable === null ? null : row.trainable === 1,
+    tags: row.tags ? JSON.parse(row.tags) : [],
+    note: row.note,
+    author: row.author,
+    createdAt: row.created_at,
+  };
+}
+
+export function toCurrentLabel(row: LabelCurrentRow): CurrentLabel {
+  return {
+    trajectoryId: row.trajectory_id,
+    stepIndex: row.step_index === TRAJECTORY_LABEL ? null : row.step_index,
+    quality: row.quality,
+    trainable: row.trainable === null ? null : row.trainable === 1,
+    tags: JSON.parse(row.tags),
+    note: row.note,
+  };
+}
+
+export function toSignal(row: SignalRow): Signal {
+  return {
+    trajectoryId: row.trajectory_id,
+    stepIndex: row.step_index,
+    name: row.name,
+    value: row.value,
+    source: row.source,
+    version: row.version,
+    details: row.details ? JSON.parse(row.details) : {},
+    createdAt: row.created_at,
+  };
+}
+
+export function stalenessBucket(staleness: number): string {
+  if (staleness <= 3) return String(staleness);
+  if (staleness <= 7) return '4-7';
+  if (staleness <= 15) return '8-15';
+  return '16+';
+}
+// ---- logic both SQL backends share ------------------------------------------------------------
+
+export type Emit = (type: EventType, channel: string | null, data: Record<string, unknown>) => void;
+
+/**
+ * Applies a channel's curation to a ready group's members: exclusions and reward tallies are
+ * counted and logged. Returns the curated group, or the reason to drop it (the caller drops it and
+ * the next ready group takes its place; the drop is already appended to `drops`).
+ */
+export function applyCuration(
+  row: GroupRow,
+  members: readonly TrajectoryRow[],
+  steps: Map<string, Step[]>,
+  curation: ChannelCuration,
+  log: TxLog,
+  emit: Emit,
+  drops: CurationDrop[],
+): Curated | { drop: DropReason } {
+  const decision = curateGroup(
+    members.map((m) => ({ id: m.id, reward: m.reward, steps: steps.get(m.id) })),
+    curation,
+  );
+  // Reward tallies over kept and dropped trajectories alike (stats().curation).
+  const tally = (kind: 'kept' | 'dropped', rows: readonly TrajectoryRow[]) => {
+    const rewarded = rows.filter((m) => m.reward !== null);
+    log.count(row.channel, `curation_${kind}_trajectories`, rows.length);
+    log.count(row.channel, `curation_${kind}_rewarded`, rewarded.length);
+    log.count(
+      row.channel,
+      `curation_${kind}_reward_sum`,
+      rewarded.reduce((sum, m) => sum + m.reward!, 0),
+    );
+  };
+  const excludedIds = new Set(decision.excluded.map((e) => e.id));
+  tally(
+    'dropped',
+    members.filter((m) => excludedIds.has(m.id)),
+  );
+  for (const { id, reason, detail } of decision.excluded) {
+    log.count(row.channel, `excluded_${reason}`);
+    emit('trajectory_excluded', row.channel, {
+      group_id: row.id,
+      trajectory_id: id,
+      reason,
+      ...(detail ? { detail } : {}),
+    });
+  }
+  const kept = members.filter((m) => !excludedIds.has(m.id));
+  if (decision.drop) {
+    tally('dropped', kept);
+    log.count(row.channel, 'curation_dropped_groups');
+    drops.push({ groupId: row.id, reason: decision.drop, rewards: members.map((m) => m.reward) });
+    return { drop: decision.drop };
+  }
+  tally('kept', kept);
+  log.count(row.channel, 'curation_kept_groups');
+  const keep = new Set(decision.keep);
+  return {
+    members: members.filter((m) => keep.has(m.id)),
+    excluded: decision.excluded,
+    steps,
+    rewards: new Map(members.map((m) => [m.id, m.reward])),
+  };
+}
+
+/** A served group as the lease answers it: trajectories, and what curation left out. */
+export function servedGroup(
+  row: GroupRow,
+  staleness: number,
+  stale: boolean,
+  trajectories: ServedTrajectory[],
+  curated: Curated | null,
+): ServedGroup {
+  return {
+    group: toGroup(row),
+    staleness,
+    stale,
+    trajectories,
+    ...(curated && curated.excluded.length > 0
+      ? {
+          excluded: curated.excluded.map(({ id, reason, detail }) => ({
+            trajectoryId: id,
+            reason,
+            reward: curated.rewards.get(id) ?? null,
+            ...(detail ? { detail } : {}),
+          })),
+        }
+      : {}),
+  };
+}
+
+/** A trajectory with its trainable steps (labels applied), its labels and its current signals. */
+export function servedTrajectory(
+  row: TrajectoryRow,
+  steps: Step[],
+  labels: CurrentLabel[],
+  signals: Signal[],
+): ServedTrajectory {
+  return {
+    trajectory: toTrajectory(row),
+    steps: labels.length > 0 ? steps.filter((s) => isStepTrainable(labels, s.index)) : steps,
+    labels,
+    signals,
+  };
+}
+
+/** Signal rows of many trajectories (ordered by trajectory, then time) folded to those in force. */
+export function currentSignalsByTrajectory(rows: readonly SignalRow[]): Map<string, Signal[]> {
+  const byTrajectory = new Map<string, Signal[]>();
+  for (const row of rows) {
+    const list = byTrajectory.get(row.trajectory_id);
+    if (list) list.push(toSignal(row));
+    else byTrajectory.set(row.trajectory_id, [toSignal(row)]);
+  }
+  for (const [id, history] of byTrajectory) byTrajectory.set(id, currentSignals(history));
+  return byTrajectory;
+}
+
+/**
+ * What the next lease would make of one ready group (read-only): `stepsOf` and `labelsOf` read a
+ * member's steps and current labels, only when curation or labels need them.
+ */
+export async function previewGroup(
+  row: GroupRow,
+  staleness: number,
+  members: readonly TrajectoryRow[],
+  config: ChannelConfig,
+  maxStaleness: number | null,
+  stepsOf: (m: TrajectoryRow) => Step[] | Promise<Step[]>,
+  labelsOf: (m: TrajectoryRow) => CurrentLabel[] | Promise<CurrentLabel[]>,
+): Promise<PreviewGroup> {
+  const base = { group: toGroup(row), staleness };
+  if (maxStaleness !== null && staleness > maxStaleness && config.stale_policy === 'drop')
+    return { ...base, decision: 'stale', served: [], excluded: [] };
+  const decoded = new Map<string, Step[]>();
+  const steps = async (m: TrajectoryRow) => {
+    let list = decoded.get(m.id);
+    if (!list) {
+      list = await stepsOf(m);
+      decoded.set(m.id, list);
+    }
+    return list;
+  };
+  const inputs = [];
+  for (const m of members) {
+    inputs.push({
+      id: m.id,
+      reward: m.reward,
+      steps: needsSteps(config.curation) ? await steps(m) : undefined,
+    });
+  }
+  const decision = isNoop(config.curation)
+    ? { keep: members.map((m) => m.id), excluded: [], drop: null }
+    : curateGroup(inputs, config.curation);
+  const excluded = decision.excluded.map((e) => ({
+    trajectoryId: e.id,
+    reason: e.reason,
+    reward: members.find((m) => m.id === e.id)?.reward ?? null,
+  }));
+  if (decision.drop) return { ...base, decision: decision.drop, served: [], excluded };
+  const keep = new Set(decision.keep);
+  const served: PreviewGroup['served'] = [];
+  for (const m of members) {
+    if (!keep.has(m.id)) continue;
+    const labels = await labelsOf(m);
+    const trainableSteps =
+      labels.length === 0
+        ? m.n_steps
+        : (await steps(m)).filter((s) => isStepTrainable(labels, s.index)).length;
+    served.push({ trajectory: toTrajectory(m), steps: m.n_steps, trainableSteps });
+  }
+  return { ...base, decision: 'serve', excluded, served };
+}
+
+/** Equal-width bins over [lo, hi] (one bin when all rewards are equal). */
+export function rewardBins(lo: number, hi: number, bins: number): DashboardSummary['rewards']['bins'] {
+  const width = hi > lo ? (hi - lo) / bins : 1;
+  const n = hi > lo ? bins : 1;
+  const out: DashboardSummary['rewards']['bins'] = [];
+  for (let i = 0; i < n; i++) out.push({ from: lo + i * width, to: lo + (i + 1) * width, count: 0 });
+  return out;
+}
+
+/** One (run, channel, category, task) aggregate of gym trajectories, as the backends query it. */
+export interface GymTaskRow {
+  run: string;
+  channel: string;
+  category: string;
+  task: string;
+  samples: number;
+  infra: number;
+  scored: number;
+  score_sum: number;
+  passed: number;
+  started: number;
+  finished: number | null;
+  open: number;
+}
+
+/** Gym runs from per-task aggregates, newest first. */
+export function summarizeGymRuns(rows: readonly GymTaskRow[], limit: number): GymRunSummary[] {
+  const runs = new Map<
+    string,
+    {
+      summary: GymRunSummary;
+      scored: number;
+      sum: number;
+      passed: number;
+      tasksPassed: number;
+      open: number;
+      cats: Map<string, { tasks: number; samples: number; scored: number; sum: number }>;
+    }
+  >();
+  for (const r of rows) {
+    const key = `${r.run}\u0000${r.channel}`;
+    let run = runs.get(key);
+    if (!run) {
+      run = {
+        summary: {
+          runId: String(r.run),
+          channel: r.channel,
+          startedAt: r.started,
+          finishedAt: r.finished,
+          tasks: 0,
+          samples: 0,
+          infraFailed: 0,
+          meanScore: null,
+          passAtK: null,
+          passAt1: null,
+          categories: [],
+        },
+        scored: 0,
+        sum: 0,
+        passed: 0,
+        tasksPassed: 0,
+        open: 0,
+        cats: new Map(),
+      };
+      runs.set(key, run);
+    }
+    const s = run.summary;
+    s.startedAt = Math.min(s.startedAt, r.started);
+    s.finishedAt = Math.max(s.finishedAt ?? 0, r.finished ?? 0) || null;
+    s.tasks++;
+    s.samples += r.samples;
+    s.infraFailed += r.infra;
+    run.scored += r.scored;
+    run.sum += r.score_sum;
+    run.passed += r.passed;
+    run.open += r.open;
+    if (r.passed > 0) run.tasksPassed++;
+    const cat = run.cats.get(r.category) ?? { tasks: 0, samples: 0, scored: 0, sum: 0 };
+    cat.tasks++;
+    cat.samples += r.samples;
+    cat.scored += r.scored;
+    cat.sum += r.score_sum;
+    run.cats.set(r.category, cat);
+  }
+  const out = [...runs.values()].map((run) => {
+    const s = run.summary;
+    if (run.open > 0) s.finishedAt = null;
+    s.meanScore = run.scored === 0 ? null : run.sum / run.scored;
+    s.passAt1 = run.scored === 0 ? null : run.passed / run.scored;
+    s.passAtK = s.tasks === 0 ? null : run.tasksPassed / s.tasks;
+    s.categories = [...run.cats.entries()]
+      .sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0))
+      .map(([category, c]) => ({
+        category: category || 'uncategorized',
+        tasks: c.tasks,
+        samples: c.samples,
+        meanScore: c.scored === 0 ? null : c.sum / c.scored,
+      }));
+    return s;
+  });
+  return out.sort((a, b) => b.startedAt - a.startedAt).slice(0, limit);
+}
+
+/** What stats() reads from a backend; the rest is arithmetic both share. */
+export interface StatsParts {
+  counters: { name: string; value: number }[];
+  groupStates: { state: GroupState; n: number }[];
+  activeLeases: number;
+  awaitingSignals: number;
+  policyVersion: number;
+  /** Ready groups by their oldest step's policy version. */
+  readyVersions: { v: number | null; n: number }[];
+  lastEventSeq: number;
+}
+
+export function assembleStats(channel: string | null, parts: StatsParts): PoolStats {
+  const c = new Map(parts.counters.map((r) => [r.name, r.value]));
+  const get = (name: string) => c.get(name) ?? 0;
+  const groups = { collecting: 0, ready: 0, leased: 0, consumed: 0, dropped: 0 };
+  for (const r of parts.groupStates) groups[r.state] = r.n;
+  const stalenessHistogram: Record<string, number> = {};
+  for (const r of parts.readyVersions) {
+    const bucket = stalenessBucket(Math.max(0, parts.policyVersion - (r.v ?? parts.policyVersion)));
+    stalenessHistogram[bucket] = (stalenessHistogram[bucket] ?? 0) + r.n;
+  }
+  const dropped: PoolStats['dropped'] = {};
+  const excluded: PoolStats['excluded'] = {};
+  for (const [name, value] of c) {
+    if (name.startsWith('dropped_')) dropped[name.slice('dropped_'.length) as DropReason] = value;
+    if (name.startsWith('excluded_')) excluded[name.slice('excluded_'.length) as ExclusionReason] = value;
+  }
+  return {
+    channel,
+    policyVersion: parts.policyVersion,
+    produced: { steps: get('steps_produced'), trajectories: get('trajectories_created') },
+    completed: {
+      trajectories: get('trajectories_complete'),
+      aborted: get('trajectories_aborted'),
+      idleAborted: get('trajectories_idle_aborted'),
+      infraFailed: get('trajectories_infra_failed'),
+    },
+    failedCalls: { aborted: get('calls_aborted'), upstreamError: get('calls_upstream_error') },
+    consumed: { groups: get('groups_consumed'), steps: get('steps_consumed') },
+    leased: { batches: get('batches_leased'), groups: get('groups_leased') },
+    dropped,
+    excluded,
+    duplicateSteps: get('duplicate_steps'),
+    prefixBreaks: get('prefix_breaks'),
+    lateTrajectories: get('late_trajectories'),
+    queueDepth: groups.ready,
+    groups,
+    activeLeases: parts.activeLeases,
+    awaitingSignals: parts.awaitingSignals,
+    curation: curationTallies(get),
+    stalenessHistogram,
+    lastEventSeq: parts.lastEventSeq,
+  };
+}
+
+/** A submission's group size when it names none: the first step's metadata may declare it. */
+export function declaredRollouts(step: NewStep): number | null {
+  const declared = step.metadata.n_rollouts;
+  return Number.isInteger(declared) && (declared as number) >= 1 && (declared as number) <= 4096
+    ? (declared as number)
+    : null;
+}
+
+/** The stored copy of a step a retry must match. */
+export interface PriorStep {
+  content_hash: number;
+  prompt_len: number;
+  response_len: number;
+  is_last: number;
+  reward: number | null;
+}
+
+/** Refuses a step that cannot join its trajectory (index out of range, another prompt). */
+export function checkStepTarget(step: NewStep, field: string, trajectory: TrajectoryRow): void {
+  if (step.index >= STEP_KEY_SPAN) {
+    throw new ValidationError(`${field}.step_index: must be below ${STEP_KEY_SPAN}`, `${field}.step_index`);
+  }
+  if (step.groupId !== trajectory.group_id) {
+    throw new ConflictError(
+      `${field}.prompt_uid: trajectory ${trajectory.id} belongs to prompt '${trajectory.group_id}', not '${step.groupId}'`,
+      `${field}.prompt_uid`,
+    );
+  }
+}
+
+/** A retried step must equal the stored one; refuses one that differs. */
+export function checkRetry(prior: PriorStep, step: NewStep, field: string, trajectoryId: string): void {
+  const same =
+    prior.content_hash === stepFingerprint(step) &&
+    prior.prompt_len === step.promptIds.length &&
+    prior.response_len === step.responseIds.length &&
+    prior.is_last === (step.isLast ? 1 : 0) &&
+    prior.reward === step.reward;
+  if (!same) {
+    throw new ConflictError(
+      `${field}: step ${step.index} of trajectory ${trajectoryId} was already stored with different tokens, is_last or reward`,
+      field,
+    );
+  }
+}
+
+/** Refuses a new step for a finished trajectory or beyond its last step. */
+export function checkAppend(step: NewStep, field: string, trajectory: TrajectoryRow): void {
+  if (trajectory.status !== 'open') {
+    throw new ConflictError(`${field}: trajectory ${trajectory.id} is already ${trajectory.status}`, field);
+  }
+  const lastIndex = trajectory.last_index;
+  if (
+    (lastIndex !== null && step.index > lastIndex) ||
+    (step.isLast && (trajectory.max_index ?? -1) > step.index)
+  ) {
+    throw new ConflictError(
+      `${field}.step_index: step ${step.index} lies beyond the trajectory's last step`,
+      field,
+    );
+  }
+}
+
+/** A new trajectory's row before it is inserted (seq assigned by the database). */
+export function newTrajectoryRow(input: CreateTrajectoryInput, now: number): TrajectoryRow {
+  return {
+    seq: 0,
+    id: input.id,
+    channel: input.channel,
+    group_id: input.groupId,
+    // Gym runs name the task in the metadata; the column makes it a filter.
+    task_id: input.taskId ?? (typeof input.metadata.task_id === 'string' ? input.metadata.task_id : null),
+    status: 'open',
+    reward: null,
+    metadata: JSON.stringify(input.metadata),
+    n_steps: 0,
+    max_index: null,
+    last_index: null,
+    prefix_breaks: 0,
+    min_policy_version: null,
+    created_at: now,
+    touched_at: now,
+    completed_at: null,
+    guided: input.guided ? 1 : 0,
+    guidance_k: input.guidanceK ?? null,
+    probe: input.probe ? 1 : 0,
+    derived_from: input.derivedFrom ?? null,
+    derivation: input.derivation ? JSON.stringify(input.derivation) : null,
+  };
+}
+
+/** The current label a patch leaves (given fields override, omitted ones stay). */
+export function foldLabel(
+  prev: LabelCurrentRow | undefined,
+  input: LabelInput,
+  trajectoryId: string,
+  key: number,
+  now: number,
+): LabelCurrentRow {
+  return {
+    trajectory_id: trajectoryId,
+    step_index: key,
+    quality: input.quality !== undefined ? input.quality : (prev?.quality ?? null),
+    trainable:
+      input.trainable !== undefined
+        ? input.trainable === null
+          ? null
+          : input.trainable
+            ? 1
+            : 0
+        : (prev?.trainable ?? null),
+    tags: input.tags !== undefined ? JSON.stringify(input.tags) : (prev?.tags ?? '[]'),
+    note: input.note !== undefined ? input.note : (prev?.note ?? null),
+    updated_at: now,
+  };
+}
+
+/** The event of a label change. */
+export function labelChangedData(trajectoryId: string, stepIndex: number | null, next: LabelCurrentRow) {
+  return {
+    trajectory_uid: trajectoryId,
+    step_index: stepIndex,
+    quality: next.quality,
+    trainable: next.trainable === null ? null : next.trainable === 1,
+    tags: JSON.parse(next.tags),
+  };
+}
+
+/** The event of a failed LLM call. */
+export function callFailedData(failure: CallFailure): Record<string, unknown> {
+  return {
+    trajectory_uid: failure.trajectoryId,
+    group_id: failure.groupId,
+    kind: failure.kind,
+    engine_id: failure.engineId,
+    status: failure.status,
+    message: failure.message,
+    ...(failure.partial
+      ? {
+          prompt_tokens: failure.partial.promptTokens,
+          response_ids: failure.partial.responseIds,
+          response_text: failure.partial.responseText,
+        }
+      : {}),
+  };
+}
