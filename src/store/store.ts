@@ -288,6 +288,12 @@ export interface PoolStats {
   lastEventSeq: number;
 }
 
+/**
+ * What a change another process committed may mean to this one: `ready` (a group may be leasable),
+ * `policy` (the policy version changed), `events` (only new events to read).
+ */
+export type StoreChange = 'ready' | 'policy' | 'events';
+
 export interface GroupSweepResult {
   /** Open trajectories closed as aborted after their channel's idle timeout. */
   idleAborted: number;
@@ -362,6 +368,11 @@ export interface Store {
   lastEventSeq(): Promise<number>;
   stats(channel: string | null): Promise<PoolStats>;
   describe(): Promise<StoreInfo>;
+  /**
+   * Calls back when a process sharing the database commits a change (the store's own included);
+   * returns the unsubscribe. Stores without notifications omit it: their users poll.
+   */
+  subscribe?(listener: (change: StoreChange) => void): () => void;
 
   close(): Promise<void>;
 }

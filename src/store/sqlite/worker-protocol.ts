@@ -7,7 +7,7 @@ import {
 } from '../../domain/index.js';
 import type { Store } from '../store.js';
 
-export type StoreMethod = Exclude<keyof Store, 'kind'>;
+export type StoreMethod = Exclude<keyof Store, 'kind' | 'subscribe'>;
 
 export interface WorkerRequest {
   id: number;

@@ -1,0 +1,102 @@
+import { type Kysely, type Migration, type MigrationProvider, sql } from 'kysely';
+
+/**
+ * Schema history of the PostgreSQL store; append new migrations, never edit a released one. The
+ * tables mirror the SQLite store's (src/store/sqlite/migrations.ts) so rows map the same way: time
+ * columns are epoch milliseconds (bigint), flags are 0/1 integers, JSON is text, tokens are bytea.
+ */
+const migrations: Record<string, Migration> = {
+  '0001_pool': {
+    async up(db: Kysely<unknown>) {
+      const statements = [
+        `CREATE TABLE meta (key text PRIMARY KEY, value text NOT NULL)`,
+        `CREATE TABLE channels (
+           name text PRIMARY KEY, config text NOT NULL, created_at bigint NOT NULL, updated_at bigint NOT NULL
+         )`,
+        // Readiness order across every process: a sequence, not a counter row every writer would lock.
+        `CREATE SEQUENCE ready_seq`,
+        `CREATE TABLE groups (
+           channel text NOT NULL, id text NOT NULL, expected integer,
+           n_trajectories integer NOT NULL DEFAULT 0, n_finished integer NOT NULL DEFAULT 0,
+           n_complete integer NOT NULL DEFAULT 0, state text NOT NULL, drop_reason text,
+           partial integer NOT NULL DEFAULT 0, min_policy_version integer,
+           created_at bigint NOT NULL, ready_at bigint, ready_seq bigint, lease_id text, consumed_at bigint,
+           seq bigserial, PRIMARY KEY (channel, id)
+         )`,
+        `CREATE INDEX groups_fifo ON groups (channel, state, ready_seq)`,
+        `CREATE INDEX groups_age ON groups (state, created_at)`,
+        `CREATE INDEX groups_lease ON groups (lease_id) WHERE lease_id IS NOT NULL`,
+        `CREATE TABLE trajectories (
+           seq bigserial PRIMARY KEY, id text NOT NULL UNIQUE, channel text NOT NULL, group_id text NOT NULL,
+           task_id text, status text NOT NULL, reward double precision, metadata text NOT NULL,
+           n_steps integer NOT NULL DEFAULT 0, max_index integer, last_index integer,
+           prefix_breaks integer NOT NULL DEFAULT 0, min_policy_version integer,
+           counted integer NOT NULL DEFAULT 0, created_at bigint NOT NULL, touched_at bigint NOT NULL,
+           completed_at bigint, guided integer NOT NULL DEFAULT 0, guidance_k integer,
+           probe integer NOT NULL DEFAULT 0, derived_from text, derivation text
+         )`,
+        `CREATE INDEX trajectories_group ON trajectories (group_id, channel, status, counted, reward)`,
+        `CREATE INDEX trajectories_channel ON trajectories (channel)`,
+        `CREATE INDEX trajectories_status ON trajectories (status, channel, reward)`,
+        `CREATE INDEX trajectories_reward ON trajectories (channel, reward)`,
+        `CREATE INDEX trajectories_task ON trajectories (task_id) WHERE task_id IS NOT NULL`,
+        `CREATE INDEX trajectories_idle ON trajectories (channel, touched_at) WHERE status = 'open'`,
+        `CREATE INDEX trajectories_gym_run ON trajectories (((metadata::jsonb) ->> 'run_id'))
+           WHERE ((metadata::jsonb) ->> 'run_id') IS NOT NULL`,
+        // key = trajectory seq * 2^20 + idx, as in SQLite: a trajectory's steps are one key range.
+        `CREATE TABLE steps (
+           key bigint PRIMARY KEY, trajectory_id text NOT NULL, idx integer NOT NULL, channel text NOT NULL,
+           group_id text NOT NULL, base_idx integer, prefix_len integer NOT NULL, prompt_suffix bytea NOT NULL,
+           response bytea NOT NULL, logprobs bytea, prompt_len integer NOT NULL, response_len integer NOT NULL,
+           content_hash bigint NOT NULL, reward double precision, policy_version integer NOT NULL,
+           is_last integer NOT NULL, finish_reason text, token_source text NOT NULL, metadata text, view text,
+           latency_ms double precision, ttft_ms double precision, engine_id text, created_at bigint NOT NULL
+         )`,
+        `CREATE INDEX steps_channel ON steps (channel)`,
+        `CREATE INDEX steps_reward ON steps (channel, reward) WHERE reward IS NOT NULL`,
+        `CREATE INDEX steps_version ON steps (policy_version, trajectory_id)`,
+        `CREATE TABLE docs (hash text PRIMARY KEY, body text NOT NULL)`,
+        `CREATE TABLE leases (
+           id text PRIMARY KEY, channel text NOT NULL, consumer text NOT NULL, state text NOT NULL,
+           group_ids text NOT NULL, n_steps integer NOT NULL, created_at bigint NOT NULL,
+           expires_at bigint NOT NULL, ended_at bigint, seq bigserial
+         )`,
+        `CREATE INDEX leases_active ON leases (state, expires_at)`,
+        `CREATE INDEX leases_recent ON leases (created_at DESC, seq DESC)`,
+        `CREATE TABLE labels (
+           id bigserial PRIMARY KEY, trajectory_id text NOT NULL, step_index integer,
+           quality text, trainable integer, tags text, note text, author text, created_at bigint NOT NULL
+         )`,
+        `CREATE INDEX labels_target ON labels (trajectory_id, step_index)`,
+        `CREATE TABLE label_current (
+           trajectory_id text NOT NULL, step_index integer NOT NULL, quality text, trainable integer,
+           tags text NOT NULL, note text, updated_at bigint NOT NULL, PRIMARY KEY (trajectory_id, step_index)
+         )`,
+        `CREATE INDEX label_current_trainable ON label_current (trainable)`,
+        `CREATE INDEX label_current_quality ON label_current (quality)`,
+        `CREATE TABLE label_tags (tag text NOT NULL, trajectory_id text NOT NULL, step_index integer NOT NULL,
+           PRIMARY KEY (tag, trajectory_id, step_index))`,
+        // Written only under the store's event lock, so seq order is commit order (see flush).
+        `CREATE TABLE events (
+           seq bigserial PRIMARY KEY, ts bigint NOT NULL, type text NOT NULL, channel text, data text NOT NULL
+         )`,
+        `CREATE TABLE counters (
+           channel text NOT NULL, name text NOT NULL, value double precision NOT NULL, PRIMARY KEY (channel, name)
+         )`,
+        `CREATE TABLE signals (
+           id bigserial PRIMARY KEY, trajectory_id text NOT NULL, step_index integer, name text NOT NULL,
+           value double precision NOT NULL, source text NOT NULL, version text NOT NULL, details text,
+           created_at bigint NOT NULL
+         )`,
+        `CREATE INDEX signals_trajectory ON signals (trajectory_id, created_at)`,
+      ];
+      for (const statement of statements) await sql.raw(statement).execute(db);
+    },
+  },
+};
+
+export const postgresMigrations: MigrationProvider = {
+  async getMigrations() {
+    return migrations;
+  },
+};

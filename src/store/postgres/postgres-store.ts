@@ -1,0 +1,1998 @@
+import { createHash } from 'node:crypto';
+import { Kysely, Migrator, PostgresDialect } from 'kysely';
+import pg from 'pg';
+import { isNoop, needsSteps } from '../../curation/pipeline.js';
+import {
+  type ChannelConfig,
+  ChannelConfigPatch,
+  type ChannelCuration,
+  ConflictError,
+  currentSignals,
+  DEFAULT_CHANNEL_CONFIG,
+  type DropReason,
+  type EventType,
+  type Group,
+  type GroupState,
+  type Label,
+  type LabelInput,
+  type Lease,
+  NotFoundError,
+  newLeaseId,
+  type PoolEvent,
+  parseOrThrow,
+  type Signal,
+  SignalInput,
+  type Step,
+  StepwiseError,
+  type Trajectory,
+} from '../../domain/index.js';
+import { ListQueries, type ListSchema } from '../list-queries.js';
+import {
+  applyCuration,
+  assembleStats,
+  type Curated,
+  callFailedData,
+  checkAppend,
+  checkRetry,
+  checkStepTarget,
+  currentSignalsByTrajectory,
+  declaredRollouts,
+  foldLabel,
+  type GroupRow,
+  type GymTaskRow,
+  type LabelCurrentRow,
+  type LabelRow,
+  type LeaseRow,
+  labelChangedData,
+  newTrajectoryRow,
+  type PriorStep,
+  previewGroup,
+  rewardBins,
+  type SignalRow,
+  servedGroup,
+  servedTrajectory,
+  summarizeGymRuns,
+  TRAJECTORY_LABEL,
+  type TrajectoryRow,
+  TxLog,
+  toCurrentLabel,
+  toGroup,
+  toLabel,
+  toLease,
+  toSignal,
+  toTrajectory,
+} from '../rows.js';
+import {
+  decodeSteps,
+  encodeStep,
+  STEP_COLUMNS,
+  STEP_KEY_SPAN,
+  type StepRow,
+  type StepTail,
+  stepKey,
+  TailCache,
+} from '../step-codec.js';
+import type {
+  CallFailure,
+  CompleteInput,
+  CreateTrajectoryInput,
+  CurationDrop,
+  CurrentLabel,
+  DashboardSummary,
+  EventQuery,
+  GroupSweepResult,
+  GymRunSummary,
+  LeasedBatch,
+  LeaseParams,
+  LeaseQuery,
+  Page,
+  PoolStats,
+  PreviewGroup,
+  ScanPage,
+  ServedGroup,
+  SignalQuery,
+  StepQuery,
+  Store,
+  StoreChange,
+  StoreInfo,
+  SubmitOutcome,
+  SubmitRequest,
+  ToolResultAttachment,
+  TrajectoryQuery,
+  TrajectoryScan,
+} from '../store.js';
+import { postgresMigrations } from './migrations.js';
+
+export interface PostgresStoreOptions {
+  /** `postgres://user@host:port/database` */
+  url: string;
+  /** Schema holding the tables (created when missing); default `public`. */
+  schema?: string;
+  /** Channel settings used when a channel is first seen. */
+  channelDefaults?: Partial<ChannelConfig>;
+  /** Connections this process keeps open (default 10). */
+  poolSize?: number;
+  tailCacheTokens?: number;
+  /** Listen for changes made by other processes (default true). */
+  listen?: boolean;
+}
+
+/** Errors after which the whole transaction is run again: it lost a race, nothing was written. */
+const RETRYABLE = new Set([
+  '40001', // serialization_failure
+  '40P01', // deadlock_detected
+  '23505', // unique_violation: another process created the same trajectory first
+]);
+
+const MAX_ATTEMPTS = 12;
+
+/** int8 and numeric as JS numbers: every count, key and time here is far below 2^53. */
+const types = {
+  getTypeParser(oid: number, format?: 'text' | 'binary') {
+    if (oid === 20 || oid === 1700) return (value: string) => Number(value);
+    return pg.types.getTypeParser(oid, format);
+  },
+};
+
+/** Events that may let a waiting consumer lease (the others only feed event readers). */
+const READY_EVENTS = new Set<EventType>([
+  'group_ready',
+  'lease_expired',
+  'batch_nacked',
+  'channel_configured',
+  'label_changed',
+]);
+
+const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
+
+/** One open transaction: its connection, what it logged and the channel settings it read. */
+/** A statement under a name derived from its text: pg prepares it once per connection. */
+function prepared(text: string, values: unknown[]): pg.QueryConfig {
+  let name = statementNames.get(text);
+  if (!name) {
+    name = `s${createHash('sha1').update(text).digest('hex').slice(0, 20)}`;
+    statementNames.set(text, name);
+  }
+  return { name, text, values };
+}
+
+const statementNames = new Map<string, string>();
+
+class Tx {
+  readonly log = new TxLog();
+  readonly events: { ts: number; type: EventType; channel: string | null; data: string }[] = [];
+  readonly channels = new Map<string, ChannelConfig>();
+  /** Step rows (and tool documents) encoded but not yet inserted: written in one statement. */
+  readonly pendingSteps: StepRow[] = [];
+  readonly pendingDocs = new Map<string, string>();
+
+  constructor(readonly client: pg.PoolClient) {}
+
+  async rows<T>(text: string, values: unknown[] = []): Promise<T[]> {
+    return (await this.client.query(prepared(text, values))).rows as T[];
+  }
+
+  async row<T>(text: string, values: unknown[] = []): Promise<T | undefined> {
+    return (await this.rows<T>(text, values))[0];
+  }
+
+  async run(text: string, values: unknown[] = []): Promise<number> {
+    return (await this.client.query(prepared(text, values))).rowCount ?? 0;
+  }
+
+  emit(type: EventType, channel: string | null, data: Record<string, unknown>, ts: number): void {
+    this.events.push({ ts, type, channel, data: JSON.stringify(data) });
+  }
+}
+
+export async function openPostgresStore(options: PostgresStoreOptions): Promise<PostgresStore> {
+  const schema = options.schema ?? 'public';
+  if (!SCHEMA_NAME.test(schema))
+    throw new Error(`schema: '${schema}' is not a plain lower-case SQL name (letters, digits, _)`);
+  const pool = new pg.Pool({
+    connectionString: options.url,
+    max: options.poolSize ?? 10,
+    options: `-c search_path=${schema}`,
+    types,
+  });
+  // A pool client that errors while idle (the server went away) must not crash the process.
+  pool.on('error', () => {});
+  try {
+    if (schema !== 'public') await pool.query(`CREATE SCHEMA IF NOT EXISTS ${schema}`);
+  } catch (error) {
+    await pool.end();
+    throw new Error(`cannot reach PostgreSQL at ${redactUrl(options.url)}: ${(error as Error).message}`);
+  }
+  const kysely = new Kysely<ListSchema>({ dialect: new PostgresDialect({ pool }) });
+  const migrator = new Migrator({ db: kysely, provider: postgresMigrations, migrationTableSchema: schema });
+  const { error, results } = await migrator.migrateToLatest();
+  const failed = results?.find((r) => r.status === 'Error');
+  if (error || failed) {
+    await kysely.destroy();
+    throw new Error(
+      `migrating ${redactUrl(options.url)} (schema ${schema}) failed at ${failed?.migrationName ?? '?'}: ${String(error)}`,
+    );
+  }
+  const store = new PostgresStore(pool, kysely, schema, options);
+  if (options.listen !== false) await store.listen();
+  return store;
+}
+
+/** The URL without its password, for messages and logs. */
+export function redactUrl(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password) u.password = '***';
+    return u.toString();
+  } catch {
+    return '<unparsable url>';
+  }
+}
+
+/**
+ * The Store on PostgreSQL: every process that shares the database sees one pool. Transactions run
+ * at READ COMMITTED and lock what they change (trajectories, groups, leases) row by row, so
+ * concurrent writers only wait for each other on the same trajectory or group; leases pick ready
+ * groups with FOR UPDATE SKIP LOCKED, so consumers never wait for each other or get the same group.
+ * Events are appended under one short advisory lock at the end of each transaction, so their
+ * sequence numbers follow commit order and a reader's cursor never skips one. Commits that make
+ * work available are announced with NOTIFY.
+ */
+export class PostgresStore implements Store {
+  readonly kind = 'postgres' as const;
+  private readonly tails: TailCache;
+  private readonly channelDefaults: ChannelConfig;
+  private readonly queries: ListQueries;
+  private readonly channel: string;
+  private readonly lockKey: string;
+  private readonly listeners = new Set<(change: StoreChange) => void>();
+  private listener: pg.Client | null = null;
+  private listenRetry: NodeJS.Timeout | null = null;
+  private closed = false;
+
+  constructor(
+    private readonly pool: pg.Pool,
+    private readonly kysely: Kysely<ListSchema>,
+    private readonly schema: string,
+    private readonly options: PostgresStoreOptions,
+  ) {
+    this.tails = new TailCache(options.tailCacheTokens);
+    this.channelDefaults = { ...DEFAULT_CHANNEL_CONFIG, ...options.channelDefaults };
+    this.queries = new ListQueries(kysely, 'postgres');
+    this.channel = `stepwise_${schema}`;
+    this.lockKey = `stepwise_events_${schema}`;
+  }
+
+  // ---- transactions ---------------------------------------------------------------------------
+
+  /**
+   * Runs fn in one transaction and commits it with its events and counters; a transaction that
+   * lost a race (deadlock, serialization failure, a row another process created first) runs again.
+   */
+  private async write<T>(fn: (tx: Tx) => Promise<T>): Promise<T> {
+    for (let attempt = 1; ; attempt++) {
+      if (this.closed) throw new StepwiseError('store is closed', 503, 'unavailable', undefined, true);
+      const client = await this.pool.connect();
+      const tx = new Tx(client);
+      let value: T;
+      try {
+        await client.query('BEGIN');
+        value = await fn(tx);
+        await this.flush(tx);
+        await client.query('COMMIT');
+        client.release();
+      } catch (error) {
+        let broken = false;
+        await client.query('ROLLBACK').catch(() => {
+          broken = true;
+        });
+        client.release(broken);
+        const code = (error as { code?: string }).code;
+        if (code && RETRYABLE.has(code) && attempt < MAX_ATTEMPTS) {
+          await new Promise((r) => setTimeout(r, Math.random() * 5 * attempt));
+          continue;
+        }
+        throw error;
+      }
+      for (const [id, tail] of tx.log.tails) this.tails.set(id, tail);
+      for (const id of tx.log.forgetTails) this.tails.delete(id);
+      return value;
+    }
+  }
+
+  /** Appends the transaction's events and counters under the event lock, then announces them. */
+  private async flush(tx: Tx): Promise<void> {
+    const log = tx.log;
+    for (const [channel, byTrajectory] of log.submitted) {
+      let count = 0;
+      const trajectories = [...byTrajectory].map(([trajectory_uid, entry]) => {
+        count += entry.count;
+        return { trajectory_uid, ...entry };
+      });
+      tx.emit('steps_submitted', channel, { count, trajectories }, log.submittedAt);
+    }
+    const counters = [...log.counters].filter(([, v]) => v !== 0).sort((a, b) => (a[0] < b[0] ? -1 : 1));
+    if (tx.events.length === 0 && counters.length === 0) return;
+    // Held to the commit: events get their seq in commit order, counters never deadlock.
+    await tx.run('SELECT pg_advisory_xact_lock(hashtext($1))', [this.lockKey]);
+    if (tx.events.length > 0) {
+      await tx.run(
+        `INSERT INTO events (ts, type, channel, data)
+         SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[])`,
+        [
+          tx.events.map((e) => e.ts),
+          tx.events.map((e) => e.type),
+          tx.events.map((e) => e.channel),
+          tx.events.map((e) => e.data),
+        ],
+      );
+      const ready = tx.events.some((e) => READY_EVENTS.has(e.type));
+      const policy = tx.events.some((e) => e.type === 'policy_version_changed');
+      await tx.run('SELECT pg_notify($1, $2)', [
+        this.channel,
+        policy ? 'policy' : ready ? 'ready' : 'events',
+      ]);
+    }
+    if (counters.length > 0) {
+      const split = counters.map(([key]) => key.split('\u0000') as [string, string]);
+      await tx.run(
+        `INSERT INTO counters (channel, name, value)
+         SELECT * FROM unnest($1::text[], $2::text[], $3::float8[])
+         ON CONFLICT (channel, name) DO UPDATE SET value = counters.value + excluded.value`,
+        [split.map((k) => k[0]), split.map((k) => k[1]), counters.map(([, v]) => v)],
+      );
+    }
+  }
+
+  /** Reads outside a write transaction (each statement sees what was committed before it). */
+  private async read<T>(text: string, values: unknown[] = []): Promise<T[]> {
+    if (this.closed) throw new StepwiseError('store is closed', 503, 'unavailable', undefined, true);
+    return (await this.pool.query(prepared(text, values))).rows as T[];
+  }
+
+  private async readOne<T>(text: string, values: unknown[] = []): Promise<T | undefined> {
+    return (await this.read<T>(text, values))[0];
+  }
+
+  /** Runs reads on one connection in one snapshot (REPEATABLE READ, read only). */
+  private async snapshot<T>(fn: (tx: Tx) => Promise<T>): Promise<T> {
+    if (this.closed) throw new StepwiseError('store is closed', 503, 'unavailable', undefined, true);
+    const client = await this.pool.connect();
+    try {
+      await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
+      const value = await fn(new Tx(client));
+      await client.query('COMMIT');
+      client.release();
+      return value;
+    } catch (error) {
+      await client.query('ROLLBACK').catch(() => {});
+      client.release();
+      throw error;
+    }
+  }
+
+  // ---- change notifications -------------------------------------------------------------------
+
+  subscribe(listener: (change: StoreChange) => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  /** Keeps one connection LISTENing; reconnects after a lost connection (and wakes everyone then). */
+  async listen(): Promise<void> {
+    if (this.closed || this.listener) return;
+    const client = new pg.Client({ connectionString: this.options.url });
+    const lost = () => {
+      if (this.listener !== client) return;
+      this.listener = null;
+      client.end().catch(() => {});
+      if (this.closed) return;
+      this.listenRetry = setTimeout(() => {
+        this.listenRetry = null;
+        void this.listen()
+          .then(() => this.announce('ready'))
+          .catch(() => lost());
+      }, 500);
+      this.listenRetry.unref();
+    };
+    client.on('error', lost);
+    client.on('end', lost);
+    client.on('notification', (message) => {
+      if (message.channel !== this.channel) return;
+      const change = (message.payload ?? 'events') as StoreChange;
+      this.announce(change);
+    });
+    this.listener = client;
+    try {
+      await client.connect();
+      await client.query(`LISTEN ${this.channel}`);
+    } catch (error) {
+      lost();
+      throw error;
+    }
+  }
+
+  private announce(change: StoreChange): void {
+    for (const listener of this.listeners) listener(change);
+  }
+
+  // ---- meta and channels ----------------------------------------------------------------------
+
+  private async policyVersionNow(tx?: Tx): Promise<number> {
+    const sqlText = "SELECT value FROM meta WHERE key = 'policy_version'";
+    const row = tx
+      ? await tx.row<{ value: string }>(sqlText)
+      : await this.readOne<{ value: string }>(sqlText);
+    return Number(row?.value ?? 0);
+  }
+
+  private parseConfig(row: { config: string } | undefined): ChannelConfig {
+    return row ? { ...this.channelDefaults, ...JSON.parse(row.config) } : this.channelDefaults;
+  }
+
+  private async channelConfig(tx: Tx, channel: string): Promise<ChannelConfig> {
+    const cached = tx.channels.get(channel);
+    if (cached) return cached;
+    const config = this.parseConfig(
+      await tx.row<{ config: string }>('SELECT config FROM channels WHERE name = $1', [channel]),
+    );
+    tx.channels.set(channel, config);
+    return config;
+  }
+
+  private async ensureChannel(tx: Tx, channel: string, now: number): Promise<void> {
+    await tx.run(
+      'INSERT INTO channels (name, config, created_at, updated_at) VALUES ($1, $2, $3, $3) ON CONFLICT DO NOTHING',
+      [channel, JSON.stringify(this.channelDefaults), now],
+    );
+  }
+
+  private async saveChannelConfig(
+    tx: Tx,
+    channel: string,
+    config: ChannelConfig,
+    now: number,
+  ): Promise<void> {
+    tx.channels.set(channel, config);
+    await tx.run(
+      `INSERT INTO channels (name, config, created_at, updated_at) VALUES ($1, $2, $3, $3)
+       ON CONFLICT (name) DO UPDATE SET config = excluded.config, updated_at = excluded.updated_at`,
+      [channel, JSON.stringify(config), now],
+    );
+  }
+
+  async getChannelConfig(channel: string): Promise<ChannelConfig> {
+    return this.parseConfig(
+      await this.readOne<{ config: string }>('SELECT config FROM channels WHERE name = $1', [channel]),
+    );
+  }
+
+  async setChannelConfig(channel: string, raw: ChannelConfigPatch, now: number): Promise<ChannelConfig> {
+    const patch = parseOrThrow(ChannelConfigPatch, raw);
+    return this.write(async (tx) => {
+      // The channel's row is the lock: concurrent patches apply one after the other.
+      await this.ensureChannel(tx, channel, now);
+      const current = this.parseConfig(
+        await tx.row<{ config: string }>('SELECT config FROM channels WHERE name = $1 FOR UPDATE', [channel]),
+      );
+      const config: ChannelConfig = {
+        ...current,
+        ...patch,
+        curation: { ...current.curation, ...patch.curation },
+      };
+      await this.saveChannelConfig(tx, channel, config, now);
+      tx.emit('channel_configured', channel, { config }, now);
+      if (patch.n_rollouts != null) await this.adoptGroupSize(tx, channel, patch.n_rollouts, config, now);
+      if (patch.required_signals !== undefined) {
+        // Groups held back for signals no longer required (or already in) may be ready now.
+        const held = await tx.rows<GroupRow>(
+          `SELECT * FROM groups WHERE channel = $1 AND state = 'collecting' AND expected IS NOT NULL
+             AND n_finished >= expected ORDER BY seq FOR UPDATE`,
+          [channel],
+        );
+        for (const row of held) await this.settleGroup(tx, row, config, now);
+      }
+      return config;
+    });
+  }
+
+  /** Gives groups that were created before their size was known the channel's size. */
+  private async adoptGroupSize(
+    tx: Tx,
+    channel: string,
+    size: number,
+    config: ChannelConfig,
+    now: number,
+  ): Promise<void> {
+    const rows = await tx.rows<GroupRow>(
+      `UPDATE groups SET expected = $2 WHERE channel = $1 AND state = 'collecting' AND expected IS NULL
+       RETURNING *`,
+      [channel, size],
+    );
+    rows.sort((a, b) => (a as GroupRow & { seq: number }).seq - (b as GroupRow & { seq: number }).seq);
+    for (const row of rows) await this.settleGroup(tx, row, config, now);
+  }
+
+  // ---- policy version -------------------------------------------------------------------------
+
+  async getPolicyVersion(): Promise<number> {
+    return this.policyVersionNow();
+  }
+
+  async setPolicyVersion(version: number, now: number): Promise<void> {
+    await this.write(async (tx) => {
+      await tx.run("INSERT INTO meta (key, value) VALUES ('policy_version', '0') ON CONFLICT DO NOTHING");
+      const previous = await tx.row<{ value: string }>(
+        "SELECT value FROM meta WHERE key = 'policy_version' FOR UPDATE",
+      );
+      await tx.run("UPDATE meta SET value = $1 WHERE key = 'policy_version'", [String(version)]);
+      tx.emit('policy_version_changed', null, { previous: Number(previous?.value ?? 0), version }, now);
+    });
+  }
+
+  // ---- groups ---------------------------------------------------------------------------------
+
+  async getGroup(channel: string, id: string): Promise<Group | null> {
+    const row = await this.readOne<GroupRow>('SELECT * FROM groups WHERE channel = $1 AND id = $2', [
+      channel,
+      id,
+    ]);
+    return row ? toGroup(row) : null;
+  }
+
+  /** The group's row, locked for the rest of the transaction. */
+  private async lockGroup(tx: Tx, channel: string, id: string): Promise<GroupRow | undefined> {
+    return tx.row<GroupRow>('SELECT * FROM groups WHERE channel = $1 AND id = $2 FOR UPDATE', [channel, id]);
+  }
+
+  /** Finds or creates the group a new trajectory joins; returns whether the group still collects. */
+  private async joinGroup(
+    tx: Tx,
+    channel: string,
+    groupId: string,
+    nRollouts: number | null,
+    now: number,
+    log: TxLog,
+  ): Promise<boolean> {
+    let row = await this.lockGroup(tx, channel, groupId);
+    if (!row) {
+      await this.ensureChannel(tx, channel, now);
+      const expected = nRollouts ?? (await this.channelConfig(tx, channel)).n_rollouts;
+      const created = await tx.run(
+        `INSERT INTO groups (channel, id, expected, n_trajectories, state, created_at)
+         VALUES ($1, $2, $3, 1, 'collecting', $4) ON CONFLICT DO NOTHING`,
+        [channel, groupId, expected, now],
+      );
+      if (created === 1) {
+        log.count(channel, 'groups_created');
+        return true;
+      }
+      // Another process created it a moment ago: join it as an existing group.
+      row = await this.lockGroup(tx, channel, groupId);
+      if (!row) throw new Error(`group ${channel}/${groupId} vanished while being joined`);
+    }
+    await tx.run(
+      'UPDATE groups SET n_trajectories = n_trajectories + 1, expected = coalesce(expected, $1) WHERE channel = $2 AND id = $3',
+      [nRollouts, channel, groupId],
+    );
+    if (row.expected === null && nRollouts !== null) {
+      // Sized only now: it may already have all the rollouts it needs.
+      row.expected = nRollouts;
+      await this.settleGroup(tx, row, await this.channelConfig(tx, channel), now, log);
+    }
+    return row.state === 'collecting';
+  }
+
+  /** Moves a collecting group (locked by the caller) on once all its expected rollouts have finished. */
+  private async settleGroup(
+    tx: Tx,
+    row: GroupRow,
+    config: ChannelConfig,
+    now: number,
+    log = tx.log,
+  ): Promise<void> {
+    if (row.state !== 'collecting' || row.expected === null || row.n_finished < row.expected) return;
+    if (row.n_complete === 0) {
+      await this.dropGroup(tx, row, 'no_complete_trajectories', now, log);
+      return;
+    }
+    // Every rollout is in; the group waits (still collecting) for its required signals.
+    if (!(await this.signalsIn(tx, row, config))) return;
+    await this.markReady(tx, row, row.n_complete < row.expected, config, now, log);
+  }
+
+  /** Whether every complete rollout of the group has each of the channel's required signals. */
+  private async signalsIn(tx: Tx, row: GroupRow, config: ChannelConfig): Promise<boolean> {
+    const names = config.required_signals;
+    if (names.length === 0) return true;
+    const missing = await tx.row<{ n: number }>(
+      `SELECT count(*) AS n FROM trajectories t
+       WHERE t.group_id = $1 AND t.channel = $2 AND t.status = 'complete'
+         AND (SELECT count(DISTINCT s.name) FROM signals s
+              WHERE s.trajectory_id = t.id AND s.step_index IS NULL AND s.name = ANY($3::text[])) < $4`,
+      [row.id, row.channel, names, names.length],
+    );
+    return missing!.n === 0;
+  }
+
+  private async markReady(
+    tx: Tx,
+    row: GroupRow,
+    partial: boolean,
+    config: ChannelConfig,
+    now: number,
+    log = tx.log,
+  ): Promise<void> {
+    await tx.run(
+      `UPDATE groups SET state = 'ready', ready_at = $1, ready_seq = nextval('ready_seq'), partial = $2
+       WHERE channel = $3 AND id = $4`,
+      [now, partial ? 1 : 0, row.channel, row.id],
+    );
+    row.state = 'ready';
+    log.count(row.channel, 'groups_ready');
+    if (partial) log.count(row.channel, 'groups_partial');
+    tx.emit('group_ready', row.channel, { group_id: row.id, partial, n_complete: row.n_complete }, now);
+    if (config.max_queue_size !== null)
+      await this.enforceQueueLimit(tx, row.channel, config.max_queue_size, now, log);
+  }
+
+  private async enforceQueueLimit(
+    tx: Tx,
+    channel: string,
+    limit: number,
+    now: number,
+    log: TxLog,
+  ): Promise<void> {
+    const { n } = (await tx.row<{ n: number }>(
+      "SELECT count(*) AS n FROM groups WHERE channel = $1 AND state = 'ready'",
+      [channel],
+    ))!;
+    if (n <= limit) return;
+    // Groups another transaction is leasing right now are not waiting in the queue: skip them.
+    const oldest = await tx.rows<GroupRow>(
+      `SELECT * FROM groups WHERE channel = $1 AND state = 'ready' ORDER BY ready_seq LIMIT $2
+       FOR UPDATE SKIP LOCKED`,
+      [channel, n - limit],
+    );
+    for (const row of oldest) await this.dropGroup(tx, row, 'queue_full', now, log);
+  }
+
+  private async dropGroup(
+    tx: Tx,
+    row: GroupRow,
+    reason: DropReason,
+    now: number,
+    log = tx.log,
+  ): Promise<void> {
+    await tx.run(
+      "UPDATE groups SET state = 'dropped', drop_reason = $1, lease_id = NULL WHERE channel = $2 AND id = $3",
+      [reason, row.channel, row.id],
+    );
+    row.state = 'dropped';
+    log.count(row.channel, `dropped_${reason}`);
+    tx.emit('group_dropped', row.channel, { group_id: row.id, reason }, now);
+  }
+
+  // ---- ingestion ------------------------------------------------------------------------------
+
+  private async insertTrajectory(
+    tx: Tx,
+    input: CreateTrajectoryInput,
+    now: number,
+    log: TxLog,
+  ): Promise<TrajectoryRow> {
+    const collecting = await this.joinGroup(tx, input.channel, input.groupId, input.nRollouts, now, log);
+    if (!collecting) log.count(input.channel, 'late_trajectories');
+    const row = newTrajectoryRow(input, now);
+    const inserted = await tx.row<{ seq: number }>(
+      `INSERT INTO trajectories (id, channel, group_id, task_id, status, metadata, created_at, touched_at, guided,
+         guidance_k, probe, derived_from, derivation) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+       RETURNING seq`,
+      [
+        row.id,
+        row.channel,
+        row.group_id,
+        row.task_id,
+        row.status,
+        row.metadata,
+        row.created_at,
+        row.touched_at,
+        row.guided,
+        row.guidance_k,
+        row.probe,
+        row.derived_from,
+        row.derivation,
+      ],
+    );
+    row.seq = inserted!.seq;
+    log.count(input.channel, 'trajectories_created');
+    return row;
+  }
+
+  async createTrajectory(input: CreateTrajectoryInput, now: number): Promise<Trajectory> {
+    return this.write(async (tx) => {
+      if (await tx.row('SELECT 1 FROM trajectories WHERE id = $1', [input.id]))
+        throw new ConflictError(`trajectory ${input.id} already exists`, 'trajectory_uid');
+      const row = await this.insertTrajectory(tx, input, now, tx.log);
+      tx.emit(
+        'trajectory_created',
+        input.channel,
+        { trajectory_uid: input.id, group_id: input.groupId },
+        now,
+      );
+      return toTrajectory(row);
+    });
+  }
+
+  private async trajectoryRow(tx: Tx, id: string, lock = false): Promise<TrajectoryRow | undefined> {
+    return tx.row<TrajectoryRow>(
+      lock
+        ? 'SELECT * FROM trajectories WHERE id = $1 FOR UPDATE'
+        : 'SELECT * FROM trajectories WHERE id = $1',
+      [id],
+    );
+  }
+
+  /** A trajectory's stored step rows up to maxIndex, in index order: one key range. */
+  private async stepRows(q: Tx | null, seq: number, maxIndex = STEP_KEY_SPAN - 1): Promise<StepRow[]> {
+    const text = 'SELECT * FROM steps WHERE key BETWEEN $1 AND $2 ORDER BY key';
+    const values = [stepKey(seq, 0), stepKey(seq, Math.min(maxIndex, STEP_KEY_SPAN - 1))];
+    return q ? q.rows<StepRow>(text, values) : this.read<StepRow>(text, values);
+  }
+
+  private async docs(
+    q: Tx | null,
+    rows: readonly StepRow[],
+  ): Promise<Map<string, Record<string, unknown>[]>> {
+    const hashes = new Set<string>();
+    for (const row of rows) {
+      if (!row.view || !row.view.includes('"th"')) continue;
+      const th = (JSON.parse(row.view) as { th?: string }).th;
+      if (th) hashes.add(th);
+    }
+    const out = new Map<string, Record<string, unknown>[]>();
+    if (hashes.size === 0) return out;
+    const text = 'SELECT hash, body FROM docs WHERE hash = ANY($1::text[])';
+    const found = q
+      ? await q.rows<{ hash: string; body: string }>(text, [[...hashes]])
+      : await this.read<{ hash: string; body: string }>(text, [[...hashes]]);
+    for (const d of found) out.set(d.hash, JSON.parse(d.body));
+    return out;
+  }
+
+  private async decode(q: Tx | null, rows: StepRow[]): Promise<ReturnType<typeof decodeSteps>> {
+    const docs = await this.docs(q, rows);
+    return decodeSteps(rows, (hash) => docs.get(hash) ?? null);
+  }
+
+  private async decodeRange(q: Tx | null, seq: number, maxIndex = STEP_KEY_SPAN - 1): Promise<Step[]> {
+    return (await this.decode(q, await this.stepRows(q, seq, maxIndex))).steps;
+  }
+
+  /** The full sequence of the step a new step at `index` is encoded against (the highest below it). */
+  private async baseTail(
+    tx: Tx,
+    trajectory: TrajectoryRow,
+    index: number,
+    local: TxLog,
+  ): Promise<StepTail | null> {
+    const id = trajectory.id;
+    const known = local.tails.get(id) ?? tx.log.tails.get(id) ?? this.tails.get(id);
+    if (known && known.index === index - 1) return known;
+    await this.flushSteps(tx);
+    const first = stepKey(trajectory.seq, 0);
+    const below = await tx.row<{ key: number | null }>(
+      'SELECT max(key) AS key FROM steps WHERE key >= $1 AND key < $2',
+      [first, first + index],
+    );
+    if (below?.key == null) return null;
+    const belowIndex = below.key - first;
+    if (known && known.index === belowIndex) return known;
+    return (
+      (await this.decode(tx, await this.stepRows(tx, trajectory.seq, belowIndex))).tails.get(belowIndex) ??
+      null
+    );
+  }
+
+  private async applySubmission(
+    tx: Tx,
+    request: SubmitRequest,
+    policyVersion: number,
+    now: number,
+  ): Promise<{ inserted: number; duplicates: number; completed: string[] }> {
+    const local = new TxLog();
+    const events = tx.events.length;
+    const byTrajectory = new Map<string, number[]>();
+    request.steps.forEach((step, i) => {
+      const positions = byTrajectory.get(step.trajectoryId);
+      if (positions) positions.push(i);
+      else byTrajectory.set(step.trajectoryId, [i]);
+    });
+    let inserted = 0;
+    let duplicates = 0;
+    const completed: string[] = [];
+    try {
+      // Lock every trajectory of the submission first, in one order, so submissions never deadlock.
+      const locked = new Map(
+        (
+          await tx.rows<TrajectoryRow>(
+            'SELECT * FROM trajectories WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE',
+            [[...byTrajectory.keys()]],
+          )
+        ).map((r) => [r.id, r]),
+      );
+      for (const [trajectoryId, positions] of byTrajectory) {
+        positions.sort((a, b) => request.steps[a]!.index - request.steps[b]!.index);
+        const first = request.steps[positions[0]!]!;
+        let trajectory = locked.get(trajectoryId);
+        const created = !trajectory;
+        if (!trajectory) {
+          const nRollouts = request.nRollouts ?? declaredRollouts(first);
+          trajectory = await this.insertTrajectory(
+            tx,
+            { id: trajectoryId, groupId: first.groupId, channel: request.channel, nRollouts, metadata: {} },
+            now,
+            local,
+          );
+        } else if (trajectory.channel !== request.channel) {
+          throw new ConflictError(
+            `trajectory ${trajectoryId} belongs to channel '${trajectory.channel}', not '${request.channel}'`,
+            'channel',
+          );
+        }
+        let added = 0;
+        let rewardSum = 0;
+        let rewardCount = 0;
+        let breaks = 0;
+        let minVersion: number | null = null;
+        for (const position of positions) {
+          const step = request.steps[position]!;
+          const field = `steps.${position}`;
+          checkStepTarget(step, field, trajectory);
+          // Only an index at or below the highest stored one can be a retry: skip the lookup otherwise.
+          if (step.index <= (trajectory.max_index ?? -1)) await this.flushSteps(tx);
+          const prior =
+            step.index <= (trajectory.max_index ?? -1)
+              ? await tx.row<PriorStep>(
+                  'SELECT content_hash, prompt_len, response_len, is_last, reward FROM steps WHERE key = $1',
+                  [stepKey(trajectory.seq, step.index)],
+                )
+              : undefined;
+          if (prior) {
+            checkRetry(prior, step, field, trajectoryId);
+            duplicates++;
+            continue;
+          }
+          checkAppend(step, field, trajectory);
+          const version = step.policyVersion ?? policyVersion;
+          const base = await this.baseTail(tx, trajectory, step.index, local);
+          const encoded = encodeStep(
+            step,
+            stepKey(trajectory.seq, step.index),
+            request.channel,
+            version,
+            base,
+            now,
+          );
+          tx.pendingSteps.push(encoded.row);
+          if (encoded.toolsDoc) tx.pendingDocs.set(encoded.toolsDoc.hash, encoded.toolsDoc.body);
+          const current =
+            local.tails.get(trajectoryId) ?? tx.log.tails.get(trajectoryId) ?? this.tails.get(trajectoryId);
+          if (!current || current.index < step.index) local.tails.set(trajectoryId, encoded.tail);
+          if (encoded.prefixBreak) breaks++;
+          minVersion = minVersion === null ? version : Math.min(minVersion, version);
+          trajectory.n_steps++;
+          trajectory.max_index = Math.max(trajectory.max_index ?? -1, step.index);
+          if (step.isLast) trajectory.last_index = step.index;
+          if (step.reward !== null) {
+            rewardSum += step.reward;
+            rewardCount++;
+          }
+          added++;
+        }
+        if (added === 0) continue;
+        inserted += added;
+        trajectory.prefix_breaks += breaks;
+        // The group's oldest version can only fall when this trajectory's does (group min <= trajectory min).
+        const lowered = trajectory.min_policy_version === null || minVersion! < trajectory.min_policy_version;
+        if (lowered) trajectory.min_policy_version = minVersion;
+        if (breaks > 0) local.count(request.channel, 'prefix_breaks', breaks);
+        local.noteSubmitted(request.channel, trajectoryId, trajectory.group_id, added, now, created);
+        if (trajectory.last_index !== null && trajectory.n_steps === trajectory.last_index + 1) {
+          const known = trajectory.n_steps === added ? (rewardCount > 0 ? rewardSum : null) : undefined;
+          await this.finishTrajectory(
+            tx,
+            trajectory,
+            { status: 'complete', reward: null },
+            now,
+            local,
+            known,
+            lowered,
+          );
+          completed.push(trajectoryId);
+          continue;
+        }
+        await tx.run(
+          `UPDATE trajectories SET n_steps = $1, max_index = $2, last_index = $3, prefix_breaks = $4,
+             min_policy_version = $5, touched_at = $6 WHERE id = $7`,
+          [
+            trajectory.n_steps,
+            trajectory.max_index,
+            trajectory.last_index,
+            trajectory.prefix_breaks,
+            trajectory.min_policy_version,
+            now,
+            trajectoryId,
+          ],
+        );
+        if (lowered) await this.lowerGroupVersion(tx, trajectory);
+      }
+      await this.flushSteps(tx);
+      for (const attachment of request.toolResults ?? []) await this.attachToolResults(tx, attachment);
+    } catch (error) {
+      tx.events.length = events; // a refused submission leaves no event behind
+      tx.pendingSteps.length = 0;
+      tx.pendingDocs.clear();
+      throw error;
+    }
+    local.count(request.channel, 'steps_produced', inserted);
+    if (duplicates > 0) local.count(request.channel, 'duplicate_steps', duplicates);
+    tx.log.absorb(local);
+    return { inserted, duplicates, completed };
+  }
+
+  /** Inserts the pending step rows (and the tool documents they refer to): one statement each. */
+  private async flushSteps(tx: Tx): Promise<void> {
+    const docs = tx.pendingDocs;
+    if (docs.size > 0) {
+      await tx.run(
+        'INSERT INTO docs (hash, body) SELECT * FROM unnest($1::text[], $2::text[]) ON CONFLICT DO NOTHING',
+        [[...docs.keys()], [...docs.values()]],
+      );
+      docs.clear();
+    }
+    const rows = tx.pendingSteps.splice(0);
+    if (rows.length === 0) return;
+    const casts: Record<string, string> = {
+      key: 'bigint',
+      idx: 'int',
+      base_idx: 'int',
+      prefix_len: 'int',
+      prompt_suffix: 'bytea',
+      response: 'bytea',
+      logprobs: 'bytea',
+      prompt_len: 'int',
+      response_len: 'int',
+      content_hash: 'bigint',
+      reward: 'float8',
+      policy_version: 'int',
+      is_last: 'int',
+      latency_ms: 'float8',
+      ttft_ms: 'float8',
+      created_at: 'bigint',
+    };
+    const columns = STEP_COLUMNS.map((c, i) => `$${i + 1}::${casts[c] ?? 'text'}[]`);
+    await tx.run(
+      `INSERT INTO steps (${STEP_COLUMNS.join(', ')}) SELECT * FROM unnest(${columns.join(', ')})`,
+      STEP_COLUMNS.map((c) => rows.map((r) => r[c])),
+    );
+  }
+
+  /** Sets a stored step's tool results (the outputs of its tool calls, seen in the next request). */
+  private async attachToolResults(tx: Tx, attachment: ToolResultAttachment): Promise<void> {
+    const row = await tx.row<{ seq: number }>('SELECT seq FROM trajectories WHERE id = $1', [
+      attachment.trajectoryId,
+    ]);
+    if (!row || attachment.index >= STEP_KEY_SPAN) return;
+    const key = stepKey(row.seq, attachment.index);
+    await this.flushSteps(tx);
+    const step = await tx.row<{ view: string | null }>('SELECT view FROM steps WHERE key = $1', [key]);
+    if (!step) return;
+    const view = step.view ? JSON.parse(step.view) : {};
+    view.tr = attachment.results;
+    await tx.run('UPDATE steps SET view = $1 WHERE key = $2', [JSON.stringify(view), key]);
+  }
+
+  async submitBatch(requests: SubmitRequest[], now: number): Promise<SubmitOutcome[]> {
+    try {
+      // Fast path: most batches hold no bad submission, so apply them all without savepoints.
+      return await this.write(async (tx) => {
+        const policyVersion = await this.policyVersionNow(tx);
+        const out: SubmitOutcome[] = [];
+        for (const request of requests)
+          out.push({ ok: true, ...(await this.applySubmission(tx, request, policyVersion, now)) });
+        return out;
+      });
+    } catch (error) {
+      if (!(error instanceof StepwiseError) || this.closed) throw error;
+    }
+    // Something was rejected: redo the batch with one savepoint per submission, so a rejected
+    // submission leaves no trace and the others still commit.
+    return this.write(async (tx) => {
+      const policyVersion = await this.policyVersionNow(tx);
+      const out: SubmitOutcome[] = [];
+      for (const request of requests) {
+        await tx.client.query('SAVEPOINT submission');
+        try {
+          out.push({ ok: true, ...(await this.applySubmission(tx, request, policyVersion, now)) });
+          await tx.client.query('RELEASE SAVEPOINT submission');
+        } catch (error) {
+          await tx.client.query('ROLLBACK TO SAVEPOINT submission');
+          if (!(error instanceof StepwiseError)) throw error;
+          out.push({ ok: false, error });
+        }
+      }
+      return out;
+    });
+  }
+
+  /** The group's oldest version can only fall when one of its trajectories' does. */
+  private async lowerGroupVersion(tx: Tx, trajectory: TrajectoryRow): Promise<void> {
+    await tx.run(
+      'UPDATE groups SET min_policy_version = least(coalesce(min_policy_version, $1), $1) WHERE channel = $2 AND id = $3',
+      [trajectory.min_policy_version, trajectory.channel, trajectory.group_id],
+    );
+  }
+
+  private async finishTrajectory(
+    tx: Tx,
+    trajectory: TrajectoryRow,
+    input: CompleteInput,
+    now: number,
+    log: TxLog,
+    stepRewardSum?: number | null,
+    versionLowered = false,
+    reason?: 'idle',
+  ): Promise<void> {
+    let reward = input.reward ?? stepRewardSum ?? null;
+    if (reward === null && stepRewardSum === undefined) {
+      await this.flushSteps(tx);
+      const sum = (await tx.row<{ total: number | null; n: number }>(
+        'SELECT sum(reward) AS total, count(reward) AS n FROM steps WHERE key BETWEEN $1 AND $2',
+        [stepKey(trajectory.seq, 0), stepKey(trajectory.seq, STEP_KEY_SPAN - 1)],
+      ))!;
+      reward = sum.n > 0 ? sum.total : null;
+    }
+    trajectory.status = input.status;
+    trajectory.reward = reward;
+    trajectory.completed_at = now;
+    const group = await this.lockGroup(tx, trajectory.channel, trajectory.group_id);
+    // Only rollouts that finish while their group collects belong to it; later ones are never served.
+    const counted = group?.state === 'collecting' ? 1 : 0;
+    await tx.run(
+      `UPDATE trajectories SET status = $1, reward = $2, completed_at = $3, counted = $4, n_steps = $5, max_index = $6,
+         last_index = $7, prefix_breaks = $8, min_policy_version = $9, touched_at = $3 WHERE id = $10`,
+      [
+        input.status,
+        reward,
+        now,
+        counted,
+        trajectory.n_steps,
+        trajectory.max_index,
+        trajectory.last_index,
+        trajectory.prefix_breaks,
+        trajectory.min_policy_version,
+        trajectory.id,
+      ],
+    );
+    log.count(trajectory.channel, `trajectories_${input.status}`);
+    if (reason) log.count(trajectory.channel, `trajectories_${reason}_${input.status}`);
+    log.forgetTails.add(trajectory.id);
+    log.tails.delete(trajectory.id);
+    tx.emit(
+      'trajectory_completed',
+      trajectory.channel,
+      {
+        trajectory_uid: trajectory.id,
+        group_id: trajectory.group_id,
+        status: input.status,
+        reward,
+        ...(reason ? { reason } : {}),
+      },
+      now,
+    );
+    if (group?.state !== 'collecting') {
+      if (versionLowered) await this.lowerGroupVersion(tx, trajectory);
+      log.count(trajectory.channel, 'late_trajectories_finished');
+      return;
+    }
+    group.n_finished++;
+    if (input.status === 'complete') group.n_complete++;
+    const version = versionLowered ? trajectory.min_policy_version : null;
+    await tx.run(
+      `UPDATE groups SET n_finished = $1, n_complete = $2,
+         min_policy_version = CASE WHEN $3::int IS NULL THEN min_policy_version ELSE least(coalesce(min_policy_version, $3), $3) END
+       WHERE channel = $4 AND id = $5`,
+      [group.n_finished, group.n_complete, version, group.channel, group.id],
+    );
+    if (version !== null) group.min_policy_version = Math.min(group.min_policy_version ?? version, version);
+    await this.settleGroup(tx, group, await this.channelConfig(tx, group.channel), now, log);
+  }
+
+  async completeTrajectory(id: string, input: CompleteInput, now: number): Promise<Trajectory> {
+    return this.write(async (tx) => {
+      const trajectory = await this.trajectoryRow(tx, id, true);
+      if (!trajectory) throw new NotFoundError(`trajectory ${id} does not exist`);
+      if (trajectory.status !== 'open') {
+        const sameReward = input.reward === null || input.reward === trajectory.reward;
+        if (trajectory.status === input.status && sameReward) return toTrajectory(trajectory); // a retry
+        if (trajectory.status === 'complete' && input.status === 'complete' && input.reward !== null) {
+          // The environment's reward may follow the last step, until the group is handed out.
+          const group = await this.lockGroup(tx, trajectory.channel, trajectory.group_id);
+          if (group && (group.state === 'collecting' || group.state === 'ready')) {
+            trajectory.reward = input.reward;
+            await tx.run('UPDATE trajectories SET reward = $1 WHERE id = $2', [input.reward, id]);
+            tx.emit(
+              'trajectory_completed',
+              trajectory.channel,
+              {
+                trajectory_uid: id,
+                group_id: trajectory.group_id,
+                status: 'complete',
+                reward: input.reward,
+                update: true,
+              },
+              now,
+            );
+            return toTrajectory(trajectory);
+          }
+        }
+        throw new ConflictError(`trajectory ${id} is already ${trajectory.status}`, 'status');
+      }
+      await this.finishTrajectory(tx, trajectory, input, now, tx.log);
+      return toTrajectory(trajectory);
+    });
+  }
+
+  async mergeTrajectoryMetadata(
+    id: string,
+    metadata: Record<string, unknown>,
+    now: number,
+  ): Promise<Trajectory> {
+    return this.write(async (tx) => {
+      const trajectory = await this.trajectoryRow(tx, id, true);
+      if (!trajectory) throw new NotFoundError(`trajectory ${id} does not exist`);
+      if (trajectory.status !== 'open') {
+        throw new ConflictError(`trajectory ${id} is already ${trajectory.status}`, 'trajectory_uid');
+      }
+      trajectory.metadata = JSON.stringify({ ...JSON.parse(trajectory.metadata), ...metadata });
+      trajectory.touched_at = now;
+      await tx.run('UPDATE trajectories SET metadata = $1, touched_at = $2 WHERE id = $3', [
+        trajectory.metadata,
+        now,
+        id,
+      ]);
+      return toTrajectory(trajectory);
+    });
+  }
+
+  async recordCallFailure(failure: CallFailure, now: number): Promise<void> {
+    await this.write(async (tx) => {
+      await this.ensureChannel(tx, failure.channel, now);
+      tx.log.count(failure.channel, failure.kind === 'aborted' ? 'calls_aborted' : 'calls_upstream_error');
+      tx.emit('call_failed', failure.channel, callFailedData(failure), now);
+    });
+  }
+
+  // ---- reads ----------------------------------------------------------------------------------
+
+  async getTrajectory(id: string): Promise<Trajectory | null> {
+    const row = await this.readOne<TrajectoryRow>('SELECT * FROM trajectories WHERE id = $1', [id]);
+    return row ? toTrajectory(row) : null;
+  }
+
+  private async loadSteps(trajectoryId: string, maxIndex = STEP_KEY_SPAN - 1): Promise<Step[]> {
+    const row = await this.readOne<{ seq: number }>('SELECT seq FROM trajectories WHERE id = $1', [
+      trajectoryId,
+    ]);
+    return row ? this.decodeRange(null, row.seq, maxIndex) : [];
+  }
+
+  async getTrajectorySteps(id: string): Promise<Step[]> {
+    return this.loadSteps(id);
+  }
+
+  async getStep(trajectoryId: string, index: number): Promise<Step | null> {
+    return (await this.loadSteps(trajectoryId, index)).find((s) => s.index === index) ?? null;
+  }
+
+  async listSteps(query: StepQuery): Promise<Page<Step>> {
+    return this.snapshot(async (tx) => {
+      const count = this.queries.stepCountQuery(query);
+      const total = (await tx.client.query(count.sql, count.parameters as unknown[])).rows[0].n as number;
+      const page = this.queries.stepPageQuery(query);
+      const keys = (await tx.client.query(page.sql, page.parameters as unknown[])).rows.map((r) =>
+        Number(r.key),
+      );
+      // Decode each trajectory once, up to the highest step this page needs from it.
+      const needed = new Map<number, number>();
+      for (const key of keys) {
+        const seq = Math.floor(key / STEP_KEY_SPAN);
+        needed.set(seq, Math.max(needed.get(seq) ?? 0, key - seq * STEP_KEY_SPAN));
+      }
+      const decoded = new Map<number, Step>();
+      for (const [seq, maxIndex] of needed) {
+        for (const step of await this.decodeRange(tx, seq, maxIndex))
+          decoded.set(stepKey(seq, step.index), step);
+      }
+      return { total, items: keys.map((key) => decoded.get(key)!) };
+    });
+  }
+
+  async listTrajectories(query: TrajectoryQuery): Promise<Page<Trajectory>> {
+    return this.snapshot(async (tx) => {
+      const count = this.queries.trajectoryCountQuery(query);
+      const total = (await tx.client.query(count.sql, count.parameters as unknown[])).rows[0].n as number;
+      const page = this.queries.trajectoryPageQuery(query);
+      const rows = (await tx.client.query(page.sql, page.parameters as unknown[])).rows as TrajectoryRow[];
+      return { total, items: rows.map(toTrajectory) };
+    });
+  }
+
+  async scanTrajectories(query: TrajectoryScan): Promise<ScanPage<Trajectory>> {
+    const c = this.queries.trajectoryScanQuery(query);
+    const rows = (await this.pool.query(c.sql, c.parameters as unknown[])).rows as TrajectoryRow[];
+    const last = rows.at(-1);
+    return {
+      items: rows.map(toTrajectory),
+      cursor: last && rows.length === query.limit ? String(last.seq) : null,
+    };
+  }
+
+  // ---- leases ---------------------------------------------------------------------------------
+
+  private async expireLeasesTx(tx: Tx, now: number): Promise<number> {
+    const overdue = await tx.rows<LeaseRow>(
+      "SELECT * FROM leases WHERE state = 'active' AND expires_at < $1 ORDER BY id FOR UPDATE SKIP LOCKED",
+      [now],
+    );
+    for (const lease of overdue) await this.expireLease(tx, lease, now);
+    return overdue.length;
+  }
+
+  private async expireLease(tx: Tx, lease: LeaseRow, now: number): Promise<void> {
+    await tx.run("UPDATE leases SET state = 'expired', ended_at = $1 WHERE id = $2", [now, lease.id]);
+    const back = await tx.run(
+      "UPDATE groups SET state = 'ready', lease_id = NULL WHERE lease_id = $1 AND state = 'leased'",
+      [lease.id],
+    );
+    tx.log.count(lease.channel, 'leases_expired');
+    tx.emit(
+      'lease_expired',
+      lease.channel,
+      { lease_id: lease.id, consumer: lease.consumer, groups_returned: back },
+      now,
+    );
+  }
+
+  private async sweepTimeoutsTx(tx: Tx, now: number): Promise<{ dropped: number; servedPartial: number }> {
+    let dropped = 0;
+    let servedPartial = 0;
+    const channels = await tx.rows<{ name: string; config: string }>(
+      'SELECT name, config FROM channels ORDER BY name',
+    );
+    for (const channel of channels) {
+      const config = this.parseConfig(channel);
+      tx.channels.set(channel.name, config);
+      if (config.group_timeout_ms === null) continue;
+      const stale = await tx.rows<GroupRow>(
+        `SELECT * FROM groups WHERE state = 'collecting' AND created_at < $1 AND channel = $2
+         ORDER BY created_at, seq FOR UPDATE SKIP LOCKED`,
+        [now - config.group_timeout_ms, channel.name],
+      );
+      for (const row of stale) {
+        // All rollouts in but not all their signals: never served half-scored.
+        if (row.expected !== null && row.n_finished >= row.expected && row.n_complete > 0) {
+          await this.dropGroup(tx, row, 'signals_missing', now);
+          dropped++;
+          continue;
+        }
+        if (config.incomplete_policy === 'serve_partial' && row.n_complete > 0) {
+          await this.markReady(tx, row, true, config, now);
+          servedPartial++;
+        } else {
+          await this.dropGroup(tx, row, 'incomplete_timeout', now);
+          dropped++;
+        }
+      }
+    }
+    return { dropped, servedPartial };
+  }
+
+  /** Closes open trajectories idle past their channel's idle_timeout_ms as aborted. */
+  private async abortIdleTx(tx: Tx, now: number): Promise<number> {
+    let aborted = 0;
+    const channels = await tx.rows<{ name: string; config: string }>(
+      'SELECT name, config FROM channels ORDER BY name',
+    );
+    for (const channel of channels) {
+      const { idle_timeout_ms: ttl } = this.parseConfig(channel);
+      if (ttl === null) continue;
+      const idle = await tx.rows<TrajectoryRow>(
+        `SELECT * FROM trajectories WHERE status = 'open' AND channel = $1 AND touched_at < $2
+         ORDER BY id FOR UPDATE SKIP LOCKED`,
+        [channel.name, now - ttl],
+      );
+      for (const trajectory of idle) {
+        await this.finishTrajectory(
+          tx,
+          trajectory,
+          { status: 'aborted', reward: null },
+          now,
+          tx.log,
+          undefined,
+          false,
+          'idle',
+        );
+        aborted++;
+      }
+    }
+    return aborted;
+  }
+
+  async sweep(now: number): Promise<GroupSweepResult> {
+    return this.write(async (tx) => {
+      const expiredLeases = await this.expireLeasesTx(tx, now);
+      const idleAborted = await this.abortIdleTx(tx, now);
+      return { ...(await this.sweepTimeoutsTx(tx, now)), expiredLeases, idleAborted };
+    });
+  }
+
+  /**
+   * Ready groups of a channel, oldest readiness first, locked for this transaction; groups that
+   * another consumer is leasing right now are skipped, not waited for.
+   */
+  private async *readyGroups(
+    q: Tx,
+    channel: string,
+    batchSize: number,
+    nRollouts: number | null,
+    policyVersion: number,
+    lock: boolean,
+  ): AsyncGenerator<{ row: GroupRow; staleness: number }> {
+    const text = lock
+      ? `SELECT * FROM groups WHERE channel = $1 AND state = 'ready' AND ready_seq > $2 ORDER BY ready_seq LIMIT $3
+         FOR UPDATE SKIP LOCKED`
+      : "SELECT * FROM groups WHERE channel = $1 AND state = 'ready' AND ready_seq > $2 ORDER BY ready_seq LIMIT $3";
+    let after = 0;
+    for (;;) {
+      const rows = await q.rows<GroupRow>(text, [channel, after, batchSize * 2 + 16]);
+      if (rows.length === 0) return;
+      for (const row of rows) {
+        after = row.ready_seq!;
+        if (nRollouts !== null && row.expected !== nRollouts) continue;
+        yield { row, staleness: Math.max(0, policyVersion - (row.min_policy_version ?? policyVersion)) };
+      }
+    }
+  }
+
+  async leaseBatch(params: LeaseParams, now: number): Promise<LeasedBatch | null> {
+    const leased = await this.write(async (tx) => {
+      await this.expireLeasesTx(tx, now);
+      await this.sweepTimeoutsTx(tx, now);
+      let config = await this.channelConfig(tx, params.channel);
+      if (params.nRollouts !== null && config.n_rollouts === null) {
+        // The trainer's first lease declares the group size for groups nobody sized.
+        await this.ensureChannel(tx, params.channel, now);
+        config = this.parseConfig(
+          await tx.row<{ config: string }>('SELECT config FROM channels WHERE name = $1 FOR UPDATE', [
+            params.channel,
+          ]),
+        );
+        if (config.n_rollouts === null) {
+          config = { ...config, n_rollouts: params.nRollouts };
+          await this.saveChannelConfig(tx, params.channel, config, now);
+          tx.emit('channel_configured', params.channel, { config, by: 'lease' }, now);
+          await this.adoptGroupSize(tx, params.channel, params.nRollouts, config, now);
+        }
+      }
+      const maxStaleness = params.maxStaleness ?? config.max_staleness;
+      const policyVersion = await this.policyVersionNow(tx);
+      const chosen: { row: GroupRow; staleness: number; stale: boolean; curated: Curated | null }[] = [];
+      const drops: CurationDrop[] = [];
+      for await (const { row, staleness } of this.readyGroups(
+        tx,
+        params.channel,
+        params.batchSize,
+        params.nRollouts,
+        policyVersion,
+        true,
+      )) {
+        const stale = maxStaleness !== null && staleness > maxStaleness;
+        if (stale && config.stale_policy === 'drop') {
+          await this.dropGroup(tx, row, 'stale', now);
+          continue;
+        }
+        let curated: Curated | null = null;
+        if (!isNoop(config.curation)) {
+          curated = await this.curate(tx, row, config.curation, now, drops);
+          if (curated === null) continue; // dropped: the next ready group takes its place
+        }
+        chosen.push({ row, staleness, stale, curated });
+        if (chosen.length === params.batchSize) break;
+      }
+      if (chosen.length < params.batchSize) return null;
+
+      const leaseId = newLeaseId();
+      const picks: {
+        row: GroupRow;
+        staleness: number;
+        stale: boolean;
+        members: TrajectoryRow[];
+        curated: Curated | null;
+      }[] = [];
+      let nSteps = 0;
+      for (const { row, staleness, stale, curated } of chosen) {
+        await tx.run("UPDATE groups SET state = 'leased', lease_id = $1 WHERE channel = $2 AND id = $3", [
+          leaseId,
+          row.channel,
+          row.id,
+        ]);
+        row.state = 'leased';
+        row.lease_id = leaseId;
+        const members = curated?.members ?? (await this.groupMembers(tx, row));
+        for (const t of members) nSteps += t.n_steps;
+        if (stale) tx.log.count(params.channel, 'groups_served_stale');
+        picks.push({ row, staleness, stale, members, curated });
+      }
+      const lease: LeaseRow = {
+        id: leaseId,
+        channel: params.channel,
+        consumer: params.consumer,
+        state: 'active',
+        group_ids: JSON.stringify(chosen.map((c) => c.row.id)),
+        n_steps: nSteps,
+        created_at: now,
+        expires_at: now + params.ttlMs,
+        ended_at: null,
+      };
+      await tx.run(
+        `INSERT INTO leases (id, channel, consumer, state, group_ids, n_steps, created_at, expires_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+        [
+          lease.id,
+          lease.channel,
+          lease.consumer,
+          lease.state,
+          lease.group_ids,
+          lease.n_steps,
+          lease.created_at,
+          lease.expires_at,
+        ],
+      );
+      tx.log.count(params.channel, 'batches_leased');
+      tx.log.count(params.channel, 'groups_leased', picks.length);
+      tx.emit(
+        'batch_leased',
+        params.channel,
+        {
+          lease_id: leaseId,
+          consumer: params.consumer,
+          group_ids: chosen.map((c) => c.row.id),
+          n_steps: nSteps,
+        },
+        now,
+      );
+      return { lease: toLease(lease), policyVersion, picks, drops };
+    });
+    if (!leased) return null;
+    // The groups are ours now: decode their steps after the commit, without holding any lock.
+    const ids = leased.picks.flatMap((p) => p.members.map((m) => m.id));
+    const signals = await this.currentSignalsOf(ids);
+    const labels = await this.currentLabelsOf(ids);
+    const groups: ServedGroup[] = [];
+    for (const { row, staleness, stale, members, curated } of leased.picks) {
+      const trajectories = [];
+      for (const m of members) {
+        const steps = curated?.steps.get(m.id) ?? (await this.decodeRange(null, m.seq));
+        trajectories.push(servedTrajectory(m, steps, labels.get(m.id) ?? [], signals.get(m.id) ?? []));
+      }
+      groups.push(servedGroup(row, staleness, stale, trajectories, curated));
+    }
+    return {
+      lease: leased.lease,
+      policyVersion: leased.policyVersion,
+      groups,
+      ...(leased.drops.length > 0 ? { dropped: leased.drops } : {}),
+    };
+  }
+
+  /** Curation inside the lease transaction (see SqliteStore.curate). */
+  private async curate(
+    tx: Tx,
+    row: GroupRow,
+    curation: ChannelCuration,
+    now: number,
+    drops: CurationDrop[],
+  ): Promise<Curated | null> {
+    const members = await this.groupMembers(tx, row);
+    const steps = new Map<string, Step[]>();
+    if (needsSteps(curation)) for (const m of members) steps.set(m.id, await this.decodeRange(tx, m.seq));
+    const curated = applyCuration(
+      row,
+      members,
+      steps,
+      curation,
+      tx.log,
+      (type, channel, data) => tx.emit(type, channel, data, now),
+      drops,
+    );
+    if ('drop' in curated) {
+      await this.dropGroup(tx, row, curated.drop, now);
+      return null;
+    }
+    return curated;
+  }
+
+  /** The rollouts a group is served with: those that completed while it collected. */
+  private async groupMembers(q: Tx, group: GroupRow): Promise<TrajectoryRow[]> {
+    return q.rows<TrajectoryRow>(
+      `SELECT * FROM trajectories WHERE group_id = $1 AND channel = $2 AND status = 'complete' AND counted = 1
+       ORDER BY completed_at, seq`,
+      [group.id, group.channel],
+    );
+  }
+
+  /** The signals in force for many trajectories, read with one query over the signals index. */
+  private async currentSignalsOf(trajectoryIds: string[]): Promise<Map<string, Signal[]>> {
+    if (trajectoryIds.length === 0) return new Map();
+    const rows = await this.read<SignalRow>(
+      'SELECT * FROM signals WHERE trajectory_id = ANY($1::text[]) ORDER BY trajectory_id, created_at, id',
+      [trajectoryIds],
+    );
+    return currentSignalsByTrajectory(rows);
+  }
+
+  private async currentLabelsOf(trajectoryIds: string[]): Promise<Map<string, CurrentLabel[]>> {
+    const out = new Map<string, CurrentLabel[]>();
+    if (trajectoryIds.length === 0) return out;
+    const rows = await this.read<LabelCurrentRow>(
+      'SELECT * FROM label_current WHERE trajectory_id = ANY($1::text[]) ORDER BY trajectory_id, step_index',
+      [trajectoryIds],
+    );
+    for (const row of rows) {
+      const list = out.get(row.trajectory_id);
+      if (list) list.push(toCurrentLabel(row));
+      else out.set(row.trajectory_id, [toCurrentLabel(row)]);
+    }
+    return out;
+  }
+
+  async getLease(leaseId: string): Promise<Lease | null> {
+    const row = await this.readOne<LeaseRow>('SELECT * FROM leases WHERE id = $1', [leaseId]);
+    return row ? toLease(row) : null;
+  }
+
+  private async endLease(leaseId: string, outcome: 'acked' | 'nacked', now: number): Promise<Lease> {
+    const result = await this.write(async (tx): Promise<Lease | ConflictError> => {
+      const lease = await tx.row<LeaseRow>('SELECT * FROM leases WHERE id = $1 FOR UPDATE', [leaseId]);
+      if (!lease) throw new NotFoundError(`lease ${leaseId} does not exist`);
+      if (lease.state === outcome) return toLease(lease); // a retried ack or nack
+      if (lease.state === 'active' && lease.expires_at < now) {
+        await this.expireLease(tx, lease, now);
+        lease.state = 'expired';
+      }
+      if (lease.state !== 'active') {
+        // Returned, not thrown: the expiry just applied must commit before the caller hears no.
+        return new ConflictError(
+          `lease ${leaseId} is ${lease.state}; its groups may be served again`,
+          'lease_id',
+        );
+      }
+      await tx.run('UPDATE leases SET state = $1, ended_at = $2 WHERE id = $3', [outcome, now, leaseId]);
+      if (outcome === 'acked') {
+        const done = await tx.run(
+          "UPDATE groups SET state = 'consumed', consumed_at = $1, lease_id = NULL WHERE lease_id = $2 AND state = 'leased'",
+          [now, leaseId],
+        );
+        tx.log.count(lease.channel, 'groups_consumed', done);
+        tx.log.count(lease.channel, 'steps_consumed', lease.n_steps);
+        tx.log.count(lease.channel, 'batches_acked');
+        tx.emit(
+          'batch_acked',
+          lease.channel,
+          { lease_id: leaseId, consumer: lease.consumer, groups: done },
+          now,
+        );
+      } else {
+        const back = await tx.run(
+          "UPDATE groups SET state = 'ready', lease_id = NULL WHERE lease_id = $1 AND state = 'leased'",
+          [leaseId],
+        );
+        tx.log.count(lease.channel, 'batches_nacked');
+        tx.emit(
+          'batch_nacked',
+          lease.channel,
+          { lease_id: leaseId, consumer: lease.consumer, groups: back },
+          now,
+        );
+      }
+      return toLease({ ...lease, state: outcome, ended_at: now });
+    });
+    if (result instanceof ConflictError) throw result;
+    return result;
+  }
+
+  async ackLease(leaseId: string, now: number): Promise<Lease> {
+    return this.endLease(leaseId, 'acked', now);
+  }
+
+  async nackLease(leaseId: string, now: number): Promise<Lease> {
+    return this.endLease(leaseId, 'nacked', now);
+  }
+
+  // ---- labels ---------------------------------------------------------------------------------
+
+  async addLabels(labels: LabelInput[], now: number): Promise<Label[]> {
+    return this.write(async (tx) => {
+      const out: Label[] = [];
+      for (const [i, input] of labels.entries()) {
+        // The trajectory's row is the lock: concurrent patches of one target fold one after the other.
+        const trajectory = await this.trajectoryRow(tx, input.trajectory_uid, true);
+        if (!trajectory)
+          throw new NotFoundError(
+            `labels.${i}.trajectory_uid: trajectory ${input.trajectory_uid} does not exist`,
+          );
+        const stepIndex = input.step_index ?? null;
+        if (stepIndex !== null) {
+          const step =
+            stepIndex < STEP_KEY_SPAN
+              ? await tx.row('SELECT 1 FROM steps WHERE key = $1', [stepKey(trajectory.seq, stepIndex)])
+              : undefined;
+          if (!step)
+            throw new NotFoundError(
+              `labels.${i}.step_index: step ${stepIndex} of ${trajectory.id} does not exist`,
+            );
+        }
+        const key = stepIndex ?? TRAJECTORY_LABEL;
+        const inserted = await tx.row<LabelRow>(
+          `INSERT INTO labels (trajectory_id, step_index, quality, trainable, tags, note, author, created_at)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING *`,
+          [
+            trajectory.id,
+            stepIndex,
+            input.quality ?? null,
+            input.trainable == null ? null : input.trainable ? 1 : 0,
+            input.tags ? JSON.stringify(input.tags) : null,
+            input.note ?? null,
+            input.author ?? null,
+            now,
+          ],
+        );
+        const prev = await tx.row<LabelCurrentRow>(
+          'SELECT * FROM label_current WHERE trajectory_id = $1 AND step_index = $2',
+          [trajectory.id, key],
+        );
+        const next = foldLabel(prev, input, trajectory.id, key, now);
+        await tx.run(
+          `INSERT INTO label_current (trajectory_id, step_index, quality, trainable, tags, note, updated_at)
+           VALUES ($1, $2, $3, $4, $5, $6, $7)
+           ON CONFLICT (trajectory_id, step_index) DO UPDATE SET quality = excluded.quality,
+             trainable = excluded.trainable, tags = excluded.tags, note = excluded.note, updated_at = excluded.updated_at`,
+          [
+            next.trajectory_id,
+            next.step_index,
+            next.quality,
+            next.trainable,
+            next.tags,
+            next.note,
+            next.updated_at,
+          ],
+        );
+        if (input.tags !== undefined) {
+          await tx.run('DELETE FROM label_tags WHERE trajectory_id = $1 AND step_index = $2', [
+            trajectory.id,
+            key,
+          ]);
+          if (input.tags.length > 0) {
+            await tx.run(
+              `INSERT INTO label_tags (tag, trajectory_id, step_index)
+               SELECT DISTINCT unnest($1::text[]), $2::text, $3::int ON CONFLICT DO NOTHING`,
+              [input.tags, trajectory.id, key],
+            );
+          }
+        }
+        tx.emit('label_changed', trajectory.channel, labelChangedData(trajectory.id, stepIndex, next), now);
+        out.push(toLabel(inserted!));
+      }
+      return out;
+    });
+  }
+
+  async getCurrentLabels(trajectoryId: string): Promise<CurrentLabel[]> {
+    return (
+      await this.read<LabelCurrentRow>(
+        'SELECT * FROM label_current WHERE trajectory_id = $1 ORDER BY step_index',
+        [trajectoryId],
+      )
+    ).map(toCurrentLabel);
+  }
+
+  async getLabels(trajectoryId: string): Promise<Label[]> {
+    return (
+      await this.read<LabelRow>('SELECT * FROM labels WHERE trajectory_id = $1 ORDER BY id', [trajectoryId])
+    ).map(toLabel);
+  }
+
+  // ---- signals --------------------------------------------------------------------------------
+
+  async addSignals(signals: SignalInput[], now: number): Promise<Signal[]> {
+    return this.write(async (tx) => {
+      const trajectories = new Map<string, TrajectoryRow>();
+      // Trajectory-level signal names written, by trajectory.
+      const written = new Map<string, Set<string>>();
+      const added: Signal[] = [];
+      for (const [i, raw] of signals.entries()) {
+        const input = parseOrThrow(SignalInput, raw, `signals.${i}`);
+        let trajectory = trajectories.get(input.trajectoryId);
+        if (!trajectory) {
+          trajectory = await this.trajectoryRow(tx, input.trajectoryId);
+          if (!trajectory) {
+            throw new NotFoundError(
+              `signals.${i}.trajectory_uid: trajectory ${input.trajectoryId} does not exist`,
+            );
+          }
+          trajectories.set(trajectory.id, trajectory);
+        }
+        const stepIndex = input.stepIndex;
+        if (
+          stepIndex !== null &&
+          (stepIndex >= STEP_KEY_SPAN ||
+            !(await tx.row('SELECT 1 FROM steps WHERE key = $1', [stepKey(trajectory.seq, stepIndex)])))
+        ) {
+          throw new NotFoundError(
+            `signals.${i}.step_index: step ${stepIndex} of trajectory ${trajectory.id} does not exist`,
+          );
+        }
+        const details = Object.keys(input.details).length > 0 ? JSON.stringify(input.details) : null;
+        await tx.run(
+          `INSERT INTO signals (trajectory_id, step_index, name, value, source, version, details, created_at)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+          [trajectory.id, stepIndex, input.name, input.value, input.source, input.version, details, now],
+        );
+        added.push({ ...input, createdAt: now });
+        if (stepIndex === null) {
+          const names = written.get(trajectory.id) ?? new Set<string>();
+          names.add(input.name);
+          written.set(trajectory.id, names);
+        }
+        tx.emit(
+          'signal_added',
+          trajectory.channel,
+          {
+            trajectory_uid: trajectory.id,
+            step_index: stepIndex,
+            name: input.name,
+            value: input.value,
+            source: input.source,
+            version: input.version,
+          },
+          now,
+        );
+      }
+      // A group held back for its required signals may be complete now. Its row is locked before
+      // the check, so of two transactions adding the last two signals, the second sees the first's.
+      for (const t of trajectories.values()) {
+        if (t.status !== 'complete' || !written.has(t.id)) continue;
+        const config = await this.channelConfig(tx, t.channel);
+        if (!config.required_signals.some((n) => written.get(t.id)!.has(n))) continue;
+        const group = await this.lockGroup(tx, t.channel, t.group_id);
+        if (group?.state === 'collecting') await this.settleGroup(tx, group, config, now);
+      }
+      return added;
+    });
+  }
+
+  async getSignals(trajectoryId: string, options: SignalQuery = {}): Promise<Signal[]> {
+    const history = (
+      await this.read<SignalRow>('SELECT * FROM signals WHERE trajectory_id = $1 ORDER BY created_at, id', [
+        trajectoryId,
+      ])
+    ).map(toSignal);
+    return options.current ? currentSignals(history) : history;
+  }
+
+  // ---- events and stats -----------------------------------------------------------------------
+
+  async readEvents(query: EventQuery): Promise<PoolEvent[]> {
+    const rows = await this.read<{
+      seq: number;
+      ts: number;
+      type: EventType;
+      channel: string | null;
+      data: string;
+    }>(
+      `SELECT * FROM events WHERE seq > $1 AND ($2::text IS NULL OR channel = $2)
+         AND ($3::text[] IS NULL OR type = ANY($3::text[])) ORDER BY seq LIMIT $4`,
+      [
+        query.after,
+        query.channel ?? null,
+        query.types && query.types.length > 0 ? query.types : null,
+        query.limit,
+      ],
+    );
+    return rows.map((r) => ({
+      seq: r.seq,
+      ts: r.ts,
+      type: r.type,
+      channel: r.channel,
+      data: JSON.parse(r.data),
+    }));
+  }
+
+  async lastEventSeq(): Promise<number> {
+    const row = await this.readOne<{ seq: number | null }>('SELECT max(seq) AS seq FROM events');
+    return row?.seq ?? 0;
+  }
+
+  async dashboardSummary(channel: string | null, bins = 10): Promise<DashboardSummary> {
+    return this.snapshot(async (tx) => {
+      const range = (await tx.row<{ lo: number | null; hi: number | null }>(
+        `SELECT min(reward) AS lo, max(reward) AS hi FROM trajectories
+         WHERE status = 'complete' AND reward IS NOT NULL AND ($1::text IS NULL OR channel = $1)`,
+        [channel],
+      ))!;
+      let histogram: DashboardSummary['rewards']['bins'] = [];
+      if (range.lo !== null && range.hi !== null) {
+        histogram = rewardBins(range.lo, range.hi, bins);
+        const n = histogram.length;
+        const width = histogram[0]!.to - histogram[0]!.from;
+        const rows = await tx.rows<{ bin: number; n: number }>(
+          `SELECT least(floor((reward - $1) / $2)::int, $3) AS bin, count(*) AS n
+           FROM trajectories WHERE status = 'complete' AND reward IS NOT NULL AND ($4::text IS NULL OR channel = $4)
+           GROUP BY 1`,
+          [range.lo, width, n - 1, channel],
+        );
+        for (const r of rows) histogram[r.bin]!.count = r.n;
+      }
+      const outcome = (await tx.row<Record<string, number | null>>(
+        `SELECT
+           sum(CASE WHEN t.unscored > 0 THEN 0 WHEN t.hi <= 0 THEN 1 ELSE 0 END) AS all_zero,
+           sum(CASE WHEN t.unscored > 0 THEN 0 WHEN t.lo >= 1 THEN 1 ELSE 0 END) AS all_one,
+           sum(CASE WHEN t.unscored > 0 THEN 0 WHEN t.hi > 0 AND t.lo < 1 THEN 1 ELSE 0 END) AS mixed,
+           sum(CASE WHEN t.unscored > 0 THEN 1 ELSE 0 END) AS unscored
+         FROM (
+           SELECT group_id, channel, min(reward) AS lo, max(reward) AS hi,
+                  sum(CASE WHEN reward IS NULL THEN 1 ELSE 0 END) AS unscored
+           FROM trajectories
+           WHERE status = 'complete' AND counted = 1 AND ($1::text IS NULL OR channel = $1)
+           GROUP BY group_id, channel
+         ) t JOIN groups g ON g.channel = t.channel AND g.id = t.group_id
+         WHERE g.state IN ('ready', 'leased', 'consumed')`,
+        [channel],
+      ))!;
+      return {
+        rewards: { min: range.lo, max: range.hi, bins: histogram },
+        outcomes: {
+          allZero: outcome.all_zero ?? 0,
+          allOne: outcome.all_one ?? 0,
+          mixed: outcome.mixed ?? 0,
+          unscored: outcome.unscored ?? 0,
+        },
+      };
+    });
+  }
+
+  async gymRuns(limit = 50): Promise<GymRunSummary[]> {
+    const rows = await this.read<GymTaskRow>(
+      `SELECT (metadata::jsonb) ->> 'run_id' AS run, channel,
+              coalesce((metadata::jsonb) ->> 'category', '') AS category, coalesce(task_id, '') AS task,
+              count(*) AS samples,
+              sum(CASE WHEN status = 'infra_failed' THEN 1 ELSE 0 END) AS infra,
+              sum(CASE WHEN status = 'complete' AND reward IS NOT NULL THEN 1 ELSE 0 END) AS scored,
+              coalesce(sum(CASE WHEN status = 'complete' THEN reward ELSE 0 END), 0) AS score_sum,
+              sum(CASE WHEN status = 'complete' AND reward >= 1 THEN 1 ELSE 0 END) AS passed,
+              min(created_at) AS started, max(completed_at) AS finished,
+              sum(CASE WHEN status = 'open' THEN 1 ELSE 0 END) AS open
+       FROM trajectories
+       WHERE ((metadata::jsonb) ->> 'run_id') IS NOT NULL AND probe = 0 AND derived_from IS NULL
+       GROUP BY 1, 2, 3, 4`,
+    );
+    return summarizeGymRuns(rows, limit);
+  }
+
+  async listLeases(query: LeaseQuery): Promise<Page<Lease>> {
+    const channel = query.channel ?? null;
+    const total = (await this.readOne<{ n: number }>(
+      'SELECT count(*) AS n FROM leases WHERE $1::text IS NULL OR channel = $1',
+      [channel],
+    ))!.n;
+    const rows = await this.read<LeaseRow>(
+      `SELECT * FROM leases WHERE $1::text IS NULL OR channel = $1 ORDER BY created_at DESC, seq DESC LIMIT $2 OFFSET $3`,
+      [channel, query.limit, query.offset],
+    );
+    return { total, items: rows.map(toLease) };
+  }
+
+  async previewBatch(params: LeaseParams): Promise<PreviewGroup[]> {
+    return this.snapshot(async (tx) => {
+      const config = this.parseConfig(
+        await tx.row<{ config: string }>('SELECT config FROM channels WHERE name = $1', [params.channel]),
+      );
+      const maxStaleness = params.maxStaleness ?? config.max_staleness;
+      const policyVersion = await this.policyVersionNow(tx);
+      const out: PreviewGroup[] = [];
+      let served = 0;
+      for await (const { row, staleness } of this.readyGroups(
+        tx,
+        params.channel,
+        params.batchSize,
+        params.nRollouts,
+        policyVersion,
+        false,
+      )) {
+        const preview = await previewGroup(
+          row,
+          staleness,
+          await this.groupMembers(tx, row),
+          config,
+          maxStaleness,
+          (m) => this.decodeRange(tx, m.seq),
+          async (m) =>
+            (
+              await tx.rows<LabelCurrentRow>(
+                'SELECT * FROM label_current WHERE trajectory_id = $1 ORDER BY step_index',
+                [m.id],
+              )
+            ).map(toCurrentLabel),
+        );
+        out.push(preview);
+        if (preview.decision === 'serve' && ++served === params.batchSize) break;
+      }
+      return out;
+    });
+  }
+
+  async stats(channel: string | null): Promise<PoolStats> {
+    return this.snapshot(async (tx) => {
+      const counters = await tx.rows<{ name: string; value: number }>(
+        'SELECT name, sum(value) AS value FROM counters WHERE $1::text IS NULL OR channel = $1 GROUP BY name',
+        [channel],
+      );
+      const groupStates = await tx.rows<{ state: GroupState; n: number }>(
+        'SELECT state, count(*) AS n FROM groups WHERE $1::text IS NULL OR channel = $1 GROUP BY state',
+        [channel],
+      );
+      const activeLeases = (await tx.row<{ n: number }>(
+        "SELECT count(*) AS n FROM leases WHERE state = 'active' AND ($1::text IS NULL OR channel = $1)",
+        [channel],
+      ))!.n;
+      const awaitingSignals = (await tx.row<{ n: number }>(
+        `SELECT count(*) AS n FROM groups WHERE ($1::text IS NULL OR channel = $1)
+           AND state = 'collecting' AND expected IS NOT NULL AND n_finished >= expected`,
+        [channel],
+      ))!.n;
+      const readyVersions = await tx.rows<{ v: number | null; n: number }>(
+        `SELECT min_policy_version AS v, count(*) AS n FROM groups
+         WHERE ($1::text IS NULL OR channel = $1) AND state = 'ready' GROUP BY min_policy_version`,
+        [channel],
+      );
+      const lastEventSeq =
+        (await tx.row<{ seq: number | null }>('SELECT max(seq) AS seq FROM events'))?.seq ?? 0;
+      return assembleStats(channel, {
+        counters,
+        groupStates,
+        activeLeases,
+        awaitingSignals,
+        policyVersion: await this.policyVersionNow(tx),
+        readyVersions,
+        lastEventSeq,
+      });
+    });
+  }
+
+  async describe(): Promise<StoreInfo> {
+    return { kind: 'postgres', path: null };
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.listenRetry) clearTimeout(this.listenRetry);
+    const listener = this.listener;
+    this.listener = null;
+    await listener?.end().catch(() => {});
+    this.listeners.clear();
+    await this.kysely.destroy();
+  }
+}
