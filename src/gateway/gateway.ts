@@ -234,9 +234,15 @@ export class Gateway {
   /** The open session of a trajectory; `groupId` (from a base_url) must be the trajectory's. */
   async session(id: string, groupId: string | null = null): Promise<Session> {
     let session = this.sessions.get(id);
-    if (session && session.inFlight === 0 && Date.now() - session.usedAt > this.sessionRecheckMs) {
+    if (session && session.inFlight === 0 && Date.now() - session.usedAt >= this.sessionRecheckMs) {
       const stored = await this.pool.getTrajectory(id);
       if (stored?.status !== 'open') session.closed ??= stored?.status ?? 'gone';
+      // Another gateway sharing the store took calls of this trajectory meanwhile: continue from
+      // what it stored.
+      else if (stored.nSteps > session.nextIndex) {
+        this.sessions.delete(id);
+        session = undefined;
+      }
     }
     if (!session) {
       let pending = this.loading.get(id);

@@ -5,15 +5,20 @@ import type { SimServerOptions } from '../engines/sim/serve.js';
 import { DataPool } from '../pool/data-pool.js';
 import type { RewardsConfig } from '../rewards/config.js';
 import { RewardService } from '../rewards/service.js';
+import { openPostgresStore } from '../store/postgres/postgres-store.js';
 import { openSqliteStore } from '../store/sqlite/sqlite-store.js';
 import { WorkerStore } from '../store/sqlite/worker-store.js';
+import type { Store } from '../store/store.js';
 import { type Listening, listen } from '../util/http-server.js';
 import { createApp } from './app.js';
 import { isLoopback, parseApiKey } from './auth.js';
 import { Gateway, type GatewayOptions } from './gateway.js';
 
 export interface ServerOptions {
+  /** SQLite database file (the default store); ignored with `pg`. */
   dbPath: string;
+  /** PostgreSQL instead of SQLite: every process given the same database shares one pool. */
+  pg?: { url: string; schema?: string };
   host?: string;
   port?: number;
   /** `KEY:scope,scope` specs; required when binding to anything but loopback. */
@@ -75,8 +80,16 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     synchronous: options.synchronous,
     channelDefaults: options.channelDefaults,
   };
-  const onWorker = options.storeThread === 'worker';
-  const store = onWorker ? await WorkerStore.open(storeOptions) : await openSqliteStore(storeOptions);
+  const onWorker = options.storeThread === 'worker' && !options.pg;
+  const store: Store = options.pg
+    ? await openPostgresStore({
+        url: options.pg.url,
+        schema: options.pg.schema,
+        channelDefaults: options.channelDefaults,
+      })
+    : onWorker
+      ? await WorkerStore.open(storeOptions)
+      : await openSqliteStore(storeOptions);
   const pool = new DataPool({
     store,
     commitWindowMs: options.commitWindowMs,
@@ -106,7 +119,15 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       logger: options.logger,
     });
     await router?.start();
-    gateway = new Gateway({ ...options.gatewayOptions, pool, router, logger: options.logger });
+    gateway = new Gateway({
+      // Over a database other gateways share, a trajectory's calls may reach any of them: check
+      // the stored trajectory before each call and commit captured steps at once.
+      ...(options.pg ? { sessionRecheckMs: 0, captureDeferMs: 0 } : {}),
+      ...options.gatewayOptions,
+      pool,
+      router,
+      logger: options.logger,
+    });
     const app = createApp({
       pool,
       gateway,

@@ -74,7 +74,9 @@ export class DataPool {
   private readonly policyVersionTtlMs: number;
   private version: { value: number; readAt: number } | null = null;
   private sweepTimer: NodeJS.Timeout | null = null;
-  private waiters = new Set<() => void>();
+  /** Consumers waiting for a leasable group, and readers waiting for new events. */
+  private waiters = { ready: new Set<() => void>(), events: new Set<() => void>() };
+  private readonly unsubscribe: (() => void) | undefined;
   private closed = false;
 
   constructor(options: DataPoolOptions) {
@@ -88,6 +90,13 @@ export class DataPool {
       windowMs: options.commitWindowMs ?? 0,
       maxWeight: options.maxCommitSteps ?? 4_096,
       maxInFlight: options.commitsInFlight ?? 1,
+    });
+    // A store shared with other processes may announce their commits: wake at once instead of
+    // at the next poll.
+    this.unsubscribe = this.store.subscribe?.((change) => {
+      if (change === 'policy') this.version = null;
+      if (change === 'events') this.wake('events');
+      else this.wake();
     });
   }
 
@@ -106,24 +115,27 @@ export class DataPool {
     if (result.expiredLeases + result.servedPartial + result.idleAborted > 0) this.wake();
   }
 
-  /** Wakes everyone waiting for new data; they re-check the store. */
-  wake(): void {
-    const waiters = this.waiters;
-    this.waiters = new Set();
-    for (const w of waiters) w();
+  /** Wakes those waiting for new data (all, or only event readers); they re-check the store. */
+  wake(topic?: 'events'): void {
+    const topics = topic ? [topic] : (['ready', 'events'] as const);
+    for (const t of topics) {
+      const waiters = this.waiters[t];
+      this.waiters[t] = new Set();
+      for (const w of waiters) w();
+    }
   }
 
-  private waitForChange(ms: number, signal?: AbortSignal): Promise<void> {
+  private waitForChange(topic: 'ready' | 'events', ms: number, signal?: AbortSignal): Promise<void> {
     return new Promise((resolve) => {
       const done = () => {
         clearTimeout(timer);
         signal?.removeEventListener('abort', done);
-        this.waiters.delete(done);
+        this.waiters[topic].delete(done);
         resolve();
       };
       const timer = setTimeout(done, Math.max(0, ms));
       signal?.addEventListener('abort', done, { once: true });
-      this.waiters.add(done);
+      this.waiters[topic].add(done);
     });
   }
 
@@ -208,7 +220,7 @@ export class DataPool {
       if (batch) return batch;
       const left = deadline - this.clock();
       if (left <= 0 || this.closed || signal?.aborted) return null;
-      await this.waitForChange(Math.min(left, this.pollIntervalMs), signal);
+      await this.waitForChange('ready', Math.min(left, this.pollIntervalMs), signal);
       // Woken by shutdown or a gone client: answer "nothing" rather than touch a closing store.
       if (this.closed || signal?.aborted) return null;
     }
@@ -293,7 +305,7 @@ export class DataPool {
         after = event.seq;
         yield event;
       }
-      if (events.length < 500) await this.waitForChange(this.pollIntervalMs, signal);
+      if (events.length < 500) await this.waitForChange('events', this.pollIntervalMs, signal);
     }
   }
 
@@ -321,6 +333,7 @@ export class DataPool {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    this.unsubscribe?.();
     if (this.sweepTimer) clearInterval(this.sweepTimer);
     this.sweepTimer = null;
     await this.writer.close();
