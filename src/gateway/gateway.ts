@@ -61,6 +61,12 @@ export interface GatewayOptions {
    * call follows. 0: commit at once.
    */
   captureDeferMs?: number;
+  /**
+   * Commit each captured step before the agent receives the end of its answer (the JSON body, or
+   * a stream's `data: [DONE]`). For gateways sharing a database: the agent's next call may reach
+   * another gateway, which must find this step stored. Costs one commit per call.
+   */
+  commitBeforeAnswer?: boolean;
 }
 
 export interface InitTrajectoryInput {
@@ -152,6 +158,7 @@ export class Gateway {
   private readonly sessionCacheMs: number;
   private readonly sessionRecheckMs: number;
   private readonly captureDeferMs: number;
+  private readonly commitBeforeAnswer: boolean;
   private readonly timer: NodeJS.Timeout;
   /** Steps whose write failed after the agent was answered (logged; counted here). */
   lostSteps = 0;
@@ -167,6 +174,7 @@ export class Gateway {
     this.sessionCacheMs = options.sessionCacheMs ?? 600_000;
     this.sessionRecheckMs = options.sessionRecheckMs ?? 30_000;
     this.captureDeferMs = options.captureDeferMs ?? 20;
+    this.commitBeforeAnswer = options.commitBeforeAnswer ?? false;
     this.timer = setInterval(() => this.evictIdle(), Math.min(60_000, this.sessionCacheMs));
     this.timer.unref();
     this.online = new OnlineSessions(this, {
@@ -563,7 +571,8 @@ export class Gateway {
       }
       const capture = new CompletionCapture();
       capture.addCompletion(answer);
-      this.capture(ctx, capture.result(), null);
+      const written = this.capture(ctx, capture.result(), null);
+      if (this.commitBeforeAnswer) await written;
       return new Response(text, { status: 200, headers: JSON_HEADERS });
     } finally {
       ctx.finish();
@@ -593,7 +602,8 @@ export class Gateway {
       for (const event of events) {
         if (event.data === '[DONE]') {
           sawDone = true;
-          out += 'data: [DONE]\n\n';
+          // Held back until the step is committed when the answer must not outrun its capture.
+          if (!this.commitBeforeAnswer) out += 'data: [DONE]\n\n';
           continue;
         }
         let chunk: unknown;
@@ -635,7 +645,11 @@ export class Gateway {
           forward(controller, take(decoder.end()));
           if (!end()) return;
           if (sawDone && garbage === null) {
-            this.capture(ctx, capture.result(), capture.firstTokenAt);
+            const written = this.capture(ctx, capture.result(), capture.firstTokenAt);
+            if (this.commitBeforeAnswer) {
+              await written;
+              controller.enqueue(utf8.encode('data: [DONE]\n\n'));
+            }
           } else {
             const message = garbage ?? `engine ${routed.engine.id} ended the stream without [DONE]`;
             this.record(ctx.session, ctx.attachments, {
@@ -688,7 +702,11 @@ export class Gateway {
   }
 
   /** Turns a finished generation into the session's next step and writes it behind the answer. */
-  private capture(ctx: CallContext, captured: Captured, firstTokenAt: number | null): void {
+  private capture(
+    ctx: CallContext,
+    captured: Captured,
+    firstTokenAt: number | null,
+  ): Promise<void> | undefined {
     const { session, request, routed } = ctx;
     let promptIds = captured.promptIds;
     let responseIds = captured.responseIds;
@@ -721,7 +739,7 @@ export class Gateway {
           message: `the answer carried no token ids and could not be retokenized (${(error as Error).message})`,
           partial: null,
         });
-        return;
+        return undefined;
       }
     }
     const now = performance.now();
@@ -778,10 +796,14 @@ export class Gateway {
       calls: captured.toolCalls.map((c) => ({ id: c.id, name: c.function.name })),
       answered: false,
     };
-    this.write(session, [step], ctx.attachments);
+    return this.write(session, [step], ctx.attachments);
   }
 
-  private write(session: Session, steps: NewStep[], toolResults: ToolResultAttachment[]): void {
+  private write(
+    session: Session,
+    steps: NewStep[],
+    toolResults: ToolResultAttachment[],
+  ): Promise<void> | undefined {
     if (steps.length === 0 && toolResults.length === 0) return;
     const write: Promise<void> = this.pool
       .submitSteps(steps, { channel: session.channel, toolResults, deferMs: this.captureDeferMs })
@@ -798,6 +820,7 @@ export class Gateway {
       )
       .finally(() => session.writes.delete(write));
     session.writes.add(write);
+    return write;
   }
 
   private record(

@@ -121,8 +121,8 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     await router?.start();
     gateway = new Gateway({
       // Over a database other gateways share, a trajectory's calls may reach any of them: check
-      // the stored trajectory before each call and commit captured steps at once.
-      ...(options.pg ? { sessionRecheckMs: 0, captureDeferMs: 0 } : {}),
+      // the stored trajectory before each call, and store each step before its answer ends.
+      ...(options.pg ? { sessionRecheckMs: 0, captureDeferMs: 0, commitBeforeAnswer: true } : {}),
       ...options.gatewayOptions,
       pool,
       router,

@@ -1,0 +1,109 @@
+import { createHash } from 'node:crypto';
+import { createServer, request as httpRequest, type IncomingMessage, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+
+/**
+ * A small HTTP load balancer for multi-process tests, configured as docs/deploy.md recommends for a
+ * real one: calls under a trajectory's base_url (`/<trajectory>/<group>/v1/...`) go to the gateway
+ * its id hashes to among the live ones (so a trajectory's calls meet its session cache); every other
+ * request goes round-robin. A gateway that refuses or drops a connection before answering is taken
+ * out and the request is sent to the next one, as a health-checking balancer would.
+ */
+export interface Balancer {
+  url: string;
+  /** Requests each target answered. */
+  served: number[];
+  /** Targets taken out after a failed connection. */
+  down: Set<number>;
+  close(): Promise<void>;
+}
+
+const RESERVED = new Set([
+  'v1',
+  'init_trajectory',
+  'submit_steps',
+  'complete_trajectory',
+  'generate',
+  'ready',
+  'dashboard',
+]);
+
+function affinity(path: string): string | null {
+  const first = path.split('/')[1] ?? '';
+  return first.length >= 16 && !RESERVED.has(first) ? first : null;
+}
+
+export async function startBalancer(targets: string[]): Promise<Balancer> {
+  const served = targets.map(() => 0);
+  const down = new Set<number>();
+  let next = 0;
+  const live = () => targets.map((_, i) => i).filter((i) => !down.has(i));
+
+  const pick = (key: string | null, tried: Set<number>): number | null => {
+    const candidates = live().filter((i) => !tried.has(i));
+    if (candidates.length === 0) return null;
+    if (key === null) return candidates[next++ % candidates.length]!;
+    // Rendezvous hashing: a trajectory moves only when its gateway goes away.
+    let best = candidates[0]!;
+    let bestScore = '';
+    for (const i of candidates) {
+      const score = createHash('sha1').update(`${key}|${targets[i]}`).digest('hex');
+      if (score > bestScore) {
+        best = i;
+        bestScore = score;
+      }
+    }
+    return best;
+  };
+
+  const server: Server = createServer(async (req, res) => {
+    const chunks: Buffer[] = [];
+    for await (const chunk of req) chunks.push(chunk as Buffer);
+    const body = Buffer.concat(chunks);
+    const key = (req.headers['x-stepwise-trajectory'] as string | undefined) ?? affinity(req.url ?? '/');
+    const tried = new Set<number>();
+    for (;;) {
+      const target = pick(key, tried);
+      if (target === null) {
+        res.writeHead(502, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ error: { message: 'no gateway is up', type: 'bad_gateway' } }));
+        return;
+      }
+      tried.add(target);
+      const upstream = new URL(req.url ?? '/', targets[target]);
+      const answered = await new Promise<boolean>((resolve) => {
+        const out = httpRequest(
+          upstream,
+          { method: req.method, headers: { ...req.headers, host: upstream.host } },
+          (answer: IncomingMessage) => {
+            served[target]!++;
+            res.writeHead(answer.statusCode ?? 502, answer.headers);
+            answer.pipe(res);
+            answer.on('error', () => res.destroy());
+            res.on('close', () => answer.destroy());
+            resolve(true);
+          },
+        );
+        out.on('error', () => {
+          // Nothing came back from this gateway: take it out and try the next one.
+          down.add(target);
+          resolve(false);
+        });
+        out.end(body);
+      });
+      if (answered) return;
+    }
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    served,
+    down,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}
