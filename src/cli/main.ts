@@ -7,11 +7,13 @@ import { registerBenchCommand } from '../gym/bench.js';
 import { referenceTasks, registerGymCommands } from '../gym/cli.js';
 import { loadTasks } from '../gym/tasks/index.js';
 import { loadRewardsConfig } from '../rewards/config.js';
+import { redactUrl } from '../store/postgres/postgres-store.js';
 import { createLogger } from '../util/logger.js';
 import { runDemo } from './demo.js';
 import { registerOpenClawCommand } from './openclaw.js';
 import { registerPurifyCommand } from './purify.js';
 import { registerToolsCommand } from './tools.js';
+import { registerWorkerCommands } from './worker.js';
 
 function int(name: string, min = 0) {
   return (value: string) => {
@@ -37,7 +39,7 @@ export function buildCli(): Command {
 
   const serve = program
     .command('serve')
-    .description('serve the gateway and the DataPool HTTP API (one port) over a SQLite store')
+    .description('serve the gateway and the DataPool HTTP API (one port) over SQLite or PostgreSQL')
     .option('--port <port>', 'port to listen on', int('--port'), 8100);
   const gateway = program
     .command('gateway')
@@ -125,6 +127,7 @@ export function buildCli(): Command {
   registerToolsCommand(program);
   registerOpenClawCommand(program);
   registerPurifyCommand(program);
+  registerWorkerCommands(program);
 
   return program;
 }
@@ -132,6 +135,16 @@ export function buildCli(): Command {
 function addServerOptions(command: Command, role: 'all' | 'gateway'): void {
   command
     .option('--db <path>', 'SQLite database file', process.env.STEPWISE_DB ?? 'stepwise.db')
+    .option(
+      '--pg <url>',
+      'PostgreSQL instead of SQLite (postgres://user@host:5432/db); processes given one database share the pool',
+      process.env.STEPWISE_PG_URL,
+    )
+    .option(
+      '--pg-schema <name>',
+      'schema of the tables in --pg (created when missing)',
+      process.env.STEPWISE_PG_SCHEMA ?? 'public',
+    )
     .option('--host <host>', 'address to bind (non-loopback requires API keys)', '127.0.0.1')
     .option('--api-key <key:scopes>', 'API key with scopes agent,trainer,admin (repeatable)', collect, [])
     .option(
@@ -241,6 +254,7 @@ function addServerOptions(command: Command, role: 'all' | 'gateway'): void {
       );
       const server = await startServer({
         dbPath: opts.db,
+        pg: opts.pg ? { url: opts.pg, schema: opts.pgSchema } : undefined,
         host: opts.host,
         port: opts.port,
         apiKeys: [...opts.apiKey, ...envKeys],
@@ -269,7 +283,12 @@ function addServerOptions(command: Command, role: 'all' | 'gateway'): void {
         rewardWorkers: opts.rewardWorkers,
       });
       logger.info(
-        { url: server.url, db: opts.db, role, engines: opts.engine },
+        {
+          url: server.url,
+          ...(opts.pg ? { pg: redactUrl(opts.pg), schema: opts.pgSchema } : { db: opts.db }),
+          role,
+          engines: opts.engine,
+        },
         role === 'gateway' ? 'stepwise gateway serving' : 'stepwise serving',
       );
       const stop = async (signal: string) => {

@@ -94,7 +94,8 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     store,
     commitWindowMs: options.commitWindowMs,
     // A worker applies batches in order: keep the next one queued there while this one commits.
-    commitsInFlight: onWorker ? 2 : 1,
+    // PostgreSQL runs several transactions at once, each on its own connection.
+    commitsInFlight: options.pg ? 4 : onWorker ? 2 : 1,
     logger: options.logger,
   }).start();
   let gateway: Gateway;

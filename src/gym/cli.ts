@@ -5,8 +5,17 @@ import type { ReferenceTask } from '../engines/sim/policies.js';
 import { type RunningServer, startServer } from '../gateway/server.js';
 import { progressReporter } from '../util/progress.js';
 import { defaultToolsDir, findOpenClaw, OPENCLAW_VERSION } from './agent/openclaw/install.js';
+import { checkPgUrl, checkQueueSchema, DEFAULT_QUEUE_SCHEMA, RolloutQueue } from './distributed/queue.js';
+import { DEFAULT_JOB_RETRIES, defaultLeaseSeconds, distributedRunner } from './distributed.js';
 import { addGuideOptions, type GuideCliOptions, guidedRunner } from './guide.js';
-import { type AgentSpec, defaultRunId, type GymSummary, runGym, type SampleResult } from './runner.js';
+import {
+  type AgentSpec,
+  defaultRunId,
+  type GymRunOptions,
+  type GymSummary,
+  runGym,
+  type SampleResult,
+} from './runner.js';
 import { checkSandbox } from './sandbox/index.js';
 import { registerSynthCommand } from './synth/cli.js';
 import { gateTasks } from './synth/gate.js';
@@ -111,6 +120,10 @@ export async function gatewayFor(
   return { url: server.url, server };
 }
 
+/**
+ * `gym run`'s options (also `guide`'s and `bench`'s). `--pg` falls back to $STEPWISE_PG_URL at run
+ * time, not as a default value: --help would print the URL's password.
+ */
 export function addRunOptions(command: Command): Command {
   return command
     .requiredOption('--tasks <path>', 'tasks: a JSONL file, a ClawGym task folder or a folder of them')
@@ -173,7 +186,31 @@ export function addRunOptions(command: Command): Command {
     .option('--judge-model <name>', 'model of the LLM judge (needed with --judge-url)')
     .option('--judge-api-key <key>', 'bearer key of the LLM judge', process.env.STEPWISE_JUDGE_API_KEY)
     .option('--keep-workspaces', 'keep each sample workspace under <out>/work')
-    .option('--unsafe-no-sandbox', 'run agents and verifiers WITHOUT isolation (never on untrusted tasks)');
+    .option('--unsafe-no-sandbox', 'run agents and verifiers WITHOUT isolation (never on untrusted tasks)')
+    .option(
+      '--distributed',
+      'run the samples on rollout workers (`stepwise worker rollouts`) through the queue in --pg; needs --gateway (docs/distributed.md)',
+    )
+    .option(
+      '--pg <url>',
+      'PostgreSQL database of the rollout queue, postgres://user@host:port/db (default: $STEPWISE_PG_URL)',
+    )
+    .option(
+      '--queue-schema <name>',
+      'PostgreSQL schema of the rollout queue (pg-boss tables and ours)',
+      process.env.STEPWISE_QUEUE_SCHEMA ?? DEFAULT_QUEUE_SCHEMA,
+    )
+    .option(
+      '--lease-seconds <s>',
+      '--distributed: a started sample not reported within this goes to another worker (default: --sample-timeout-ms + 300 s)',
+      positiveInt('--lease-seconds'),
+    )
+    .option(
+      '--job-retries <n>',
+      '--distributed: attempts after the first at a sample whose worker died or whose infrastructure failed',
+      positiveInt('--job-retries', 0),
+      DEFAULT_JOB_RETRIES,
+    );
 }
 
 export interface RunCommandOptions {
@@ -203,13 +240,47 @@ export interface RunCommandOptions {
   judgeApiKey?: string;
   /** Sim reference policy: share of a task's actions a plan in the prompt must show (`gym run --sim-needs-plan`). */
   simNeedsPlan?: number;
+  distributed?: boolean;
+  pg?: string;
+  queueSchema?: string;
+  leaseSeconds?: number;
+  jobRetries?: number;
 }
 
-/** Runs the task set and returns what happened; prints progress to stderr when `progress`. */
+type GymRunner = (options: GymRunOptions) => Promise<{ results: SampleResult[]; summary: GymSummary }>;
+
+/** `--distributed` needs a queue and a gateway every worker can reach; checked before anything is made. */
+function checkDistributed(opts: RunCommandOptions): string | null {
+  if (!opts.distributed) return null;
+  const pg = opts.pg || process.env.STEPWISE_PG_URL;
+  if (!pg)
+    throw new InvalidArgumentError(
+      '--distributed needs --pg <url> (or STEPWISE_PG_URL): the PostgreSQL database of the rollout queue',
+    );
+  checkPgUrl(pg, '--pg');
+  checkQueueSchema(opts.queueSchema ?? DEFAULT_QUEUE_SCHEMA);
+  if (!opts.gateway)
+    throw new InvalidArgumentError(
+      '--distributed needs --gateway <url>: a Stepwise server every worker can reach (an in-process one lives on this machine, only as long as this command)',
+    );
+  if (opts.unsafeNoSandbox)
+    throw new InvalidArgumentError(
+      "--unsafe-no-sandbox is each worker's choice under --distributed: pass it to `stepwise worker rollouts`",
+    );
+  return pg;
+}
+
+/**
+ * Runs the task set and returns what happened; prints progress to stderr. `run` (e.g. the guided
+ * runner) gets the options and the runner of the samples: runGym, or the queue's under --distributed.
+ */
 export async function runCommand(
   opts: RunCommandOptions,
   print: (line: string) => void,
-  run: typeof runGym = runGym,
+  run?: (
+    options: GymRunOptions,
+    base: GymRunner,
+  ) => Promise<{ results: SampleResult[]; summary: GymSummary }>,
 ): Promise<{
   tasks: GymTask[];
   results: SampleResult[];
@@ -217,7 +288,10 @@ export async function runCommand(
   runId: string;
   gatewayUrl: string;
 }> {
-  if (!opts.unsafeNoSandbox) {
+  const pgUrl = checkDistributed(opts);
+  if (pgUrl) {
+    // The samples run on the workers: their sandboxes are checked there.
+  } else if (!opts.unsafeNoSandbox) {
     const check = checkSandbox();
     if (!check.ok)
       throw new Error(
@@ -238,11 +312,27 @@ export async function runCommand(
   const agent = agentSpec(opts);
   const runId = opts.runId ?? defaultRunId(tasks, opts.samples, agent);
   const { url, server } = await gatewayFor(opts, tasks);
+  let queue: RolloutQueue | null = null;
   const progress = progressReporter('gym', 'samples', process.stderr);
   let sum = 0;
   let count = 0;
   try {
-    const { results, summary } = await run({
+    let base: GymRunner = runGym;
+    if (pgUrl) {
+      queue = await RolloutQueue.open({ url: pgUrl, schema: opts.queueSchema });
+      const schema = queue.schema;
+      base = distributedRunner({
+        queue,
+        leaseSeconds: opts.leaseSeconds ?? defaultLeaseSeconds(opts.sampleTimeoutMs),
+        retryLimit: opts.jobRetries,
+        onEnqueued: ({ pending, created, existing }) =>
+          print(
+            `gym: ${pending} samples in the rollout queue (${schema}): ${created} enqueued now, ${existing} already there; run \`stepwise worker rollouts --pg ... --queue-schema ${schema}\` on any machine to work them`,
+          ),
+      });
+    }
+    const runner: GymRunner = run ? (options) => run(options, base) : base;
+    const { results, summary } = await runner({
       tasks,
       samples: opts.samples,
       concurrency: opts.concurrency,
@@ -270,6 +360,7 @@ export async function runCommand(
     return { tasks, results, summary, runId, gatewayUrl: url };
   } finally {
     progress.stop();
+    await queue?.close();
     await server?.close();
   }
 }

@@ -181,10 +181,13 @@ const scores = (results: readonly SampleResult[]) =>
   results.filter((r) => r.status === 'complete').map((r) => r.score);
 
 /** Runs the tasks, then guides the hard groups (see the module comment). */
-export async function runGuided(options: GuidedRunOptions): Promise<GuidedRunResult> {
+export async function runGuided(
+  options: GuidedRunOptions,
+  runSamples: typeof runGym = runGym,
+): Promise<GuidedRunResult> {
   const config = parseOrThrow(GuidanceConfig, stripHooks(options.guide), 'guide');
   const { guide, ...gymOptions } = options;
-  const unguided = await runGym(gymOptions);
+  const unguided = await runSamples(gymOptions);
   const stateDir = guide.stateDir ?? defaultStateDir(options.stateFile);
   mkdirSync(stateDir, { recursive: true });
   const decisionsFile = join(stateDir, 'decisions.jsonl');
@@ -212,7 +215,7 @@ export async function runGuided(options: GuidedRunOptions): Promise<GuidedRunRes
       plan_source: plan.source,
       ...(plan.from ? { plan_from: plan.from } : {}),
     };
-    const { results } = await runGym({
+    const { results } = await runSamples({
       ...gymOptions,
       tasks: [{ ...task, prompt: guidedPrompt(task.prompt, hint) }],
       samples,
@@ -509,7 +512,12 @@ export function addGuideOptions(command: Command): Command {
 export function guidedRunner(
   opts: GuideCliOptions & { out: string },
   print: (line: string) => void,
-): ((options: GymRunOptions) => Promise<{ results: SampleResult[]; summary: GymSummary }>) | undefined {
+):
+  | ((
+      options: GymRunOptions,
+      runSamples?: typeof runGym,
+    ) => Promise<{ results: SampleResult[]; summary: GymSummary }>)
+  | undefined {
   if (opts.guide === undefined) return undefined;
   const strategy: GuideStrategy = opts.guide === true ? 'adaptive' : opts.guide;
   if (strategy === 'fixed_k' && opts.guideK === undefined)
@@ -532,8 +540,8 @@ export function guidedRunner(
       else if (d.hard) print(`guide: ${d.taskId} hard; left as is (${d.reason})`);
     },
   };
-  return async (options) => {
-    const run = await runGuided({ ...options, guide });
+  return async (options, runSamples) => {
+    const run = await runGuided({ ...options, guide }, runSamples);
     const s = run.guidance.summary;
     print(
       `guide: ${s.hard} of ${s.groups} groups hard (${(100 * s.hardFraction).toFixed(1)}%), ${s.rescued} rescued (${(100 * s.rescuedFraction).toFixed(1)}%); ${s.probeRollouts} probe and ${s.guidedRollouts} guided rollouts`,

@@ -21,7 +21,8 @@ import { type JudgeConfig, verify } from './verify/index.js';
  * trajectory with the score as its reward. Failures are split by whose they are: the agent's (its
  * process failed or ran out of time: score 0, a real training signal) or the infrastructure's
  * (sandbox, gateway, engine: the trajectory is closed `infra_failed`, which serving never hands out).
- * Finished samples are appended to a state file, so a re-run skips them.
+ * Finished samples are appended to a state file, so a re-run skips them. One sample is `runSample`:
+ * the distributed rollout workers (distributed/worker.ts) run exactly that on jobs from a queue.
  */
 
 export type AgentSpec =
@@ -109,14 +110,18 @@ export function defaultRunId(tasks: readonly GymTask[], samples: number, agent: 
 export const sampleSeed = (runId: string, taskId: string, sample: number) =>
   createHash('sha256').update(`${runId}\0${taskId}\0${sample}`).digest().readUInt32LE(0);
 
-function readState(path: string): Map<string, SampleResult> {
+/** The key a sample's result is counted under: one result per (task, sample) of a run. */
+export const sampleKey = (taskId: string, sample: number) => `${taskId}\0${sample}`;
+
+/** The finished samples of a state file by `sampleKey`; the last line of a key wins. */
+export function readSampleState(path: string): Map<string, SampleResult> {
   const done = new Map<string, SampleResult>();
   if (!existsSync(path)) return done;
   for (const line of readFileSync(path, 'utf8').split('\n')) {
     if (line.trim() === '') continue;
     try {
       const r = JSON.parse(line) as SampleResult;
-      done.set(`${r.taskId}\0${r.sample}`, r);
+      done.set(sampleKey(r.taskId, r.sample), r);
     } catch {
       // A line torn by a crash mid-write: that sample runs again.
     }
@@ -160,22 +165,20 @@ function isInfra(error: unknown): boolean {
 export async function runGym(
   options: GymRunOptions,
 ): Promise<{ results: SampleResult[]; summary: GymSummary }> {
-  const done = readState(options.stateFile);
+  const done = readSampleState(options.stateFile);
   mkdirSync(options.workDir, { recursive: true });
-  const queue: { task: GymTask; sample: number }[] = [];
-  for (const task of [...options.tasks].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0)))
-    for (let sample = 0; sample < options.samples; sample++)
-      if (!done.has(`${task.id}\0${sample}`)) queue.push({ task, sample });
+  const queue = pendingSamples(options, done);
   const total = options.tasks.length * options.samples;
   const results: SampleResult[] = [...done.values()].filter((r) =>
     options.tasks.some((t) => t.id === r.taskId),
   );
   let finished = results.length;
   let next = 0;
+  const env = sampleEnvOf(options);
   const worker = async () => {
     while (next < queue.length && !options.signal?.aborted) {
       const { task, sample } = queue[next++]!;
-      const result = await runSample(options, task, sample);
+      const result = await runSample(sampleJobOf(options, task, sample), env);
       appendFileSync(options.stateFile, `${JSON.stringify(result)}\n`);
       results.push(result);
       options.onSample?.(result, ++finished, total);
@@ -185,9 +188,103 @@ export async function runGym(
   return { results, summary: summarize(results, total - queue.length) };
 }
 
-async function runSample(options: GymRunOptions, task: GymTask, sample: number): Promise<SampleResult> {
+/** The (task, sample) pairs of a run not yet in `done`, tasks by id, samples in order. */
+export function pendingSamples(
+  options: Pick<GymRunOptions, 'tasks' | 'samples'>,
+  done: ReadonlyMap<string, SampleResult>,
+): { task: GymTask; sample: number }[] {
+  const queue: { task: GymTask; sample: number }[] = [];
+  for (const task of [...options.tasks].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0)))
+    for (let sample = 0; sample < options.samples; sample++)
+      if (!done.has(sampleKey(task.id, sample))) queue.push({ task, sample });
+  return queue;
+}
+
+/** One sample as the run decided it: everything about it that does not depend on where it runs. */
+export interface SampleJob {
+  task: GymTask;
+  sample: number;
+  runId: string;
+  groupId: string;
+  /** Size of the group, sent as `n_rollouts`. */
+  nRollouts: number;
+  /** The built-in agent's seed (`sampleSeed`). */
+  seed: number;
+  channel?: string;
+  guidance?: GymRunOptions['guidance'];
+  /** Trajectory metadata beside the runner's own keys. */
+  metadata?: Record<string, unknown>;
+}
+
+/** Where and how this process runs samples: the gateway, the agent, the sandbox, the judge. */
+export type SampleEnv = Pick<
+  GymRunOptions,
+  | 'gatewayUrl'
+  | 'apiKey'
+  | 'model'
+  | 'agent'
+  | 'workDir'
+  | 'keepWorkspaces'
+  | 'sampleTimeoutMs'
+  | 'limits'
+  | 'unsafeNoSandbox'
+  | 'judge'
+>;
+
+/** Points where a caller of `runSample` keeps its own records (the distributed workers do). */
+export interface SampleHooks {
+  /** The trajectory exists at the gateway; the agent has not started. */
+  onTrajectory?: (trajectory: { trajectoryUid: string; baseUrl: string }) => Promise<void>;
+  /**
+   * The sample's outcome is known and its signals are stored; called before the trajectory is
+   * completed with it. Throwing closes the trajectory `infra_failed` instead.
+   */
+  beforeComplete?: (result: SampleResult) => Promise<void>;
+}
+
+export function sampleJobOf(options: GymRunOptions, task: GymTask, sample: number): SampleJob {
+  return {
+    task,
+    sample,
+    runId: options.runId,
+    groupId: options.groupOf?.(task) ?? `${options.runId}.${task.id}`,
+    nRollouts: options.samples,
+    seed: sampleSeed(options.runId, task.id, sample),
+    channel: options.channel,
+    guidance: options.guidance,
+    metadata: options.metadataOf?.(task, sample),
+  };
+}
+
+export function sampleEnvOf(options: GymRunOptions): SampleEnv {
+  const { gatewayUrl, apiKey, model, agent, workDir, keepWorkspaces, sampleTimeoutMs, limits } = options;
+  return {
+    gatewayUrl,
+    apiKey,
+    model,
+    agent,
+    workDir,
+    keepWorkspaces,
+    sampleTimeoutMs,
+    limits,
+    unsafeNoSandbox: options.unsafeNoSandbox,
+    judge: options.judge,
+  };
+}
+
+/**
+ * One sample: init its trajectory, a fresh workspace, the agent, the verifier, the scores as signals,
+ * and the trajectory completed with the score. A failure of the infrastructure (gateway, sandbox,
+ * engine) comes back as a result with status `infra_failed`, its trajectory (if any) closed as such.
+ */
+export async function runSample(
+  job: SampleJob,
+  options: SampleEnv,
+  hooks: SampleHooks = {},
+): Promise<SampleResult> {
+  const { task, sample } = job;
   const started = performance.now();
-  const groupId = options.groupOf?.(task) ?? `${options.runId}.${task.id}`;
+  const groupId = job.groupId;
   const base: Omit<SampleResult, 'status' | 'score' | 'agent' | 'reason' | 'durationMs'> = {
     taskId: task.id,
     category: task.category,
@@ -200,6 +297,7 @@ async function runSample(options: GymRunOptions, task: GymTask, sample: number):
     toolCalls: 0,
     toolErrors: 0,
   };
+  mkdirSync(options.workDir, { recursive: true });
   const dir = mkdtempSync(join(options.workDir, `${task.id}-${sample}-`));
   const workspace = join(dir, 'workspace');
   let trajectory: { trajectory_uid: string; base_url: string } | null = null;
@@ -207,31 +305,38 @@ async function runSample(options: GymRunOptions, task: GymTask, sample: number):
     if (!trajectory) return;
     await postJson(`${trajectory.base_url}/complete_trajectory`, { reward, status }, options.apiKey);
   };
+  // The outcome goes to the caller's records first, then into the trajectory.
+  const finish = async (result: SampleResult): Promise<SampleResult> => {
+    await hooks.beforeComplete?.(result);
+    await complete(result.score, 'complete');
+    return result;
+  };
   try {
     trajectory = (await postJson(
       `${options.gatewayUrl.replace(/\/+$/, '')}/init_trajectory`,
       {
         group_id: groupId,
-        n_rollouts: options.samples,
-        ...(options.channel ? { channel: options.channel } : {}),
-        ...(options.guidance
+        n_rollouts: job.nRollouts,
+        ...(job.channel ? { channel: job.channel } : {}),
+        ...(job.guidance
           ? {
-              [options.guidance.kind]: true,
-              guidance_k: options.guidance.k,
-              guidance_hint: options.guidance.hint,
+              [job.guidance.kind]: true,
+              guidance_k: job.guidance.k,
+              guidance_hint: job.guidance.hint,
             }
           : {}),
         metadata: {
-          ...options.metadataOf?.(task, sample),
+          ...job.metadata,
           task_id: task.id,
           sample,
           category: task.category,
-          run_id: options.runId,
+          run_id: job.runId,
         },
       },
       options.apiKey,
     )) as { trajectory_uid: string; base_url: string };
     base.trajectoryUid = trajectory.trajectory_uid;
+    await hooks.onTrajectory?.({ trajectoryUid: trajectory.trajectory_uid, baseUrl: trajectory.base_url });
     await workspaceFor(task, workspace);
     const sandbox = { limits: options.limits, unsafeNoSandbox: options.unsafeNoSandbox };
     let outcome: AgentOutcome | null = null;
@@ -258,7 +363,7 @@ async function runSample(options: GymRunOptions, task: GymTask, sample: number):
                 ...run,
                 maxTurns: agent.maxTurns,
                 turnTimeoutMs: agent.turnTimeoutMs,
-                seed: sampleSeed(options.runId, task.id, sample),
+                seed: job.seed,
                 signal: timeout,
                 cleaner: agent.cleaner,
               })
@@ -274,15 +379,14 @@ async function runSample(options: GymRunOptions, task: GymTask, sample: number):
     }
     if (outcome === null) {
       // An agent that fails scores 0: a real outcome to learn from, not an infrastructure fault.
-      await complete(0, 'complete');
-      return {
+      return await finish({
         ...base,
         status: 'complete',
         score: 0,
         agent: 'failed',
         reason: agentError,
         durationMs: performance.now() - started,
-      };
+      });
     }
     const verdict = await verify(task, workspace, { sandbox, judge: options.judge });
     // The scores land as signals on the trajectory: the verifier's code score with its sub-scores,
@@ -303,8 +407,7 @@ async function runSample(options: GymRunOptions, task: GymTask, sample: number):
     ];
     if (verdict.rubric !== null) signals.push({ name: 'rubric', value: verdict.rubric, source: 'judge' });
     await postJson(`${trajectory.base_url}/signals`, { signals }, options.apiKey);
-    await complete(verdict.score, 'complete');
-    return {
+    return await finish({
       ...base,
       status: 'complete',
       score: verdict.score,
@@ -316,7 +419,7 @@ async function runSample(options: GymRunOptions, task: GymTask, sample: number):
       toolCalls: outcome.toolCalls,
       toolErrors: outcome.toolErrors,
       durationMs: performance.now() - started,
-    };
+    });
   } catch (error) {
     // The infrastructure failed: close the trajectory so serving masks it, and say why.
     const reason = `${(error as Error).name}: ${(error as Error).message}`;
@@ -336,7 +439,7 @@ async function runSample(options: GymRunOptions, task: GymTask, sample: number):
 
 /** OpenClaw in the sandbox; its envelope goes into the trajectory's metadata whatever the outcome. */
 async function runOpenClaw(
-  options: GymRunOptions,
+  options: SampleEnv,
   agent: Extract<AgentSpec, { kind: 'openclaw' }>,
   run: SandboxedAgentOptions,
 ): Promise<AgentOutcome> {
@@ -351,7 +454,7 @@ async function runOpenClaw(
 }
 
 /** The built-in agent; with CLEANER on, what it did goes into the trajectory's metadata. */
-async function runBuiltin(options: GymRunOptions, run: BuiltinAgentOptions): Promise<AgentOutcome> {
+async function runBuiltin(options: SampleEnv, run: BuiltinAgentOptions): Promise<AgentOutcome> {
   const outcome = await runBuiltinAgent(run);
   if (outcome.cleaner)
     await postJson(

@@ -162,6 +162,8 @@ class Tx {
   readonly log = new TxLog();
   readonly events: { ts: number; type: EventType; channel: string | null; data: string }[] = [];
   readonly channels = new Map<string, ChannelConfig>();
+  /** Channels whose row this transaction made sure of. */
+  readonly ensured = new Set<string>();
   /** Step rows (and tool documents) encoded but not yet inserted: written in one statement. */
   readonly pendingSteps: StepRow[] = [];
   readonly pendingDocs = new Map<string, string>();
@@ -205,9 +207,16 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
   }
   const kysely = new Kysely<ListSchema>({ dialect: new PostgresDialect({ pool }) });
   const migrator = new Migrator({ db: kysely, provider: postgresMigrations, migrationTableSchema: schema });
-  const { error, results } = await migrator.migrateToLatest();
-  const failed = results?.find((r) => r.status === 'Error');
-  if (error || failed) {
+  // The migrator looks at every schema's tables first; a schema dropped meanwhile by someone else
+  // fails that look. Applied migrations are recorded, so running it again is safe.
+  for (let attempt = 1; ; attempt++) {
+    const { error, results } = await migrator.migrateToLatest();
+    const failed = results?.find((r) => r.status === 'Error');
+    if (!error && !failed) break;
+    if (attempt < 4 && !failed && /does not exist/.test(String(error))) {
+      await new Promise((r) => setTimeout(r, 50 * attempt));
+      continue;
+    }
     await kysely.destroy();
     throw new Error(
       `migrating ${redactUrl(options.url)} (schema ${schema}) failed at ${failed?.migrationName ?? '?'}: ${String(error)}`,
@@ -313,35 +322,21 @@ export class PostgresStore implements Store {
     }
     const counters = [...log.counters].filter(([, v]) => v !== 0).sort((a, b) => (a[0] < b[0] ? -1 : 1));
     if (tx.events.length === 0 && counters.length === 0) return;
-    // Held to the commit: events get their seq in commit order, counters never deadlock.
-    await tx.run('SELECT pg_advisory_xact_lock(hashtext($1))', [this.lockKey]);
-    if (tx.events.length > 0) {
-      await tx.run(
-        `INSERT INTO events (ts, type, channel, data)
-         SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[])`,
-        [
-          tx.events.map((e) => e.ts),
-          tx.events.map((e) => e.type),
-          tx.events.map((e) => e.channel),
-          tx.events.map((e) => e.data),
-        ],
-      );
-      const ready = tx.events.some((e) => READY_EVENTS.has(e.type));
-      const policy = tx.events.some((e) => e.type === 'policy_version_changed');
-      await tx.run('SELECT pg_notify($1, $2)', [
-        this.channel,
-        policy ? 'policy' : ready ? 'ready' : 'events',
-      ]);
-    }
-    if (counters.length > 0) {
-      const split = counters.map(([key]) => key.split('\u0000') as [string, string]);
-      await tx.run(
-        `INSERT INTO counters (channel, name, value)
-         SELECT * FROM unnest($1::text[], $2::text[], $3::float8[])
-         ON CONFLICT (channel, name) DO UPDATE SET value = counters.value + excluded.value`,
-        [split.map((k) => k[0]), split.map((k) => k[1]), counters.map(([, v]) => v)],
-      );
-    }
+    const ready = tx.events.some((e) => READY_EVENTS.has(e.type));
+    const policy = tx.events.some((e) => e.type === 'policy_version_changed');
+    const split = counters.map(([key]) => key.split('\u0000') as [string, string]);
+    await tx.run('SELECT stepwise_flush($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)', [
+      this.lockKey,
+      tx.events.map((e) => e.ts),
+      tx.events.map((e) => e.type),
+      tx.events.map((e) => e.channel),
+      tx.events.map((e) => e.data),
+      split.map((k) => k[0]),
+      split.map((k) => k[1]),
+      counters.map(([, v]) => v),
+      this.channel,
+      policy ? 'policy' : ready ? 'ready' : 'events',
+    ]);
   }
 
   /** Reads outside a write transaction (each statement sees what was committed before it). */
@@ -545,7 +540,10 @@ export class PostgresStore implements Store {
     return tx.row<GroupRow>('SELECT * FROM groups WHERE channel = $1 AND id = $2 FOR UPDATE', [channel, id]);
   }
 
-  /** Finds or creates the group a new trajectory joins; returns whether the group still collects. */
+  /**
+   * Finds or creates the group a new trajectory joins (one statement, which also locks the row);
+   * returns whether the group still collects.
+   */
   private async joinGroup(
     tx: Tx,
     channel: string,
@@ -554,32 +552,25 @@ export class PostgresStore implements Store {
     now: number,
     log: TxLog,
   ): Promise<boolean> {
-    let row = await this.lockGroup(tx, channel, groupId);
-    if (!row) {
+    const config = await this.channelConfig(tx, channel);
+    if (!tx.ensured.has(channel)) {
       await this.ensureChannel(tx, channel, now);
-      const expected = nRollouts ?? (await this.channelConfig(tx, channel)).n_rollouts;
-      const created = await tx.run(
-        `INSERT INTO groups (channel, id, expected, n_trajectories, state, created_at)
-         VALUES ($1, $2, $3, 1, 'collecting', $4) ON CONFLICT DO NOTHING`,
-        [channel, groupId, expected, now],
-      );
-      if (created === 1) {
-        log.count(channel, 'groups_created');
-        return true;
-      }
-      // Another process created it a moment ago: join it as an existing group.
-      row = await this.lockGroup(tx, channel, groupId);
-      if (!row) throw new Error(`group ${channel}/${groupId} vanished while being joined`);
+      tx.ensured.add(channel);
     }
-    await tx.run(
-      'UPDATE groups SET n_trajectories = n_trajectories + 1, expected = coalesce(expected, $1) WHERE channel = $2 AND id = $3',
-      [nRollouts, channel, groupId],
-    );
-    if (row.expected === null && nRollouts !== null) {
-      // Sized only now: it may already have all the rollouts it needs.
-      row.expected = nRollouts;
-      await this.settleGroup(tx, row, await this.channelConfig(tx, channel), now, log);
+    const row = (await tx.row<GroupRow & { inserted: boolean }>(
+      `INSERT INTO groups (channel, id, expected, n_trajectories, state, created_at)
+       VALUES ($1, $2, $3, 1, 'collecting', $4)
+       ON CONFLICT (channel, id) DO UPDATE
+         SET n_trajectories = groups.n_trajectories + 1, expected = coalesce(groups.expected, $5::int)
+       RETURNING *, (xmax = 0) AS inserted`,
+      [channel, groupId, nRollouts ?? config.n_rollouts, now, nRollouts],
+    ))!;
+    if (row.inserted) {
+      log.count(channel, 'groups_created');
+      return true;
     }
+    // Sized now (or before): it may already have all the rollouts it needs.
+    if (nRollouts !== null && row.expected === nRollouts) await this.settleGroup(tx, row, config, now, log);
     return row.state === 'collecting';
   }
 
@@ -1056,12 +1047,19 @@ export class PostgresStore implements Store {
     trajectory.status = input.status;
     trajectory.reward = reward;
     trajectory.completed_at = now;
-    const group = await this.lockGroup(tx, trajectory.channel, trajectory.group_id);
     // Only rollouts that finish while their group collects belong to it; later ones are never served.
-    const counted = group?.state === 'collecting' ? 1 : 0;
+    const version = versionLowered ? trajectory.min_policy_version : null;
+    const group = await tx.row<GroupRow>(
+      `UPDATE groups SET n_finished = n_finished + 1, n_complete = n_complete + $1,
+         min_policy_version = CASE WHEN $2::int IS NULL THEN min_policy_version
+                                   ELSE least(coalesce(min_policy_version, $2), $2) END
+       WHERE channel = $3 AND id = $4 AND state = 'collecting' RETURNING *`,
+      [input.status === 'complete' ? 1 : 0, version, trajectory.channel, trajectory.group_id],
+    );
+    const counted = group ? 1 : 0;
     await tx.run(
       `UPDATE trajectories SET status = $1, reward = $2, completed_at = $3, counted = $4, n_steps = $5, max_index = $6,
-         last_index = $7, prefix_breaks = $8, min_policy_version = $9, touched_at = $3 WHERE id = $10`,
+         last_index = $7, prefix_breaks = $8, min_policy_version = $9 WHERE id = $10`,
       [
         input.status,
         reward,
@@ -1091,21 +1089,11 @@ export class PostgresStore implements Store {
       },
       now,
     );
-    if (group?.state !== 'collecting') {
+    if (!group) {
       if (versionLowered) await this.lowerGroupVersion(tx, trajectory);
       log.count(trajectory.channel, 'late_trajectories_finished');
       return;
     }
-    group.n_finished++;
-    if (input.status === 'complete') group.n_complete++;
-    const version = versionLowered ? trajectory.min_policy_version : null;
-    await tx.run(
-      `UPDATE groups SET n_finished = $1, n_complete = $2,
-         min_policy_version = CASE WHEN $3::int IS NULL THEN min_policy_version ELSE least(coalesce(min_policy_version, $3), $3) END
-       WHERE channel = $4 AND id = $5`,
-      [group.n_finished, group.n_complete, version, group.channel, group.id],
-    );
-    if (version !== null) group.min_policy_version = Math.min(group.min_policy_version ?? version, version);
     await this.settleGroup(tx, group, await this.channelConfig(tx, group.channel), now, log);
   }
 

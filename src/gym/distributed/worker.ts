@@ -1,0 +1,267 @@
+import { hostname } from 'node:os';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { parseOrThrow } from '../../domain/errors.js';
+import { defaultToolsDir, findOpenClaw } from '../agent/openclaw/install.js';
+import { type AgentSpec, runSample, type SampleEnv, type SampleJob, type SampleResult } from '../runner.js';
+import type { SandboxLimits } from '../sandbox/index.js';
+import { type AgentWire, RolloutJobData, rolloutJobKey } from './jobs.js';
+import { type AttemptRecord, AttemptSuperseded, type FetchedRollout, type RolloutQueue } from './queue.js';
+
+/*
+ * `stepwise worker rollouts`: N slots, each leasing one job at a time from the rollout queue and
+ * running its sample with the runner's own `runSample`. Per attempt, before anything else:
+ * - the job's result is already recorded (an earlier attempt finished the sample and died before the
+ *   job completed): complete that trajectory if it is still open and the job with that result;
+ *   nothing runs again;
+ * - earlier attempts opened trajectories (their workers died): close them `infra_failed`, so the
+ *   group holds one trained-on trajectory per sample, then run the sample.
+ * Taking a job over marks the earlier attempts without a result abandoned: a worker that outlived its
+ * lease can record nothing after that, its trajectory is closed `infra_failed` and it leaves the job
+ * alone. The result is recorded before the trajectory is completed, at most one per job. The job is
+ * completed with the recorded result, whichever attempt made it. An infrastructure failure fails the
+ * attempt (pg-boss retries it, maybe elsewhere) until the last one, whose failure is then the result.
+ */
+
+export interface RolloutWorkerOptions {
+  queue: RolloutQueue;
+  /** Samples run at once. */
+  concurrency: number;
+  /** Replaces every job's gateway (the coordinator's) with this one. */
+  gatewayUrl?: string;
+  /** Bearer key for the gateway (agent scope). */
+  apiKey?: string;
+  /** Key of the LLM judge that jobs name. */
+  judgeApiKey?: string;
+  /** Sample workspaces are made under here. */
+  workDir: string;
+  keepWorkspaces?: boolean;
+  limits?: Partial<SandboxLimits>;
+  unsafeNoSandbox?: boolean;
+  /** Where `stepwise tools install openclaw` put OpenClaw, for jobs with the openclaw agent. */
+  toolsDir?: string;
+  /** How long an idle slot waits before asking for a job again (default 1000 ms). */
+  pollMs?: number;
+  /** This worker's name in attempt records and trajectory metadata (default host:pid). */
+  name?: string;
+  onEvent?: (event: RolloutWorkerEvent) => void;
+}
+
+interface JobRef {
+  jobId: string;
+  key: string;
+  /** 1 for the first attempt. */
+  attempt: number;
+}
+
+export type RolloutWorkerEvent =
+  | ({ kind: 'started'; trajectoryUid: string } & JobRef)
+  | ({ kind: 'finished'; result: SampleResult; ownResult: boolean; completed: boolean } & JobRef)
+  | ({ kind: 'replayed'; result: SampleResult; completed: boolean } & JobRef)
+  | ({ kind: 'retrying'; reason: string } & JobRef)
+  /** This attempt outlived its lease and a retry took the job over: its work is dropped. */
+  | ({ kind: 'superseded' } & JobRef)
+  | { kind: 'error'; jobId: string | null; message: string };
+
+export interface RolloutWorkerStats {
+  /** Attempts that ran a sample. */
+  ran: number;
+  /** Jobs completed with a result recorded earlier, without running again. */
+  replayed: number;
+  /** Attempts failed over to a retry. */
+  retried: number;
+  errors: number;
+}
+
+export interface RolloutWorker {
+  readonly name: string;
+  readonly stats: Readonly<RolloutWorkerStats>;
+  /** Takes no new job; resolves when the running ones have ended. */
+  stop(): Promise<void>;
+}
+
+/** The last three segments of a base_url (`<trajectory>/<group>/v1`) under `gateway`. */
+function underGateway(gateway: string, baseUrl: string): string {
+  const path = new URL(baseUrl).pathname.split('/').filter(Boolean).slice(-3).join('/');
+  return `${gateway.replace(/\/+$/, '')}/${path}`;
+}
+
+function resolveAgent(agent: AgentWire, toolsDir: string | undefined): AgentSpec {
+  if (agent.kind !== 'openclaw') return agent;
+  const dir = toolsDir ?? defaultToolsDir();
+  const install = findOpenClaw(dir);
+  if (!install)
+    throw new Error(`this worker has no OpenClaw install in ${dir} (stepwise tools install openclaw)`);
+  if (install.version !== agent.version)
+    throw new Error(`the job wants OpenClaw ${agent.version}; this worker has ${install.version} in ${dir}`);
+  return { kind: 'openclaw', install, ...(agent.allowTools ? { allowTools: agent.allowTools } : {}) };
+}
+
+export function startRolloutWorker(options: RolloutWorkerOptions): RolloutWorker {
+  const { queue } = options;
+  const name = options.name ?? `${hostname()}:${process.pid}`;
+  const pollMs = options.pollMs ?? 1_000;
+  const stats: RolloutWorkerStats = { ran: 0, replayed: 0, retried: 0, errors: 0 };
+  const emit = (event: RolloutWorkerEvent) => {
+    if (event.kind === 'error') stats.errors++;
+    options.onEvent?.(event);
+  };
+  const stopping = new AbortController();
+
+  /** Closes an earlier attempt's trajectory; one already closed or unknown is fine. */
+  const closeTrajectory = async (
+    gateway: string,
+    baseUrl: string,
+    body: { reward: number | null; status: 'complete' | 'infra_failed' },
+  ) => {
+    const res = await fetch(`${underGateway(gateway, baseUrl)}/complete_trajectory`, {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/json',
+        ...(options.apiKey ? { authorization: `Bearer ${options.apiKey}` } : {}),
+      },
+      body: JSON.stringify(body),
+    });
+    const text = await res.text();
+    if (!res.ok && res.status !== 404 && res.status !== 409)
+      throw new Error(
+        `closing trajectory ${baseUrl}: the gateway answered ${res.status}: ${text.slice(0, 200)}`,
+      );
+  };
+
+  const handle = async (job: FetchedRollout) => {
+    const data = parseOrThrow(RolloutJobData, job.data, 'job');
+    const ref: JobRef = {
+      jobId: job.id,
+      key: rolloutJobKey(data.groupId, data.sample),
+      attempt: job.retryCount + 1,
+    };
+    const gateway = options.gatewayUrl ?? data.gatewayUrl;
+    // Earlier attempts without a result can record none from now on; their trajectories are closed.
+    const prior = await queue.takeOver(job.id);
+    const recorded = prior.find((a) => a.result !== null);
+    if (recorded?.result) {
+      const result = recorded.result;
+      if (result.status === 'complete')
+        await closeTrajectory(gateway, recorded.baseUrl, { reward: result.score, status: 'complete' });
+      for (const a of prior)
+        if (a !== recorded)
+          await closeTrajectory(gateway, a.baseUrl, { reward: null, status: 'infra_failed' });
+      const completed = await queue.complete(job.id, result);
+      stats.replayed++;
+      emit({ kind: 'replayed', ...ref, result, completed });
+      return;
+    }
+    for (const a of prior)
+      await closeTrajectory(gateway, a.baseUrl, { reward: null, status: 'infra_failed' });
+
+    const task = await queue.loadTask(data.taskSha256);
+    if (!task || task.id !== data.taskId)
+      throw new Error(`task ${data.taskId} (sha256 ${data.taskSha256}) is not in the queue's task table`);
+    const env: SampleEnv = {
+      gatewayUrl: gateway,
+      apiKey: options.apiKey,
+      model: data.model,
+      agent: resolveAgent(data.agent, options.toolsDir),
+      workDir: options.workDir,
+      keepWorkspaces: options.keepWorkspaces,
+      sampleTimeoutMs: data.sampleTimeoutMs,
+      limits: options.limits,
+      unsafeNoSandbox: options.unsafeNoSandbox,
+      judge: data.judge ? { ...data.judge, apiKey: options.judgeApiKey ?? 'EMPTY' } : undefined,
+    };
+    const sample: SampleJob = {
+      task,
+      sample: data.sample,
+      runId: data.runId,
+      groupId: data.groupId,
+      nRollouts: data.nRollouts,
+      seed: data.seed,
+      channel: data.channel,
+      guidance: data.guidance,
+      // Which job and attempt made the trajectory: a retry's trajectory says so.
+      metadata: { ...data.metadata, rollout_job: { id: job.id, attempt: ref.attempt, worker: name } },
+    };
+    let attempt: AttemptRecord | null = null;
+    stats.ran++;
+    const result = await runSample(sample, env, {
+      onTrajectory: async (t) => {
+        attempt = {
+          trajectoryUid: t.trajectoryUid,
+          baseUrl: t.baseUrl,
+          retryCount: job.retryCount,
+          worker: name,
+        };
+        await queue.recordAttempt(job.id, attempt);
+        emit({ kind: 'started', ...ref, trajectoryUid: t.trajectoryUid });
+      },
+      beforeComplete: (r) => queue.recordResult(job.id, attempt!, r),
+    });
+    let stored = (await queue.results([job.id])).get(job.id);
+    if (!stored && attempt && (await queue.isAbandoned(job.id, (attempt as AttemptRecord).trajectoryUid))) {
+      // This attempt outlived its lease and a retry owns the job now: leave the job to it.
+      emit({ kind: 'superseded', ...ref });
+      return;
+    }
+    if (!stored) {
+      // Nothing recorded: the infrastructure failed this attempt. Another may do better, until the last.
+      if (job.retryCount < job.retryLimit) {
+        await queue.fail(job.id, result.reason ?? 'infrastructure failure');
+        stats.retried++;
+        emit({ kind: 'retrying', ...ref, reason: result.reason ?? 'infrastructure failure' });
+        return;
+      }
+      try {
+        if (attempt) await queue.recordResult(job.id, attempt, result);
+        stored = result;
+      } catch (error) {
+        if (!(error instanceof AttemptSuperseded)) throw error;
+        const winner = (await queue.results([job.id])).get(job.id);
+        if (!winner) {
+          emit({ kind: 'superseded', ...ref });
+          return;
+        }
+        stored = winner;
+      }
+    }
+    const completed = await queue.complete(job.id, stored);
+    emit({
+      kind: 'finished',
+      ...ref,
+      result: stored,
+      ownResult: stored.trajectoryUid === result.trajectoryUid,
+      completed,
+    });
+  };
+
+  const slot = async () => {
+    while (!stopping.signal.aborted) {
+      let job: FetchedRollout | null = null;
+      try {
+        job = await queue.fetch();
+      } catch (error) {
+        emit({ kind: 'error', jobId: null, message: `fetching a job: ${(error as Error).message}` });
+      }
+      if (!job) {
+        await sleep(pollMs, undefined, { signal: stopping.signal }).catch(() => {});
+        continue;
+      }
+      try {
+        await handle(job);
+      } catch (error) {
+        const message = (error as Error).message;
+        emit({ kind: 'error', jobId: job.id, message });
+        // Failing it hands it to a retry now; if even that fails, its lease runs out and pg-boss does.
+        await queue.fail(job.id, message).catch(() => {});
+      }
+    }
+  };
+  const slots = Promise.all(Array.from({ length: Math.max(1, options.concurrency) }, slot));
+  return {
+    name,
+    stats,
+    async stop() {
+      stopping.abort();
+      await slots;
+    },
+  };
+}
