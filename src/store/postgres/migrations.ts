@@ -93,6 +93,60 @@ const migrations: Record<string, Migration> = {
       for (const statement of statements) await sql.raw(statement).execute(db);
     },
   },
+  '0002_reward_jobs': {
+    async up(db: Kysely<unknown>) {
+      // A job's target, as the queue matches it: its trajectory, else its group.
+      const target = `(coalesce('t:' || trajectory_id, 'g:' || group_id))`;
+      const statements = [
+        // Reward jobs (src/rewards/job-queue-postgres.ts), as SQLite's 0003_reward_jobs.
+        `CREATE TABLE reward_jobs (
+           id bigserial PRIMARY KEY, kind text NOT NULL, channel text NOT NULL, trajectory_id text,
+           group_id text, function text NOT NULL, version text NOT NULL, state text NOT NULL,
+           attempts integer NOT NULL DEFAULT 0, max_attempts integer NOT NULL, run_at bigint NOT NULL,
+           lease_until bigint, worker text, error text, errors text NOT NULL DEFAULT '[]', result text,
+           reason text NOT NULL, created_at bigint NOT NULL, updated_at bigint NOT NULL, finished_at bigint
+         )`,
+        `CREATE INDEX reward_jobs_due ON reward_jobs (run_at, id) WHERE state = 'pending'`,
+        `CREATE INDEX reward_jobs_state ON reward_jobs (state, id)`,
+        `CREATE INDEX reward_jobs_trajectory ON reward_jobs (trajectory_id, function)`,
+        `CREATE INDEX reward_jobs_group ON reward_jobs (group_id, function)`,
+        // At most one pending job per (kind, function, target), whichever process queues it.
+        `CREATE UNIQUE INDEX reward_jobs_pending_target ON reward_jobs (function, ${target}, kind)
+           WHERE state = 'pending'`,
+        // Claims skip a job whose twin runs: looked up here.
+        `CREATE INDEX reward_jobs_running_target ON reward_jobs (function, ${target}, kind)
+           WHERE state = 'running'`,
+        `CREATE TABLE reward_cursors (name text PRIMARY KEY, seq bigint NOT NULL, updated_at bigint NOT NULL)`,
+      ];
+      for (const statement of statements) await sql.raw(statement).execute(db);
+    },
+  },
+  '0003_flush_function': {
+    async up(db: Kysely<unknown>) {
+      // The end of every write transaction in one round trip (PostgresStore.flush): take the event
+      // lock (held to the commit, so event seq follows commit order), append the events, announce
+      // them, add the counters.
+      await sql
+        .raw(
+          `CREATE FUNCTION stepwise_flush(
+             lock_key text, ev_ts bigint[], ev_type text[], ev_channel text[], ev_data text[],
+             c_channel text[], c_name text[], c_value float8[], notify_channel text, notify_payload text
+           ) RETURNS void LANGUAGE plpgsql AS $$
+           BEGIN
+             PERFORM pg_advisory_xact_lock(hashtext(lock_key));
+             IF cardinality(ev_ts) > 0 THEN
+               INSERT INTO events (ts, type, channel, data) SELECT * FROM unnest(ev_ts, ev_type, ev_channel, ev_data);
+               PERFORM pg_notify(notify_channel, notify_payload);
+             END IF;
+             IF cardinality(c_name) > 0 THEN
+               INSERT INTO counters (channel, name, value) SELECT * FROM unnest(c_channel, c_name, c_value)
+                 ON CONFLICT (channel, name) DO UPDATE SET value = counters.value + excluded.value;
+             END IF;
+           END $$`,
+        )
+        .execute(db);
+    },
+  },
 };
 
 export const postgresMigrations: MigrationProvider = {
