@@ -1,15 +1,29 @@
+import type { ChildProcess } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import OpenAI from 'openai';
 import { afterAll, describe, expect, it } from 'vitest';
+import { RolloutQueue, runGymDistributed } from '../src/gym/distributed.js';
+import { checkSandbox } from '../src/gym/sandbox/index.js';
 import { StepwiseClient } from '../src/sdk/client.js';
 import { type Balancer, startBalancer } from './support/balancer.js';
+import { jsonTask, sumTask } from './support/gym-tasks.js';
 import { dropSchema, freshSchema, pgUrl } from './support/postgres.js';
-import { killAllServerProcesses, type ServerProcess, startServerProcess } from './support/server-process.js';
+import {
+  killAllServerProcesses,
+  type ServerProcess,
+  spawnCli,
+  startServerProcess,
+} from './support/server-process.js';
 
 /*
  * Scale-out on loopback: three `stepwise serve --pg` processes over one PostgreSQL schema behind a
- * load balancer, many concurrent agents (the official openai client) and two trainer consumers,
- * with one gateway SIGKILLed mid-run. Afterwards: every answer an agent received is stored once,
- * every group is acked exactly once, and no group was ever in two consumers' leases.
+ * load balancer; many concurrent agents (the official openai client); two trainer consumers; three
+ * `stepwise worker rollouts` processes running a distributed gym run through the same gateways. One
+ * gateway and one worker are SIGKILLed mid-run. Afterwards: every answer an agent received is stored
+ * once, every group is acked exactly once, no group was ever in two consumers' leases, and every gym
+ * sample is counted once with its trajectory complete.
  */
 
 const GROUPS = 8;
@@ -17,13 +31,49 @@ const ROLLOUTS = 3;
 const TURNS = 4;
 
 const schema = freshSchema('stepwise_scale');
+const queueSchema = freshSchema('stepwise_scale_queue');
+const sandboxReady = checkSandbox().ok;
+const dir = mkdtempSync(join(tmpdir(), 'stepwise-scale-out-'));
 let balancer: Balancer | null = null;
+let queue: RolloutQueue | null = null;
 
 afterAll(async () => {
   await balancer?.close();
+  await queue?.close();
   await killAllServerProcesses();
   await dropSchema(schema);
+  await dropSchema(queueSchema);
+  rmSync(dir, { recursive: true, force: true });
 });
+
+/** Resolves with the first JSON log line of a child (stderr) that `match` accepts. */
+function logLine(child: ChildProcess, match: (entry: Record<string, unknown>) => boolean) {
+  return new Promise<Record<string, unknown>>((resolve, reject) => {
+    let pending = '';
+    const onData = (chunk: string) => {
+      pending += chunk;
+      for (let newline = pending.indexOf('\n'); newline >= 0; newline = pending.indexOf('\n')) {
+        const line = pending.slice(0, newline);
+        pending = pending.slice(newline + 1);
+        let entry: Record<string, unknown>;
+        try {
+          entry = JSON.parse(line);
+        } catch {
+          continue;
+        }
+        if (match(entry)) {
+          child.off('exit', onExit);
+          resolve(entry);
+          return;
+        }
+      }
+    };
+    const onExit = () => reject(new Error(`process ${child.pid} exited first`));
+    child.stderr!.setEncoding('utf8').on('data', onData);
+    child.stdout!.resume();
+    child.once('exit', onExit);
+  });
+}
 
 interface AgentRecord {
   trajectory: string;
@@ -35,8 +85,8 @@ interface AgentRecord {
   completed: boolean;
 }
 
-describe.skipIf(!pgUrl)('scale-out over PostgreSQL', () => {
-  it('three gateways, two consumers, 24 agents, a gateway killed mid-run: nothing acknowledged lost or served twice', async () => {
+describe.skipIf(!pgUrl || !sandboxReady)('scale-out over PostgreSQL', () => {
+  it('3 gateways, 2 consumers, 3 rollout workers, 24 agents; a gateway and a worker killed: nothing acknowledged lost or counted twice', async () => {
     // The balancer comes first so that gateways write its address into the base_urls they hand out.
     const ports: string[] = [];
     const lb = await startBalancer(ports);
@@ -47,6 +97,54 @@ describe.skipIf(!pgUrl)('scale-out over PostgreSQL', () => {
     const gateways: ServerProcess[] = [await startServerProcess('', args)];
     gateways.push(...(await Promise.all([startServerProcess('', args), startServerProcess('', args)])));
     ports.push(...gateways.map((g) => g.url));
+
+    // ---- rollout workers and a distributed gym run through the same gateways ----------------------
+    queue = await RolloutQueue.open({ url: pgUrl!, schema: queueSchema, maintenanceSeconds: 1 });
+    const workers = [0, 1, 2].map((w) =>
+      spawnCli([
+        'worker',
+        'rollouts',
+        '--pg',
+        pgUrl!,
+        '--queue-schema',
+        queueSchema,
+        '--gateway',
+        lb.url,
+        '--concurrency',
+        '2',
+        '--poll-ms',
+        '100',
+        '--maintenance-seconds',
+        '1',
+        '--work-dir',
+        join(dir, `worker-${w}`),
+      ]),
+    );
+    // The first sample a worker starts, it does not finish: that worker is killed then.
+    const doomed = workers[0]!;
+    const killedRollout = logLine(doomed, (e) => e.msg === 'rollout started').then((started) => {
+      doomed.kill('SIGKILL');
+      return started;
+    });
+    for (const w of workers.slice(1)) void logLine(w, () => false).catch(() => {});
+    const tasks = [sumTask(), jsonTask()];
+    const stateFile = join(dir, 'gym-state.jsonl');
+    const gym = runGymDistributed(
+      {
+        tasks,
+        samples: 4,
+        concurrency: 4,
+        gatewayUrl: lb.url,
+        model: 'sim-qwen3',
+        agent: { kind: 'builtin', maxTurns: 6 },
+        runId: 'scale',
+        channel: 'gym',
+        stateFile,
+        workDir: join(dir, 'gym-work'),
+        sampleTimeoutMs: 60_000,
+      },
+      { queue, pollMs: 100, leaseSeconds: 8, retryDelaySeconds: 0 },
+    );
 
     // ---- agents ------------------------------------------------------------------------------
     let answered = 0;
@@ -167,6 +265,8 @@ describe.skipIf(!pgUrl)('scale-out over PostgreSQL', () => {
     const records = await Promise.all(agents);
     agentsDone = true;
     await Promise.all(consumers);
+    const { results, summary } = await gym;
+    const killed = await killedRollout;
 
     // The victim was killed mid-run and taken out by the balancer; the others served the rest.
     expect(killedAt).not.toBeNull();
@@ -210,5 +310,23 @@ describe.skipIf(!pgUrl)('scale-out over PostgreSQL', () => {
     expect(stats.consumed.groups).toBe(GROUPS);
     expect(stats.produced.trajectories).toBe(GROUPS * ROLLOUTS);
     expect(stats.groups.consumed).toBe(GROUPS);
-  }, 150_000);
+
+    // ---- every gym sample counted once, its trajectory complete ---------------------------------
+    expect(doomed.signalCode).toBe('SIGKILL');
+    expect(summary.samples).toBe(tasks.length * 4);
+    expect(new Set(results.map((r) => `${r.taskId}#${r.sample}`)).size).toBe(tasks.length * 4);
+    expect(readFileSync(stateFile, 'utf8').trim().split('\n')).toHaveLength(tasks.length * 4);
+    const killedAttempt = await fetch(`${lb.url}/v1/trajectories/${killed.trajectory as string}`);
+    expect(((await killedAttempt.json()) as { status: string }).status).toBe('infra_failed');
+    for (const task of tasks) {
+      const page = (await (
+        await fetch(`${lb.url}/v1/trajectories?prompt_uid=scale.${task.id}&channel=gym&limit=100`)
+      ).json()) as { items: { trajectory_uid: string; status: string }[] };
+      const complete = page.items.filter((t) => t.status === 'complete');
+      expect(complete).toHaveLength(4);
+      expect(page.items.filter((t) => t.status === 'open')).toHaveLength(0);
+      const served = results.filter((r) => r.taskId === task.id).map((r) => r.trajectoryUid);
+      expect(complete.map((t) => t.trajectory_uid).sort()).toEqual([...served].sort());
+    }
+  }, 180_000);
 });
