@@ -168,13 +168,17 @@ describe.skipIf(!pgUrl || !sandboxReady)('scale-out over PostgreSQL', () => {
       return text;
     };
     const runAgent = async (g: number, r: number): Promise<AgentRecord> => {
-      const init = await fetch(`${lb.url}/init_trajectory`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ group_id: `g${g}`, n_rollouts: ROLLOUTS, metadata: { agent: `${g}.${r}` } }),
-      });
-      expect(init.status).toBe(200);
-      const { trajectory_uid, base_url } = (await init.json()) as {
+      // An init whose gateway died may have created a trajectory nobody will use: ask again.
+      let init: Response | null = null;
+      for (let attempt = 0; attempt < 5 && init?.status !== 200; attempt++) {
+        init = await fetch(`${lb.url}/init_trajectory`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ group_id: `g${g}`, n_rollouts: ROLLOUTS, metadata: { agent: `${g}.${r}` } }),
+        });
+      }
+      expect(init!.status).toBe(200);
+      const { trajectory_uid, base_url } = (await init!.json()) as {
         trajectory_uid: string;
         base_url: string;
       };
@@ -321,10 +325,13 @@ describe.skipIf(!pgUrl || !sandboxReady)('scale-out over PostgreSQL', () => {
     for (const task of tasks) {
       const page = (await (
         await fetch(`${lb.url}/v1/trajectories?prompt_uid=scale.${task.id}&channel=gym&limit=100`)
-      ).json()) as { items: { trajectory_uid: string; status: string }[] };
+      ).json()) as {
+        items: { trajectory_uid: string; status: string; n_steps: number; metadata: unknown }[];
+      };
       const complete = page.items.filter((t) => t.status === 'complete');
       expect(complete).toHaveLength(4);
-      expect(page.items.filter((t) => t.status === 'open')).toHaveLength(0);
+      // Still open: only an init whose gateway died before answering (no call was ever made on it).
+      for (const t of page.items.filter((t) => t.status === 'open')) expect(t.n_steps).toBe(0);
       const served = results.filter((r) => r.taskId === task.id).map((r) => r.trajectoryUid);
       expect(complete.map((t) => t.trajectory_uid).sort()).toEqual([...served].sort());
     }

@@ -6,8 +6,9 @@ import type { AddressInfo } from 'node:net';
  * A small HTTP load balancer for multi-process tests, configured as docs/deploy.md recommends for a
  * real one: calls under a trajectory's base_url (`/<trajectory>/<group>/v1/...`) go to the gateway
  * its id hashes to among the live ones (so a trajectory's calls meet its session cache); every other
- * request goes round-robin. A gateway that refuses or drops a connection before answering is taken
- * out and the request is sent to the next one, as a health-checking balancer would.
+ * request goes round-robin. A gateway that refuses a connection is taken out and the request goes to
+ * the next one; one that drops a request it was sent is taken out too, but that request is answered
+ * 502 rather than sent again (it may have been applied), as nginx does for non-idempotent requests.
  */
 export interface Balancer {
   url: string;
@@ -84,10 +85,19 @@ export async function startBalancer(targets: string[]): Promise<Balancer> {
             resolve(true);
           },
         );
-        out.on('error', () => {
-          // Nothing came back from this gateway: take it out and try the next one.
+        out.on('error', (error: NodeJS.ErrnoException) => {
           down.add(target);
-          resolve(false);
+          // Refused: nothing reached this gateway, the next one may take the request.
+          if (error.code === 'ECONNREFUSED') return resolve(false);
+          if (!res.headersSent) {
+            res.writeHead(502, { 'content-type': 'application/json' });
+            res.end(
+              JSON.stringify({
+                error: { message: `gateway went away: ${error.message}`, type: 'bad_gateway' },
+              }),
+            );
+          } else res.destroy();
+          resolve(true);
         });
         out.end(body);
       });
