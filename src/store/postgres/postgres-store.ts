@@ -126,6 +126,24 @@ const RETRYABLE = new Set([
 
 const MAX_ATTEMPTS = 12;
 
+/**
+ * The database is out of reach (down, restarting, the connection cut): a 503 the caller may retry.
+ * A commit cut off this way may or may not have applied; every write here is safe to send again.
+ */
+function unavailable(error: unknown): unknown {
+  if (error instanceof StepwiseError) return error;
+  const code = (error as { code?: string }).code ?? '';
+  const message = (error as Error).message ?? String(error);
+  const lost =
+    ['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EAI_AGAIN'].includes(code) ||
+    code.startsWith('08') || // connection exceptions
+    code.startsWith('57P') || // the server is shutting down or restarting
+    /Connection terminated|connection timeout|Client has encountered a connection error/i.test(message);
+  return lost
+    ? new StepwiseError(`database unavailable: ${message}`, 503, 'unavailable', undefined, true)
+    : error;
+}
+
 /** int8 and numeric as JS numbers: every count, key and time here is far below 2^53. */
 const types = {
   getTypeParser(oid: number, format?: 'text' | 'binary') {
@@ -281,7 +299,9 @@ export class PostgresStore implements Store {
   private async write<T>(fn: (tx: Tx) => Promise<T>): Promise<T> {
     for (let attempt = 1; ; attempt++) {
       if (this.closed) throw new StepwiseError('store is closed', 503, 'unavailable', undefined, true);
-      const client = await this.pool.connect();
+      const client = await this.pool.connect().catch((error) => {
+        throw unavailable(error);
+      });
       const tx = new Tx(client);
       let value: T;
       try {
@@ -301,7 +321,7 @@ export class PostgresStore implements Store {
           await new Promise((r) => setTimeout(r, Math.random() * 5 * attempt));
           continue;
         }
-        throw error;
+        throw unavailable(error);
       }
       for (const [id, tail] of tx.log.tails) this.tails.set(id, tail);
       for (const id of tx.log.forgetTails) this.tails.delete(id);
@@ -342,7 +362,11 @@ export class PostgresStore implements Store {
   /** Reads outside a write transaction (each statement sees what was committed before it). */
   private async read<T>(text: string, values: unknown[] = []): Promise<T[]> {
     if (this.closed) throw new StepwiseError('store is closed', 503, 'unavailable', undefined, true);
-    return (await this.pool.query(prepared(text, values))).rows as T[];
+    try {
+      return (await this.pool.query(prepared(text, values))).rows as T[];
+    } catch (error) {
+      throw unavailable(error);
+    }
   }
 
   private async readOne<T>(text: string, values: unknown[] = []): Promise<T | undefined> {
@@ -352,7 +376,9 @@ export class PostgresStore implements Store {
   /** Runs reads on one connection in one snapshot (REPEATABLE READ, read only). */
   private async snapshot<T>(fn: (tx: Tx) => Promise<T>): Promise<T> {
     if (this.closed) throw new StepwiseError('store is closed', 503, 'unavailable', undefined, true);
-    const client = await this.pool.connect();
+    const client = await this.pool.connect().catch((error) => {
+      throw unavailable(error);
+    });
     try {
       await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
       const value = await fn(new Tx(client));
@@ -360,9 +386,12 @@ export class PostgresStore implements Store {
       client.release();
       return value;
     } catch (error) {
-      await client.query('ROLLBACK').catch(() => {});
-      client.release();
-      throw error;
+      let broken = false;
+      await client.query('ROLLBACK').catch(() => {
+        broken = true;
+      });
+      client.release(broken);
+      throw unavailable(error);
     }
   }
 
@@ -1219,7 +1248,7 @@ export class PostgresStore implements Store {
 
   async scanTrajectories(query: TrajectoryScan): Promise<ScanPage<Trajectory>> {
     const c = this.queries.trajectoryScanQuery(query);
-    const rows = (await this.pool.query(c.sql, c.parameters as unknown[])).rows as TrajectoryRow[];
+    const rows = await this.read<TrajectoryRow>(c.sql, c.parameters as unknown[]);
     const last = rows.at(-1);
     return {
       items: rows.map(toTrajectory),
