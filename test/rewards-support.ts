@@ -1,6 +1,6 @@
 /**
  * Helpers for the rewards tests: real HTTP servers on loopback standing in for an LLM judge or a
- * reward model, trajectories with text steps in a real SQLite store, and hand-built views for
+ * reward model, trajectories with text steps in a real SQLite (or PostgreSQL) store, and hand-built views for
  * calling plugin handlers directly.
  */
 import http from 'node:http';
@@ -8,6 +8,7 @@ import type { AddressInfo } from 'node:net';
 import { newStep, type Step, type Trajectory } from '../src/domain/index.js';
 import { DataPool } from '../src/pool/data-pool.js';
 import type { TrajectoryView } from '../src/rewards/plugin.js';
+import { openPostgresStore } from '../src/store/postgres/postgres-store.js';
 import { openSqliteStore } from '../src/store/sqlite/sqlite-store.js';
 
 export interface FakeServer {
@@ -93,6 +94,12 @@ export async function refusedUrl(): Promise<string> {
 
 export async function openPool(path: string): Promise<DataPool> {
   const store = await openSqliteStore({ path, synchronous: 'NORMAL' });
+  return new DataPool({ store, sweepIntervalMs: 60_000, pollIntervalMs: 20 });
+}
+
+/** A pool on a PostgreSQL store in `schema` (created when missing). */
+export async function openPgPool(url: string, schema: string): Promise<DataPool> {
+  const store = await openPostgresStore({ url, schema, poolSize: 4 });
   return new DataPool({ store, sweepIntervalMs: 60_000, pollIntervalMs: 20 });
 }
 

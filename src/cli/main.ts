@@ -137,8 +137,7 @@ function addServerOptions(command: Command, role: 'all' | 'gateway'): void {
     .option('--db <path>', 'SQLite database file', process.env.STEPWISE_DB ?? 'stepwise.db')
     .option(
       '--pg <url>',
-      'PostgreSQL instead of SQLite (postgres://user@host:5432/db); processes given one database share the pool',
-      process.env.STEPWISE_PG_URL,
+      'PostgreSQL instead of SQLite (postgres://user@host:5432/db; default: $STEPWISE_PG_URL); processes given one database share the pool',
     )
     .option(
       '--pg-schema <name>',
@@ -241,6 +240,8 @@ function addServerOptions(command: Command, role: 'all' | 'gateway'): void {
       if (opts.simPolicy === 'reference' && !opts.simTasks)
         throw new InvalidArgumentError('--sim-policy reference needs --sim-tasks PATH');
       const logger = createLogger();
+      // Read here, not as the option's default: --help must not print a password.
+      const pgUrl: string | undefined = opts.pg ?? (process.env.STEPWISE_PG_URL || undefined);
       const envKeys = (process.env.STEPWISE_API_KEYS ?? '').split(/\s+/).filter(Boolean);
       const channelDefaults = Object.fromEntries(
         Object.entries({
@@ -254,7 +255,7 @@ function addServerOptions(command: Command, role: 'all' | 'gateway'): void {
       );
       const server = await startServer({
         dbPath: opts.db,
-        pg: opts.pg ? { url: opts.pg, schema: opts.pgSchema } : undefined,
+        pg: pgUrl ? { url: pgUrl, schema: opts.pgSchema } : undefined,
         host: opts.host,
         port: opts.port,
         apiKeys: [...opts.apiKey, ...envKeys],
@@ -285,7 +286,7 @@ function addServerOptions(command: Command, role: 'all' | 'gateway'): void {
       logger.info(
         {
           url: server.url,
-          ...(opts.pg ? { pg: redactUrl(opts.pg), schema: opts.pgSchema } : { db: opts.db }),
+          ...(pgUrl ? { pg: redactUrl(pgUrl), schema: opts.pgSchema } : { db: opts.db }),
           role,
           engines: opts.engine,
         },

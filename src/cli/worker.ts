@@ -1,16 +1,18 @@
 import type { Command } from 'commander';
 import { registerRolloutWorkerCommand } from '../gym/distributed/cli.js';
+import { registerRewardWorkerCommand } from '../rewards/worker-cli.js';
 
 /*
- * `stepwise worker ...`: processes that work a PostgreSQL-backed (pg-boss) queue, any number of them
- * on any machines. `rollouts` runs gym samples (docs/distributed.md).
+ * `stepwise worker ...`: processes that work a PostgreSQL-backed queue, any number of them on any
+ * machines. `rollouts` runs gym samples (pg-boss, docs/distributed.md); `rewards` runs reward jobs of a
+ * PostgreSQL store (docs/rewards.md).
  */
 
 export function registerWorkerCommands(program: Command): Command {
   const worker = program
     .command('worker')
-    .description('queue workers over PostgreSQL (pg-boss): rollouts (gym samples)');
+    .description('queue workers over PostgreSQL: rollouts (gym samples), rewards (reward jobs)');
   registerRolloutWorkerCommand(worker);
-  // `worker rewards` (reward jobs from the queue) registers here, beside `rollouts`.
+  registerRewardWorkerCommand(worker);
   return worker;
 }

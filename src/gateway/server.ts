@@ -107,6 +107,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
         await RewardService.open({
           pool,
           config: options.rewards,
+          pg: options.pg,
           concurrency: options.rewardWorkers,
           logger: options.logger,
         })

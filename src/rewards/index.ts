@@ -34,6 +34,11 @@ export {
   SqliteRewardJobQueue,
 } from './job-queue.js';
 export {
+  openPostgresRewardJobQueue,
+  PostgresRewardJobQueue,
+  type PostgresRewardJobQueueOptions,
+} from './job-queue-postgres.js';
+export {
   definePlugin,
   isRetryable,
   NotApplicableError,

@@ -19,6 +19,7 @@ import {
   type RewardJobQueue,
   UNFINISHED_SUFFIX,
 } from './job-queue.js';
+import { openPostgresRewardJobQueue } from './job-queue-postgres.js';
 import { jsonEqual } from './json-path.js';
 import {
   NotApplicableError,
@@ -53,8 +54,10 @@ const MAX_RESULT_VALUES = 20;
 export interface RewardServiceOptions {
   pool: DataPool;
   config: RewardsConfig;
-  /** Default: a queue on the store's database file (in memory for an in-memory store). */
+  /** Default: a queue on the store's database file (in memory for an in-memory store), or on `pg`. */
   queue?: RewardJobQueue;
+  /** The PostgreSQL store's database: the queue goes in its schema, shared by every process. */
+  pg?: { url: string; schema?: string };
   /** Overrides `workers.concurrency` of the config; 0: this process queues jobs but runs none. */
   concurrency?: number;
   /** Follow the event log and queue jobs (default true). */
@@ -195,7 +198,13 @@ export class RewardService {
   static async open(options: RewardServiceOptions): Promise<RewardService> {
     if (options.queue) return new RewardService({ ...options, queue: options.queue }, false);
     const info = await options.pool.store.describe();
-    const queue = await openRewardJobQueue({ path: info.kind === 'sqlite' ? info.path : null });
+    if (info.kind === 'postgres' && !options.pg)
+      throw new Error(
+        'a PostgreSQL store keeps its reward jobs in its own database: pass `pg` (url, schema)',
+      );
+    const queue = options.pg
+      ? await openPostgresRewardJobQueue({ url: options.pg.url, schema: options.pg.schema })
+      : await openRewardJobQueue({ path: info.kind === 'sqlite' ? info.path : null });
     return new RewardService({ ...options, queue }, true);
   }
 

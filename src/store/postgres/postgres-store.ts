@@ -785,6 +785,25 @@ export class PostgresStore implements Store {
     return decodeSteps(rows, (hash) => docs.get(hash) ?? null);
   }
 
+  /** Steps of many trajectories (by seq, each up to its max index) with one read of steps and docs. */
+  private async decodeMany(q: Tx | null, ranges: Map<number, number>): Promise<Map<number, Step[]>> {
+    const out = new Map<number, Step[]>();
+    if (ranges.size === 0) return out;
+    const seqs = [...ranges.keys()];
+    const text = `SELECT s.* FROM unnest($1::bigint[], $2::bigint[]) AS r(lo, hi)
+                  JOIN steps s ON s.key BETWEEN r.lo AND r.hi ORDER BY s.key`;
+    const values = [
+      seqs.map((seq) => stepKey(seq, 0)),
+      seqs.map((seq) => stepKey(seq, Math.min(ranges.get(seq)!, STEP_KEY_SPAN - 1))),
+    ];
+    const rows = q ? await q.rows<StepRow>(text, values) : await this.read<StepRow>(text, values);
+    const docs = await this.docs(q, rows);
+    const bySeq = new Map<number, StepRow[]>(seqs.map((seq) => [seq, []]));
+    for (const row of rows) bySeq.get(Math.floor(row.key / STEP_KEY_SPAN))!.push(row);
+    for (const [seq, list] of bySeq) out.set(seq, decodeSteps(list, (hash) => docs.get(hash) ?? null).steps);
+    return out;
+  }
+
   private async decodeRange(q: Tx | null, seq: number, maxIndex = STEP_KEY_SPAN - 1): Promise<Step[]> {
     return (await this.decode(q, await this.stepRows(q, seq, maxIndex))).steps;
   }
@@ -1228,10 +1247,8 @@ export class PostgresStore implements Store {
         needed.set(seq, Math.max(needed.get(seq) ?? 0, key - seq * STEP_KEY_SPAN));
       }
       const decoded = new Map<number, Step>();
-      for (const [seq, maxIndex] of needed) {
-        for (const step of await this.decodeRange(tx, seq, maxIndex))
-          decoded.set(stepKey(seq, step.index), step);
-      }
+      for (const [seq, steps] of await this.decodeMany(tx, needed))
+        for (const step of steps) decoded.set(stepKey(seq, step.index), step);
       return { total, items: keys.map((key) => decoded.get(key)!) };
     });
   }
@@ -1497,15 +1514,26 @@ export class PostgresStore implements Store {
     const ids = leased.picks.flatMap((p) => p.members.map((m) => m.id));
     const signals = await this.currentSignalsOf(ids);
     const labels = await this.currentLabelsOf(ids);
-    const groups: ServedGroup[] = [];
-    for (const { row, staleness, stale, members, curated } of leased.picks) {
-      const trajectories = [];
-      for (const m of members) {
-        const steps = curated?.steps.get(m.id) ?? (await this.decodeRange(null, m.seq));
-        trajectories.push(servedTrajectory(m, steps, labels.get(m.id) ?? [], signals.get(m.id) ?? []));
-      }
-      groups.push(servedGroup(row, staleness, stale, trajectories, curated));
-    }
+    const toDecode = new Map<number, number>();
+    for (const { members, curated } of leased.picks)
+      for (const m of members) if (!curated?.steps.has(m.id)) toDecode.set(m.seq, STEP_KEY_SPAN - 1);
+    const decoded = await this.decodeMany(null, toDecode);
+    const groups: ServedGroup[] = leased.picks.map(({ row, staleness, stale, members, curated }) =>
+      servedGroup(
+        row,
+        staleness,
+        stale,
+        members.map((m) =>
+          servedTrajectory(
+            m,
+            curated?.steps.get(m.id) ?? decoded.get(m.seq)!,
+            labels.get(m.id) ?? [],
+            signals.get(m.id) ?? [],
+          ),
+        ),
+        curated,
+      ),
+    );
     return {
       lease: leased.lease,
       policyVersion: leased.policyVersion,
@@ -1524,7 +1552,10 @@ export class PostgresStore implements Store {
   ): Promise<Curated | null> {
     const members = await this.groupMembers(tx, row);
     const steps = new Map<string, Step[]>();
-    if (needsSteps(curation)) for (const m of members) steps.set(m.id, await this.decodeRange(tx, m.seq));
+    if (needsSteps(curation)) {
+      const decoded = await this.decodeMany(tx, new Map(members.map((m) => [m.seq, STEP_KEY_SPAN - 1])));
+      for (const m of members) steps.set(m.id, decoded.get(m.seq)!);
+    }
     const curated = applyCuration(
       row,
       members,
