@@ -570,30 +570,54 @@ export class PostgresStore implements Store {
   }
 
   /**
-   * Finds or creates the group a new trajectory joins (one statement, which also locks the row);
-   * returns whether the group still collects.
+   * Inserts a new trajectory and finds or creates the group it joins, in one statement (which also
+   * locks the group's row); returns whether the group still collects.
    */
   private async joinGroup(
     tx: Tx,
-    channel: string,
-    groupId: string,
+    trajectory: TrajectoryRow,
     nRollouts: number | null,
     now: number,
     log: TxLog,
   ): Promise<boolean> {
+    const channel = trajectory.channel;
     const config = await this.channelConfig(tx, channel);
     if (!tx.ensured.has(channel)) {
       await this.ensureChannel(tx, channel, now);
       tx.ensured.add(channel);
     }
-    const row = (await tx.row<GroupRow & { inserted: boolean }>(
-      `INSERT INTO groups (channel, id, expected, n_trajectories, state, created_at)
-       VALUES ($1, $2, $3, 1, 'collecting', $4)
-       ON CONFLICT (channel, id) DO UPDATE
-         SET n_trajectories = groups.n_trajectories + 1, expected = coalesce(groups.expected, $5::int)
-       RETURNING *, (xmax = 0) AS inserted`,
-      [channel, groupId, nRollouts ?? config.n_rollouts, now, nRollouts],
+    const row = (await tx.row<GroupRow & { inserted: boolean; trajectory_seq: number }>(
+      `WITH g AS (
+         INSERT INTO groups (channel, id, expected, n_trajectories, state, created_at)
+         VALUES ($1, $2, $3, 1, 'collecting', $4)
+         ON CONFLICT (channel, id) DO UPDATE
+           SET n_trajectories = groups.n_trajectories + 1, expected = coalesce(groups.expected, $5::int)
+         RETURNING *, (xmax = 0) AS inserted
+       ), t AS (
+         INSERT INTO trajectories (id, channel, group_id, task_id, status, metadata, created_at, touched_at,
+           guided, guidance_k, probe, derived_from, derivation)
+         VALUES ($6, $1, $2, $7, $8, $9, $4, $4, $10, $11, $12, $13, $14)
+         RETURNING seq
+       )
+       SELECT g.*, t.seq AS trajectory_seq FROM g, t`,
+      [
+        channel,
+        trajectory.group_id,
+        nRollouts ?? config.n_rollouts,
+        now,
+        nRollouts,
+        trajectory.id,
+        trajectory.task_id,
+        trajectory.status,
+        trajectory.metadata,
+        trajectory.guided,
+        trajectory.guidance_k,
+        trajectory.probe,
+        trajectory.derived_from,
+        trajectory.derivation,
+      ],
     ))!;
+    trajectory.seq = row.trajectory_seq;
     if (row.inserted) {
       log.count(channel, 'groups_created');
       return true;
@@ -701,30 +725,9 @@ export class PostgresStore implements Store {
     now: number,
     log: TxLog,
   ): Promise<TrajectoryRow> {
-    const collecting = await this.joinGroup(tx, input.channel, input.groupId, input.nRollouts, now, log);
-    if (!collecting) log.count(input.channel, 'late_trajectories');
     const row = newTrajectoryRow(input, now);
-    const inserted = await tx.row<{ seq: number }>(
-      `INSERT INTO trajectories (id, channel, group_id, task_id, status, metadata, created_at, touched_at, guided,
-         guidance_k, probe, derived_from, derivation) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
-       RETURNING seq`,
-      [
-        row.id,
-        row.channel,
-        row.group_id,
-        row.task_id,
-        row.status,
-        row.metadata,
-        row.created_at,
-        row.touched_at,
-        row.guided,
-        row.guidance_k,
-        row.probe,
-        row.derived_from,
-        row.derivation,
-      ],
-    );
-    row.seq = inserted!.seq;
+    const collecting = await this.joinGroup(tx, row, input.nRollouts, now, log);
+    if (!collecting) log.count(input.channel, 'late_trajectories');
     log.count(input.channel, 'trajectories_created');
     return row;
   }
@@ -1095,24 +1098,29 @@ export class PostgresStore implements Store {
     trajectory.status = input.status;
     trajectory.reward = reward;
     trajectory.completed_at = now;
-    // Only rollouts that finish while their group collects belong to it; later ones are never served.
+    // Only rollouts that finish while their group collects belong to it (counted); later ones are
+    // never served. The group's counts and the trajectory's row change in one statement.
     const version = versionLowered ? trajectory.min_policy_version : null;
     const group = await tx.row<GroupRow>(
-      `UPDATE groups SET n_finished = n_finished + 1, n_complete = n_complete + $1,
-         min_policy_version = CASE WHEN $2::int IS NULL THEN min_policy_version
-                                   ELSE least(coalesce(min_policy_version, $2), $2) END
-       WHERE channel = $3 AND id = $4 AND state = 'collecting' RETURNING *`,
-      [input.status === 'complete' ? 1 : 0, version, trajectory.channel, trajectory.group_id],
-    );
-    const counted = group ? 1 : 0;
-    await tx.run(
-      `UPDATE trajectories SET status = $1, reward = $2, completed_at = $3, counted = $4, n_steps = $5, max_index = $6,
-         last_index = $7, prefix_breaks = $8, min_policy_version = $9 WHERE id = $10`,
+      `WITH g AS (
+         UPDATE groups SET n_finished = n_finished + 1, n_complete = n_complete + $1,
+           min_policy_version = CASE WHEN $2::int IS NULL THEN min_policy_version
+                                     ELSE least(coalesce(min_policy_version, $2), $2) END
+         WHERE channel = $3 AND id = $4 AND state = 'collecting' RETURNING *
+       ), t AS (
+         UPDATE trajectories SET status = $5, reward = $6, completed_at = $7,
+           counted = (SELECT count(*) FROM g), n_steps = $8, max_index = $9, last_index = $10,
+           prefix_breaks = $11, min_policy_version = $12 WHERE id = $13
+       )
+       SELECT * FROM g`,
       [
+        input.status === 'complete' ? 1 : 0,
+        version,
+        trajectory.channel,
+        trajectory.group_id,
         input.status,
         reward,
         now,
-        counted,
         trajectory.n_steps,
         trajectory.max_index,
         trajectory.last_index,
