@@ -793,13 +793,18 @@ export class PostgresStore implements Store {
     const out = new Map<number, Step[]>();
     if (ranges.size === 0) return out;
     const seqs = [...ranges.keys()];
-    const text = `SELECT s.* FROM unnest($1::bigint[], $2::bigint[]) AS r(lo, hi)
-                  JOIN steps s ON s.key BETWEEN r.lo AND r.hi ORDER BY s.key`;
-    const values = [
-      seqs.map((seq) => stepKey(seq, 0)),
-      seqs.map((seq) => stepKey(seq, Math.min(ranges.get(seq)!, STEP_KEY_SPAN - 1))),
-    ];
-    const rows = q ? await q.rows<StepRow>(text, values) : await this.read<StepRow>(text, values);
+    // One key range per trajectory, OR-ed: each range is an index scan (a join against unnest()
+    // of the ranges is planned as a scan of the whole table).
+    const rows: StepRow[] = [];
+    for (let i = 0; i < seqs.length; i += 64) {
+      const chunk = seqs.slice(i, i + 64);
+      const text = `SELECT * FROM steps WHERE ${chunk.map((_, j) => `key BETWEEN $${2 * j + 1} AND $${2 * j + 2}`).join(' OR ')} ORDER BY key`;
+      const values = chunk.flatMap((seq) => [
+        stepKey(seq, 0),
+        stepKey(seq, Math.min(ranges.get(seq)!, STEP_KEY_SPAN - 1)),
+      ]);
+      rows.push(...(q ? await q.rows<StepRow>(text, values) : await this.read<StepRow>(text, values)));
+    }
     const docs = await this.docs(q, rows);
     const bySeq = new Map<number, StepRow[]>(seqs.map((seq) => [seq, []]));
     for (const row of rows) bySeq.get(Math.floor(row.key / STEP_KEY_SPAN))!.push(row);
