@@ -165,3 +165,16 @@ describe.skipIf(!pgUrl)('PostgreSQL store shared by several processes', () => {
     expect((error as Error).message).not.toContain('hunter2');
   });
 });
+
+describe.skipIf(!pgUrl)('PostgreSQL store: first start', () => {
+  it('lets several processes create and migrate a new schema at once', async () => {
+    const schema = freshSchema();
+    schemas.push(schema);
+    const stores = await Promise.all(
+      Array.from({ length: 4 }, () => openPostgresStore({ url: pgUrl!, schema, poolSize: 2 })),
+    );
+    opened.push(...stores);
+    await stores[0]!.submitBatch([{ channel: 'train', nRollouts: 1, steps: episode('t', 'g', 2, 1) }], 1_000);
+    for (const store of stores) expect((await store.getGroup('train', 'g'))?.state).toBe('ready');
+  });
+});

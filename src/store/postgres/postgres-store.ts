@@ -218,20 +218,26 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
   // A pool client that errors while idle (the server went away) must not crash the process.
   pool.on('error', () => {});
   try {
-    if (schema !== 'public') await pool.query(`CREATE SCHEMA IF NOT EXISTS ${schema}`);
+    if (schema !== 'public') {
+      // Processes starting together race to create it: the losers find it made.
+      await pool.query(`CREATE SCHEMA IF NOT EXISTS ${schema}`).catch((error: { code?: string }) => {
+        if (error.code !== '23505' && error.code !== '42P06') throw error;
+      });
+    }
   } catch (error) {
     await pool.end();
     throw new Error(`cannot reach PostgreSQL at ${redactUrl(options.url)}: ${(error as Error).message}`);
   }
   const kysely = new Kysely<ListSchema>({ dialect: new PostgresDialect({ pool }) });
   const migrator = new Migrator({ db: kysely, provider: postgresMigrations, migrationTableSchema: schema });
-  // The migrator looks at every schema's tables first; a schema dropped meanwhile by someone else
-  // fails that look. Applied migrations are recorded, so running it again is safe.
+  // Before migrating, the migrator reads every schema's tables and creates its own lock tables; a
+  // schema dropped meanwhile by someone else, or another process creating those tables at the same
+  // moment, fails that step. Applied migrations are recorded, so running it again is safe.
   for (let attempt = 1; ; attempt++) {
     const { error, results } = await migrator.migrateToLatest();
     const failed = results?.find((r) => r.status === 'Error');
     if (!error && !failed) break;
-    if (attempt < 4 && !failed && /does not exist/.test(String(error))) {
+    if (attempt < 5 && !failed) {
       await new Promise((r) => setTimeout(r, 50 * attempt));
       continue;
     }
