@@ -18,7 +18,7 @@ import { type GymRunOptions, runGym, type SampleResult } from '../src/gym/runner
 import { checkSandbox } from '../src/gym/sandbox/index.js';
 import { taskToJsonLine } from '../src/gym/tasks/index.js';
 import { jsonTask, sumTask } from './support/gym-tasks.js';
-import { runCli, spawnCli, waitForExit } from './support/server-process.js';
+import { logLine, runCli, spawnCli, waitForExit } from './support/server-process.js';
 
 /*
  * Distributed rollouts end to end: real PostgreSQL (pg-boss in a schema of its own per test), real
@@ -32,39 +32,6 @@ const tasks = [sumTask(), jsonTask()];
 
 const scoreMap = (results: readonly SampleResult[]) =>
   Object.fromEntries(results.map((r) => [`${r.taskId}#${r.sample}`, [r.status, r.score, r.agent]]));
-
-/** Resolves with the first JSON log line of `child` (stderr) that `match` accepts. */
-function logLine(child: ChildProcess, match: (entry: Record<string, unknown>) => boolean) {
-  return new Promise<Record<string, unknown>>((resolve, reject) => {
-    let pending = '';
-    let seen = '';
-    const onData = (chunk: string) => {
-      seen = (seen + chunk).slice(-4_000);
-      pending += chunk;
-      let newline = pending.indexOf('\n');
-      while (newline >= 0) {
-        const line = pending.slice(0, newline);
-        pending = pending.slice(newline + 1);
-        newline = pending.indexOf('\n');
-        try {
-          const entry = JSON.parse(line) as Record<string, unknown>;
-          if (match(entry)) {
-            child.stderr!.off('data', onData);
-            child.off('exit', onExit);
-            resolve(entry);
-            return;
-          }
-        } catch {
-          // not a log line
-        }
-      }
-    };
-    const onExit = (code: number | null, signal: string | null) =>
-      reject(new Error(`process ${child.pid} exited (${code ?? signal}) first:\n${seen}`));
-    child.stderr!.setEncoding('utf8').on('data', onData);
-    child.once('exit', onExit);
-  });
-}
 
 describe.skipIf(!PG_URL || !sandboxReady)('distributed rollouts (PostgreSQL + pg-boss)', () => {
   let dir: string;

@@ -1,4 +1,3 @@
-import type { ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -6,7 +5,13 @@ import OpenAI from 'openai';
 import { afterAll, describe, expect, it } from 'vitest';
 import { fakeServer } from './rewards-support.js';
 import { dropSchema, freshSchema, pgUrl } from './support/postgres.js';
-import { killAllServerProcesses, runCli, spawnCli, startServerProcess } from './support/server-process.js';
+import {
+  killAllServerProcesses,
+  logLine,
+  runCli,
+  spawnCli,
+  startServerProcess,
+} from './support/server-process.js';
 
 /*
  * Reward workers over PostgreSQL: a server that only queues reward jobs (`--reward-workers 0`) and
@@ -23,26 +28,6 @@ afterAll(async () => {
   await dropSchema(schema);
   rmSync(dir, { recursive: true, force: true });
 });
-
-/** Resolves once a child logs a JSON line `match` accepts (stderr). */
-function logLine(child: ChildProcess, match: (entry: Record<string, unknown>) => boolean) {
-  return new Promise<Record<string, unknown>>((resolve, reject) => {
-    let pending = '';
-    child.stdout!.resume();
-    child.stderr!.setEncoding('utf8').on('data', (chunk: string) => {
-      pending += chunk;
-      for (let i = pending.indexOf('\n'); i >= 0; i = pending.indexOf('\n')) {
-        const line = pending.slice(0, i);
-        pending = pending.slice(i + 1);
-        try {
-          const entry = JSON.parse(line);
-          if (match(entry)) resolve(entry);
-        } catch {}
-      }
-    });
-    child.once('exit', () => reject(new Error(`process ${child.pid} exited first`)));
-  });
-}
 
 describe.skipIf(!pgUrl)('stepwise worker rewards (PostgreSQL)', () => {
   it('scores what queue-only servers queue; a job held by a killed worker is run by another after its lease', async () => {

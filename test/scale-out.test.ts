@@ -1,4 +1,3 @@
-import type { ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -12,6 +11,7 @@ import { jsonTask, sumTask } from './support/gym-tasks.js';
 import { dropSchema, freshSchema, pgUrl } from './support/postgres.js';
 import {
   killAllServerProcesses,
+  logLine,
   type ServerProcess,
   spawnCli,
   startServerProcess,
@@ -45,35 +45,6 @@ afterAll(async () => {
   await dropSchema(queueSchema);
   rmSync(dir, { recursive: true, force: true });
 });
-
-/** Resolves with the first JSON log line of a child (stderr) that `match` accepts. */
-function logLine(child: ChildProcess, match: (entry: Record<string, unknown>) => boolean) {
-  return new Promise<Record<string, unknown>>((resolve, reject) => {
-    let pending = '';
-    const onData = (chunk: string) => {
-      pending += chunk;
-      for (let newline = pending.indexOf('\n'); newline >= 0; newline = pending.indexOf('\n')) {
-        const line = pending.slice(0, newline);
-        pending = pending.slice(newline + 1);
-        let entry: Record<string, unknown>;
-        try {
-          entry = JSON.parse(line);
-        } catch {
-          continue;
-        }
-        if (match(entry)) {
-          child.off('exit', onExit);
-          resolve(entry);
-          return;
-        }
-      }
-    };
-    const onExit = () => reject(new Error(`process ${child.pid} exited first`));
-    child.stderr!.setEncoding('utf8').on('data', onData);
-    child.stdout!.resume();
-    child.once('exit', onExit);
-  });
-}
 
 interface AgentRecord {
   trajectory: string;

@@ -1,9 +1,8 @@
 import { createHash } from 'node:crypto';
-import { Kysely, Migrator, PostgresDialect } from 'kysely';
-import pg from 'pg';
+import type { Kysely } from 'kysely';
+import type pg from 'pg';
 import { StepwiseError } from '../domain/index.js';
-import { postgresMigrations } from '../store/postgres/migrations.js';
-import { redactUrl } from '../store/postgres/postgres-store.js';
+import { openPostgresDatabase } from '../store/postgres/connect.js';
 import {
   type AttemptError,
   type EnqueueOutcome,
@@ -11,9 +10,11 @@ import {
   type JobFilter,
   type JobKind,
   type JobRequest,
+  type JobRow,
   type JobState,
   type RewardJob,
   type RewardJobQueue,
+  toJob,
   UNFINISHED_SUFFIX,
 } from './job-queue.js';
 
@@ -46,54 +47,6 @@ export interface PostgresRewardJobQueueOptions {
   poolSize?: number;
 }
 
-interface JobRow {
-  id: number;
-  kind: JobKind;
-  channel: string;
-  trajectory_id: string | null;
-  group_id: string | null;
-  function: string;
-  version: string;
-  state: JobState;
-  attempts: number;
-  max_attempts: number;
-  run_at: number;
-  lease_until: number | null;
-  worker: string | null;
-  error: string | null;
-  errors: string;
-  result: string | null;
-  reason: string;
-  created_at: number;
-  updated_at: number;
-  finished_at: number | null;
-}
-
-function toJob(row: JobRow): RewardJob {
-  return {
-    id: row.id,
-    kind: row.kind,
-    channel: row.channel,
-    trajectoryId: row.trajectory_id,
-    groupId: row.group_id,
-    function: row.function,
-    version: row.version,
-    state: row.state,
-    attempts: row.attempts,
-    maxAttempts: row.max_attempts,
-    runAt: row.run_at,
-    leaseUntil: row.lease_until,
-    worker: row.worker,
-    error: row.error,
-    errors: JSON.parse(row.errors) as AttemptError[],
-    result: row.result === null ? null : (JSON.parse(row.result) as Record<string, unknown>),
-    reason: row.reason,
-    createdAt: row.created_at,
-    updatedAt: row.updated_at,
-    finishedAt: row.finished_at,
-  };
-}
-
 /** Errors after which the whole transaction runs again: it lost a race, nothing was written. */
 const RETRYABLE = new Set([
   '40001', // serialization_failure
@@ -102,16 +55,6 @@ const RETRYABLE = new Set([
 ]);
 
 const MAX_ATTEMPTS = 12;
-
-/** int8 and numeric as JS numbers: ids, counts and epoch-ms times are far below 2^53. */
-const types = {
-  getTypeParser(oid: number, format?: 'text' | 'binary') {
-    if (oid === 20 || oid === 1700) return (value: string) => Number(value);
-    return pg.types.getTypeParser(oid, format);
-  },
-};
-
-const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
 
 const pgCode = (error: unknown): string | undefined => (error as { code?: string } | undefined)?.code;
 
@@ -129,39 +72,12 @@ const targetKey = (alias: string) => `coalesce('t:' || ${alias}.trajectory_id, '
 export async function openPostgresRewardJobQueue(
   options: PostgresRewardJobQueueOptions,
 ): Promise<PostgresRewardJobQueue> {
-  const schema = options.schema ?? 'public';
-  if (!SCHEMA_NAME.test(schema))
-    throw new Error(`schema: '${schema}' is not a plain lower-case SQL name (letters, digits, _)`);
-  const pool = new pg.Pool({
-    connectionString: options.url,
-    max: options.poolSize ?? 4,
-    options: `-c search_path=${schema}`,
-    types,
+  const { pool, kysely, schema } = await openPostgresDatabase<unknown>({
+    url: options.url,
+    schema: options.schema,
+    poolSize: options.poolSize ?? 4,
+    what: 'the reward job queue',
   });
-  // A pool client that errors while idle (the server went away) must not crash the process.
-  pool.on('error', () => {});
-  try {
-    if (schema !== 'public') await pool.query(`CREATE SCHEMA IF NOT EXISTS ${schema}`);
-  } catch (error) {
-    await pool.end();
-    throw new Error(`cannot reach PostgreSQL at ${redactUrl(options.url)}: ${(error as Error).message}`);
-  }
-  const kysely = new Kysely<unknown>({ dialect: new PostgresDialect({ pool }) });
-  const migrator = new Migrator({ db: kysely, provider: postgresMigrations, migrationTableSchema: schema });
-  let outcome = await migrator.migrateToLatest();
-  // Kysely reads the catalog of every schema first: one dropped meanwhile (by another process) fails
-  // that read with invalid_schema_name, which says nothing about ours. Migrating again is safe.
-  for (let tries = 1; tries < 5 && pgCode(outcome.error) === '3F000'; tries++) {
-    outcome = await migrator.migrateToLatest();
-  }
-  const { error, results } = outcome;
-  const failed = results?.find((r) => r.status === 'Error');
-  if (error || failed) {
-    await kysely.destroy();
-    throw new Error(
-      `migrating the reward job queue at ${redactUrl(options.url)} (schema ${schema}) failed at ${failed?.migrationName ?? '?'}: ${String(error)}`,
-    );
-  }
   return new PostgresRewardJobQueue(pool, kysely, schema);
 }
 

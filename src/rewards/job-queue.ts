@@ -140,7 +140,8 @@ export interface RewardJobQueue {
   close(): Promise<void>;
 }
 
-interface JobRow {
+/** A `reward_jobs` row as both backends store it. */
+export interface JobRow {
   id: number;
   kind: JobKind;
   channel: string;
@@ -163,7 +164,7 @@ interface JobRow {
   finished_at: number | null;
 }
 
-function toJob(row: JobRow): RewardJob {
+export function toJob(row: JobRow): RewardJob {
   return {
     id: row.id,
     kind: row.kind,

@@ -177,3 +177,43 @@ export function waitForExit(
     child.once('exit', exited);
   });
 }
+
+/**
+ * Resolves with the first JSON log line (stderr) of `child` that `match` accepts; rejects, with the
+ * last output, if the child exits first. Its stdout is drained meanwhile, so it never blocks on a
+ * full pipe; the streams keep flowing after the match.
+ */
+export function logLine(
+  child: ChildProcess,
+  match: (entry: Record<string, unknown>) => boolean,
+): Promise<Record<string, unknown>> {
+  return new Promise((resolve, reject) => {
+    let pending = '';
+    let seen = '';
+    const onData = (chunk: string) => {
+      seen = (seen + chunk).slice(-4_000);
+      pending += chunk;
+      for (let newline = pending.indexOf('\n'); newline >= 0; newline = pending.indexOf('\n')) {
+        const line = pending.slice(0, newline);
+        pending = pending.slice(newline + 1);
+        let entry: Record<string, unknown>;
+        try {
+          entry = JSON.parse(line) as Record<string, unknown>;
+        } catch {
+          continue; // not a log line
+        }
+        if (match(entry)) {
+          child.stderr!.off('data', onData);
+          child.off('exit', onExit);
+          resolve(entry);
+          return;
+        }
+      }
+    };
+    const onExit = (code: number | null, signal: string | null) =>
+      reject(new Error(`process ${child.pid} exited (${code ?? signal}) first:\n${seen}`));
+    child.stdout?.resume();
+    child.stderr!.setEncoding('utf8').on('data', onData);
+    child.once('exit', onExit);
+  });
+}

@@ -511,6 +511,16 @@ export function runStoreConformance(name: string, open: () => Promise<StoreHarne
         await expect(store.ackLease(b!.lease.id, tick())).rejects.toBeInstanceOf(ConflictError);
       });
 
+      it('refusing an overdue ack expires every overdue lease, as a sweep would', async () => {
+        await fillGroups(['g1', 'g2'], 2);
+        const a = await lease({ nRollouts: 2, ttlMs: 1_000 });
+        const b = await lease({ nRollouts: 2, ttlMs: 1_000, consumer: 'c2' });
+        tick(5_000);
+        await expect(store.nackLease(a!.lease.id, tick())).rejects.toBeInstanceOf(ConflictError);
+        for (const l of [a!, b!]) expect((await store.getLease(l.lease.id))!.state).toBe('expired');
+        for (const g of ['g1', 'g2']) expect((await store.getGroup('train', g))!.state).toBe('ready');
+      });
+
       it('reports an unknown lease as not found', async () => {
         await expect(store.ackLease('lease_nope', tick())).rejects.toBeInstanceOf(NotFoundError);
       });

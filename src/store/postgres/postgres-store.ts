@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { Kysely, Migrator, PostgresDialect } from 'kysely';
+import type { Kysely } from 'kysely';
 import pg from 'pg';
 import { isNoop, needsSteps } from '../../curation/pipeline.js';
 import {
@@ -101,7 +101,7 @@ import type {
   TrajectoryQuery,
   TrajectoryScan,
 } from '../store.js';
-import { postgresMigrations } from './migrations.js';
+import { openPostgresDatabase, redactUrl } from './connect.js';
 
 export interface PostgresStoreOptions {
   /** `postgres://user@host:port/database` */
@@ -144,14 +144,6 @@ function unavailable(error: unknown): unknown {
     : error;
 }
 
-/** int8 and numeric as JS numbers: every count, key and time here is far below 2^53. */
-const types = {
-  getTypeParser(oid: number, format?: 'text' | 'binary') {
-    if (oid === 20 || oid === 1700) return (value: string) => Number(value);
-    return pg.types.getTypeParser(oid, format);
-  },
-};
-
 /** Events that may let a waiting consumer lease (the others only feed event readers). */
 const READY_EVENTS = new Set<EventType>([
   'group_ready',
@@ -160,8 +152,6 @@ const READY_EVENTS = new Set<EventType>([
   'channel_configured',
   'label_changed',
 ]);
-
-const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
 
 /** One open transaction: its connection, what it logged and the channel settings it read. */
 /** A statement under a name derived from its text: pg prepares it once per connection. */
@@ -206,61 +196,18 @@ class Tx {
 }
 
 export async function openPostgresStore(options: PostgresStoreOptions): Promise<PostgresStore> {
-  const schema = options.schema ?? 'public';
-  if (!SCHEMA_NAME.test(schema))
-    throw new Error(`schema: '${schema}' is not a plain lower-case SQL name (letters, digits, _)`);
-  const pool = new pg.Pool({
-    connectionString: options.url,
-    max: options.poolSize ?? 10,
-    options: `-c search_path=${schema}`,
-    types,
+  const { pool, kysely, schema } = await openPostgresDatabase<ListSchema>({
+    url: options.url,
+    schema: options.schema,
+    poolSize: options.poolSize ?? 10,
+    what: 'the store',
   });
-  // A pool client that errors while idle (the server went away) must not crash the process.
-  pool.on('error', () => {});
-  try {
-    if (schema !== 'public') {
-      // Processes starting together race to create it: the losers find it made.
-      await pool.query(`CREATE SCHEMA IF NOT EXISTS ${schema}`).catch((error: { code?: string }) => {
-        if (error.code !== '23505' && error.code !== '42P06') throw error;
-      });
-    }
-  } catch (error) {
-    await pool.end();
-    throw new Error(`cannot reach PostgreSQL at ${redactUrl(options.url)}: ${(error as Error).message}`);
-  }
-  const kysely = new Kysely<ListSchema>({ dialect: new PostgresDialect({ pool }) });
-  const migrator = new Migrator({ db: kysely, provider: postgresMigrations, migrationTableSchema: schema });
-  // Before migrating, the migrator reads every schema's tables and creates its own lock tables; a
-  // schema dropped meanwhile by someone else, or another process creating those tables at the same
-  // moment, fails that step. Applied migrations are recorded, so running it again is safe.
-  for (let attempt = 1; ; attempt++) {
-    const { error, results } = await migrator.migrateToLatest();
-    const failed = results?.find((r) => r.status === 'Error');
-    if (!error && !failed) break;
-    if (attempt < 5 && !failed) {
-      await new Promise((r) => setTimeout(r, 50 * attempt));
-      continue;
-    }
-    await kysely.destroy();
-    throw new Error(
-      `migrating ${redactUrl(options.url)} (schema ${schema}) failed at ${failed?.migrationName ?? '?'}: ${String(error)}`,
-    );
-  }
   const store = new PostgresStore(pool, kysely, schema, options);
   if (options.listen !== false) await store.listen();
   return store;
 }
 
-/** The URL without its password, for messages and logs. */
-export function redactUrl(url: string): string {
-  try {
-    const u = new URL(url);
-    if (u.password) u.password = '***';
-    return u.toString();
-  } catch {
-    return '<unparsable url>';
-  }
-}
+export { redactUrl };
 
 /**
  * The Store on PostgreSQL: every process that shares the database sees one pool. Transactions run
@@ -1636,7 +1583,8 @@ export class PostgresStore implements Store {
       if (!lease) throw new NotFoundError(`lease ${leaseId} does not exist`);
       if (lease.state === outcome) return toLease(lease); // a retried ack or nack
       if (lease.state === 'active' && lease.expires_at < now) {
-        await this.expireLease(tx, lease, now);
+        // Every overdue lease goes, as at a sweep (this one is locked by us, so not skipped).
+        await this.expireLeasesTx(tx, now);
         lease.state = 'expired';
       }
       if (lease.state !== 'active') {
