@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import type { Kysely } from 'kysely';
 import type pg from 'pg';
 import { StepwiseError } from '../domain/index.js';
-import { openPostgresDatabase } from '../store/postgres/connect.js';
+import { inTransaction, openPostgresDatabase } from '../store/postgres/connect.js';
 import {
   type AttemptError,
   type EnqueueOutcome,
@@ -46,17 +46,6 @@ export interface PostgresRewardJobQueueOptions {
   /** Connections this queue keeps open (default 4). */
   poolSize?: number;
 }
-
-/** Errors after which the whole transaction runs again: it lost a race, nothing was written. */
-const RETRYABLE = new Set([
-  '40001', // serialization_failure
-  '40P01', // deadlock_detected
-  '23505', // unique_violation: another process queued the same pending job first
-]);
-
-const MAX_ATTEMPTS = 12;
-
-const pgCode = (error: unknown): string | undefined => (error as { code?: string } | undefined)?.code;
 
 /** Where a job's (trajectory or group) target is matched, as SQLite's `jobsOf`. */
 function targetClause(trajectoryId: string | null, first: number): string {
@@ -127,31 +116,11 @@ export class PostgresRewardJobQueue implements RewardJobQueue {
       throw new StepwiseError('the reward job queue is closed', 503, 'unavailable', undefined, true);
   }
 
-  /** Runs fn in one transaction; one that lost a race (see RETRYABLE) runs again from the start. */
+  /** Runs fn in one transaction; one that lost a race runs again from the start (connect.ts). */
   private async write<T>(fn: (tx: Tx) => Promise<T>): Promise<T> {
-    for (let attempt = 1; ; attempt++) {
-      this.checkOpen();
-      const client = await this.pool.connect();
-      try {
-        await client.query('BEGIN');
-        const value = await fn(new Tx(client, this.prepared));
-        await client.query('COMMIT');
-        client.release();
-        return value;
-      } catch (error) {
-        let broken = false;
-        await client.query('ROLLBACK').catch(() => {
-          broken = true;
-        });
-        client.release(broken);
-        const code = pgCode(error);
-        if (code && RETRYABLE.has(code) && attempt < MAX_ATTEMPTS) {
-          await new Promise((r) => setTimeout(r, Math.random() * 5 * attempt));
-          continue;
-        }
-        throw error;
-      }
-    }
+    return inTransaction(this.pool, (client) => fn(new Tx(client, this.prepared)), {
+      check: () => this.checkOpen(),
+    });
   }
 
   private async read<R>(text: string, values: unknown[] = []): Promise<R[]> {

@@ -1,5 +1,6 @@
 import { Kysely, Migrator, PostgresDialect } from 'kysely';
 import pg from 'pg';
+import { StepwiseError } from '../../domain/index.js';
 import { postgresMigrations } from './migrations.js';
 
 /** A schema name used as is in SQL (search_path, CREATE SCHEMA): plain lower-case only. */
@@ -82,4 +83,66 @@ export async function openPostgresDatabase<DB>(
     );
   }
   return { pool, kysely, schema };
+}
+
+/**
+ * Errors after which a whole transaction runs again: it lost a race (serialization failure,
+ * deadlock, a row another process inserted first) and wrote nothing.
+ */
+const RETRYABLE = new Set(['40001', '40P01', '23505']);
+const MAX_ATTEMPTS = 12;
+
+/**
+ * The database is out of reach (down, restarting, the connection cut): a 503 the caller may retry.
+ * A commit cut off this way may or may not have applied; callers' writes are safe to send again.
+ */
+export function unavailable(error: unknown): unknown {
+  if (error instanceof StepwiseError) return error;
+  const code = (error as { code?: string }).code ?? '';
+  const message = (error as Error).message ?? String(error);
+  const lost =
+    ['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EAI_AGAIN'].includes(code) ||
+    code.startsWith('08') || // connection exceptions
+    code.startsWith('57P') || // the server is shutting down or restarting
+    /Connection terminated|connection timeout|Client has encountered a connection error/i.test(message);
+  return lost
+    ? new StepwiseError(`database unavailable: ${message}`, 503, 'unavailable', undefined, true)
+    : error;
+}
+
+/**
+ * Runs `body` in one transaction on a pooled connection and commits it. A transaction that lost a
+ * race runs again from the start (up to 12 times; not for read-only `begin`s); a lost database
+ * becomes a 503. `check` runs before each attempt (e.g. to refuse once closed).
+ */
+export async function inTransaction<T>(
+  pool: pg.Pool,
+  body: (client: pg.PoolClient) => Promise<T>,
+  options: { begin?: string; retry?: boolean; check?: () => void } = {},
+): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    options.check?.();
+    const client = await pool.connect().catch((error) => {
+      throw unavailable(error);
+    });
+    try {
+      await client.query(options.begin ?? 'BEGIN');
+      const value = await body(client);
+      await client.query('COMMIT');
+      client.release();
+      return value;
+    } catch (error) {
+      let broken = false;
+      await client.query('ROLLBACK').catch(() => {
+        broken = true;
+      });
+      client.release(broken);
+      const code = (error as { code?: string }).code;
+      if (options.retry !== false && code && RETRYABLE.has(code) && attempt < MAX_ATTEMPTS) {
+        await new Promise((r) => setTimeout(r, Math.random() * 5 * attempt));
+        continue;
+      }
+      throw unavailable(error);
+    }
+  }
 }

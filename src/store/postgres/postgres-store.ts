@@ -101,7 +101,7 @@ import type {
   TrajectoryQuery,
   TrajectoryScan,
 } from '../store.js';
-import { openPostgresDatabase, redactUrl } from './connect.js';
+import { inTransaction, openPostgresDatabase, redactUrl, unavailable } from './connect.js';
 
 export interface PostgresStoreOptions {
   /** `postgres://user@host:port/database` */
@@ -115,33 +115,6 @@ export interface PostgresStoreOptions {
   tailCacheTokens?: number;
   /** Listen for changes made by other processes (default true). */
   listen?: boolean;
-}
-
-/** Errors after which the whole transaction is run again: it lost a race, nothing was written. */
-const RETRYABLE = new Set([
-  '40001', // serialization_failure
-  '40P01', // deadlock_detected
-  '23505', // unique_violation: another process created the same trajectory first
-]);
-
-const MAX_ATTEMPTS = 12;
-
-/**
- * The database is out of reach (down, restarting, the connection cut): a 503 the caller may retry.
- * A commit cut off this way may or may not have applied; every write here is safe to send again.
- */
-function unavailable(error: unknown): unknown {
-  if (error instanceof StepwiseError) return error;
-  const code = (error as { code?: string }).code ?? '';
-  const message = (error as Error).message ?? String(error);
-  const lost =
-    ['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EAI_AGAIN'].includes(code) ||
-    code.startsWith('08') || // connection exceptions
-    code.startsWith('57P') || // the server is shutting down or restarting
-    /Connection terminated|connection timeout|Client has encountered a connection error/i.test(message);
-  return lost
-    ? new StepwiseError(`database unavailable: ${message}`, 503, 'unavailable', undefined, true)
-    : error;
 }
 
 /** Events that may let a waiting consumer lease (the others only feed event readers). */
@@ -250,36 +223,24 @@ export class PostgresStore implements Store {
    * lost a race (deadlock, serialization failure, a row another process created first) runs again.
    */
   private async write<T>(fn: (tx: Tx) => Promise<T>): Promise<T> {
-    for (let attempt = 1; ; attempt++) {
-      if (this.closed) throw new StepwiseError('store is closed', 503, 'unavailable', undefined, true);
-      const client = await this.pool.connect().catch((error) => {
-        throw unavailable(error);
-      });
-      const tx = new Tx(client);
-      let value: T;
-      try {
-        await client.query('BEGIN');
-        value = await fn(tx);
+    let tx = null as Tx | null;
+    const value = await inTransaction(
+      this.pool,
+      async (client) => {
+        tx = new Tx(client);
+        const result = await fn(tx);
         await this.flush(tx);
-        await client.query('COMMIT');
-        client.release();
-      } catch (error) {
-        let broken = false;
-        await client.query('ROLLBACK').catch(() => {
-          broken = true;
-        });
-        client.release(broken);
-        const code = (error as { code?: string }).code;
-        if (code && RETRYABLE.has(code) && attempt < MAX_ATTEMPTS) {
-          await new Promise((r) => setTimeout(r, Math.random() * 5 * attempt));
-          continue;
-        }
-        throw unavailable(error);
-      }
-      for (const [id, tail] of tx.log.tails) this.tails.set(id, tail);
-      for (const id of tx.log.forgetTails) this.tails.delete(id);
-      return value;
-    }
+        return result;
+      },
+      { check: () => this.checkOpen() },
+    );
+    for (const [id, tail] of tx!.log.tails) this.tails.set(id, tail);
+    for (const id of tx!.log.forgetTails) this.tails.delete(id);
+    return value;
+  }
+
+  private checkOpen(): void {
+    if (this.closed) throw new StepwiseError('store is closed', 503, 'unavailable', undefined, true);
   }
 
   /** Appends the transaction's events and counters under the event lock, then announces them. */
@@ -314,7 +275,7 @@ export class PostgresStore implements Store {
 
   /** Reads outside a write transaction (each statement sees what was committed before it). */
   private async read<T>(text: string, values: unknown[] = []): Promise<T[]> {
-    if (this.closed) throw new StepwiseError('store is closed', 503, 'unavailable', undefined, true);
+    this.checkOpen();
     try {
       return (await this.pool.query(prepared(text, values))).rows as T[];
     } catch (error) {
@@ -328,24 +289,11 @@ export class PostgresStore implements Store {
 
   /** Runs reads on one connection in one snapshot (REPEATABLE READ, read only). */
   private async snapshot<T>(fn: (tx: Tx) => Promise<T>): Promise<T> {
-    if (this.closed) throw new StepwiseError('store is closed', 503, 'unavailable', undefined, true);
-    const client = await this.pool.connect().catch((error) => {
-      throw unavailable(error);
+    return inTransaction(this.pool, (client) => fn(new Tx(client)), {
+      begin: 'BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY',
+      retry: false,
+      check: () => this.checkOpen(),
     });
-    try {
-      await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
-      const value = await fn(new Tx(client));
-      await client.query('COMMIT');
-      client.release();
-      return value;
-    } catch (error) {
-      let broken = false;
-      await client.query('ROLLBACK').catch(() => {
-        broken = true;
-      });
-      client.release(broken);
-      throw unavailable(error);
-    }
   }
 
   // ---- change notifications -------------------------------------------------------------------
