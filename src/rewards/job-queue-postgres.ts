@@ -12,6 +12,7 @@ import {
   type JobRequest,
   type JobRow,
   type JobState,
+  jobFilterConditions,
   type RewardJob,
   type RewardJobQueue,
   toJob,
@@ -410,25 +411,14 @@ export class PostgresRewardJobQueue implements RewardJobQueue {
   }
 
   async list(filter: JobFilter): Promise<RewardJob[]> {
-    const clauses: string[] = [];
-    const params: unknown[] = [];
-    const add = (column: string, op: string, value: unknown) => {
-      if (value === undefined) return;
-      params.push(value);
-      clauses.push(`${column} ${op} $${params.length}`);
-    };
-    add('state', '=', filter.state);
-    add('kind', '=', filter.kind);
-    add('channel', '=', filter.channel);
-    add('trajectory_id', '=', filter.trajectoryId);
-    add('group_id', '=', filter.groupId);
-    add('function', '=', filter.function);
-    add('id', '<', filter.beforeId);
-    params.push(filter.limit);
-    const where = clauses.length > 0 ? `WHERE ${clauses.join(' AND ')}` : '';
+    const conditions = jobFilterConditions(filter);
+    const where =
+      conditions.length > 0
+        ? `WHERE ${conditions.map((c, i) => `${c.column} ${c.op} $${i + 1}`).join(' AND ')}`
+        : '';
     const rows = await this.read<JobRow>(
-      `SELECT * FROM reward_jobs ${where} ORDER BY id DESC LIMIT $${params.length}`,
-      params,
+      `SELECT * FROM reward_jobs ${where} ORDER BY id DESC LIMIT $${conditions.length + 1}`,
+      [...conditions.map((c) => c.value), filter.limit],
     );
     return rows.map(toJob);
   }

@@ -140,6 +140,20 @@ export interface RewardJobQueue {
   close(): Promise<void>;
 }
 
+/** What a job listing filters on, as (column, operator, value): each backend writes its own SQL. */
+export function jobFilterConditions(filter: JobFilter): { column: string; op: '=' | '<'; value: unknown }[] {
+  const all: { column: string; op: '=' | '<'; value: unknown }[] = [
+    { column: 'state', op: '=', value: filter.state },
+    { column: 'kind', op: '=', value: filter.kind },
+    { column: 'channel', op: '=', value: filter.channel },
+    { column: 'trajectory_id', op: '=', value: filter.trajectoryId },
+    { column: 'group_id', op: '=', value: filter.groupId },
+    { column: 'function', op: '=', value: filter.function },
+    { column: 'id', op: '<', value: filter.beforeId },
+  ];
+  return all.filter((c) => c.value !== undefined);
+}
+
 /** A `reward_jobs` row as both backends store it. */
 export interface JobRow {
   id: number;
@@ -481,26 +495,16 @@ export class SqliteRewardJobQueue implements RewardJobQueue {
   }
 
   async list(filter: JobFilter): Promise<RewardJob[]> {
-    const clauses: string[] = [];
-    const params: unknown[] = [];
-    const add = (clause: string, value: unknown) => {
-      if (value === undefined) return;
-      clauses.push(clause);
-      params.push(value);
-    };
     // With a target named, its index narrows best: `+` keeps SQLite from picking the state index.
     const byTarget = filter.trajectoryId !== undefined || filter.groupId !== undefined;
-    add(byTarget ? '+state = ?' : 'state = ?', filter.state);
-    add('kind = ?', filter.kind);
-    add('channel = ?', filter.channel);
-    add('trajectory_id = ?', filter.trajectoryId);
-    add('group_id = ?', filter.groupId);
-    add('function = ?', filter.function);
-    add('id < ?', filter.beforeId);
-    const where = clauses.length > 0 ? `WHERE ${clauses.join(' AND ')}` : '';
+    const conditions = jobFilterConditions(filter);
+    const where =
+      conditions.length > 0
+        ? `WHERE ${conditions.map((c) => `${c.column === 'state' && byTarget ? '+state' : c.column} ${c.op} ?`).join(' AND ')}`
+        : '';
     const rows = this.db
       .prepare(`SELECT * FROM reward_jobs ${where} ORDER BY id DESC LIMIT ?`)
-      .all(...params, filter.limit) as JobRow[];
+      .all(...conditions.map((c) => c.value), filter.limit) as JobRow[];
     return rows.map(toJob);
   }
 
