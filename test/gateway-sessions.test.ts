@@ -302,7 +302,9 @@ describe('online sessions on the fixed base_url', () => {
       await call(client, [{ role: 'user', content: key }], { user: key });
     const byKey = async (key: string) =>
       (await sessionTrajectories(server)).find((t) => t.metadata.session_key === key)!;
-    await expect.poll(async () => (await byKey('s2')).status).toBe('complete');
+    // The session counts as closed once its completion is acknowledged (after the store shows it).
+    await expect.poll(() => server.gateway.stats().sessions.closed_evicted).toBe(1);
+    expect((await byKey('s2')).status).toBe('complete');
     expect((await byKey('s2')).metadata.session_closed).toBe('evicted');
     expect((await byKey('s1')).status).toBe('open');
     expect((await byKey('s3')).status).toBe('open');

@@ -285,24 +285,34 @@ describe('gateway: black-box protocol with the openai client', () => {
     expect(sb!.metadata.model).toBe('qwen3');
   });
 
-  it('commits a captured step when the next call goes to the engine, and all of them before completing', async () => {
-    // A long capture wait isolates the two triggers: forwarding the next call, and completing. The
-    // engine is a sim over HTTP that takes 30 ms to answer, so the gateway is idle while it waits.
+  it('commits captured steps while a later call waits on the engine once they waited half their deferral, and all before completing', async () => {
+    // A long capture wait (2 s) isolates the triggers: forwarding a call, and completing. The engine
+    // is a sim over HTTP that takes 30 ms to answer, so the gateway is idle while it waits.
     const sim = await startSimServer({ port: 0, ttftMs: 30 });
     onTestFinished(() => sim.close());
-    const server = await serve({ engines: [`vllm=${sim.url}`], gatewayOptions: { captureDeferMs: 60_000 } });
+    const server = await serve({ engines: [`vllm=${sim.url}`], gatewayOptions: { captureDeferMs: 2_000 } });
     const t = await init(server);
     const ask = (content: string) =>
       client(t).chat.completions.create({ model: 'm', messages: [{ role: 'user', content }] });
+    const stored = async () => (await server.pool.getTrajectorySteps(t.trajectory_uid)).map((s) => s.index);
+    const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+    const started = performance.now();
     await ask('first');
-    await new Promise((r) => setTimeout(r, 50));
-    expect(await server.pool.getTrajectorySteps(t.trajectory_uid)).toHaveLength(0);
+    await sleep(50);
+    expect(await stored()).toEqual([]);
+    // The first step has waited well under 1 s: a call now leaves it to gather company.
     await ask('second');
-    await new Promise((r) => setTimeout(r, 50));
-    expect((await server.pool.getTrajectorySteps(t.trajectory_uid)).map((s) => s.index)).toEqual([0]);
+    await sleep(50);
+    expect(await stored()).toEqual([]);
+    await sleep(1_100 - (performance.now() - started));
+    // Past half the deferral: this call's engine wait commits both steps, before the 2 s timer.
+    await ask('third');
+    await sleep(50);
+    expect(performance.now() - started).toBeLessThan(1_900);
+    expect(await stored()).toEqual([0, 1]);
     const done = await complete(t);
-    expect(done.json).toMatchObject({ status: 'complete', n_steps: 2 });
-    expect((await server.pool.getTrajectorySteps(t.trajectory_uid)).map((s) => s.index)).toEqual([0, 1]);
+    expect(done.json).toMatchObject({ status: 'complete', n_steps: 3 });
+    expect(await stored()).toEqual([0, 1, 2]);
   });
 
   it('register_trajectory merges metadata; complete_trajectory sets the reward and closes the session', async () => {

@@ -197,7 +197,12 @@ function addServerOptions(command: Command, role: 'all' | 'gateway'): void {
       0,
     )
     .addOption(
-      new Option('--sync <mode>', 'SQLite synchronous mode').choices(['full', 'normal']).default('full'),
+      new Option(
+        '--sync <mode>',
+        'SQLite durability: full acknowledges a commit once it is flushed to disk (survives power loss), normal once written (survives a crash)',
+      )
+        .choices(['full', 'normal'])
+        .default('full'),
     )
     .option('--n-rollouts <n>', 'default group size for new channels', int('--n-rollouts', 1))
     .option(

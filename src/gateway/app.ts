@@ -1,5 +1,4 @@
 import { type Context, Hono } from 'hono';
-import { bodyLimit } from 'hono/body-limit';
 import { HTTPException } from 'hono/http-exception';
 import { streamSSE } from 'hono/streaming';
 import type { Logger } from 'pino';
@@ -40,8 +39,6 @@ import { mountGatewayRoutes } from './routes.js';
 export interface AppOptions {
   pool: DataPool;
   apiKeys?: readonly ApiKey[];
-  /** Largest accepted request body; bigger ones get 413 before they are read. */
-  maxBodyBytes?: number;
   logger?: Logger;
   /** The LLM gateway; its routes share this app (and port) when given. */
   gateway?: Gateway;
@@ -131,7 +128,6 @@ const SignalListQuery = z.strictObject({
 export function createApp(options: AppOptions): Hono<Env> {
   const { pool } = options;
   const app = new Hono<Env>();
-  const maxBodyBytes = options.maxBodyBytes ?? 64 * 1024 * 1024;
 
   app.onError((error, c) => {
     if (error instanceof StepwiseError) return c.json(error.toJSON(), error.status as 400);
@@ -151,27 +147,7 @@ export function createApp(options: AppOptions): Hono<Env> {
   app.get('/ready', async (c) => c.json({ ok: true, store: pool.store.kind }));
 
   app.use('*', authenticate(options.apiKeys ?? []));
-  // Declared lengths are checked from the header, so the body is read by the adapter's fast path;
-  // only bodies without a length (chunked) go through the streaming counter.
-  const tooLarge = (c: Context) =>
-    c.json(
-      {
-        error: {
-          code: 'payload_too_large',
-          message: `body: larger than ${maxBodyBytes} bytes`,
-          field: 'body',
-        },
-      },
-      413,
-    );
-  const streamingLimit = bodyLimit({ maxSize: maxBodyBytes, onError: tooLarge });
-  app.use('*', async (c, next) => {
-    if (c.req.method === 'GET' || c.req.method === 'HEAD') return next();
-    const declared = c.req.header('content-length');
-    if (declared === undefined) return streamingLimit(c, next);
-    if (Number(declared) > maxBodyBytes) return tooLarge(c);
-    return next();
-  });
+  // Body sizes are limited where requests are read (util/http-server.ts), before any route runs.
 
   // ---- producers (agent scope) ----------------------------------------------------------------
 

@@ -392,9 +392,10 @@ export class Gateway {
         const sending = router.send(session.id, 'POST', path, null, upstream.signal, (engine) =>
           JSON.stringify(upstreamBody(kind, request, engine, router.models(engine.id))),
         );
-        // The request is on its way and the gateway idles until the engine answers: commit the
-        // steps captured behind earlier answers now.
-        this.pool.flushWrites();
+        // The request is on its way and the gateway idles until the engine answers: a good moment
+        // to commit the steps captured behind earlier answers, once they have waited half their
+        // deferral (committing each call's step alone would cost a transaction per call).
+        this.pool.flushWrites(this.captureDeferMs / 2);
         routed = await sending;
       } catch (error) {
         signal.removeEventListener('abort', onAbort);
@@ -570,9 +571,19 @@ export class Gateway {
         return new Response(null, { status: 499 });
       }
       const capture = new CompletionCapture();
-      capture.addCompletion(answer);
-      const written = this.capture(ctx, capture.result(), null);
-      if (this.commitBeforeAnswer) await written;
+      if (this.commitBeforeAnswer) {
+        capture.addCompletion(answer);
+        await this.capture(ctx, capture.result(), null);
+      } else {
+        this.captureAfterAnswer(
+          ctx,
+          () => {
+            capture.addCompletion(answer);
+            return capture.result();
+          },
+          null,
+        );
+      }
       return new Response(text, { status: 200, headers: JSON_HEADERS });
     } finally {
       ctx.finish();
@@ -645,10 +656,11 @@ export class Gateway {
           forward(controller, take(decoder.end()));
           if (!end()) return;
           if (sawDone && garbage === null) {
-            const written = this.capture(ctx, capture.result(), capture.firstTokenAt);
             if (this.commitBeforeAnswer) {
-              await written;
+              await this.capture(ctx, capture.result(), capture.firstTokenAt);
               controller.enqueue(utf8.encode('data: [DONE]\n\n'));
+            } else {
+              this.captureAfterAnswer(ctx, () => capture.result(), capture.firstTokenAt);
             }
           } else {
             const message = garbage ?? `engine ${routed.engine.id} ended the stream without [DONE]`;
@@ -701,11 +713,34 @@ export class Gateway {
     return new Response(body, { status: 200, headers: SSE_HEADERS });
   }
 
+  /**
+   * Captures a generation once its answer is handed to the agent (the next turn of the event loop,
+   * before another request is read), so building the step never delays the answer. Completing the
+   * trajectory waits for it like for any write.
+   */
+  private captureAfterAnswer(ctx: CallContext, captured: () => Captured, firstTokenAt: number | null): void {
+    const { session } = ctx;
+    const endedAt = performance.now();
+    const later: Promise<void> = new Promise<void>((resolve) => {
+      setImmediate(() => {
+        try {
+          resolve(this.capture(ctx, captured(), firstTokenAt, endedAt));
+        } catch (error) {
+          this.lostSteps++;
+          this.logger?.error({ err: error, trajectory: session.id }, 'a generation could not be captured');
+          resolve();
+        }
+      });
+    }).finally(() => session.writes.delete(later));
+    session.writes.add(later);
+  }
+
   /** Turns a finished generation into the session's next step and writes it behind the answer. */
   private capture(
     ctx: CallContext,
     captured: Captured,
     firstTokenAt: number | null,
+    endedAt = performance.now(),
   ): Promise<void> | undefined {
     const { session, request, routed } = ctx;
     let promptIds = captured.promptIds;
@@ -742,7 +777,6 @@ export class Gateway {
         return undefined;
       }
     }
-    const now = performance.now();
     const metadata: JsonObject = {};
     for (const field of SAMPLING_FIELDS)
       if (request[field] !== undefined) metadata[field] = request[field] as never;
@@ -786,7 +820,7 @@ export class Gateway {
       responseText: captured.content,
       toolCalls: captured.toolCalls.length > 0 ? (captured.toolCalls as unknown as JsonObject[]) : null,
       toolResults: null,
-      latencyMs: now - ctx.started,
+      latencyMs: endedAt - ctx.started,
       ttftMs: firstTokenAt !== null ? firstTokenAt - ctx.started : null,
       engineId: routed.engine.id,
       trainingPromptIds,

@@ -134,13 +134,12 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       pool,
       gateway,
       apiKeys,
-      maxBodyBytes: options.maxBodyBytes,
       logger: options.logger,
       publicUrl: options.publicUrl,
       role: options.role,
       rewards: rewards ?? undefined,
     });
-    listening = await listen(app.fetch, host, options.port ?? 8100);
+    listening = await listen(app.fetch, host, options.port ?? 8100, { maxBodyBytes: options.maxBodyBytes });
   } catch (error) {
     await rewards?.close();
     await pool.close(); // e.g. the port is taken: leave no store or timer behind

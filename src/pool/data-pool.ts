@@ -173,8 +173,8 @@ export class DataPool {
   }
 
   /** Commits deferred submissions at the next turn of the event loop. */
-  flushWrites(): void {
-    this.writer.flushSoon();
+  flushWrites(withinMs?: number): void {
+    this.writer.flushSoon(withinMs);
   }
 
   async createTrajectory(input: CreateTrajectoryInput): Promise<Trajectory> {

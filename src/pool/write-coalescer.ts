@@ -39,9 +39,12 @@ export class WriteCoalescer<Req, Res> {
     });
   }
 
-  /** Commits what is queued at the next turn of the event loop rather than when its wait ends. */
-  flushSoon(): void {
-    if (this.queue.length > 0) {
+  /**
+   * Commits what is queued at the next turn of the event loop rather than when its wait ends; with
+   * `withinMs`, only if that wait ends within withinMs anyway (else more writes may join the batch).
+   */
+  flushSoon(withinMs = Number.POSITIVE_INFINITY): void {
+    if (this.queue.length > 0 && this.queueDue - performance.now() <= withinMs) {
       this.queueDue = performance.now();
       this.schedule(0);
     }

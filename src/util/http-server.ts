@@ -1,5 +1,7 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { serve } from '@hono/node-server';
+import { getRequestListener } from '@hono/node-server';
+import { StepwiseError } from '../domain/errors.js';
 
 export interface Listening {
   url: string;
@@ -11,15 +13,81 @@ export interface Listening {
   close(drain?: () => Promise<void>, graceMs?: number): Promise<void>;
 }
 
+export interface ListenOptions {
+  /** Largest request body accepted (default 64 MiB); a larger one is answered 413 unread. */
+  maxBodyBytes?: number;
+}
+
+export const DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024;
+
+type Listener = (req: IncomingMessage, res: ServerResponse) => void;
+
+function tooLarge(res: ServerResponse, maxBodyBytes: number): void {
+  const error = new StepwiseError(
+    `body: larger than ${maxBodyBytes} bytes`,
+    413,
+    'payload_too_large',
+    'body',
+  );
+  // The rest of the body is not read: the connection cannot carry another request.
+  res.writeHead(413, { 'content-type': 'application/json', connection: 'close' });
+  res.end(JSON.stringify(error.toJSON()));
+}
+
+/**
+ * Reads each request body whole, up to the limit, before the handler runs: the handler gets it as
+ * `rawBody` (which the Hono adapter reads without a stream), and no handler sees an oversized body.
+ * A declared length over the limit is refused before a byte is read; a chunked body when it crosses
+ * the limit.
+ */
+function readBodiesFirst(maxBodyBytes: number, handle: Listener): Listener {
+  return (req, res) => {
+    if (req.method === 'GET' || req.method === 'HEAD') return handle(req, res);
+    const declared = req.headers['content-length'];
+    if (declared !== undefined && Number(declared) > maxBodyBytes) {
+      req.resume();
+      return tooLarge(res, maxBodyBytes);
+    }
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const onData = (chunk: Buffer) => {
+      size += chunk.length;
+      if (size <= maxBodyBytes) return void chunks.push(chunk);
+      req.off('data', onData);
+      req.off('end', onEnd);
+      chunks.length = 0;
+      req.resume();
+      tooLarge(res, maxBodyBytes);
+    };
+    const onEnd = () => {
+      (req as IncomingMessage & { rawBody: Buffer }).rawBody =
+        chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size);
+      handle(req, res);
+    };
+    req.on('data', onData);
+    req.on('end', onEnd);
+    // A client that goes away mid-body gets no answer; the socket is already gone.
+    req.on('error', () => {});
+  };
+}
+
 /** Serves a fetch handler on host:port (0: any free port); rejects if it cannot listen. */
 export async function listen(
   fetch: (request: Request) => Response | Promise<Response>,
   host: string,
   port: number,
+  options: ListenOptions = {},
 ): Promise<Listening> {
-  const server = await new Promise<ReturnType<typeof serve>>((resolve, reject) => {
-    const s = serve({ fetch, hostname: host, port }, () => resolve(s));
-    s.once('error', reject);
+  const handle = getRequestListener(fetch, { hostname: host }) as Listener;
+  const server: Server = createServer(
+    readBodiesFirst(options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES, handle),
+  );
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, host, () => {
+      server.off('error', reject);
+      resolve();
+    });
   });
   const bound = (server.address() as AddressInfo).port;
   const shownHost = host.includes(':') ? `[${host}]` : host;

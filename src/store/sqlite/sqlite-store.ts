@@ -103,6 +103,7 @@ import type {
 } from '../store.js';
 import { sqliteMigrations } from './migrations.js';
 import { statementCache } from './statements.js';
+import { WalSync } from './wal-sync.js';
 
 export interface SqliteStoreOptions {
   path: string;
@@ -116,8 +117,9 @@ export interface SqliteStoreOptions {
 
 export async function openSqliteStore(options: SqliteStoreOptions): Promise<SqliteStore> {
   const db = new Database(options.path);
-  db.pragma('journal_mode = WAL');
-  db.pragma(`synchronous = ${options.synchronous ?? 'FULL'}`);
+  const journal = db.pragma('journal_mode = WAL', { simple: true });
+  const synchronous = options.synchronous ?? 'FULL';
+  db.pragma(`synchronous = ${synchronous}`);
   db.pragma(`busy_timeout = ${options.busyTimeoutMs ?? 10_000}`);
   db.pragma('cache_size = -65536');
   db.pragma('temp_store = MEMORY');
@@ -129,7 +131,11 @@ export async function openSqliteStore(options: SqliteStoreOptions): Promise<Sqli
     await kysely.destroy();
     throw new Error(`migrating ${options.path} failed at ${failed?.migrationName ?? '?'}: ${String(error)}`);
   }
-  return new SqliteStore(db, kysely, options);
+  // FULL: commit without flushing and flush the WAL off the thread before acknowledging (WalSync).
+  // Where there is no WAL file to flush (an in-memory database), SQLite's own FULL stays on.
+  const wal = synchronous === 'FULL' && journal === 'wal' ? WalSync.open(`${db.name}-wal`) : null;
+  if (wal) db.pragma('synchronous = NORMAL');
+  return new SqliteStore(db, kysely, options, wal);
 }
 
 export class SqliteStore implements Store {
@@ -147,6 +153,8 @@ export class SqliteStore implements Store {
     private readonly db: Database.Database,
     private readonly kysely: Kysely<ListSchema>,
     options: SqliteStoreOptions,
+    /** Flushes commits to disk off the thread (synchronous FULL on a file database), else null. */
+    private readonly wal: WalSync | null = null,
   ) {
     this.stmt = statementCache(db);
     this.queries = new ListQueries(kysely, 'sqlite');
@@ -161,8 +169,18 @@ export class SqliteStore implements Store {
   /** Channel settings read during the open write transaction (settings change rarely; reads add up). */
   private txChannels: Map<string, ChannelConfig> | null = null;
 
+  /**
+   * Runs fn in one IMMEDIATE transaction and resolves once the commit is durable: what a write
+   * method returns is never acknowledged before it would survive power loss (see WalSync).
+   */
+  private async write<T>(fn: (log: TxLog) => T): Promise<T> {
+    const value = this.commit(fn);
+    await this.wal?.durable();
+    return value;
+  }
+
   /** Runs fn in one IMMEDIATE transaction, writes its counters, then applies its cache effects. */
-  private write<T>(fn: (log: TxLog) => T): T {
+  private commit<T>(fn: (log: TxLog) => T): T {
     if (this.closed) throw new StepwiseError('store is closed', 503, 'unavailable', undefined, true);
     const log = new TxLog();
     this.txChannels = new Map();
@@ -175,6 +193,7 @@ export class SqliteStore implements Store {
           return value;
         })
         .immediate();
+      this.wal?.commit();
     } finally {
       this.txChannels = null;
     }
@@ -319,7 +338,7 @@ export class SqliteStore implements Store {
   }
 
   async setPolicyVersion(version: number, now: number): Promise<void> {
-    this.write(() => {
+    await this.write(() => {
       const previous = this.policyVersionNow();
       this.writeMeta('policy_version', String(version));
       this.emit('policy_version_changed', null, { previous, version }, now);
@@ -641,15 +660,17 @@ export class SqliteStore implements Store {
   async submitBatch(requests: SubmitRequest[], now: number): Promise<SubmitOutcome[]> {
     try {
       // Fast path: most batches hold no bad submission, so apply them all without savepoints.
-      return this.write((log) => {
+      const outcomes = this.commit((log) => {
         const policyVersion = this.policyVersionNow();
         return requests.map((request) => ({
           ok: true as const,
           ...this.applySubmission(request, policyVersion, now, log),
         }));
       });
+      await this.wal?.durable();
+      return outcomes;
     } catch (error) {
-      if (!(error instanceof StepwiseError) || this.closed) throw error;
+      if (!(error instanceof StepwiseError) || this.closed || this.wal?.failed) throw error;
     }
     // Something was rejected: redo the batch with one savepoint per submission, so a rejected
     // submission leaves no trace and the others still commit.
@@ -988,7 +1009,7 @@ export class SqliteStore implements Store {
   }
 
   async recordCallFailure(failure: CallFailure, now: number): Promise<void> {
-    this.write((log) => {
+    await this.write((log) => {
       this.ensureChannel(failure.channel, now);
       log.count(failure.channel, failure.kind === 'aborted' ? 'calls_aborted' : 'calls_upstream_error');
       this.emit('call_failed', failure.channel, callFailedData(failure), now);
@@ -996,7 +1017,7 @@ export class SqliteStore implements Store {
   }
 
   async leaseBatch(params: LeaseParams, now: number): Promise<LeasedBatch | null> {
-    const leased = this.write((log) => {
+    const leased = await this.write((log) => {
       this.expireLeasesTx(now, log);
       this.sweepTimeoutsTx(now, log);
       let config = this.channelConfig(params.channel);
@@ -1178,8 +1199,8 @@ export class SqliteStore implements Store {
     return row ? toLease(row) : null;
   }
 
-  private endLease(leaseId: string, outcome: 'acked' | 'nacked', now: number): Lease {
-    const result = this.write((log): Lease | ConflictError => {
+  private async endLease(leaseId: string, outcome: 'acked' | 'nacked', now: number): Promise<Lease> {
+    const result = await this.write((log): Lease | ConflictError => {
       const lease = this.leaseRow(leaseId);
       if (!lease) throw new NotFoundError(`lease ${leaseId} does not exist`);
       if (lease.state === outcome) return toLease(lease); // a retried ack or nack
@@ -1413,6 +1434,8 @@ export class SqliteStore implements Store {
     const rows = this.stmt(`SELECT * FROM events WHERE ${clauses.join(' AND ')} ORDER BY seq LIMIT ?`).all(
       ...params,
     ) as { seq: number; ts: number; type: EventType; channel: string | null; data: string }[];
+    // A reader's cursor must not get ahead of what a power loss would keep (seqs would be reused).
+    if (rows.length > 0) await this.wal?.durable();
     return rows.map((r) => ({
       seq: r.seq,
       ts: r.ts,
@@ -1603,6 +1626,7 @@ export class SqliteStore implements Store {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    await this.wal?.close();
     await this.kysely.destroy();
   }
 }
