@@ -177,8 +177,9 @@ describe('gateway: black-box protocol with the openai client', () => {
     expect(step!.responseIds).toEqual(ids);
     expect(step!.responseLogprobs).toHaveLength(ids.length);
     expect(usage!.completion_tokens).toBe(ids.length);
-    expect(step!.ttftMs).toBeGreaterThan(0);
-    expect(step!.ttftMs!).toBeLessThan(step!.latencyMs!);
+    // The first token came after the sim's 20 ms ttft, and well before the end of the stream.
+    expect(step!.ttftMs).toBeGreaterThanOrEqual(19);
+    expect(step!.latencyMs! - step!.ttftMs!).toBeGreaterThan(5);
     // Forwarded as they came: paced at 400 tokens/s, the chunks did not arrive all at once.
     expect(arrivals.at(-1)! - arrivals[1]!).toBeGreaterThan(5);
   });
@@ -470,6 +471,48 @@ describe('gateway: bad input and failing engines', () => {
       hanging.close();
       garbage.close();
     }
+  });
+
+  it('forwards a stream whose engine sent an event that is not JSON, and records the call as failed, not as a step', async () => {
+    const chunk = (delta: object, extra: object = {}) =>
+      JSON.stringify({
+        id: 'c',
+        object: 'chat.completion.chunk',
+        model: 'm',
+        choices: [{ index: 0, delta, token_ids: [11], logprobs: null, finish_reason: null }],
+        ...extra,
+      });
+    const events = [
+      chunk({ role: 'assistant', content: 'Hel' }, { prompt_token_ids: [1, 2] }),
+      '{oops',
+      chunk({ content: 'lo' }),
+    ];
+    const engine = http.createServer((_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.end(`${events.map((e) => `data: ${e}\n\n`).join('')}data: [DONE]\n\n`);
+    });
+    await new Promise<void>((r) => engine.listen(0, '127.0.0.1', r));
+    onTestFinished(() => void engine.close());
+    const server = await serve({
+      engines: [`vllm=http://127.0.0.1:${(engine.address() as { port: number }).port}`],
+    });
+    const t = await init(server);
+    const res = await fetch(`${t.base_url}/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }], stream: true }),
+    });
+    const text = await res.text();
+    // The agent got what the engine sent, in order, to its [DONE].
+    expect(text).toBe(`${events.map((e) => `data: ${e}\n\n`).join('')}data: [DONE]\n\n`);
+    await expect.poll(async () => (await server.pool.stats()).failedCalls.upstreamError).toBe(1);
+    const [failure] = await server.pool.events({ after: 0, limit: 10, types: ['call_failed'] });
+    expect(failure!.data).toMatchObject({
+      kind: 'upstream_error',
+      message: expect.stringMatching(/not JSON/),
+    });
+    await complete(t);
+    expect(await server.pool.getTrajectorySteps(t.trajectory_uid)).toEqual([]);
   });
 
   it('an agent that disconnects mid-stream cancels the generation; the call is recorded as aborted', async () => {

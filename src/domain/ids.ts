@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { z } from 'zod';
+import { parseOrThrow } from './errors.js';
 
 /** 128 random bits, hex: trajectory ids are capabilities (holding one lets you write to it). */
 export function newTrajectoryId(): string {
@@ -16,6 +17,14 @@ export const ClientId = z
   .min(1, 'must not be empty')
   .max(128, 'must be at most 128 characters')
   .regex(/^[A-Za-z0-9._:-]+$/, 'may contain only letters, digits and . _ : -');
+
+const VALID_CLIENT_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+
+/** A ClientId from a URL path: checked without the schema on the hot path, its messages on failure. */
+export function clientIdParam(value: string | undefined, field: string): string {
+  if (value !== undefined && VALID_CLIENT_ID.test(value)) return value;
+  return parseOrThrow(ClientId, value, field);
+}
 
 export const ChannelName = z
   .string()

@@ -77,8 +77,8 @@ export class CompletionCapture {
     if (typeof choice.finish_reason === 'string') this.finishReason = choice.finish_reason;
   }
 
-  /** One streamed chunk (`chat.completion.chunk` or a streamed `text_completion`). */
-  addChunk(chunk: unknown): void {
+  /** One streamed chunk (`chat.completion.chunk` or a streamed `text_completion`), arrived `at`. */
+  addChunk(chunk: unknown, at?: number): void {
     if (!isObject(chunk)) return;
     this.readEnvelope(chunk);
     const choice = Array.isArray(chunk.choices) ? chunk.choices[0] : undefined;
@@ -100,7 +100,7 @@ export class CompletionCapture {
     }
     if (typeof choice.finish_reason === 'string') this.finishReason = choice.finish_reason;
     const after = this.responseIds.length + this.content.length + this.calls.size;
-    if (this.firstTokenAt === null && after > before) this.firstTokenAt = this.clock();
+    if (this.firstTokenAt === null && after > before) this.firstTokenAt = at ?? this.clock();
   }
 
   private readEnvelope(o: Json): void {

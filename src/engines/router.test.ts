@@ -12,6 +12,7 @@ function reply(status: number, text = '', contentType = 'application/json'): Ups
     body: (async function* () {
       if (text !== '') yield encoder.encode(text);
     })(),
+    text: async () => text,
     discard: () => {},
   };
 }

@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import { StepwiseError } from '../domain/errors.js';
-import { type EngineKind, readText, type Transport, UpstreamError, type UpstreamReply } from './upstream.js';
+import { type EngineKind, type Transport, UpstreamError, type UpstreamReply } from './upstream.js';
 
 /*
  * Spreads calls over the configured engines: a trajectory stays on the engine that served it (its
@@ -70,7 +70,7 @@ export class EngineRouter {
         const signal = AbortSignal.timeout(5_000);
         try {
           const reply = await engine.transport.send('GET', '/v1/models', null, signal);
-          const text = await readText(reply.body);
+          const text = await reply.text();
           const ok = reply.status === 200;
           if (ok) {
             const list = JSON.parse(text) as { data?: { id?: unknown }[] };

@@ -52,6 +52,8 @@ export interface UpstreamReply {
   status: number;
   contentType: string;
   body: AsyncIterable<Uint8Array>;
+  /** Reads the whole body as UTF-8 text (instead of iterating `body`). */
+  text(): Promise<string>;
   /** Stops reading and releases the connection. */
   discard(): void;
 }
@@ -122,6 +124,7 @@ export function httpTransport(baseUrl: string, options: HttpTransportOptions = {
           status: reply.statusCode,
           contentType: Array.isArray(type) ? (type[0] ?? '') : (type ?? ''),
           body: reply.body,
+          text: () => reply.body.text(),
           discard: () => reply.body.destroy(),
         };
       } catch (error) {
@@ -164,6 +167,7 @@ export function fetchTransport(
         status: response.status,
         contentType: response.headers.get('content-type') ?? '',
         body: stream ?? (async function* () {})(),
+        text: () => response.text(),
         discard: () => void stream?.cancel().catch(() => {}),
       };
     },

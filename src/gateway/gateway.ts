@@ -13,7 +13,7 @@ import {
 import { type Captured, CompletionCapture } from '../engines/capture.js';
 import { retokenizeChat, retokenizeText } from '../engines/retokenize.js';
 import type { Engine, EngineRouter, RoutedReply } from '../engines/router.js';
-import { readText, UpstreamError } from '../engines/upstream.js';
+import { UpstreamError } from '../engines/upstream.js';
 import type { DataPool } from '../pool/data-pool.js';
 import type { ToolResultAttachment } from '../store/store.js';
 import { type ChatTokenizer, loadQwen3Tokenizer, SseDecoder } from '../text/index.js';
@@ -122,6 +122,8 @@ const SSE_HEADERS = {
   'x-accel-buffering': 'no',
 };
 const utf8 = new TextEncoder();
+/** Streamed events held for the capture at most, before they are read (see forwardStream). */
+const UNREAD_EVENTS = 256;
 
 /** Request fields kept with each step (what shaped the sampling), beside messages and tools. */
 const SAMPLING_FIELDS = [
@@ -352,7 +354,7 @@ export class Gateway {
     const router = this.requireRouter();
     const reply = await router.send(null, 'GET', '/v1/models', null, AbortSignal.timeout(10_000));
     try {
-      const text = await readText(reply.reply.body);
+      const text = await reply.reply.text();
       return new Response(text, { status: reply.reply.status, headers: JSON_HEADERS });
     } finally {
       reply.done();
@@ -361,9 +363,16 @@ export class Gateway {
 
   /**
    * Forwards one chat (`kind: 'chat'`) or text (`'text'`) completion for a session and captures it.
-   * `body` is the agent's parsed request; `signal` aborts when the agent goes away.
+   * `body` is the agent's parsed request and `raw` its text when at hand; `signal` aborts when the
+   * agent goes away.
    */
-  async call(session: Session, kind: CallKind, body: unknown, signal: AbortSignal): Promise<Response> {
+  async call(
+    session: Session,
+    kind: CallKind,
+    body: unknown,
+    signal: AbortSignal,
+    raw: string | null = null,
+  ): Promise<Response> {
     const router = this.requireRouter();
     const request = checkRequest(kind, body);
     const attachments = this.pendingToolResults(session, kind, request);
@@ -390,7 +399,7 @@ export class Gateway {
       let routed: RoutedReply;
       try {
         const sending = router.send(session.id, 'POST', path, null, upstream.signal, (engine) =>
-          JSON.stringify(upstreamBody(kind, request, engine, router.models(engine.id))),
+          upstreamText(kind, request, raw, engine, router.models(engine.id)),
         );
         // The request is on its way and the gateway idles until the engine answers: a good moment
         // to commit the steps captured behind earlier answers, once they have waited half their
@@ -456,7 +465,7 @@ export class Gateway {
       },
     );
     try {
-      const text = await readText(routed.reply.body);
+      const text = await routed.reply.text();
       if (routed.reply.status !== 200) {
         const { message } = normalizeUpstreamError(routed.reply.status, text, routed.engine.id);
         throw new StepwiseError(message, routed.reply.status, 'upstream_error');
@@ -505,7 +514,7 @@ export class Gateway {
   private async forwardError(ctx: CallContext): Promise<Response> {
     const { routed } = ctx;
     try {
-      const text = await readText(routed.reply.body);
+      const text = await routed.reply.text();
       const { body, message } = normalizeUpstreamError(routed.reply.status, text, routed.engine.id);
       this.record(ctx.session, ctx.attachments, {
         kind: 'upstream_error',
@@ -526,7 +535,7 @@ export class Gateway {
     const { routed } = ctx;
     let text: string;
     try {
-      text = await readText(routed.reply.body);
+      text = await routed.reply.text();
     } catch (error) {
       ctx.detach();
       routed.done();
@@ -575,14 +584,10 @@ export class Gateway {
         capture.addCompletion(answer);
         await this.capture(ctx, capture.result(), null);
       } else {
-        this.captureAfterAnswer(
-          ctx,
-          () => {
-            capture.addCompletion(answer);
-            return capture.result();
-          },
-          null,
-        );
+        this.afterAnswer(ctx.session, (endedAt) => {
+          capture.addCompletion(answer);
+          return this.capture(ctx, capture.result(), null, endedAt);
+        });
       }
       return new Response(text, { status: 200, headers: JSON_HEADERS });
     } finally {
@@ -607,8 +612,32 @@ export class Gateway {
     };
     const options = ctx.request.stream_options;
     const agentWantsUsage = isObject(options) && options.include_usage === true;
-    /** Captures each event and returns the bytes to forward: the engine's events, in its framing. */
-    const take = (events: { data: string }[]): string => {
+    /** Reads one event into the capture; null when it is not JSON. */
+    const read = (data: string, at: number): unknown => {
+      let chunk: unknown;
+      try {
+        chunk = JSON.parse(data);
+      } catch {
+        garbage ??= `engine ${routed.engine.id} streamed an event that is not JSON`;
+        return null;
+      }
+      if (isObject(chunk) && isObject(chunk.error)) {
+        garbage ??= `engine ${routed.engine.id} failed mid-stream: ${String((chunk.error as { message?: unknown }).message)}`;
+      }
+      capture.addChunk(chunk, at);
+      return chunk;
+    };
+    // Events are forwarded as they come and read into the capture later (after the answer, or
+    // every UNREAD_EVENTS events), so parsing them never holds up the bytes the agent waits for.
+    let unread: string[] = [];
+    let unreadAt: number[] = [];
+    const catchUp = () => {
+      for (let i = 0; i < unread.length; i++) read(unread[i]!, unreadAt[i]!);
+      unread = [];
+      unreadAt = [];
+    };
+    /** Returns the bytes to forward: the engine's events, in its framing. */
+    const take = (events: { data: string }[], at: number): string => {
       let out = '';
       for (const event of events) {
         if (event.data === '[DONE]') {
@@ -617,25 +646,21 @@ export class Gateway {
           if (!this.commitBeforeAnswer) out += 'data: [DONE]\n\n';
           continue;
         }
-        let chunk: unknown;
-        try {
-          chunk = JSON.parse(event.data);
-        } catch {
-          garbage ??= `engine ${routed.engine.id} streamed an event that is not JSON`;
-          out += `data: ${event.data}\n\n`;
-          continue;
+        if (!agentWantsUsage && event.data.includes('"usage"')) {
+          // The gateway asked for the usage chunk; an agent that did not gets none.
+          catchUp();
+          const chunk = read(event.data, at);
+          const usageOnly =
+            isObject(chunk) &&
+            isObject(chunk.usage) &&
+            Array.isArray(chunk.choices) &&
+            chunk.choices.length === 0;
+          if (usageOnly) continue;
+        } else {
+          unread.push(event.data);
+          unreadAt.push(at);
+          if (unread.length >= UNREAD_EVENTS) catchUp();
         }
-        if (isObject(chunk) && isObject(chunk.error)) {
-          garbage ??= `engine ${routed.engine.id} failed mid-stream: ${String((chunk.error as { message?: unknown }).message)}`;
-        }
-        capture.addChunk(chunk);
-        // The gateway asked for the usage chunk; an agent that did not gets none.
-        const usageOnly =
-          isObject(chunk) &&
-          isObject(chunk.usage) &&
-          Array.isArray(chunk.choices) &&
-          chunk.choices.length === 0;
-        if (usageOnly && !agentWantsUsage) continue;
         out += `data: ${event.data}\n\n`;
       }
       return out;
@@ -649,20 +674,13 @@ export class Gateway {
           for (;;) {
             const next = await iterator.next();
             if (next.done) break;
-            const text = take(decoder.push(next.value));
+            const text = take(decoder.push(next.value), performance.now());
             // A chunk that completed no event yields nothing yet: read on rather than stall the pull.
             if (text !== '') return forward(controller, text);
           }
-          forward(controller, take(decoder.end()));
+          forward(controller, take(decoder.end(), performance.now()));
           if (!end()) return;
-          if (sawDone && garbage === null) {
-            if (this.commitBeforeAnswer) {
-              await this.capture(ctx, capture.result(), capture.firstTokenAt);
-              controller.enqueue(utf8.encode('data: [DONE]\n\n'));
-            } else {
-              this.captureAfterAnswer(ctx, () => capture.result(), capture.firstTokenAt);
-            }
-          } else {
+          const failed = () => {
             const message = garbage ?? `engine ${routed.engine.id} ended the stream without [DONE]`;
             this.record(ctx.session, ctx.attachments, {
               kind: 'upstream_error',
@@ -671,12 +689,31 @@ export class Gateway {
               message,
               partial: partialOf(capture),
             });
-            if (!sawDone) controller.enqueue(sseError(502, message));
+            return message;
+          };
+          if (sawDone && !this.commitBeforeAnswer) {
+            // The agent has the whole answer: read the events once it is out, then capture the
+            // step, or record the failure an event reported.
+            this.afterAnswer(ctx.session, (endedAt) => {
+              catchUp();
+              if (garbage !== null) return void failed();
+              return this.capture(ctx, capture.result(), capture.firstTokenAt, endedAt);
+            });
+          } else {
+            catchUp();
+            if (sawDone && garbage === null) {
+              await this.capture(ctx, capture.result(), capture.firstTokenAt);
+              controller.enqueue(utf8.encode('data: [DONE]\n\n'));
+            } else {
+              const message = failed();
+              if (!sawDone) controller.enqueue(sseError(502, message));
+            }
           }
           ctx.finish();
           controller.close();
         } catch (error) {
           if (!end()) return;
+          catchUp();
           const aborted = ctx.clientGone();
           this.record(ctx.session, ctx.attachments, {
             kind: aborted ? 'aborted' : 'upstream_error',
@@ -700,6 +737,7 @@ export class Gateway {
         if (!end()) return;
         ctx.upstream.abort();
         routed.reply.discard();
+        catchUp();
         this.record(ctx.session, ctx.attachments, {
           kind: 'aborted',
           engineId: routed.engine.id,
@@ -714,17 +752,16 @@ export class Gateway {
   }
 
   /**
-   * Captures a generation once its answer is handed to the agent (the next turn of the event loop,
-   * before another request is read), so building the step never delays the answer. Completing the
-   * trajectory waits for it like for any write.
+   * Runs `work` (building a step from the answer, and writing it) once the answer is handed to the
+   * agent: at the next turn of the event loop, before another request is read, so it never delays
+   * the answer. `endedAt` is when the answer ended. Completing the trajectory waits for it.
    */
-  private captureAfterAnswer(ctx: CallContext, captured: () => Captured, firstTokenAt: number | null): void {
-    const { session } = ctx;
+  private afterAnswer(session: Session, work: (endedAt: number) => Promise<void> | undefined): void {
     const endedAt = performance.now();
     const later: Promise<void> = new Promise<void>((resolve) => {
       setImmediate(() => {
         try {
-          resolve(this.capture(ctx, captured(), firstTokenAt, endedAt));
+          resolve(work(endedAt));
         } catch (error) {
           this.lostSteps++;
           this.logger?.error({ err: error, trajectory: session.id }, 'a generation could not be captured');
@@ -1002,25 +1039,56 @@ function checkRequest(kind: CallKind, body: unknown): Record<string, unknown> {
 }
 
 /** What the engine is sent: exact-id engines are asked for ids and logprobs; the model is mapped. */
-function upstreamBody(
+/** What the gateway needs set in the engine's request: the served model, ids, logprobs, usage. */
+function upstreamFields(
   kind: CallKind,
   request: Record<string, unknown>,
   engine: Engine,
   served: string[],
 ): Record<string, unknown> {
-  const out: Record<string, unknown> = { ...request };
-  if (served.length > 0 && (typeof out.model !== 'string' || !served.includes(out.model)))
+  const out: Record<string, unknown> = {};
+  if (served.length > 0 && (typeof request.model !== 'string' || !served.includes(request.model)))
     out.model = served[0];
   if (engine.kind !== 'openai') {
     out.return_token_ids = true;
     if (kind === 'chat') out.logprobs = true;
-    else if (typeof out.logprobs !== 'number') out.logprobs = 0;
+    else if (typeof request.logprobs !== 'number') out.logprobs = 0;
     // The usage chunk tells whether every generated id reached us (see Captured.idsIncomplete).
-    if (out.stream === true)
+    if (request.stream === true)
       out.stream_options = {
-        ...(isObject(out.stream_options) ? out.stream_options : {}),
+        ...(isObject(request.stream_options) ? request.stream_options : {}),
         include_usage: true,
       };
   }
   return out;
+}
+
+/**
+ * The engine's request body. When every field the gateway sets is absent from the agent's request
+ * (or already has that value), it is the agent's own text with those fields appended before the
+ * closing brace: a long conversation is forwarded without being printed again, byte for byte as
+ * the agent sent it. A field the agent set differently means re-serializing (no duplicate keys).
+ */
+export function upstreamText(
+  kind: CallKind,
+  request: Record<string, unknown>,
+  raw: string | null,
+  engine: Engine,
+  served: string[],
+): string {
+  const fields = upstreamFields(kind, request, engine, served);
+  if (raw !== null) {
+    let extra = '';
+    let spliceable = true;
+    for (const [key, value] of Object.entries(fields)) {
+      if (!(key in request)) extra += `,${JSON.stringify(key)}:${JSON.stringify(value)}`;
+      else if (JSON.stringify(request[key]) !== JSON.stringify(value)) {
+        spliceable = false;
+        break;
+      }
+    }
+    const end = raw.lastIndexOf('}');
+    if (spliceable && end > 0) return extra === '' ? raw : raw.slice(0, end) + extra + raw.slice(end);
+  }
+  return JSON.stringify({ ...request, ...fields });
 }

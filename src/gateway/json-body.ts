@@ -6,10 +6,15 @@ import { ValidationError } from '../domain/index.js';
  * body reads as `{}` when `allowEmpty` (routes whose fields are all optional).
  */
 export async function readJsonBody(c: Context, allowEmpty = true): Promise<unknown> {
+  return (await readJsonText(c, allowEmpty)).value;
+}
+
+/** readJsonBody that also returns the text the value was parsed from. */
+export async function readJsonText(c: Context, allowEmpty = true): Promise<{ text: string; value: unknown }> {
   const text = await c.req.text();
-  if (allowEmpty && text.trim() === '') return {};
+  if (allowEmpty && text.trim() === '') return { text, value: {} };
   try {
-    return JSON.parse(text);
+    return { text, value: JSON.parse(text) };
   } catch (error) {
     throw new ValidationError(`body: malformed JSON (${(error as Error).message})`, 'body');
   }

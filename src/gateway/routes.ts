@@ -4,6 +4,7 @@ import {
   ChannelName,
   ClientId,
   CompleteTrajectoryBody,
+  clientIdParam,
   JsonObject,
   NotFoundError,
   parseOrThrow,
@@ -19,7 +20,7 @@ import { computeRewardResponse } from '../rewards/routes.js';
 import type { RewardService } from '../rewards/service.js';
 import { type AuthVariables, requireScope } from './auth.js';
 import type { CallKind, Gateway, Session } from './gateway.js';
-import { readJsonBody } from './json-body.js';
+import { readJsonBody, readJsonText } from './json-body.js';
 import { CHANNEL_HEADER, SESSION_HEADER, sessionOf } from './online-sessions.js';
 import { openaiErrorResponse, toOpenAIError } from './openai-errors.js';
 
@@ -123,8 +124,8 @@ export function mountGatewayRoutes(
   const agent = requireScope('agent');
   const origin = (c: Context) => options.publicUrl?.replace(/\/+$/, '') ?? new URL(c.req.url).origin;
   const ids = (c: Context) => ({
-    trajectory: parseOrThrow(ClientId, c.req.param('traj'), 'trajectory_uid'),
-    group: parseOrThrow(ClientId, c.req.param('group'), 'group_id'),
+    trajectory: clientIdParam(c.req.param('traj'), 'trajectory_uid'),
+    group: clientIdParam(c.req.param('group'), 'group_id'),
   });
 
   app.post(
@@ -157,7 +158,8 @@ export function mountGatewayRoutes(
     openai(async (c) => {
       const { trajectory, group } = ids(c);
       const session = await gateway.session(trajectory, group);
-      return gateway.call(session, kind, await readJsonBody(c, false), c.req.raw.signal);
+      const { text, value } = await readJsonText(c, false);
+      return gateway.call(session, kind, value, c.req.raw.signal, text);
     });
   app.post('/:traj/:group/v1/chat/completions', agent, call('chat'));
   app.post('/:traj/:group/v1/completions', agent, call('text'));
@@ -234,7 +236,7 @@ export function mountGatewayRoutes(
   // ---- fixed base_url: the trajectory in a header or in the model name ------------------------
 
   /** A call of an online session: its trajectory is found (or opened) by session key. */
-  const sessionCall = async (c: Context<Env>, kind: CallKind, body: unknown, header: string) => {
+  const sessionCall = async (c: Context<Env>, kind: CallKind, body: unknown, raw: string, header: string) => {
     if (c.req.header(TRAJECTORY_HEADER) !== undefined) {
       throw new ValidationError(
         'X-Stepwise-Session: send either X-Stepwise-Session or X-Stepwise-Trajectory, not both',
@@ -249,7 +251,7 @@ export function mountGatewayRoutes(
     const call = await gateway.online.acquire(key, channel, c.req.header('user-agent') ?? null);
     try {
       const feedback = kind === 'chat' ? call.feedbackFor(request) : null;
-      const response = await gateway.call(call.session, kind, request, c.req.raw.signal);
+      const response = await gateway.call(call.session, kind, request, c.req.raw.signal, raw);
       // Only for a call the gateway accepted: a rejected one is sent again, and judged then.
       if (feedback) call.recordFeedback(feedback);
       return response;
@@ -260,15 +262,18 @@ export function mountGatewayRoutes(
 
   const fixed = (kind: CallKind) =>
     openai(async (c) => {
-      const body = await readJsonBody(c, false);
+      const { text, value: body } = await readJsonText(c, false);
+      // The agent's text goes to the engine unless the gateway changes the body (see upstreamText).
+      let raw: string | null = text;
       const sessionHeader = c.req.header(SESSION_HEADER);
-      if (sessionHeader !== undefined) return sessionCall(c, kind, body, sessionHeader);
+      if (sessionHeader !== undefined) return sessionCall(c, kind, body, text, sessionHeader);
       let trajectory = c.req.header(TRAJECTORY_HEADER) ?? null;
       const model = (body as { model?: unknown } | null)?.model;
       if (trajectory === null && typeof model === 'string' && model.includes(MODEL_SEPARATOR)) {
         const at = model.indexOf(MODEL_SEPARATOR);
         trajectory = model.slice(0, at);
         (body as { model: string }).model = model.slice(at + MODEL_SEPARATOR.length);
+        raw = null;
       }
       if (trajectory === null) {
         return openaiErrorResponse(
@@ -279,7 +284,7 @@ export function mountGatewayRoutes(
         );
       }
       const session = await gateway.session(parseOrThrow(ClientId, trajectory, 'trajectory_uid'));
-      return gateway.call(session, kind, body, c.req.raw.signal);
+      return gateway.call(session, kind, body, c.req.raw.signal, raw);
     });
   app.post('/v1/chat/completions', agent, fixed('chat'));
   app.post('/v1/completions', agent, fixed('text'));
