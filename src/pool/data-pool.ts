@@ -41,7 +41,10 @@ export interface DataPoolOptions {
   commitWindowMs?: number;
   /** Commit at once when this many steps are queued. */
   maxCommitSteps?: number;
-  /** Batches handed to the store before the previous is answered (>1 only for a store on another thread). */
+  /**
+   * Batches handed to the store before the previous is answered (default 2): the next batch commits
+   * while the previous one is flushed to disk (SQLite) or still runs (a store thread, PostgreSQL).
+   */
   commitsInFlight?: number;
   /** How often overdue leases and incomplete groups are swept. */
   sweepIntervalMs?: number;
@@ -89,7 +92,7 @@ export class DataPool {
     this.writer = new WriteCoalescer((requests) => this.store.submitBatch(requests, this.clock()), {
       windowMs: options.commitWindowMs ?? 0,
       maxWeight: options.maxCommitSteps ?? 4_096,
-      maxInFlight: options.commitsInFlight ?? 1,
+      maxInFlight: options.commitsInFlight ?? 2,
     });
     // A store shared with other processes may announce their commits: wake at once instead of
     // at the next poll.
