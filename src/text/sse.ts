@@ -116,17 +116,21 @@ export class SseDecoder {
       this.skipLineFeed = false;
       if (text.charCodeAt(0) === 10) start = 1;
     }
-    for (let i = start; i < text.length; i++) {
-      const c = text.charCodeAt(i);
-      if (c !== 10 && c !== 13) continue;
+    // Jump from line break to line break (native searches: a chunk is mostly long data lines).
+    let cr = text.indexOf('\r', start);
+    let lf = text.indexOf('\n', start);
+    while (cr !== -1 || lf !== -1) {
+      let i = cr === -1 ? lf : lf === -1 ? cr : Math.min(cr, lf);
       const line = this.partialLine + text.slice(start, i);
       this.partialLine = '';
-      if (c === 13) {
+      if (i === cr) {
         if (i + 1 === text.length) this.skipLineFeed = true;
         else if (text.charCodeAt(i + 1) === 10) i++;
       }
       start = i + 1;
       this.processLine(line, events);
+      if (cr !== -1 && cr < start) cr = text.indexOf('\r', start);
+      if (lf !== -1 && lf < start) lf = text.indexOf('\n', start);
     }
     this.partialLine += text.slice(start);
   }
