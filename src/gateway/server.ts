@@ -93,9 +93,9 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const pool = new DataPool({
     store,
     commitWindowMs: options.commitWindowMs,
-    // SQLite commits the next batch while the last one is flushed to disk (a worker applies them in
-    // order); PostgreSQL runs several transactions at once, each on its own connection.
-    commitsInFlight: options.pg ? 4 : 2,
+    // A worker applies batches in order: keep the next one queued there while this one commits.
+    // PostgreSQL runs several transactions at once, each on its own connection.
+    commitsInFlight: options.pg ? 4 : onWorker ? 2 : 1,
     logger: options.logger,
   }).start();
   let gateway: Gateway;

@@ -41,10 +41,7 @@ export interface DataPoolOptions {
   commitWindowMs?: number;
   /** Commit at once when this many steps are queued. */
   maxCommitSteps?: number;
-  /**
-   * Batches handed to the store before the previous is answered (default 2): the next batch commits
-   * while the previous one is flushed to disk (SQLite) or still runs (a store thread, PostgreSQL).
-   */
+  /** Batches handed to the store before the previous is answered (>1 only for a store on another thread). */
   commitsInFlight?: number;
   /** How often overdue leases and incomplete groups are swept. */
   sweepIntervalMs?: number;
@@ -92,7 +89,7 @@ export class DataPool {
     this.writer = new WriteCoalescer((requests) => this.store.submitBatch(requests, this.clock()), {
       windowMs: options.commitWindowMs ?? 0,
       maxWeight: options.maxCommitSteps ?? 4_096,
-      maxInFlight: options.commitsInFlight ?? 2,
+      maxInFlight: options.commitsInFlight ?? 1,
     });
     // A store shared with other processes may announce their commits: wake at once instead of
     // at the next poll.

@@ -16,8 +16,8 @@ export class WriteCoalescer<Req, Res> {
   constructor(
     private readonly commit: (requests: Req[]) => Promise<Res[]>,
     /**
-     * maxInFlight > 1 hands the next batch over before the previous one is answered: for stores
-     * that apply batches in the order given and answer later (a flush to disk, another thread).
+     * maxInFlight > 1 hands the next batch over before the previous one is answered: worth it only
+     * when commits run elsewhere (a worker thread) and are applied in order there.
      */
     private readonly options: { windowMs: number; maxWeight: number; maxInFlight?: number },
   ) {}
