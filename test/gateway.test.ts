@@ -515,6 +515,30 @@ describe('gateway: bad input and failing engines', () => {
     expect(await server.pool.getTrajectorySteps(t.trajectory_uid)).toEqual([]);
   });
 
+  it('passes on an answer that names choices but holds none, and records the call as failed, not as a step', async () => {
+    const broken = '{"id":"x","object":"chat.completion","choices":[]}';
+    const engine = http.createServer((_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(broken);
+    });
+    await new Promise<void>((r) => engine.listen(0, '127.0.0.1', r));
+    onTestFinished(() => void engine.close());
+    const server = await serve({
+      engines: [`vllm=http://127.0.0.1:${(engine.address() as { port: number }).port}`],
+    });
+    const t = await init(server);
+    const res = await post(`${t.base_url}/chat/completions`, {
+      model: 'm',
+      messages: [{ role: 'user', content: 'hi' }],
+    });
+    // Parsed only after the agent has it: the agent gets the engine's bytes, the pool a failed call.
+    expect(res.status).toBe(200);
+    expect(res.json).toEqual(JSON.parse(broken));
+    await expect.poll(async () => (await server.pool.stats()).failedCalls.upstreamError).toBe(1);
+    await complete(t);
+    expect(await server.pool.getTrajectorySteps(t.trajectory_uid)).toEqual([]);
+  });
+
   it('an agent that disconnects mid-stream cancels the generation; the call is recorded as aborted', async () => {
     const server = await serve({ sim: { ttftMs: 10, tokensPerSecond: 50 } });
     const t = await init(server);

@@ -552,13 +552,7 @@ export class Gateway {
     ctx.detach();
     routed.done();
     try {
-      let answer: unknown;
-      try {
-        answer = JSON.parse(text);
-      } catch {
-        answer = undefined;
-      }
-      if (!isObject(answer) || !Array.isArray(answer.choices) || answer.choices.length === 0) {
+      const notCompletion = () => {
         const message = `engine ${routed.engine.id} returned something that is not a completion`;
         this.record(ctx.session, ctx.attachments, {
           kind: 'upstream_error',
@@ -567,7 +561,14 @@ export class Gateway {
           message,
           partial: null,
         });
-        return openaiErrorResponse(502, message, null, 'bad_upstream_answer');
+        return message;
+      };
+      // An answer that names its choices goes to the agent at once and is parsed for the capture
+      // after; one that does not is parsed now, and answered 502 unless it is a completion after all.
+      const parseNow = this.commitBeforeAnswer || !looksLikeCompletion(text);
+      const answer = parseNow ? completionOf(text) : null;
+      if (parseNow && answer === null) {
+        return openaiErrorResponse(502, notCompletion(), null, 'bad_upstream_answer');
       }
       if (ctx.clientGone()) {
         this.record(ctx.session, ctx.attachments, {
@@ -585,7 +586,10 @@ export class Gateway {
         await this.capture(ctx, capture.result(), null);
       } else {
         this.afterAnswer(ctx.session, (endedAt) => {
-          capture.addCompletion(answer);
+          const parsed = answer ?? completionOf(text);
+          // The agent has the engine's answer already; a broken one is recorded, not captured.
+          if (parsed === null) return void notCompletion();
+          capture.addCompletion(parsed);
           return this.capture(ctx, capture.result(), null, endedAt);
         });
       }
@@ -984,6 +988,31 @@ function callsOf(toolCalls: readonly Record<string, unknown>[] | null): Answered
     id: typeof c.id === 'string' ? c.id : '',
     name: isObject(c.function) && typeof c.function.name === 'string' ? c.function.name : '',
   }));
+}
+
+/** A cheap look at an engine's answer: a JSON object that names `choices`. */
+function looksLikeCompletion(text: string): boolean {
+  let i = 0;
+  while (
+    i < text.length &&
+    (text.charCodeAt(i) === 32 ||
+      text.charCodeAt(i) === 10 ||
+      text.charCodeAt(i) === 13 ||
+      text.charCodeAt(i) === 9)
+  )
+    i++;
+  return text.charCodeAt(i) === 123 /* { */ && text.includes('"choices"');
+}
+
+/** The engine's answer parsed, when it is a completion (an object with choices); else null. */
+function completionOf(text: string): Record<string, unknown> | null {
+  let answer: unknown;
+  try {
+    answer = JSON.parse(text);
+  } catch {
+    return null;
+  }
+  return isObject(answer) && Array.isArray(answer.choices) && answer.choices.length > 0 ? answer : null;
 }
 
 function partialOf(
