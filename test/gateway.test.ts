@@ -49,6 +49,17 @@ async function serve(options: Partial<ServerOptions> = {}): Promise<RunningServe
   return server;
 }
 
+/** A gateway over an engine that answers every request 200 with `body` (for answers the sim never gives). */
+async function serveOver(contentType: string, body: string): Promise<RunningServer> {
+  const engine = http.createServer((_req, res) => {
+    res.writeHead(200, { 'content-type': contentType });
+    res.end(body);
+  });
+  await new Promise<void>((r) => engine.listen(0, '127.0.0.1', r));
+  onTestFinished(() => void engine.close());
+  return serve({ engines: [`vllm=http://127.0.0.1:${(engine.address() as { port: number }).port}`] });
+}
+
 async function post(url: string, body: unknown, headers: Record<string, string> = {}) {
   const res = await fetch(url, {
     method: 'POST',
@@ -487,15 +498,10 @@ describe('gateway: bad input and failing engines', () => {
       '{oops',
       chunk({ content: 'lo' }),
     ];
-    const engine = http.createServer((_req, res) => {
-      res.writeHead(200, { 'content-type': 'text/event-stream' });
-      res.end(`${events.map((e) => `data: ${e}\n\n`).join('')}data: [DONE]\n\n`);
-    });
-    await new Promise<void>((r) => engine.listen(0, '127.0.0.1', r));
-    onTestFinished(() => void engine.close());
-    const server = await serve({
-      engines: [`vllm=http://127.0.0.1:${(engine.address() as { port: number }).port}`],
-    });
+    const server = await serveOver(
+      'text/event-stream',
+      `${events.map((e) => `data: ${e}\n\n`).join('')}data: [DONE]\n\n`,
+    );
     const t = await init(server);
     const res = await fetch(`${t.base_url}/chat/completions`, {
       method: 'POST',
@@ -517,15 +523,7 @@ describe('gateway: bad input and failing engines', () => {
 
   it('passes on an answer that names choices but holds none, and records the call as failed, not as a step', async () => {
     const broken = '{"id":"x","object":"chat.completion","choices":[]}';
-    const engine = http.createServer((_req, res) => {
-      res.writeHead(200, { 'content-type': 'application/json' });
-      res.end(broken);
-    });
-    await new Promise<void>((r) => engine.listen(0, '127.0.0.1', r));
-    onTestFinished(() => void engine.close());
-    const server = await serve({
-      engines: [`vllm=http://127.0.0.1:${(engine.address() as { port: number }).port}`],
-    });
+    const server = await serveOver('application/json', broken);
     const t = await init(server);
     const res = await post(`${t.base_url}/chat/completions`, {
       model: 'm',
