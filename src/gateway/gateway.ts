@@ -124,11 +124,6 @@ const SSE_HEADERS = {
 const utf8 = new TextEncoder();
 /** Streamed events held for the capture at most, before they are read (see forwardStream). */
 const UNREAD_EVENTS = 256;
-/** How long the work behind an answer waits for the gateway's next engine wait at most. */
-const FOLLOW_UP_MS = 2;
-
-/** Tool results of a request for the step they answer, worked out when first needed. */
-type Attachments = () => ToolResultAttachment[];
 
 /** Request fields kept with each step (what shaped the sampling), beside messages and tools. */
 const SAMPLING_FIELDS = [
@@ -160,10 +155,6 @@ export class Gateway {
   private readonly tokenizer: () => ChatTokenizer;
   private readonly logger?: GatewayOptions['logger'];
   private readonly sessions = new Map<string, Session>();
-  /** Work behind answers not run yet (see afterAnswer), in the order the answers ended. */
-  private readonly followUps: (() => void)[] = [];
-  private followUpTimer: NodeJS.Timeout | null = null;
-  private followingUp = false;
   private readonly loading = new Map<string, Promise<Session>>();
   private readonly drainTimeoutMs: number;
   private readonly sessionCacheMs: number;
@@ -316,7 +307,6 @@ export class Gateway {
   ): Promise<Trajectory> {
     const session = this.sessions.get(id);
     if (session) {
-      this.runFollowUps();
       this.pool.flushWrites();
       await settle(session);
     }
@@ -385,7 +375,7 @@ export class Gateway {
   ): Promise<Response> {
     const router = this.requireRouter();
     const request = checkRequest(kind, body);
-    const attachments = this.toolResultsOf(session, kind, request);
+    const attachments = this.pendingToolResults(session, kind, request);
     const stream = request.stream === true;
     await this.gate.enter();
     session.inFlight++;
@@ -412,9 +402,8 @@ export class Gateway {
           upstreamText(kind, request, raw, engine, router.models(engine.id)),
         );
         // The request is on its way and the gateway idles until the engine answers: a good moment
-        // to build the steps of earlier answers, and to commit them once they have waited half
-        // their deferral (committing each call's step alone would cost a transaction per call).
-        this.followUpsSoon();
+        // to commit the steps captured behind earlier answers, once they have waited half their
+        // deferral (committing each call's step alone would cost a transaction per call).
         this.pool.flushWrites(this.captureDeferMs / 2);
         routed = await sending;
       } catch (error) {
@@ -507,21 +496,6 @@ export class Gateway {
     } finally {
       routed.done();
     }
-  }
-
-  /**
-   * The tool results this request carries for the session's last step, worked out when first
-   * needed: after the follow-ups of earlier answers (one of which may be that step) have run.
-   */
-  private toolResultsOf(session: Session, kind: CallKind, request: Record<string, unknown>): Attachments {
-    let results: ToolResultAttachment[] | null = null;
-    return () => {
-      if (results === null) {
-        this.runFollowUps();
-        results = this.pendingToolResults(session, kind, request);
-      }
-      return results;
-    };
   }
 
   private pendingToolResults(
@@ -782,15 +756,14 @@ export class Gateway {
   }
 
   /**
-   * Queues `work` (building a step from the answer, and writing it) to run once the answer is out:
-   * while the gateway next waits on an engine, or FOLLOW_UP_MS after the answer when no call comes,
-   * so it never sits between an answer and the next request. `endedAt` is when the answer ended.
-   * Completing the trajectory runs it first and waits for it, like for any write.
+   * Runs `work` (building a step from the answer, and writing it) once the answer is handed to the
+   * agent: at the next turn of the event loop, before another request is read, so it never delays
+   * the answer. `endedAt` is when the answer ended. Completing the trajectory waits for it.
    */
   private afterAnswer(session: Session, work: (endedAt: number) => Promise<void> | undefined): void {
     const endedAt = performance.now();
     const later: Promise<void> = new Promise<void>((resolve) => {
-      this.followUps.push(() => {
+      setImmediate(() => {
         try {
           resolve(work(endedAt));
         } catch (error) {
@@ -799,29 +772,8 @@ export class Gateway {
           resolve();
         }
       });
-      this.followUpTimer ??= setTimeout(() => this.runFollowUps(), FOLLOW_UP_MS);
     }).finally(() => session.writes.delete(later));
     session.writes.add(later);
-  }
-
-  /** Runs the follow-ups at the next turn of the event loop (after the request just sent is out). */
-  private followUpsSoon(): void {
-    if (this.followUps.length > 0) setImmediate(() => this.runFollowUps());
-  }
-
-  /** Runs the work queued behind answers, in the order the answers ended. */
-  runFollowUps(): void {
-    if (this.followingUp) return;
-    if (this.followUpTimer !== null) {
-      clearTimeout(this.followUpTimer);
-      this.followUpTimer = null;
-    }
-    this.followingUp = true;
-    try {
-      while (this.followUps.length > 0) this.followUps.shift()!();
-    } finally {
-      this.followingUp = false;
-    }
   }
 
   /** Turns a finished generation into the session's next step and writes it behind the answer. */
@@ -832,8 +784,6 @@ export class Gateway {
     endedAt = performance.now(),
   ): Promise<void> | undefined {
     const { session, request, routed } = ctx;
-    // Before this step becomes the session's last: the results answer the step before it.
-    const toolResults = ctx.attachments();
     let promptIds = captured.promptIds;
     let responseIds = captured.responseIds;
     let logprobs = captured.logprobs;
@@ -921,7 +871,7 @@ export class Gateway {
       calls: captured.toolCalls.map((c) => ({ id: c.id, name: c.function.name })),
       answered: false,
     };
-    return this.write(session, [step], toolResults);
+    return this.write(session, [step], ctx.attachments);
   }
 
   private write(
@@ -950,7 +900,7 @@ export class Gateway {
 
   private record(
     session: Session,
-    attachments: Attachments,
+    attachments: ToolResultAttachment[],
     failure: {
       kind: 'aborted' | 'upstream_error';
       engineId: string | null;
@@ -959,7 +909,7 @@ export class Gateway {
       partial: { promptTokens: number; responseIds: number[]; responseText: string } | null;
     },
   ): void {
-    this.write(session, [], attachments());
+    this.write(session, [], attachments);
     void this.pool
       .recordCallFailure({
         channel: session.channel,
@@ -972,7 +922,7 @@ export class Gateway {
 
   private fail(
     session: Session,
-    attachments: Attachments,
+    attachments: ToolResultAttachment[],
     error: unknown,
     engine: Engine | null,
     aborted: boolean,
@@ -992,8 +942,6 @@ export class Gateway {
     await this.online.close();
     const deadline = Date.now() + graceMs;
     while (this.gate.running > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
-    this.runFollowUps();
-    this.pool.flushWrites();
     await Promise.all([...this.sessions.values()].map(settle));
     await this.router?.close();
   }
@@ -1021,7 +969,7 @@ interface CallContext {
   session: Session;
   kind: CallKind;
   request: Record<string, unknown>;
-  attachments: Attachments;
+  attachments: ToolResultAttachment[];
   version: number;
   started: number;
   routed: RoutedReply;

@@ -105,7 +105,6 @@ async function capturedStepsStored(gateway: Gateway, trajectory: string, group: 
     if (error instanceof StepwiseError) return;
     throw error;
   }
-  gateway.runFollowUps();
   gateway.pool.flushWrites();
   while (session.writes.size > 0) await Promise.all(session.writes);
 }
@@ -251,8 +250,6 @@ export function mountGatewayRoutes(
     const { key, channel } = sessionOf(header, c.req.header(CHANNEL_HEADER), request);
     const call = await gateway.online.acquire(key, channel, c.req.header('user-agent') ?? null);
     try {
-      // Feedback is judged against the session's last step: build the steps of earlier answers.
-      gateway.runFollowUps();
       const feedback = kind === 'chat' ? call.feedbackFor(request) : null;
       const response = await gateway.call(call.session, kind, request, c.req.raw.signal, raw);
       // Only for a call the gateway accepted: a rejected one is sent again, and judged then.
