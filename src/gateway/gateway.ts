@@ -616,6 +616,37 @@ export class Gateway {
     };
     const options = ctx.request.stream_options;
     const agentWantsUsage = isObject(options) && options.include_usage === true;
+    // Once the agent has [DONE] it may complete the trajectory before the engine's body has ended
+    // and the step is queued: completing waits for this until then.
+    let release: (() => void) | null = null;
+    const hold = () => {
+      if (release) return;
+      const held: Promise<void> = new Promise<void>((resolve) => {
+        release = resolve;
+      }).finally(() => ctx.session.writes.delete(held));
+      ctx.session.writes.add(held);
+    };
+    const unhold = () => release?.();
+    const failed = () => {
+      const message = garbage ?? `engine ${routed.engine.id} ended the stream without [DONE]`;
+      this.record(ctx.session, ctx.attachments, {
+        kind: 'upstream_error',
+        engineId: routed.engine.id,
+        status: 502,
+        message,
+        partial: partialOf(capture),
+      });
+      return message;
+    };
+    /** The agent has the whole answer (its [DONE]), whatever happens to the connections after. */
+    const answered = () => sawDone && !this.commitBeforeAnswer;
+    /** Reads the events once the answer is out, then captures the step (or records the failure an event reported). */
+    const captureAnswered = () =>
+      this.afterAnswer(ctx.session, (endedAt) => {
+        catchUp();
+        if (garbage !== null) return void failed();
+        return this.capture(ctx, capture.result(), capture.firstTokenAt, endedAt);
+      });
     /** Reads one event into the capture; null when it is not JSON. */
     const read = (data: string, at: number): unknown => {
       let chunk: unknown;
@@ -647,7 +678,10 @@ export class Gateway {
         if (event.data === '[DONE]') {
           sawDone = true;
           // Held back until the step is committed when the answer must not outrun its capture.
-          if (!this.commitBeforeAnswer) out += 'data: [DONE]\n\n';
+          if (!this.commitBeforeAnswer) {
+            hold();
+            out += 'data: [DONE]\n\n';
+          }
           continue;
         }
         if (!agentWantsUsage && event.data.includes('"usage"')) {
@@ -684,25 +718,8 @@ export class Gateway {
           }
           forward(controller, take(decoder.end(), performance.now()));
           if (!end()) return;
-          const failed = () => {
-            const message = garbage ?? `engine ${routed.engine.id} ended the stream without [DONE]`;
-            this.record(ctx.session, ctx.attachments, {
-              kind: 'upstream_error',
-              engineId: routed.engine.id,
-              status: 502,
-              message,
-              partial: partialOf(capture),
-            });
-            return message;
-          };
-          if (sawDone && !this.commitBeforeAnswer) {
-            // The agent has the whole answer: read the events once it is out, then capture the
-            // step, or record the failure an event reported.
-            this.afterAnswer(ctx.session, (endedAt) => {
-              catchUp();
-              if (garbage !== null) return void failed();
-              return this.capture(ctx, capture.result(), capture.firstTokenAt, endedAt);
-            });
+          if (answered()) {
+            captureAnswered();
           } else {
             catchUp();
             if (sawDone && garbage === null) {
@@ -713,12 +730,22 @@ export class Gateway {
               if (!sawDone) controller.enqueue(sseError(502, message));
             }
           }
+          unhold();
           ctx.finish();
           controller.close();
         } catch (error) {
           if (!end()) return;
-          catchUp();
           const aborted = ctx.clientGone();
+          if (answered()) {
+            // The engine's body broke off after [DONE]: the agent has its answer, so it is a step.
+            captureAnswered();
+            unhold();
+            ctx.finish();
+            if (aborted) controller.error(error);
+            else controller.close();
+            return;
+          }
+          catchUp();
           this.record(ctx.session, ctx.attachments, {
             kind: aborted ? 'aborted' : 'upstream_error',
             engineId: routed.engine.id,
@@ -741,14 +768,19 @@ export class Gateway {
         if (!end()) return;
         ctx.upstream.abort();
         routed.reply.discard();
-        catchUp();
-        this.record(ctx.session, ctx.attachments, {
-          kind: 'aborted',
-          engineId: routed.engine.id,
-          status: null,
-          message: 'the agent went away mid-stream',
-          partial: partialOf(capture),
-        });
+        // An agent that leaves after [DONE] has the whole answer: that is a step, not an abort.
+        if (answered()) captureAnswered();
+        else {
+          catchUp();
+          this.record(ctx.session, ctx.attachments, {
+            kind: 'aborted',
+            engineId: routed.engine.id,
+            status: null,
+            message: 'the agent went away mid-stream',
+            partial: partialOf(capture),
+          });
+        }
+        unhold();
         ctx.finish();
       },
     });
