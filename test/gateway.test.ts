@@ -521,7 +521,7 @@ describe('gateway: bad input and failing engines', () => {
     expect(await server.pool.getTrajectorySteps(t.trajectory_uid)).toEqual([]);
   });
 
-  it('an answer the agent has whole ([DONE]) is a step, even when the agent completes or leaves before the engine ends its body', async () => {
+  it("ends the agent's answer at [DONE] while the engine still holds its body open; that answer is a step even when the agent completes or leaves at once", async () => {
     const chunk = JSON.stringify({
       id: 'c',
       object: 'chat.completion.chunk',
@@ -531,46 +531,51 @@ describe('gateway: bad input and failing engines', () => {
         { index: 0, delta: { role: 'assistant', content: 'hi' }, token_ids: [7], finish_reason: 'stop' },
       ],
     });
-    // The engine sends everything, then keeps its body open for a while before ending it.
-    const engine = http.createServer((_req, res) => {
+    // The engine sends everything, then keeps its body open until the test lets it end.
+    const held = new Set<http.ServerResponse>();
+    const release = () => {
+      for (const res of held) res.end();
+      held.clear();
+    };
+    const engine = http.createServer((req, res) => {
+      if (req.method !== 'POST') return void res.writeHead(404).end();
       res.writeHead(200, { 'content-type': 'text/event-stream' });
       res.write(`data: ${chunk}\n\ndata: [DONE]\n\n`);
-      setTimeout(() => res.end(), 400);
+      held.add(res);
     });
     await new Promise<void>((r) => engine.listen(0, '127.0.0.1', r));
     onTestFinished(() => {
+      release();
       engine.closeAllConnections();
       engine.close();
     });
     const server = await serve({
       engines: [`vllm=http://127.0.0.1:${(engine.address() as { port: number }).port}`],
     });
-    /** Streams one call and returns once [DONE] arrived, the body still open. */
-    const untilDone = async (t: Init) => {
-      const res = await fetch(`${t.base_url}/chat/completions`, {
+    const stream = (t: Init) =>
+      fetch(`${t.base_url}/chat/completions`, {
         method: 'POST',
         headers: { 'content-type': 'application/json' },
         body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }], stream: true }),
       });
-      const reader = res.body!.getReader();
-      let text = '';
-      while (!text.includes('data: [DONE]')) text += new TextDecoder().decode((await reader.read()).value);
-      return reader;
-    };
-    // Completes at once: the completion waits for the step.
+    // The whole answer arrives, its body ended, while the engine's body is still open.
     const a = await init(server);
-    const readerA = await untilDone(a);
+    const text = await (await stream(a)).text();
+    expect(text.endsWith('data: [DONE]\n\n')).toBe(true);
+    expect(held.size).toBe(1);
+    // Completes at once: the completion waits for the step.
     const done = await complete(a);
     expect(done.json).toMatchObject({ status: 'complete', n_steps: 1 });
-    await readerA.cancel();
     // Leaves at once: still a step, not an aborted call.
     const b = await init(server);
-    await (await untilDone(b)).cancel();
+    const res = await stream(b);
+    await res.body!.cancel();
     await complete(b);
     expect((await server.pool.getTrajectorySteps(b.trajectory_uid)).map((s) => s.responseText)).toEqual([
       'hi',
     ]);
     expect((await server.pool.stats()).failedCalls.aborted).toBe(0);
+    release(); // the gateway reads the engine's bodies to their end before it can close
   });
 
   it('passes on an answer that names choices but holds none, and records the call as failed, not as a step', async () => {

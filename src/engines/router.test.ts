@@ -13,6 +13,7 @@ function reply(status: number, text = '', contentType = 'application/json'): Ups
       if (text !== '') yield encoder.encode(text);
     })(),
     text: async () => text,
+    bytes: async () => Buffer.from(text),
     discard: () => {},
   };
 }

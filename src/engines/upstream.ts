@@ -54,6 +54,8 @@ export interface UpstreamReply {
   body: AsyncIterable<Uint8Array>;
   /** Reads the whole body as UTF-8 text (instead of iterating `body`). */
   text(): Promise<string>;
+  /** Reads the whole body as it came (instead of iterating `body`). */
+  bytes(): Promise<Buffer>;
   /** Stops reading and releases the connection. */
   discard(): void;
 }
@@ -125,6 +127,7 @@ export function httpTransport(baseUrl: string, options: HttpTransportOptions = {
           contentType: Array.isArray(type) ? (type[0] ?? '') : (type ?? ''),
           body: reply.body,
           text: () => reply.body.text(),
+          bytes: async () => Buffer.from(await reply.body.arrayBuffer()),
           discard: () => reply.body.destroy(),
         };
       } catch (error) {
@@ -168,6 +171,7 @@ export function fetchTransport(
         contentType: response.headers.get('content-type') ?? '',
         body: stream ?? (async function* () {})(),
         text: () => response.text(),
+        bytes: async () => Buffer.from(await response.arrayBuffer()),
         discard: () => void stream?.cancel().catch(() => {}),
       };
     },

@@ -533,9 +533,9 @@ export class Gateway {
 
   private async forwardWhole(ctx: CallContext): Promise<Response> {
     const { routed } = ctx;
-    let text: string;
+    let bytes: Buffer;
     try {
-      text = await routed.reply.text();
+      bytes = await routed.reply.bytes();
     } catch (error) {
       ctx.detach();
       routed.done();
@@ -563,10 +563,11 @@ export class Gateway {
         });
         return message;
       };
-      // An answer that names its choices goes to the agent at once and is parsed for the capture
-      // after; one that does not is parsed now, and answered 502 unless it is a completion after all.
-      const parseNow = this.commitBeforeAnswer || !looksLikeCompletion(text);
-      const answer = parseNow ? completionOf(text) : null;
+      // An answer that names its choices goes to the agent at once, its bytes as they came, and is
+      // parsed for the capture after; one that does not is parsed now, and answered 502 unless it
+      // is a completion after all.
+      const parseNow = this.commitBeforeAnswer || !looksLikeCompletion(bytes);
+      const answer = parseNow ? completionOf(bytes) : null;
       if (parseNow && answer === null) {
         return openaiErrorResponse(502, notCompletion(), null, 'bad_upstream_answer');
       }
@@ -586,14 +587,14 @@ export class Gateway {
         await this.capture(ctx, capture.result(), null);
       } else {
         this.afterAnswer(ctx.session, (endedAt) => {
-          const parsed = answer ?? completionOf(text);
+          const parsed = answer ?? completionOf(bytes);
           // The agent has the engine's answer already; a broken one is recorded, not captured.
           if (parsed === null) return void notCompletion();
           capture.addCompletion(parsed);
           return this.capture(ctx, capture.result(), null, endedAt);
         });
       }
-      return new Response(text, { status: 200, headers: JSON_HEADERS });
+      return new Response(bytes, { status: 200, headers: JSON_HEADERS });
     } finally {
       ctx.finish();
     }
@@ -607,26 +608,15 @@ export class Gateway {
     let done = false;
     let sawDone = false;
     let garbage: string | null = null;
-    const end = () => {
+    /** Ends the call's link to the agent (once): its going away no longer aborts the engine. */
+    const stop = () => {
       if (done) return false;
       done = true;
       ctx.detach();
-      routed.done();
       return true;
     };
     const options = ctx.request.stream_options;
     const agentWantsUsage = isObject(options) && options.include_usage === true;
-    // Once the agent has [DONE] it may complete the trajectory before the engine's body has ended
-    // and the step is queued: completing waits for this until then.
-    let release: (() => void) | null = null;
-    const hold = () => {
-      if (release) return;
-      const held: Promise<void> = new Promise<void>((resolve) => {
-        release = resolve;
-      }).finally(() => ctx.session.writes.delete(held));
-      ctx.session.writes.add(held);
-    };
-    const unhold = () => release?.();
     const failed = () => {
       const message = garbage ?? `engine ${routed.engine.id} ended the stream without [DONE]`;
       this.record(ctx.session, ctx.attachments, {
@@ -638,15 +628,6 @@ export class Gateway {
       });
       return message;
     };
-    /** The agent has the whole answer (its [DONE]), whatever happens to the connections after. */
-    const answered = () => sawDone && !this.commitBeforeAnswer;
-    /** Reads the events once the answer is out, then captures the step (or records the failure an event reported). */
-    const captureAnswered = () =>
-      this.afterAnswer(ctx.session, (endedAt) => {
-        catchUp();
-        if (garbage !== null) return void failed();
-        return this.capture(ctx, capture.result(), capture.firstTokenAt, endedAt);
-      });
     /** Reads one event into the capture; null when it is not JSON. */
     const read = (data: string, at: number): unknown => {
       let chunk: unknown;
@@ -671,18 +652,15 @@ export class Gateway {
       unread = [];
       unreadAt = [];
     };
-    /** Returns the bytes to forward: the engine's events, in its framing. */
+    /** Returns the bytes to forward: the engine's events up to its [DONE], in its framing. */
     const take = (events: { data: string }[], at: number): string => {
       let out = '';
       for (const event of events) {
         if (event.data === '[DONE]') {
           sawDone = true;
           // Held back until the step is committed when the answer must not outrun its capture.
-          if (!this.commitBeforeAnswer) {
-            hold();
-            out += 'data: [DONE]\n\n';
-          }
-          continue;
+          if (!this.commitBeforeAnswer) out += 'data: [DONE]\n\n';
+          break; // nothing follows [DONE] in the protocol
         }
         if (!agentWantsUsage && event.data.includes('"usage"')) {
           // The gateway asked for the usage chunk; an agent that did not gets none.
@@ -706,6 +684,44 @@ export class Gateway {
     const forward = (controller: ReadableStreamDefaultController<Uint8Array>, text: string) => {
       if (text !== '') controller.enqueue(utf8.encode(text));
     };
+    /**
+     * The engine sent [DONE]: the agent's answer ends here, without waiting for the engine's body to
+     * end (the step is captured at once; the rest of that body is read in the background, so its
+     * connection can serve the next call).
+     */
+    const answer = async (controller: ReadableStreamDefaultController<Uint8Array>, text: string) => {
+      forward(controller, text);
+      if (!stop()) return;
+      void drainRest();
+      try {
+        if (this.commitBeforeAnswer) {
+          catchUp();
+          if (garbage === null) {
+            await this.capture(ctx, capture.result(), capture.firstTokenAt);
+            controller.enqueue(utf8.encode('data: [DONE]\n\n'));
+          } else failed();
+        } else {
+          // Queued before the agent can read [DONE], so completing the trajectory waits for it.
+          this.afterAnswer(ctx.session, (endedAt) => {
+            catchUp();
+            if (garbage !== null) return void failed();
+            return this.capture(ctx, capture.result(), capture.firstTokenAt, endedAt);
+          });
+        }
+      } finally {
+        ctx.finish();
+        controller.close();
+      }
+    };
+    const drainRest = async () => {
+      try {
+        for (;;) if ((await iterator.next()).done) break;
+      } catch {
+        // the answer is whole already; a body that breaks off after [DONE] changes nothing
+      } finally {
+        routed.done();
+      }
+    };
     const body = new ReadableStream<Uint8Array>({
       pull: async (controller) => {
         try {
@@ -713,38 +729,23 @@ export class Gateway {
             const next = await iterator.next();
             if (next.done) break;
             const text = take(decoder.push(next.value), performance.now());
+            if (sawDone) return await answer(controller, text);
             // A chunk that completed no event yields nothing yet: read on rather than stall the pull.
             if (text !== '') return forward(controller, text);
           }
-          forward(controller, take(decoder.end(), performance.now()));
-          if (!end()) return;
-          if (answered()) {
-            captureAnswered();
-          } else {
-            catchUp();
-            if (sawDone && garbage === null) {
-              await this.capture(ctx, capture.result(), capture.firstTokenAt);
-              controller.enqueue(utf8.encode('data: [DONE]\n\n'));
-            } else {
-              const message = failed();
-              if (!sawDone) controller.enqueue(sseError(502, message));
-            }
-          }
-          unhold();
+          const text = take(decoder.end(), performance.now());
+          if (sawDone) return await answer(controller, text);
+          forward(controller, text);
+          if (!stop()) return;
+          routed.done();
+          catchUp();
+          controller.enqueue(sseError(502, failed()));
           ctx.finish();
           controller.close();
         } catch (error) {
-          if (!end()) return;
+          if (!stop()) return;
+          routed.done();
           const aborted = ctx.clientGone();
-          if (answered()) {
-            // The engine's body broke off after [DONE]: the agent has its answer, so it is a step.
-            captureAnswered();
-            unhold();
-            ctx.finish();
-            if (aborted) controller.error(error);
-            else controller.close();
-            return;
-          }
           catchUp();
           this.record(ctx.session, ctx.attachments, {
             kind: aborted ? 'aborted' : 'upstream_error',
@@ -764,23 +765,20 @@ export class Gateway {
         }
       },
       cancel: async () => {
-        // The agent went away: stop the generation and keep what was made as an aborted call.
-        if (!end()) return;
+        // The agent went away before [DONE]: stop the generation and keep what was made as an
+        // aborted call.
+        if (!stop()) return;
+        routed.done();
         ctx.upstream.abort();
         routed.reply.discard();
-        // An agent that leaves after [DONE] has the whole answer: that is a step, not an abort.
-        if (answered()) captureAnswered();
-        else {
-          catchUp();
-          this.record(ctx.session, ctx.attachments, {
-            kind: 'aborted',
-            engineId: routed.engine.id,
-            status: null,
-            message: 'the agent went away mid-stream',
-            partial: partialOf(capture),
-          });
-        }
-        unhold();
+        catchUp();
+        this.record(ctx.session, ctx.attachments, {
+          kind: 'aborted',
+          engineId: routed.engine.id,
+          status: null,
+          message: 'the agent went away mid-stream',
+          partial: partialOf(capture),
+        });
         ctx.finish();
       },
     });
@@ -1022,25 +1020,20 @@ function callsOf(toolCalls: readonly Record<string, unknown>[] | null): Answered
   }));
 }
 
+const CHOICES_KEY = Buffer.from('"choices"');
+
 /** A cheap look at an engine's answer: a JSON object that names `choices`. */
-function looksLikeCompletion(text: string): boolean {
+function looksLikeCompletion(bytes: Buffer): boolean {
   let i = 0;
-  while (
-    i < text.length &&
-    (text.charCodeAt(i) === 32 ||
-      text.charCodeAt(i) === 10 ||
-      text.charCodeAt(i) === 13 ||
-      text.charCodeAt(i) === 9)
-  )
-    i++;
-  return text.charCodeAt(i) === 123 /* { */ && text.includes('"choices"');
+  while (i < bytes.length && (bytes[i] === 32 || bytes[i] === 10 || bytes[i] === 13 || bytes[i] === 9)) i++;
+  return bytes[i] === 123 /* { */ && bytes.includes(CHOICES_KEY, i);
 }
 
 /** The engine's answer parsed, when it is a completion (an object with choices); else null. */
-function completionOf(text: string): Record<string, unknown> | null {
+function completionOf(bytes: Buffer): Record<string, unknown> | null {
   let answer: unknown;
   try {
-    answer = JSON.parse(text);
+    answer = JSON.parse(bytes.toString('utf8'));
   } catch {
     return null;
   }
