@@ -609,7 +609,7 @@ async function usageOf(simUrl: string, prompt: PromptKind): Promise<{ prompt: nu
 
 async function benchCalls(sim: Child, quick: boolean, settings: GatewaySettings): Promise<LatencySection> {
   const settingsArg = JSON.stringify(settings);
-  const oneAgentBlocks = quick ? 2 : 4;
+  const oneAgentBlocks = quick ? 2 : 12;
   const reps = quick ? 1 : 3;
   const limits: Record<number, Limit> = quick
     ? { 1: { seconds: 1, maxCalls: 200 }, 64: { seconds: 1, maxCalls: Number.POSITIVE_INFINITY } }
