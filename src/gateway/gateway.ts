@@ -162,6 +162,8 @@ export class Gateway {
   private readonly captureDeferMs: number;
   private readonly commitBeforeAnswer: boolean;
   private readonly timer: NodeJS.Timeout;
+  /** Engine bodies still being read after their [DONE] (each entry stops reading one). */
+  private readonly draining = new Set<() => void>();
   /** Steps whose write failed after the agent was answered (logged; counted here). */
   lostSteps = 0;
   /** Online sessions on the fixed base_url (`X-Stepwise-Session`). */
@@ -714,11 +716,14 @@ export class Gateway {
       }
     };
     const drainRest = async () => {
+      const discard = () => routed.reply.discard();
+      this.draining.add(discard);
       try {
         for (;;) if ((await iterator.next()).done) break;
       } catch {
         // the answer is whole already; a body that breaks off after [DONE] changes nothing
       } finally {
+        this.draining.delete(discard);
         routed.done();
       }
     };
@@ -973,6 +978,8 @@ export class Gateway {
     const deadline = Date.now() + graceMs;
     while (this.gate.running > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
     await Promise.all([...this.sessions.values()].map(settle));
+    // Answers ended at [DONE] need nothing more from their engine: stop waiting for its body's end.
+    for (const discard of this.draining) discard();
     await this.router?.close();
   }
 }
