@@ -580,6 +580,57 @@ describe('gateway: bad input and failing engines', () => {
     await server.close();
   });
 
+  it('completing a trajectory waits for its calls in flight: an agent that acts on finish_reason before the [DONE] still gets its step stored', async () => {
+    const chunk = JSON.stringify({
+      id: 'c',
+      object: 'chat.completion.chunk',
+      model: 'm',
+      prompt_token_ids: [1, 2],
+      choices: [
+        { index: 0, delta: { role: 'assistant', content: 'hi' }, token_ids: [7], finish_reason: 'stop' },
+      ],
+    });
+    // The engine sends the answer with its finish_reason, then [DONE] only when the test says so.
+    const held: http.ServerResponse[] = [];
+    const engine = http.createServer((req, res) => {
+      if (req.method !== 'POST') return void res.writeHead(404).end();
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.write(`data: ${chunk}\n\n`);
+      held.push(res);
+    });
+    await new Promise<void>((r) => engine.listen(0, '127.0.0.1', r));
+    const sendDone = () => {
+      for (const res of held.splice(0)) res.end('data: [DONE]\n\n');
+    };
+    onTestFinished(() => {
+      sendDone();
+      engine.closeAllConnections();
+      engine.close();
+    });
+    const server = await serve({
+      engines: [`vllm=http://127.0.0.1:${(engine.address() as { port: number }).port}`],
+    });
+    const t = await init(server);
+    const res = await fetch(`${t.base_url}/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }], stream: true }),
+    });
+    const reader = res.body!.getReader();
+    let text = '';
+    while (!text.includes('"finish_reason":"stop"'))
+      text += new TextDecoder().decode((await reader.read()).value);
+    // The agent has its whole message and completes at once; the engine's [DONE] comes later.
+    const completing = complete(t);
+    await new Promise((r) => setTimeout(r, 100));
+    sendDone();
+    expect((await completing).json).toMatchObject({ status: 'complete', n_steps: 1 });
+    expect((await server.pool.getTrajectorySteps(t.trajectory_uid)).map((s) => s.responseText)).toEqual([
+      'hi',
+    ]);
+    await reader.cancel();
+  });
+
   it('passes on an answer that names choices but holds none, and records the call as failed, not as a step', async () => {
     const broken = '{"id":"x","object":"chat.completion","choices":[]}';
     const server = await serveOver('application/json', broken);

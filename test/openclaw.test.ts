@@ -118,6 +118,11 @@ describe.skipIf(!sandboxReady)('OpenClaw in the gym', () => {
     expect(results).toHaveLength(6);
     expect(summary).toMatchObject({ samples: 6, infraFailed: 0, agentFailed: 0, meanScore: 1 });
     const toolsUsed = new Set<string>();
+    // Shown when a step count is off: the calls the gateway recorded as failed, and lost writes.
+    const diagnosis = JSON.stringify({
+      failed: (await server.pool.events({ after: 0, limit: 50, types: ['call_failed'] })).map((e) => e.data),
+      lostSteps: server.gateway.lostSteps,
+    });
     for (const r of results) {
       const t = await server.pool.store.getTrajectory(r.trajectoryUid!);
       expect(t).toMatchObject({ status: 'complete', reward: 1, groupId: `oc.${r.taskId}` });
@@ -127,8 +132,8 @@ describe.skipIf(!sandboxReady)('OpenClaw in the gym', () => {
       const task = tasks.find((x) => x.id === r.taskId)!;
       // One step per OpenClaw turn: each reference action, then the closing answer.
       const steps = await server.pool.getTrajectorySteps(r.trajectoryUid!);
-      expect(steps).toHaveLength(meta.assistant_turns as number);
-      expect(steps).toHaveLength(task.referenceActions!.length + 1);
+      expect(steps, diagnosis).toHaveLength(meta.assistant_turns as number);
+      expect(steps, diagnosis).toHaveLength(task.referenceActions!.length + 1);
       for (const [i, step] of steps.entries()) {
         expect(step.tokenSource).toBe('engine');
         expect(step.responseLogprobs).toHaveLength(step.responseIds.length);

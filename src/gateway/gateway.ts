@@ -95,7 +95,7 @@ export interface Session {
   channel: string;
   nextIndex: number;
   last: LastStep | null;
-  /** Step writes not yet committed: completing the trajectory waits for them. */
+  /** Calls in flight and step writes not yet committed: completing the trajectory waits for them. */
   writes: Set<Promise<void>>;
   inFlight: number;
   usedAt: number;
@@ -381,6 +381,13 @@ export class Gateway {
     const stream = request.stream === true;
     await this.gate.enter();
     session.inFlight++;
+    // Completing the trajectory waits for its calls in flight: each ends having queued its step or
+    // recorded its failure (an agent may act on a stream's finish_reason before the engine's [DONE]).
+    let ended: () => void = () => {};
+    const inFlight: Promise<void> = new Promise<void>((resolve) => {
+      ended = resolve;
+    }).finally(() => session.writes.delete(inFlight));
+    session.writes.add(inFlight);
     let settled = false;
     const finish = () => {
       if (settled) return;
@@ -389,6 +396,7 @@ export class Gateway {
       // Idle time counts from the end of the last call (online sessions close on it).
       session.usedAt = Date.now();
       this.gate.exit();
+      ended();
     };
     try {
       const version = await this.pool.policyVersion();
