@@ -132,7 +132,17 @@ describe.skipIf(!sandboxReady)('OpenClaw in the gym', () => {
       const task = tasks.find((x) => x.id === r.taskId)!;
       // One step per OpenClaw turn: each reference action, then the closing answer.
       const steps = await server.pool.getTrajectorySteps(r.trajectoryUid!);
-      expect(steps, diagnosis).toHaveLength(meta.assistant_turns as number);
+      const shape = steps.map((x) => [
+        x.index,
+        x.finishReason,
+        x.toolCalls?.length ?? 0,
+        (x.messages ?? []).map(
+          (m) => `${m.role}:${JSON.stringify(m.content ?? m.tool_calls ?? '').slice(0, 80)}`,
+        ),
+      ]);
+      expect(steps, `${diagnosis} ${JSON.stringify(shape)} ${JSON.stringify(meta)}`).toHaveLength(
+        meta.assistant_turns as number,
+      );
       expect(steps, diagnosis).toHaveLength(task.referenceActions!.length + 1);
       for (const [i, step] of steps.entries()) {
         expect(step.tokenSource).toBe('engine');

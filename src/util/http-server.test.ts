@@ -89,3 +89,27 @@ describe('listen: request bodies', () => {
     expect(seen).toEqual([100]);
   });
 });
+
+describe('idle connections', () => {
+  it("keeps an idle keep-alive connection open past node's default 5 s, so an agent pausing for its tools reuses it", async () => {
+    const { url } = await echoServer(1024);
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+    const get = () =>
+      new Promise<boolean>((resolve, reject) => {
+        const req = http.request(url, { method: 'POST', agent, headers: { 'content-length': '2' } });
+        req.on('response', (res) => {
+          res.resume();
+          res.on('end', () => resolve(req.reusedSocket));
+        });
+        req.on('error', reject);
+        req.end('{}');
+      });
+    try {
+      expect(await get()).toBe(false);
+      await new Promise((r) => setTimeout(r, 7_000));
+      expect(await get()).toBe(true);
+    } finally {
+      agent.destroy();
+    }
+  }, 15_000);
+});
