@@ -60,6 +60,50 @@ async function serveOver(contentType: string, body: string): Promise<RunningServ
   return serve({ engines: [`vllm=http://127.0.0.1:${(engine.address() as { port: number }).port}`] });
 }
 
+/** One streamed answer as an engine sends it: "hi", finish_reason stop, with its token ids. */
+const HI_CHUNK = JSON.stringify({
+  id: 'c',
+  object: 'chat.completion.chunk',
+  model: 'm',
+  prompt_token_ids: [1, 2],
+  choices: [{ index: 0, delta: { role: 'assistant', content: 'hi' }, token_ids: [7], finish_reason: 'stop' }],
+});
+
+/**
+ * A gateway over an engine that writes `head` to each streamed call and keeps its body open until
+ * `end(tail)` (for an engine whose [DONE], or the end of its body, comes late).
+ */
+async function serveHeldStream(head: string) {
+  const held = new Set<http.ServerResponse>();
+  const end = (tail = '') => {
+    for (const res of held) res.end(tail);
+    held.clear();
+  };
+  const engine = http.createServer((req, res) => {
+    if (req.method !== 'POST') return void res.writeHead(404).end();
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    res.write(head);
+    held.add(res);
+  });
+  await new Promise<void>((r) => engine.listen(0, '127.0.0.1', r));
+  onTestFinished(() => {
+    end();
+    engine.closeAllConnections();
+    engine.close();
+  });
+  const server = await serve({
+    engines: [`vllm=http://127.0.0.1:${(engine.address() as { port: number }).port}`],
+  });
+  /** One streamed chat call on a trajectory. */
+  const stream = (t: Init) =>
+    fetch(`${t.base_url}/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }], stream: true }),
+    });
+  return { server, held, end, stream };
+}
+
 async function post(url: string, body: unknown, headers: Record<string, string> = {}) {
   const res = await fetch(url, {
     method: 'POST',
@@ -522,42 +566,8 @@ describe('gateway: bad input and failing engines', () => {
   });
 
   it("ends the agent's answer at [DONE] while the engine still holds its body open; that answer is a step even when the agent completes or leaves at once", async () => {
-    const chunk = JSON.stringify({
-      id: 'c',
-      object: 'chat.completion.chunk',
-      model: 'm',
-      prompt_token_ids: [1, 2],
-      choices: [
-        { index: 0, delta: { role: 'assistant', content: 'hi' }, token_ids: [7], finish_reason: 'stop' },
-      ],
-    });
-    // The engine sends everything, then keeps its body open until the test lets it end.
-    const held = new Set<http.ServerResponse>();
-    const release = () => {
-      for (const res of held) res.end();
-      held.clear();
-    };
-    const engine = http.createServer((req, res) => {
-      if (req.method !== 'POST') return void res.writeHead(404).end();
-      res.writeHead(200, { 'content-type': 'text/event-stream' });
-      res.write(`data: ${chunk}\n\ndata: [DONE]\n\n`);
-      held.add(res);
-    });
-    await new Promise<void>((r) => engine.listen(0, '127.0.0.1', r));
-    onTestFinished(() => {
-      release();
-      engine.closeAllConnections();
-      engine.close();
-    });
-    const server = await serve({
-      engines: [`vllm=http://127.0.0.1:${(engine.address() as { port: number }).port}`],
-    });
-    const stream = (t: Init) =>
-      fetch(`${t.base_url}/chat/completions`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }], stream: true }),
-      });
+    // The engine sends everything, then keeps its body open until the test ends.
+    const { server, held, stream } = await serveHeldStream(`data: ${HI_CHUNK}\n\ndata: [DONE]\n\n`);
     // The whole answer arrives, its body ended, while the engine's body is still open.
     const a = await init(server);
     const text = await (await stream(a)).text();
@@ -581,41 +591,10 @@ describe('gateway: bad input and failing engines', () => {
   });
 
   it('completing a trajectory waits for its calls in flight: an agent that acts on finish_reason before the [DONE] still gets its step stored', async () => {
-    const chunk = JSON.stringify({
-      id: 'c',
-      object: 'chat.completion.chunk',
-      model: 'm',
-      prompt_token_ids: [1, 2],
-      choices: [
-        { index: 0, delta: { role: 'assistant', content: 'hi' }, token_ids: [7], finish_reason: 'stop' },
-      ],
-    });
     // The engine sends the answer with its finish_reason, then [DONE] only when the test says so.
-    const held: http.ServerResponse[] = [];
-    const engine = http.createServer((req, res) => {
-      if (req.method !== 'POST') return void res.writeHead(404).end();
-      res.writeHead(200, { 'content-type': 'text/event-stream' });
-      res.write(`data: ${chunk}\n\n`);
-      held.push(res);
-    });
-    await new Promise<void>((r) => engine.listen(0, '127.0.0.1', r));
-    const sendDone = () => {
-      for (const res of held.splice(0)) res.end('data: [DONE]\n\n');
-    };
-    onTestFinished(() => {
-      sendDone();
-      engine.closeAllConnections();
-      engine.close();
-    });
-    const server = await serve({
-      engines: [`vllm=http://127.0.0.1:${(engine.address() as { port: number }).port}`],
-    });
+    const { server, end, stream } = await serveHeldStream(`data: ${HI_CHUNK}\n\n`);
     const t = await init(server);
-    const res = await fetch(`${t.base_url}/chat/completions`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }], stream: true }),
-    });
+    const res = await stream(t);
     const reader = res.body!.getReader();
     let text = '';
     while (!text.includes('"finish_reason":"stop"'))
@@ -623,7 +602,7 @@ describe('gateway: bad input and failing engines', () => {
     // The agent has its whole message and completes at once; the engine's [DONE] comes later.
     const completing = complete(t);
     await new Promise((r) => setTimeout(r, 100));
-    sendDone();
+    end('data: [DONE]\n\n');
     expect((await completing).json).toMatchObject({ status: 'complete', n_steps: 1 });
     expect((await server.pool.getTrajectorySteps(t.trajectory_uid)).map((s) => s.responseText)).toEqual([
       'hi',
