@@ -6,6 +6,7 @@
  *   npm run bench:gateway               full run (~4-6 minutes), updates BENCHMARKS.md
  *   npm run bench:gateway -- --quick    shorter phases, 1 rep, fewer trajectories, prints only
  *   ... -- --store-thread worker / --sync NORMAL   the gateway with other settings (prints only)
+ *   ... -- --sim-ttft-ms 6              the sim waits 6 ms before each answer, idle (prints only)
  *
  * BENCH_CPU_PROF=DIR writes a .cpuprofile of each gateway process into DIR.
  *
@@ -312,8 +313,8 @@ function serveParent(
   });
 }
 
-async function simChild(): Promise<void> {
-  const sim = await startSimServer({ host: HOST, port: 0, policy: 'echo' });
+async function simChild(ttftMs: number): Promise<void> {
+  const sim = await startSimServer({ host: HOST, port: 0, policy: 'echo', ttftMs });
   serveParent(
     () => ({ openSessions: null, lostSteps: null }),
     () => sim.close(),
@@ -598,6 +599,8 @@ interface LatencySection {
   runs: Record<string, Record<Target, Phase[]>>;
   promptTokens: Record<PromptKind, number>;
   completionTokens: number;
+  /** The sim's time to first token (0: it answers as soon as it has computed the answer). */
+  simTtftMs: number;
   lostSteps: number;
 }
 
@@ -607,7 +610,12 @@ async function usageOf(simUrl: string, prompt: PromptKind): Promise<{ prompt: nu
   return { prompt: usage.prompt_tokens, completion: usage.completion_tokens };
 }
 
-async function benchCalls(sim: Child, quick: boolean, settings: GatewaySettings): Promise<LatencySection> {
+async function benchCalls(
+  sim: Child,
+  quick: boolean,
+  settings: GatewaySettings,
+  simTtftMs: number,
+): Promise<LatencySection> {
   const settingsArg = JSON.stringify(settings);
   const oneAgentBlocks = quick ? 2 : 12;
   const reps = quick ? 1 : 3;
@@ -684,6 +692,7 @@ async function benchCalls(sim: Child, quick: boolean, settings: GatewaySettings)
     runs,
     promptTokens: { short: short.prompt, realistic: realistic.prompt },
     completionTokens: realistic.completion,
+    simTtftMs,
     lostSteps,
   };
 }
@@ -804,7 +813,7 @@ function latencyReport(s: LatencySection): string[] {
   const lines = [
     '### 1. Added latency per call',
     '',
-    `The same pre-serialized chat request sent by N concurrent agents (each awaiting its answer before the next call) to three targets: the sim directly, a bare node:http proxy in front of it, and the Stepwise gateway (\`startServer\` with \`engines: ['vllm=<sim>']\`, default settings: SQLite \`--sync full\` (a commit acknowledged once the WAL is flushed, off the event loop), every call captured as a step and written behind the answer). Each gateway agent has its own fresh trajectory (\`POST /init_trajectory\`, not timed) and calls its base_url \`…/chat/completions\`. The sim: echo policy (answers the last user message, ${s.completionTokens} completion tokens), instant latency (no ttft, no decode delay). Requests already carry \`return_token_ids\`, \`logprobs\` (and the usage chunk when streaming), which the gateway would add, so the sim does the same work on every path (the gateway then forwards the agent's text as it came; an agent that sets none of them gets them appended to its text, one string concatenation). Latency = request sent to the answer's last byte (streams included), undici keep-alive client. Prompts: **short** = one 21-word user message; **realistic** = system prompt, 4 tools, a task, two tool calls with their results (a 30-line source file, a test report) and two assistant turns, then the same 21-word user message. Each phase runs ${s.limits[64]!.seconds} s with 64 agents, and ${s.limits[1]!.maxCalls} calls or ${s.limits[1]!.seconds} s (whichever comes first) with 1 agent (taken in ${s.blocks} blocks per target, the targets in turn), each after an uncounted warm-up (${WARMUP_CALLS_ONE_AGENT} calls with 1 agent, 1 call per agent with 64); ${s.reps === 1 ? '1 rep' : `median of ${s.reps} reps (target order alternated between reps; a fresh gateway and database each rep)`}.`,
+    `The same pre-serialized chat request sent by N concurrent agents (each awaiting its answer before the next call) to three targets: the sim directly, a bare node:http proxy in front of it, and the Stepwise gateway (\`startServer\` with \`engines: ['vllm=<sim>']\`, default settings: SQLite \`--sync full\` (a commit acknowledged once the WAL is flushed, off the event loop), every call captured as a step and written behind the answer). Each gateway agent has its own fresh trajectory (\`POST /init_trajectory\`, not timed) and calls its base_url \`…/chat/completions\`. The sim: echo policy (answers the last user message, ${s.completionTokens} completion tokens), ${s.simTtftMs > 0 ? `a ${s.simTtftMs} ms time to first token (idle, after computing the answer) and no decode delay` : 'instant latency (no ttft, no decode delay)'}. Requests already carry \`return_token_ids\`, \`logprobs\` (and the usage chunk when streaming), which the gateway would add, so the sim does the same work on every path (the gateway then forwards the agent's text as it came; an agent that sets none of them gets them appended to its text, one string concatenation). Latency = request sent to the answer's last byte (streams included), undici keep-alive client. Prompts: **short** = one 21-word user message; **realistic** = system prompt, 4 tools, a task, two tool calls with their results (a 30-line source file, a test report) and two assistant turns, then the same 21-word user message. Each phase runs ${s.limits[64]!.seconds} s with 64 agents, and ${s.limits[1]!.maxCalls} calls or ${s.limits[1]!.seconds} s (whichever comes first) with 1 agent (taken in ${s.blocks} blocks per target, the targets in turn), each after an uncounted warm-up (${WARMUP_CALLS_ONE_AGENT} calls with 1 agent, 1 call per agent with 64); ${s.reps === 1 ? '1 rep' : `median of ${s.reps} reps (target order alternated between reps; a fresh gateway and database each rep)`}.`,
     '',
     `**Added = the per-rep difference of the statistic (gateway p50 − direct p50, gateway p99 − direct p99), median over reps** — a difference of medians, not a median of paired differences (calls to different targets run in different phases). Targets: added p50 ≤ ${TARGETS.addedP50Ms} ms and added p99 ≤ ${TARGETS.addedP99Ms} ms, judged with 1 agent; with 64 agents on ${os.cpus().length} cores the latency is mostly queueing for the CPU that client, sim and gateway share, so those verdicts are in parentheses.`,
     '',
@@ -895,7 +904,7 @@ function memoryReport(runs: MemoryRun[], promptTokens: Record<PromptKind, number
 
 async function main(): Promise<void> {
   const args = process.argv.slice(2);
-  if (args[0] === '--sim-child') return simChild();
+  if (args[0] === '--sim-child') return simChild(Number(args[1] ?? 0));
   if (args[0] === '--gateway-child') return gatewayChild(args[1]!, args[2]!, JSON.parse(args[3]!));
   if (args[0] === '--proxy-child') return proxyChild(args[1]!);
   const quick = args.includes('--quick');
@@ -907,9 +916,14 @@ async function main(): Promise<void> {
     storeThread: option('--store-thread') === 'worker' ? 'worker' : 'main',
     synchronous: option('--sync') === 'NORMAL' ? 'NORMAL' : 'FULL',
   };
-  const defaults =
+  const simTtftMs = Number(option('--sim-ttft-ms') ?? 0);
+  if (!(Number.isFinite(simTtftMs) && simTtftMs >= 0))
+    throw new Error('--sim-ttft-ms: must be a number >= 0');
+  const gatewayDefaults =
     settings.storeThread === DEFAULT_SETTINGS.storeThread &&
     settings.synchronous === DEFAULT_SETTINGS.synchronous;
+  // Only a run with the defaults all round is written into BENCHMARKS.md.
+  const defaults = gatewayDefaults && simTtftMs === 0;
   const command =
     process.env.npm_lifecycle_event === 'bench:gateway'
       ? `npm run bench:gateway${args.length ? ` -- ${args.join(' ')}` : ''}  (node --import tsx bench/gateway.ts)`
@@ -918,11 +932,11 @@ async function main(): Promise<void> {
   const loadAtStart = os.loadavg();
   const codeAtStart = codeVersion();
 
-  const sim = await startChild(['--sim-child']);
+  const sim = await startChild(['--sim-child', String(simTtftMs)]);
   let calls: LatencySection;
   let memory: MemoryRun[];
   try {
-    calls = await benchCalls(sim, quick, settings);
+    calls = await benchCalls(sim, quick, settings, simTtftMs);
     memory = await benchMemory(sim, quick, settings);
   } finally {
     await sim.close();
@@ -937,7 +951,7 @@ async function main(): Promise<void> {
       stack: 'undici client',
       noise: 'client, sim and gateway',
     }),
-    `- Gateway settings: store on the ${settings.storeThread === 'main' ? 'event-loop thread' : 'worker thread'}, synchronous=${settings.synchronous}${defaults ? " (`stepwise serve`'s defaults)" : ' (not the defaults)'}`,
+    `- Gateway settings: store on the ${settings.storeThread === 'main' ? 'event-loop thread' : 'worker thread'}, synchronous=${settings.synchronous}${gatewayDefaults ? " (`stepwise serve`'s defaults)" : ' (not the defaults)'}`,
     `- Wall time of the whole benchmark: ${fix(minutes, 1)} min${quick ? ' (`--quick`: short phases, 1 rep, fewer trajectories)' : ''}`,
     '',
     `Targets: added latency per call p50 ≤ ${TARGETS.addedP50Ms} ms and p99 ≤ ${TARGETS.addedP99Ms} ms; throughput ≥ ${TARGETS.throughputRatio}× a bare pass-through proxy.`,
