@@ -3,7 +3,7 @@ import http from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import OpenAI from 'openai';
-import { afterAll, afterEach, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it, onTestFinished, vi } from 'vitest';
 import { HINT_HEADING } from '../src/curation/actguide/index.js';
 import type { Step } from '../src/domain/index.js';
 import { startSimServer } from '../src/engines/sim/serve.js';
@@ -755,18 +755,21 @@ describe('gateway: retokenized mode (an OpenAI-compatible upstream without ids)'
 
 describe('gateway: policy versions', () => {
   it('stamps steps with the version in force; a drain holds new generations until running ones end', async () => {
-    const server = await serve({ sim: { ttftMs: 150, tokensPerSecond: 1000 } });
+    const server = await serve({ sim: { ttftMs: 400, tokensPerSecond: 1000 } });
     const t = await init(server);
     const openai = client(t);
     const ask = (content: string) =>
       openai.chat.completions.create({ model: 'm', messages: [{ role: 'user', content }] });
+    // Each phase waits for the gateway to reach it (not for a fixed time: a loaded machine is slow).
+    const reached = (check: () => boolean) =>
+      vi.waitFor(() => expect(check()).toBe(true), { timeout: 10_000, interval: 2 });
     const running = ask('started under version 0');
-    await new Promise((r) => setTimeout(r, 30));
+    await reached(() => server.gateway.gate.running === 1);
     const put = fetch(`${server.url}/v1/policy-version`, {
       method: 'PUT',
       body: JSON.stringify({ version: 1, drain: true }),
     }).then((r) => r.json() as Promise<{ version: number; drained_ms: number; drain_timed_out: boolean }>);
-    await new Promise((r) => setTimeout(r, 30));
+    await reached(() => server.gateway.gate.draining);
     const held = ask('held, then run under version 1');
     const [switched] = await Promise.all([put, running, held]);
     expect(switched.version).toBe(1);
