@@ -6,7 +6,8 @@
  *   npm run bench:gateway               full run (~4-6 minutes), updates BENCHMARKS.md
  *   npm run bench:gateway -- --quick    shorter phases, 1 rep, fewer trajectories, prints only
  *   ... -- --store-thread worker / --sync NORMAL   the gateway with other settings (prints only)
- *   ... -- --sim-ttft-ms 6              the sim waits 6 ms before each answer, idle (prints only)
+ *   ... -- --sim-ttft-ms 6              the sim answers no sooner than 6 ms after each request,
+ *                                       idle once its answer is computed (prints only)
  *
  * BENCH_CPU_PROF=DIR writes a .cpuprofile of each gateway process into DIR.
  *
