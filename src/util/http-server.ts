@@ -16,8 +16,6 @@ export interface Listening {
 export interface ListenOptions {
   /** Largest request body accepted (default 64 MiB); a larger one is answered 413 unread. */
   maxBodyBytes?: number;
-  /** How long an idle keep-alive connection is kept open (default 65 s). */
-  keepAliveMs?: number;
 }
 
 export const DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024;
@@ -28,7 +26,7 @@ export const DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024;
  * arrives (the agent sees a reset; nothing is recorded). Clients close idle connections well before
  * this (undici after 4 s), so the close comes from the side that knows the connection is unused.
  */
-export const DEFAULT_KEEP_ALIVE_MS = 65_000;
+export const KEEP_ALIVE_MS = 65_000;
 
 type Listener = (req: IncomingMessage, res: ServerResponse) => void;
 
@@ -92,7 +90,7 @@ export async function listen(
   const server: Server = createServer(
     readBodiesFirst(options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES, handle),
   );
-  server.keepAliveTimeout = options.keepAliveMs ?? DEFAULT_KEEP_ALIVE_MS;
+  server.keepAliveTimeout = KEEP_ALIVE_MS;
   // Node measures the time to receive a request's headers on the same connection timer.
   server.headersTimeout = Math.max(server.headersTimeout, server.keepAliveTimeout + 1_000);
   await new Promise<void>((resolve, reject) => {
