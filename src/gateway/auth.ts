@@ -56,6 +56,33 @@ function presentedKey(header: string | undefined, alt: string | undefined): stri
   return alt?.trim() || null;
 }
 
+/**
+ * The key a request presents: `Authorization: Bearer`, else `X-Api-Key`, else the dashboard's
+ * cookie (read from the raw `Cookie` header only when neither header names a key).
+ */
+export function requestKey(
+  authorization: string | undefined,
+  apiKeyHeader: string | undefined,
+  cookies: () => string | undefined,
+): string | null {
+  return presentedKey(authorization, apiKeyHeader) ?? cookies() ?? null;
+}
+
+/** The configured key a caller presented; 401 when it presented none or an unknown one. */
+export function callerKey(keys: readonly ApiKey[], presented: string | null): ApiKey {
+  if (!presented) throw new AuthError('missing API key (Authorization: Bearer <key>)', 401);
+  const match = findKey(keys, presented);
+  if (!match) throw new AuthError('invalid API key', 401);
+  return match;
+}
+
+/** 403 unless the caller holds one of the scopes (admin holds them all; no key: keys are off). */
+export function checkScope(key: ApiKey | null, scopes: readonly Scope[]): void {
+  if (key && !key.scopes.includes('admin') && !scopes.some((s) => key.scopes.includes(s))) {
+    throw new AuthError(`this key lacks the ${scopes.join(' or ')} scope`, 403);
+  }
+}
+
 /** The cookie the dashboard's sign-in sets (HttpOnly, SameSite=Strict): a browser's API key. */
 export const KEY_COOKIE = 'stepwise_key';
 
@@ -80,10 +107,9 @@ export function authenticate(keys: readonly ApiKey[]): MiddlewareHandler<{ Varia
       c.set('apiKey', null);
       return next();
     }
-    const key =
-      presentedKey(c.req.header('authorization'), c.req.header('x-api-key')) ??
-      getCookie(c, KEY_COOKIE) ??
-      null;
+    const key = requestKey(c.req.header('authorization'), c.req.header('x-api-key'), () =>
+      getCookie(c, KEY_COOKIE),
+    );
     const dashboard = c.req.path === '/dashboard' || c.req.path.startsWith('/dashboard/');
     if (dashboard && isPublicDashboardPath(c.req.path)) {
       c.set('apiKey', key ? findKey(keys, key) : null);
@@ -92,9 +118,7 @@ export function authenticate(keys: readonly ApiKey[]): MiddlewareHandler<{ Varia
     const match = key ? findKey(keys, key) : null;
     if (!match && dashboard)
       return c.redirect(`/dashboard/login?next=${encodeURIComponent(c.req.path)}`, 303);
-    if (!key) throw new AuthError('missing API key (Authorization: Bearer <key>)', 401);
-    if (!match) throw new AuthError('invalid API key', 401);
-    c.set('apiKey', match);
+    c.set('apiKey', match ?? callerKey(keys, key));
     return next();
   };
 }
@@ -102,10 +126,7 @@ export function authenticate(keys: readonly ApiKey[]): MiddlewareHandler<{ Varia
 /** Allows the request when the caller holds any of the scopes (admin holds them all). */
 export function requireScope(...scopes: Scope[]): MiddlewareHandler<{ Variables: AuthVariables }> {
   return async (c, next) => {
-    const key = c.get('apiKey');
-    if (key && !key.scopes.includes('admin') && !scopes.some((s) => key.scopes.includes(s))) {
-      throw new AuthError(`this key lacks the ${scopes.join(' or ')} scope`, 403);
-    }
+    checkScope(c.get('apiKey'), scopes);
     return next();
   };
 }

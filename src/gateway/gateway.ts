@@ -17,8 +17,9 @@ import { UpstreamError } from '../engines/upstream.js';
 import type { DataPool } from '../pool/data-pool.js';
 import type { ToolResultAttachment } from '../store/store.js';
 import { type ChatTokenizer, loadQwen3Tokenizer, SseDecoder } from '../text/index.js';
+import { type Answer, JSON_HEADERS, type StreamSink, type StreamSource } from './answer.js';
 import { OnlineSessions, type SessionStats } from './online-sessions.js';
-import { normalizeUpstreamError, openaiErrorBody, openaiErrorResponse } from './openai-errors.js';
+import { normalizeUpstreamError, openaiError, openaiErrorBody } from './openai-errors.js';
 import { PolicyGate } from './policy-gate.js';
 import { type AnsweredCall, toolResultsFor } from './tool-results.js';
 
@@ -115,13 +116,11 @@ function hintOf(t: Pick<Trajectory, 'guided' | 'metadata'>): string | null {
 
 export type CallKind = 'chat' | 'text';
 
-const JSON_HEADERS = { 'content-type': 'application/json' };
 const SSE_HEADERS = {
   'content-type': 'text/event-stream; charset=utf-8',
   'cache-control': 'no-cache',
   'x-accel-buffering': 'no',
 };
-const utf8 = new TextEncoder();
 /** Streamed events held for the capture at most, before they are read (see forwardStream). */
 const UNREAD_EVENTS = 256;
 
@@ -374,7 +373,7 @@ export class Gateway {
     body: unknown,
     signal: AbortSignal,
     raw: string | null = null,
-  ): Promise<Response> {
+  ): Promise<Answer> {
     const router = this.requireRouter();
     const request = checkRequest(kind, body);
     const attachments = this.pendingToolResults(session, kind, request);
@@ -521,7 +520,7 @@ export class Gateway {
     return [{ trajectoryId: session.id, index: last.index, results }];
   }
 
-  private async forwardError(ctx: CallContext): Promise<Response> {
+  private async forwardError(ctx: CallContext): Promise<Answer> {
     const { routed } = ctx;
     try {
       const text = await routed.reply.text();
@@ -533,7 +532,7 @@ export class Gateway {
         message,
         partial: null,
       });
-      return new Response(body, { status: routed.reply.status, headers: JSON_HEADERS });
+      return { status: routed.reply.status, headers: JSON_HEADERS, body };
     } finally {
       ctx.detach();
       routed.done();
@@ -541,7 +540,7 @@ export class Gateway {
     }
   }
 
-  private async forwardWhole(ctx: CallContext): Promise<Response> {
+  private async forwardWhole(ctx: CallContext): Promise<Answer> {
     const { routed } = ctx;
     let bytes: Buffer;
     try {
@@ -579,7 +578,7 @@ export class Gateway {
       const parseNow = this.commitBeforeAnswer || !looksLikeCompletion(bytes);
       const answer = parseNow ? completionOf(bytes) : null;
       if (parseNow && answer === null) {
-        return openaiErrorResponse(502, notCompletion(), null, 'bad_upstream_answer');
+        return openaiError(502, notCompletion(), null, 'bad_upstream_answer');
       }
       if (ctx.clientGone()) {
         this.record(ctx.session, ctx.attachments, {
@@ -589,7 +588,7 @@ export class Gateway {
           message: 'the agent went away before the answer was sent',
           partial: null,
         });
-        return new Response(null, { status: 499 });
+        return { status: 499, headers: {}, body: null };
       }
       const capture = new CompletionCapture();
       if (this.commitBeforeAnswer) {
@@ -604,13 +603,13 @@ export class Gateway {
           return this.capture(ctx, capture.result(), null, endedAt);
         });
       }
-      return new Response(bytes, { status: 200, headers: JSON_HEADERS });
+      return { status: 200, headers: JSON_HEADERS, body: bytes };
     } finally {
       ctx.finish();
     }
   }
 
-  private forwardStream(ctx: CallContext): Response {
+  private forwardStream(ctx: CallContext): Answer {
     const { routed } = ctx;
     const iterator = routed.reply.body[Symbol.asyncIterator]();
     const decoder = new SseDecoder();
@@ -691,15 +690,15 @@ export class Gateway {
       }
       return out;
     };
-    const forward = (controller: ReadableStreamDefaultController<Uint8Array>, text: string) => {
-      if (text !== '') controller.enqueue(utf8.encode(text));
+    const forward = (controller: StreamSink, text: string) => {
+      if (text !== '') controller.enqueue(text);
     };
     /**
      * The engine sent [DONE]: the agent's answer ends here, without waiting for the engine's body to
      * end (the step is captured at once; the rest of that body is read in the background, so its
      * connection can serve the next call).
      */
-    const answer = async (controller: ReadableStreamDefaultController<Uint8Array>, text: string) => {
+    const answer = async (controller: StreamSink, text: string) => {
       forward(controller, text);
       if (!stop()) return;
       void drainRest();
@@ -708,7 +707,7 @@ export class Gateway {
           catchUp();
           if (garbage === null) {
             await this.capture(ctx, capture.result(), capture.firstTokenAt);
-            controller.enqueue(utf8.encode('data: [DONE]\n\n'));
+            controller.enqueue('data: [DONE]\n\n');
           } else failed();
         } else {
           // Queued before the agent can read [DONE], so completing the trajectory waits for it.
@@ -735,7 +734,7 @@ export class Gateway {
         routed.done();
       }
     };
-    const body = new ReadableStream<Uint8Array>({
+    const body: StreamSource = {
       pull: async (controller) => {
         try {
           for (;;) {
@@ -794,8 +793,8 @@ export class Gateway {
         });
         ctx.finish();
       },
-    });
-    return new Response(body, { status: 200, headers: SSE_HEADERS });
+    };
+    return { status: 200, headers: SSE_HEADERS, body };
   }
 
   /**
@@ -1067,8 +1066,8 @@ function partialOf(
   };
 }
 
-function sseError(status: number, message: string): Uint8Array {
-  return utf8.encode(`data: ${JSON.stringify(openaiErrorBody(status, message, null, 'upstream_error'))}\n\n`);
+function sseError(status: number, message: string): string {
+  return `data: ${JSON.stringify(openaiErrorBody(status, message, null, 'upstream_error'))}\n\n`;
 }
 
 function promptText(prompt: unknown): string {

@@ -11,7 +11,11 @@ export async function readJsonBody(c: Context, allowEmpty = true): Promise<unkno
 
 /** readJsonBody that also returns the text the value was parsed from. */
 export async function readJsonText(c: Context, allowEmpty = true): Promise<{ text: string; value: unknown }> {
-  const text = await c.req.text();
+  return parseJsonText(await c.req.text(), allowEmpty);
+}
+
+/** Parses a request body's text as readJsonBody does. */
+export function parseJsonText(text: string, allowEmpty = true): { text: string; value: unknown } {
   if (allowEmpty && text.trim() === '') return { text, value: {} };
   try {
     return { text, value: JSON.parse(text) };

@@ -1,4 +1,5 @@
 import { StepwiseError } from '../domain/errors.js';
+import { type Answer, answerResponse, JSON_HEADERS } from './answer.js';
 
 /** OpenAI's error body: what every OpenAI SDK turns into a typed exception. */
 export interface OpenAIErrorBody {
@@ -24,6 +25,20 @@ export function openaiErrorBody(
   return { error: { message, type: errorType(status), param, code } };
 }
 
+/** An answer in OpenAI's error shape. */
+export function openaiError(
+  status: number,
+  message: string,
+  param: string | null = null,
+  code: string | null = null,
+): Answer {
+  return {
+    status,
+    headers: JSON_HEADERS,
+    body: JSON.stringify(openaiErrorBody(status, message, param, code)),
+  };
+}
+
 /** A JSON response in OpenAI's error shape. */
 export function openaiErrorResponse(
   status: number,
@@ -31,18 +46,20 @@ export function openaiErrorResponse(
   param: string | null = null,
   code: string | null = null,
 ): Response {
-  return new Response(JSON.stringify(openaiErrorBody(status, message, param, code)), {
-    status,
-    headers: { 'content-type': 'application/json' },
-  });
+  return answerResponse(openaiError(status, message, param, code));
+}
+
+/** Any thrown error as an OpenAI-style answer (unexpected ones as a bare 500). */
+export function errorAnswer(error: unknown): Answer {
+  if (error instanceof StepwiseError) {
+    return openaiError(error.status, error.message, error.field ?? null, error.code);
+  }
+  return openaiError(500, 'internal error', null, 'internal');
 }
 
 /** Any thrown error as an OpenAI-style response (unexpected ones as a bare 500). */
 export function toOpenAIError(error: unknown): Response {
-  if (error instanceof StepwiseError) {
-    return openaiErrorResponse(error.status, error.message, error.field ?? null, error.code);
-  }
-  return openaiErrorResponse(500, 'internal error', null, 'internal');
+  return answerResponse(errorAnswer(error));
 }
 
 /**

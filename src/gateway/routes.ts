@@ -18,10 +18,11 @@ import {
 } from '../domain/index.js';
 import { computeRewardResponse } from '../rewards/routes.js';
 import type { RewardService } from '../rewards/service.js';
+import { answerResponse } from './answer.js';
 import { type AuthVariables, requireScope } from './auth.js';
+import { fixedCall, trajectoryCall } from './calls.js';
 import type { CallKind, Gateway, Session } from './gateway.js';
-import { readJsonBody, readJsonText } from './json-body.js';
-import { CHANNEL_HEADER, SESSION_HEADER, sessionOf } from './online-sessions.js';
+import { readJsonBody } from './json-body.js';
 import { openaiErrorResponse, toOpenAIError } from './openai-errors.js';
 
 /*
@@ -38,9 +39,6 @@ import { openaiErrorResponse, toOpenAIError } from './openai-errors.js';
  */
 
 type Env = { Variables: AuthVariables };
-
-export const TRAJECTORY_HEADER = 'x-stepwise-trajectory';
-const MODEL_SEPARATOR = '__';
 
 const InitTrajectoryBody = z
   .strictObject({
@@ -155,12 +153,17 @@ export function mountGatewayRoutes(
   // ---- under a trajectory's base_url ----------------------------------------------------------
 
   const call = (kind: CallKind) =>
-    openai(async (c) => {
-      const { trajectory, group } = ids(c);
-      const session = await gateway.session(trajectory, group);
-      const { text, value } = await readJsonText(c, false);
-      return gateway.call(session, kind, value, c.req.raw.signal, text);
-    });
+    openai(async (c) =>
+      answerResponse(
+        await trajectoryCall(
+          gateway,
+          kind,
+          { trajectory: c.req.param('traj'), group: c.req.param('group') },
+          await c.req.text(),
+          c.req.raw.signal,
+        ),
+      ),
+    );
   app.post('/:traj/:group/v1/chat/completions', agent, call('chat'));
   app.post('/:traj/:group/v1/completions', agent, call('text'));
   app.get(
@@ -235,57 +238,12 @@ export function mountGatewayRoutes(
 
   // ---- fixed base_url: the trajectory in a header or in the model name ------------------------
 
-  /** A call of an online session: its trajectory is found (or opened) by session key. */
-  const sessionCall = async (c: Context<Env>, kind: CallKind, body: unknown, raw: string, header: string) => {
-    if (c.req.header(TRAJECTORY_HEADER) !== undefined) {
-      throw new ValidationError(
-        'X-Stepwise-Session: send either X-Stepwise-Session or X-Stepwise-Trajectory, not both',
-        'X-Stepwise-Session',
-      );
-    }
-    if (typeof body !== 'object' || body === null || Array.isArray(body)) {
-      throw new ValidationError('body: must be a JSON object', 'body');
-    }
-    const request = body as Record<string, unknown>;
-    const { key, channel } = sessionOf(header, c.req.header(CHANNEL_HEADER), request);
-    const call = await gateway.online.acquire(key, channel, c.req.header('user-agent') ?? null);
-    try {
-      const feedback = kind === 'chat' ? call.feedbackFor(request) : null;
-      const response = await gateway.call(call.session, kind, request, c.req.raw.signal, raw);
-      // Only for a call the gateway accepted: a rejected one is sent again, and judged then.
-      if (feedback) call.recordFeedback(feedback);
-      return response;
-    } finally {
-      call.release();
-    }
-  };
-
   const fixed = (kind: CallKind) =>
-    openai(async (c) => {
-      const { text, value: body } = await readJsonText(c, false);
-      // The agent's text goes to the engine unless the gateway changes the body (see upstreamText).
-      let raw: string | null = text;
-      const sessionHeader = c.req.header(SESSION_HEADER);
-      if (sessionHeader !== undefined) return sessionCall(c, kind, body, text, sessionHeader);
-      let trajectory = c.req.header(TRAJECTORY_HEADER) ?? null;
-      const model = (body as { model?: unknown } | null)?.model;
-      if (trajectory === null && typeof model === 'string' && model.includes(MODEL_SEPARATOR)) {
-        const at = model.indexOf(MODEL_SEPARATOR);
-        trajectory = model.slice(0, at);
-        (body as { model: string }).model = model.slice(at + MODEL_SEPARATOR.length);
-        raw = null;
-      }
-      if (trajectory === null) {
-        return openaiErrorResponse(
-          400,
-          `no trajectory named: send the header X-Stepwise-Trajectory, set model to "<trajectory>${MODEL_SEPARATOR}<model>", or use the base_url from POST /init_trajectory`,
-          'model',
-          'missing_trajectory',
-        );
-      }
-      const session = await gateway.session(parseOrThrow(ClientId, trajectory, 'trajectory_uid'));
-      return gateway.call(session, kind, body, c.req.raw.signal, raw);
-    });
+    openai(async (c) =>
+      answerResponse(
+        await fixedCall(gateway, kind, (name) => c.req.header(name), await c.req.text(), c.req.raw.signal),
+      ),
+    );
   app.post('/v1/chat/completions', agent, fixed('chat'));
   app.post('/v1/completions', agent, fixed('text'));
   app.get(

@@ -12,6 +12,7 @@ import type { Store } from '../store/store.js';
 import { type Listening, listen } from '../util/http-server.js';
 import { createApp } from './app.js';
 import { isLoopback, parseApiKey } from './auth.js';
+import { llmCallListener } from './direct.js';
 import { Gateway, type GatewayOptions } from './gateway.js';
 
 export interface ServerOptions {
@@ -139,7 +140,10 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       role: options.role,
       rewards: rewards ?? undefined,
     });
-    listening = await listen(app.fetch, host, options.port ?? 8100, { maxBodyBytes: options.maxBodyBytes });
+    listening = await listen(app.fetch, host, options.port ?? 8100, {
+      maxBodyBytes: options.maxBodyBytes,
+      direct: llmCallListener(gateway, apiKeys),
+    });
   } catch (error) {
     await rewards?.close();
     await pool.close(); // e.g. the port is taken: leave no store or timer behind

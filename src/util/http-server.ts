@@ -13,9 +13,17 @@ export interface Listening {
   close(drain?: () => Promise<void>, graceMs?: number): Promise<void>;
 }
 
+/**
+ * Takes a request (its body read whole into `rawBody`) before the fetch handler sees it, and
+ * answers it on `res` itself; returns false to leave it to the fetch handler.
+ */
+export type DirectListener = (req: IncomingMessage & { rawBody?: Buffer }, res: ServerResponse) => boolean;
+
 export interface ListenOptions {
   /** Largest request body accepted (default 64 MiB); a larger one is answered 413 unread. */
   maxBodyBytes?: number;
+  /** Requests served without the fetch handler (the gateway's LLM calls: gateway/direct.ts). */
+  direct?: DirectListener;
 }
 
 export const DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024;
@@ -86,7 +94,9 @@ export async function listen(
   port: number,
   options: ListenOptions = {},
 ): Promise<Listening> {
-  const handle = getRequestListener(fetch, { hostname: host }) as Listener;
+  const viaFetch = getRequestListener(fetch, { hostname: host }) as Listener;
+  const { direct } = options;
+  const handle: Listener = direct ? (req, res) => void (direct(req, res) || viaFetch(req, res)) : viaFetch;
   const server: Server = createServer(
     readBodiesFirst(options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES, handle),
   );

@@ -1,0 +1,50 @@
+/**
+ * An answer for the agent before an HTTP layer frames it: the Hono routes wrap it in a Response
+ * (`answerResponse`), the direct listener for LLM calls writes it to the socket (direct.ts).
+ */
+export interface Answer {
+  status: number;
+  headers: Readonly<Record<string, string>>;
+  body: string | Uint8Array | StreamSource | null;
+}
+
+/**
+ * A streamed body, pulled by its reader like a ReadableStream's underlying source: each `pull`
+ * writes what came next (or ends the stream) and settles; `cancel` when the agent went away.
+ */
+export interface StreamSource {
+  pull(sink: StreamSink): Promise<void>;
+  cancel(): Promise<void>;
+}
+
+/** What a StreamSource writes into. */
+export interface StreamSink {
+  enqueue(text: string): void;
+  /** The answer is whole. */
+  close(): void;
+  /** The answer broke off: the agent sees its connection cut. */
+  error(error: unknown): void;
+}
+
+export const isStreamSource = (body: Answer['body']): body is StreamSource =>
+  typeof body === 'object' && body !== null && 'pull' in body;
+
+const utf8 = new TextEncoder();
+
+export const JSON_HEADERS: Readonly<Record<string, string>> = { 'content-type': 'application/json' };
+
+export function answerResponse(answer: Answer): Response {
+  const { body } = answer;
+  const content = isStreamSource(body)
+    ? new ReadableStream<Uint8Array>({
+        pull: (controller) =>
+          body.pull({
+            enqueue: (text) => controller.enqueue(utf8.encode(text)),
+            close: () => controller.close(),
+            error: (error) => controller.error(error),
+          }),
+        cancel: () => body.cancel(),
+      })
+    : body;
+  return new Response(content, { status: answer.status, headers: answer.headers });
+}

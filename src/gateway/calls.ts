@@ -1,0 +1,103 @@
+import { ClientId, clientIdParam, parseOrThrow, ValidationError } from '../domain/index.js';
+import type { Answer } from './answer.js';
+import type { CallKind, Gateway } from './gateway.js';
+import { parseJsonText } from './json-body.js';
+import { CHANNEL_HEADER, SESSION_HEADER, sessionOf } from './online-sessions.js';
+import { openaiError } from './openai-errors.js';
+
+/*
+ * The LLM calls (chat/completions and completions) independent of the HTTP layer: the Hono routes
+ * (routes.ts) and the direct node:http listener (direct.ts) both answer them here, so the checks,
+ * their order and the answers are the same whichever serves a request.
+ */
+
+export const TRAJECTORY_HEADER = 'x-stepwise-trajectory';
+const MODEL_SEPARATOR = '__';
+
+/** A request header by lower-case name. */
+export type HeaderOf = (name: string) => string | undefined;
+
+/** A call under a trajectory's base_url (`/<trajectory>/<group>/v1/...`). */
+export async function trajectoryCall(
+  gateway: Gateway,
+  kind: CallKind,
+  ids: { trajectory: string | undefined; group: string | undefined },
+  text: string,
+  signal: AbortSignal,
+): Promise<Answer> {
+  const trajectory = clientIdParam(ids.trajectory, 'trajectory_uid');
+  const group = clientIdParam(ids.group, 'group_id');
+  const session = await gateway.session(trajectory, group);
+  const { value } = parseJsonText(text, false);
+  return gateway.call(session, kind, value, signal, text);
+}
+
+/**
+ * A call at the fixed base_url (`/v1/...`): the trajectory named in `X-Stepwise-Trajectory` or as
+ * the model prefix `<trajectory>__<model>`, or an online session named in `X-Stepwise-Session`.
+ */
+export async function fixedCall(
+  gateway: Gateway,
+  kind: CallKind,
+  header: HeaderOf,
+  text: string,
+  signal: AbortSignal,
+): Promise<Answer> {
+  const { value: body } = parseJsonText(text, false);
+  // The agent's text goes to the engine unless the gateway changes the body (see upstreamText).
+  let raw: string | null = text;
+  const sessionHeader = header(SESSION_HEADER);
+  if (sessionHeader !== undefined)
+    return sessionCall(gateway, kind, header, body, text, sessionHeader, signal);
+  let trajectory = header(TRAJECTORY_HEADER) ?? null;
+  const model = (body as { model?: unknown } | null)?.model;
+  if (trajectory === null && typeof model === 'string' && model.includes(MODEL_SEPARATOR)) {
+    const at = model.indexOf(MODEL_SEPARATOR);
+    trajectory = model.slice(0, at);
+    (body as { model: string }).model = model.slice(at + MODEL_SEPARATOR.length);
+    raw = null;
+  }
+  if (trajectory === null) {
+    return openaiError(
+      400,
+      `no trajectory named: send the header X-Stepwise-Trajectory, set model to "<trajectory>${MODEL_SEPARATOR}<model>", or use the base_url from POST /init_trajectory`,
+      'model',
+      'missing_trajectory',
+    );
+  }
+  const session = await gateway.session(parseOrThrow(ClientId, trajectory, 'trajectory_uid'));
+  return gateway.call(session, kind, body, signal, raw);
+}
+
+/** A call of an online session: its trajectory is found (or opened) by session key. */
+async function sessionCall(
+  gateway: Gateway,
+  kind: CallKind,
+  header: HeaderOf,
+  body: unknown,
+  raw: string,
+  sessionHeader: string,
+  signal: AbortSignal,
+): Promise<Answer> {
+  if (header(TRAJECTORY_HEADER) !== undefined) {
+    throw new ValidationError(
+      'X-Stepwise-Session: send either X-Stepwise-Session or X-Stepwise-Trajectory, not both',
+      'X-Stepwise-Session',
+    );
+  }
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) {
+    throw new ValidationError('body: must be a JSON object', 'body');
+  }
+  const request = body as Record<string, unknown>;
+  const { key, channel } = sessionOf(sessionHeader, header(CHANNEL_HEADER), request);
+  const call = await gateway.online.acquire(key, channel, header('user-agent') ?? null);
+  try {
+    const feedback = kind === 'chat' ? call.feedbackFor(request) : null;
+    const answer = await gateway.call(call.session, kind, request, signal, raw);
+    // Only for a call the gateway accepted: a rejected one is sent again, and judged then.
+    if (feedback) call.recordFeedback(feedback);
+    return answer;
+  } finally {
+    call.release();
+  }
+}
