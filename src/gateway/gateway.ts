@@ -365,7 +365,8 @@ export class Gateway {
   /**
    * Forwards one chat (`kind: 'chat'`) or text (`'text'`) completion for a session and captures it.
    * `body` is the agent's parsed request and `raw` its text when at hand; `signal` aborts when the
-   * agent goes away.
+   * agent goes away before its answer ended, and is the engine request's own signal (it stops the
+   * generation).
    */
   async call(
     session: Session,
@@ -400,14 +401,10 @@ export class Gateway {
     try {
       const version = await this.pool.policyVersion();
       const started = performance.now();
-      const upstream = new AbortController();
-      const onAbort = () => upstream.abort(signal.reason);
-      if (signal.aborted) upstream.abort(signal.reason);
-      else signal.addEventListener('abort', onAbort, { once: true });
       const path = kind === 'chat' ? '/v1/chat/completions' : '/v1/completions';
       let routed: RoutedReply;
       try {
-        const sending = router.send(session.id, 'POST', path, null, upstream.signal, (engine) =>
+        const sending = router.send(session.id, 'POST', path, null, signal, (engine) =>
           upstreamText(kind, request, raw, engine, router.models(engine.id)),
         );
         // The request is on its way and the gateway idles until the engine answers: a good moment
@@ -416,7 +413,6 @@ export class Gateway {
         this.pool.flushWrites(this.captureDeferMs / 2);
         routed = await sending;
       } catch (error) {
-        signal.removeEventListener('abort', onAbort);
         this.fail(session, attachments, error, null, signal.aborted);
         throw error;
       }
@@ -428,8 +424,6 @@ export class Gateway {
         version,
         started,
         routed,
-        upstream,
-        detach: () => signal.removeEventListener('abort', onAbort),
         clientGone: () => signal.aborted,
         finish,
       };
@@ -534,7 +528,6 @@ export class Gateway {
       });
       return { status: routed.reply.status, headers: JSON_HEADERS, body };
     } finally {
-      ctx.detach();
       routed.done();
       ctx.finish();
     }
@@ -546,7 +539,6 @@ export class Gateway {
     try {
       bytes = await routed.reply.bytes();
     } catch (error) {
-      ctx.detach();
       routed.done();
       ctx.finish();
       const aborted = ctx.clientGone();
@@ -558,7 +550,6 @@ export class Gateway {
         true,
       );
     }
-    ctx.detach();
     routed.done();
     try {
       const notCompletion = () => {
@@ -617,11 +608,10 @@ export class Gateway {
     let done = false;
     let sawDone = false;
     let garbage: string | null = null;
-    /** Ends the call's link to the agent (once): its going away no longer aborts the engine. */
+    /** Ends the answer (once). */
     const stop = () => {
       if (done) return false;
       done = true;
-      ctx.detach();
       return true;
     };
     const options = ctx.request.stream_options;
@@ -777,11 +767,10 @@ export class Gateway {
         }
       },
       cancel: async () => {
-        // The agent went away before [DONE]: stop the generation and keep what was made as an
-        // aborted call.
+        // The agent went away before [DONE]: stop the generation (dropping the engine's body ends
+        // its request) and keep what was made as an aborted call.
         if (!stop()) return;
         routed.done();
-        ctx.upstream.abort();
         routed.reply.discard();
         catchUp();
         this.record(ctx.session, ctx.attachments, {
@@ -1017,8 +1006,6 @@ interface CallContext {
   version: number;
   started: number;
   routed: RoutedReply;
-  upstream: AbortController;
-  detach(): void;
   clientGone(): boolean;
   finish(): void;
 }
