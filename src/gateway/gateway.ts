@@ -98,6 +98,11 @@ export interface Session {
   last: LastStep | null;
   /** Calls in flight and step writes not yet committed: completing the trajectory waits for them. */
   writes: Set<Promise<void>>;
+  /** Answers that ended (their work queued behind them), and how many of those works have run. */
+  answers: number;
+  followed: number;
+  /** Calls whose tool results are not matched to a step yet (see toolResultsOf). */
+  unmatched: Set<UnmatchedResults>;
   inFlight: number;
   usedAt: number;
   closed: string | null;
@@ -123,6 +128,18 @@ const SSE_HEADERS = {
 };
 /** Streamed events held for the capture at most, before they are read (see forwardStream). */
 const UNREAD_EVENTS = 256;
+/** How long the work behind an answer waits for the gateway's next engine wait at most. */
+const FOLLOW_UP_MS = 2;
+
+/** Tool results of a request for the step they answer, worked out when first needed. */
+type Attachments = () => ToolResultAttachment[];
+
+/** A call's tool results, to be matched against the last step of the answers before its request. */
+interface UnmatchedResults {
+  /** The session's answer count when the request came: match once that many works have run. */
+  after: number;
+  match(): void;
+}
 
 /** Request fields kept with each step (what shaped the sampling), beside messages and tools. */
 const SAMPLING_FIELDS = [
@@ -154,6 +171,10 @@ export class Gateway {
   private readonly tokenizer: () => ChatTokenizer;
   private readonly logger?: GatewayOptions['logger'];
   private readonly sessions = new Map<string, Session>();
+  /** Work behind answers not run yet (see afterAnswer), in the order the answers ended. */
+  private readonly followUps: (() => void)[] = [];
+  private followUpTimer: NodeJS.Timeout | null = null;
+  private followingUp = false;
   private readonly loading = new Map<string, Promise<Session>>();
   private readonly drainTimeoutMs: number;
   private readonly sessionCacheMs: number;
@@ -235,6 +256,9 @@ export class Gateway {
       nextIndex: next,
       last,
       writes: new Set(),
+      answers: 0,
+      followed: 0,
+      unmatched: new Set(),
       inFlight: 0,
       usedAt: Date.now(),
       closed: null,
@@ -308,6 +332,7 @@ export class Gateway {
   ): Promise<Trajectory> {
     const session = this.sessions.get(id);
     if (session) {
+      this.runFollowUps();
       this.pool.flushWrites();
       await settle(session);
     }
@@ -377,7 +402,7 @@ export class Gateway {
   ): Promise<Answer> {
     const router = this.requireRouter();
     const request = checkRequest(kind, body);
-    const attachments = this.pendingToolResults(session, kind, request);
+    const attachments = this.toolResultsOf(session, kind, request);
     const stream = request.stream === true;
     await this.gate.enter();
     session.inFlight++;
@@ -408,8 +433,9 @@ export class Gateway {
           upstreamText(kind, request, raw, engine, router.models(engine.id)),
         );
         // The request is on its way and the gateway idles until the engine answers: a good moment
-        // to commit the steps captured behind earlier answers, once they have waited half their
-        // deferral (committing each call's step alone would cost a transaction per call).
+        // to build the steps of earlier answers, and to commit them once they have waited half
+        // their deferral (committing each call's step alone would cost a transaction per call).
+        this.followUpsSoon();
         this.pool.flushWrites(this.captureDeferMs / 2);
         routed = await sending;
       } catch (error) {
@@ -499,6 +525,32 @@ export class Gateway {
     } finally {
       routed.done();
     }
+  }
+
+  /**
+   * The tool results this request carries for the step they answer: the last step of the answers
+   * that ended before the request came. The work behind those answers may not have run yet (see
+   * afterAnswer): the results are matched once it has, and before any later answer's work changes
+   * the session's last step.
+   */
+  private toolResultsOf(session: Session, kind: CallKind, request: Record<string, unknown>): Attachments {
+    let results: ToolResultAttachment[] | null = null;
+    const unmatched: UnmatchedResults = {
+      after: session.answers,
+      match: () => {
+        session.unmatched.delete(unmatched);
+        results ??= this.pendingToolResults(session, kind, request);
+      },
+    };
+    if (session.followed === session.answers) unmatched.match();
+    else session.unmatched.add(unmatched);
+    return () => {
+      if (results === null) {
+        this.runFollowUps();
+        unmatched.match();
+      }
+      return results!;
+    };
   }
 
   private pendingToolResults(
@@ -787,14 +839,19 @@ export class Gateway {
   }
 
   /**
-   * Runs `work` (building a step from the answer, and writing it) once the answer is handed to the
-   * agent: at the next turn of the event loop, before another request is read, so it never delays
-   * the answer. `endedAt` is when the answer ended. Completing the trajectory waits for it.
+   * Queues `work` (building a step from the answer, and writing it) to run once the answer is out:
+   * while the gateway next waits on an engine, or FOLLOW_UP_MS after the answer when no call comes,
+   * so it never sits between an answer and the next request. `endedAt` is when the answer ended.
+   * Completing the trajectory runs it first and waits for it, like for any write.
    */
   private afterAnswer(session: Session, work: (endedAt: number) => Promise<void> | undefined): void {
     const endedAt = performance.now();
+    session.answers++;
     const later: Promise<void> = new Promise<void>((resolve) => {
-      setImmediate(() => {
+      this.followUps.push(() => {
+        // Requests that came after exactly the answers whose work has run see the last step now.
+        for (const unmatched of session.unmatched) if (unmatched.after <= session.followed) unmatched.match();
+        session.followed++;
         try {
           resolve(work(endedAt));
         } catch (error) {
@@ -803,8 +860,29 @@ export class Gateway {
           resolve();
         }
       });
+      this.followUpTimer ??= setTimeout(() => this.runFollowUps(), FOLLOW_UP_MS);
     }).finally(() => session.writes.delete(later));
     session.writes.add(later);
+  }
+
+  /** Runs the follow-ups at the next turn of the event loop (after the request just sent is out). */
+  private followUpsSoon(): void {
+    if (this.followUps.length > 0) setImmediate(() => this.runFollowUps());
+  }
+
+  /** Runs the work queued behind answers, in the order the answers ended. */
+  runFollowUps(): void {
+    if (this.followingUp) return;
+    if (this.followUpTimer !== null) {
+      clearTimeout(this.followUpTimer);
+      this.followUpTimer = null;
+    }
+    this.followingUp = true;
+    try {
+      while (this.followUps.length > 0) this.followUps.shift()!();
+    } finally {
+      this.followingUp = false;
+    }
   }
 
   /** Turns a finished generation into the session's next step and writes it behind the answer. */
@@ -815,6 +893,8 @@ export class Gateway {
     endedAt = performance.now(),
   ): Promise<void> | undefined {
     const { session, request, routed } = ctx;
+    // Before this step becomes the session's last: the results answer the step before it.
+    const toolResults = ctx.attachments();
     let promptIds = captured.promptIds;
     let responseIds = captured.responseIds;
     let logprobs = captured.logprobs;
@@ -902,7 +982,7 @@ export class Gateway {
       calls: captured.toolCalls.map((c) => ({ id: c.id, name: c.function.name })),
       answered: false,
     };
-    return this.write(session, [step], ctx.attachments);
+    return this.write(session, [step], toolResults);
   }
 
   private write(
@@ -931,7 +1011,7 @@ export class Gateway {
 
   private record(
     session: Session,
-    attachments: ToolResultAttachment[],
+    attachments: Attachments,
     failure: {
       kind: 'aborted' | 'upstream_error';
       engineId: string | null;
@@ -940,7 +1020,7 @@ export class Gateway {
       partial: { promptTokens: number; responseIds: number[]; responseText: string } | null;
     },
   ): void {
-    this.write(session, [], attachments);
+    this.write(session, [], attachments());
     void this.pool
       .recordCallFailure({
         channel: session.channel,
@@ -953,7 +1033,7 @@ export class Gateway {
 
   private fail(
     session: Session,
-    attachments: ToolResultAttachment[],
+    attachments: Attachments,
     error: unknown,
     engine: Engine | null,
     aborted: boolean,
@@ -973,6 +1053,8 @@ export class Gateway {
     await this.online.close();
     const deadline = Date.now() + graceMs;
     while (this.gate.running > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    this.runFollowUps();
+    this.pool.flushWrites();
     await Promise.all([...this.sessions.values()].map(settle));
     // Answers ended at [DONE] need nothing more from their engine: stop waiting for its body's end.
     for (const discard of this.draining) discard();
@@ -1002,7 +1084,7 @@ interface CallContext {
   session: Session;
   kind: CallKind;
   request: Record<string, unknown>;
-  attachments: ToolResultAttachment[];
+  attachments: Attachments;
   version: number;
   started: number;
   routed: RoutedReply;

@@ -103,6 +103,7 @@ async function capturedStepsStored(gateway: Gateway, trajectory: string, group: 
     if (error instanceof StepwiseError) return;
     throw error;
   }
+  gateway.runFollowUps();
   gateway.pool.flushWrites();
   while (session.writes.size > 0) await Promise.all(session.writes);
 }
