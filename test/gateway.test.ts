@@ -313,6 +313,89 @@ describe('gateway: black-box protocol with the openai client', () => {
     }
   });
 
+  it('tool results reach the step they answer when another call of the trajectory ends first', async () => {
+    // An engine that asks for a tool on the first call, answers a call carrying a tool result after
+    // 300 ms and any other call at once: the side call's step is captured before the answer's.
+    let calls = 0;
+    const engine = http.createServer((req, res) => {
+      if (req.method !== 'POST') return void res.writeHead(404).end();
+      let text = '';
+      req.on('data', (chunk: Buffer) => {
+        text += chunk.toString();
+      });
+      req.on('end', () => {
+        const n = calls++;
+        const answersTool = text.includes('"role":"tool"');
+        const message =
+          n === 0
+            ? {
+                role: 'assistant',
+                content: null,
+                tool_calls: [
+                  {
+                    id: 'call_1',
+                    type: 'function',
+                    function: { name: 'read_file', arguments: '{"path":"a.txt"}' },
+                  },
+                ],
+              }
+            : { role: 'assistant', content: answersTool ? 'it says hello' : 'side answer' };
+        const body = JSON.stringify({
+          id: `c${n}`,
+          object: 'chat.completion',
+          model: 'm',
+          prompt_token_ids: [1, 2, 3],
+          choices: [
+            {
+              index: 0,
+              message,
+              token_ids: [10 + n],
+              finish_reason: n === 0 ? 'tool_calls' : 'stop',
+            },
+          ],
+        });
+        setTimeout(
+          () => {
+            res.writeHead(200, { 'content-type': 'application/json' });
+            res.end(body);
+          },
+          answersTool ? 300 : 0,
+        );
+      });
+    });
+    await new Promise<void>((r) => engine.listen(0, '127.0.0.1', r));
+    onTestFinished(() => void engine.close());
+    const server = await serve({
+      engines: [`vllm=http://127.0.0.1:${(engine.address() as { port: number }).port}`],
+      // Each step is built only once a later call is on its way (or the trajectory completes):
+      // the first answer's when the two calls after it are, the side call's before the answer's.
+      gatewayOptions: { followUpMs: 60_000 },
+    });
+    const t = await init(server);
+    const openai = client(t);
+    const user = { role: 'user' as const, content: 'What does a.txt say?' };
+    const first = (await openai.chat.completions.create({ model: 'm', messages: [user], tools })).choices[0]!;
+    expect(first.message.tool_calls?.[0]?.id).toBe('call_1');
+    const answer = openai.chat.completions.create({
+      model: 'm',
+      messages: [user, first.message, { role: 'tool', tool_call_id: 'call_1', content: 'hello' }],
+      tools,
+    });
+    const side = openai.chat.completions.create({
+      model: 'm',
+      messages: [user, { role: 'user', content: 'And meanwhile?' }],
+    });
+    expect((await side).choices[0]!.message.content).toBe('side answer');
+    expect((await answer).choices[0]!.message.content).toBe('it says hello');
+    await complete(t);
+    const steps = await server.pool.getTrajectorySteps(t.trajectory_uid);
+    expect(steps.map((s) => s.responseText)).toEqual(['', 'side answer', 'it says hello']);
+    expect(steps[0]!.toolResults).toEqual([
+      { tool_call_id: 'call_1', name: 'read_file', content: 'hello', error: false },
+    ]);
+    expect(steps[1]!.toolResults).toBeNull();
+  });
+
   it('takes the trajectory from a header or the model name when the base_url is fixed', async () => {
     const server = await serve();
     const a = await init(server);

@@ -63,6 +63,11 @@ export interface GatewayOptions {
    */
   captureDeferMs?: number;
   /**
+   * The step of an answer is built while the gateway next waits on an engine, or this long after
+   * the answer when no call comes first (default 2 ms).
+   */
+  followUpMs?: number;
+  /**
    * Commit each captured step before the agent receives the end of its answer (the JSON body, or
    * a stream's `data: [DONE]`). For gateways sharing a database: the agent's next call may reach
    * another gateway, which must find this step stored. Costs one commit per call.
@@ -128,8 +133,6 @@ const SSE_HEADERS = {
 };
 /** Streamed events held for the capture at most, before they are read (see forwardStream). */
 const UNREAD_EVENTS = 256;
-/** How long the work behind an answer waits for the gateway's next engine wait at most. */
-const FOLLOW_UP_MS = 2;
 
 /** Tool results of a request for the step they answer, worked out when first needed. */
 type Attachments = () => ToolResultAttachment[];
@@ -180,6 +183,7 @@ export class Gateway {
   private readonly sessionCacheMs: number;
   private readonly sessionRecheckMs: number;
   private readonly captureDeferMs: number;
+  private readonly followUpMs: number;
   private readonly commitBeforeAnswer: boolean;
   private readonly timer: NodeJS.Timeout;
   /** Engine bodies still being read after their [DONE] (each entry stops reading one). */
@@ -198,6 +202,7 @@ export class Gateway {
     this.sessionCacheMs = options.sessionCacheMs ?? 600_000;
     this.sessionRecheckMs = options.sessionRecheckMs ?? 30_000;
     this.captureDeferMs = options.captureDeferMs ?? 20;
+    this.followUpMs = options.followUpMs ?? 2;
     this.commitBeforeAnswer = options.commitBeforeAnswer ?? false;
     this.timer = setInterval(() => this.evictIdle(), Math.min(60_000, this.sessionCacheMs));
     this.timer.unref();
@@ -840,7 +845,7 @@ export class Gateway {
 
   /**
    * Queues `work` (building a step from the answer, and writing it) to run once the answer is out:
-   * while the gateway next waits on an engine, or FOLLOW_UP_MS after the answer when no call comes,
+   * while the gateway next waits on an engine, or followUpMs after the answer when no call comes,
    * so it never sits between an answer and the next request. `endedAt` is when the answer ended.
    * Completing the trajectory runs it first and waits for it, like for any write.
    */
@@ -860,7 +865,7 @@ export class Gateway {
           resolve();
         }
       });
-      this.followUpTimer ??= setTimeout(() => this.runFollowUps(), FOLLOW_UP_MS);
+      this.followUpTimer ??= setTimeout(() => this.runFollowUps(), this.followUpMs);
     }).finally(() => session.writes.delete(later));
     session.writes.add(later);
   }

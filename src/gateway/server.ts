@@ -49,6 +49,7 @@ export interface ServerOptions {
     | 'maxSessions'
     | 'sessionRecheckMs'
     | 'captureDeferMs'
+    | 'followUpMs'
   >;
   /** `gateway`: only the agent routes (a gateway beside a `stepwise serve` sharing the store). */
   role?: 'all' | 'gateway';
