@@ -46,9 +46,10 @@ import { RewardService, type RewardsConfigFile, resolveRewardsConfig } from '../
 import { openSqliteStore } from '../src/store/sqlite/sqlite-store.js';
 import type { SubmitRequest } from '../src/store/store.js';
 import { pick, type Random, randomInt, seededRandom } from '../src/util/random.js';
-import { codeVersion, fix, int, log, machineInfo } from './support.js';
+import { codeVersion, exitOnHelp, fix, int, log, machineInfo } from './support.js';
 
 const args = process.argv.slice(2);
+exitOnHelp(import.meta.url, args);
 const flag = (name: string) => args.includes(name);
 const option = (name: string, fallback: string) => {
   const at = args.indexOf(name);

@@ -16,8 +16,19 @@ import { startServer } from '../src/gateway/server.js';
 import { openSqliteStore } from '../src/store/sqlite/sqlite-store.js';
 import type { SubmitRequest } from '../src/store/store.js';
 import { seededRandom } from '../src/util/random.js';
-import { codeVersion, fix, int, log, machineInfo, percentile, verdict, writeBenchmarks } from './support.js';
+import {
+  codeVersion,
+  exitOnHelp,
+  fix,
+  int,
+  log,
+  machineInfo,
+  percentile,
+  verdict,
+  writeBenchmarks,
+} from './support.js';
 
+exitOnHelp(import.meta.url);
 const { values: args } = parseArgs({
   options: {
     steps: { type: 'string', default: '1000000' },

@@ -27,6 +27,8 @@ import { startSimServer } from '../src/engines/sim/serve.js';
 import { startServer } from '../src/gateway/server.js';
 import {
   codeVersion,
+  exitOnHelp,
+  exitWithParent,
   fix,
   int,
   log,
@@ -905,6 +907,8 @@ function memoryReport(runs: MemoryRun[], promptTokens: Record<PromptKind, number
 
 async function main(): Promise<void> {
   const args = process.argv.slice(2);
+  if (args[0]?.endsWith('-child')) exitWithParent();
+  else exitOnHelp(import.meta.url, args);
   if (args[0] === '--sim-child') return simChild(Number(args[1] ?? 0));
   if (args[0] === '--gateway-child') return gatewayChild(args[1]!, args[2]!, JSON.parse(args[3]!));
   if (args[0] === '--proxy-child') return proxyChild(args[1]!);

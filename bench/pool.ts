@@ -34,6 +34,8 @@ import type { SubmitRequest } from '../src/store/store.js';
 import { encodeTokens } from '../src/store/token-codec.js';
 import {
   codeVersion,
+  exitOnHelp,
+  exitWithParent,
   fix,
   int,
   log,
@@ -956,9 +958,11 @@ function memoryReport(http: HttpSection): string[] {
 async function main(): Promise<void> {
   const args = process.argv.slice(2);
   if (args[0] === '--serve-child') {
+    exitWithParent();
     await serveChild(args[1]!);
     return;
   }
+  exitOnHelp(import.meta.url, args);
   const quick = args.includes('--quick');
   const onlyAt = args.indexOf('--only');
   const only = onlyAt >= 0 ? new Set((args[onlyAt + 1] ?? '').split(',')) : null;

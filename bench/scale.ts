@@ -25,7 +25,7 @@ import {
   type ServerProcess,
   startServerProcess,
 } from '../test/support/server-process.js';
-import { codeVersion, fix, int, log, machineInfo, writeBenchmarks } from './support.js';
+import { codeVersion, exitOnHelp, fix, int, log, machineInfo, writeBenchmarks } from './support.js';
 
 const MARK_START = '<!-- bench:scale -->';
 const MARK_END = '<!-- /bench:scale -->';
@@ -192,6 +192,7 @@ async function drain(urls: string[], groups: number, consumers: number): Promise
 }
 
 async function main(): Promise<void> {
+  exitOnHelp(import.meta.url);
   const quick = process.argv.includes('--quick');
   const seconds = quick ? 4 : 10;
   const reps = quick ? 1 : 2;

@@ -23,6 +23,28 @@ export function codeVersion(): string {
   }
 }
 
+/**
+ * `--help` / `-h`: prints the benchmark's own opening comment (its usage lines) and exits. Call it
+ * first, with the benchmark's `import.meta.url`, before reading any other argument.
+ */
+export function exitOnHelp(moduleUrl: string, args = process.argv.slice(2)): void {
+  if (!(args.includes('--help') || args.includes('-h'))) return;
+  const source = readFileSync(fileURLToPath(moduleUrl), 'utf8');
+  const comment = /^\/\*\*([\s\S]*?)\*\//.exec(source)?.[1] ?? '';
+  const text = comment
+    .split('\n')
+    .map((line) => line.replace(/^\s*\* ?/, ''))
+    .join('\n')
+    .trim();
+  process.stdout.write(`${text}\n`);
+  process.exit(0);
+}
+
+/** A forked child process of a benchmark ends when its parent does (killed, crashed or exited). */
+export function exitWithParent(): void {
+  process.on('disconnect', () => process.exit(0));
+}
+
 export const fix = (n: number, d = 2) => n.toFixed(d);
 
 export const int = (n: number) => Math.round(n).toLocaleString('en-US');
