@@ -572,14 +572,19 @@ describe('gateway: bad input and failing engines', () => {
     expect(await server.pool.getTrajectorySteps(t.trajectory_uid)).toHaveLength(1);
   });
 
-  it('reports an engine that is down, hangs or answers garbage, records it, and keeps serving', async () => {
+  it('reports an engine that is down, hangs, stalls mid-answer or answers garbage, records it, and keeps serving', async () => {
     const hanging = http.createServer(() => {}); // accepts and never answers
     const garbage = http.createServer((_req, res) => {
       res.writeHead(200, { 'content-type': 'application/json' });
       res.end('<html>definitely not a completion</html>');
     });
+    const stalling = http.createServer((_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.write('{"id": "chatcmpl-1", '); // and then nothing
+    });
     await new Promise<void>((r) => hanging.listen(0, '127.0.0.1', r));
     await new Promise<void>((r) => garbage.listen(0, '127.0.0.1', r));
+    await new Promise<void>((r) => stalling.listen(0, '127.0.0.1', r));
     try {
       const port = (s: http.Server) => (s.address() as { port: number }).port;
       const cases = [
@@ -590,6 +595,11 @@ describe('gateway: bad input and failing engines', () => {
           pattern: /no response headers within 300 ms/,
         },
         { engine: `vllm=http://127.0.0.1:${port(garbage)}`, status: 502, pattern: /not a completion/ },
+        {
+          engine: `vllm=http://127.0.0.1:${port(stalling)}`,
+          status: 504,
+          pattern: /sent nothing for 300 ms in the middle of an answer/,
+        },
       ];
       for (const c of cases) {
         const server = await serve({ engines: [c.engine], upstreamTimeoutMs: 300 });
@@ -608,6 +618,8 @@ describe('gateway: bad input and failing engines', () => {
       hanging.closeAllConnections();
       hanging.close();
       garbage.close();
+      stalling.closeAllConnections();
+      stalling.close();
     }
   });
 

@@ -111,6 +111,20 @@ async function listen(handler: Handler): Promise<{ server: Server; url: string }
   return { server, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}` };
 }
 
+/** An engine that sends one event and never ends its answer; `serverSawClose` once the connection closes. */
+async function heldStream(): Promise<{ url: string; serverSawClose: Promise<void> }> {
+  let closed!: () => void;
+  const serverSawClose = new Promise<void>((resolve) => {
+    closed = resolve;
+  });
+  const { url } = await listen((_req, res) => {
+    res.on('close', () => closed());
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    res.write('data: 1\n\n');
+  });
+  return { url, serverSawClose };
+}
+
 function track<T extends Transport>(t: T): T {
   transports.push(t);
   return t;
@@ -182,15 +196,7 @@ describe('httpTransport', () => {
   });
 
   it('releases the connection when the reply is discarded', async () => {
-    let closed!: () => void;
-    const serverSawClose = new Promise<void>((resolve) => {
-      closed = resolve;
-    });
-    const { url } = await listen((_req, res) => {
-      res.on('close', () => closed());
-      res.writeHead(200, { 'content-type': 'text/event-stream' });
-      res.write('data: 1\n\n'); // and never ends
-    });
+    const { url, serverSawClose } = await heldStream();
     const t = track(httpTransport(url));
     const reply = await t.send('POST', '/v1/completions', '{}', signal());
     const it = reply.body[Symbol.asyncIterator]();
@@ -250,6 +256,69 @@ describe('httpTransport', () => {
     const error = await pending;
     expect(error).not.toBeInstanceOf(UpstreamError);
   });
+
+  it('waits for headers longer than an idle connection lives (a long prefill)', async () => {
+    const { url } = await listen((_req, res) => {
+      setTimeout(() => {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end('{"late":true}');
+      }, 4_500);
+    });
+    const t = track(httpTransport(url));
+    const reply = await t.send('POST', '/v1/completions', '{}', AbortSignal.timeout(10_000));
+    expect(await reply.text()).toBe('{"late":true}');
+  }, 10_000);
+
+  it('keeps its connections for calls made one after another (no connection per call)', async () => {
+    const sockets = new Set<unknown>();
+    const { url } = await listen((req, res) => {
+      sockets.add(req.socket);
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end('{}');
+    });
+    const t = track(httpTransport(url));
+    for (let i = 0; i < 8; i++) {
+      const reply = await t.send('POST', '/v1/completions', '{}', signal());
+      expect(await reply.text()).toBe('{}');
+    }
+    // undici's pool may open a second connection while the first is being released; never more.
+    expect(sockets.size).toBeLessThanOrEqual(2);
+  });
+
+  it('breaks off a body that goes silent longer than bodyTimeoutMs', async () => {
+    const { url } = await heldStream();
+    const t = track(httpTransport(url, { bodyTimeoutMs: 200 }));
+    const reply = await t.send('POST', '/v1/completions', '{}', signal());
+    const started = performance.now();
+    const error = await rejection(reply.text());
+    expect(performance.now() - started).toBeGreaterThanOrEqual(150);
+    expect(error).toBeInstanceOf(UpstreamError);
+    expect((error as UpstreamError).status).toBe(504);
+    expect(String(error)).toMatch(/200 ms/);
+  }, 3_000);
+
+  it('names the body timeout to a reader of the chunks too (the streaming path)', async () => {
+    const { url } = await heldStream();
+    const t = track(httpTransport(url, { bodyTimeoutMs: 200 }));
+    const reply = await t.send('POST', '/v1/completions', '{}', signal());
+    const read = async () => {
+      for await (const _ of reply.body);
+    };
+    const error = await rejection(read());
+    expect(error).toBeInstanceOf(UpstreamError);
+    expect(String(error)).toMatch(/sent nothing for 200 ms/);
+  }, 3_000);
+
+  it("the caller's abort mid-answer breaks off the body and closes the engine's connection", async () => {
+    const { url, serverSawClose } = await heldStream();
+    const t = track(httpTransport(url));
+    const controller = new AbortController();
+    const reply = await t.send('POST', '/v1/completions', '{}', controller.signal);
+    const reading = rejection(reply.text());
+    controller.abort(new Error('client went away'));
+    expect(await reading).toBeInstanceOf(Error);
+    await serverSawClose;
+  }, 3_000);
 });
 
 describe('fetchTransport', () => {

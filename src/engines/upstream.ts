@@ -111,6 +111,18 @@ export function httpTransport(baseUrl: string, options: HttpTransportOptions = {
   });
   const headers: Record<string, string> = { 'content-type': 'application/json', accept: '*/*' };
   if (options.apiKey) headers.authorization = `Bearer ${options.apiKey}`;
+  /** An answer's body that broke off: a silent engine is named with the timeout that cut it. */
+  const bodyFailure = (error: unknown): unknown =>
+    error instanceof undiciErrors.BodyTimeoutError
+      ? new UpstreamError(
+          `the engine at ${baseUrl} sent nothing for ${bodyTimeout} ms in the middle of an answer (raise --upstream-timeout-ms)`,
+          504,
+          true,
+        )
+      : error;
+  const fail = (error: unknown): never => {
+    throw bodyFailure(error);
+  };
   return {
     async send(method, path, body, signal) {
       try {
@@ -122,12 +134,18 @@ export function httpTransport(baseUrl: string, options: HttpTransportOptions = {
           dispatcher: agent,
         });
         const type = reply.headers['content-type'];
+        const chunks = reply.body[Symbol.asyncIterator]();
         return {
           status: reply.statusCode,
           contentType: Array.isArray(type) ? (type[0] ?? '') : (type ?? ''),
-          body: reply.body,
-          text: () => reply.body.text(),
-          bytes: async () => Buffer.from(await reply.body.arrayBuffer()),
+          body: {
+            [Symbol.asyncIterator]: () => ({
+              next: () => chunks.next().catch(fail),
+              return: () => chunks.return?.() ?? Promise.resolve({ done: true, value: undefined }),
+            }),
+          },
+          text: () => reply.body.text().catch(fail),
+          bytes: async () => Buffer.from(await reply.body.arrayBuffer().catch(fail)),
           discard: () => reply.body.destroy(),
         };
       } catch (error) {

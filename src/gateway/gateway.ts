@@ -603,7 +603,7 @@ export class Gateway {
       if (aborted) throw error;
       throw new UpstreamError(
         `engine ${routed.engine.id} broke off its answer (${(error as Error).message})`,
-        502,
+        error instanceof UpstreamError && error.status === 504 ? 504 : 502, // 504: its body timeout cut it
         true,
       );
     }
