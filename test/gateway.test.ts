@@ -60,6 +60,56 @@ async function serveOver(contentType: string, body: string): Promise<RunningServ
   return serve({ engines: [`vllm=http://127.0.0.1:${(engine.address() as { port: number }).port}`] });
 }
 
+/**
+ * An engine that asks for `read_file` on its first call, answers a call carrying a tool result
+ * after `toolAnswerMs` ("it says hello") and any other call at once ("side answer").
+ */
+async function toolEngine(toolAnswerMs: number): Promise<string> {
+  let calls = 0;
+  const engine = http.createServer((req, res) => {
+    if (req.method !== 'POST') return void res.writeHead(404).end();
+    let text = '';
+    req.on('data', (chunk: Buffer) => {
+      text += chunk.toString();
+    });
+    req.on('end', () => {
+      const n = calls++;
+      const answersTool = text.includes('"role":"tool"');
+      const message =
+        n === 0
+          ? {
+              role: 'assistant',
+              content: null,
+              tool_calls: [
+                {
+                  id: 'call_1',
+                  type: 'function',
+                  function: { name: 'read_file', arguments: '{"path":"a.txt"}' },
+                },
+              ],
+            }
+          : { role: 'assistant', content: answersTool ? 'it says hello' : 'side answer' };
+      const body = JSON.stringify({
+        id: `c${n}`,
+        object: 'chat.completion',
+        model: 'm',
+        prompt_token_ids: [1, 2, 3],
+        choices: [{ index: 0, message, token_ids: [10 + n], finish_reason: n === 0 ? 'tool_calls' : 'stop' }],
+      });
+      setTimeout(
+        () => {
+          res.writeHead(200, { 'content-type': 'application/json' });
+          res.end(body);
+        },
+        answersTool ? toolAnswerMs : 0,
+      );
+    });
+  });
+  await new Promise<void>((r) => engine.listen(0, '127.0.0.1', r));
+  onTestFinished(() => void engine.close());
+  return `vllm=http://127.0.0.1:${(engine.address() as { port: number }).port}`;
+}
+
 /** One streamed answer as an engine sends it: "hi", finish_reason stop, with its token ids. */
 const HI_CHUNK = JSON.stringify({
   id: 'c',
@@ -314,59 +364,10 @@ describe('gateway: black-box protocol with the openai client', () => {
   });
 
   it('tool results reach the step they answer when another call of the trajectory ends first', async () => {
-    // An engine that asks for a tool on the first call, answers a call carrying a tool result after
-    // 300 ms and any other call at once: the side call's step is captured before the answer's.
-    let calls = 0;
-    const engine = http.createServer((req, res) => {
-      if (req.method !== 'POST') return void res.writeHead(404).end();
-      let text = '';
-      req.on('data', (chunk: Buffer) => {
-        text += chunk.toString();
-      });
-      req.on('end', () => {
-        const n = calls++;
-        const answersTool = text.includes('"role":"tool"');
-        const message =
-          n === 0
-            ? {
-                role: 'assistant',
-                content: null,
-                tool_calls: [
-                  {
-                    id: 'call_1',
-                    type: 'function',
-                    function: { name: 'read_file', arguments: '{"path":"a.txt"}' },
-                  },
-                ],
-              }
-            : { role: 'assistant', content: answersTool ? 'it says hello' : 'side answer' };
-        const body = JSON.stringify({
-          id: `c${n}`,
-          object: 'chat.completion',
-          model: 'm',
-          prompt_token_ids: [1, 2, 3],
-          choices: [
-            {
-              index: 0,
-              message,
-              token_ids: [10 + n],
-              finish_reason: n === 0 ? 'tool_calls' : 'stop',
-            },
-          ],
-        });
-        setTimeout(
-          () => {
-            res.writeHead(200, { 'content-type': 'application/json' });
-            res.end(body);
-          },
-          answersTool ? 300 : 0,
-        );
-      });
-    });
-    await new Promise<void>((r) => engine.listen(0, '127.0.0.1', r));
-    onTestFinished(() => void engine.close());
+    // The side call's step is captured before the answer's (the engine holds the answer 300 ms).
+    const engine = await toolEngine(300);
     const server = await serve({
-      engines: [`vllm=http://127.0.0.1:${(engine.address() as { port: number }).port}`],
+      engines: [engine],
       // Each step is built only once a later call is on its way (or the trajectory completes):
       // the first answer's when the two calls after it are, the side call's before the answer's.
       gatewayOptions: { followUpMs: 60_000 },
@@ -394,6 +395,30 @@ describe('gateway: black-box protocol with the openai client', () => {
       { tool_call_id: 'call_1', name: 'read_file', content: 'hello', error: false },
     ]);
     expect(steps[1]!.toolResults).toBeNull();
+  });
+
+  it('a call that fails before it reaches the engine leaves its tool results to its retry', async () => {
+    const server = await serve({ engines: [await toolEngine(0)], gatewayOptions: { followUpMs: 60_000 } });
+    const t = await init(server);
+    const openai = client(t);
+    const user = { role: 'user' as const, content: 'What does a.txt say?' };
+    const first = (await openai.chat.completions.create({ model: 'm', messages: [user], tools })).choices[0]!;
+    const withResult = {
+      model: 'm',
+      messages: [user, first.message, { role: 'tool' as const, tool_call_id: 'call_1', content: 'hello' }],
+      tools,
+    };
+    // The store cannot say the policy version once: the call fails before any engine sees it.
+    vi.spyOn(server.pool, 'policyVersion').mockRejectedValueOnce(new Error('the store is gone'));
+    await expect(openai.chat.completions.create(withResult)).rejects.toMatchObject({ status: 500 });
+    const retry = (await openai.chat.completions.create(withResult)).choices[0]!;
+    expect(retry.message.content).toBe('it says hello');
+    await complete(t);
+    const steps = await server.pool.getTrajectorySteps(t.trajectory_uid);
+    expect(steps.map((s) => s.responseText)).toEqual(['', 'it says hello']);
+    expect(steps[0]!.toolResults).toEqual([
+      { tool_call_id: 'call_1', name: 'read_file', content: 'hello', error: false },
+    ]);
   });
 
   it('takes the trajectory from a header or the model name when the base_url is fixed', async () => {
@@ -582,9 +607,14 @@ describe('gateway: bad input and failing engines', () => {
       res.writeHead(200, { 'content-type': 'application/json' });
       res.write('{"id": "chatcmpl-1", '); // and then nothing
     });
+    const stallingError = http.createServer((_req, res) => {
+      res.writeHead(500, { 'content-type': 'application/json' });
+      res.write('{"error": '); // an error answer that never ends
+    });
     await new Promise<void>((r) => hanging.listen(0, '127.0.0.1', r));
     await new Promise<void>((r) => garbage.listen(0, '127.0.0.1', r));
     await new Promise<void>((r) => stalling.listen(0, '127.0.0.1', r));
+    await new Promise<void>((r) => stallingError.listen(0, '127.0.0.1', r));
     try {
       const port = (s: http.Server) => (s.address() as { port: number }).port;
       const cases = [
@@ -597,6 +627,11 @@ describe('gateway: bad input and failing engines', () => {
         { engine: `vllm=http://127.0.0.1:${port(garbage)}`, status: 502, pattern: /not a completion/ },
         {
           engine: `vllm=http://127.0.0.1:${port(stalling)}`,
+          status: 504,
+          pattern: /sent nothing for 300 ms in the middle of an answer/,
+        },
+        {
+          engine: `vllm=http://127.0.0.1:${port(stallingError)}`,
           status: 504,
           pattern: /sent nothing for 300 ms in the middle of an answer/,
         },
@@ -620,6 +655,8 @@ describe('gateway: bad input and failing engines', () => {
       garbage.close();
       stalling.closeAllConnections();
       stalling.close();
+      stallingError.closeAllConnections();
+      stallingError.close();
     }
   });
 

@@ -87,7 +87,7 @@ function bodyText(raw: Buffer | undefined): string {
 function write(answer: Answer, res: ServerResponse): void {
   const { status, headers, body } = answer;
   if (isStreamSource(body)) {
-    if (res.destroyed) return void body.cancel();
+    if (res.destroyed) return void body.cancel().catch(() => {});
     res.writeHead(status, headers);
     void stream(body, res);
     return;

@@ -137,6 +137,13 @@ const UNREAD_EVENTS = 256;
 /** Tool results of a request for the step they answer, worked out when first needed. */
 type Attachments = () => ToolResultAttachment[];
 
+/** A call's tool results: `take` them for the step they answer, or `drop` them unused. */
+interface PendingResults {
+  take: Attachments;
+  /** The call ended before it could use them: a retry of the same messages brings them again. */
+  drop(): void;
+}
+
 /** A call's tool results, to be matched against the last step of the answers before its request. */
 interface UnmatchedResults {
   /** The session's answer count when the request came: match once that many works have run. */
@@ -407,7 +414,7 @@ export class Gateway {
   ): Promise<Answer> {
     const router = this.requireRouter();
     const request = checkRequest(kind, body);
-    const attachments = this.toolResultsOf(session, kind, request);
+    const { take: attachments, drop: dropResults } = this.toolResultsOf(session, kind, request);
     const stream = request.stream === true;
     await this.gate.enter();
     session.inFlight++;
@@ -463,6 +470,7 @@ export class Gateway {
       return await this.forwardWhole(context);
     } catch (error) {
       finish();
+      dropResults();
       throw error;
     }
   }
@@ -538,23 +546,34 @@ export class Gateway {
    * afterAnswer): the results are matched once it has, and before any later answer's work changes
    * the session's last step.
    */
-  private toolResultsOf(session: Session, kind: CallKind, request: Record<string, unknown>): Attachments {
+  private toolResultsOf(session: Session, kind: CallKind, request: Record<string, unknown>): PendingResults {
     let results: ToolResultAttachment[] | null = null;
     const unmatched: UnmatchedResults = {
       after: session.answers,
       match: () => {
         session.unmatched.delete(unmatched);
-        results ??= this.pendingToolResults(session, kind, request);
+        try {
+          results ??= this.pendingToolResults(session, kind, request);
+        } catch (error) {
+          // Never fatal to the queue of follow-ups this runs in: the step is kept without them.
+          results = [];
+          this.logger?.error({ err: error, trajectory: session.id }, 'tool results could not be matched');
+        }
       },
     };
     if (session.followed === session.answers) unmatched.match();
     else session.unmatched.add(unmatched);
-    return () => {
-      if (results === null) {
-        this.runFollowUps();
-        unmatched.match();
-      }
-      return results!;
+    return {
+      take: () => {
+        if (results === null) {
+          this.runFollowUps();
+          unmatched.match();
+        }
+        return results!;
+      },
+      drop: () => {
+        if (results === null) session.unmatched.delete(unmatched);
+      },
     };
   }
 
@@ -574,7 +593,13 @@ export class Gateway {
   private async forwardError(ctx: CallContext): Promise<Answer> {
     const { routed } = ctx;
     try {
-      const text = await routed.reply.text();
+      let text: string;
+      try {
+        text = await routed.reply.text();
+      } catch (error) {
+        this.fail(ctx.session, ctx.attachments, error, routed.engine, ctx.clientGone());
+        throw error;
+      }
       const { body, message } = normalizeUpstreamError(routed.reply.status, text, routed.engine.id);
       this.record(ctx.session, ctx.attachments, {
         kind: 'upstream_error',
