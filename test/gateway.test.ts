@@ -397,29 +397,36 @@ describe('gateway: black-box protocol with the openai client', () => {
     expect(steps[1]!.toolResults).toBeNull();
   });
 
-  it('a call that fails before it reaches the engine leaves its tool results to its retry', async () => {
-    const server = await serve({ engines: [await toolEngine(0)], gatewayOptions: { followUpMs: 60_000 } });
-    const t = await init(server);
-    const openai = client(t);
-    const user = { role: 'user' as const, content: 'What does a.txt say?' };
-    const first = (await openai.chat.completions.create({ model: 'm', messages: [user], tools })).choices[0]!;
-    const withResult = {
-      model: 'm',
-      messages: [user, first.message, { role: 'tool' as const, tool_call_id: 'call_1', content: 'hello' }],
-      tools,
-    };
-    // The store cannot say the policy version once: the call fails before any engine sees it.
-    vi.spyOn(server.pool, 'policyVersion').mockRejectedValueOnce(new Error('the store is gone'));
-    await expect(openai.chat.completions.create(withResult)).rejects.toMatchObject({ status: 500 });
-    const retry = (await openai.chat.completions.create(withResult)).choices[0]!;
-    expect(retry.message.content).toBe('it says hello');
-    await complete(t);
-    const steps = await server.pool.getTrajectorySteps(t.trajectory_uid);
-    expect(steps.map((s) => s.responseText)).toEqual(['', 'it says hello']);
-    expect(steps[0]!.toolResults).toEqual([
-      { tool_call_id: 'call_1', name: 'read_file', content: 'hello', error: false },
-    ]);
-  });
+  it.each([
+    ['the step they answer is built', 0],
+    ['the step they answer is still to be built', 60_000],
+  ])(
+    'a call that fails before it reaches the engine leaves its tool results to its retry (%s)',
+    async (_, followUpMs) => {
+      const server = await serve({ engines: [await toolEngine(0)], gatewayOptions: { followUpMs } });
+      const t = await init(server);
+      const openai = client(t);
+      const user = { role: 'user' as const, content: 'What does a.txt say?' };
+      const first = (await openai.chat.completions.create({ model: 'm', messages: [user], tools }))
+        .choices[0]!;
+      const withResult = {
+        model: 'm',
+        messages: [user, first.message, { role: 'tool' as const, tool_call_id: 'call_1', content: 'hello' }],
+        tools,
+      };
+      // The store cannot say the policy version once: the call fails before any engine sees it.
+      vi.spyOn(server.pool, 'policyVersion').mockRejectedValueOnce(new Error('the store is gone'));
+      await expect(openai.chat.completions.create(withResult)).rejects.toMatchObject({ status: 500 });
+      const retry = (await openai.chat.completions.create(withResult)).choices[0]!;
+      expect(retry.message.content).toBe('it says hello');
+      await complete(t);
+      const steps = await server.pool.getTrajectorySteps(t.trajectory_uid);
+      expect(steps.map((s) => s.responseText)).toEqual(['', 'it says hello']);
+      expect(steps[0]!.toolResults).toEqual([
+        { tool_call_id: 'call_1', name: 'read_file', content: 'hello', error: false },
+      ]);
+    },
+  );
 
   it('takes the trajectory from a header or the model name when the base_url is fixed', async () => {
     const server = await serve();

@@ -563,16 +563,21 @@ export class Gateway {
     };
     if (session.followed === session.answers) unmatched.match();
     else session.unmatched.add(unmatched);
+    let taken = false;
     return {
       take: () => {
         if (results === null) {
           this.runFollowUps();
           unmatched.match();
         }
+        taken = true;
         return results!;
       },
       drop: () => {
-        if (results === null) session.unmatched.delete(unmatched);
+        if (results === null) return void session.unmatched.delete(unmatched);
+        // Matched already but never written: the step they answer takes them from the retry.
+        const last = session.last;
+        if (!taken && last !== null && results.some((r) => r.index === last.index)) last.answered = false;
       },
     };
   }
