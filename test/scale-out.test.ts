@@ -91,13 +91,17 @@ describe.skipIf(!pgUrl || !sandboxReady)('scale-out over PostgreSQL', () => {
         join(dir, `worker-${w}`),
       ]),
     );
-    // The first sample a worker starts, it does not finish: that worker is killed then.
-    const doomed = workers[0]!;
-    const killedRollout = logLine(doomed, (e) => e.msg === 'rollout started').then((started) => {
-      doomed.kill('SIGKILL');
-      return started;
+    // The first sample any worker starts, it does not finish: that worker is killed then. (Which
+    // worker claims a sample first is up to the queue; waiting for a given one could wait forever.)
+    const starts = workers.map((w) =>
+      logLine(w, (e) => e.msg === 'rollout started').then((started) => ({ worker: w, started })),
+    );
+    for (const start of starts) start.catch(() => {}); // a killed worker's never comes
+    const first = Promise.race(starts).then((s) => {
+      s.worker.kill('SIGKILL');
+      return s;
     });
-    for (const w of workers.slice(1)) void logLine(w, () => false).catch(() => {});
+    const killedRollout = first.then((s) => s.started);
     const tasks = [sumTask(), jsonTask()];
     const stateFile = join(dir, 'gym-state.jsonl');
     const gym = runGymDistributed(
@@ -287,7 +291,9 @@ describe.skipIf(!pgUrl || !sandboxReady)('scale-out over PostgreSQL', () => {
     expect(stats.groups.consumed).toBe(GROUPS);
 
     // ---- every gym sample counted once, its trajectory complete ---------------------------------
+    const doomed = (await first).worker;
     expect(doomed.signalCode).toBe('SIGKILL');
+    expect(workers.filter((w) => w.signalCode === 'SIGKILL')).toHaveLength(1);
     expect(summary.samples).toBe(tasks.length * 4);
     expect(new Set(results.map((r) => `${r.taskId}#${r.sample}`)).size).toBe(tasks.length * 4);
     expect(readFileSync(stateFile, 'utf8').trim().split('\n')).toHaveLength(tasks.length * 4);
