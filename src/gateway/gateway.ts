@@ -595,6 +595,19 @@ export class Gateway {
     return [{ trajectoryId: session.id, index: last.index, results }];
   }
 
+  /** The engine's answer broke off while it was read whole: recorded, and raised for the agent. */
+  private brokenAnswer(ctx: CallContext, error: unknown): never {
+    const { engine } = ctx.routed;
+    const aborted = ctx.clientGone();
+    this.fail(ctx.session, ctx.attachments, error, engine, aborted);
+    if (aborted) throw error;
+    throw new UpstreamError(
+      `engine ${engine.id} broke off its answer (${(error as Error).message})`,
+      error instanceof UpstreamError && error.status === 504 ? 504 : 502, // 504: its body timeout cut it
+      true,
+    );
+  }
+
   private async forwardError(ctx: CallContext): Promise<Answer> {
     const { routed } = ctx;
     try {
@@ -602,8 +615,7 @@ export class Gateway {
       try {
         text = await routed.reply.text();
       } catch (error) {
-        this.fail(ctx.session, ctx.attachments, error, routed.engine, ctx.clientGone());
-        throw error;
+        return this.brokenAnswer(ctx, error);
       }
       const { body, message } = normalizeUpstreamError(routed.reply.status, text, routed.engine.id);
       this.record(ctx.session, ctx.attachments, {
@@ -628,14 +640,7 @@ export class Gateway {
     } catch (error) {
       routed.done();
       ctx.finish();
-      const aborted = ctx.clientGone();
-      this.fail(ctx.session, ctx.attachments, error, routed.engine, aborted);
-      if (aborted) throw error;
-      throw new UpstreamError(
-        `engine ${routed.engine.id} broke off its answer (${(error as Error).message})`,
-        error instanceof UpstreamError && error.status === 504 ? 504 : 502, // 504: its body timeout cut it
-        true,
-      );
+      return this.brokenAnswer(ctx, error);
     }
     routed.done();
     try {
