@@ -231,6 +231,19 @@ describe('gateway: LLM calls served straight from node:http', () => {
     expect(taken()).toBe(1);
   });
 
+  it('leaves paths under /dashboard to the Hono app: a caller without a key is sent to the login page', async () => {
+    const server = await serve({ apiKeys: KEY_SPECS });
+    const { app, url, taken } = await twoWays(server, KEY_SPECS);
+    const path = '/dashboard/x/v1/chat/completions';
+    const direct = await overHttp(url, { path, body: chat('x') });
+    const hono = await inProcess(app, { path, body: chat('x') });
+    expect(direct.status).toBe(303);
+    expect(hono.status).toBe(303);
+    const keyed = { path, headers: { authorization: `Bearer ${AGENT_KEY}` }, body: chat('x') };
+    expect(await overHttp(url, keyed)).toEqual(await inProcess(app, keyed));
+    expect(taken()).toBe(0);
+  });
+
   it("sends a stream's status and headers as soon as the engine's, before its first event", async () => {
     // An engine that answers with its headers at once and its first event 500 ms later.
     const chunk = JSON.stringify({

@@ -26,8 +26,9 @@ export function llmCallListener(gateway: Gateway, keys: readonly ApiKey[]): Dire
     const path = CALL_PATH.exec(req.url);
     if (path === null) return false;
     const kind: CallKind = path[3] === 'completions' ? 'text' : 'chat';
-    // Percent-encoded ids are for the Hono route (it decodes them); ids never need encoding.
-    if (path[1]?.includes('%') || path[2]?.includes('%')) return false;
+    // Percent-encoded ids are for the Hono route (it decodes them); ids never need encoding. Paths
+    // under /dashboard are the dashboard's (its login redirect), whatever follows.
+    if (path[1]?.includes('%') || path[2]?.includes('%') || path[1] === 'dashboard') return false;
     void serve(gateway, keys, kind, path[1], path[2], req, res);
     return true;
   };
