@@ -92,6 +92,11 @@ export function findKey(keys: readonly ApiKey[], key: string): ApiKey | null {
   return keys.find((k) => timingSafeEqual(k.digest, d)) ?? null;
 }
 
+/** The dashboard's pages and assets: a caller without a key is sent to its login page. */
+export function isDashboardPath(path: string): boolean {
+  return path === '/dashboard' || path.startsWith('/dashboard/');
+}
+
 /** Dashboard paths a browser reaches before signing in. */
 export const isPublicDashboardPath = (path: string) =>
   path === '/dashboard/login' || path.startsWith('/dashboard/assets/');
@@ -110,7 +115,7 @@ export function authenticate(keys: readonly ApiKey[]): MiddlewareHandler<{ Varia
     const key = requestKey(c.req.header('authorization'), c.req.header('x-api-key'), () =>
       getCookie(c, KEY_COOKIE),
     );
-    const dashboard = c.req.path === '/dashboard' || c.req.path.startsWith('/dashboard/');
+    const dashboard = isDashboardPath(c.req.path);
     if (dashboard && isPublicDashboardPath(c.req.path)) {
       c.set('apiKey', key ? findKey(keys, key) : null);
       return next();

@@ -3,7 +3,15 @@ import { parse as parseCookies } from 'hono/utils/cookie';
 import { AuthError } from '../domain/index.js';
 import type { DirectListener } from '../util/http-server.js';
 import { type Answer, isStreamSource, JSON_HEADERS, type StreamSource } from './answer.js';
-import { type ApiKey, callerKey, checkScope, KEY_COOKIE, requestKey, type Scope } from './auth.js';
+import {
+  type ApiKey,
+  callerKey,
+  checkScope,
+  isDashboardPath,
+  KEY_COOKIE,
+  requestKey,
+  type Scope,
+} from './auth.js';
 import { fixedCall, trajectoryCall } from './calls.js';
 import type { CallKind, Gateway } from './gateway.js';
 import { errorAnswer } from './openai-errors.js';
@@ -26,9 +34,9 @@ export function llmCallListener(gateway: Gateway, keys: readonly ApiKey[]): Dire
     const path = CALL_PATH.exec(req.url);
     if (path === null) return false;
     const kind: CallKind = path[3] === 'completions' ? 'text' : 'chat';
-    // Percent-encoded ids are for the Hono route (it decodes them); ids never need encoding. Paths
-    // under /dashboard are the dashboard's (its login redirect), whatever follows.
-    if (path[1]?.includes('%') || path[2]?.includes('%') || path[1] === 'dashboard') return false;
+    // Percent-encoded ids are for the Hono route (it decodes them); ids never need encoding. The
+    // dashboard's paths are the app's (its login redirect), whatever follows.
+    if (path[1]?.includes('%') || path[2]?.includes('%') || isDashboardPath(req.url)) return false;
     void serve(gateway, keys, kind, path[1], path[2], req, res);
     return true;
   };
