@@ -46,6 +46,8 @@ export async function renderBatch(batch: LeasedBatch, request: BatchRequest): Pr
   const lease: Record<string, string> = {
     'x-lease-id': batch.lease.id,
     'x-lease-expires-at': String(batch.lease.expiresAt),
+    // The version the batch was served at: a trainer's staleness reference in the binary formats.
+    'x-stepwise-policy-version': String(batch.policyVersion),
   };
   if (request.format !== 'json') {
     // The binary formats carry curation's metrics in a header (the JSON body has the whole record);

@@ -153,11 +153,12 @@ export function batchToJson(batch: LeasedBatch, options: JsonBatchOptions = {}):
         }),
       };
       if (options.pack === 'prefix_tree') {
+        // Packed for the trainer's forward pass: a guided step's hint-free training prompt (ActGuide).
         const inputs = g.trajectories.flatMap((t) =>
-          t.steps.map((s) => ({
-            tokens: [...s.promptIds, ...s.responseIds],
-            promptLength: s.promptIds.length,
-          })),
+          t.steps.map((s) => {
+            const prompt = s.trainingPromptIds ?? s.promptIds;
+            return { tokens: [...prompt, ...s.responseIds], promptLength: prompt.length };
+          }),
         );
         group.packing = packingToWire(packPrefixTree(inputs));
       }

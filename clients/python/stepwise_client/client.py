@@ -319,6 +319,7 @@ class StepwiseClient:
                 expires_at=_int_header(answer, "X-Lease-Expires-At") or 0,
                 format=served or requested,
                 body=answer.body,
+                policy_version=_int_header(answer, "X-Stepwise-Policy-Version"),
                 _client=self,
             )
             batch.rows = _int_header(answer, "X-Stepwise-Rows")

@@ -1,0 +1,310 @@
+"""A reference policy-gradient trainer over Stepwise batches (torch + transformers, the `train` extra).
+
+    trainer = Trainer(policy, StepwiseClient(url), engines=["http://127.0.0.1:8300"])
+    while ...:
+        metrics = trainer.train_step(batch_size=4, n_rollouts=8)   # lease → loss → step → ack
+        trainer.publish()                                          # weights to engines, then version
+
+The loss is token-level PPO over the served response tokens with the advantages the pool computed
+(`grpo | drgrpo | rloo`), decoupled from the behaviour policy:
+
+    r_t = π_θ(y_t) / π_prox(y_t)                 clipped to [1 - ε_low, 1 + ε_high]
+    w_t = min(π_prox(y_t) / μ(y_t), C)           truncated importance weight, detached
+    loss = -Σ_t w_t · min(r_t A, clip(r_t) A) / normaliser
+
+μ is the engine's `rollout_log_probs` (the behaviour policy: an older version for stale groups, the
+hinted prompt for ActGuide's guided rows); π_prox is the trainer's policy before this update. Rows
+without rollout log-probs (`recompute_log_probs`) take μ = π_prox, so w = 1. With one update per
+lease, π_θ = π_prox at the step, so r = 1 and its gradient is the plain policy gradient.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+from safetensors.torch import save as save_safetensors
+
+from .client import Batch, StepwiseClient
+from .models import Policy
+from .tensors import PackedInputs, PaddedInputs, ResponseTokens, packed_inputs, padded_inputs
+
+LossAggregation = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+
+# Rows of the LM head computed at once: logits for 151k ids are 0.6 MB per token in fp32.
+LOGIT_CHUNK = 512
+
+
+def _chunk_logprobs(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    logits = head(hidden).float()
+    return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+
+
+def target_logprobs(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """log p(target) for each hidden state, in chunks recomputed on backward (never N×V logits at once)."""
+    out = []
+    for start in range(0, hidden.shape[0], LOGIT_CHUNK):
+        h, y = hidden[start : start + LOGIT_CHUNK], targets[start : start + LOGIT_CHUNK]
+        if torch.is_grad_enabled() and h.requires_grad:
+            out.append(torch.utils.checkpoint.checkpoint(_chunk_logprobs, head, h, y, use_reentrant=False))
+        else:
+            out.append(_chunk_logprobs(head, h, y))
+    return torch.cat(out) if out else hidden.new_zeros(0, dtype=torch.float32)
+
+
+def backbone_and_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module]:
+    backbone = getattr(model, "model", None)
+    head = getattr(model, "lm_head", None)
+    if backbone is None or head is None:
+        raise TypeError("the model must be a causal LM with .model (the transformer) and .lm_head")
+    return backbone, head
+
+
+def padded_logprobs(model: torch.nn.Module, inputs: PaddedInputs) -> torch.Tensor:
+    """(N,) log-probs of the response tokens, in `inputs.tokens` order, from one padded forward."""
+    backbone, head = backbone_and_head(model)
+    device = next(model.parameters()).device
+    hidden = backbone(
+        input_ids=inputs.input_ids.to(device),
+        attention_mask=inputs.attention_mask.to(device),
+        position_ids=inputs.position_ids.to(device),
+        use_cache=False,
+    ).last_hidden_state
+    P = inputs.prompt_width
+    rows = inputs.response_mask.nonzero(as_tuple=False).to(device)
+    # The output at position P + k - 1 predicts response token k.
+    h = hidden[rows[:, 0], P + rows[:, 1] - 1]
+    return target_logprobs(head, h, inputs.tokens.targets.to(device))
+
+
+def tree_mask(inputs: PackedInputs, device: torch.device | str = "cpu") -> torch.Tensor:
+    """The dense (1, 1, T, T) boolean tree mask: token j sees token i iff i is j or an ancestor."""
+    node = inputs.node_of.to(device)
+    idx = torch.arange(node.numel(), device=device)
+    ancestor = inputs.node_ancestor.to(device)[node.unsqueeze(1), node.unsqueeze(0)]
+    same = node.unsqueeze(1) == node.unsqueeze(0)
+    allowed = ancestor & (~same | (idx.unsqueeze(0) <= idx.unsqueeze(1)))
+    return allowed.unsqueeze(0).unsqueeze(0)
+
+
+def flex_block_mask(inputs: PackedInputs, device: torch.device | str = "cpu") -> Any:
+    """The same mask as a FlexAttention BlockMask (block-sparse: no dense T×T mask is materialised)."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    node = inputs.node_of.to(device)
+    ancestor = inputs.node_ancestor.to(device)
+
+    def mask_mod(b: Any, h: Any, q: Any, kv: Any) -> Any:
+        nq, nk = node[q], node[kv]
+        return ancestor[nq, nk] & ((nq != nk) | (kv <= q))
+
+    T = node.numel()
+    return create_block_mask(mask_mod, B=None, H=None, Q_LEN=T, KV_LEN=T, device=str(device))
+
+
+def packed_logprobs(model: torch.nn.Module, inputs: PackedInputs, *, attention: str | None = None) -> torch.Tensor:
+    """(N,) log-probs of the response tokens from one forward over the packed tree."""
+    backbone, head = backbone_and_head(model)
+    device = next(model.parameters()).device
+    impl = attention or model.config._attn_implementation
+    if impl == "flex_attention":
+        mask: Any = flex_block_mask(inputs, device)
+    else:
+        mask = tree_mask(inputs, device)
+        if impl == "eager":
+            mask = torch.zeros(mask.shape, dtype=next(model.parameters()).dtype, device=device).masked_fill(~mask, torch.finfo(next(model.parameters()).dtype).min)
+    hidden = backbone(
+        input_ids=inputs.input_ids.unsqueeze(0).to(device),
+        position_ids=inputs.position_ids.unsqueeze(0).to(device),
+        attention_mask=mask,
+        use_cache=False,
+    ).last_hidden_state[0]
+    h = hidden[inputs.predictor.to(device)]
+    return target_logprobs(head, h, inputs.tokens.targets.to(device))
+
+
+@dataclass
+class LossConfig:
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    #: Dual-clip bound c for negative advantages (verl's `clip_ratio_c`); None turns it off.
+    dual_clip: float | None = 3.0
+    #: C in w = min(π_prox / μ, C): bounds the weight of stale tokens.
+    is_cap: float = 2.0
+    aggregation: LossAggregation = "token-mean"
+    #: Dr.GRPO's constant normaliser for `seq-mean-token-sum-norm` (tokens per sequence).
+    norm_length: int = 1024
+
+
+def policy_loss(
+    logp: torch.Tensor, prox_logp: torch.Tensor, tokens: ResponseTokens, config: LossConfig = LossConfig()
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The decoupled, clipped token-level policy-gradient loss over a batch's response tokens.
+
+    Guided rows (ActGuide-RL, `off_policy` with rollout log-probs) follow the paper's objective
+    instead: the ratio π_θ(y | hint-free prompt) / μ(y | hinted prompt), PPO-clipped, weight 1.
+    """
+    device = logp.device
+    prox = prox_logp.detach().to(device)
+    has = tokens.has_behaviour.to(device)
+    behaviour = torch.where(has, tokens.behaviour_logp.to(device), prox)
+    guided = tokens.off_policy.to(device) & has
+    adv = tokens.advantages.to(device)
+    anchor = torch.where(guided, behaviour, prox)
+    ratio = torch.exp((logp - anchor).clamp(-20.0, 20.0))
+    clipped = ratio.clamp(1 - config.clip_low, 1 + config.clip_high)
+    per_token = torch.maximum(-adv * ratio, -adv * clipped)
+    if config.dual_clip is not None:
+        per_token = torch.where(adv < 0, torch.minimum(per_token, -adv * config.dual_clip), per_token)
+    raw_weight = torch.exp((prox - behaviour).clamp(-20.0, 20.0))
+    weight = torch.where(guided, torch.ones_like(raw_weight), raw_weight.clamp(max=config.is_cap))
+    per_token = per_token * weight
+    seq = tokens.sequence.to(device)
+    n_seq = max(tokens.rows, 1)
+    if config.aggregation == "token-mean":
+        loss = per_token.sum() / max(per_token.numel(), 1)
+    else:
+        sums = torch.zeros(n_seq, device=device, dtype=per_token.dtype).index_add(0, seq, per_token)
+        if config.aggregation == "seq-mean-token-mean":
+            counts = torch.zeros(n_seq, device=device).index_add(0, seq, torch.ones_like(per_token))
+            loss = (sums / counts.clamp(min=1)).sum() / max(int((counts > 0).sum()), 1)
+        else:
+            loss = sums.sum() / (n_seq * config.norm_length)
+    with torch.no_grad():
+        n = max(per_token.numel(), 1)
+        stats = {
+            "tokens": float(per_token.numel()),
+            "clip_fraction": float(((ratio - clipped).abs() > 0).float().sum()) / n,
+            "is_weight_mean": float(weight.sum()) / n,
+            "is_truncated_fraction": float(((raw_weight > config.is_cap) & ~guided).float().sum()) / n,
+            "behaviour_abs_diff_max": float((prox - behaviour)[~guided].abs().max()) if bool((~guided).any()) else 0.0,
+            "guided_tokens": float(guided.sum()),
+        }
+    return loss, stats
+
+
+def batch_logprobs(model: torch.nn.Module, inputs: PaddedInputs | PackedInputs) -> torch.Tensor:
+    return packed_logprobs(model, inputs) if isinstance(inputs, PackedInputs) else padded_logprobs(model, inputs)
+
+
+@dataclass
+class Trainer:
+    """Lease → tensors → loss → optimizer step → ack, and weights out to the engines."""
+
+    policy: Policy
+    client: StepwiseClient
+    engines: list[str] = field(default_factory=list)
+    lr: float = 1e-4
+    pack: bool = True
+    advantage: str = "grpo"
+    loss: LossConfig = field(default_factory=LossConfig)
+    channel: str = "train"
+    max_grad_norm: float = 1.0
+    version: int = 0
+    optimizer: torch.optim.Optimizer | None = None
+
+    def __post_init__(self) -> None:
+        if self.optimizer is None:
+            self.optimizer = torch.optim.AdamW(self.policy.model.parameters(), lr=self.lr, weight_decay=0.0)
+
+    def lease(self, batch_size: int, **options: Any) -> Batch | None:
+        if self.pack:
+            return self.client.lease(batch_size, channel=self.channel, format="json", pack="prefix_tree", advantage=self.advantage, **options)
+        return self.client.lease(batch_size, channel=self.channel, format="padded", advantage=self.advantage, **options)
+
+    def inputs(self, batch: Batch) -> PaddedInputs | PackedInputs:
+        return packed_inputs(batch) if batch.format == "json" else padded_inputs(batch)
+
+    def update(self, batch: Batch) -> dict[str, float]:
+        """One optimizer step on a leased batch; the caller settles it (or use `train_step`)."""
+        model = self.policy.model
+        inputs = self.inputs(batch)
+        if inputs.tokens.targets.numel() == 0:
+            return {"tokens": 0.0}
+        model.train()
+        started = time.perf_counter()
+        logp = batch_logprobs(model, inputs)
+        loss, stats = policy_loss(logp, logp.detach(), inputs.tokens, self.loss)
+        assert self.optimizer is not None
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), self.max_grad_norm)
+        if not torch.isfinite(grad_norm):
+            self.optimizer.zero_grad(set_to_none=True)
+            raise FloatingPointError(f"non-finite gradient norm {float(grad_norm)}: batch {batch.lease_id} is nacked")
+        self.optimizer.step()
+        model.eval()
+        return {**stats, "loss": float(loss), "grad_norm": float(grad_norm), "update_s": time.perf_counter() - started}
+
+    def train_step(self, batch_size: int, **lease_options: Any) -> dict[str, Any] | None:
+        """Leases, updates and acks (nacks when the update raises); None when nothing was ready."""
+        batch = self.lease(batch_size, **lease_options)
+        if batch is None:
+            return None
+        with batch:
+            metrics = self.update(batch)
+        rewards = _trajectory_rewards(batch)
+        return {**metrics, "lease_id": batch.lease_id, "rows": batch.rows, "rewards": rewards}
+
+    def push_weights(self, version: int) -> None:
+        """Sends the policy's weights to every engine (`/update_weights_from_tensor`, safetensors)."""
+        state = {k: v.detach().to("cpu").contiguous() for k, v in self.policy.model.state_dict().items()}
+        if getattr(self.policy.model.config, "tie_word_embeddings", False):
+            state.pop("lm_head.weight", None)  # shared with the embedding: sent once
+        body = save_safetensors(state)
+        for url in self.engines:
+            request = urllib.request.Request(
+                f"{url.rstrip('/')}/update_weights_from_tensor?version={version}",
+                data=body,
+                method="POST",
+                headers={"content-type": "application/octet-stream"},
+            )
+            with urllib.request.urlopen(request, timeout=600) as answer:
+                json.load(answer)
+
+    def publish(self, drain: bool = True) -> dict[str, Any]:
+        """Weights to the engines first, then the pool's version (with drain).
+
+        In between, a generation may start on the new weights while the old version is in force: its
+        steps look one version staler than they are, never fresher, so `max_staleness` stays a bound.
+        """
+        self.version += 1
+        self.push_weights(self.version)
+        return self.client.set_policy_version(self.version, drain=drain)
+
+
+def _trajectory_rewards(batch: Batch) -> list[float]:
+    if batch.data is not None:
+        return [float(t.get("reward") or 0.0) for g in batch.data["groups"] for t in g["trajectories"]]
+    if batch.arrays:
+        index = batch["trajectory_index"].tolist()
+        rewards = batch["trajectory_rewards"].tolist()
+        seen: dict[int, float] = {}
+        for i, r in zip(index, rewards):
+            seen.setdefault(i, float(r))
+        return list(seen.values())
+    return []
+
+
+def save_checkpoint(policy: Policy, folder: str) -> None:
+    """A model folder the reference engine (`--model DIR`) and vLLM load: weights, config, tokenizer."""
+    policy.model.save_pretrained(folder, safe_serialization=True)
+    policy.tokenizer.save_pretrained(folder)
+
+
+__all__ = [
+    "LossConfig",
+    "Trainer",
+    "batch_logprobs",
+    "packed_logprobs",
+    "padded_logprobs",
+    "policy_loss",
+    "save_checkpoint",
+    "target_logprobs",
+    "tree_mask",
+]
+

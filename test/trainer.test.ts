@@ -1,0 +1,236 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import OpenAI from 'openai';
+import type { ChatCompletionMessageParam, ChatCompletionTool } from 'openai/resources/chat/completions';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type RunningServer, startServer } from '../src/gateway/server.js';
+import {
+  findTrainPython,
+  type ReferenceEngine,
+  runPython,
+  startReferenceEngine,
+} from '../src/train/python.js';
+
+/*
+ * The trainer invariants with a real model on both ends: the reference engine (clients/python, torch
+ * + transformers) serves a tiny Qwen3-architecture policy warmed up to call a tool; agents (the
+ * official `openai` client) run through the gateway, streaming and not; the Python trainer leases
+ * what was captured and recomputes it. Needs the `train` extra (CI installs it and sets
+ * STEPWISE_TRAIN_PYTHON, so there a missing package fails instead of skipping).
+ */
+
+const python = findTrainPython();
+if (!python)
+  console.warn('trainer tests skipped: no Python with torch + transformers (see docs/trainers.md)');
+
+const TOOLS: ChatCompletionTool[] = [
+  {
+    type: 'function',
+    function: {
+      name: 'read',
+      description: 'Read a file',
+      parameters: { type: 'object', properties: { path: { type: 'string' } }, required: ['path'] },
+    },
+  },
+];
+const FILES: Record<string, string> = { 'a.txt': '42', 'b.txt': 'blue' };
+// The checkpoint was trained on prompts rendered this way (no thinking block to generate).
+const NO_THINKING = { chat_template_kwargs: { enable_thinking: false } };
+
+interface Checked {
+  leased: boolean;
+  groups: { group_id: string; staleness: number; stale: boolean }[];
+  batch_policy_version: number;
+  token_sources: string[];
+  recompute_log_probs: boolean[];
+  tool_call_steps: number;
+  response_tokens: number;
+  same_targets: boolean;
+  exact_tokens: number;
+  exact_max_abs_diff: number | null;
+  packed_vs_padded_logprob_max_abs_diff: number;
+  loss_packed: number;
+  loss_padded: number;
+  grad_rel_diff: number;
+  grad_norm: number;
+  packed_ratio: number;
+  token_staleness: number[];
+  packed_token_staleness: number[];
+}
+
+interface Outcome {
+  streamed: boolean;
+  toolCalls: number;
+}
+
+/** One rollout: ask, run the tool calls the policy makes, ask again; reward 1 for reading the right file. */
+async function rollout(
+  server: RunningServer,
+  group: string,
+  channel: string,
+  nRollouts: number,
+  i: number,
+): Promise<Outcome> {
+  const init = (await (
+    await fetch(`${server.url}/init_trajectory`, {
+      method: 'POST',
+      body: JSON.stringify({ group_id: group, channel, n_rollouts: nRollouts }),
+    })
+  ).json()) as { base_url: string };
+  const client = new OpenAI({ baseURL: init.base_url, apiKey: 'unused' });
+  const file = i % 2 === 0 ? 'a.txt' : 'b.txt';
+  const messages: ChatCompletionMessageParam[] = [
+    { role: 'user', content: `Read ${file} and tell me what it says.` },
+  ];
+  const streamed = i % 2 === 1;
+  // The first turn is greedy (the warmed-up policy then calls the tool), the second one sampled.
+  const ask = async (maxTokens: number, temperature: number) => {
+    const request = {
+      model: 'policy',
+      messages,
+      tools: TOOLS,
+      max_tokens: maxTokens,
+      temperature,
+      ...NO_THINKING,
+    };
+    if (!streamed) return (await client.chat.completions.create(request)).choices[0]!.message;
+    const stream = await client.chat.completions.create({ ...request, stream: true });
+    let content = '';
+    const calls: { id: string; type: 'function'; function: { name: string; arguments: string } }[] = [];
+    for await (const chunk of stream) {
+      const delta = chunk.choices[0]?.delta;
+      content += delta?.content ?? '';
+      for (const c of delta?.tool_calls ?? []) {
+        calls[c.index] ??= { id: '', type: 'function', function: { name: '', arguments: '' } };
+        const call = calls[c.index]!;
+        if (c.id) call.id = c.id;
+        call.function.name += c.function?.name ?? '';
+        call.function.arguments += c.function?.arguments ?? '';
+      }
+    }
+    return { role: 'assistant' as const, content, tool_calls: calls.length ? calls : undefined };
+  };
+  const first = await ask(40, 0);
+  const calls = first.tool_calls ?? [];
+  messages.push({
+    role: 'assistant',
+    content: first.content ?? '',
+    ...(calls.length ? { tool_calls: calls } : {}),
+  });
+  let readRightFile = false;
+  for (const call of calls) {
+    let path = '';
+    try {
+      path =
+        (JSON.parse(call.type === 'function' ? call.function.arguments : '{}') as { path?: string }).path ??
+        '';
+    } catch {}
+    readRightFile ||= path === file;
+    messages.push({ role: 'tool', tool_call_id: call.id, content: FILES[path] ?? `error: no file ${path}` });
+  }
+  if (!calls.length) messages.push({ role: 'user', content: 'Use the read tool.' });
+  await ask(12, 1);
+  await fetch(`${init.base_url}/complete_trajectory`, {
+    method: 'POST',
+    body: JSON.stringify({ reward: readRightFile ? 1 : 0 }),
+  });
+  return { streamed, toolCalls: calls.length };
+}
+
+describe.skipIf(!python)('trainer invariants (tiny Qwen3 policy, reference engine, Python trainer)', () => {
+  let dir: string;
+  let checkpoint: string;
+  let engine: ReferenceEngine;
+  let server: RunningServer;
+  const check = async (channel: string, groups: number, nRollouts: number, extra: string[] = []) =>
+    JSON.parse(
+      await runPython(
+        python!,
+        [
+          'tests/check_trainer.py',
+          '--url',
+          server.url,
+          '--model',
+          checkpoint,
+          '--channel',
+          channel,
+          '--groups',
+          String(groups),
+          '--n-rollouts',
+          String(nRollouts),
+          ...extra,
+        ],
+        { timeoutMs: 300_000 },
+      ),
+    ) as Checked;
+
+  beforeAll(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'stepwise-trainer-'));
+    checkpoint = join(dir, 'policy');
+    await runPython(python!, ['tests/make_checkpoint.py', checkpoint, '--seed', '7'], { timeoutMs: 300_000 });
+    engine = await startReferenceEngine({ python: python!, model: checkpoint, seed: 1 });
+    server = await startServer({ dbPath: join(dir, 'pool.db'), port: 0, engines: [`vllm=${engine.url}`] });
+  }, 600_000);
+
+  afterAll(async () => {
+    await server?.close();
+    await engine?.stop();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it("exactness and packing: recomputed log-probs equal the engine's, packed loss and gradients equal padded", async () => {
+    const outcomes: Outcome[] = [];
+    for (const g of [0, 1]) {
+      for (let i = 0; i < 3; i++) outcomes.push(await rollout(server, `exact-${g}`, 'exact', 3, i));
+    }
+    expect(outcomes.some((o) => o.streamed && o.toolCalls > 0)).toBe(true);
+    expect(outcomes.some((o) => !o.streamed && o.toolCalls > 0)).toBe(true);
+
+    const r = await check('exact', 2, 3);
+    expect(r.leased).toBe(true);
+    expect(r.token_sources.every((s) => s === 'engine')).toBe(true);
+    expect(r.token_sources).toHaveLength(12);
+    expect(r.tool_call_steps).toBeGreaterThan(0);
+    // Every response token carries the engine's log-prob, and the trainer recomputes the same number.
+    expect(r.exact_tokens).toBe(r.response_tokens);
+    expect(r.exact_max_abs_diff).not.toBeNull();
+    expect(r.exact_max_abs_diff!).toBeLessThanOrEqual(1e-4);
+    // Packed and padded: the same response tokens, the same log-probs, loss and gradients.
+    expect(r.same_targets).toBe(true);
+    expect(r.packed_ratio).toBeLessThan(1);
+    expect(r.packed_vs_padded_logprob_max_abs_diff).toBeLessThanOrEqual(1e-5);
+    expect(Math.abs(r.loss_packed - r.loss_padded)).toBeLessThanOrEqual(
+      1e-5 * Math.max(1, Math.abs(r.loss_padded)),
+    );
+    expect(r.grad_norm).toBeGreaterThan(0);
+    expect(r.grad_rel_diff).toBeLessThanOrEqual(1e-5);
+  }, 600_000);
+
+  it('staleness: steps generated at v and served at v+k carry staleness k; beyond max_staleness, flag or drop', async () => {
+    const put = (path: string, body: unknown) =>
+      fetch(`${server.url}${path}`, { method: 'PUT', body: JSON.stringify(body) }).then((r) => r.json());
+    const base = ((await (await fetch(`${server.url}/v1/policy-version`)).json()) as { version: number })
+      .version;
+    await put('/v1/policy-version', { version: base + 1 });
+    await put('/v1/channels/stale-flag', { stale_policy: 'flag' });
+    await put('/v1/channels/stale-drop', { stale_policy: 'drop' });
+    for (const channel of ['stale-flag', 'stale-drop'])
+      for (let i = 0; i < 2; i++) await rollout(server, `${channel}-g`, channel, 2, i);
+    await put('/v1/policy-version', { version: base + 3 });
+
+    const flagged = await check('stale-flag', 1, 2, ['--max-staleness', '1']);
+    expect(flagged.leased).toBe(true);
+    expect(flagged.groups).toEqual([{ group_id: 'stale-flag-g', staleness: 2, stale: true }]);
+    expect(flagged.batch_policy_version).toBe(base + 3);
+    expect(flagged.token_staleness).toEqual([2]);
+    expect(flagged.packed_token_staleness).toEqual([2]);
+
+    const dropped = await check('stale-drop', 1, 2, ['--max-staleness', '1']);
+    expect(dropped.leased).toBe(false);
+    const stats = (await (await fetch(`${server.url}/v1/stats?channel=stale-drop`)).json()) as {
+      dropped: Record<string, number>;
+    };
+    expect(Object.values(stats.dropped).reduce((a, b) => a + b, 0)).toBeGreaterThanOrEqual(1);
+  }, 600_000);
+});
