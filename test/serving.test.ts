@@ -139,13 +139,17 @@ describe('serving batches to trainers', () => {
     expect(p.ratio).toBeCloseTo(p.tokens.length / original, 12);
   });
 
-  it('json packing follows the trainer\'s view: a guided step is packed with its hint-free training prompt', async () => {
+  it("json packing follows the trainer's view: a guided step is packed with its hint-free training prompt", async () => {
     // Two rollouts of one prompt; the guided one was sampled with a hint (ids 90-92) in its prompt.
     const hinted = [7, 8, 90, 91, 92, 9];
     const plain = [7, 8, 9];
     await server.pool.submitSteps(
       [
-        makeStep('guided-0', 'g-guided', 0, hinted, [300, 301], { trainingPromptIds: plain, isLast: true, reward: 1 }),
+        makeStep('guided-0', 'g-guided', 0, hinted, [300, 301], {
+          trainingPromptIds: plain,
+          isLast: true,
+          reward: 1,
+        }),
         makeStep('plain-0', 'g-guided', 0, plain, [400, 401], { isLast: true, reward: 0 }),
       ],
       { nRollouts: 2, channel: 'guided' },
@@ -153,7 +157,9 @@ describe('serving batches to trainers', () => {
     const res = await lease({ channel: 'guided', batch_size: 1, n_rollouts: 2, pack: 'prefix_tree' });
     const group = ((await res.json()) as BatchJson).groups[0]!;
     const p = group.packing!;
-    const paths = p.sequences.map((nodes) => nodes.flatMap((n) => p.tokens.slice(p.nodes[n]![0], p.nodes[n]![0] + p.nodes[n]![1])));
+    const paths = p.sequences.map((nodes) =>
+      nodes.flatMap((n) => p.tokens.slice(p.nodes[n]![0], p.nodes[n]![0] + p.nodes[n]![1])),
+    );
     expect(paths).toEqual([plain.concat([300, 301]), plain.concat([400, 401])]);
     // The shared hint-free prompt is packed once; the served prompt_ids stay the behaviour prompt.
     expect(p.tokens).toHaveLength(plain.length + 4);
