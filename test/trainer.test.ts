@@ -207,6 +207,115 @@ describe.skipIf(!python)('trainer invariants (tiny Qwen3 policy, reference engin
     expect(r.grad_rel_diff).toBeLessThanOrEqual(1e-5);
   }, 600_000);
 
+  it("the reference engine speaks vLLM's protocol: white-box /generate through the gateway, 400s naming the field, weight updates", async () => {
+    const models = (await (await fetch(`${engine.url}/v1/models`)).json()) as { data: { id: string }[] };
+    expect(models.data).toHaveLength(1);
+
+    const init = (await (
+      await fetch(`${server.url}/init_trajectory`, {
+        method: 'POST',
+        body: JSON.stringify({ group_id: 'wb' }),
+      })
+    ).json()) as { trajectory_uid: string };
+    const prompt = [151644, 872, 198, 6023, 151645, 198, 151644, 77091, 198];
+    const generated = (await (
+      await fetch(`${server.url}/generate`, {
+        method: 'POST',
+        body: JSON.stringify({
+          prompt_ids: prompt,
+          trajectory_uid: init.trajectory_uid,
+          sampling_params: { max_tokens: 5, temperature: 1, seed: 3 },
+        }),
+      })
+    ).json()) as { prompt_ids: number[]; response_ids: number[]; logprobs: number[]; engine_id: string };
+    expect(generated.prompt_ids).toEqual(prompt);
+    expect(generated.response_ids.length).toBeGreaterThan(0);
+    expect(generated.logprobs).toHaveLength(generated.response_ids.length);
+    expect(generated.logprobs.every((lp) => lp <= 0 && Number.isFinite(lp))).toBe(true);
+    expect(generated.engine_id).toMatch(/^vllm@/);
+
+    const bad = async (body: unknown) => {
+      const res = await fetch(`${engine.url}/v1/chat/completions`, {
+        method: 'POST',
+        body: JSON.stringify(body),
+      });
+      return [res.status, ((await res.json()) as { error: { param: string | null } }).error.param];
+    };
+    const messages = [{ role: 'user', content: 'hi' }];
+    expect(await bad({ messages, temperature: 'hot' })).toEqual([400, 'temperature']);
+    expect(await bad({ messages, logprobs: 'x' })).toEqual([400, 'logprobs']);
+    expect(await bad({ messages, n: 2 })).toEqual([400, 'n']);
+    expect(await bad({ messages: [] })).toEqual([400, 'messages']);
+
+    // Weights: a safetensors body that is not one changes nothing; reloading the served folder does.
+    const broken = await fetch(`${engine.url}/update_weights_from_tensor?version=9`, {
+      method: 'POST',
+      body: 'nope',
+    });
+    expect([broken.status, ((await broken.json()) as { error: { param: string } }).error.param]).toEqual([
+      400,
+      'weights',
+    ]);
+    expect(
+      ((await (await fetch(`${engine.url}/weights`)).json()) as { version: number | null }).version,
+    ).toBeNull();
+    const ask = async () =>
+      (
+        (await (
+          await fetch(`${engine.url}/v1/completions`, {
+            method: 'POST',
+            body: JSON.stringify({ prompt, max_tokens: 6, temperature: 0, return_token_ids: true }),
+          })
+        ).json()) as { choices: { token_ids: number[] }[] }
+      ).choices[0]!.token_ids;
+    const before = await ask();
+    const loaded = await fetch(`${engine.url}/update_weights_from_disk`, {
+      method: 'POST',
+      body: JSON.stringify({ model_path: checkpoint, version: 4 }),
+    });
+    expect(loaded.status).toBe(200);
+    expect(((await (await fetch(`${engine.url}/weights`)).json()) as { version: number }).version).toBe(4);
+    expect(await ask()).toEqual(before);
+  }, 120_000);
+
+  it('one trainer iteration: lease packed groups, update, ack, push the weights to the engine, advance the version', async () => {
+    for (let i = 0; i < 4; i++) await rollout(server, 'once-g', 'once', 4, i);
+    const out = JSON.parse(
+      await runPython(
+        python!,
+        ['tests/train_once.py', '--url', server.url, '--engine', engine.url, '--model', checkpoint].concat([
+          '--channel',
+          'once',
+          '--groups',
+          '1',
+          '--n-rollouts',
+          '4',
+          '--pack',
+        ]),
+        { timeoutMs: 300_000 },
+      ),
+    ) as {
+      metrics: { tokens: number; grad_norm: number; loss: number; rows: number; rewards: number[] };
+      start_version: number;
+      published: { version: number; drain_timed_out: boolean };
+      engine_weights_version: number;
+      tensors_changed: number;
+    };
+    expect(out.metrics.rows).toBe(8);
+    expect(out.metrics.tokens).toBeGreaterThan(0);
+    expect(new Set(out.metrics.rewards).size).toBe(2); // both outcomes: a non-zero GRPO signal
+    expect(out.metrics.grad_norm).toBeGreaterThan(0);
+    expect(out.tensors_changed).toBeGreaterThan(0);
+    expect(out.published.version).toBe(out.start_version + 1);
+    expect(out.published.drain_timed_out).toBe(false);
+    expect(out.engine_weights_version).toBe(out.start_version + 1);
+    const stats = (await (await fetch(`${server.url}/v1/stats?channel=once`)).json()) as Record<
+      string,
+      unknown
+    >;
+    expect(JSON.stringify(stats)).toMatch(/"consumed":\s*\{?[^}]*"groups":\s*1|"consumed":\s*1/);
+  }, 600_000);
+
   it('staleness: steps generated at v and served at v+k carry staleness k; beyond max_staleness, flag or drop', async () => {
     const put = (path: string, body: unknown) =>
       fetch(`${server.url}${path}`, { method: 'PUT', body: JSON.stringify(body) }).then((r) => r.json());

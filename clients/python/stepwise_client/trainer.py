@@ -204,10 +204,13 @@ class Trainer:
     loss: LossConfig = field(default_factory=LossConfig)
     channel: str = "train"
     max_grad_norm: float = 1.0
-    version: int = 0
+    #: The policy version this trainer's weights are; None: the pool's current one.
+    version: int | None = None
     optimizer: torch.optim.Optimizer | None = None
 
     def __post_init__(self) -> None:
+        if self.version is None:
+            self.version = self.client.policy_version()
         if self.optimizer is None:
             self.optimizer = torch.optim.AdamW(self.policy.model.parameters(), lr=self.lr, weight_decay=0.0)
 
@@ -272,6 +275,7 @@ class Trainer:
         In between, a generation may start on the new weights while the old version is in force: its
         steps look one version staler than they are, never fresher, so `max_staleness` stays a bound.
         """
+        assert self.version is not None
         self.version += 1
         self.push_weights(self.version)
         return self.client.set_policy_version(self.version, drain=drain)
