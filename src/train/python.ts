@@ -126,23 +126,26 @@ export async function startReferenceEngine(options: ReferenceEngineOptions): Pro
   const timeoutMs = options.startTimeoutMs ?? 120_000;
   const url = await new Promise<string>((resolve, reject) => {
     const lines = createInterface({ input: proc.child.stdout! });
-    const timer = setTimeout(() => fail(`no answer within ${timeoutMs} ms`), timeoutMs);
-    const fail = (why: string) => {
+    let settled = false;
+    const settle = (outcome: () => void) => {
+      if (settled) return;
+      settled = true;
       clearTimeout(timer);
       lines.close();
-      void proc.stop(0);
-      reject(
-        new StepwiseError(`the reference engine did not start: ${why}\n${proc.log()}`, 500, 'engine_start'),
-      );
+      outcome();
     };
+    const fail = (why: string) =>
+      settle(() => {
+        void proc.stop(0);
+        reject(
+          new StepwiseError(`the reference engine did not start: ${why}\n${proc.log()}`, 500, 'engine_start'),
+        );
+      });
+    const timer = setTimeout(() => fail(`no answer within ${timeoutMs} ms`), timeoutMs);
     lines.on('line', (line) => {
       try {
         const said = JSON.parse(line) as { listening?: string };
-        if (typeof said.listening === 'string') {
-          clearTimeout(timer);
-          lines.close();
-          resolve(said.listening);
-        }
+        if (typeof said.listening === 'string') settle(() => resolve(said.listening!));
       } catch {
         // other output (warnings) before the line
       }
@@ -164,15 +167,16 @@ export async function runPython(
     out += chunk.toString('utf8');
   });
   const timeoutMs = options.timeoutMs ?? 600_000;
-  const timer = setTimeout(() => void proc.stop(1000), timeoutMs);
+  let timedOut = false;
+  const timer = setTimeout(() => {
+    timedOut = true;
+    void proc.stop(1000);
+  }, timeoutMs);
   const code = await proc.exited;
   clearTimeout(timer);
   if (code !== 0) {
-    throw new StepwiseError(
-      `python ${args.join(' ')} exited with code ${code}\n${proc.log()}`,
-      500,
-      'python_failed',
-    );
+    const why = timedOut ? `was stopped after ${timeoutMs} ms` : `exited with code ${code}`;
+    throw new StepwiseError(`python ${args.join(' ')} ${why}\n${proc.log()}`, 500, 'python_failed');
   }
   return out;
 }

@@ -77,7 +77,6 @@ class Policy:
     model: torch.nn.Module
     tokenizer: PreTrainedTokenizerBase
     name: str
-    config: dict[str, Any]
 
 
 def build_model(
@@ -122,7 +121,7 @@ def load_policy(
     )
     tok_dir = tokenizer or (preset_or_path if _has_tokenizer(preset_or_path) else None)
     name = preset_or_path if preset_or_path in PRESETS else Path(preset_or_path).name
-    return Policy(model, load_tokenizer(tok_dir), name, model.config.to_dict())
+    return Policy(model, load_tokenizer(tok_dir), name)
 
 
 def _has_tokenizer(path: str) -> bool:

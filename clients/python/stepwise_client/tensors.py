@@ -28,11 +28,6 @@ class ResponseTokens:
     staleness: torch.Tensor  # (N,) int64: batch policy version minus the step's version
     rows: int  # steps in the batch
 
-    def to(self, device: torch.device | str) -> ResponseTokens:
-        return ResponseTokens(
-            **{k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in self.__dict__.items()}
-        )
-
 
 @dataclass
 class PaddedInputs:
@@ -50,7 +45,6 @@ class PackedInputs:
 
     input_ids: torch.Tensor  # (T,) int64
     position_ids: torch.Tensor  # (T,) int64
-    parents: torch.Tensor  # (T,) int64: previous token on the path, -1 at a root
     node_of: torch.Tensor  # (T,) int64: the trie node (globally numbered) of each token
     node_ancestor: torch.Tensor  # (nodes, nodes) bool: [a, b] = b is a or an ancestor of a
     predictor: torch.Tensor  # (N,) int64: the packed position whose output predicts each response token
@@ -174,7 +168,6 @@ def packed_inputs(batch: Batch | dict[str, Any]) -> PackedInputs:
     return PackedInputs(
         input_ids=torch.tensor(ids, dtype=torch.long),
         position_ids=torch.tensor(pos, dtype=torch.long),
-        parents=torch.tensor(parents, dtype=torch.long),
         node_of=torch.tensor(node_of, dtype=torch.long),
         node_ancestor=ancestor,
         predictor=torch.tensor(predictor, dtype=torch.long),

@@ -127,7 +127,7 @@ def packed_logprobs(model: torch.nn.Module, inputs: PackedInputs, *, attention: 
     return target_logprobs(head, h, inputs.tokens.targets.to(device))
 
 
-@dataclass
+@dataclass(frozen=True)
 class LossConfig:
     clip_low: float = 0.2
     clip_high: float = 0.2
