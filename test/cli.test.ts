@@ -119,6 +119,31 @@ describe('stepwise CLI as a real process', () => {
       }
     });
 
+    it('train --help exits 0 and names its options', async () => {
+      const result = await runCli(['train', '--help']);
+      expect(result.code, result.stderr).toBe(0);
+      expect(result.stdout).toMatch(/Usage: stepwise train \[options\]/);
+      for (const option of [
+        '--out <dir>',
+        '--seed <n>',
+        '--versions <n>',
+        '--rollouts <n>',
+        '--warmup-steps <n>',
+        '--max-staleness <n>',
+        '--no-update',
+      ])
+        expect(result.stdout, option).toContain(option);
+    });
+
+    it('train --words 9 exits non-zero naming --words, and writes nothing', async () => {
+      const out = dbFile('train-out');
+      const result = await runCli(['train', '--out', out, '--words', '9']);
+      expect(result.code).not.toBe(0);
+      expect(result.code).not.toBeNull();
+      expect(result.stderr).toMatch(/--words must be an integer from 2 to 8/);
+      expect(existsSync(out)).toBe(false);
+    });
+
     it('serve --port abc exits non-zero naming --port, and does not start', async () => {
       const db = dbFile('bad-port.db');
       const result = await runCli(['serve', '--db', db, '--port', 'abc']);

@@ -12,6 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { detectToolError } from '../src/gateway/tool-results.js';
+import { offeredTools } from '../src/gym/agent/builtin.js';
 import { runTool, TOOL_DEFINITIONS, type ToolContext, type ToolOutcome } from '../src/gym/tools/index.js';
 
 /* The agent tools over a real temporary workspace; exec runs in the real sandbox. */
@@ -70,6 +71,33 @@ describe('TOOL_DEFINITIONS', () => {
       expect(tool.function.parameters).toMatchObject({ type: 'object' });
       expect(tool.function.description.length).toBeGreaterThan(20);
     }
+  });
+});
+
+describe('offered tools', () => {
+  it('a subset in short form: the first sentence and the required parameters only', () => {
+    const short = offeredTools(['write', 'read'], 'short');
+    expect(short.map((t) => t.function.name)).toEqual(['read', 'write']);
+    expect(short[0]!.function.description).toBe('Read a text file.');
+    expect(short[0]!.function.parameters).toEqual({
+      type: 'object',
+      properties: { path: { type: 'string' } },
+      required: ['path'],
+    });
+    expect(Object.keys(short[1]!.function.parameters.properties as object)).toEqual(['path', 'content']);
+    expect(offeredTools(undefined)).toBe(TOOL_DEFINITIONS);
+    expect(() => offeredTools(['read', 'rm'])).toThrow(/unknown tool rm/);
+  });
+
+  it('a call to a tool that was not offered is an unknown tool, and does nothing', async () => {
+    const outcome = await run(
+      'write',
+      { path: 'not-offered.txt', content: 'x' },
+      { ...ctx, offered: ['read'] },
+    );
+    expect(outcome).toMatchObject({ ok: false, errorType: 'unknown_tool' });
+    expect(outcome.content).toBe("Error: unknown tool 'write'. Available tools: read");
+    expect(existsSync(ws('not-offered.txt'))).toBe(false);
   });
 });
 

@@ -8,6 +8,7 @@ import { referenceTasks, registerGymCommands } from '../gym/cli.js';
 import { loadTasks } from '../gym/tasks/index.js';
 import { loadRewardsConfig } from '../rewards/config.js';
 import { redactUrl } from '../store/postgres/postgres-store.js';
+import { registerTrainCommand } from '../train/cli.js';
 import { createLogger } from '../util/logger.js';
 import { runDemo } from './demo.js';
 import { registerOpenClawCommand } from './openclaw.js';
@@ -128,6 +129,7 @@ export function buildCli(): Command {
   registerOpenClawCommand(program);
   registerPurifyCommand(program);
   registerWorkerCommands(program);
+  registerTrainCommand(program);
 
   return program;
 }

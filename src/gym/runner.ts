@@ -26,7 +26,19 @@ import { type JudgeConfig, verify } from './verify/index.js';
  */
 
 export type AgentSpec =
-  | { kind: 'builtin'; maxTurns?: number; turnTimeoutMs?: number; cleaner?: CleanerOptions }
+  | {
+      kind: 'builtin';
+      maxTurns?: number;
+      turnTimeoutMs?: number;
+      cleaner?: CleanerOptions;
+      /** The tools offered (default: all five). */
+      tools?: readonly string[];
+      toolDescriptions?: 'full' | 'short';
+      systemPrompt?: string;
+      chatTemplateKwargs?: Record<string, unknown>;
+      temperature?: number;
+      maxTokens?: number;
+    }
   | { kind: 'command'; template: string }
   | { kind: 'openclaw'; install: OpenClawInstall; allowTools?: readonly string[] };
 
@@ -363,6 +375,12 @@ export async function runSample(
                 ...run,
                 maxTurns: agent.maxTurns,
                 turnTimeoutMs: agent.turnTimeoutMs,
+                tools: agent.tools,
+                toolDescriptions: agent.toolDescriptions,
+                systemPrompt: agent.systemPrompt,
+                chatTemplateKwargs: agent.chatTemplateKwargs,
+                temperature: agent.temperature,
+                maxTokens: agent.maxTokens,
                 seed: job.seed,
                 signal: timeout,
                 cleaner: agent.cleaner,

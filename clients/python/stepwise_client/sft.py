@@ -34,7 +34,9 @@ def examples_from_messages(
     tok = policy.tokenizer
     out: list[Example] = []
     for row in rows:
-        messages, tools = row["messages"], row.get("tools") or None
+        # A tool-call turn's content may be null; the template wants text (vLLM renders it empty too).
+        messages = [{**m, "content": m.get("content") or ""} for m in row["messages"]]
+        tools = row.get("tools") or None
         for i, message in enumerate(messages):
             if message.get("role") != "assistant":
                 continue

@@ -204,6 +204,9 @@ class Trainer:
     loss: LossConfig = field(default_factory=LossConfig)
     channel: str = "train"
     max_grad_norm: float = 1.0
+    #: Optimizer steps per leased batch (PPO epochs). The first is on-policy (r = 1); later ones are
+    #: clipped against π_prox, the weights the batch was leased under.
+    epochs: int = 1
     #: The policy version this trainer's weights are; None: the pool's current one.
     version: int | None = None
     optimizer: torch.optim.Optimizer | None = None
@@ -223,25 +226,30 @@ class Trainer:
         return packed_inputs(batch) if batch.format == "json" else padded_inputs(batch)
 
     def update(self, batch: Batch) -> dict[str, float]:
-        """One optimizer step on a leased batch; the caller settles it (or use `train_step`)."""
+        """`epochs` optimizer steps on a leased batch; the caller settles it (or use `train_step`)."""
         model = self.policy.model
         inputs = self.inputs(batch)
         if inputs.tokens.targets.numel() == 0:
             return {"tokens": 0.0}
         model.train()
         started = time.perf_counter()
-        logp = batch_logprobs(model, inputs)
-        loss, stats = policy_loss(logp, logp.detach(), inputs.tokens, self.loss)
         assert self.optimizer is not None
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), self.max_grad_norm)
-        if not torch.isfinite(grad_norm):
+        prox: torch.Tensor | None = None
+        for _ in range(max(1, self.epochs)):
+            logp = batch_logprobs(model, inputs)
+            if prox is None:
+                prox = logp.detach()
+            loss, stats = policy_loss(logp, prox, inputs.tokens, self.loss)
             self.optimizer.zero_grad(set_to_none=True)
-            raise FloatingPointError(f"non-finite gradient norm {float(grad_norm)}: batch {batch.lease_id} is nacked")
-        self.optimizer.step()
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), self.max_grad_norm)
+            if not torch.isfinite(grad_norm):
+                self.optimizer.zero_grad(set_to_none=True)
+                model.eval()
+                raise FloatingPointError(f"non-finite gradient norm {float(grad_norm)}: batch {batch.lease_id} is nacked")
+            self.optimizer.step()
         model.eval()
-        return {**stats, "loss": float(loss), "grad_norm": float(grad_norm), "update_s": time.perf_counter() - started}
+        return {**stats, "loss": loss.item(), "grad_norm": float(grad_norm), "update_s": time.perf_counter() - started}
 
     def train_step(self, batch_size: int, **lease_options: Any) -> dict[str, Any] | None:
         """Leases, updates and acks (nacks when the update raises); None when nothing was ready."""

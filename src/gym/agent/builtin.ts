@@ -13,7 +13,7 @@ import { type CleanerOptions, SaarSession, withRetryNote } from '../../curation/
 import { type Random, seededRandom } from '../../util/random.js';
 import type { SandboxOptions } from '../sandbox/index.js';
 import type { GymTask } from '../tasks/schema.js';
-import { runTool, TOOL_DEFINITIONS, type ToolOutcome } from '../tools/index.js';
+import { runTool, TOOL_DEFINITIONS, type ToolDefinition, type ToolOutcome } from '../tools/index.js';
 
 /*
  * The built-in Claw-style agent: the official `openai` client pointed at a trajectory's base_url, a
@@ -39,6 +39,16 @@ export interface BuiltinAgentOptions {
   sandbox?: Omit<SandboxOptions, 'workspace' | 'mountDir'>;
   maxTurns?: number;
   turnTimeoutMs?: number;
+  /** The tools offered, by name (default: all of `TOOL_DEFINITIONS`). */
+  tools?: readonly string[];
+  /** `short`: each tool's first sentence and required parameters only (a shorter prompt for small models). */
+  toolDescriptions?: 'full' | 'short';
+  /** Replaces `SYSTEM_PROMPT`. */
+  systemPrompt?: string;
+  /** Sent as `max_tokens`: the longest turn (default: the engine's). */
+  maxTokens?: number;
+  /** Sent with every request as vLLM's `chat_template_kwargs` (e.g. `{ enable_thinking: false }`). */
+  chatTemplateKwargs?: Record<string, unknown>;
   /** Sent with every request: one seed per episode keeps a sampling policy's plan stable. */
   seed?: number;
   temperature?: number;
@@ -70,6 +80,39 @@ export const SYSTEM_PROMPT = (mountDir: string) =>
     'When the task is done, reply with a short summary of what you did and no tool call.',
   ].join(' ');
 
+/** The definitions of the named tools, in `TOOL_DEFINITIONS` order; an unknown name is an error. */
+export function offeredTools(
+  names: readonly string[] | undefined,
+  descriptions: 'full' | 'short' = 'full',
+): ToolDefinition[] {
+  const known = new Set(TOOL_DEFINITIONS.map((t) => t.function.name));
+  const unknown = (names ?? []).filter((n) => !known.has(n));
+  if (unknown.length > 0)
+    throw new Error(`unknown tool ${unknown.join(', ')}: the built-in agent has ${[...known].join(', ')}`);
+  const chosen = names ? TOOL_DEFINITIONS.filter((t) => names.includes(t.function.name)) : TOOL_DEFINITIONS;
+  return descriptions === 'full' ? chosen : chosen.map(shortTool);
+}
+
+/** A tool's first sentence and its required parameters, untyped beyond their JSON type. */
+function shortTool(tool: ToolDefinition): ToolDefinition {
+  const { properties = {}, required = [] } = tool.function.parameters as {
+    properties?: Record<string, { type?: string }>;
+    required?: string[];
+  };
+  return {
+    type: 'function',
+    function: {
+      name: tool.function.name,
+      description: tool.function.description.split(/(?<=\.)\s/)[0]!,
+      parameters: {
+        type: 'object',
+        properties: Object.fromEntries(required.map((name) => [name, { type: properties[name]?.type ?? 'string' }])),
+        required,
+      },
+    },
+  };
+}
+
 type FunctionCall = ChatCompletionMessageToolCall & { type: 'function' };
 type AssistantMessage = ChatCompletionMessageParam & { role: 'assistant'; tool_calls?: FunctionCall[] };
 
@@ -83,13 +126,14 @@ export async function runBuiltinAgent(options: BuiltinAgentOptions): Promise<Age
     timeout: options.turnTimeoutMs ?? 300_000,
   });
   const messages: ChatCompletionMessageParam[] = [
-    { role: 'system', content: SYSTEM_PROMPT(task.mountDir) },
+    { role: 'system', content: options.systemPrompt ?? SYSTEM_PROMPT(task.mountDir) },
     { role: 'user', content: task.prompt },
   ];
   const context = {
     workspace: options.workspace,
     mountDir: task.mountDir,
     sandbox: { ...options.sandbox, workspace: options.workspace, mountDir: task.mountDir },
+    offered: options.tools,
   };
   const saar = options.cleaner
     ? new SaarSession(
@@ -99,6 +143,7 @@ export async function runBuiltinAgent(options: BuiltinAgentOptions): Promise<Age
       )
     : null;
   const repairs: RepairRecord[] = [];
+  const tools = offeredTools(options.tools, options.toolDescriptions);
   let llmCalls = 0;
   let toolCalls = 0;
   let toolErrors = 0;
@@ -108,7 +153,9 @@ export async function runBuiltinAgent(options: BuiltinAgentOptions): Promise<Age
       {
         model: options.model,
         messages: history,
-        tools: TOOL_DEFINITIONS,
+        tools,
+        ...(options.maxTokens === undefined ? {} : { max_tokens: options.maxTokens }),
+        ...(options.chatTemplateKwargs ? { chat_template_kwargs: options.chatTemplateKwargs } : {}),
         ...(options.seed === undefined ? {} : { seed: options.seed }),
         ...(options.temperature === undefined ? {} : { temperature: options.temperature }),
       },

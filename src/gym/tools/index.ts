@@ -21,6 +21,8 @@ export interface ToolContext {
   sandbox: SandboxOptions;
   /** Longest content returned to the agent; default 16 KiB. */
   maxOutputChars?: number;
+  /** The tools offered to the agent (default: all); a call to another is an unknown tool. */
+  offered?: readonly string[];
 }
 
 export interface ToolOutcome {
@@ -34,10 +36,10 @@ const DEFAULT_MAX_OUTPUT_CHARS = 16 * 1024;
 
 export async function runTool(name: string, args: unknown, ctx: ToolContext): Promise<ToolOutcome> {
   try {
-    if (!isToolName(name)) {
+    if (!isToolName(name) || (ctx.offered && !ctx.offered.includes(name))) {
       throw new ToolFailure(
         'unknown_tool',
-        `Error: unknown tool '${name}'. Available tools: ${TOOL_NAMES.join(', ')}`,
+        `Error: unknown tool '${name}'. Available tools: ${(ctx.offered ?? TOOL_NAMES).join(', ')}`,
       );
     }
     const maxOutputChars = ctx.maxOutputChars ?? DEFAULT_MAX_OUTPUT_CHARS;

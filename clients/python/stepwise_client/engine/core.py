@@ -99,8 +99,10 @@ def _stops(body: dict[str, Any]) -> list[str]:
 
 
 def _text_content(content: Any, where: str) -> Any:
-    """OpenAI's content parts joined to the string the chat template expects."""
-    if content is None or isinstance(content, str):
+    """OpenAI's content parts joined to the string the chat template expects (None: empty, as vLLM)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
         return content
     if isinstance(content, list):
         parts = []

@@ -1,0 +1,84 @@
+import { type Command, InvalidArgumentError } from 'commander';
+import { runTrain } from './loop.js';
+import { COPY_WORDS } from './tasks.js';
+
+/** `stepwise train`: the RL loop on this machine (docs/trainers.md, "stepwise train"). */
+export function registerTrainCommand(program: Command): void {
+  const int =
+    (flag: string, min: number, max = Number.MAX_SAFE_INTEGER) =>
+    (value: string) => {
+      const n = Number(value);
+      if (!Number.isInteger(n) || n < min || n > max)
+        throw new InvalidArgumentError(
+          max === Number.MAX_SAFE_INTEGER
+            ? `${flag} must be an integer >= ${min}`
+            : `${flag} must be an integer from ${min} to ${max}`,
+        );
+      return n;
+    };
+  const positive = (flag: string) => (value: string) => {
+    const n = Number(value);
+    if (!Number.isFinite(n) || n <= 0) throw new InvalidArgumentError(`${flag} must be a number > 0`);
+    return n;
+  };
+  program
+    .command('train')
+    .description(
+      'the RL loop end to end: a gateway, the reference engine (a tiny Qwen3-architecture model), a warm-up on exported reference rollouts, then asynchronous rollouts of copy tasks and policy-gradient updates; writes the reward curve (needs the Python train extra: docs/trainers.md)',
+    )
+    .option(
+      '--out <dir>',
+      'stores, SFT export, train.json, reward.html and the final policy go here',
+      'train-out',
+    )
+    .option('--seed <n>', 'seed of the model, the tasks and the sampling', int('--seed', 0), 7)
+    .option('--versions <n>', 'policy versions to train (one batch of groups each)', int('--versions', 1), 30)
+    .option(
+      '--words <n>',
+      `copy tasks (groups) per round, at most ${COPY_WORDS.length}`,
+      int('--words', 2, COPY_WORDS.length),
+      COPY_WORDS.length,
+    )
+    .option('--rollouts <n>', 'samples per task: the group size', int('--rollouts', 2), 8)
+    .option(
+      '--warmup-steps <n>',
+      'SFT steps on the exported reference rollouts before RL',
+      int('--warmup-steps', 0),
+      300,
+    )
+    .option('--warmup-lr <lr>', 'learning rate of the warm-up', positive('--warmup-lr'), 2e-3)
+    .option('--lr <lr>', 'learning rate of the RL updates', positive('--lr'), 1e-3)
+    .option('--epochs <n>', 'optimizer steps per leased batch', int('--epochs', 1), 2)
+    .option(
+      '--max-staleness <n>',
+      'policy versions a served group may lag (rollouts run ahead by this much)',
+      int('--max-staleness', 0),
+      1,
+    )
+    .option('--concurrency <n>', 'samples run at once', int('--concurrency', 1), 2)
+    .option('--no-update', 'the control run: the same loop without optimizer steps')
+    .option('--port <port>', 'port of the gateway (0: any free port)', int('--port', 0), 0)
+    .action(async (opts) => {
+      const result = await runTrain({
+        out: opts.out,
+        seed: opts.seed,
+        versions: opts.versions,
+        words: COPY_WORDS.slice(0, opts.words),
+        rollouts: opts.rollouts,
+        warmupSteps: opts.warmupSteps,
+        warmupLr: opts.warmupLr,
+        lr: opts.lr,
+        epochs: opts.epochs,
+        maxStaleness: opts.maxStaleness,
+        concurrency: opts.concurrency,
+        update: opts.update,
+        port: opts.port,
+        print: (line) => console.log(line),
+      });
+      const first = result.rewardByVersion[0];
+      const last = result.rewardByVersion.at(-1);
+      console.log(
+        `train done: mean reward ${first?.meanReward.toFixed(2)} at version ${first?.version} -> ${last?.meanReward.toFixed(2)} at version ${last?.version}; curve in ${result.out}/reward.html`,
+      );
+    });
+}

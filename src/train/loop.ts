@@ -1,0 +1,494 @@
+import { spawnSync } from 'node:child_process';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { createInterface } from 'node:readline';
+import { ExportRequest } from '../export/request.js';
+import { runExport } from '../export/run-export.js';
+import { type RunningServer, startServer } from '../gateway/server.js';
+import { referenceTasks } from '../gym/cli.js';
+import { type AgentSpec, runGym, runSample, type SampleResult, sampleSeed } from '../gym/runner.js';
+import { checkSandbox } from '../gym/sandbox/index.js';
+import type { GymTask } from '../gym/tasks/schema.js';
+import { seededRandom } from '../util/random.js';
+import {
+  PYTHON_CLIENT_DIR,
+  type PythonProcess,
+  requireTrainPython,
+  spawnPython,
+  startReferenceEngine,
+} from './python.js';
+import { rewardCurveHtml } from './report.js';
+import { COPY_WORDS, copyTasks } from './tasks.js';
+
+/*
+ * `stepwise train`: the RL loop on one machine, end to end.
+ *
+ * 1. Warm-up data: the built-in sim plays the reference agent on copy tasks (src/train/tasks.ts)
+ *    through a gateway; the verified rollouts are exported with the `sft` exporter.
+ * 2. The reference engine (Python, the tiny Qwen3-architecture model) serves behind a second
+ *    gateway as `vllm=URL`; the trainer process (`python -m stepwise_client.rl`) warms the model up
+ *    on part of that export and pushes the weights to the engine.
+ * 3. Rollouts: round after round, the built-in agent runs every task of a fresh copy-task set N
+ *    times through the gateway, in the sandbox, verified; each task's N samples are one group.
+ *    Round r starts once the policy version is at least r - max_staleness, so rollouts go on
+ *    while the trainer steps and no group is staler than the channel allows.
+ * 4. The trainer leases each round's groups (prefix-tree packed), updates, acks, pushes weights to
+ *    the engine and bumps the policy version with drain. After the last version one more round
+ *    measures the final policy.
+ * 5. Each rollout's reward is booked to the policy version that generated its first step;
+ *    `train.json` and `reward.html` hold the mean reward per version.
+ */
+
+export interface TrainOptions {
+  /** Where the stores, the SFT export, the manifest and the curve go. */
+  out: string;
+  seed: number;
+  /** Policy versions to train (one leased batch each). */
+  versions: number;
+  /** Words of the copy tasks: one task (one group) per word per round. */
+  words?: readonly string[];
+  /** Samples per task: the group size. */
+  rollouts: number;
+  /** SFT steps of the warm-up (0: none). */
+  warmupSteps: number;
+  warmupLr: number;
+  lr: number;
+  /** Optimizer steps per batch. */
+  epochs: number;
+  maxStaleness: number;
+  /** Samples run at once (the engine generates one at a time; tools and verifiers overlap). */
+  concurrency: number;
+  /** false: the same loop with no optimizer step (the control run). */
+  update: boolean;
+  port?: number;
+  /** The Python with the `train` extra (default: `requireTrainPython()`). */
+  python?: string;
+  print: (line: string) => void;
+  signal?: AbortSignal;
+}
+
+export interface VersionReward {
+  version: number;
+  rollouts: number;
+  meanReward: number;
+}
+
+export interface TrainResult {
+  out: string;
+  /** Mean reward per policy version that generated rollouts, oldest first. */
+  rewardByVersion: VersionReward[];
+  updates: TrainerUpdate[];
+  /** Groups dropped as stale by the pool, from its stats. */
+  staleDropped: number;
+  seconds: number;
+}
+
+/** One `update` line of the trainer process. */
+export interface TrainerUpdate {
+  version: number;
+  groups: number | null;
+  trajectories: number;
+  reward_mean: number;
+  staleness_max: number;
+  loss?: number;
+  tokens?: number;
+  pack_ratio?: number | null;
+  update_s?: number;
+  wait_s: number;
+  publish_s: number;
+}
+
+/** What the agent sends with every call, and what the warm-up renders its prompts with. */
+const CHAT_TEMPLATE_KWARGS = { enable_thinking: false };
+const AGENT: AgentSpec = {
+  kind: 'builtin',
+  maxTurns: 4,
+  turnTimeoutMs: 120_000,
+  // A short prompt: attention over fewer tokens is what lets a 2-layer model find the word to copy.
+  tools: ['read', 'write'],
+  toolDescriptions: 'short',
+  systemPrompt: 'You work in a local workspace.',
+  chatTemplateKwargs: CHAT_TEMPLATE_KWARGS,
+  temperature: 1,
+  // Each turn of a copy task is under 40 tokens; an untrained model would otherwise run to the limit.
+  maxTokens: 64,
+};
+const TRAIN_CHANNEL = 'train';
+const STEPWISE_VERSION = (
+  JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }
+).version;
+const EVAL_CHANNEL = 'eval';
+
+export async function runTrain(o: TrainOptions): Promise<TrainResult> {
+  const started = performance.now();
+  const say = o.print;
+  const python = o.python ?? requireTrainPython();
+  const out = resolve(o.out);
+  mkdirSync(out, { recursive: true });
+  const words = o.words ?? COPY_WORDS;
+  const sandbox = checkSandbox();
+  if (!sandbox.ok)
+    say(`WARNING: no sandbox (${sandbox.reason}): the copy tasks' tools run unsandboxed (they are ours).`);
+  const unsafeNoSandbox = !sandbox.ok;
+
+  // 1. Reference rollouts by the sim, exported as SFT data.
+  const sftDir = join(out, 'sft');
+  const warmupTasks = [
+    ...copyTasks(seededRandom('warmup', o.seed, 0), words, 'warmup'),
+    ...copyTasks(seededRandom('warmup', o.seed, 1), words, 'warmup'),
+  ];
+  await referenceRollouts({ out, tasks: warmupTasks, seed: o.seed, sftDir, unsafeNoSandbox, say });
+
+  // 2. Engine, gateway, trainer.
+  const engine = await startReferenceEngine({ python, model: 'tiny', seed: o.seed, threads: 1 });
+  let server: RunningServer | null = null;
+  let trainer: PythonProcess | null = null;
+  try {
+    say(`engine    reference engine (tiny Qwen3-architecture model, seed ${o.seed}) on ${engine.url}`);
+    server = await startServer({
+      dbPath: join(out, 'train.db'),
+      port: o.port ?? 0,
+      engines: [`vllm=${engine.url}`],
+      channelDefaults: { n_rollouts: o.rollouts, max_staleness: o.maxStaleness, stale_policy: 'drop' },
+    });
+    say(
+      `serve     stepwise on ${server.url} (SQLite at ${join(out, 'train.db')}; engine vllm=${engine.url})`,
+    );
+    const startVersion = await server.pool.policyVersion();
+    const args = [
+      '-m',
+      'stepwise_client.rl',
+      '--pool',
+      server.url,
+      '--engine',
+      engine.url,
+      '--model',
+      'tiny',
+      '--seed',
+      String(o.seed),
+      '--threads',
+      '1',
+      '--sft',
+      join(sftDir, 'sft.jsonl'),
+      '--warmup-steps',
+      String(o.warmupSteps),
+      '--warmup-lr',
+      String(o.warmupLr),
+      '--chat-template-kwargs',
+      JSON.stringify(CHAT_TEMPLATE_KWARGS),
+      '--versions',
+      String(o.versions),
+      '--batch-groups',
+      String(words.length),
+      '--channel',
+      TRAIN_CHANNEL,
+      '--max-staleness',
+      String(o.maxStaleness),
+      '--lr',
+      String(o.lr),
+      '--epochs',
+      String(o.epochs),
+      '--checkpoint',
+      join(out, 'policy'),
+      ...(o.update ? [] : ['--no-update']),
+    ];
+    const proc = spawnPython(python, args);
+    trainer = proc;
+    const events = trainerEvents(proc, say);
+    await events.ready;
+    say(`trainer   ready at policy version ${startVersion}${o.update ? '' : ' (control run: no updates)'}`);
+
+    // 3. Rollouts, asynchronously with the trainer.
+    const samples: { result: SampleResult; round: number }[] = [];
+    const runRound = async (round: number, channel: string) => {
+      const tasks = copyTasks(seededRandom('train', o.seed, round), words, `r${round}`);
+      const results = await runRoundSamples(server!, tasks, round, channel, o, unsafeNoSandbox, out);
+      for (const result of results) samples.push({ result, round });
+      const scored = results.filter((r) => r.status === 'complete');
+      const mean = scored.reduce((a, r) => a + r.score, 0) / Math.max(scored.length, 1);
+      say(
+        `rollouts  round ${round + 1}${channel === EVAL_CHANNEL ? ' (final policy)' : `/${o.versions}`}: mean reward ${mean.toFixed(3)} over ${scored.length} rollouts${scored.length < results.length ? `, ${results.length - scored.length} infrastructure failures` : ''}`,
+      );
+    };
+    for (let round = 0; round < o.versions; round++) {
+      // Bounded lead: round r waits for version r - max_staleness, so its groups are never too stale.
+      while ((await server.pool.policyVersion()) - startVersion < round - o.maxStaleness) {
+        if (events.failed()) throw events.error();
+        await sleep(200, o.signal);
+      }
+      if (events.failed()) throw events.error();
+      await runRound(round, TRAIN_CHANNEL);
+    }
+    await events.done;
+    await runRound(o.versions, EVAL_CHANNEL);
+
+    // 4. Rewards by the version that generated each rollout.
+    const byVersion = new Map<number, number[]>();
+    for (const { result } of samples) {
+      if (result.status !== 'complete' || !result.trajectoryUid) continue;
+      const steps = await server.pool.getTrajectorySteps(result.trajectoryUid);
+      if (steps.length === 0) continue;
+      const version = Math.min(...steps.map((s) => s.policyVersion));
+      byVersion.set(version, [...(byVersion.get(version) ?? []), result.score]);
+    }
+    const rewardByVersion = [...byVersion.entries()]
+      .sort(([a], [b]) => a - b)
+      .map(([version, rewards]) => ({
+        version,
+        rollouts: rewards.length,
+        meanReward: rewards.reduce((a, b) => a + b, 0) / rewards.length,
+      }));
+    const staleDropped = (await server.pool.stats(TRAIN_CHANNEL)).dropped.stale ?? 0;
+    const seconds = (performance.now() - started) / 1000;
+    const result: TrainResult = { out, rewardByVersion, updates: events.updates, staleDropped, seconds };
+    writeOutputs(result, o, { python, engineUrl: engine.url, startVersion, words });
+    say(
+      `reward    by version: ${rewardByVersion.map((v) => `v${v.version} ${v.meanReward.toFixed(2)}`).join(' · ')}`,
+    );
+    say(`wrote     ${join(out, 'train.json')} and ${join(out, 'reward.html')} (${seconds.toFixed(0)} s)`);
+    return result;
+  } finally {
+    await trainer?.stop(2000);
+    await server?.close();
+    await engine.stop(2000);
+  }
+}
+
+async function runRoundSamples(
+  server: RunningServer,
+  tasks: readonly GymTask[],
+  round: number,
+  channel: string,
+  o: TrainOptions,
+  unsafeNoSandbox: boolean,
+  out: string,
+): Promise<SampleResult[]> {
+  const runId = `train-${o.seed}-r${round}`;
+  const jobs = tasks.flatMap((task) =>
+    Array.from({ length: o.rollouts }, (_, sample) => ({
+      task,
+      sample,
+      runId,
+      groupId: `${runId}.${task.id}`,
+      nRollouts: o.rollouts,
+      seed: sampleSeed(runId, task.id, sample),
+      channel,
+    })),
+  );
+  const env = {
+    gatewayUrl: server.url,
+    model: 'tiny',
+    agent: AGENT,
+    workDir: join(out, 'work'),
+    sampleTimeoutMs: 300_000,
+    unsafeNoSandbox,
+  };
+  const results: SampleResult[] = [];
+  let next = 0;
+  const worker = async () => {
+    while (next < jobs.length && !o.signal?.aborted) results.push(await runSample(jobs[next++]!, env));
+  };
+  await Promise.all(Array.from({ length: Math.max(1, o.concurrency) }, worker));
+  return results;
+}
+
+/** The sim plays the reference agent on `tasks`; the verified rollouts become `sftDir/sft.jsonl`. */
+async function referenceRollouts(c: {
+  out: string;
+  tasks: GymTask[];
+  seed: number;
+  sftDir: string;
+  unsafeNoSandbox: boolean;
+  say: (line: string) => void;
+}): Promise<void> {
+  const server = await startServer({
+    dbPath: join(c.out, 'reference.db'),
+    engines: ['sim'],
+    sim: { policy: 'reference', tasks: referenceTasks(c.tasks), seed: c.seed },
+  });
+  try {
+    const { summary } = await runGym({
+      tasks: c.tasks,
+      samples: 1,
+      concurrency: 4,
+      gatewayUrl: server.url,
+      model: 'sim-qwen3',
+      agent: AGENT,
+      runId: `reference-${c.seed}`,
+      stateFile: join(c.out, `reference-${c.seed}.jsonl`),
+      workDir: join(c.out, 'work'),
+      sampleTimeoutMs: 120_000,
+      unsafeNoSandbox: c.unsafeNoSandbox,
+    });
+    const manifest = await runExport({
+      store: server.pool.store,
+      request: ExportRequest.parse({ kind: 'sft', min_reward: 1 }),
+      outDir: c.sftDir,
+      overwrite: true,
+    });
+    c.say(
+      `warm-up   ${summary.samples} reference rollouts by the sim (mean score ${summary.meanScore.toFixed(2)}) -> ${manifest.counts.records} SFT conversations in ${join(c.sftDir, 'sft.jsonl')}`,
+    );
+  } finally {
+    await server.close();
+  }
+}
+
+interface TrainerEvents {
+  ready: Promise<void>;
+  done: Promise<void>;
+  updates: TrainerUpdate[];
+  failed(): boolean;
+  error(): Error;
+}
+
+/** Follows the trainer's JSON lines; `ready` and `done` reject when it fails or exits early. */
+function trainerEvents(proc: PythonProcess, say: (line: string) => void): TrainerEvents {
+  const updates: TrainerUpdate[] = [];
+  let failure: Error | null = null;
+  let onReady!: () => void;
+  let onDone!: () => void;
+  let onFail!: (error: Error) => void;
+  const ready = new Promise<void>((res, rej) => {
+    onReady = res;
+    onFail = (error) => {
+      failure = error;
+      rej(error);
+      doneReject(error);
+    };
+  });
+  let doneReject!: (error: Error) => void;
+  const done = new Promise<void>((res, rej) => {
+    onDone = res;
+    doneReject = rej;
+  });
+  // Whichever of the two nobody awaits yet must not surface as an unhandled rejection.
+  ready.catch(() => {});
+  done.catch(() => {});
+  let message = '';
+  createInterface({ input: proc.child.stdout! }).on('line', (line) => {
+    let event: Record<string, unknown>;
+    try {
+      event = JSON.parse(line) as Record<string, unknown>;
+    } catch {
+      return;
+    }
+    switch (event.event) {
+      case 'warmup':
+        if ((event.step as number) % 40 === 0 || event.step === event.steps)
+          say(
+            `trainer   warm-up step ${event.step}/${event.steps}: loss ${(event.loss as number).toFixed(4)}`,
+          );
+        break;
+      case 'ready':
+        onReady();
+        break;
+      case 'update': {
+        const u = event as unknown as TrainerUpdate;
+        updates.push(u);
+        say(
+          `trainer   version ${u.version}: ${u.trajectories} rollouts, reward ${u.reward_mean.toFixed(3)}, staleness <= ${u.staleness_max}` +
+            (u.loss === undefined ? '' : `, loss ${u.loss.toFixed(4)}`) +
+            (u.pack_ratio ? `, packed ${(u.pack_ratio * 100).toFixed(0)}% of the tokens` : '') +
+            (u.update_s === undefined ? '' : `, update ${u.update_s.toFixed(1)} s`),
+        );
+        break;
+      }
+      case 'done':
+        onDone();
+        break;
+      case 'error':
+        message = String(event.message);
+        break;
+    }
+  });
+  void proc.exited.then((code) => {
+    onFail(new Error(`the trainer exited with code ${code}${message ? `: ${message}` : ''}\n${proc.log()}`));
+  });
+  return {
+    ready,
+    done,
+    updates,
+    failed: () => failure !== null,
+    error: () => failure ?? new Error('the trainer failed'),
+  };
+}
+
+function writeOutputs(
+  result: TrainResult,
+  o: TrainOptions,
+  c: { python: string; engineUrl: string; startVersion: number; words: readonly string[] },
+): void {
+  const versions = pythonVersions(c.python);
+  const manifest = {
+    reward_by_version: result.rewardByVersion.map((v) => v.meanReward),
+    versions: result.rewardByVersion.map((v) => v.version),
+    rollouts_by_version: result.rewardByVersion.map((v) => v.rollouts),
+    seed: o.seed,
+    updates: o.update,
+    settings: {
+      versions: o.versions,
+      rollouts: o.rollouts,
+      words: c.words,
+      warmup_steps: o.warmupSteps,
+      warmup_lr: o.warmupLr,
+      lr: o.lr,
+      epochs: o.epochs,
+      max_staleness: o.maxStaleness,
+      concurrency: o.concurrency,
+      start_version: c.startVersion,
+    },
+    model: versions.model,
+    software: {
+      stepwise: STEPWISE_VERSION,
+      node: process.versions.node,
+      ...versions.packages,
+    },
+    stale_groups_dropped: result.staleDropped,
+    trainer_updates: result.updates,
+    seconds: result.seconds,
+  };
+  writeFileSync(join(result.out, 'train.json'), `${JSON.stringify(manifest, null, 2)}\n`);
+  const points = result.rewardByVersion.map((v) => ({ x: v.version, y: v.meanReward }));
+  writeFileSync(
+    join(result.out, 'reward.html'),
+    rewardCurveHtml(
+      `stepwise train: mean reward by policy version (seed ${o.seed})`,
+      [
+        {
+          label: o.update ? 'RL updates' : 'no updates (control)',
+          points,
+          color: o.update ? '#1f77b4' : '#888',
+        },
+      ],
+      [
+        `Copy tasks (${c.words.length} per round, ${o.rollouts} rollouts each) with the tiny Qwen3-architecture model; warm-up ${o.warmupSteps} SFT steps; max_staleness ${o.maxStaleness}.`,
+        'Each rollout counts toward the policy version that generated its first step.',
+      ],
+    ),
+  );
+}
+
+/** The model config and package versions of the training side, from its own interpreter. */
+function pythonVersions(python: string): { model: unknown; packages: Record<string, string> } {
+  const script = [
+    'import json, sys, torch, transformers',
+    'from stepwise_client.models import PRESETS',
+    'print(json.dumps({"model": {"preset": "tiny", **PRESETS["tiny"], "architecture": "Qwen3ForCausalLM"},',
+    ' "packages": {"python": sys.version.split()[0], "torch": torch.__version__, "transformers": transformers.__version__}}))',
+  ].join('\n');
+  const run = spawnSync(python, ['-c', script], { encoding: 'utf8', cwd: PYTHON_CLIENT_DIR });
+  if (run.status !== 0) return { model: { preset: 'tiny' }, packages: {} };
+  return JSON.parse(run.stdout) as { model: unknown; packages: Record<string, string> };
+}
+
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((res, rej) => {
+    if (signal?.aborted) return rej(signal.reason);
+    const timer = setTimeout(res, ms);
+    signal?.addEventListener('abort', () => {
+      clearTimeout(timer);
+      rej(signal.reason);
+    });
+  });
+}
