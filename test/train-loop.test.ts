@@ -43,7 +43,9 @@ describe.skipIf(!python)('stepwise train: the loop', () => {
     });
 
     // The warm-up data: one verified reference rollout per warm-up task, as SFT conversations.
-    const sft = readFileSync(join(out, 'sft', 'sft.jsonl'), 'utf8').trim().split('\n');
+    const sft = readFileSync(join(out, 'sft', 'sft.jsonl'), 'utf8')
+      .trim()
+      .split('\n');
     expect(sft).toHaveLength(4);
     const row = JSON.parse(sft[0]!) as { messages: { role: string; tool_calls?: unknown[] }[] };
     expect(row.messages.filter((m) => m.role === 'assistant' && m.tool_calls).length).toBe(2);

@@ -106,7 +106,9 @@ function shortTool(tool: ToolDefinition): ToolDefinition {
       description: tool.function.description.split(/(?<=\.)\s/)[0]!,
       parameters: {
         type: 'object',
-        properties: Object.fromEntries(required.map((name) => [name, { type: properties[name]?.type ?? 'string' }])),
+        properties: Object.fromEntries(
+          required.map((name) => [name, { type: properties[name]?.type ?? 'string' }]),
+        ),
         required,
       },
     },
