@@ -32,7 +32,7 @@ export function registerTrainCommand(program: Command): void {
       'train-out',
     )
     .option('--seed <n>', 'seed of the model, the tasks and the sampling', int('--seed', 0), 7)
-    .option('--versions <n>', 'policy versions to train (one batch of groups each)', int('--versions', 1), 30)
+    .option('--versions <n>', 'policy versions to train (one batch of groups each)', int('--versions', 1), 8)
     .option(
       '--words <n>',
       `copy tasks (groups) per round, at most ${COPY_WORDS.length}`,
@@ -46,7 +46,7 @@ export function registerTrainCommand(program: Command): void {
       int('--warmup-steps', 0),
       300,
     )
-    .option('--warmup-lr <lr>', 'learning rate of the warm-up', positive('--warmup-lr'), 2e-3)
+    .option('--warmup-lr <lr>', 'learning rate of the warm-up', positive('--warmup-lr'), 1e-2)
     .option('--lr <lr>', 'learning rate of the RL updates', positive('--lr'), 1e-3)
     .option('--epochs <n>', 'optimizer steps per leased batch', int('--epochs', 1), 2)
     .option(
