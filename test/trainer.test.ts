@@ -278,6 +278,61 @@ describe.skipIf(!python)('trainer invariants (tiny Qwen3 policy, reference engin
     expect(await ask()).toEqual(before);
   }, 120_000);
 
+  it("openai= mode: steps are retokenized, flagged, and their drift from the engine's own ids is counted", async () => {
+    // The same engine behind an OpenAI-compatible route (text only) and behind vllm= (ids): the same
+    // seeded request gives the same generation, so the vllm= step holds the ids the engine sampled.
+    const openaiServer = await startServer({
+      dbPath: join(dir, 'openai.db'),
+      port: 0,
+      engines: [`openai=${engine.url}/v1`],
+    });
+    try {
+      const ask = async (url: string, stream: boolean) => {
+        const init = (await (
+          await fetch(`${url}/init_trajectory`, {
+            method: 'POST',
+            body: JSON.stringify({ channel: 'drift' }),
+          })
+        ).json()) as { trajectory_uid: string; base_url: string };
+        const client = new OpenAI({ baseURL: init.base_url, apiKey: 'unused' });
+        const request = {
+          model: 'policy',
+          messages: [{ role: 'user' as const, content: 'Read a.txt and tell me what it says.' }],
+          tools: TOOLS,
+          max_tokens: 40,
+          temperature: 1,
+          seed: 11,
+          ...NO_THINKING,
+        };
+        if (stream)
+          for await (const _ of await client.chat.completions.create({ ...request, stream })) void _;
+        else await client.chat.completions.create(request);
+        // The step is written behind the answer: wait for it.
+        const pool = (url === server.url ? server : openaiServer).pool;
+        let steps = await pool.getTrajectorySteps(init.trajectory_uid);
+        for (let i = 0; i < 100 && steps.length === 0; i++) {
+          await new Promise((r) => setTimeout(r, 50));
+          steps = await pool.getTrajectorySteps(init.trajectory_uid);
+        }
+        expect(steps).toHaveLength(1);
+        return steps[0]!;
+      };
+      for (const stream of [false, true]) {
+        const exact = await ask(server.url, stream);
+        const rebuilt = await ask(openaiServer.url, stream);
+        expect(exact.tokenSource).toBe('engine');
+        expect(rebuilt.tokenSource).toBe('retokenized');
+        expect(rebuilt.responseLogprobs).toBeNull();
+        expect(rebuilt.metadata.retokenize_drift).toEqual({
+          prompt_tokens: rebuilt.promptIds.length - exact.promptIds.length,
+          completion_tokens: rebuilt.responseIds.length - exact.responseIds.length,
+        });
+      }
+    } finally {
+      await openaiServer.close();
+    }
+  }, 300_000);
+
   it('one trainer iteration: lease packed groups, update, ack, push the weights to the engine, advance the version', async () => {
     for (let i = 0; i < 4; i++) await rollout(server, 'once-g', 'once', 4, i);
     const out = JSON.parse(

@@ -975,6 +975,11 @@ export class Gateway {
     if (captured.model) metadata.served_model = captured.model;
     if (captured.reasoning !== null) metadata.reasoning = captured.reasoning;
     if (captured.idsIncomplete) metadata.ids_incomplete = true;
+    if (source === 'retokenized') {
+      // How far the rebuilt ids are from what the engine counted: the drift of retokenizing.
+      const drift = retokenizeDrift(promptIds, responseIds, captured.usage);
+      if (drift) metadata.retokenize_drift = drift;
+    }
     let trainingPromptIds: number[] | null = null;
     if (session.hint !== null && ctx.kind === 'chat') {
       const view = trainingPromptOf(
@@ -1230,13 +1235,15 @@ function upstreamFields(
     out.return_token_ids = true;
     if (kind === 'chat') out.logprobs = true;
     else if (typeof request.logprobs !== 'number') out.logprobs = 0;
-    // The usage chunk tells whether every generated id reached us (see Captured.idsIncomplete).
-    if (request.stream === true)
-      out.stream_options = {
-        ...(isObject(request.stream_options) ? request.stream_options : {}),
-        include_usage: true,
-      };
   }
+  // The usage chunk tells whether every generated id reached us (see Captured.idsIncomplete) and,
+  // from a text-only engine, how far retokenizing drifts from its count. OpenAI's API has it too;
+  // an agent that did not ask gets none.
+  if (request.stream === true)
+    out.stream_options = {
+      ...(isObject(request.stream_options) ? request.stream_options : {}),
+      include_usage: true,
+    };
   return out;
 }
 
@@ -1268,4 +1275,20 @@ export function upstreamText(
     if (spliceable && end > 0) return extra === '' ? raw : raw.slice(0, end) + extra + raw.slice(end);
   }
   return JSON.stringify({ ...request, ...fields });
+}
+
+/**
+ * Rebuilt ids minus the engine's own counts (`usage`), for the prompt and the completion; null when
+ * the engine sent no usage. Non-zero: the template or tokenizer here is not what the engine used.
+ */
+export function retokenizeDrift(
+  promptIds: readonly number[],
+  responseIds: readonly number[],
+  usage: Captured['usage'],
+): { prompt_tokens: number; completion_tokens: number } | null {
+  if (typeof usage?.prompt_tokens !== 'number' || typeof usage.completion_tokens !== 'number') return null;
+  return {
+    prompt_tokens: promptIds.length - usage.prompt_tokens,
+    completion_tokens: responseIds.length - usage.completion_tokens,
+  };
 }
