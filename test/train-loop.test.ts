@@ -25,7 +25,7 @@ describe.skipIf(!python)('stepwise train: the loop', () => {
     dirs.push(out);
     const lines: string[] = [];
     const versions = 3;
-    const result = await runTrain({
+    const options = {
       out,
       seed: 3,
       versions,
@@ -38,9 +38,8 @@ describe.skipIf(!python)('stepwise train: the loop', () => {
       maxStaleness: 1,
       concurrency: 2,
       update: true,
-      python: python!,
-      print: (line) => lines.push(line),
-    });
+    };
+    const result = await runTrain({ ...options, python: python!, print: (line) => lines.push(line) });
 
     // The warm-up data: one verified reference rollout per warm-up task, as SFT conversations.
     const sft = readFileSync(join(out, 'sft', 'sft.jsonl'), 'utf8')
@@ -93,6 +92,13 @@ describe.skipIf(!python)('stepwise train: the loop', () => {
     expect(html).toContain('<polyline');
     expect(html.match(/<circle /g)?.length).toBe(manifest.versions.length);
     expect(existsSync(join(out, 'policy', 'config.json'))).toBe(true);
+
+    // The same folder again is refused before anything starts: the first run stays as it was.
+    const before = readFileSync(join(out, 'train.json'), 'utf8');
+    await expect(runTrain({ ...options, python: python!, print: () => {} })).rejects.toThrow(
+      /out: .* already holds a train run/,
+    );
+    expect(readFileSync(join(out, 'train.json'), 'utf8')).toBe(before);
 
     // Progress was shown along the way.
     expect(lines.some((l) => /^trainer {3}warm-up step 20\/20/.test(l))).toBe(true);

@@ -1,12 +1,13 @@
 import { spawnSync } from 'node:child_process';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
+import { ValidationError } from '../domain/errors.js';
 import { ExportRequest } from '../export/request.js';
 import { runExport } from '../export/run-export.js';
 import { type RunningServer, startServer } from '../gateway/server.js';
 import { referenceTasks } from '../gym/cli.js';
-import { type AgentSpec, runGym, runSample, type SampleResult, sampleSeed } from '../gym/runner.js';
+import { type AgentSpec, runGym, type SampleResult } from '../gym/runner.js';
 import { checkSandbox } from '../gym/sandbox/index.js';
 import type { GymTask } from '../gym/tasks/schema.js';
 import { seededRandom } from '../util/random.js';
@@ -124,7 +125,13 @@ export async function runTrain(o: TrainOptions): Promise<TrainResult> {
   const say = o.print;
   const python = o.python ?? requireTrainPython();
   const out = resolve(o.out);
-  mkdirSync(out, { recursive: true });
+  // A second run in the same folder would continue the first one's store and versions.
+  if (existsSync(join(out, 'train.db')))
+    throw new ValidationError(
+      `out: ${out} already holds a train run (train.db); choose another directory`,
+      'out',
+    );
+  mkdirSync(join(out, 'rounds'), { recursive: true });
   const words = o.words ?? COPY_WORDS;
   const sandbox = checkSandbox();
   if (!sandbox.ok)
@@ -202,7 +209,22 @@ export async function runTrain(o: TrainOptions): Promise<TrainResult> {
     const samples: { result: SampleResult; round: number }[] = [];
     const runRound = async (round: number, channel: string) => {
       const tasks = copyTasks(seededRandom('train', o.seed, round), words, `r${round}`);
-      const results = await runRoundSamples(server!, tasks, round, channel, o, unsafeNoSandbox, out);
+      const runId = `train-${o.seed}-r${round}`;
+      const { results } = await runGym({
+        tasks,
+        samples: o.rollouts,
+        concurrency: o.concurrency,
+        gatewayUrl: server!.url,
+        model: 'tiny',
+        agent: AGENT,
+        runId,
+        channel,
+        stateFile: join(out, 'rounds', `${runId}.jsonl`),
+        workDir: join(out, 'work'),
+        sampleTimeoutMs: 300_000,
+        unsafeNoSandbox,
+        signal: o.signal,
+      });
       for (const result of results) samples.push({ result, round });
       const scored = results.filter((r) => r.status === 'complete');
       const mean = scored.reduce((a, r) => a + r.score, 0) / Math.max(scored.length, 1);
@@ -252,44 +274,6 @@ export async function runTrain(o: TrainOptions): Promise<TrainResult> {
     await server?.close();
     await engine.stop(2000);
   }
-}
-
-async function runRoundSamples(
-  server: RunningServer,
-  tasks: readonly GymTask[],
-  round: number,
-  channel: string,
-  o: TrainOptions,
-  unsafeNoSandbox: boolean,
-  out: string,
-): Promise<SampleResult[]> {
-  const runId = `train-${o.seed}-r${round}`;
-  const jobs = tasks.flatMap((task) =>
-    Array.from({ length: o.rollouts }, (_, sample) => ({
-      task,
-      sample,
-      runId,
-      groupId: `${runId}.${task.id}`,
-      nRollouts: o.rollouts,
-      seed: sampleSeed(runId, task.id, sample),
-      channel,
-    })),
-  );
-  const env = {
-    gatewayUrl: server.url,
-    model: 'tiny',
-    agent: AGENT,
-    workDir: join(out, 'work'),
-    sampleTimeoutMs: 300_000,
-    unsafeNoSandbox,
-  };
-  const results: SampleResult[] = [];
-  let next = 0;
-  const worker = async () => {
-    while (next < jobs.length && !o.signal?.aborted) results.push(await runSample(jobs[next++]!, env));
-  };
-  await Promise.all(Array.from({ length: Math.max(1, o.concurrency) }, worker));
-  return results;
 }
 
 /** The sim plays the reference agent on `tasks`; the verified rollouts become `sftDir/sft.jsonl`. */

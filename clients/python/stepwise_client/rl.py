@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             staleness = inputs.tokens.staleness
             metrics: dict[str, Any] = {"tokens": float(inputs.tokens.targets.numel())}
             if not args.no_update:
-                metrics = trainer.update(batch)
+                metrics = trainer.update(batch, inputs)
         rewards = [float(g.get("reward") or 0.0) for g in _trajectories(batch)]
         published = time.perf_counter()
         trainer.publish()

@@ -225,10 +225,10 @@ class Trainer:
     def inputs(self, batch: Batch) -> PaddedInputs | PackedInputs:
         return packed_inputs(batch) if batch.format == "json" else padded_inputs(batch)
 
-    def update(self, batch: Batch) -> dict[str, float]:
-        """`epochs` optimizer steps on a leased batch; the caller settles it (or use `train_step`)."""
+    def update(self, batch: Batch, inputs: PaddedInputs | PackedInputs | None = None) -> dict[str, float]:
+        """`epochs` optimizer steps on a leased batch (its tensors, when already built); the caller settles it."""
         model = self.policy.model
-        inputs = self.inputs(batch)
+        inputs = inputs if inputs is not None else self.inputs(batch)
         if inputs.tokens.targets.numel() == 0:
             return {"tokens": 0.0}
         model.train()
