@@ -7,6 +7,7 @@ with the model's chat template (`examples_from_messages`).
 from __future__ import annotations
 
 import json
+import math
 import random
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -73,14 +74,23 @@ def sft(
     lr: float = 3e-3,
     batch_size: int = 8,
     seed: int = 0,
+    schedule: str = "cosine",
     on_step: Callable[[int, float], None] | None = None,
 ) -> list[float]:
-    """`steps` AdamW steps of response-token cross-entropy on random mini-batches; the losses."""
+    """`steps` AdamW steps of response-token cross-entropy on random mini-batches; the losses.
+
+    `schedule` "cosine" decays the rate from `lr` to 0 over the steps: at a constant high rate the
+    loss of a tiny model spikes late and the protocol it learned breaks down again.
+    """
+    if schedule not in ("cosine", "constant"):
+        raise ValueError(f"schedule: must be 'cosine' or 'constant', not {schedule!r}")
     if not examples:
         raise ValueError("sft: no examples")
     model = policy.model
     device = next(model.parameters()).device
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    rate = (lambda step: 0.5 * (1 + math.cos(math.pi * step / steps))) if schedule == "cosine" else (lambda step: 1.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, rate)
     rng = random.Random(seed)
     pad = policy.tokenizer.pad_token_id or 0
     losses = []
@@ -107,6 +117,7 @@ def sft(
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
+        scheduler.step()
         losses.append(loss.item())
         if on_step:
             on_step(step, losses[-1])

@@ -7,7 +7,7 @@ hint-free `training_prompt_ids`; every other step's is its prompt.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -50,6 +50,8 @@ class PackedInputs:
     predictor: torch.Tensor  # (N,) int64: the packed position whose output predicts each response token
     tokens: ResponseTokens
     original_tokens: int
+    #: Where each group's tokens start in the packed sequence, and the end: no attention crosses them.
+    group_bounds: list[int] = field(default_factory=list)
 
     @property
     def ratio(self) -> float:
@@ -112,6 +114,7 @@ def packed_inputs(batch: Batch | dict[str, Any]) -> PackedInputs:
     cols: dict[str, list[Any]] = {k: [] for k in ("targets", "logp", "has", "adv", "seq", "off", "stale")}
     original = 0
     row = 0
+    bounds = [0]
     for g in data["groups"]:
         packing = g.get("packing")
         if packing is None:
@@ -124,6 +127,7 @@ def packed_inputs(batch: Batch | dict[str, Any]) -> PackedInputs:
             node_parent.append(parent + node_offset if parent >= 0 else -1)
             node_of += [n + node_offset] * length
         original += packing["original_tokens"]
+        bounds.append(len(ids))
         steps = [(tr, s) for tr in g["trajectories"] for s in tr["steps"]]
         if len(steps) != len(packing["sequences"]):
             raise ValueError(f"group {g.get('group_id')}: {len(steps)} steps but {len(packing['sequences'])} packed sequences")
@@ -173,4 +177,5 @@ def packed_inputs(batch: Batch | dict[str, Any]) -> PackedInputs:
         predictor=torch.tensor(predictor, dtype=torch.long),
         tokens=tokens,
         original_tokens=original,
+        group_bounds=bounds,
     )

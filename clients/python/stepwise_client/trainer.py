@@ -81,9 +81,9 @@ def padded_logprobs(model: torch.nn.Module, inputs: PaddedInputs) -> torch.Tenso
     return target_logprobs(head, h, inputs.tokens.targets.to(device))
 
 
-def tree_mask(inputs: PackedInputs, device: torch.device | str = "cpu") -> torch.Tensor:
-    """The dense (1, 1, T, T) boolean tree mask: token j sees token i iff i is j or an ancestor."""
-    node = inputs.node_of.to(device)
+def tree_mask(inputs: PackedInputs, device: torch.device | str = "cpu", start: int = 0, end: int | None = None) -> torch.Tensor:
+    """The dense (1, 1, T, T) boolean tree mask of tokens [start, end): j sees i iff i is j or an ancestor."""
+    node = inputs.node_of[start:end].to(device)
     idx = torch.arange(node.numel(), device=device)
     ancestor = inputs.node_ancestor.to(device)[node.unsqueeze(1), node.unsqueeze(0)]
     same = node.unsqueeze(1) == node.unsqueeze(0)
@@ -107,22 +107,38 @@ def flex_block_mask(inputs: PackedInputs, device: torch.device | str = "cpu") ->
 
 
 def packed_logprobs(model: torch.nn.Module, inputs: PackedInputs, *, attention: str | None = None) -> torch.Tensor:
-    """(N,) log-probs of the response tokens from one forward over the packed tree."""
+    """(N,) log-probs of the response tokens from forwards over the packed tree.
+
+    FlexAttention takes the whole batch in one pass (its block mask skips what no token sees). A
+    dense mask is T×T, so there each group is its own forward: no attention crosses groups, and the
+    mask shrinks by the number of groups squared.
+    """
     backbone, head = backbone_and_head(model)
     device = next(model.parameters()).device
     impl = attention or model.config._attn_implementation
+    dtype = next(model.parameters()).dtype
+
+    def forward(start: int, end: int, mask: Any) -> torch.Tensor:
+        return backbone(
+            input_ids=inputs.input_ids[start:end].unsqueeze(0).to(device),
+            position_ids=inputs.position_ids[start:end].unsqueeze(0).to(device),
+            attention_mask=mask,
+            use_cache=False,
+        ).last_hidden_state[0]
+
     if impl == "flex_attention":
-        mask: Any = flex_block_mask(inputs, device)
+        hidden = forward(0, inputs.input_ids.numel(), flex_block_mask(inputs, device))
     else:
-        mask = tree_mask(inputs, device)
-        if impl == "eager":
-            mask = torch.zeros(mask.shape, dtype=next(model.parameters()).dtype, device=device).masked_fill(~mask, torch.finfo(next(model.parameters()).dtype).min)
-    hidden = backbone(
-        input_ids=inputs.input_ids.unsqueeze(0).to(device),
-        position_ids=inputs.position_ids.unsqueeze(0).to(device),
-        attention_mask=mask,
-        use_cache=False,
-    ).last_hidden_state[0]
+        bounds = inputs.group_bounds or [0, inputs.input_ids.numel()]
+        parts = []
+        for start, end in zip(bounds, bounds[1:]):
+            if end == start:
+                continue
+            mask = tree_mask(inputs, device, start, end)
+            if impl == "eager":
+                mask = torch.zeros(mask.shape, dtype=dtype, device=device).masked_fill(~mask, torch.finfo(dtype).min)
+            parts.append(forward(start, end, mask))
+        hidden = torch.cat(parts) if parts else torch.zeros((0, model.config.hidden_size), dtype=dtype, device=device)
     h = hidden[inputs.predictor.to(device)]
     return target_logprobs(head, h, inputs.tokens.targets.to(device))
 
