@@ -129,6 +129,8 @@ describe('stepwise CLI as a real process', () => {
         '--versions <n>',
         '--rollouts <n>',
         '--warmup-steps <n>',
+        '--init <dir>',
+        '--groups <n>',
         '--max-staleness <n>',
         '--no-update',
       ])
@@ -141,6 +143,15 @@ describe('stepwise CLI as a real process', () => {
       expect(result.code).not.toBe(0);
       expect(result.code).not.toBeNull();
       expect(result.stderr).toMatch(/--words must be an integer from 2 to 8/);
+      expect(existsSync(out)).toBe(false);
+    });
+
+    it('train --init with a folder that holds no model exits non-zero naming init, and writes nothing', async () => {
+      const out = dbFile('train-init-out');
+      const result = await runCli(['train', '--out', out, '--init', dbFile('no-model')]);
+      expect(result.code).not.toBe(0);
+      expect(result.code).not.toBeNull();
+      expect(result.stderr).toMatch(/init: .*no-model is not a model folder/);
       expect(existsSync(out)).toBe(false);
     });
 

@@ -45,7 +45,7 @@ describe.skipIf(!python)('stepwise train: the loop', () => {
     const sft = readFileSync(join(out, 'sft', 'sft.jsonl'), 'utf8')
       .trim()
       .split('\n');
-    expect(sft).toHaveLength(4);
+    expect(sft).toHaveLength(16);
     const row = JSON.parse(sft[0]!) as { messages: { role: string; tool_calls?: unknown[] }[] };
     expect(row.messages.filter((m) => m.role === 'assistant' && m.tool_calls).length).toBe(2);
 
@@ -92,6 +92,8 @@ describe.skipIf(!python)('stepwise train: the loop', () => {
     expect(html).toContain('<polyline');
     expect(html.match(/<circle /g)?.length).toBe(manifest.versions.length);
     expect(existsSync(join(out, 'policy', 'config.json'))).toBe(true);
+    // The warmed-up weights, before any update: what `--init` starts a control run from.
+    expect(existsSync(join(out, 'warmup', 'model.safetensors'))).toBe(true);
 
     // The same folder again is refused before anything starts: the first run stays as it was.
     const before = readFileSync(join(out, 'train.json'), 'utf8');

@@ -25,7 +25,7 @@ describe('parseToolCalls', () => {
       parse('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'),
     ).toEqual({
       content: null,
-      toolCalls: [call('call_0', 'get_weather', '{"city":"Paris"}')],
+      toolCalls: [call('call_0', 'get_weather', '{"city": "Paris"}')],
     });
   });
 
@@ -38,8 +38,8 @@ describe('parseToolCalls', () => {
       content: 'Checking both.',
       reasoning: 'The user wants two cities.',
       toolCalls: [
-        call('call_0', 'get_weather', '{"city":"Paris"}'),
-        call('call_1', 'get_weather', '{"city":"東京","units":["c","f"]}'),
+        call('call_0', 'get_weather', '{"city": "Paris"}'),
+        call('call_1', 'get_weather', '{"city": "東京", "units": ["c", "f"]}'),
       ],
     });
   });
@@ -85,8 +85,8 @@ describe('parseToolCalls', () => {
     const bad = '<tool_call>\n{"name": "f", "arguments": {"a": 1}\n</tool_call>';
     const good = '<tool_call>\n{"name": "g", "arguments": {"b": 2}}\n</tool_call>';
     expect(parse(bad)).toEqual({ content: bad, toolCalls: [] });
-    expect(parse(`${bad}\n${good}`)).toEqual({ content: bad, toolCalls: [call('call_0', 'g', '{"b":2}')] });
-    expect(parse(`${good}\n${bad}`)).toEqual({ content: bad, toolCalls: [call('call_0', 'g', '{"b":2}')] });
+    expect(parse(`${bad}\n${good}`)).toEqual({ content: bad, toolCalls: [call('call_0', 'g', '{"b": 2}')] });
+    expect(parse(`${good}\n${bad}`)).toEqual({ content: bad, toolCalls: [call('call_0', 'g', '{"b": 2}')] });
   });
 
   it.each([
@@ -117,7 +117,7 @@ describe('parseToolCalls', () => {
       '<tool_call>\n{"name": "write", "arguments": {"text": "a</tool_call>b</think>"}}\n</tool_call>';
     expect(parse(text)).toEqual({
       content: null,
-      toolCalls: [call('call_0', 'write', '{"text":"a</tool_call>b</think>"}')],
+      toolCalls: [call('call_0', 'write', '{"text": "a</tool_call>b</think>"}')],
     });
   });
 

@@ -83,7 +83,8 @@ function parseCallBody(body: string): { name: string; arguments: string } | unde
   if (!isPlainObject(value) || typeof value.name !== 'string' || value.name === '') return undefined;
   const args = value.arguments === undefined ? {} : value.arguments;
   if (!isPlainObject(args)) return undefined;
-  return { name: value.name, arguments: JSON.stringify(args) };
+  // vLLM's hermes parser re-serializes the arguments with json.dumps (", " and ": "): so does this.
+  return { name: value.name, arguments: toTemplateJson(args) };
 }
 
 /**

@@ -35,16 +35,21 @@ export function registerTrainCommand(program: Command): void {
     .option('--versions <n>', 'policy versions to train (one batch of groups each)', int('--versions', 1), 8)
     .option(
       '--words <n>',
-      `copy tasks (groups) per round, at most ${COPY_WORDS.length}`,
+      `words the copy tasks hold (the first n of ${COPY_WORDS.join(', ')})`,
       int('--words', 2, COPY_WORDS.length),
       COPY_WORDS.length,
     )
+    .option('--groups <n>', 'copy tasks (groups) per round, the words taken in turn', int('--groups', 1), 8)
     .option('--rollouts <n>', 'samples per task: the group size', int('--rollouts', 2), 8)
     .option(
       '--warmup-steps <n>',
       'SFT steps on the exported reference rollouts before RL',
       int('--warmup-steps', 0),
       300,
+    )
+    .option(
+      '--init <dir>',
+      "start from this model folder (e.g. an earlier run's OUT/warmup) instead of the tiny preset and a warm-up",
     )
     .option('--warmup-lr <lr>', 'learning rate of the warm-up', positive('--warmup-lr'), 1e-2)
     .option('--lr <lr>', 'learning rate of the RL updates', positive('--lr'), 1e-3)
@@ -64,9 +69,11 @@ export function registerTrainCommand(program: Command): void {
         seed: opts.seed,
         versions: opts.versions,
         words: COPY_WORDS.slice(0, opts.words),
+        groups: opts.groups,
         rollouts: opts.rollouts,
         warmupSteps: opts.warmupSteps,
         warmupLr: opts.warmupLr,
+        init: opts.init,
         lr: opts.lr,
         epochs: opts.epochs,
         maxStaleness: opts.maxStaleness,

@@ -46,12 +46,19 @@ export interface TrainOptions {
   seed: number;
   /** Policy versions to train (one leased batch each). */
   versions: number;
-  /** Words of the copy tasks: one task (one group) per word per round. */
+  /** Words of the copy tasks (each task holds one). */
   words?: readonly string[];
+  /** Tasks (groups) per round, the words taken in turn (default: one per word). */
+  groups?: number;
   /** Samples per task: the group size. */
   rollouts: number;
   /** SFT steps of the warm-up (0: none). */
   warmupSteps: number;
+  /**
+   * Start from this model folder (e.g. an earlier run's `OUT/warmup`) instead of the preset and a
+   * warm-up: a control run, or RL with other settings, from the same starting policy.
+   */
+  init?: string;
   warmupLr: number;
   lr: number;
   /** Optimizer steps per batch. */
@@ -119,11 +126,12 @@ const STEPWISE_VERSION = (
   JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }
 ).version;
 const EVAL_CHANNEL = 'eval';
+/** Reference rollouts the warm-up learns from. */
+const WARMUP_TASKS = 16;
 
 export async function runTrain(o: TrainOptions): Promise<TrainResult> {
   const started = performance.now();
   const say = o.print;
-  const python = o.python ?? requireTrainPython();
   const out = resolve(o.out);
   // A second run in the same folder would continue the first one's store and versions.
   if (existsSync(join(out, 'train.db')))
@@ -131,8 +139,13 @@ export async function runTrain(o: TrainOptions): Promise<TrainResult> {
       `out: ${out} already holds a train run (train.db); choose another directory`,
       'out',
     );
+  const init = o.init === undefined ? undefined : resolve(o.init);
+  if (init !== undefined && !existsSync(join(init, 'config.json')))
+    throw new ValidationError(`init: ${init} is not a model folder (no config.json)`, 'init');
+  const python = o.python ?? requireTrainPython();
   mkdirSync(join(out, 'rounds'), { recursive: true });
   const words = o.words ?? COPY_WORDS;
+  const groups = o.groups ?? words.length;
   const sandbox = checkSandbox();
   if (!sandbox.ok)
     say(`WARNING: no sandbox (${sandbox.reason}): the copy tasks' tools run unsandboxed (they are ours).`);
@@ -140,11 +153,9 @@ export async function runTrain(o: TrainOptions): Promise<TrainResult> {
 
   // 1. Reference rollouts by the sim, exported as SFT data.
   const sftDir = join(out, 'sft');
-  const warmupTasks = [
-    ...copyTasks(seededRandom('warmup', o.seed, 0), words, 'warmup'),
-    ...copyTasks(seededRandom('warmup', o.seed, 1), words, 'warmup'),
-  ];
-  await referenceRollouts({ out, tasks: warmupTasks, seed: o.seed, sftDir, unsafeNoSandbox, say });
+  const warmupTasks = copyTasks(seededRandom('warmup', o.seed), words, 'warmup', WARMUP_TASKS);
+  if (init === undefined && o.warmupSteps > 0)
+    await referenceRollouts({ out, tasks: warmupTasks, seed: o.seed, sftDir, unsafeNoSandbox, say });
 
   // 2. Engine, gateway, trainer.
   const engine = await startReferenceEngine({ python, model: 'tiny', seed: o.seed, threads: 1 });
@@ -170,23 +181,29 @@ export async function runTrain(o: TrainOptions): Promise<TrainResult> {
       '--engine',
       engine.url,
       '--model',
-      'tiny',
+      init ?? 'tiny',
       '--seed',
       String(o.seed),
       '--threads',
       '1',
-      '--sft',
-      join(sftDir, 'sft.jsonl'),
-      '--warmup-steps',
-      String(o.warmupSteps),
-      '--warmup-lr',
-      String(o.warmupLr),
+      ...(init === undefined && o.warmupSteps > 0
+        ? [
+            '--sft',
+            join(sftDir, 'sft.jsonl'),
+            '--warmup-steps',
+            String(o.warmupSteps),
+            '--warmup-lr',
+            String(o.warmupLr),
+            '--save-warmup',
+            join(out, 'warmup'),
+          ]
+        : []),
       '--chat-template-kwargs',
       JSON.stringify(CHAT_TEMPLATE_KWARGS),
       '--versions',
       String(o.versions),
       '--batch-groups',
-      String(words.length),
+      String(groups),
       '--channel',
       TRAIN_CHANNEL,
       '--max-staleness',
@@ -208,7 +225,7 @@ export async function runTrain(o: TrainOptions): Promise<TrainResult> {
     // 3. Rollouts, asynchronously with the trainer.
     const samples: { result: SampleResult; round: number }[] = [];
     const runRound = async (round: number, channel: string) => {
-      const tasks = copyTasks(seededRandom('train', o.seed, round), words, `r${round}`);
+      const tasks = copyTasks(seededRandom('train', o.seed, round), words, `r${round}`, groups);
       const runId = `train-${o.seed}-r${round}`;
       const { results } = await runGym({
         tasks,
@@ -263,7 +280,7 @@ export async function runTrain(o: TrainOptions): Promise<TrainResult> {
     const staleDropped = (await server.pool.stats(TRAIN_CHANNEL)).dropped.stale ?? 0;
     const seconds = (performance.now() - started) / 1000;
     const result: TrainResult = { out, rewardByVersion, updates: events.updates, staleDropped, seconds };
-    writeOutputs(result, o, { python, engineUrl: engine.url, startVersion, words });
+    writeOutputs(result, o, { python, engineUrl: engine.url, startVersion, words, groups });
     say(
       `reward    by version: ${rewardByVersion.map((v) => `v${v.version} ${v.meanReward.toFixed(2)}`).join(' · ')}`,
     );
@@ -401,7 +418,13 @@ function trainerEvents(proc: PythonProcess, say: (line: string) => void): Traine
 function writeOutputs(
   result: TrainResult,
   o: TrainOptions,
-  c: { python: string; engineUrl: string; startVersion: number; words: readonly string[] },
+  c: {
+    python: string;
+    engineUrl: string;
+    startVersion: number;
+    words: readonly string[];
+    groups: number;
+  },
 ): void {
   const versions = pythonVersions(c.python);
   const manifest = {
@@ -414,7 +437,9 @@ function writeOutputs(
       versions: o.versions,
       rollouts: o.rollouts,
       words: c.words,
-      warmup_steps: o.warmupSteps,
+      groups: c.groups,
+      warmup_steps: o.init === undefined ? o.warmupSteps : 0,
+      init: o.init === undefined ? null : resolve(o.init),
       warmup_lr: o.warmupLr,
       lr: o.lr,
       epochs: o.epochs,
@@ -446,7 +471,7 @@ function writeOutputs(
         },
       ],
       [
-        `Copy tasks (${c.words.length} per round, ${o.rollouts} rollouts each) with the tiny Qwen3-architecture model; warm-up ${o.warmupSteps} SFT steps; max_staleness ${o.maxStaleness}.`,
+        `Copy tasks (${c.groups} per round over ${c.words.length} words, ${o.rollouts} rollouts each) with the tiny Qwen3-architecture model; ${o.init === undefined ? `warm-up ${o.warmupSteps} SFT steps` : `started from ${o.init}`}; max_staleness ${o.maxStaleness}.`,
         'Each rollout counts toward the policy version that generated its first step.',
       ],
     ),

@@ -57,18 +57,22 @@ export function copyTask(word: string, ticket: number, idPrefix = 'copy'): GymTa
   });
 }
 
-/** One task per word, each under a fresh ticket number from `random` (distinct within the set). */
+/**
+ * `count` tasks (one per word when omitted), the words taken in turn, each under a fresh ticket
+ * number from `random` (distinct within the set).
+ */
 export function copyTasks(
   random: Random,
   words: readonly string[] = COPY_WORDS,
   idPrefix = 'copy',
+  count = words.length,
 ): GymTask[] {
   const used = new Set<number>();
-  return words.map((word) => {
+  return Array.from({ length: count }, (_, i) => {
     let ticket: number;
     do ticket = 1000 + Math.floor(random() * 9000);
     while (used.has(ticket));
     used.add(ticket);
-    return copyTask(word, ticket, idPrefix);
+    return copyTask(words[i % words.length]!, ticket, idPrefix);
   });
 }

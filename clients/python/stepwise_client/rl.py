@@ -62,6 +62,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--wait-s", type=float, default=900.0, help="longest wait for a full batch")
     p.add_argument("--lease-ttl-s", type=int, default=900, help="time an update may take before its groups go back")
     p.add_argument("--checkpoint", default=None, help="save the final policy here (a model folder)")
+    p.add_argument("--save-warmup", default=None, help="save the warmed-up policy here (a model folder) before RL")
     return p.parse_args(argv)
 
 
@@ -93,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
 
         sft(policy, examples, steps=args.warmup_steps, lr=args.warmup_lr, batch_size=args.warmup_batch, seed=args.seed, on_step=progress)
         emit("warmup_done", examples=len(examples), seconds=time.perf_counter() - started)
+        if args.save_warmup:
+            save_checkpoint(policy, args.save_warmup)
     trainer = Trainer(
         policy,
         client,

@@ -171,11 +171,11 @@ describe('SimEngine.complete', () => {
     }
     expect(turns[0]?.toolCalls[0]?.function).toEqual({
       name: 'read_file',
-      arguments: '{"path":"README.md_wrong"}',
+      arguments: '{"path": "README.md_wrong"}',
     });
     expect(turns[1]?.toolCalls[0]?.function).toEqual({
       name: 'read_file',
-      arguments: '{"path":"README.md"}',
+      arguments: '{"path": "README.md"}',
     });
     expect(turns[1]?.content).toMatch(/retrying/);
     expect(turns[2]?.toolCalls).toEqual([]);
@@ -206,7 +206,7 @@ describe('SimEngine.complete', () => {
     const chat = engine.complete({ messages, tools, seed: 1 });
     expect(chat.toolCalls[0]?.function).toEqual({
       name: 'read_file',
-      arguments: '{"path":"NOTES.md_wrong"}',
+      arguments: '{"path": "NOTES.md_wrong"}',
     });
     const text = engine.completeText({
       prompt: tokenizeChat({ messages, tools, addGenerationPrompt: true }),
@@ -265,7 +265,7 @@ describe('SimEngine.complete: tool_choice and response_format', () => {
       }),
     });
     const auto = engine.complete(req({ tools }));
-    expect(auto.toolCalls.map((c) => c.function.arguments)).toEqual(['{"path":"x"}', '{"path":"y"}']);
+    expect(auto.toolCalls.map((c) => c.function.arguments)).toEqual(['{"path": "x"}', '{"path": "y"}']);
     const none = engine.complete(req({ tools, tool_choice: 'none' }));
     expect(none.toolCalls).toEqual([]);
     expect(none.reasoning).toBe('hmm');

@@ -123,7 +123,7 @@ describe('toChatCompletion', () => {
       {
         id: r.toolCalls[0]!.id,
         type: 'function',
-        function: { name: 'read_file', arguments: '{"path":"a"}' },
+        function: { name: 'read_file', arguments: '{"path": "a"}' },
       },
     ]);
     expect(choice.logprobs).toBeNull();

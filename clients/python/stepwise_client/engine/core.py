@@ -268,7 +268,10 @@ class ReferenceEngine:
             sorted_probs, order = torch.sort(probs, descending=True)
             keep = torch.cumsum(sorted_probs, 0) - sorted_probs < s.top_p
             probs = torch.zeros_like(probs).scatter(0, order[keep], sorted_probs[keep])
-        return int(torch.multinomial(probs, 1, generator=generator))
+        # Inverse CDF with one uniform draw: torch.multinomial over 151k ids costs ~10x more per token.
+        cdf = torch.cumsum(probs.double(), 0)
+        u = torch.rand(1, generator=generator, dtype=torch.float64) * cdf[-1]
+        return int(torch.searchsorted(cdf, u).clamp(max=probs.numel() - 1))
 
     @torch.no_grad()
     def tokens(self, prompt_ids: list[int], s: Sampling) -> Iterator[Token]:
