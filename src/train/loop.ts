@@ -153,9 +153,12 @@ export async function runTrain(o: TrainOptions): Promise<TrainResult> {
 
   // 1. Reference rollouts by the sim, exported as SFT data.
   const sftDir = join(out, 'sft');
-  const warmupTasks = copyTasks(seededRandom('warmup', o.seed), words, 'warmup', WARMUP_TASKS);
-  if (init === undefined && o.warmupSteps > 0)
-    await referenceRollouts({ out, tasks: warmupTasks, seed: o.seed, sftDir, unsafeNoSandbox, say });
+  // A run started from --init has its warm-up behind it: no reference rollouts to make.
+  const warmup = init === undefined && o.warmupSteps > 0;
+  if (warmup) {
+    const tasks = copyTasks(seededRandom('warmup', o.seed), words, 'warmup', WARMUP_TASKS);
+    await referenceRollouts({ out, tasks, seed: o.seed, sftDir, unsafeNoSandbox, say });
+  }
 
   // 2. Engine, gateway, trainer.
   const engine = await startReferenceEngine({ python, model: 'tiny', seed: o.seed, threads: 1 });
@@ -186,7 +189,7 @@ export async function runTrain(o: TrainOptions): Promise<TrainResult> {
       String(o.seed),
       '--threads',
       '1',
-      ...(init === undefined && o.warmupSteps > 0
+      ...(warmup
         ? [
             '--sft',
             join(sftDir, 'sft.jsonl'),
