@@ -131,18 +131,20 @@ describe('stepwise CLI as a real process', () => {
         '--warmup-steps <n>',
         '--init <dir>',
         '--groups <n>',
+        '--lr <lr>',
+        '--adam-eps <eps>',
         '--max-staleness <n>',
         '--no-update',
       ])
         expect(result.stdout, option).toContain(option);
     });
 
-    it('train --words 9 exits non-zero naming --words, and writes nothing', async () => {
+    it('train --rollouts 1 exits non-zero naming --rollouts, and writes nothing', async () => {
       const out = dbFile('train-out');
-      const result = await runCli(['train', '--out', out, '--words', '9']);
+      const result = await runCli(['train', '--out', out, '--rollouts', '1']);
       expect(result.code).not.toBe(0);
       expect(result.code).not.toBeNull();
-      expect(result.stderr).toMatch(/--words must be an integer from 2 to 8/);
+      expect(result.stderr).toMatch(/--rollouts must be an integer >= 2/);
       expect(existsSync(out)).toBe(false);
     });
 

@@ -1,6 +1,5 @@
 import { type Command, InvalidArgumentError } from 'commander';
-import { runTrain } from './loop.js';
-import { COPY_WORDS } from './tasks.js';
+import { DEFAULT_ADAM_EPS, DEFAULT_CLIP, runTrain } from './loop.js';
 
 /** `stepwise train`: the RL loop on this machine (docs/trainers.md, "stepwise train"). */
 export function registerTrainCommand(program: Command): void {
@@ -32,27 +31,28 @@ export function registerTrainCommand(program: Command): void {
       'train-out',
     )
     .option('--seed <n>', 'seed of the model, the tasks and the sampling', int('--seed', 0), 7)
-    .option('--versions <n>', 'policy versions to train (one batch of groups each)', int('--versions', 1), 8)
-    .option(
-      '--words <n>',
-      `words the copy tasks hold (the first n of ${COPY_WORDS.join(', ')})`,
-      int('--words', 2, COPY_WORDS.length),
-      COPY_WORDS.length,
-    )
-    .option('--groups <n>', 'copy tasks (groups) per round, the words taken in turn', int('--groups', 1), 8)
+    .option('--versions <n>', 'policy versions to train (one batch of groups each)', int('--versions', 1), 12)
+    .option('--groups <n>', 'copy tasks (groups) per round', int('--groups', 1), 8)
     .option('--rollouts <n>', 'samples per task: the group size', int('--rollouts', 2), 8)
     .option(
       '--warmup-steps <n>',
       'SFT steps on the exported reference rollouts before RL',
       int('--warmup-steps', 0),
-      300,
+      200,
     )
     .option(
       '--init <dir>',
       "start from this model folder (e.g. an earlier run's OUT/warmup) instead of the tiny preset and a warm-up",
     )
     .option('--warmup-lr <lr>', 'learning rate of the warm-up', positive('--warmup-lr'), 1e-2)
-    .option('--lr <lr>', 'learning rate of the RL updates', positive('--lr'), 1e-3)
+    .option('--lr <lr>', 'learning rate of the RL updates', positive('--lr'), 2e-3)
+    .option(
+      '--adam-eps <eps>',
+      "AdamW's eps for the RL updates (larger keeps the LM head's rarely-seen ids still)",
+      positive('--adam-eps'),
+      DEFAULT_ADAM_EPS,
+    )
+    .option('--clip <eps>', 'PPO clip range of the RL loss', positive('--clip'), DEFAULT_CLIP)
     .option('--epochs <n>', 'optimizer steps per leased batch', int('--epochs', 1), 2)
     .option(
       '--max-staleness <n>',
@@ -68,13 +68,14 @@ export function registerTrainCommand(program: Command): void {
         out: opts.out,
         seed: opts.seed,
         versions: opts.versions,
-        words: COPY_WORDS.slice(0, opts.words),
         groups: opts.groups,
         rollouts: opts.rollouts,
         warmupSteps: opts.warmupSteps,
         warmupLr: opts.warmupLr,
         init: opts.init,
         lr: opts.lr,
+        adamEps: opts.adamEps,
+        clip: opts.clip,
         epochs: opts.epochs,
         maxStaleness: opts.maxStaleness,
         concurrency: opts.concurrency,

@@ -19,7 +19,7 @@ import {
   startReferenceEngine,
 } from './python.js';
 import { rewardCurveHtml } from './report.js';
-import { COPY_WORDS, copyTasks } from './tasks.js';
+import { COPY_TARGETS, copyTasks } from './tasks.js';
 
 /*
  * `stepwise train`: the RL loop on one machine, end to end.
@@ -46,9 +46,7 @@ export interface TrainOptions {
   seed: number;
   /** Policy versions to train (one leased batch each). */
   versions: number;
-  /** Words of the copy tasks (each task holds one). */
-  words?: readonly string[];
-  /** Tasks (groups) per round, the words taken in turn (default: one per word). */
+  /** Tasks (groups) per round (default `DEFAULT_GROUPS`). */
   groups?: number;
   /** Samples per task: the group size. */
   rollouts: number;
@@ -61,6 +59,10 @@ export interface TrainOptions {
   init?: string;
   warmupLr: number;
   lr: number;
+  /** AdamW's eps for the RL updates (the trainer library's `adam_eps`; default 1e-5). */
+  adamEps?: number;
+  /** PPO clip range ε of the RL loss (default `DEFAULT_CLIP`). */
+  clip?: number;
   /** Optimizer steps per batch. */
   epochs: number;
   maxStaleness: number;
@@ -112,8 +114,8 @@ const AGENT: AgentSpec = {
   kind: 'builtin',
   maxTurns: 4,
   turnTimeoutMs: 120_000,
-  // A short prompt: attention over fewer tokens is what lets a 2-layer model find the word to copy.
-  tools: ['read', 'write'],
+  // The copy task needs one tool (src/train/tasks.ts); short descriptions keep the prompt short.
+  tools: ['exec'],
   toolDescriptions: 'short',
   systemPrompt: 'You work in a local workspace.',
   chatTemplateKwargs: CHAT_TEMPLATE_KWARGS,
@@ -126,8 +128,17 @@ const STEPWISE_VERSION = (
   JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }
 ).version;
 const EVAL_CHANNEL = 'eval';
-/** Reference rollouts the warm-up learns from. */
-const WARMUP_TASKS = 16;
+/**
+ * Adam steps every weight by about `lr`, however small its gradient: at 1e-8 (torch's default) the
+ * whole tied 151k-id LM head moved with each update and RL at 2e-3 broke the policy (docs/trainers.md).
+ */
+export const DEFAULT_ADAM_EPS = 1e-5;
+/** PPO clip range: each version may move a token's probability by at most this factor of it. */
+export const DEFAULT_CLIP = 0.2;
+/** Tasks (groups) per round when not given. */
+export const DEFAULT_GROUPS = 8;
+/** Reference rollouts the warm-up learns from: the targets in turn (tasks.ts). */
+const WARMUP_TASKS = 32;
 
 export async function runTrain(o: TrainOptions): Promise<TrainResult> {
   const started = performance.now();
@@ -144,8 +155,7 @@ export async function runTrain(o: TrainOptions): Promise<TrainResult> {
     throw new ValidationError(`init: ${init} is not a model folder (no config.json)`, 'init');
   const python = o.python ?? requireTrainPython();
   mkdirSync(join(out, 'rounds'), { recursive: true });
-  const words = o.words ?? COPY_WORDS;
-  const groups = o.groups ?? words.length;
+  const groups = o.groups ?? DEFAULT_GROUPS;
   const sandbox = checkSandbox();
   if (!sandbox.ok)
     say(`WARNING: no sandbox (${sandbox.reason}): the copy tasks' tools run unsandboxed (they are ours).`);
@@ -156,7 +166,7 @@ export async function runTrain(o: TrainOptions): Promise<TrainResult> {
   // A run started from --init has its warm-up behind it: no reference rollouts to make.
   const warmup = init === undefined && o.warmupSteps > 0;
   if (warmup) {
-    const tasks = copyTasks(seededRandom('warmup', o.seed), words, 'warmup', WARMUP_TASKS);
+    const tasks = copyTasks(seededRandom('warmup', o.seed), WARMUP_TASKS, 'warmup', COPY_TARGETS);
     await referenceRollouts({ out, tasks, seed: o.seed, sftDir, unsafeNoSandbox, say });
   }
 
@@ -213,8 +223,12 @@ export async function runTrain(o: TrainOptions): Promise<TrainResult> {
       String(o.maxStaleness),
       '--lr',
       String(o.lr),
+      '--adam-eps',
+      String(o.adamEps ?? DEFAULT_ADAM_EPS),
       '--epochs',
       String(o.epochs),
+      '--clip',
+      String(o.clip ?? DEFAULT_CLIP),
       '--checkpoint',
       join(out, 'policy'),
       ...(o.update ? [] : ['--no-update']),
@@ -228,7 +242,7 @@ export async function runTrain(o: TrainOptions): Promise<TrainResult> {
     // 3. Rollouts, asynchronously with the trainer.
     const samples: { result: SampleResult; round: number }[] = [];
     const runRound = async (round: number, channel: string) => {
-      const tasks = copyTasks(seededRandom('train', o.seed, round), words, `r${round}`, groups);
+      const tasks = copyTasks(seededRandom('train', o.seed, round), groups, `r${round}`);
       const runId = `train-${o.seed}-r${round}`;
       const { results } = await runGym({
         tasks,
@@ -283,7 +297,7 @@ export async function runTrain(o: TrainOptions): Promise<TrainResult> {
     const staleDropped = (await server.pool.stats(TRAIN_CHANNEL)).dropped.stale ?? 0;
     const seconds = (performance.now() - started) / 1000;
     const result: TrainResult = { out, rewardByVersion, updates: events.updates, staleDropped, seconds };
-    writeOutputs(result, o, { python, engineUrl: engine.url, startVersion, words, groups });
+    writeOutputs(result, o, { python, engineUrl: engine.url, startVersion, groups });
     say(
       `reward    by version: ${rewardByVersion.map((v) => `v${v.version} ${v.meanReward.toFixed(2)}`).join(' · ')}`,
     );
@@ -425,7 +439,6 @@ function writeOutputs(
     python: string;
     engineUrl: string;
     startVersion: number;
-    words: readonly string[];
     groups: number;
   },
 ): void {
@@ -439,12 +452,15 @@ function writeOutputs(
     settings: {
       versions: o.versions,
       rollouts: o.rollouts,
-      words: c.words,
+      task: 'copy input.txt to answer.md with one exec call (src/train/tasks.ts)',
+      warmup_targets: COPY_TARGETS,
       groups: c.groups,
       warmup_steps: o.init === undefined ? o.warmupSteps : 0,
       init: o.init === undefined ? null : resolve(o.init),
       warmup_lr: o.warmupLr,
       lr: o.lr,
+      adam_eps: o.adamEps ?? DEFAULT_ADAM_EPS,
+      clip: o.clip ?? DEFAULT_CLIP,
       epochs: o.epochs,
       max_staleness: o.maxStaleness,
       concurrency: o.concurrency,
@@ -474,7 +490,7 @@ function writeOutputs(
         },
       ],
       [
-        `Copy tasks (${c.groups} per round over ${c.words.length} words, ${o.rollouts} rollouts each) with the tiny Qwen3-architecture model; ${o.init === undefined ? `warm-up ${o.warmupSteps} SFT steps` : `started from ${o.init}`}; max_staleness ${o.maxStaleness}.`,
+        `Copy tasks (${c.groups} per round, ${o.rollouts} rollouts each) with the tiny Qwen3-architecture model; ${o.init === undefined ? `warm-up ${o.warmupSteps} SFT steps` : `started from ${o.init}`}; max_staleness ${o.maxStaleness}.`,
         'Each rollout counts toward the policy version that generated its first step.',
       ],
     ),

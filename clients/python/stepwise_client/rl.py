@@ -57,6 +57,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--advantage", default="grpo", choices=["grpo", "drgrpo", "rloo"])
     p.add_argument("--pack", default="prefix_tree", choices=["prefix_tree", "padded"])
     p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument(
+        "--adam-eps", type=float, default=1e-8, help="AdamW's eps: larger keeps ids with tiny gradients (most of a tied LM head) still"
+    )
+    p.add_argument("--clip", type=float, default=0.2, help="PPO clip range ε: the ratio is clipped to [1 - ε, 1 + ε]")
     p.add_argument("--epochs", type=int, default=1, help="optimizer steps per batch (PPO epochs)")
     p.add_argument("--no-update", action="store_true", help="lease, ack and publish, but never step the optimizer")
     p.add_argument("--wait-s", type=float, default=900.0, help="longest wait for a full batch")
@@ -101,9 +105,10 @@ def main(argv: list[str] | None = None) -> int:
         client,
         engines=args.engine,
         lr=args.lr,
+        adam_eps=args.adam_eps,
         pack=args.pack == "prefix_tree",
         advantage=args.advantage,
-        loss=LossConfig(),
+        loss=LossConfig(clip_low=args.clip, clip_high=args.clip),
         channel=args.channel,
         epochs=args.epochs,
     )

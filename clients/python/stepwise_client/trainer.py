@@ -215,6 +215,10 @@ class Trainer:
     client: StepwiseClient
     engines: list[str] = field(default_factory=list)
     lr: float = 1e-4
+    #: AdamW's eps. Adam scales each weight's step to about `lr` whatever its gradient, so with the
+    #: default 1e-8 every row of a tied 151k-id LM head moves a full step on the softmax's ~1e-7
+    #: gradients; a tiny model at a high rate loses what it knew. 1e-5 leaves those rows nearly still.
+    adam_eps: float = 1e-8
     pack: bool = True
     advantage: str = "grpo"
     loss: LossConfig = field(default_factory=LossConfig)
@@ -231,7 +235,7 @@ class Trainer:
         if self.version is None:
             self.version = self.client.policy_version()
         if self.optimizer is None:
-            self.optimizer = torch.optim.AdamW(self.policy.model.parameters(), lr=self.lr, weight_decay=0.0)
+            self.optimizer = torch.optim.AdamW(self.policy.model.parameters(), lr=self.lr, eps=self.adam_eps, weight_decay=0.0)
 
     def lease(self, batch_size: int, **options: Any) -> Batch | None:
         if self.pack:
