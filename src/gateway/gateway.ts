@@ -21,6 +21,7 @@ import { type Answer, JSON_HEADERS, type StreamSink, type StreamSource } from '.
 import { OnlineSessions, type SessionStats } from './online-sessions.js';
 import { normalizeUpstreamError, openaiError, openaiErrorBody } from './openai-errors.js';
 import { PolicyGate } from './policy-gate.js';
+import { checkSamplingOptions } from './sampling.js';
 import { type AnsweredCall, toolResultsFor } from './tool-results.js';
 
 /*
@@ -481,6 +482,10 @@ export class Gateway {
    */
   async generate(input: GenerateInput, signal: AbortSignal): Promise<GenerateOutput> {
     const router = this.requireRouter();
+    checkSamplingOptions(input.sampling, 'sampling_params.');
+    // The id picks the engine a trajectory sticks to: one nobody opened is a mistake, not a new key.
+    if (input.trajectoryId !== null && !(await this.pool.getTrajectory(input.trajectoryId)))
+      throw new NotFoundError(`trajectory_uid: no trajectory ${input.trajectoryId}`);
     const version = await this.pool.policyVersion();
     const routed = await router.send(
       input.trajectoryId,
@@ -1217,6 +1222,7 @@ function checkRequest(kind: CallKind, body: unknown): Record<string, unknown> {
   if (body.stream !== undefined && body.stream !== null && typeof body.stream !== 'boolean') {
     throw new ValidationError('stream: must be a boolean', 'stream');
   }
+  checkSamplingOptions(body);
   return body;
 }
 
