@@ -99,6 +99,13 @@ describe('HTTP API', () => {
         'steps.0.trajectory_uid',
       ],
       ['no steps', '/v1/steps', { steps: [] }, 400, 'steps'],
+      [
+        'a policy version beyond a 32-bit integer',
+        '/v1/steps',
+        { steps: [{ ...wireEpisode('t', 'p', 1)[0], policy_version: 2_147_483_648 }] },
+        400,
+        'steps.0.policy_version',
+      ],
       ['a lease without batch_size', '/v1/batches/lease', { channel: 'train' }, 400, 'batch_size'],
       ['a lease with a wrong type', '/v1/batches/lease', { batch_size: 'two' }, 400, 'batch_size'],
     ];
@@ -112,6 +119,34 @@ describe('HTTP API', () => {
         expect((await client.stats()).produced.steps).toBe(0);
       });
     }
+
+    it('a label that sets nothing (400), storing no label', async () => {
+      await client.submitSteps(wireEpisode('t', 'p', 1));
+      const res = await post('/v1/labels', { labels: [{ trajectory_uid: 't', author: 'me' }] });
+      expect(res.status).toBe(400);
+      const json = (await res.json()) as { error: { field: string; message: string } };
+      expect(json.error.field).toBe('labels.0');
+      expect(json.error.message).toMatch(/at least one of quality, trainable, tags or note/);
+      expect(await server.pool.store.getCurrentLabels('t')).toEqual([]);
+    });
+
+    it('a policy version beyond a 32-bit integer (400), the version left as it was', async () => {
+      const put = (version: number) =>
+        fetch(`${server.url}/v1/policy-version`, {
+          method: 'PUT',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ version }),
+        });
+      expect((await put(5)).status).toBe(200);
+      const res = await put(2_147_483_648);
+      expect(res.status).toBe(400);
+      expect(((await res.json()) as { error: { field: string } }).error.field).toBe('version');
+      expect(await server.pool.policyVersion()).toBe(5);
+      // The largest version that fits still works, and steps still go in under it.
+      expect((await put(2_147_483_647)).status).toBe(200);
+      await client.submitSteps(wireEpisode('t', 'p', 1));
+      expect((await client.stats()).produced.steps).toBe(1);
+    });
 
     it('an oversized body (413)', async () => {
       const big = wireEpisode('t', 'p', 1);

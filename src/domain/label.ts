@@ -5,15 +5,21 @@ import { MAX_STEP_INDEX } from './step.js';
 export const Quality = z.enum(['good', 'neutral', 'bad']);
 
 /** Human curation of a step (step_index given) or a whole trajectory; applied when serving. */
-export const LabelInput = z.strictObject({
-  trajectory_uid: ClientId,
-  step_index: z.number().int().min(0).max(MAX_STEP_INDEX).nullable().optional(),
-  quality: Quality.nullable().optional(),
-  trainable: z.boolean().nullable().optional(),
-  tags: z.array(z.string().min(1).max(64)).max(32).optional(),
-  note: z.string().max(4000).nullable().optional(),
-  author: z.string().max(128).optional(),
-});
+export const LabelInput = z
+  .strictObject({
+    trajectory_uid: ClientId,
+    step_index: z.number().int().min(0).max(MAX_STEP_INDEX).nullable().optional(),
+    quality: Quality.nullable().optional(),
+    trainable: z.boolean().nullable().optional(),
+    tags: z.array(z.string().min(1).max(64)).max(32).optional(),
+    note: z.string().max(4000).nullable().optional(),
+    author: z.string().max(128).optional(),
+  })
+  .refine(
+    (label) =>
+      ['quality', 'trainable', 'tags', 'note'].some((k) => label[k as keyof typeof label] !== undefined),
+    'must set at least one of quality, trainable, tags or note',
+  );
 export type LabelInput = z.infer<typeof LabelInput>;
 
 export const LabelsBody = z.strictObject({

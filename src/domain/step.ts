@@ -4,6 +4,8 @@ import { JsonObject } from './json.js';
 
 /** Highest step index a trajectory may have (stores key steps by trajectory and index). */
 export const MAX_STEP_INDEX = 1_000_000;
+/** The largest policy version: PostgreSQL stores it as `integer`; SQLite is held to the same. */
+export const MAX_POLICY_VERSION = 2_147_483_647;
 
 /** Why a value is not a token id (a non-negative integer that fits in uint32). */
 function tokenIdProblem(v: unknown): string {
@@ -75,7 +77,12 @@ export const StepWire = z
     prompt_ids: TokenIds,
     response_ids: TokenIds,
     reward: z.number().finite().nullable().optional(),
-    policy_version: z.number().int('must be an integer').min(0, 'must be >= 0').optional(),
+    policy_version: z
+      .number()
+      .int('must be an integer')
+      .min(0, 'must be >= 0')
+      .max(MAX_POLICY_VERSION, `must be <= ${MAX_POLICY_VERSION}`)
+      .optional(),
     is_last: z.boolean().default(false),
     metadata: JsonObject.default({}),
     rollout_log_probs: Logprobs.nullable().optional(),

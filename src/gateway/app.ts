@@ -11,6 +11,7 @@ import {
   CompleteTrajectoryBody,
   EventType,
   LabelsBody,
+  MAX_POLICY_VERSION,
   NotFoundError,
   parseOrThrow,
   Quality,
@@ -109,7 +110,11 @@ const EventListQuery = z.strictObject({
     .optional(),
 });
 const PolicyVersionBody = z.strictObject({
-  version: z.number().int().min(0, 'must be >= 0'),
+  version: z
+    .number()
+    .int()
+    .min(0, 'must be >= 0')
+    .max(MAX_POLICY_VERSION, `must be <= ${MAX_POLICY_VERSION} (stored as a 32-bit integer)`),
   /** Hold new generations until running ones finish, then switch (needs the gateway). */
   drain: z.boolean().default(false),
 });
