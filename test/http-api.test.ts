@@ -148,6 +148,28 @@ describe('HTTP API', () => {
       expect((await client.stats()).produced.steps).toBe(1);
     });
 
+    it('JSON nested 5,000 levels deep (400 naming the field), the server still ready', async () => {
+      // Built as text: the test's own JSON.stringify would overflow on such a value.
+      const deep = (levels: number) => `${'{"a":'.repeat(levels)}1${'}'.repeat(levels)}`;
+      const step = JSON.stringify(wireEpisode('t', 'p', 1)[0]).slice(0, -1);
+      const steps = await post('/v1/steps', `{"steps": [${step}, "metadata": ${deep(5000)}}]}`);
+      expect(steps.status).toBe(400);
+      const json = (await steps.json()) as { error: { field: string; message: string } };
+      expect(json.error.field).toBe('steps.0.metadata.a');
+      expect(json.error.message).toMatch(/JSON nested deeper than 128 levels/);
+      const init = await post('/init_trajectory', `{"metadata": ${deep(5000)}}`);
+      expect(init.status).toBe(400);
+      // The agent-facing routes answer in OpenAI's error shape: the field is `param`.
+      expect(((await init.json()) as { error: { param: string } }).error.param).toBe('metadata.a.a.a');
+      const arrays = await post('/v1/signals', `{"signals": ${'['.repeat(5000)}${']'.repeat(5000)}}`);
+      expect(arrays.status).toBe(400);
+      expect((await fetch(`${server.url}/ready`)).status).toBe(200);
+      expect((await client.stats()).produced.steps).toBe(0);
+      // Nesting well inside the limit is still taken.
+      const fine = await post('/v1/steps', `{"steps": [${step}, "metadata": ${deep(50)}}]}`);
+      expect(fine.status).toBe(200);
+    });
+
     it('an oversized body (413)', async () => {
       const big = wireEpisode('t', 'p', 1);
       big[0]!.prompt_ids = Array.from({ length: 20_000 }, (_, i) => i);

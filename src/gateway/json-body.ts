@@ -14,12 +14,59 @@ export async function readJsonText(c: Context, allowEmpty = true): Promise<{ tex
   return parseJsonText(await c.req.text(), allowEmpty);
 }
 
+/**
+ * The deepest nesting of arrays and objects a body may have. Tool schemas in a chat request nest
+ * about ten levels; much deeper is an attack on whatever walks the value recursively afterwards
+ * (validation, canonical JSON, the dashboard), each of which would overflow the stack.
+ */
+export const MAX_JSON_DEPTH = 128;
+
 /** Parses a request body's text as readJsonBody does. */
 export function parseJsonText(text: string, allowEmpty = true): { text: string; value: unknown } {
   if (allowEmpty && text.trim() === '') return { text, value: {} };
+  let value: unknown;
   try {
-    return { text, value: JSON.parse(text) };
+    value = JSON.parse(text);
   } catch (error) {
     throw new ValidationError(`body: malformed JSON (${(error as Error).message})`, 'body');
+  }
+  checkDepth(value);
+  return { text, value };
+}
+
+/** A 400 naming the field (its first path segments) under which `value` nests deeper than the limit. */
+function checkDepth(value: unknown): void {
+  interface Node {
+    value: object;
+    depth: number;
+    parent: Node | null;
+    key: string;
+  }
+  if (typeof value !== 'object' || value === null) return;
+  // Iterative: a recursive walk would itself overflow on the values it is meant to refuse.
+  const stack: Node[] = [{ value, depth: 1, parent: null, key: '' }];
+  while (stack.length > 0) {
+    const node = stack.pop()!;
+    if (node.depth > MAX_JSON_DEPTH) {
+      const path: string[] = [];
+      for (let n: Node | null = node; n?.parent; n = n.parent) path.unshift(n.key);
+      const field = path.slice(0, 4).join('.') || 'body';
+      throw new ValidationError(`${field}: JSON nested deeper than ${MAX_JSON_DEPTH} levels`, field);
+    }
+    // Token arrays hold a million numbers: index them, only containers go on the stack.
+    if (Array.isArray(node.value)) {
+      const items = node.value as unknown[];
+      for (let i = 0; i < items.length; i++) {
+        const child = items[i];
+        if (typeof child === 'object' && child !== null)
+          stack.push({ value: child, depth: node.depth + 1, parent: node, key: String(i) });
+      }
+    } else {
+      for (const key in node.value) {
+        const child = (node.value as Record<string, unknown>)[key];
+        if (typeof child === 'object' && child !== null)
+          stack.push({ value: child, depth: node.depth + 1, parent: node, key });
+      }
+    }
   }
 }
