@@ -90,6 +90,8 @@ export interface SampleResult {
   toolCalls: number;
   toolErrors: number;
   durationMs: number;
+  /** What the sandboxed agent tried beyond its own LLM routes, refused by the bridge (docs/security.md). */
+  gatewayRefused?: string[];
 }
 
 export interface GymSummary {
@@ -437,6 +439,7 @@ export async function runSample(
       toolCalls: outcome.toolCalls,
       toolErrors: outcome.toolErrors,
       durationMs: performance.now() - started,
+      ...(outcome.gatewayRefused ? { gatewayRefused: outcome.gatewayRefused } : {}),
     });
   } catch (error) {
     // The infrastructure failed: close the trajectory so serving masks it, and say why.

@@ -69,6 +69,8 @@ export interface AgentOutcome {
   answer: string | null;
   /** What CLEANER did (present when it was on); repair steps are LLM-call (= step) indices. */
   cleaner?: CleanerReport;
+  /** Requests of a sandboxed agent the gateway bridge refused (docs/security.md). */
+  gatewayRefused?: string[];
 }
 
 export const SYSTEM_PROMPT = (mountDir: string) =>

@@ -1,3 +1,4 @@
+import type { BridgeScope } from '../sandbox/gateway-bridge.js';
 import { runInSandbox, type SandboxOptions } from '../sandbox/index.js';
 import type { GymTask } from '../tasks/schema.js';
 import type { AgentOutcome } from './builtin.js';
@@ -36,6 +37,18 @@ const PROMPT_PATH = '/tmp/stepwise-prompt.txt';
 /** Inside the sandbox, 127.0.0.1:BRIDGE_PORT is the gateway. */
 export const BRIDGE_PORT = 8100;
 
+/** What a sandboxed agent finds in OPENAI_API_KEY: OpenAI clients want one; it grants nothing. */
+export const AGENT_API_KEY = 'stepwise';
+
+/**
+ * The bridge's scope for a sample: its own trajectory's LLM routes, the runner's key added on the
+ * way out (docs/security.md).
+ */
+export const bridgeScope = (options: Pick<SandboxedAgentOptions, 'baseUrl' | 'apiKey'>): BridgeScope => ({
+  basePath: new URL(options.baseUrl).pathname.replace(/\/+$/, ''),
+  ...(options.apiKey ? { apiKey: options.apiKey } : {}),
+});
+
 /** Single-quotes a value for bash. */
 export const quote = (value: string) => `'${value.replaceAll("'", `'\\''`)}'`;
 
@@ -66,11 +79,12 @@ export async function runExternalAgent(options: ExternalAgentOptions): Promise<A
       ...options.sandbox,
       workspace: options.workspace,
       mountDir: task.mountDir,
-      gateway: { url: upstream.origin, port: BRIDGE_PORT },
+      gateway: { url: upstream.origin, port: BRIDGE_PORT, scope: bridgeScope(options) },
       env: {
         ...options.sandbox?.env,
         OPENAI_BASE_URL: inside,
-        OPENAI_API_KEY: options.apiKey ?? 'stepwise',
+        // A placeholder: the bridge adds the runner's key, which the agent never sees.
+        OPENAI_API_KEY: AGENT_API_KEY,
         OPENAI_MODEL: options.model,
         STEPWISE_TASK_ID: task.id,
       },
@@ -89,5 +103,6 @@ export async function runExternalAgent(options: ExternalAgentOptions): Promise<A
     toolCalls: 0,
     toolErrors: 0,
     answer: result.stdout.trim().slice(-2000),
+    ...(result.gatewayRefused ? { gatewayRefused: result.gatewayRefused } : {}),
   };
 }

@@ -1,14 +1,38 @@
 import { chmod } from 'node:fs/promises';
+import http from 'node:http';
+import https from 'node:https';
 import net from 'node:net';
+import type { RunResult } from './types.js';
 
-/** The host end of the gateway bridge: a listener whose every connection is piped to one TCP target. */
+/** The host end of the gateway bridge: a listener whose connections reach one gateway. */
 export interface Bridge {
+  /** Requests refused because they were not the trajectory's LLM routes (method and path). */
+  readonly refused: readonly string[];
   close(): Promise<void>;
 }
 
 export interface BridgeTarget {
   host: string;
   port: number;
+  /** https targets are reached over TLS by the bridge; the agent inside speaks plain HTTP to it. */
+  tls?: boolean;
+}
+
+/**
+ * What the sandboxed agent may reach (docs/security.md): the LLM routes under one trajectory's
+ * base path, nothing else of the API. The runner's credential, when it has one, is added by the
+ * bridge; the agent never holds it.
+ */
+export interface BridgeScope {
+  /** The trajectory's base path on the gateway, e.g. `/<trajectory>/<group>/v1`. */
+  basePath: string;
+  /** Sent as `Authorization: Bearer ...` on every forwarded request, replacing the agent's. */
+  apiKey?: string;
+}
+
+/** The bridge's refusals, on a sandbox run's result when there were any. */
+export function withRefusals(result: RunResult, bridge: Bridge | undefined): RunResult {
+  return bridge && bridge.refused.length > 0 ? { ...result, gatewayRefused: [...bridge.refused] } : result;
 }
 
 /** host:port of a gateway URL (http or https), with the scheme's default port. */
@@ -23,34 +47,50 @@ export function gatewayTarget(url: string): BridgeTarget {
     throw new TypeError(`sandbox gateway.url must be http(s), got ${parsed.protocol}`);
   }
   const host = parsed.hostname.replace(/^\[(.*)\]$/, '$1');
-  const port = parsed.port === '' ? (parsed.protocol === 'https:' ? 443 : 80) : Number(parsed.port);
-  return { host, port };
+  const tls = parsed.protocol === 'https:';
+  const port = parsed.port === '' ? (tls ? 443 : 80) : Number(parsed.port);
+  return { host, port, ...(tls ? { tls } : {}) };
+}
+
+/** The routes an agent's LLM client uses, relative to its base_url, with their methods. */
+const LLM_ROUTES: Record<string, string> = {
+  '/chat/completions': 'POST',
+  '/completions': 'POST',
+  '/models': 'GET',
+};
+
+/** Whether `method path` is one of the trajectory's LLM routes (the path exactly, query aside). */
+export function allowedByScope(scope: BridgeScope, method: string, rawPath: string): boolean {
+  const path = rawPath.split('?')[0]!;
+  const base = scope.basePath.replace(/\/+$/, '');
+  if (!path.startsWith(`${base}/`)) return false;
+  const route = path.slice(base.length);
+  return LLM_ROUTES[route] === method;
 }
 
 /**
- * Listens on `listen` (a unix socket path, or a TCP port on 127.0.0.1) and forwards each connection to
- * `target`. A unix socket is made connectable by anyone who can reach it: it lives in a private
- * directory, and only the sandbox it is bind-mounted into can see it.
+ * Listens on `listen` (a unix socket path, or a TCP port on 127.0.0.1) and forwards to `target`.
+ * With a `scope`, it is an HTTP proxy that forwards only the trajectory's LLM routes and answers
+ * anything else 403 (OpenAI's error shape); without one, each connection is piped as it is (for a
+ * trusted command, e.g. a verifier that calls an LLM judge). A unix socket is made connectable by
+ * anyone who can reach it: it lives in a private directory, and only the sandbox it is bind-mounted
+ * into can see it.
  */
-export async function startBridge(listen: string | number, target: BridgeTarget): Promise<Bridge> {
+export async function startBridge(
+  listen: string | number,
+  target: BridgeTarget,
+  scope?: BridgeScope,
+): Promise<Bridge> {
   const sockets = new Set<net.Socket>();
   const track = (socket: net.Socket) => {
     sockets.add(socket);
     socket.once('close', () => sockets.delete(socket));
   };
-  const server = net.createServer((client) => {
-    track(client);
-    const upstream = net.connect(target);
-    track(upstream);
-    const destroy = () => {
-      client.destroy();
-      upstream.destroy();
-    };
-    client.on('error', destroy);
-    upstream.on('error', destroy);
-    client.pipe(upstream);
-    upstream.pipe(client);
-  });
+  const refused: string[] = [];
+  const server = scope
+    ? scopedProxy(target, scope, refused)
+    : net.createServer((client) => pipe(client, target, track));
+  server.on('connection', track);
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     if (typeof listen === 'string') server.listen(listen, resolve);
@@ -58,10 +98,91 @@ export async function startBridge(listen: string | number, target: BridgeTarget)
   });
   if (typeof listen === 'string') await chmod(listen, 0o666);
   return {
+    refused,
     close: () =>
       new Promise<void>((resolve) => {
         for (const socket of sockets) socket.destroy();
         server.close(() => resolve());
       }),
   };
+}
+
+function pipe(client: net.Socket, target: BridgeTarget, track: (socket: net.Socket) => void): void {
+  const upstream = net.connect(target);
+  track(upstream);
+  const destroy = () => {
+    client.destroy();
+    upstream.destroy();
+  };
+  client.on('error', destroy);
+  upstream.on('error', destroy);
+  client.pipe(upstream);
+  upstream.pipe(client);
+}
+
+/** Hop-by-hop headers (RFC 9110) and the ones the bridge sets itself. */
+const DROPPED = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-authorization',
+  'proxy-connection',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+  'host',
+  'authorization',
+]);
+
+function scopedProxy(target: BridgeTarget, scope: BridgeScope, refused: string[]): http.Server {
+  const transport = target.tls ? https : http;
+  const agent = new transport.Agent({ keepAlive: true });
+  return http.createServer((req, res) => {
+    const method = req.method ?? 'GET';
+    const path = req.url ?? '/';
+    if (!allowedByScope(scope, method, path)) {
+      refused.push(`${method} ${path.split('?')[0]}`);
+      req.resume();
+      const message =
+        `the sandbox's gateway bridge forwards only this trajectory's LLM routes ` +
+        `(POST chat/completions, POST completions, GET models under ${scope.basePath}), not ${method} ${path.split('?')[0]}`;
+      res.writeHead(403, { 'content-type': 'application/json' });
+      res.end(
+        JSON.stringify({ error: { message, type: 'permission_error', param: null, code: 'forbidden' } }),
+      );
+      return;
+    }
+    const headers: http.OutgoingHttpHeaders = {};
+    for (const [name, value] of Object.entries(req.headers)) if (!DROPPED.has(name)) headers[name] = value;
+    headers.host = `${target.host.includes(':') ? `[${target.host}]` : target.host}:${target.port}`;
+    if (scope.apiKey) headers.authorization = `Bearer ${scope.apiKey}`;
+    const upstream = transport.request(
+      { host: target.host, port: target.port, method, path, headers, agent },
+      (answer) => {
+        const out: http.OutgoingHttpHeaders = {};
+        for (const [name, value] of Object.entries(answer.headers)) if (!DROPPED.has(name)) out[name] = value;
+        res.writeHead(answer.statusCode ?? 502, out);
+        answer.pipe(res);
+      },
+    );
+    upstream.on('error', (error) => {
+      if (res.headersSent) return void res.destroy();
+      res.writeHead(502, { 'content-type': 'application/json' });
+      res.end(
+        JSON.stringify({
+          error: {
+            message: `the gateway is unreachable: ${error.message}`,
+            type: 'api_error',
+            param: null,
+            code: null,
+          },
+        }),
+      );
+    });
+    // The agent hung up (e.g. cancelled a stream): stop the call upstream too.
+    res.on('close', () => {
+      if (!res.writableFinished) upstream.destroy();
+    });
+    req.pipe(upstream);
+  });
 }

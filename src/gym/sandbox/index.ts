@@ -18,7 +18,7 @@ import {
   sandboxEnv,
   sandboxHome,
 } from './environment.js';
-import { type Bridge, gatewayTarget, startBridge } from './gateway-bridge.js';
+import { type Bridge, type BridgeScope, gatewayTarget, startBridge, withRefusals } from './gateway-bridge.js';
 import { classifyLimitHit } from './limit-hit.js';
 import { runUnsafe } from './run-unsafe.js';
 import { STATUS_FDS, type Supervised, supervise } from './supervise.js';
@@ -122,7 +122,7 @@ export async function runInSandbox(
     await writeFile(etcFiles.hosts, HOSTS_FILE);
     const gatewaySocket = gateway ? join(runDir, 'gateway.sock') : undefined;
     if (gateway && gatewaySocket) {
-      bridge = await startBridge(gatewaySocket, gateway.target).catch((error: Error) => {
+      bridge = await startBridge(gatewaySocket, gateway.target, gateway.scope).catch((error: Error) => {
         throw new SandboxError(`cannot start the gateway bridge: ${error.message}`);
       });
     }
@@ -175,20 +175,20 @@ export async function runInSandbox(
     } catch (error) {
       throw new SandboxError(`bwrap could not be started: ${(error as Error).message}`);
     }
-    return toResult(supervised, limits);
+    return withRefusals(toResult(supervised, limits), bridge);
   } finally {
     await bridge?.close();
     await rm(runDir, { recursive: true, force: true });
   }
 }
 
-function resolveGateway(gateway: { url: string; port?: number }) {
+function resolveGateway(gateway: { url: string; port?: number; scope?: BridgeScope }) {
   const target = gatewayTarget(gateway.url);
   const port = gateway.port ?? target.port;
   if (!Number.isInteger(port) || port < 1 || port > 65_535) {
     throw new TypeError(`sandbox gateway.port must be a TCP port, got ${gateway.port}`);
   }
-  return { target, port };
+  return { target, port, ...(gateway.scope ? { scope: gateway.scope } : {}) };
 }
 
 async function realWorkspace(workspace: string): Promise<string> {

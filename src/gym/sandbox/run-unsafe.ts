@@ -1,7 +1,13 @@
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { posix } from 'node:path';
-import { type Bridge, type BridgeTarget, startBridge } from './gateway-bridge.js';
+import {
+  type Bridge,
+  type BridgeScope,
+  type BridgeTarget,
+  startBridge,
+  withRefusals,
+} from './gateway-bridge.js';
 import { classifyLimitHit } from './limit-hit.js';
 import { OutputBuffer, settleWithin } from './output-buffer.js';
 import { MIB, type RunResult, SandboxError, type SandboxLimits } from './types.js';
@@ -17,7 +23,7 @@ export interface UnsafeRun {
   timeoutMs: number;
   graceMs: number;
   maxOutputBytes: number;
-  gateway: { target: BridgeTarget; port: number } | undefined;
+  gateway: { target: BridgeTarget; port: number; scope?: BridgeScope } | undefined;
 }
 
 /** Process-wide by nature: the warning is about the process, and it is said once. */
@@ -47,13 +53,13 @@ export async function runUnsafe(run: UnsafeRun): Promise<RunResult> {
     const { target, port } = run.gateway;
     const direct = (target.host === '127.0.0.1' || target.host === 'localhost') && target.port === port;
     if (!direct) {
-      bridge = await startBridge(port, target).catch((error: Error) => {
+      bridge = await startBridge(port, target, run.gateway.scope).catch((error: Error) => {
         throw new SandboxError(`cannot forward 127.0.0.1:${port} to the gateway: ${error.message}`);
       });
     }
   }
   try {
-    return await spawnOnHost(run, cwd);
+    return withRefusals(await spawnOnHost(run, cwd), bridge);
   } finally {
     await bridge?.close();
   }

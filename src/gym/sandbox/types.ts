@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import type { BridgeScope } from './gateway-bridge.js';
 
 export interface SandboxLimits {
   /** CPU seconds per process (RLIMIT_CPU): SIGXCPU at the limit, SIGKILL one second later. */
@@ -29,8 +30,12 @@ export interface SandboxOptions {
   limits?: Partial<SandboxLimits>;
   /** Added to a minimal environment (PATH, HOME, LANG=C.UTF-8); may override those. */
   env?: Record<string, string>;
-  /** Expose ONE host HTTP endpoint: inside the sandbox http://127.0.0.1:<port> reaches gateway.url on the host; nothing else on the network. */
-  gateway?: { url: string; port?: number };
+  /**
+   * Expose ONE host HTTP endpoint: inside the sandbox http://127.0.0.1:<port> reaches gateway.url on
+   * the host; nothing else on the network. With `scope`, only that trajectory's LLM routes, with the
+   * scope's key added by the bridge (an agent; docs/security.md); without, the whole endpoint.
+   */
+  gateway?: { url: string; port?: number; scope?: BridgeScope };
   /**
    * Host directories or files made visible inside, read-only (an agent's own install, say). A target
    * must be absolute and outside the system directories, the workspace and /tmp.
@@ -54,6 +59,8 @@ export interface RunResult {
   limitHit: LimitHit | null;
   stdoutTruncated: boolean;
   stderrTruncated: boolean;
+  /** Requests the scoped gateway bridge refused (`METHOD /path`), when there were any. */
+  gatewayRefused?: string[];
 }
 
 export interface RunSettings {

@@ -4,7 +4,14 @@ import { tmpdir } from 'node:os';
 import { join, posix, relative, sep } from 'node:path';
 import { runInSandbox, type SandboxLimits } from '../../sandbox/index.js';
 import type { AgentOutcome } from '../builtin.js';
-import { BRIDGE_PORT, insideBaseUrl, quote, type SandboxedAgentOptions } from '../external.js';
+import {
+  AGENT_API_KEY,
+  BRIDGE_PORT,
+  bridgeScope,
+  insideBaseUrl,
+  quote,
+  type SandboxedAgentOptions,
+} from '../external.js';
 import { GYM_TOOLS, renderOpenClawConfig } from './config.js';
 import { envelopeMetadata, type OpenClawEnvelope, parseEnvelope } from './envelope.js';
 import type { OpenClawInstall } from './install.js';
@@ -95,9 +102,10 @@ function commonRoot(paths: readonly string[]): string {
 
 export async function runOpenClawAgent(options: OpenClawRunOptions): Promise<OpenClawRunResult> {
   const started = performance.now();
-  const apiKey = options.apiKey ?? 'stepwise';
   await checkGateway(options.baseUrl, options.apiKey);
   const unsafe = options.sandbox?.unsafeNoSandbox === true;
+  // Sandboxed, OpenClaw holds a placeholder and the bridge adds the runner's key on the way out.
+  const apiKey = unsafe ? (options.apiKey ?? AGENT_API_KEY) : AGENT_API_KEY;
   const node = await realpath(options.install.node);
   const entry = await realpath(options.install.entry);
   const root = commonRoot([node, entry]);
@@ -153,7 +161,9 @@ export async function runOpenClawAgent(options: OpenClawRunOptions): Promise<Ope
         workspace: options.workspace,
         mountDir: options.task.mountDir,
         limits: { ...OPENCLAW_LIMITS, ...userLimits },
-        ...(unsafe ? {} : { gateway: { url: upstream.origin, port: BRIDGE_PORT } }),
+        ...(unsafe
+          ? {}
+          : { gateway: { url: upstream.origin, port: BRIDGE_PORT, scope: bridgeScope(options) } }),
         readOnlyBinds: unsafe
           ? []
           : [...(options.sandbox?.readOnlyBinds ?? []), { source: root, target: INSIDE_ROOT }],
