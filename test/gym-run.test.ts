@@ -1,4 +1,4 @@
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -135,6 +135,41 @@ describe.skipIf(!sandboxReady)('gym runner', () => {
     expect(results.every((r) => r.status === 'infra_failed')).toBe(true);
     expect(summary.infraFailed).toBe(6);
     expect(results[0]!.reason).toMatch(/unreachable/);
+  });
+
+  it('a command template runs as a shell script: `;`, `&&` and pipes all run, and a failing stage is an agent failure', async () => {
+    const workDir = (runId: string) => join(dir, `work-${runId}`);
+    const run = (template: string, runId: string) =>
+      runGym(
+        options({
+          tasks: [tasks[1]!],
+          samples: 1,
+          runId,
+          stateFile: join(dir, `state-${runId}.jsonl`),
+          workDir: workDir(runId),
+          keepWorkspaces: true,
+          agent: { kind: 'command', template },
+        }),
+      );
+    const { results } = await run(
+      'echo one > {workspace}/a.txt; echo two > {workspace}/b.txt && echo three | tr a-z A-Z > {workspace}/c.txt',
+      'tpl-ok',
+    );
+    expect(results[0]).toMatchObject({ status: 'complete', agent: 'finished' });
+    const workspace = join(workDir('tpl-ok'), readdirSync(workDir('tpl-ok'))[0]!, 'workspace');
+    expect(readFileSync(join(workspace, 'a.txt'), 'utf8')).toBe('one\n');
+    expect(readFileSync(join(workspace, 'b.txt'), 'utf8')).toBe('two\n');
+    expect(readFileSync(join(workspace, 'c.txt'), 'utf8')).toBe('THREE\n');
+    // The prompt is in {prompt_file}; stdin is empty.
+    const stdin = await run('test -s {prompt_file} && test -z "$(cat)"', 'tpl-stdin');
+    expect(stdin.results[0]).toMatchObject({ status: 'complete', agent: 'finished' });
+    for (const [template, id] of [
+      ['true; false', 'tpl-fail-last'],
+      ['false | true', 'tpl-fail-pipe'],
+    ] as const) {
+      const failed = await run(template, id);
+      expect(failed.results[0], template).toMatchObject({ status: 'complete', score: 0, agent: 'failed' });
+    }
   });
 
   it('an external agent command runs in the sandbox and reaches the gateway through the bridge only', async () => {

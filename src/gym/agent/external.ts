@@ -73,7 +73,9 @@ export async function runExternalAgent(options: ExternalAgentOptions): Promise<A
     model: options.model,
   });
   // The prompt arrives on stdin and is written into the sandbox's private /tmp before the agent starts.
-  const script = `cat > ${PROMPT_PATH} && exec ${command} < /dev/null`;
+  // The template runs as a bash script of its own, so `;`, `&&` and pipes behave as written (after an
+  // `exec` only its first command ran); pipefail makes a failing stage fail the agent. stdin is empty.
+  const script = `cat > ${PROMPT_PATH} && exec /bin/bash -o pipefail -c ${quote(command)} < /dev/null`;
   const result = await runInSandbox(
     {
       ...options.sandbox,
