@@ -14,6 +14,7 @@ import { createApp } from './app.js';
 import { isLoopback, parseApiKey } from './auth.js';
 import { llmCallListener } from './direct.js';
 import { Gateway, type GatewayOptions } from './gateway.js';
+import { requestGuard } from './request-guard.js';
 
 export interface ServerOptions {
   /** SQLite database file (the default store); ignored with `pg`. */
@@ -144,6 +145,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     listening = await listen(app.fetch, host, options.port ?? 8100, {
       maxBodyBytes: options.maxBodyBytes,
       direct: llmCallListener(gateway, apiKeys),
+      guard: requestGuard(host, options.publicUrl),
     });
   } catch (error) {
     await rewards?.close();

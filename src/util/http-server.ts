@@ -24,6 +24,8 @@ export interface ListenOptions {
   maxBodyBytes?: number;
   /** Requests served without the fetch handler (the gateway's LLM calls: gateway/direct.ts). */
   direct?: DirectListener;
+  /** Runs first on every request: a message refuses it with a 403, unread (gateway/request-guard.ts). */
+  guard?: (req: IncomingMessage) => string | null;
 }
 
 export const DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024;
@@ -97,8 +99,19 @@ export async function listen(
   const viaFetch = getRequestListener(fetch, { hostname: host }) as Listener;
   const { direct } = options;
   const handle: Listener = direct ? (req, res) => void (direct(req, res) || viaFetch(req, res)) : viaFetch;
+  const read = readBodiesFirst(options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES, handle);
+  const { guard } = options;
   const server: Server = createServer(
-    readBodiesFirst(options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES, handle),
+    guard
+      ? (req, res) => {
+          const refused = guard(req);
+          if (refused === null) return read(req, res);
+          req.resume();
+          const error = new StepwiseError(refused, 403, 'forbidden');
+          res.writeHead(403, { 'content-type': 'application/json', connection: 'close' });
+          res.end(JSON.stringify(error.toJSON()));
+        }
+      : read,
   );
   server.keepAliveTimeout = KEEP_ALIVE_MS;
   // Node measures the time to receive a request's headers on the same connection timer.

@@ -1,0 +1,54 @@
+import type { IncomingMessage } from 'node:http';
+import { isLoopback } from './auth.js';
+
+/*
+ * Browsers (docs/security.md): a web page the operator opens must not drive a server on their
+ * machine. Two checks run on every request, before its body is read or any route runs:
+ * - `Host` must name the server: a loopback name when it listens on loopback, or --public-url's
+ *   host. A DNS-rebinding page reaches 127.0.0.1 under its own name, and is refused here; base_urls
+ *   are built from that checked Host or from --public-url, never from an arbitrary one.
+ * - A state-changing request (any method but GET, HEAD, OPTIONS) that carries `Origin`, which
+ *   browsers send, must come from the server's own origin or --public-url's. A cross-origin form
+ *   or `text/plain` fetch is refused before it does anything.
+ * A server on all interfaces without --public-url cannot know its names: it takes any Host, and
+ * needs API keys anyway (a browser cannot add them cross-origin without a preflight we never allow).
+ */
+
+const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
+
+/** `host[:port]` as URL parses it (IPv6 in brackets), lower-cased; null when it does not parse. */
+function parseHost(value: string): { hostname: string; host: string } | null {
+  try {
+    const url = new URL(`http://${value}`);
+    if (url.username || url.password || url.pathname !== '/' || url.search || url.hash) return null;
+    return { hostname: url.hostname, host: url.host };
+  } catch {
+    return null;
+  }
+}
+
+/** The check for a server bound to `boundHost`; it returns why a request is refused, or null. */
+export function requestGuard(boundHost: string, publicUrl?: string): (req: IncomingMessage) => string | null {
+  const pub = publicUrl ? new URL(publicUrl) : null;
+  const checksHost = isLoopback(boundHost) || pub !== null;
+  const namesServer = (hostname: string) => isLoopback(hostname) || hostname === pub?.hostname;
+  return (req) => {
+    const hostHeader = req.headers.host ?? '';
+    const host = parseHost(hostHeader);
+    if (checksHost && (!host || !namesServer(host.hostname)))
+      return `Host: ${JSON.stringify(hostHeader)} does not name this server (use ${pub ? pub.host : 'its loopback address'}${pub ? '' : ', or start it with --public-url'})`;
+    const origin = req.headers.origin;
+    if (origin === undefined || SAFE_METHODS.has(req.method ?? 'GET')) return null;
+    let from: URL | null = null;
+    try {
+      from = new URL(origin);
+    } catch {
+      // "null" (a sandboxed frame, a file: page) and garbage alike are foreign.
+    }
+    const own = from !== null && host !== null && from.host === host.host;
+    const published = from !== null && pub !== null && from.origin === pub.origin;
+    if (!own && !published)
+      return `Origin: ${JSON.stringify(origin)} is another site; this server takes state-changing requests from its own pages and from API clients only`;
+    return null;
+  };
+}
