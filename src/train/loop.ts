@@ -321,6 +321,8 @@ async function referenceRollouts(c: {
 }): Promise<void> {
   const server = await startServer({
     dbPath: join(c.out, 'reference.db'),
+    // Any free port: 8100, the default, may be another server's (or another train run's).
+    port: 0,
     engines: ['sim'],
     sim: { policy: 'reference', tasks: referenceTasks(c.tasks), seed: c.seed },
   });
