@@ -11,7 +11,7 @@ export async function readJsonBody(c: Context, allowEmpty = true): Promise<unkno
 
 /** readJsonBody that also returns the text the value was parsed from. */
 export async function readJsonText(c: Context, allowEmpty = true): Promise<{ text: string; value: unknown }> {
-  return parseJsonText(await c.req.text(), allowEmpty);
+  return parseJsonText(await c.req.text(), allowEmpty, true);
 }
 
 /**
@@ -21,8 +21,16 @@ export async function readJsonText(c: Context, allowEmpty = true): Promise<{ tex
  */
 export const MAX_JSON_DEPTH = 128;
 
-/** Parses a request body's text as readJsonBody does. */
-export function parseJsonText(text: string, allowEmpty = true): { text: string; value: unknown } {
+/**
+ * Parses a request body's text as readJsonBody does. `refuseNul`: a string (or key) holding U+0000
+ * is a 400 naming its field. PostgreSQL can store NUL in neither text nor jsonb, so the API refuses
+ * it on both stores alike (docs/security.md); an LLM call's body is forwarded as the agent sent it.
+ */
+export function parseJsonText(
+  text: string,
+  allowEmpty = true,
+  refuseNul = false,
+): { text: string; value: unknown } {
   if (allowEmpty && text.trim() === '') return { text, value: {} };
   let value: unknown;
   try {
@@ -30,27 +38,38 @@ export function parseJsonText(text: string, allowEmpty = true): { text: string; 
   } catch (error) {
     throw new ValidationError(`body: malformed JSON (${(error as Error).message})`, 'body');
   }
-  checkDepth(value);
+  checkValue(value, refuseNul);
   return { text, value };
 }
 
-/** A 400 naming the field (its first path segments) under which `value` nests deeper than the limit. */
-function checkDepth(value: unknown): void {
+/**
+ * A 400 naming the field (its first path segments) under which `value` nests deeper than the limit,
+ * or, with `refuseNul`, that holds U+0000.
+ */
+function checkValue(value: unknown, refuseNul: boolean): void {
   interface Node {
     value: object;
     depth: number;
     parent: Node | null;
     key: string;
   }
+  const nul = (v: unknown): boolean => refuseNul && typeof v === 'string' && v.includes('\u0000');
+  const fieldOf = (node: Node | null, last?: string) => {
+    const path: string[] = last === undefined ? [] : [last];
+    for (let n: Node | null = node; n?.parent; n = n.parent) path.unshift(n.key);
+    return path.slice(0, 4).join('.') || 'body';
+  };
+  const refuseNulAt = (field: string): never => {
+    throw new ValidationError(`${field}: text holds U+0000 (NUL), which cannot be stored`, field);
+  };
+  if (nul(value)) refuseNulAt('body');
   if (typeof value !== 'object' || value === null) return;
   // Iterative: a recursive walk would itself overflow on the values it is meant to refuse.
   const stack: Node[] = [{ value, depth: 1, parent: null, key: '' }];
   while (stack.length > 0) {
     const node = stack.pop()!;
     if (node.depth > MAX_JSON_DEPTH) {
-      const path: string[] = [];
-      for (let n: Node | null = node; n?.parent; n = n.parent) path.unshift(n.key);
-      const field = path.slice(0, 4).join('.') || 'body';
+      const field = fieldOf(node);
       throw new ValidationError(`${field}: JSON nested deeper than ${MAX_JSON_DEPTH} levels`, field);
     }
     // Token arrays hold a million numbers: index them, only containers go on the stack.
@@ -58,12 +77,14 @@ function checkDepth(value: unknown): void {
       const items = node.value as unknown[];
       for (let i = 0; i < items.length; i++) {
         const child = items[i];
+        if (nul(child)) refuseNulAt(fieldOf(node, String(i)));
         if (typeof child === 'object' && child !== null)
           stack.push({ value: child, depth: node.depth + 1, parent: node, key: String(i) });
       }
     } else {
       for (const key in node.value) {
         const child = (node.value as Record<string, unknown>)[key];
+        if (nul(key) || nul(child)) refuseNulAt(fieldOf(node, key));
         if (typeof child === 'object' && child !== null)
           stack.push({ value: child, depth: node.depth + 1, parent: node, key });
       }
