@@ -1,5 +1,5 @@
 import { type Command, InvalidArgumentError } from 'commander';
-import { DEFAULT_ADAM_EPS, DEFAULT_CLIP, runTrain } from './loop.js';
+import { DEFAULT_ADAM_EPS, DEFAULT_CLIP, DEFAULT_GROUPS, runTrain } from './loop.js';
 
 /** `stepwise train`: the RL loop on this machine (docs/trainers.md, "stepwise train"). */
 export function registerTrainCommand(program: Command): void {
@@ -32,7 +32,7 @@ export function registerTrainCommand(program: Command): void {
     )
     .option('--seed <n>', 'seed of the model, the tasks and the sampling', int('--seed', 0), 7)
     .option('--versions <n>', 'policy versions to train (one batch of groups each)', int('--versions', 1), 12)
-    .option('--groups <n>', 'copy tasks (groups) per round', int('--groups', 1), 8)
+    .option('--groups <n>', 'copy tasks (groups) per round', int('--groups', 1), DEFAULT_GROUPS)
     .option('--rollouts <n>', 'samples per task: the group size', int('--rollouts', 2), 8)
     .option(
       '--warmup-steps <n>',

@@ -45,7 +45,7 @@ export const AGENT_API_KEY = 'stepwise';
  * way out (docs/security.md).
  */
 export const bridgeScope = (options: Pick<SandboxedAgentOptions, 'baseUrl' | 'apiKey'>): BridgeScope => ({
-  basePath: new URL(options.baseUrl).pathname.replace(/\/+$/, ''),
+  basePath: basePathOf(options.baseUrl),
   ...(options.apiKey ? { apiKey: options.apiKey } : {}),
 });
 
@@ -53,8 +53,12 @@ export const bridgeScope = (options: Pick<SandboxedAgentOptions, 'baseUrl' | 'ap
 export const quote = (value: string) => `'${value.replaceAll("'", `'\\''`)}'`;
 
 /** A host base_url as an agent inside the sandbox reaches it: the same path on the bridged port. */
-export const insideBaseUrl = (baseUrl: string) =>
-  `http://127.0.0.1:${BRIDGE_PORT}${new URL(baseUrl).pathname.replace(/\/+$/, '')}`;
+export const insideBaseUrl = (baseUrl: string) => `http://127.0.0.1:${BRIDGE_PORT}${basePathOf(baseUrl)}`;
+
+/** A base_url's path, `/<trajectory>/<group>/v1`, without a trailing slash. */
+function basePathOf(baseUrl: string): string {
+  return new URL(baseUrl).pathname.replace(/\/+$/, '');
+}
 
 export function renderTemplate(template: string, values: Record<string, string>): string {
   return template.replace(/\{(prompt_file|workspace|task_id|model)\}/g, (_, key: string) =>

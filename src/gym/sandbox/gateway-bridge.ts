@@ -141,11 +141,12 @@ function scopedProxy(target: BridgeTarget, scope: BridgeScope, refused: string[]
     const method = req.method ?? 'GET';
     const path = req.url ?? '/';
     if (!allowedByScope(scope, method, path)) {
-      refused.push(`${method} ${path.split('?')[0]}`);
+      const attempt = `${method} ${path.split('?')[0]}`;
+      refused.push(attempt);
       req.resume();
       const message =
         `the sandbox's gateway bridge forwards only this trajectory's LLM routes ` +
-        `(POST chat/completions, POST completions, GET models under ${scope.basePath}), not ${method} ${path.split('?')[0]}`;
+        `(POST chat/completions, POST completions, GET models under ${scope.basePath}), not ${attempt}`;
       res.writeHead(403, { 'content-type': 'application/json' });
       res.end(
         JSON.stringify({ error: { message, type: 'permission_error', param: null, code: 'forbidden' } }),
