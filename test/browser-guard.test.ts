@@ -179,4 +179,39 @@ describe('Origin: state-changing requests from another site are refused', () => 
     expect(client.status).toBe(200);
     expect(await server.pool.policyVersion()).toBe(3);
   });
+
+  it('reads a body only as application/json: the types a page may post without a preflight are a 415 and change nothing', async () => {
+    const init = await request(
+      server,
+      'POST',
+      '/init_trajectory',
+      { 'content-type': 'application/json' },
+      '{}',
+    );
+    const base = new URL(init.json.base_url as string).pathname;
+    const chat = '{"model": "sim", "messages": [{"role": "user", "content": "hi"}]}';
+    for (const type of [
+      'text/plain',
+      'application/x-www-form-urlencoded',
+      'multipart/form-data; boundary=x',
+      null,
+    ])
+      for (const [method, path, body] of [
+        ['PUT', '/v1/policy-version', '{"version": 9}'],
+        ['POST', `${base}/chat/completions`, chat],
+      ] as const) {
+        const headers: Record<string, string> = type === null ? {} : { 'content-type': type };
+        const res = await request(server, method, path, headers, body);
+        expect([type, path, res.status]).toEqual([type, path, 415]);
+        expect(res.json.error).toMatchObject({ code: 'unsupported_media_type', field: 'content-type' });
+      }
+    expect(await server.pool.policyVersion()).toBe(3);
+    expect((await server.pool.store.getTrajectorySteps(init.json.trajectory_uid as string)).length).toBe(0);
+    // JSON with parameters or a +json type is JSON; a request without a body needs no type.
+    const json = { 'content-type': 'application/json; charset=utf-8' };
+    expect((await request(server, 'POST', `${base}/chat/completions`, json, chat)).status).toBe(200);
+    const vendor = { 'content-type': 'application/vnd.stepwise+json' };
+    expect((await request(server, 'PUT', '/v1/policy-version', vendor, '{"version": 4}')).status).toBe(200);
+    expect((await request(server, 'POST', '/v1/batches/nope/ack', {})).status).toBe(404);
+  });
 });

@@ -43,7 +43,7 @@ describe('stepwise serve --engine sim and stepwise gateway', () => {
       messages: [{ role: 'user', content: 'hello from another process' }],
     });
     expect(answer.choices[0]!.message.content).toBe('hello from another process');
-    const done = await post(`${gateway.url}/${id}/p1/v1/complete_trajectory`, { reward: 1 });
+    const done = await post(`${gateway.url}/v1/trajectories/${id}/complete`, { reward: 1 });
     expect(done.json).toMatchObject({ status: 'complete', n_steps: 1 });
     // The gateway process exposes no trainer routes; the pool process serves the step.
     expect((await fetch(`${gateway.url}/v1/stats`)).status).toBe(404);

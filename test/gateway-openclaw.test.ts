@@ -225,13 +225,21 @@ async function serve(errorRate = 0): Promise<{ server: RunningServer; dbPath: st
 }
 
 async function init(server: RunningServer): Promise<Init> {
-  const res = await fetch(`${server.url}/init_trajectory`, { method: 'POST', body: '{}' });
+  const res = await fetch(`${server.url}/init_trajectory`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: '{}',
+  });
   expect(res.status).toBe(200);
   return (await res.json()) as Init;
 }
 
 async function complete(t: Init): Promise<void> {
-  const res = await fetch(`${t.base_url}/complete_trajectory`, { method: 'POST', body: '{"reward": 1}' });
+  const res = await fetch(`${new URL(t.base_url).origin}/v1/trajectories/${t.trajectory_uid}/complete`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: '{"reward": 1}',
+  });
   expect(res.status).toBe(200);
 }
 

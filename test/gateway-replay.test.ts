@@ -99,13 +99,21 @@ afterAll(async () => {
 });
 
 async function init(): Promise<{ id: string; baseUrl: string }> {
-  const res = await fetch(`${server.url}/init_trajectory`, { method: 'POST', body: '{}' });
+  const res = await fetch(`${server.url}/init_trajectory`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: '{}',
+  });
   const body = (await res.json()) as { trajectory_uid: string; base_url: string };
   return { id: body.trajectory_uid, baseUrl: body.base_url };
 }
 
 async function stepsOf(t: { id: string; baseUrl: string }) {
-  await fetch(`${t.baseUrl}/complete_trajectory`, { method: 'POST', body: '{}' });
+  await fetch(`${new URL(t.baseUrl).origin}/v1/trajectories/${t.id}/complete`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: '{}',
+  });
   return server.pool.getTrajectorySteps(t.id);
 }
 
@@ -234,6 +242,7 @@ describe('gateway replaying recorded vLLM answers', () => {
     }
     const res = await fetch(`${server.url}/generate`, {
       method: 'POST',
+      headers: { 'content-type': 'application/json' },
       body: JSON.stringify({
         prompt_ids: recorded.choices[0].prompt_token_ids,
         sampling_params: { max_new_tokens: 32 },

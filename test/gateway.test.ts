@@ -6,7 +6,6 @@ import OpenAI from 'openai';
 import { afterAll, afterEach, beforeAll, describe, expect, it, onTestFinished, vi } from 'vitest';
 import { HINT_HEADING } from '../src/curation/actguide/index.js';
 import type { Step } from '../src/domain/index.js';
-import { startSimServer } from '../src/engines/sim/serve.js';
 import { type RunningServer, type ServerOptions, startServer } from '../src/gateway/server.js';
 import { loadQwen3Tokenizer, renderChat } from '../src/text/index.js';
 
@@ -170,8 +169,9 @@ async function init(server: RunningServer, body: Record<string, unknown> = {}): 
   return json as Init;
 }
 
+/** Completes as the episode's owner (the id route), as a runner does. */
 async function complete(t: Init, reward: number | null = 1) {
-  return post(`${t.base_url}/complete_trajectory`, { reward });
+  return post(`${new URL(t.base_url).origin}/v1/trajectories/${t.trajectory_uid}/complete`, { reward });
 }
 
 const client = (t: Init) => new OpenAI({ baseURL: t.base_url, apiKey: 'unused', maxRetries: 0 });
@@ -366,12 +366,7 @@ describe('gateway: black-box protocol with the openai client', () => {
   it('tool results reach the step they answer when another call of the trajectory ends first', async () => {
     // The side call's step is captured before the answer's (the engine holds the answer 300 ms).
     const engine = await toolEngine(300);
-    const server = await serve({
-      engines: [engine],
-      // Each step is built only once a later call is on its way (or the trajectory completes):
-      // the first answer's when the two calls after it are, the side call's before the answer's.
-      gatewayOptions: { followUpMs: 60_000 },
-    });
+    const server = await serve({ engines: [engine] });
     const t = await init(server);
     const openai = client(t);
     const user = { role: 'user' as const, content: 'What does a.txt say?' };
@@ -397,13 +392,10 @@ describe('gateway: black-box protocol with the openai client', () => {
     expect(steps[1]!.toolResults).toBeNull();
   });
 
-  it.each([
-    ['the step they answer is built', 0],
-    ['the step they answer is still to be built', 60_000],
-  ])(
+  it.each([['once']])(
     'a call that fails before it reaches the engine leaves its tool results to its retry (%s)',
-    async (_, followUpMs) => {
-      const server = await serve({ engines: [await toolEngine(0)], gatewayOptions: { followUpMs } });
+    async () => {
+      const server = await serve({ engines: [await toolEngine(0)] });
       const t = await init(server);
       const openai = client(t);
       const user = { role: 'user' as const, content: 'What does a.txt say?' };
@@ -456,38 +448,88 @@ describe('gateway: black-box protocol with the openai client', () => {
     expect(sb!.metadata.model).toBe('qwen3');
   });
 
-  it('commits captured steps while a later call waits on the engine once they waited half their deferral, and all before completing', async () => {
-    // A long capture wait (2 s) isolates the triggers: forwarding a call, and completing. The engine
-    // is a sim over HTTP that takes 30 ms to answer, so the gateway is idle while it waits.
-    const sim = await startSimServer({ port: 0, ttftMs: 30 });
-    onTestFinished(() => sim.close());
-    const server = await serve({ engines: [`vllm=${sim.url}`], gatewayOptions: { captureDeferMs: 2_000 } });
+  it('stores each step before its answer reaches the agent, whole or streamed', async () => {
+    const server = await serve();
     const t = await init(server);
-    const ask = (content: string) =>
-      client(t).chat.completions.create({ model: 'm', messages: [{ role: 'user', content }] });
     const stored = async () => (await server.pool.getTrajectorySteps(t.trajectory_uid)).map((s) => s.index);
-    const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-    const started = performance.now();
-    await ask('first');
-    await sleep(50);
-    expect(await stored()).toEqual([]);
-    // The first step has waited well under 1 s: a call now leaves it to gather company.
-    await ask('second');
-    await sleep(50);
-    expect(await stored()).toEqual([]);
-    await sleep(1_100 - (performance.now() - started));
-    // Past half the deferral: this call's engine wait commits both steps, before the 2 s timer.
-    await ask('third');
-    await sleep(50);
-    expect(performance.now() - started).toBeLessThan(1_900);
-    expect(await stored()).toEqual([0, 1]);
-    const done = await complete(t);
-    expect(done.json).toMatchObject({ status: 'complete', n_steps: 3 });
+    const messages = [{ role: 'user' as const, content: 'first' }];
+    await client(t).chat.completions.create({ model: 'm', messages });
+    expect(await stored()).toEqual([0]);
+    const stream = await client(t).chat.completions.create({ model: 'm', messages, stream: true });
+    let finished = false;
+    for await (const chunk of stream) {
+      // The chunk that finishes the answer comes only once its step is stored.
+      if (chunk.choices[0]?.finish_reason) {
+        finished = true;
+        expect(await stored()).toEqual([0, 1]);
+      }
+    }
+    expect(finished).toBe(true);
+    const text = await post(`${t.base_url}/completions`, { model: 'm', prompt: 'third', max_tokens: 4 });
+    expect(text.status).toBe(200);
     expect(await stored()).toEqual([0, 1, 2]);
   });
 
-  it('register_trajectory merges metadata; complete_trajectory sets the reward and closes the session', async () => {
+  it('answers an error, never the answer, when its step cannot be stored; the retry is stored with its tool results', async () => {
+    const server = await serve({ engines: [await toolEngine(0)] });
+    const t = await init(server);
+    const openai = client(t);
+    const user = { role: 'user' as const, content: 'What does a.txt say?' };
+    const first = (await openai.chat.completions.create({ model: 'm', messages: [user], tools })).choices[0]!;
+    const withResult = {
+      model: 'm',
+      messages: [user, first.message, { role: 'tool' as const, tool_call_id: 'call_1', content: 'hello' }],
+      tools,
+    };
+    const submit = server.pool.submitSteps.bind(server.pool);
+    const failing = vi
+      .spyOn(server.pool, 'submitSteps')
+      .mockImplementation(async (steps, options) =>
+        steps.length > 0 ? Promise.reject(new Error('disk I/O error')) : submit(steps, options),
+      );
+    await expect(openai.chat.completions.create(withResult)).rejects.toMatchObject({
+      status: 503,
+      code: 'capture_failed',
+    });
+    failing.mockRestore();
+    expect(await server.pool.getTrajectorySteps(t.trajectory_uid)).toHaveLength(1);
+    const retry = (await openai.chat.completions.create(withResult)).choices[0]!;
+    expect(retry.message.content).toBe('it says hello');
+    const steps = await server.pool.getTrajectorySteps(t.trajectory_uid);
+    expect(steps.map((s) => s.responseText)).toEqual(['', 'it says hello']);
+    expect(steps[0]!.toolResults).toEqual([
+      { tool_call_id: 'call_1', name: 'read_file', content: 'hello', error: false },
+    ]);
+    const events = await server.pool.events({ after: 0, limit: 100, types: ['call_failed'] });
+    expect(events.map((e) => e.data.kind)).toEqual(['capture_failed']);
+    expect((await server.pool.stats('train')).failedCalls.captureFailed).toBe(1);
+  });
+
+  it('ends a stream with an error event, not its finish and [DONE], when its step cannot be stored', async () => {
     const server = await serve();
+    const t = await init(server);
+    const submit = server.pool.submitSteps.bind(server.pool);
+    const failing = vi
+      .spyOn(server.pool, 'submitSteps')
+      .mockImplementation(async (steps, options) =>
+        steps.length > 0 ? Promise.reject(new Error('disk I/O error')) : submit(steps, options),
+      );
+    const messages = [{ role: 'user' as const, content: 'hello there' }];
+    const stream = await client(t).chat.completions.create({ model: 'm', messages, stream: true });
+    const finishes: string[] = [];
+    await expect(async () => {
+      for await (const chunk of stream) if (chunk.choices[0]?.finish_reason) finishes.push('seen');
+    }).rejects.toThrow(/could not be stored \(disk I\/O error\)/);
+    expect(finishes).toEqual([]);
+    failing.mockRestore();
+    expect(await server.pool.getTrajectorySteps(t.trajectory_uid)).toEqual([]);
+    await client(t).chat.completions.create({ model: 'm', messages });
+    expect((await server.pool.getTrajectorySteps(t.trajectory_uid)).map((s) => s.index)).toEqual([0]);
+  });
+
+  it('register_trajectory merges metadata; complete_trajectory sets the reward and closes the session (where the channel trusts agents)', async () => {
+    const server = await serve();
+    await server.pool.configureChannel('train', { trust_agent_reward: true });
     const t = await init(server, { metadata: { a: 1 } });
     const reg = await post(`${t.base_url}/register_trajectory`, { metadata: { task_id: 'T-1' } });
     expect(reg.json.metadata).toEqual({ a: 1, task_id: 'T-1' });
@@ -495,7 +537,7 @@ describe('gateway: black-box protocol with the openai client', () => {
     expect(bad.status).toBe(400);
     expect(bad.json.error.param).toBe('channel');
     await client(t).chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'one' }] });
-    const done = await complete(t, 0.5);
+    const done = await post(`${t.base_url}/complete_trajectory`, { reward: 0.5 });
     expect(done.json).toMatchObject({ status: 'complete', reward: 0.5, n_steps: 1 });
     await expect(
       client(t).chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'two' }] }),
@@ -692,8 +734,12 @@ describe('gateway: bad input and failing engines', () => {
       body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }], stream: true }),
     });
     const text = await res.text();
-    // The agent got what the engine sent, in order, to its [DONE].
-    expect(text).toBe(`${events.map((e) => `data: ${e}\n\n`).join('')}data: [DONE]\n\n`);
+    // The agent got what the engine sent, in order, then an error where its [DONE] would be.
+    const sent = events.map((e) => `data: ${e}\n\n`).join('');
+    expect(text.startsWith(sent)).toBe(true);
+    expect(JSON.parse(text.slice(sent.length).replace(/^data: /, '')).error).toMatchObject({
+      message: expect.stringMatching(/not JSON/),
+    });
     await expect.poll(async () => (await server.pool.stats()).failedCalls.upstreamError).toBe(1);
     const [failure] = await server.pool.events({ after: 0, limit: 10, types: ['call_failed'] });
     expect(failure!.data).toMatchObject({
@@ -729,27 +775,33 @@ describe('gateway: bad input and failing engines', () => {
     await server.close();
   });
 
-  it('completing a trajectory waits for its calls in flight: an agent that acts on finish_reason before the [DONE] still gets its step stored', async () => {
+  it("holds the chunk that finishes a streamed answer until the engine's [DONE] and the step's commit; completing meanwhile waits for the call", async () => {
     // The engine sends the answer with its finish_reason, then [DONE] only when the test says so.
     const { server, end, stream } = await serveHeldStream(`data: ${HI_CHUNK}\n\n`);
     const t = await init(server);
     const res = await stream(t);
     const reader = res.body!.getReader();
-    let text = '';
-    while (!text.includes('"finish_reason":"stop"'))
-      text += new TextDecoder().decode((await reader.read()).value);
-    // The agent has its whole message and completes at once; the engine's [DONE] comes later.
+    // Nothing that finishes the answer reaches the agent before its step can be stored.
+    const firstRead = reader.read();
+    const early = await Promise.race([firstRead, new Promise((r) => setTimeout(() => r('nothing'), 200))]);
+    expect(early).toBe('nothing');
     const completing = complete(t);
     await new Promise((r) => setTimeout(r, 100));
     end('data: [DONE]\n\n');
+    let text = new TextDecoder().decode((await firstRead).value);
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      text += new TextDecoder().decode(value);
+    }
+    expect(text).toBe(`data: ${HI_CHUNK}\n\ndata: [DONE]\n\n`);
     expect((await completing).json).toMatchObject({ status: 'complete', n_steps: 1 });
     expect((await server.pool.getTrajectorySteps(t.trajectory_uid)).map((s) => s.responseText)).toEqual([
       'hi',
     ]);
-    await reader.cancel();
   });
 
-  it('passes on an answer that names choices but holds none, and records the call as failed, not as a step', async () => {
+  it('answers 502 to an answer that names choices but holds none, and records the call as failed, not as a step', async () => {
     const broken = '{"id":"x","object":"chat.completion","choices":[]}';
     const server = await serveOver('application/json', broken);
     const t = await init(server);
@@ -757,9 +809,9 @@ describe('gateway: bad input and failing engines', () => {
       model: 'm',
       messages: [{ role: 'user', content: 'hi' }],
     });
-    // Parsed only after the agent has it: the agent gets the engine's bytes, the pool a failed call.
-    expect(res.status).toBe(200);
-    expect(res.json).toEqual(JSON.parse(broken));
+    // No generation, so no step: the agent gets an error, never a 200 without its step.
+    expect(res.status).toBe(502);
+    expect(res.json.error.code).toBe('bad_upstream_answer');
     await expect.poll(async () => (await server.pool.stats()).failedCalls.upstreamError).toBe(1);
     await complete(t);
     expect(await server.pool.getTrajectorySteps(t.trajectory_uid)).toEqual([]);
@@ -906,6 +958,7 @@ describe('gateway: policy versions', () => {
     await reached(() => server.gateway.gate.running === 1);
     const put = fetch(`${server.url}/v1/policy-version`, {
       method: 'PUT',
+      headers: { 'content-type': 'application/json' },
       body: JSON.stringify({ version: 1, drain: true }),
     }).then((r) => r.json() as Promise<{ version: number; drained_ms: number; drain_timed_out: boolean }>);
     await reached(() => server.gateway.gate.draining);

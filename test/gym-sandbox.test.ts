@@ -4,6 +4,7 @@ import {
   existsSync,
   mkdirSync,
   mkdtempSync,
+  readdirSync,
   readFileSync,
   rmSync,
   statSync,
@@ -283,6 +284,94 @@ describe('containment', () => {
     for (const file of ['big.bin', 'big.py.bin']) {
       expect(statSync(join(workspace, file)).size).toBeLessThanOrEqual(1024 * 1024);
     }
+  });
+
+  it('cannot create a user namespace, as root too (unshare -U, unshare -Ur, clone, clone3)', async () => {
+    // A new user namespace would give the command uid 0 and every capability inside it. clone and
+    // clone3 get CLONE_NEWUSER | SIGCHLD; should one succeed, its child leaves at once.
+    const probe = [
+      'import ctypes, json, os, platform, subprocess, threading',
+      'libc = ctypes.CDLL(None, use_errno=True)',
+      'NEWUSER, SIGCHLD = 0x10000000, 17',
+      'clone_nr = {"x86_64": 56, "aarch64": 220}[platform.machine()]',
+      'def forked(rc):',
+      '    if rc == 0: os._exit(0)',
+      '    if rc > 0: os.waitpid(rc, 0)',
+      '    return ctypes.get_errno() if rc < 0 else "created"',
+      'args = (ctypes.c_uint64 * 11)(NEWUSER, 0, 0, 0, SIGCHLD, 0, 0, 0, 0, 0, 0)',
+      'got = {',
+      '    "clone": forked(libc.syscall(clone_nr, NEWUSER | SIGCHLD, 0, 0, 0, 0)),',
+      '    "clone3": forked(libc.syscall(435, ctypes.byref(args), 88)),',
+      '    "unshare": ctypes.get_errno() if libc.unshare(NEWUSER) < 0 else "created",',
+      '}',
+      't = threading.Thread(target=lambda: got.update(thread="ran")); t.start(); t.join()',
+      'got["subprocess"] = subprocess.run(["true"]).returncode',
+      'print(json.dumps(got, sort_keys=True))',
+    ].join('\n');
+    const r = await runInSandbox(
+      base(),
+      `unshare -Ur id -u && echo "unshare -Ur worked"; unshare -U true && echo "unshare -U worked"; python3 -c '${probe}'`,
+    );
+    expect(r.stdout).not.toContain('worked');
+    expect(r.stderr).toMatch(
+      /unshare failed: Operation not permitted[\s\S]*unshare failed: Operation not permitted/,
+    );
+    // EPERM for unshare and clone; ENOSYS for clone3, so that glibc's threads and spawns fall back to
+    // clone (they still work).
+    expect(JSON.parse(r.stdout)).toEqual({ clone: 1, clone3: 38, subprocess: 0, thread: 'ran', unshare: 1 });
+  });
+
+  it('stops a run that writes past the disk quota, and says the quota was hit', async () => {
+    const MIB = 1024 * 1024;
+    const quotaMb = 16;
+    const dir = join(root, 'quota');
+    mkdirSync(dir);
+    // 1 MiB files, each far below the per-file limit, about 60 MiB/s: 200 MiB if nothing stopped it.
+    const r = await runInSandbox(
+      { workspace: dir, mountDir: MOUNT, limits: { diskMb: quotaMb } },
+      'for i in $(seq 200); do head -c 1M /dev/zero > fill-$i.bin; sleep 0.01; done; echo finished',
+    );
+    expect(r).toMatchObject({ limitHit: 'disk', exitCode: null, signal: 'SIGKILL', timedOut: false });
+    expect(r.stdout).not.toContain('finished');
+    expect(r.stderr).toMatch(/disk quota exceeded: .* over the 16 MiB quota/);
+    // The quota plus about one 100 ms check's worth of writes, with room for a busy machine.
+    const held = readdirSync(dir).reduce((sum, name) => sum + statSync(join(dir, name)).size, 0);
+    expect(held).toBeGreaterThanOrEqual((quotaMb - 1) * MIB);
+    expect(held).toBeLessThanOrEqual((quotaMb + 24) * MIB);
+
+    // /tmp counts, and so do deleted files still held open.
+    const tmp = await runInSandbox(
+      { workspace: dir, mountDir: MOUNT, limits: { diskMb: 64 } },
+      'rm -f fill-*.bin; for i in $(seq 200); do head -c 1M /dev/zero > /tmp/f$i; sleep 0.01; done',
+    );
+    expect(tmp.limitHit).toBe('disk');
+    const held2 = await runInSandbox(
+      { workspace: dir, mountDir: MOUNT, limits: { diskMb: 16 } },
+      `python3 -c "
+import os, time
+files = []
+for i in range(200):
+    f = open('held', 'wb'); os.unlink('held'); f.write(b'x' * 1048576); f.flush(); files.append(f); time.sleep(0.01)"`,
+    );
+    expect(held2.limitHit).toBe('disk');
+    expect(readdirSync(dir)).toEqual([]);
+  });
+
+  it('lets a workspace that starts past the quota be used and cleaned, not grown', async () => {
+    const dir = join(root, 'over-quota');
+    mkdirSync(dir);
+    writeFileSync(join(dir, 'big.bin'), Buffer.alloc(20 * 1024 * 1024, 1));
+    const options = { workspace: dir, mountDir: MOUNT, limits: { diskMb: 16 } };
+    const read = await runInSandbox(options, 'ls; sleep 0.5');
+    expect(read).toMatchObject({ exitCode: 0, limitHit: null, stdout: 'big.bin\n' });
+    const grow = await runInSandbox(options, 'head -c 2M /dev/zero > more.bin; sleep 5');
+    expect(grow.limitHit).toBe('disk');
+    expect(grow.durationMs).toBeLessThan(4_000);
+    const clean = await runInSandbox(
+      options,
+      'rm big.bin more.bin; head -c 8M /dev/zero > ok.bin; sleep 0.5',
+    );
+    expect(clean).toMatchObject({ exitCode: 0, limitHit: null });
   });
 
   it('at the timeout, first asks every process to stop with SIGTERM', async () => {

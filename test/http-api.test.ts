@@ -357,12 +357,13 @@ describe('security defaults', () => {
 
   it('requires a key with the right scope once keys are configured', async () => {
     const agentKey = 'agent-key-0123456789abcdef';
+    const runnerKey = 'runner-key-0123456789abcdef';
     const trainerKey = 'trainer-key-0123456789abcdef';
     const server = await startServer({
       dbPath: join(dir, 'b.db'),
       host: '0.0.0.0',
       port: 0,
-      apiKeys: [`${agentKey}:agent`, `${trainerKey}:trainer`],
+      apiKeys: [`${agentKey}:agent`, `${runnerKey}:runner`, `${trainerKey}:trainer`],
     });
     try {
       const base = `http://127.0.0.1:${server.port}`;
@@ -373,10 +374,14 @@ describe('security defaults', () => {
           .status,
       ).toBe(401);
       const agent = new StepwiseClient({ baseUrl: base, apiKey: agentKey });
+      const runner = new StepwiseClient({ baseUrl: base, apiKey: runnerKey });
       const trainer = new StepwiseClient({ baseUrl: base, apiKey: trainerKey });
-      await agent.submitSteps(wireEpisode('t', 'p', 1), { nRollouts: 1 });
+      // Steps are the episode owner's to write (a runner or a trainer), never the agent's.
+      await expect(agent.submitSteps(wireEpisode('a', 'p', 1))).rejects.toMatchObject({ status: 403 });
+      await expect(agent.completeTrajectory('a', { reward: 1 })).rejects.toMatchObject({ status: 403 });
+      await runner.submitSteps(wireEpisode('t', 'p', 1), { nRollouts: 1 });
+      await expect(runner.stats()).rejects.toMatchObject({ status: 403 });
       await expect(agent.stats()).rejects.toMatchObject({ status: 403 });
-      await expect(trainer.submitSteps(wireEpisode('u', 'p', 1))).rejects.toMatchObject({ status: 403 });
       await expect(trainer.addLabels([{ trajectory_uid: 't', trainable: false }])).rejects.toMatchObject({
         status: 403,
       });

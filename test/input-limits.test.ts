@@ -36,7 +36,7 @@ const stores: [string, () => Promise<RunningServer>][] = [
     async () => {
       const dir = mkdtempSync(join(tmpdir(), 'stepwise-limits-'));
       dirs.push(dir);
-      return startServer({ dbPath: join(dir, 'pool.db'), port: 0 });
+      return startServer({ dbPath: join(dir, 'pool.db'), port: 0, engines: ['sim'] });
     },
   ],
 ];
@@ -46,7 +46,7 @@ if (pgUrl) {
     async () => {
       const schema = freshSchema('stepwise_limits');
       schemas.push(schema);
-      return startServer({ dbPath: '', pg: { url: pgUrl!, schema }, port: 0 });
+      return startServer({ dbPath: '', pg: { url: pgUrl!, schema }, port: 0, engines: ['sim'] });
     },
   ]);
 }
@@ -111,6 +111,92 @@ for (const [name, start] of stores) {
         expect((await send('PUT', '/v1/policy-version', { version: 2_147_483_647 })).status).toBe(200);
         expect((await send('POST', '/v1/steps', { steps: [step('t3')] })).status).toBe(200);
         expect(await server.pool.store.getTrajectory('t3')).not.toBeNull();
+      } finally {
+        await server.close();
+      }
+    }, 60_000);
+
+    it('bounds every integer that reaches a column by that column, on either store', async () => {
+      const server = await start();
+      try {
+        const send = (method: string, path: string, body?: unknown) =>
+          fetch(`${server.url}${path}`, {
+            method,
+            headers: { 'content-type': 'application/json' },
+            ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+          });
+        const big = 2 ** 53 - 1;
+        expect((await send('POST', '/v1/steps', { steps: [step('t1')] })).status).toBe(200);
+        const refused: [string, string, unknown, string][] = [
+          ['POST', '/v1/steps', { steps: [step('t2', { step_index: 2 ** 31 })] }, 'steps.0.step_index'],
+          ['POST', '/v1/steps', { steps: [step('t2', { prompt_ids: [2 ** 32] })] }, 'steps.0.prompt_ids.0'],
+          [
+            'POST',
+            '/v1/labels',
+            { labels: [{ trajectory_uid: 't1', step_index: 2 ** 31, note: 'x' }] },
+            'labels.0.step_index',
+          ],
+          ['POST', '/v1/batches/lease', { channel: 'train', batch_size: big }, 'batch_size'],
+          ['POST', '/v1/batches/lease', { channel: 'train', batch_size: 1, ttl_ms: big }, 'ttl_ms'],
+          ['POST', '/init_trajectory', { n_rollouts: 2 ** 31 }, 'n_rollouts'],
+        ];
+        for (const [method, path, body, field] of refused) {
+          const res = await send(method, path, body);
+          expect([path, field, res.status]).toEqual([path, field, 400]);
+          const json = (await res.json()) as { error: { field?: string; param?: string } };
+          expect(json.error.field ?? json.error.param).toBe(field);
+        }
+        // Accepted where the value is only compared, never stored in a narrower column.
+        const taken: [string, string, unknown?][] = [
+          ['PUT', '/v1/channels/train', { max_staleness: big, max_queue_size: big, idle_timeout_ms: big }],
+          ['POST', '/v1/batches/lease', { channel: 'train', batch_size: 1, max_staleness: big }],
+          ['GET', `/v1/events?cursor=${big}`],
+          ['POST', '/v1/steps', { steps: [step('t3', { prompt_ids: [2 ** 32 - 1] })] }],
+        ];
+        for (const [method, path, body] of taken) {
+          const res = await send(method, path, body);
+          expect([path, res.status < 300]).toEqual([path, true]);
+        }
+        expect((await server.pool.getTrajectorySteps('t3'))[0]!.promptIds).toEqual([2 ** 32 - 1]);
+        expect((await send('GET', '/ready')).status).toBe(200);
+      } finally {
+        await server.close();
+      }
+    }, 60_000);
+
+    it("stores an LLM call's NUL characters losslessly: a tool's output is what it is", async () => {
+      const server = await start();
+      try {
+        const init = await fetch(`${server.url}/init_trajectory`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: '{}',
+        });
+        const { base_url, trajectory_uid } = (await init.json()) as {
+          base_url: string;
+          trajectory_uid: string;
+        };
+        const messages = [
+          { role: 'user', content: 'cat the binary file' },
+          {
+            role: 'assistant',
+            content: null,
+            tool_calls: [
+              { id: 'c1', type: 'function', function: { name: 'cat', arguments: '{"p":"\u0000"}' } },
+            ],
+          },
+          { role: 'tool', tool_call_id: 'c1', content: 'ELF\u0000\u0001\u0000' },
+          { role: 'user', content: 'what was in it?\u0000' },
+        ];
+        const res = await fetch(`${base_url}/chat/completions`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ model: 'sim', messages, max_tokens: 8, stop: ['\u0000'] }),
+        });
+        expect(res.status).toBe(200);
+        const [stored] = await server.pool.getTrajectorySteps(trajectory_uid);
+        expect(stored!.messages).toEqual(messages);
+        expect(stored!.metadata.stop).toEqual(['\u0000']);
       } finally {
         await server.close();
       }

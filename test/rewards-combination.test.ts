@@ -80,6 +80,20 @@ describe('combination: grammar and precedence', () => {
     expect(value('mean(score)', signals)).toBe(1);
   });
 
+  it("leaves the agent's own signals out of bare names and aggregates; `agent:` names them", () => {
+    const signals = [
+      sig('score', 0, { source: 'verifier' }),
+      sig('score', 1, { source: 'agent' }),
+      sig('done', 1, { source: 'agent' }),
+      sig('ok', 1, { stepIndex: 0, source: 'agent' }),
+    ];
+    expect(value('score', signals)).toBe(0);
+    expect(value('agent:score', signals)).toBe(1);
+    expect(value('count(ok)', signals)).toBe(0);
+    expect(evaluateCombination(parseCombination('done'), signals)).toEqual({ ok: false, missing: ['done'] });
+    expect(value('agent:done', signals)).toBe(1);
+  });
+
   it('never turns a missing input into 0: the result waits, unless ?? says what to use', () => {
     const signals = [sig('verifier', 1)];
     expect(evaluateCombination(parseCombination('0.7*verifier + 0.3*judge'), signals)).toEqual({

@@ -6,6 +6,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { type RunningServer, type ServerOptions, startServer } from '../src/gateway/server.js';
 import { type RewardsConfigFile, resolveRewardsConfig } from '../src/rewards/index.js';
 import { eventually, type FakeServer, fakeServer } from './rewards-support.js';
+import { callJson, type Json } from './support/http.js';
 
 /*
  * The rewards API over real HTTP: `stepwise serve` with a rewards config, the official openai client
@@ -46,23 +47,7 @@ async function rm(answer: Parameters<typeof fakeServer>[0]): Promise<FakeServer>
   return f;
 }
 
-// biome-ignore lint/suspicious/noExplicitAny: test responses are read loosely
-type Json = any;
-
-async function call(
-  method: string,
-  url: string,
-  body?: unknown,
-  key?: string,
-): Promise<{ status: number; json: Json }> {
-  const res = await fetch(url, {
-    method,
-    headers: { 'content-type': 'application/json', ...(key ? { authorization: `Bearer ${key}` } : {}) },
-    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-  });
-  const text = await res.text();
-  return { status: res.status, json: text ? JSON.parse(text) : null };
-}
+const call = callJson;
 
 /** One episode through the gateway: the sim echoes the user's message as the answer. */
 async function episode(server: RunningServer, say: string, channel = 'train', key?: string): Promise<string> {
@@ -70,7 +55,12 @@ async function episode(server: RunningServer, say: string, channel = 'train', ke
   expect(init.status).toBe(200);
   const client = new OpenAI({ baseURL: init.json.base_url, apiKey: key ?? 'unused', maxRetries: 0 });
   await client.chat.completions.create({ model: 'sim', messages: [{ role: 'user', content: say }] });
-  const done = await call('POST', `${init.json.base_url}/complete_trajectory`, {}, key);
+  const done = await call(
+    'POST',
+    `${server.url}/v1/trajectories/${init.json.trajectory_uid}/complete`,
+    {},
+    key,
+  );
   expect(done.status).toBe(200);
   return init.json.trajectory_uid;
 }
@@ -265,7 +255,7 @@ describe('/v1/rewards', () => {
     const model = await rm(() => ({ body: '1' }));
     const [ak, tk, mk] = ['agent-key-0123456789', 'trainer-key-0123456789', 'admin-key-0123456789'];
     const server = await serve(config(model.url), {
-      apiKeys: [`${ak}:agent`, `${tk}:trainer`, `${mk}:admin`],
+      apiKeys: [`${ak}:agent,runner`, `${tk}:trainer`, `${mk}:admin`],
     });
     const id = await episode(server, '42', 'train', ak);
     expect((await call('POST', `${server.url}/compute_reward`, { trajectory_uid: id }, ak)).status).toBe(200);

@@ -81,7 +81,7 @@ describe.skipIf(!pgUrl)('stepwise worker rewards (PostgreSQL)', () => {
       ).json()) as { trajectory_uid: string; base_url: string };
       const client = new OpenAI({ baseURL: init.base_url, apiKey: 'x', maxRetries: 0 });
       await client.chat.completions.create({ model: 'sim', messages: [{ role: 'user', content: say }] });
-      await fetch(`${init.base_url}/complete_trajectory`, {
+      await fetch(`${server.url}/v1/trajectories/${init.trajectory_uid}/complete`, {
         method: 'POST',
         body: '{}',
         headers: { 'content-type': 'application/json' },

@@ -189,7 +189,7 @@ describe.skipIf(!pgUrl || !sandboxReady)('scale-out over PostgreSQL', () => {
       }
       // Completion is retried through the balancer like any call (the first try may meet the victim).
       for (let attempt = 0; attempt < 5 && !record.completed; attempt++) {
-        const done = await fetch(`${base_url}/complete_trajectory`, {
+        const done = await fetch(`${lb.url}/v1/trajectories/${trajectory_uid}/complete`, {
           method: 'POST',
           headers: { 'content-type': 'application/json' },
           body: JSON.stringify({ reward: r % 2 }),

@@ -5,6 +5,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { SignalOut } from '../src/domain/index.js';
 import { type RunningServer, type ServerOptions, startServer } from '../src/gateway/server.js';
 import type { BatchJson } from '../src/serving/json-batch.js';
+import { callJson } from './support/http.js';
 import { episode } from './support/steps.js';
 
 /*
@@ -30,26 +31,7 @@ async function serve(options: Partial<ServerOptions> = {}): Promise<RunningServe
   return server;
 }
 
-// biome-ignore lint/suspicious/noExplicitAny: answers are checked field by field
-type Json = any;
-
-async function request(
-  method: string,
-  url: string,
-  body?: unknown,
-  key?: string,
-): Promise<{ status: number; json: Json }> {
-  const res = await fetch(url, {
-    method,
-    headers: {
-      ...(body === undefined ? {} : { 'content-type': 'application/json' }),
-      ...(key ? { authorization: `Bearer ${key}` } : {}),
-    },
-    body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body),
-  });
-  const text = await res.text();
-  return { status: res.status, json: text ? JSON.parse(text) : null };
-}
+const request = callJson;
 const post = (url: string, body: unknown, key?: string) => request('POST', url, body, key);
 const get = (url: string, key?: string) => request('GET', url, undefined, key);
 
@@ -217,8 +199,10 @@ describe('signals over HTTP', () => {
   });
 
   describe('under a trajectory’s base_url (the capability)', () => {
-    it('writes signals for its own trajectory only, before and after it completes', async () => {
+    it('writes signals for its own trajectory only, before and after it completes (a channel that trusts agents)', async () => {
       const server = await serve();
+      // Claw-R1's black-box clients score and complete their own episodes: the operator opts in.
+      await server.pool.configureChannel('train', { trust_agent_reward: true });
       const mine = await init(server);
       const other = await init(server);
       const ok = await post(`${mine.base_url}/signals`, {
@@ -279,9 +263,8 @@ describe('signals over HTTP', () => {
       expect(noStep.json.error.message).toMatch(/signals\.0\.step_index/);
     });
 
-    it('may name a step the gateway captured a moment ago', async () => {
-      // A long capture delay: the step is not yet committed when the agent posts its signal.
-      const server = await serve({ engines: ['sim'], gatewayOptions: { captureDeferMs: 5_000 } });
+    it('may name the step it was answered a moment ago (stored before the answer)', async () => {
+      const server = await serve({ engines: ['sim'] });
       const t = await init(server);
       const chat = await post(`${t.base_url}/chat/completions`, {
         model: 'policy',
@@ -290,14 +273,18 @@ describe('signals over HTTP', () => {
       });
       expect(chat.status).toBe(200);
       const res = await post(`${t.base_url}/signals`, {
-        signals: [{ step_index: 0, name: 'tool_ok', value: 1, source: 'env' }],
+        signals: [{ step_index: 0, name: 'tool_ok', value: 1 }],
       });
       expect(res.status).toBe(200);
-      expect(res.json.signals[0]).toMatchObject({ trajectory_uid: t.trajectory_uid, step_index: 0 });
+      expect(res.json.signals[0]).toMatchObject({
+        trajectory_uid: t.trajectory_uid,
+        step_index: 0,
+        source: 'agent',
+      });
     });
   });
 
-  it('enforces scopes: trainer or admin on the pool routes, agent on the capability route', async () => {
+  it('enforces scopes: runner, trainer or admin on the pool routes, agent on the capability route', async () => {
     const agentKey = 'agent-key-0123456789abcdef';
     const trainerKey = 'trainer-key-0123456789abcdef';
     const adminKey = 'admin-key-0123456789abcdef';
@@ -317,7 +304,7 @@ describe('signals over HTTP', () => {
     expect((await post(signalsUrl, body(2), adminKey)).status).toBe(200);
     expect((await get(readUrl, trainerKey)).json.signals.map((s: SignalOut) => s.value)).toEqual([1, 2]);
     // The capability route wants the agent scope (admin holds every scope).
-    const capability = { signals: [{ name: 'env', value: 3, source: 'env' }] };
+    const capability = { signals: [{ name: 'env', value: 3 }] };
     expect((await post(`${t.base_url}/signals`, capability)).status).toBe(401);
     expect((await post(`${t.base_url}/signals`, capability, trainerKey)).status).toBe(403);
     expect((await post(`${t.base_url}/signals`, capability, agentKey)).status).toBe(200);

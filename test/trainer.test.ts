@@ -75,9 +75,10 @@ async function rollout(
   const init = (await (
     await fetch(`${server.url}/init_trajectory`, {
       method: 'POST',
+      headers: { 'content-type': 'application/json' },
       body: JSON.stringify({ group_id: group, channel, n_rollouts: nRollouts }),
     })
-  ).json()) as { base_url: string };
+  ).json()) as { base_url: string; trajectory_uid: string };
   const client = new OpenAI({ baseURL: init.base_url, apiKey: 'unused' });
   const file = i % 2 === 0 ? 'a.txt' : 'b.txt';
   const messages: ChatCompletionMessageParam[] = [
@@ -131,8 +132,9 @@ async function rollout(
   }
   if (!calls.length) messages.push({ role: 'user', content: 'Use the read tool.' });
   await ask(12, 1);
-  await fetch(`${init.base_url}/complete_trajectory`, {
+  await fetch(`${new URL(init.base_url).origin}/v1/trajectories/${init.trajectory_uid}/complete`, {
     method: 'POST',
+    headers: { 'content-type': 'application/json' },
     body: JSON.stringify({ reward: readRightFile ? 1 : 0 }),
   });
   return { streamed, toolCalls: calls.length };
@@ -214,6 +216,7 @@ describe.skipIf(!python)('trainer invariants (tiny Qwen3 policy, reference engin
     const init = (await (
       await fetch(`${server.url}/init_trajectory`, {
         method: 'POST',
+        headers: { 'content-type': 'application/json' },
         body: JSON.stringify({ group_id: 'wb' }),
       })
     ).json()) as { trajectory_uid: string };
@@ -221,6 +224,7 @@ describe.skipIf(!python)('trainer invariants (tiny Qwen3 policy, reference engin
     const generated = (await (
       await fetch(`${server.url}/generate`, {
         method: 'POST',
+        headers: { 'content-type': 'application/json' },
         body: JSON.stringify({
           prompt_ids: prompt,
           trajectory_uid: init.trajectory_uid,
@@ -291,6 +295,7 @@ describe.skipIf(!python)('trainer invariants (tiny Qwen3 policy, reference engin
         const init = (await (
           await fetch(`${url}/init_trajectory`, {
             method: 'POST',
+            headers: { 'content-type': 'application/json' },
             body: JSON.stringify({ channel: 'drift' }),
           })
         ).json()) as { trajectory_uid: string; base_url: string };
@@ -374,7 +379,11 @@ describe.skipIf(!python)('trainer invariants (tiny Qwen3 policy, reference engin
 
   it('staleness: steps generated at v and served at v+k carry staleness k; beyond max_staleness, flag or drop', async () => {
     const put = (path: string, body: unknown) =>
-      fetch(`${server.url}${path}`, { method: 'PUT', body: JSON.stringify(body) }).then((r) => r.json());
+      fetch(`${server.url}${path}`, {
+        method: 'PUT',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      }).then((r) => r.json());
     const base = ((await (await fetch(`${server.url}/v1/policy-version`)).json()) as { version: number })
       .version;
     await put('/v1/policy-version', { version: base + 1 });

@@ -14,6 +14,7 @@ import {
 } from '../gateway/auth.js';
 import type { Gateway } from '../gateway/gateway.js';
 import type { DataPool } from '../pool/data-pool.js';
+import { PAGE_CAP_BYTES, tooLargeMessage } from './bounded.js';
 import { Page } from './layout.js';
 import { mountBatchPages } from './pages/batches.js';
 import { mountEventPages } from './pages/events.js';
@@ -60,9 +61,32 @@ const ASSETS: Record<string, { path: string; type: string }> = {
 };
 const assetCache = new Map<string, string>();
 
-/** Renders a page component as a full HTML document. */
-export function html(c: Context, page: unknown, status = 200): Response {
-  return c.html(`<!doctype html>${String(page)}`, status as 200);
+/**
+ * Renders a page component as a full HTML document. Pages bound what they draw (bounded.tsx); a
+ * page that still comes out over PAGE_CAP_BYTES is never sent: a short page says so, linking `raw`.
+ */
+export function html(c: Context, page: unknown, status = 200, raw?: string): Response {
+  const body = `<!doctype html>${String(page)}`;
+  const bytes = Buffer.byteLength(body);
+  if (bytes <= PAGE_CAP_BYTES) return c.html(body, status as 200);
+  return c.html(`<!doctype html>${String(<TooLargePage bytes={bytes} raw={raw} />)}`, status as 200);
+}
+
+function TooLargePage({ bytes, raw }: { bytes: number; raw: string | undefined }) {
+  return (
+    <Page title="Page too large" current={null}>
+      <p class="error" role="alert">
+        {tooLargeMessage(bytes)}
+      </p>
+      {raw ? (
+        <p>
+          <a class="raw-link" href={raw}>
+            The full raw JSON
+          </a>
+        </p>
+      ) : null}
+    </Page>
+  );
 }
 
 export function mountDashboard(app: Hono<DashboardEnv>, options: DashboardOptions): void {

@@ -38,6 +38,11 @@ const fields = {
     .array(z.string().min(1).max(128))
     .max(32, 'at most 32 names')
     .refine((names) => new Set(names).size === names.length, 'names must be distinct'),
+  /**
+   * Lets agents own their episodes under their base_url (Claw-R1's black-box clients): complete
+   * with a reward, post signals of any source, merge metadata, join existing groups.
+   */
+  trust_agent_reward: z.boolean(),
 };
 
 /** Per-channel pool policy; persisted so every process sharing the store applies the same rules. */
@@ -66,4 +71,5 @@ export const DEFAULT_CHANNEL_CONFIG: ChannelConfig = {
     min_trajectories: 1,
   },
   required_signals: [],
+  trust_agent_reward: false,
 };

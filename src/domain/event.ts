@@ -17,6 +17,7 @@ export const EventType = z.enum([
   'channel_configured',
   'signal_added',
   'call_failed',
+  'access_refused',
 ]);
 export type EventType = z.infer<typeof EventType>;
 

@@ -3,7 +3,11 @@ import { ClientId } from './ids.js';
 import { JsonObject } from './json.js';
 import { MAX_STEP_INDEX } from './step.js';
 
-export const SignalSource = z.enum(['rule', 'verifier', 'judge', 'rm', 'human', 'env']);
+/**
+ * Who produced a signal. `agent`: declared by the agent under its own base_url; it never satisfies
+ * required_signals or a bare name in a rewards combination (docs/security.md).
+ */
+export const SignalSource = z.enum(['rule', 'verifier', 'judge', 'rm', 'human', 'env', 'agent']);
 export type SignalSource = z.infer<typeof SignalSource>;
 
 /** A reward or quality score attached to a step or a trajectory (used by the rewards issue). */
@@ -69,7 +73,12 @@ export const SignalsBody = z.strictObject({
  * One signal posted under a trajectory's base_url: the base_url names the trajectory; a
  * `trajectory_uid`, when sent, must be that one.
  */
-export const TrajectorySignalWire = z.strictObject({ trajectory_uid: ClientId.optional(), ...SignalFields });
+export const TrajectorySignalWire = z.strictObject({
+  trajectory_uid: ClientId.optional(),
+  ...SignalFields,
+  // The agent's own word: `agent` unless its channel trusts agents (trust_agent_reward).
+  source: SignalSource.optional(),
+});
 
 export const TrajectorySignalsBody = z.strictObject({
   signals: z

@@ -161,6 +161,14 @@ export function httpTransport(baseUrl: string, options: HttpTransportOptions = {
         if (error instanceof undiciErrors.ConnectTimeoutError || NOT_SENT.has(code)) {
           throw new UpstreamError(`the engine at ${baseUrl} is unreachable (${code})`, 503, false);
         }
+        if (code === 'UND_ERR_SOCKET' || code === 'ECONNRESET') {
+          // The request went out, so it is not retried elsewhere: it may have started a generation.
+          throw new UpstreamError(
+            `the engine at ${baseUrl} closed the connection before answering (${code})`,
+            502,
+            true,
+          );
+        }
         throw new UpstreamError(`the request to the engine at ${baseUrl} failed (${code})`, 502, true);
       }
     },

@@ -10,6 +10,7 @@ import {
   ClientId,
   CompleteTrajectoryBody,
   EventType,
+  JsonObject,
   LabelsBody,
   MAX_POLICY_VERSION,
   NotFoundError,
@@ -52,6 +53,20 @@ export interface AppOptions {
 }
 
 type Env = { Variables: AuthVariables };
+
+const MetadataBody = z.strictObject({ metadata: JsonObject });
+const MAX_LISTED_REFUSALS = 100;
+const RefusalsBody = z.strictObject({
+  attempts: z.array(z.string().min(1).max(2_048)).min(1).max(10_000),
+  /** How many were refused in all, when more than `attempts` lists. */
+  count: z
+    .number()
+    .int()
+    .min(1)
+    .max(2 ** 31 - 1)
+    .optional(),
+  reason: z.string().min(1).max(2_048),
+});
 
 const optionalNumber = z.coerce.number().finite().optional();
 const Pagination = {
@@ -165,10 +180,10 @@ export function createApp(options: AppOptions): Hono<Env> {
     const result = await pool.submitSteps(steps, { channel, nRollouts: envelope.n_rollouts ?? null });
     return c.json({ ...result, channel });
   };
-  app.post('/v1/steps', requireScope('agent'), async (c) => submit(c, await readJsonBody(c)));
-  app.post('/submit_steps', requireScope('agent'), async (c) =>
-    submit(c, await readJsonBody(c), c.req.query('channel')),
-  );
+  // Steps, completions and signals by trajectory id are the episode owner's (docs/security.md).
+  const owner = requireScope('runner', 'trainer');
+  app.post('/v1/steps', owner, async (c) => submit(c, await readJsonBody(c)));
+  app.post('/submit_steps', owner, async (c) => submit(c, await readJsonBody(c), c.req.query('channel')));
 
   const complete = async (c: Context<Env>, id: string) => {
     parseOrThrow(ClientId, id, 'trajectory_uid');
@@ -180,8 +195,29 @@ export function createApp(options: AppOptions): Hono<Env> {
       : await pool.completeTrajectory(id, input);
     return c.json(trajectoryToWire(trajectory));
   };
-  app.post('/v1/trajectories/:id/complete', requireScope('agent'), (c) => complete(c, c.req.param('id')));
-  app.post('/complete_trajectory/:id', requireScope('agent'), (c) => complete(c, c.req.param('id')));
+  app.post('/v1/trajectories/:id/complete', owner, (c) => complete(c, c.req.param('id')));
+  app.post('/complete_trajectory/:id', owner, (c) => complete(c, c.req.param('id')));
+  app.post('/v1/trajectories/:id/metadata', owner, async (c) => {
+    const id = parseOrThrow(ClientId, c.req.param('id'), 'trajectory_uid');
+    const { metadata } = parseOrThrow(MetadataBody, await readJsonBody(c));
+    return c.json(trajectoryToWire(await pool.mergeTrajectoryMetadata(id, metadata)));
+  });
+  // What a trust boundary outside this server refused (the gym's sandbox bridge), as events.
+  app.post('/v1/trajectories/:id/refusals', owner, async (c) => {
+    const id = parseOrThrow(ClientId, c.req.param('id'), 'trajectory_uid');
+    const body = parseOrThrow(RefusalsBody, await readJsonBody(c));
+    const trajectory = await pool.getTrajectory(id);
+    if (!trajectory) throw new NotFoundError(`trajectory ${id} does not exist`);
+    await pool.recordRefusal({
+      channel: trajectory.channel,
+      trajectoryId: id,
+      by: 'bridge',
+      attempts: body.attempts.slice(0, MAX_LISTED_REFUSALS),
+      count: body.count ?? body.attempts.length,
+      reason: body.reason,
+    });
+    return c.json({ trajectory_uid: id, recorded: Math.min(body.attempts.length, MAX_LISTED_REFUSALS) });
+  });
 
   const gatewayRoutes = { publicUrl: options.publicUrl, rewards: options.rewards };
   if (options.role === 'gateway') {
@@ -327,7 +363,7 @@ export function createApp(options: AppOptions): Hono<Env> {
 
   // ---- signals (trainer or admin: reward workers, judges, verifiers) ---------------------------
 
-  app.post('/v1/signals', requireScope('trainer'), async (c) => {
+  app.post('/v1/signals', requireScope('runner', 'trainer'), async (c) => {
     const { signals } = parseOrThrow(SignalsBody, await readJsonBody(c));
     const added = await pool.addSignals(signals.map((s) => signalFromWire(s, s.trajectory_uid)));
     return c.json({ signals: added.map(signalToWire) });

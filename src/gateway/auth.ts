@@ -3,7 +3,7 @@ import type { MiddlewareHandler } from 'hono';
 import { getCookie } from 'hono/cookie';
 import { AuthError, ValidationError } from '../domain/index.js';
 
-export const SCOPES = ['agent', 'trainer', 'admin'] as const;
+export const SCOPES = ['agent', 'runner', 'trainer', 'admin'] as const;
 export type Scope = (typeof SCOPES)[number];
 
 export interface ApiKey {
@@ -81,6 +81,11 @@ export function checkScope(key: ApiKey | null, scopes: readonly Scope[]): void {
   if (key && !key.scopes.includes('admin') && !scopes.some((s) => key.scopes.includes(s))) {
     throw new AuthError(`this key lacks the ${scopes.join(' or ')} scope`, 403);
   }
+}
+
+/** Whether the caller holds only the `agent` scope: the policy itself, trusted with nothing of its episode. */
+export function agentOnly(key: ApiKey | null): boolean {
+  return key?.scopes.every((s) => s === 'agent') ?? false;
 }
 
 /** The cookie the dashboard's sign-in sets (HttpOnly, SameSite=Strict): a browser's API key. */

@@ -92,8 +92,7 @@ async function sessionCall(
   const { key, channel } = sessionOf(sessionHeader, header(CHANNEL_HEADER), request);
   const call = await gateway.online.acquire(key, channel, header('user-agent') ?? null);
   try {
-    // Feedback is judged against the session's last step: build the steps of earlier answers.
-    gateway.runFollowUps();
+    // Feedback is judged against the session's last step (stored before its answer went out).
     const feedback = kind === 'chat' ? call.feedbackFor(request) : null;
     const answer = await gateway.call(call.session, kind, request, signal, raw);
     // Only for a call the gateway accepted: a rejected one is sent again, and judged then.

@@ -27,9 +27,8 @@ import { type AnsweredCall, toolResultsFor } from './tool-results.js';
 /*
  * The gateway's core, independent of HTTP routing: trajectory sessions, forwarding a call to an
  * engine, capturing what the engine produced as a step, attaching tool results, and the policy
- * version gate. The agent is answered with the engine's bytes as they arrive (streams are never
- * buffered); the step is written behind the answer through the pool's group commit, and completing
- * a trajectory waits for its writes. Sessions are a cache: everything they hold can be rebuilt from
+ * version gate. The agent gets the engine's bytes as they arrive, but the end of its answer only once
+ * the step is committed (through the pool's group commit): an answered call always has its step. Sessions are a cache: everything they hold can be rebuilt from
  * the store, so another gateway process (or this one after a restart) continues a trajectory.
  */
 
@@ -56,24 +55,6 @@ export interface GatewayOptions {
    * a trajectory closed elsewhere (idle timeout, another process) is refused, not written to.
    */
   sessionRecheckMs?: number;
-  /**
-   * How long a captured step may wait to be committed (default 20 ms). The gateway commits queued
-   * steps as soon as it forwards the next call and is idle until the engine answers, so a store
-   * commit never sits between an answer and the agent's next request; this bounds the wait when no
-   * call follows. 0: commit at once.
-   */
-  captureDeferMs?: number;
-  /**
-   * The step of an answer is built while the gateway next waits on an engine, or this long after
-   * the answer when no call comes first (default 2 ms).
-   */
-  followUpMs?: number;
-  /**
-   * Commit each captured step before the agent receives the end of its answer (the JSON body, or
-   * a stream's `data: [DONE]`). For gateways sharing a database: the agent's next call may reach
-   * another gateway, which must find this step stored. Costs one commit per call.
-   */
-  commitBeforeAnswer?: boolean;
 }
 
 export interface InitTrajectoryInput {
@@ -87,6 +68,8 @@ export interface InitTrajectoryInput {
   guidanceK?: number | null;
   /** The hint in its prompt; each guided step then also stores the prompt without it. */
   guidanceHint?: string | null;
+  /** Refuse to join an existing group (an agent's own key, docs/security.md). */
+  newGroup?: boolean;
 }
 
 interface LastStep {
@@ -104,11 +87,6 @@ export interface Session {
   last: LastStep | null;
   /** Calls in flight and step writes not yet committed: completing the trajectory waits for them. */
   writes: Set<Promise<void>>;
-  /** Answers that ended (their work queued behind them), and how many of those works have run. */
-  answers: number;
-  followed: number;
-  /** Calls whose tool results are not matched to a step yet (see toolResultsOf). */
-  unmatched: Set<UnmatchedResults>;
   inFlight: number;
   usedAt: number;
   closed: string | null;
@@ -132,10 +110,12 @@ const SSE_HEADERS = {
   'cache-control': 'no-cache',
   'x-accel-buffering': 'no',
 };
+/** An event that finishes its choice: it and what follows wait for the step's commit. */
+const FINISHED = /"finish_reason":\s*"/;
 /** Streamed events held for the capture at most, before they are read (see forwardStream). */
 const UNREAD_EVENTS = 256;
 
-/** Tool results of a request for the step they answer, worked out when first needed. */
+/** Tool results of a request for the step they answer. */
 type Attachments = () => ToolResultAttachment[];
 
 /** A call's tool results: `take` them for the step they answer, or `drop` them unused. */
@@ -145,11 +125,11 @@ interface PendingResults {
   drop(): void;
 }
 
-/** A call's tool results, to be matched against the last step of the answers before its request. */
-interface UnmatchedResults {
-  /** The session's answer count when the request came: match once that many works have run. */
-  after: number;
-  match(): void;
+/** A finished generation that could not become a stored step: the agent gets an error, not the answer. */
+class CaptureFailed extends StepwiseError {
+  constructor(message: string, status = 500) {
+    super(message, status, 'capture_failed', undefined, true);
+  }
 }
 
 /** Request fields kept with each step (what shaped the sampling), beside messages and tools. */
@@ -182,21 +162,14 @@ export class Gateway {
   private readonly tokenizer: () => ChatTokenizer;
   private readonly logger?: GatewayOptions['logger'];
   private readonly sessions = new Map<string, Session>();
-  /** Work behind answers not run yet (see afterAnswer), in the order the answers ended. */
-  private readonly followUps: (() => void)[] = [];
-  private followUpTimer: NodeJS.Timeout | null = null;
-  private followingUp = false;
   private readonly loading = new Map<string, Promise<Session>>();
   private readonly drainTimeoutMs: number;
   private readonly sessionCacheMs: number;
   private readonly sessionRecheckMs: number;
-  private readonly captureDeferMs: number;
-  private readonly followUpMs: number;
-  private readonly commitBeforeAnswer: boolean;
   private readonly timer: NodeJS.Timeout;
   /** Engine bodies still being read after their [DONE] (each entry stops reading one). */
   private readonly draining = new Set<() => void>();
-  /** Steps whose write failed after the agent was answered (logged; counted here). */
+  /** Steps whose write failed (logged; the agent got an error instead of the answer). */
   lostSteps = 0;
   /** Online sessions on the fixed base_url (`X-Stepwise-Session`). */
   readonly online: OnlineSessions;
@@ -209,9 +182,6 @@ export class Gateway {
     this.drainTimeoutMs = options.drainTimeoutMs ?? 60_000;
     this.sessionCacheMs = options.sessionCacheMs ?? 600_000;
     this.sessionRecheckMs = options.sessionRecheckMs ?? 30_000;
-    this.captureDeferMs = options.captureDeferMs ?? 20;
-    this.followUpMs = options.followUpMs ?? 2;
-    this.commitBeforeAnswer = options.commitBeforeAnswer ?? false;
     this.timer = setInterval(() => this.evictIdle(), Math.min(60_000, this.sessionCacheMs));
     this.timer.unref();
     this.online = new OnlineSessions(this, {
@@ -252,6 +222,7 @@ export class Gateway {
       guided: input.guided ?? false,
       probe: input.probe ?? false,
       guidanceK: input.guidanceK ?? null,
+      newGroup: input.newGroup ?? false,
     });
     this.sessions.set(trajectory.id, this.newSession(trajectory, 0, null));
     return trajectory;
@@ -269,9 +240,6 @@ export class Gateway {
       nextIndex: next,
       last,
       writes: new Set(),
-      answers: 0,
-      followed: 0,
-      unmatched: new Set(),
       inFlight: 0,
       usedAt: Date.now(),
       closed: null,
@@ -344,11 +312,7 @@ export class Gateway {
     input: { reward: number | null; status?: 'complete' | 'aborted' | 'infra_failed' },
   ): Promise<Trajectory> {
     const session = this.sessions.get(id);
-    if (session) {
-      this.runFollowUps();
-      this.pool.flushWrites();
-      await settle(session);
-    }
+    if (session) await settle(session);
     const trajectory = await this.pool.completeTrajectory(id, {
       reward: input.reward,
       status: input.status ?? 'complete',
@@ -442,15 +406,9 @@ export class Gateway {
       const path = kind === 'chat' ? '/v1/chat/completions' : '/v1/completions';
       let routed: RoutedReply;
       try {
-        const sending = router.send(session.id, 'POST', path, null, signal, (engine) =>
+        routed = await router.send(session.id, 'POST', path, null, signal, (engine) =>
           upstreamText(kind, request, raw, engine, router.models(engine.id)),
         );
-        // The request is on its way and the gateway idles until the engine answers: a good moment
-        // to build the steps of earlier answers, and to commit them once they have waited half
-        // their deferral (committing each call's step alone would cost a transaction per call).
-        this.followUpsSoon();
-        this.pool.flushWrites(this.captureDeferMs / 2);
-        routed = await sending;
       } catch (error) {
         this.fail(session, attachments, error, null, signal.aborted);
         throw error;
@@ -546,41 +504,27 @@ export class Gateway {
   }
 
   /**
-   * The tool results this request carries for the step they answer: the last step of the answers
-   * that ended before the request came. The work behind those answers may not have run yet (see
-   * afterAnswer): the results are matched once it has, and before any later answer's work changes
-   * the session's last step.
+   * The tool results this request carries for the step they answer: the session's last step. Every
+   * step is stored, and becomes the last, before its answer goes out, so a request that answers it
+   * always finds it here.
    */
   private toolResultsOf(session: Session, kind: CallKind, request: Record<string, unknown>): PendingResults {
-    let results: ToolResultAttachment[] | null = null;
-    const unmatched: UnmatchedResults = {
-      after: session.answers,
-      match: () => {
-        session.unmatched.delete(unmatched);
-        try {
-          results ??= this.pendingToolResults(session, kind, request);
-        } catch (error) {
-          // Never fatal to the queue of follow-ups this runs in: the step is kept without them.
-          results = [];
-          this.logger?.error({ err: error, trajectory: session.id }, 'tool results could not be matched');
-        }
-      },
-    };
-    if (session.followed === session.answers) unmatched.match();
-    else session.unmatched.add(unmatched);
+    let results: ToolResultAttachment[];
+    try {
+      results = this.pendingToolResults(session, kind, request);
+    } catch (error) {
+      // Never fatal to the call: its step is kept without them.
+      results = [];
+      this.logger?.error({ err: error, trajectory: session.id }, 'tool results could not be matched');
+    }
     let taken = false;
     return {
       take: () => {
-        if (results === null) {
-          this.runFollowUps();
-          unmatched.match();
-        }
         taken = true;
-        return results!;
+        return results;
       },
       drop: () => {
-        if (results === null) return void session.unmatched.delete(unmatched);
-        // Matched already but never written: the step they answer takes them from the retry.
+        // Matched but never written: the step they answer takes them from the retry.
         const last = session.last;
         if (!taken && last !== null && results.some((r) => r.index === last.index)) last.answered = false;
       },
@@ -649,7 +593,8 @@ export class Gateway {
     }
     routed.done();
     try {
-      const notCompletion = () => {
+      const answer = completionOf(bytes);
+      if (answer === null) {
         const message = `engine ${routed.engine.id} returned something that is not a completion`;
         this.record(ctx.session, ctx.attachments, {
           kind: 'upstream_error',
@@ -658,15 +603,7 @@ export class Gateway {
           message,
           partial: null,
         });
-        return message;
-      };
-      // An answer that names its choices goes to the agent at once, its bytes as they came, and is
-      // parsed for the capture after; one that does not is parsed now, and answered 502 unless it
-      // is a completion after all.
-      const parseNow = this.commitBeforeAnswer || !looksLikeCompletion(bytes);
-      const answer = parseNow ? completionOf(bytes) : null;
-      if (parseNow && answer === null) {
-        return openaiError(502, notCompletion(), null, 'bad_upstream_answer');
+        return openaiError(502, message, null, 'bad_upstream_answer');
       }
       if (ctx.clientGone()) {
         this.record(ctx.session, ctx.attachments, {
@@ -679,18 +616,9 @@ export class Gateway {
         return { status: 499, headers: {}, body: null };
       }
       const capture = new CompletionCapture();
-      if (this.commitBeforeAnswer) {
-        capture.addCompletion(answer);
-        await this.capture(ctx, capture.result(), null);
-      } else {
-        this.afterAnswer(ctx.session, (endedAt) => {
-          const parsed = answer ?? completionOf(bytes);
-          // The agent has the engine's answer already; a broken one is recorded, not captured.
-          if (parsed === null) return void notCompletion();
-          capture.addCompletion(parsed);
-          return this.capture(ctx, capture.result(), null, endedAt);
-        });
-      }
+      capture.addCompletion(answer);
+      // Committed before the agent sees a byte of it: no answered call is ever without its step.
+      await this.capture(ctx, capture.result(), null);
       return { status: 200, headers: JSON_HEADERS, body: bytes };
     } finally {
       ctx.finish();
@@ -705,6 +633,8 @@ export class Gateway {
     let done = false;
     let sawDone = false;
     let garbage: string | null = null;
+    /** From the chunk that ends the choice (its finish_reason) on: sent once the step is committed. */
+    let held = '';
     /** Ends the answer (once). */
     const stop = () => {
       if (done) return false;
@@ -739,8 +669,8 @@ export class Gateway {
       capture.addChunk(chunk, at);
       return chunk;
     };
-    // Events are forwarded as they come and read into the capture later (after the answer, or
-    // every UNREAD_EVENTS events), so parsing them never holds up the bytes the agent waits for.
+    // Events are forwarded as they come and read into the capture later (at [DONE], or every
+    // UNREAD_EVENTS events), so parsing them never holds up the bytes the agent waits for.
     let unread: string[] = [];
     let unreadAt: number[] = [];
     const catchUp = () => {
@@ -748,14 +678,15 @@ export class Gateway {
       unread = [];
       unreadAt = [];
     };
-    /** Returns the bytes to forward: the engine's events up to its [DONE], in its framing. */
+    /**
+     * Returns the bytes to forward now: the engine's events in its framing, up to the one that
+     * finishes the choice. That one and the rest up to [DONE] are held until the step is committed.
+     */
     const take = (events: { data: string }[], at: number): string => {
       let out = '';
       for (const event of events) {
         if (event.data === '[DONE]') {
           sawDone = true;
-          // Held back until the step is committed when the answer must not outrun its capture.
-          if (!this.commitBeforeAnswer) out += 'data: [DONE]\n\n';
           break; // nothing follows [DONE] in the protocol
         }
         if (!agentWantsUsage && event.data.includes('"usage"')) {
@@ -773,7 +704,8 @@ export class Gateway {
           unreadAt.push(at);
           if (unread.length >= UNREAD_EVENTS) catchUp();
         }
-        out += `data: ${event.data}\n\n`;
+        if (held === '' && !FINISHED.test(event.data)) out += `data: ${event.data}\n\n`;
+        else held += `data: ${event.data}\n\n`;
       }
       return out;
     };
@@ -790,20 +722,22 @@ export class Gateway {
       if (!stop()) return;
       void drainRest();
       try {
-        if (this.commitBeforeAnswer) {
-          catchUp();
-          if (garbage === null) {
-            await this.capture(ctx, capture.result(), capture.firstTokenAt);
-            controller.enqueue('data: [DONE]\n\n');
-          } else failed();
-        } else {
-          // Queued before the agent can read [DONE], so completing the trajectory waits for it.
-          this.afterAnswer(ctx.session, (endedAt) => {
-            catchUp();
-            if (garbage !== null) return void failed();
-            return this.capture(ctx, capture.result(), capture.firstTokenAt, endedAt);
-          });
+        catchUp();
+        if (garbage !== null) {
+          forward(controller, held);
+          controller.enqueue(sseError(502, failed()));
+          return;
         }
+        try {
+          await this.capture(ctx, capture.result(), capture.firstTokenAt);
+        } catch (error) {
+          const known = error instanceof StepwiseError;
+          controller.enqueue(
+            sseError(known ? error.status : 500, known ? error.message : 'internal error', 'capture_failed'),
+          );
+          return;
+        }
+        controller.enqueue(`${held}data: [DONE]\n\n`);
       } finally {
         ctx.finish();
         controller.close();
@@ -834,7 +768,7 @@ export class Gateway {
           }
           const text = take(decoder.end(), performance.now());
           if (sawDone) return await answer(controller, text);
-          forward(controller, text);
+          forward(controller, text + held);
           if (!stop()) return;
           routed.done();
           catchUp();
@@ -845,11 +779,13 @@ export class Gateway {
           if (!stop()) return;
           routed.done();
           const aborted = ctx.clientGone();
+          // An engine gone silent (the body timeout) is named as such, to the agent too: a 504.
+          const silent = error instanceof UpstreamError && error.status === 504;
           catchUp();
           this.record(ctx.session, ctx.attachments, {
             kind: aborted ? 'aborted' : 'upstream_error',
             engineId: routed.engine.id,
-            status: aborted ? null : 502,
+            status: aborted ? null : silent ? 504 : 502,
             message: aborted
               ? 'the agent went away mid-stream'
               : `the engine's stream broke off (${(error as Error).message})`,
@@ -858,7 +794,11 @@ export class Gateway {
           ctx.finish();
           if (aborted) controller.error(error);
           else {
-            controller.enqueue(sseError(502, `engine ${routed.engine.id} broke off the stream`));
+            controller.enqueue(
+              silent
+                ? sseError(504, (error as Error).message, 'upstream_timeout')
+                : sseError(502, `engine ${routed.engine.id} broke off the stream`),
+            );
             controller.close();
           }
         }
@@ -884,59 +824,12 @@ export class Gateway {
   }
 
   /**
-   * Queues `work` (building a step from the answer, and writing it) to run once the answer is out:
-   * while the gateway next waits on an engine, or followUpMs after the answer when no call comes,
-   * so it never sits between an answer and the next request. `endedAt` is when the answer ended.
-   * Completing the trajectory runs it first and waits for it, like for any write.
+   * Turns a finished generation into the session's next step and commits it; the agent's answer
+   * waits for this. A step that cannot be stored is a CaptureFailed (or the ConflictError of a
+   * trajectory closed meanwhile), never a silent loss.
    */
-  private afterAnswer(session: Session, work: (endedAt: number) => Promise<void> | undefined): void {
+  private async capture(ctx: CallContext, captured: Captured, firstTokenAt: number | null): Promise<void> {
     const endedAt = performance.now();
-    session.answers++;
-    const later: Promise<void> = new Promise<void>((resolve) => {
-      this.followUps.push(() => {
-        // Requests that came after exactly the answers whose work has run see the last step now.
-        for (const unmatched of session.unmatched) if (unmatched.after <= session.followed) unmatched.match();
-        session.followed++;
-        try {
-          resolve(work(endedAt));
-        } catch (error) {
-          this.lostSteps++;
-          this.logger?.error({ err: error, trajectory: session.id }, 'a generation could not be captured');
-          resolve();
-        }
-      });
-      this.followUpTimer ??= setTimeout(() => this.runFollowUps(), this.followUpMs);
-    }).finally(() => session.writes.delete(later));
-    session.writes.add(later);
-  }
-
-  /** Runs the follow-ups at the next turn of the event loop (after the request just sent is out). */
-  private followUpsSoon(): void {
-    if (this.followUps.length > 0) setImmediate(() => this.runFollowUps());
-  }
-
-  /** Runs the work queued behind answers, in the order the answers ended. */
-  runFollowUps(): void {
-    if (this.followingUp) return;
-    if (this.followUpTimer !== null) {
-      clearTimeout(this.followUpTimer);
-      this.followUpTimer = null;
-    }
-    this.followingUp = true;
-    try {
-      while (this.followUps.length > 0) this.followUps.shift()!();
-    } finally {
-      this.followingUp = false;
-    }
-  }
-
-  /** Turns a finished generation into the session's next step and writes it behind the answer. */
-  private capture(
-    ctx: CallContext,
-    captured: Captured,
-    firstTokenAt: number | null,
-    endedAt = performance.now(),
-  ): Promise<void> | undefined {
     const { session, request, routed } = ctx;
     // Before this step becomes the session's last: the results answer the step before it.
     const toolResults = ctx.attachments();
@@ -964,14 +857,15 @@ export class Gateway {
         logprobs = null;
         source = 'retokenized';
       } catch (error) {
-        this.record(session, ctx.attachments, {
+        const message = `engine ${routed.engine.id} answered without token ids, and they could not be rebuilt (${(error as Error).message})`;
+        this.record(session, () => toolResults, {
           kind: 'upstream_error',
           engineId: routed.engine.id,
-          status: 200,
-          message: `the answer carried no token ids and could not be retokenized (${(error as Error).message})`,
+          status: 502,
+          message,
           partial: null,
         });
-        return undefined;
+        throw new CaptureFailed(message, 502);
       }
     }
     const metadata: JsonObject = {};
@@ -1032,31 +926,56 @@ export class Gateway {
       calls: captured.toolCalls.map((c) => ({ id: c.id, name: c.function.name })),
       answered: false,
     };
-    return this.write(session, [step], toolResults);
+    try {
+      await this.write(session, [step], toolResults);
+    } catch (error) {
+      if (error instanceof ConflictError) throw error;
+      const message = `the step of this call could not be stored (${(error as Error).message}); its answer is withheld so that no answered call goes unrecorded: send the call again`;
+      void this.pool
+        .recordCallFailure({
+          channel: session.channel,
+          trajectoryId: session.id,
+          groupId: session.groupId,
+          kind: 'capture_failed',
+          engineId: routed.engine.id,
+          status: 503,
+          message,
+          partial: null,
+        })
+        .catch((err: unknown) => this.logger?.warn({ err }, 'a failed capture could not be recorded'));
+      throw new CaptureFailed(message, 503);
+    }
   }
 
-  private write(
+  /** Commits steps and tool results through the pool's group commit; rejects when they are not stored. */
+  private async write(
     session: Session,
     steps: NewStep[],
     toolResults: ToolResultAttachment[],
-  ): Promise<void> | undefined {
+  ): Promise<void> {
     if (steps.length === 0 && toolResults.length === 0) return;
-    const write: Promise<void> = this.pool
-      .submitSteps(steps, { channel: session.channel, toolResults, deferMs: this.captureDeferMs })
+    const write = this.pool.submitSteps(steps, { channel: session.channel, toolResults });
+    // Completing the trajectory waits for it, whatever its outcome.
+    const tracked: Promise<void> = write
       .then(
         () => {},
-        (error: unknown) => {
-          this.lostSteps += steps.length;
-          if (error instanceof ConflictError) session.closed ??= 'closed';
-          this.logger?.error(
-            { err: error, trajectory: session.id, steps: steps.map((s) => s.index) },
-            'a captured step could not be stored',
-          );
-        },
+        () => {},
       )
-      .finally(() => session.writes.delete(write));
-    session.writes.add(write);
-    return write;
+      .finally(() => session.writes.delete(tracked));
+    session.writes.add(tracked);
+    try {
+      await write;
+    } catch (error) {
+      this.lostSteps += steps.length;
+      if (error instanceof ConflictError) session.closed ??= 'closed';
+      // The cache ran ahead of the store: the next call starts again from what is stored.
+      else if (this.sessions.get(session.id) === session) this.sessions.delete(session.id);
+      this.logger?.error(
+        { err: error, trajectory: session.id, steps: steps.map((s) => s.index) },
+        'a captured step could not be stored',
+      );
+      throw error;
+    }
   }
 
   private record(
@@ -1070,7 +989,8 @@ export class Gateway {
       partial: { promptTokens: number; responseIds: number[]; responseText: string } | null;
     },
   ): void {
-    this.write(session, [], attachments());
+    // Best effort: the call failed already, its tool results go with the next call when these do not.
+    this.write(session, [], attachments()).catch(() => {});
     void this.pool
       .recordCallFailure({
         channel: session.channel,
@@ -1103,8 +1023,6 @@ export class Gateway {
     await this.online.close();
     const deadline = Date.now() + graceMs;
     while (this.gate.running > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
-    this.runFollowUps();
-    this.pool.flushWrites();
     await Promise.all([...this.sessions.values()].map(settle));
     // Answers ended at [DONE] need nothing more from their engine: stop waiting for its body's end.
     for (const discard of this.draining) discard();
@@ -1153,15 +1071,6 @@ function callsOf(toolCalls: readonly Record<string, unknown>[] | null): Answered
   }));
 }
 
-const CHOICES_KEY = Buffer.from('"choices"');
-
-/** A cheap look at an engine's answer: a JSON object that names `choices`. */
-function looksLikeCompletion(bytes: Buffer): boolean {
-  let i = 0;
-  while (i < bytes.length && (bytes[i] === 32 || bytes[i] === 10 || bytes[i] === 13 || bytes[i] === 9)) i++;
-  return bytes[i] === 123 /* { */ && bytes.includes(CHOICES_KEY, i);
-}
-
 /** The engine's answer parsed, when it is a completion (an object with choices); else null. */
 function completionOf(bytes: Buffer): Record<string, unknown> | null {
   let answer: unknown;
@@ -1185,8 +1094,8 @@ function partialOf(
   };
 }
 
-function sseError(status: number, message: string): string {
-  return `data: ${JSON.stringify(openaiErrorBody(status, message, null, 'upstream_error'))}\n\n`;
+function sseError(status: number, message: string, code = 'upstream_error'): string {
+  return `data: ${JSON.stringify(openaiErrorBody(status, message, null, code))}\n\n`;
 }
 
 function promptText(prompt: unknown): string {

@@ -1,5 +1,5 @@
 import type { IncomingMessage } from 'node:http';
-import { isLoopback } from './auth.js';
+import { isDashboardPath, isLoopback } from './auth.js';
 
 /*
  * Browsers (docs/security.md): a web page the operator opens must not drive a server on their
@@ -10,6 +10,9 @@ import { isLoopback } from './auth.js';
  * - A state-changing request (any method but GET, HEAD, OPTIONS) that carries `Origin`, which
  *   browsers send, must come from the server's own origin or --public-url's. A cross-origin form
  *   or `text/plain` fetch is refused before it does anything.
+ * - A state-changing request with a body must send it as `application/json` (or `…+json`): the
+ *   content types a page may post cross-origin without a preflight are never read as JSON (415).
+ *   The dashboard's own forms (under /dashboard/) are exempt.
  * A server on all interfaces without --public-url cannot know its names: it takes any Host, and
  * needs API keys anyway (a browser cannot add them cross-origin without a preflight we never allow).
  */
@@ -27,8 +30,26 @@ function parseHost(value: string): { hostname: string; host: string } | null {
   }
 }
 
+/** Why the guard refused a request: answered with `status` before the body is read. */
+export interface Refused {
+  status: 403 | 415;
+  code: 'forbidden' | 'unsupported_media_type';
+  message: string;
+}
+
+const JSON_TYPE = /^application\/(?:[\w.-]+\+)?json$/;
+
+/** Whether a request carries a body (a length above 0, or a chunked one). */
+function hasBody(req: IncomingMessage): boolean {
+  const length = req.headers['content-length'];
+  return (length !== undefined && length !== '0') || req.headers['transfer-encoding'] !== undefined;
+}
+
 /** The check for a server bound to `boundHost`; it returns why a request is refused, or null. */
-export function requestGuard(boundHost: string, publicUrl?: string): (req: IncomingMessage) => string | null {
+export function requestGuard(
+  boundHost: string,
+  publicUrl?: string,
+): (req: IncomingMessage) => Refused | null {
   const pub = publicUrl ? new URL(publicUrl) : null;
   const checksHost = isLoopback(boundHost) || pub !== null;
   const namesServer = (hostname: string) => isLoopback(hostname) || hostname === pub?.hostname;
@@ -36,19 +57,39 @@ export function requestGuard(boundHost: string, publicUrl?: string): (req: Incom
     const hostHeader = req.headers.host ?? '';
     const host = parseHost(hostHeader);
     if (checksHost && (!host || !namesServer(host.hostname)))
-      return `Host: ${JSON.stringify(hostHeader)} does not name this server (use ${pub ? pub.host : 'its loopback address'}${pub ? '' : ', or start it with --public-url'})`;
+      return forbidden(
+        `Host: ${JSON.stringify(hostHeader)} does not name this server (use ${pub ? pub.host : 'its loopback address'}${pub ? '' : ', or start it with --public-url'})`,
+      );
+    if (SAFE_METHODS.has(req.method ?? 'GET')) return null;
     const origin = req.headers.origin;
-    if (origin === undefined || SAFE_METHODS.has(req.method ?? 'GET')) return null;
-    let from: URL | null = null;
-    try {
-      from = new URL(origin);
-    } catch {
-      // "null" (a sandboxed frame, a file: page) and garbage alike are foreign.
+    if (origin !== undefined) {
+      let from: URL | null = null;
+      try {
+        from = new URL(origin);
+      } catch {
+        // "null" (a sandboxed frame, a file: page) and garbage alike are foreign.
+      }
+      const own = from !== null && host !== null && from.host === host.host;
+      const published = from !== null && pub !== null && from.origin === pub.origin;
+      if (!own && !published)
+        return forbidden(
+          `Origin: ${JSON.stringify(origin)} is another site; this server takes state-changing requests from its own pages and from API clients only`,
+        );
     }
-    const own = from !== null && host !== null && from.host === host.host;
-    const published = from !== null && pub !== null && from.origin === pub.origin;
-    if (!own && !published)
-      return `Origin: ${JSON.stringify(origin)} is another site; this server takes state-changing requests from its own pages and from API clients only`;
+    const type = req.headers['content-type'];
+    const path = (req.url ?? '/').split('?')[0]!;
+    if (
+      hasBody(req) &&
+      !isDashboardPath(path) &&
+      !JSON_TYPE.test((type ?? '').split(';')[0]!.trim().toLowerCase())
+    )
+      return {
+        status: 415,
+        code: 'unsupported_media_type',
+        message: `content-type: ${type === undefined ? 'none given' : JSON.stringify(type)}; send the JSON body with Content-Type: application/json`,
+      };
     return null;
   };
 }
+
+const forbidden = (message: string): Refused => ({ status: 403, code: 'forbidden', message });

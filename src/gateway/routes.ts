@@ -4,6 +4,7 @@ import {
   ChannelName,
   ClientId,
   CompleteTrajectoryBody,
+  ConflictError,
   clientIdParam,
   JsonObject,
   NotFoundError,
@@ -19,9 +20,9 @@ import {
 import { computeRewardResponse } from '../rewards/routes.js';
 import type { RewardService } from '../rewards/service.js';
 import { answerResponse } from './answer.js';
-import { type AuthVariables, requireScope } from './auth.js';
+import { type AuthVariables, agentOnly, requireScope } from './auth.js';
 import { fixedCall, trajectoryCall } from './calls.js';
-import type { CallKind, Gateway, Session } from './gateway.js';
+import type { CallKind, Gateway } from './gateway.js';
 import { readJsonBody } from './json-body.js';
 import { openaiErrorResponse, toOpenAIError } from './openai-errors.js';
 
@@ -93,19 +94,30 @@ const openai =
     }
   };
 
-/** Waits until the steps this process captured for an open trajectory are committed. */
-async function capturedStepsStored(gateway: Gateway, trajectory: string, group: string): Promise<void> {
-  let session: Session;
-  try {
-    session = await gateway.session(trajectory, group);
-  } catch (error) {
-    // Closed meanwhile: completing it waited for its writes already.
-    if (error instanceof StepwiseError) return;
-    throw error;
-  }
-  gateway.runFollowUps();
-  gateway.pool.flushWrites();
-  while (session.writes.size > 0) await Promise.all(session.writes);
+/**
+ * Refuses, and records as an `access_refused` event, what only an episode's owner may do, unless the
+ * trajectory's channel lets agents own their episodes (`trust_agent_reward`, docs/security.md).
+ */
+async function requireAgentTrust(
+  gateway: Gateway,
+  c: Context<Env>,
+  where: { channel: string; trajectoryId: string | null },
+  what: string,
+): Promise<void> {
+  if ((await gateway.pool.channelConfig(where.channel)).trust_agent_reward) return;
+  const reason =
+    `${what} is for the episode's owner (its runner, a trainer or a reward worker), not an agent; ` +
+    `the operator lets agents do it with trust_agent_reward: true on channel '${where.channel}' ` +
+    `(PUT /v1/channels/${where.channel})`;
+  await gateway.pool.recordRefusal({
+    channel: where.channel,
+    trajectoryId: where.trajectoryId,
+    by: 'gateway',
+    attempts: [`${c.req.method} ${c.req.path}`],
+    count: 1,
+    reason,
+  });
+  throw new StepwiseError(reason, 403, 'forbidden', 'trust_agent_reward');
 }
 
 export interface GatewayRouteOptions {
@@ -129,18 +141,35 @@ export function mountGatewayRoutes(
 
   app.post(
     '/init_trajectory',
-    agent,
+    requireScope('agent', 'runner'),
     openai(async (c) => {
       const body = parseOrThrow(InitTrajectoryBody, await readJsonBody(c));
-      const t = await gateway.initTrajectory({
-        groupId: body.group_id,
-        channel: body.channel,
-        metadata: body.metadata,
-        nRollouts: body.n_rollouts ?? null,
-        guided: body.guided,
-        probe: body.probe,
-        guidanceK: body.guidance_k ?? null,
-        guidanceHint: body.guidance_hint ?? null,
+      const channel = body.channel ?? 'train';
+      // An agent's key opens its own groups; adding rollouts to an existing one is its owner's.
+      const newGroup =
+        agentOnly(c.get('apiKey')) &&
+        body.group_id !== undefined &&
+        !(await gateway.pool.channelConfig(channel)).trust_agent_reward;
+      const init = () =>
+        gateway.initTrajectory({
+          groupId: body.group_id,
+          channel,
+          metadata: body.metadata,
+          nRollouts: body.n_rollouts ?? null,
+          guided: body.guided,
+          probe: body.probe,
+          guidanceK: body.guidance_k ?? null,
+          guidanceHint: body.guidance_hint ?? null,
+          newGroup,
+        });
+      const t = await init().catch(async (error: unknown) => {
+        if (!(newGroup && error instanceof ConflictError && error.field === 'group_id')) throw error;
+        return requireAgentTrust(
+          gateway,
+          c,
+          { channel, trajectoryId: null },
+          `joining group ${body.group_id}`,
+        ).then(init);
       });
       return c.json({
         trajectory_uid: t.id,
@@ -189,6 +218,13 @@ export function mountGatewayRoutes(
           'channel',
         );
       }
+      // Metadata reaches the trainer and reward functions read it: it is the owner's to set.
+      await requireAgentTrust(
+        gateway,
+        c,
+        { channel: session.channel, trajectoryId: trajectory },
+        "merging a trajectory's metadata",
+      );
       return c.json(trajectoryToWire(await gateway.registerTrajectory(session, body.metadata ?? {})));
     }),
   );
@@ -197,8 +233,14 @@ export function mountGatewayRoutes(
     agent,
     openai(async (c) => {
       const { trajectory, group } = ids(c);
-      await gateway.session(trajectory, group);
+      const session = await gateway.session(trajectory, group);
       const body = parseOrThrow(CompleteTrajectoryBody, await readJsonBody(c));
+      await requireAgentTrust(
+        gateway,
+        c,
+        { channel: session.channel, trajectoryId: trajectory },
+        body.reward == null ? 'completing a trajectory' : 'completing a trajectory with a reward',
+      );
       const t = await gateway.completeTrajectory(trajectory, {
         reward: body.reward ?? null,
         status: body.status,
@@ -228,11 +270,18 @@ export function mountGatewayRoutes(
       if (!stored || stored.groupId !== group) {
         throw new NotFoundError(`trajectory ${trajectory} has no group ${group} (check the base_url)`);
       }
-      // A step just answered may still be on its way to the store: a signal may name it at once.
-      if (stored.status === 'open' && signals.some((s) => s.step_index != null)) {
-        await capturedStepsStored(gateway, trajectory, group);
-      }
-      const added = await gateway.pool.addSignals(signals.map((s) => signalFromWire(s, trajectory)));
+      // What the agent declares is recorded as its own (`agent`), never as a verifier's or a judge's.
+      const claimed = signals.find((s) => s.source !== undefined && s.source !== 'agent');
+      if (claimed)
+        await requireAgentTrust(
+          gateway,
+          c,
+          { channel: stored.channel, trajectoryId: trajectory },
+          `posting a signal with source '${claimed.source}'`,
+        );
+      const added = await gateway.pool.addSignals(
+        signals.map((s) => signalFromWire({ ...s, source: s.source ?? 'agent' }, trajectory)),
+      );
       return c.json({ signals: added.map(signalToWire) });
     }),
   );

@@ -44,13 +44,7 @@ export interface ServerOptions {
   /** Session and drain tuning of the gateway. */
   gatewayOptions?: Pick<
     GatewayOptions,
-    | 'drainTimeoutMs'
-    | 'sessionCacheMs'
-    | 'sessionIdleMs'
-    | 'maxSessions'
-    | 'sessionRecheckMs'
-    | 'captureDeferMs'
-    | 'followUpMs'
+    'drainTimeoutMs' | 'sessionCacheMs' | 'sessionIdleMs' | 'maxSessions' | 'sessionRecheckMs'
   >;
   /** `gateway`: only the agent routes (a gateway beside a `stepwise serve` sharing the store). */
   role?: 'all' | 'gateway';
@@ -126,8 +120,8 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     await router?.start();
     gateway = new Gateway({
       // Over a database other gateways share, a trajectory's calls may reach any of them: check
-      // the stored trajectory before each call, and store each step before its answer ends.
-      ...(options.pg ? { sessionRecheckMs: 0, captureDeferMs: 0, commitBeforeAnswer: true } : {}),
+      // the stored trajectory before each call.
+      ...(options.pg ? { sessionRecheckMs: 0 } : {}),
       ...options.gatewayOptions,
       pool,
       router,

@@ -315,9 +315,12 @@ export async function runSample(
   const dir = mkdtempSync(join(options.workDir, `${task.id}-${sample}-`));
   const workspace = join(dir, 'workspace');
   let trajectory: { trajectory_uid: string; base_url: string } | null = null;
+  // The runner owns the episode: it completes it and scores it by id, never under the agent's base_url.
+  const owned = (route: string) =>
+    `${options.gatewayUrl.replace(/\/+$/, '')}/v1/trajectories/${trajectory!.trajectory_uid}/${route}`;
   const complete = async (reward: number | null, status: 'complete' | 'infra_failed') => {
     if (!trajectory) return;
-    await postJson(`${trajectory.base_url}/complete_trajectory`, { reward, status }, options.apiKey);
+    await postJson(owned('complete'), { reward, status }, options.apiKey);
   };
   // The outcome goes to the caller's records first, then into the trajectory.
   const finish = async (result: SampleResult): Promise<SampleResult> => {
@@ -426,7 +429,22 @@ export async function runSample(
       { name: 'score', value: verdict.score, source: 'verifier', details: { weights: task.weights } },
     ];
     if (verdict.rubric !== null) signals.push({ name: 'rubric', value: verdict.rubric, source: 'judge' });
-    await postJson(`${trajectory.base_url}/signals`, { signals }, options.apiKey);
+    const id = trajectory.trajectory_uid;
+    await postJson(
+      `${options.gatewayUrl.replace(/\/+$/, '')}/v1/signals`,
+      { signals: signals.map((s) => ({ ...s, trajectory_uid: id })) },
+      options.apiKey,
+    );
+    if (outcome.gatewayRefused)
+      await postJson(
+        owned('refusals'),
+        {
+          attempts: outcome.gatewayRefused.slice(0, 100),
+          count: outcome.gatewayRefused.length,
+          reason: "outside the trajectory's LLM routes: refused by the sandbox's gateway bridge",
+        },
+        options.apiKey,
+      );
     return await finish({
       ...base,
       status: 'complete',
@@ -458,6 +476,13 @@ export async function runSample(
   }
 }
 
+/** Merges metadata into the trajectory of `baseUrl` through the owner's route. */
+async function mergeMetadata(options: SampleEnv, baseUrl: string, metadata: Record<string, unknown>) {
+  const trajectory = new URL(baseUrl).pathname.split('/').filter(Boolean).at(-3) ?? '';
+  const root = options.gatewayUrl.replace(/\/+$/, '');
+  await postJson(`${root}/v1/trajectories/${trajectory}/metadata`, { metadata }, options.apiKey);
+}
+
 /** OpenClaw in the sandbox; its envelope goes into the trajectory's metadata whatever the outcome. */
 async function runOpenClaw(
   options: SampleEnv,
@@ -465,11 +490,7 @@ async function runOpenClaw(
   run: SandboxedAgentOptions,
 ): Promise<AgentOutcome> {
   const result = await runOpenClawAgent({ ...run, install: agent.install, allowTools: agent.allowTools });
-  await postJson(
-    `${run.baseUrl}/register_trajectory`,
-    { metadata: { openclaw: result.metadata } },
-    options.apiKey,
-  );
+  await mergeMetadata(options, run.baseUrl, { openclaw: result.metadata });
   if (!result.ok) throw new AgentFailed(result.reason ?? 'OpenClaw failed');
   return result.outcome;
 }
@@ -478,11 +499,7 @@ async function runOpenClaw(
 async function runBuiltin(options: SampleEnv, run: BuiltinAgentOptions): Promise<AgentOutcome> {
   const outcome = await runBuiltinAgent(run);
   if (outcome.cleaner)
-    await postJson(
-      `${run.baseUrl}/register_trajectory`,
-      { metadata: { cleaner: cleanerMetadata(outcome.cleaner) } },
-      options.apiKey,
-    );
+    await mergeMetadata(options, run.baseUrl, { cleaner: cleanerMetadata(outcome.cleaner) });
   return outcome;
 }
 

@@ -22,6 +22,7 @@ import type {
   LeasedBatch,
   Page,
   PoolStats,
+  Refusal,
   SignalQuery,
   StepQuery,
   Store,
@@ -146,17 +147,13 @@ export class DataPool {
 
   // ---- producers ------------------------------------------------------------------------------
 
-  /**
-   * Stores steps; settles once they are committed. `deferMs` lets the commit wait up to that long for
-   * company or for `flushWrites()` — for writes whose caller does not wait on them.
-   */
+  /** Stores steps; settles once they are committed (with whatever else came meanwhile: group commit). */
   async submitSteps(
     steps: NewStep[],
     options: {
       channel?: string;
       nRollouts?: number | null;
       toolResults?: ToolResultAttachment[];
-      deferMs?: number;
     } = {},
   ): Promise<SubmitResult> {
     this.assertOpen();
@@ -166,15 +163,10 @@ export class DataPool {
       steps,
     };
     if (options.toolResults && options.toolResults.length > 0) request.toolResults = options.toolResults;
-    const outcome = await this.writer.submit(request, Math.max(1, steps.length), options.deferMs ?? 0);
+    const outcome = await this.writer.submit(request, Math.max(1, steps.length));
     if (!outcome.ok) throw outcome.error;
     if (outcome.completed.length > 0) this.wake();
     return { inserted: outcome.inserted, duplicates: outcome.duplicates, completed: outcome.completed };
-  }
-
-  /** Commits deferred submissions at the next turn of the event loop. */
-  flushWrites(withinMs?: number): void {
-    this.writer.flushSoon(withinMs);
   }
 
   async createTrajectory(input: CreateTrajectoryInput): Promise<Trajectory> {
@@ -197,6 +189,11 @@ export class DataPool {
   async recordCallFailure(failure: CallFailure): Promise<void> {
     this.assertOpen();
     await this.store.recordCallFailure(failure, this.clock());
+  }
+
+  async recordRefusal(refusal: Refusal): Promise<void> {
+    this.assertOpen();
+    await this.store.recordRefusal(refusal, this.clock());
   }
 
   // ---- consumers ------------------------------------------------------------------------------

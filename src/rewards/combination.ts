@@ -11,11 +11,12 @@ import { type Signal, SignalSource, ValidationError } from '../domain/index.js';
  *   call     := ('min' | 'max') '(' expr (',' expr)* ')'
  *             | ('mean' | 'sum' | 'count') '(' ref ')'
  *   ref      := name | source ':' name | '"' any name '"' | source ':' '"' any name '"'
- *   name     := [A-Za-z_][A-Za-z0-9_.]*    source := rule | verifier | judge | rm | human | env
+ *   name     := [A-Za-z_][A-Za-z0-9_.]*    source := rule | verifier | judge | rm | human | env | agent
  *
  * Precedence, loosest first: `??`, then `+ -`, then `* /`, then unary minus; all left-associative.
  * A bare `name` is the trajectory-level signal of that name (the current one; with several sources,
- * the most recent); `judge:rubric` picks the source. `mean`, `sum` and `count` aggregate every current
+ * the most recent) from any source but `agent`: what the agent declared counts only where the
+ * expression names it (`agent:done`). `judge:rubric` picks the source. `mean`, `sum` and `count` aggregate every current
  * signal of that name on the trajectory and its steps (implicit `user_feedback` is step-level).
  *
  * Missing inputs never become 0: an expression whose inputs are not all in has no value ("waiting"),
@@ -322,7 +323,9 @@ export function evaluateCombination(combination: Combination, signals: readonly 
     else byName.set(s.name, [s]);
   }
   const matching = (ref: SignalRef) =>
-    (byName.get(ref.name) ?? []).filter((s) => ref.source === null || s.source === ref.source);
+    (byName.get(ref.name) ?? []).filter((s) =>
+      ref.source === null ? s.source !== 'agent' : s.source === ref.source,
+    );
   const inputs: Record<string, number> = {};
 
   // null: some input is missing (named in `missing`).

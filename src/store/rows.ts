@@ -36,6 +36,7 @@ import type {
   GymRunSummary,
   PoolStats,
   PreviewGroup,
+  Refusal,
   RewardTally,
   ServedGroup,
   ServedTrajectory,
@@ -619,7 +620,11 @@ export function assembleStats(channel: string | null, parts: StatsParts): PoolSt
       idleAborted: get('trajectories_idle_aborted'),
       infraFailed: get('trajectories_infra_failed'),
     },
-    failedCalls: { aborted: get('calls_aborted'), upstreamError: get('calls_upstream_error') },
+    failedCalls: {
+      aborted: get('calls_aborted'),
+      upstreamError: get('calls_upstream_error'),
+      captureFailed: get('calls_capture_failed'),
+    },
     consumed: { groups: get('groups_consumed'), steps: get('steps_consumed') },
     leased: { batches: get('batches_leased'), groups: get('groups_leased') },
     dropped,
@@ -762,6 +767,17 @@ export function labelChangedData(trajectoryId: string, stepIndex: number | null,
     quality: next.quality,
     trainable: next.trainable === null ? null : next.trainable === 1,
     tags: JSON.parse(next.tags),
+  };
+}
+
+/** The event of a refused agent request. */
+export function refusalData(refusal: Refusal): Record<string, unknown> {
+  return {
+    trajectory_uid: refusal.trajectoryId,
+    by: refusal.by,
+    attempts: refusal.attempts,
+    count: refusal.count,
+    reason: refusal.reason,
   };
 }
 

@@ -40,13 +40,26 @@ export interface CallFailure {
   channel: string;
   trajectoryId: string;
   groupId: string;
-  kind: 'aborted' | 'upstream_error';
+  kind: 'aborted' | 'upstream_error' | 'capture_failed';
   engineId: string | null;
   /** HTTP status the agent was answered with (upstream errors). */
   status: number | null;
   message: string;
   /** What had been generated when an aborted call ended. */
   partial: { promptTokens: number; responseIds: number[]; responseText: string } | null;
+}
+
+/** A request an agent made that a trust boundary refused (docs/security.md), kept as an event. */
+export interface Refusal {
+  channel: string | null;
+  trajectoryId: string | null;
+  /** Who refused it: the gateway's own rules, or the gym sandbox's bridge. */
+  by: 'gateway' | 'bridge';
+  /** `METHOD /path` as the agent sent them (the first ones, when there were many). */
+  attempts: string[];
+  /** How many were refused, listed or not. */
+  count: number;
+  reason: string;
 }
 
 export type SubmitOutcome =
@@ -65,6 +78,8 @@ export interface CreateTrajectoryInput {
   probe?: boolean;
   derivedFrom?: string | null;
   derivation?: Record<string, unknown> | null;
+  /** Refuse (409 on `group_id`) when the group already exists: the caller may not join one. */
+  newGroup?: boolean;
 }
 
 export interface CompleteInput {
@@ -263,7 +278,8 @@ export interface PoolStats {
   produced: { steps: number; trajectories: number };
   completed: { trajectories: number; aborted: number; idleAborted: number; infraFailed: number };
   /** LLM calls through the gateway that produced no step. */
-  failedCalls: { aborted: number; upstreamError: number };
+  /** `captureFailed`: the engine answered but the step could not be stored; the agent got an error. */
+  failedCalls: { aborted: number; upstreamError: number; captureFailed: number };
   consumed: { groups: number; steps: number };
   leased: { batches: number; groups: number };
   dropped: Partial<Record<DropReason, number>>;
@@ -316,6 +332,7 @@ export interface Store {
   /** Merges keys into an open trajectory's metadata. */
   mergeTrajectoryMetadata(id: string, metadata: Record<string, unknown>, now: number): Promise<Trajectory>;
   recordCallFailure(failure: CallFailure, now: number): Promise<void>;
+  recordRefusal(refusal: Refusal, now: number): Promise<void>;
 
   getTrajectory(id: string): Promise<Trajectory | null>;
   getTrajectorySteps(id: string): Promise<Step[]>;

@@ -24,8 +24,8 @@ export interface ListenOptions {
   maxBodyBytes?: number;
   /** Requests served without the fetch handler (the gateway's LLM calls: gateway/direct.ts). */
   direct?: DirectListener;
-  /** Runs first on every request: a message refuses it with a 403, unread (gateway/request-guard.ts). */
-  guard?: (req: IncomingMessage) => string | null;
+  /** Runs first on every request: a refusal is answered at once, the body unread (gateway/request-guard.ts). */
+  guard?: (req: IncomingMessage) => { status: number; code: string; message: string } | null;
 }
 
 export const DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024;
@@ -107,8 +107,9 @@ export async function listen(
           const refused = guard(req);
           if (refused === null) return read(req, res);
           req.resume();
-          const error = new StepwiseError(refused, 403, 'forbidden');
-          res.writeHead(403, { 'content-type': 'application/json', connection: 'close' });
+          const field = refused.status === 415 ? 'content-type' : undefined;
+          const error = new StepwiseError(refused.message, refused.status, refused.code, field);
+          res.writeHead(refused.status, { 'content-type': 'application/json', connection: 'close' });
           res.end(JSON.stringify(error.toJSON()));
         }
       : read,

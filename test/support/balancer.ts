@@ -4,7 +4,8 @@ import type { AddressInfo } from 'node:net';
 
 /**
  * A small HTTP load balancer for multi-process tests, configured as docs/deploy.md recommends for a
- * real one: calls under a trajectory's base_url (`/<trajectory>/<group>/v1/...`) go to the gateway
+ * real one: calls under a trajectory's base_url (`/<trajectory>/<group>/v1/...`) and its owner's
+ * routes (`/v1/trajectories/<trajectory>/...`) go to the gateway
  * its id hashes to among the live ones (so a trajectory's calls meet its session cache); every other
  * request goes round-robin. A gateway that refuses a connection is taken out and the request goes to
  * the next one; one that drops a request it was sent is taken out too, but that request is answered
@@ -30,7 +31,9 @@ const RESERVED = new Set([
 ]);
 
 function affinity(path: string): string | null {
-  const first = path.split('/')[1] ?? '';
+  const parts = path.split('/');
+  // The owner's routes by id (`/v1/trajectories/<id>/...`) meet the same session as its base_url.
+  const first = (parts[1] === 'v1' && parts[2] === 'trajectories' ? parts[3] : parts[1]) ?? '';
   return first.length >= 16 && !RESERVED.has(first) ? first : null;
 }
 

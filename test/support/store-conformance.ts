@@ -708,8 +708,20 @@ export function runStoreConformance(name: string, open: () => Promise<StoreHarne
           { ...base, channel: 'val', kind: 'upstream_error', status: 504, message: 'slow' },
           tick(),
         );
-        expect((await store.stats('train')).failedCalls).toEqual({ aborted: 1, upstreamError: 1 });
-        expect((await store.stats(null)).failedCalls).toEqual({ aborted: 1, upstreamError: 2 });
+        await store.recordCallFailure(
+          { ...base, channel: 'val', kind: 'capture_failed', status: 503, message: 'disk full' },
+          tick(),
+        );
+        expect((await store.stats('train')).failedCalls).toEqual({
+          aborted: 1,
+          upstreamError: 1,
+          captureFailed: 0,
+        });
+        expect((await store.stats(null)).failedCalls).toEqual({
+          aborted: 1,
+          upstreamError: 2,
+          captureFailed: 1,
+        });
         const events = await store.readEvents({
           after: 0,
           limit: 10,
@@ -720,6 +732,35 @@ export function runStoreConformance(name: string, open: () => Promise<StoreHarne
           expect.objectContaining({ kind: 'aborted', response_ids: [5, 6], prompt_tokens: 12 }),
           expect.objectContaining({ kind: 'upstream_error', status: 502, message: 'engine down' }),
         ]);
+      });
+
+      it('records refusals as events, and opens a trajectory in a new group only when asked to', async () => {
+        await store.recordRefusal(
+          {
+            channel: 'train',
+            trajectoryId: 't',
+            by: 'bridge',
+            attempts: ['GET /v1/stats'],
+            count: 3,
+            reason: 'outside the LLM routes',
+          },
+          tick(),
+        );
+        const [event] = await store.readEvents({ after: 0, limit: 10, types: ['access_refused'] });
+        expect(event).toMatchObject({
+          channel: 'train',
+          data: { trajectory_uid: 't', by: 'bridge', attempts: ['GET /v1/stats'], count: 3 },
+        });
+        const open = (id: string, newGroup: boolean) =>
+          store.createTrajectory(
+            { id, groupId: 'shared', channel: 'train', nRollouts: 2, metadata: {}, newGroup },
+            tick(),
+          );
+        await open('first', true);
+        await expect(open('second', true)).rejects.toMatchObject({ field: 'group_id' });
+        expect(await store.getTrajectory('second')).toBeNull();
+        await open('third', false);
+        expect((await store.getGroup('train', 'shared'))?.nTrajectories).toBe(2);
       });
     });
 

@@ -12,7 +12,7 @@ import type { DataPool } from '../../pool/data-pool.js';
 import type { DashboardEnv, DashboardOptions } from '../index.js';
 import { html } from '../index.js';
 import { type GroupDetail, GroupPage, MAX_GROUP_TRAJECTORIES } from './group.js';
-import { errorPage, LIST_PATH, trajectoryHref } from './trajectories/common.js';
+import { errorPage, LIST_PATH, rawTrajectoryHref, trajectoryHref } from './trajectories/common.js';
 import { DetailPage, type TrajectoryDetail } from './trajectories/detail.js';
 import { parseListFilters } from './trajectories/filters.js';
 import {
@@ -131,7 +131,7 @@ export function mountTrajectoryPages(app: Hono<DashboardEnv>, { pool }: Dashboar
   app.get(`${LIST_PATH}/:id`, async (c) => {
     const t = await findTrajectory(c, pool);
     if (t instanceof Response) return t;
-    return html(c, <DetailPage d={await loadDetail(pool, t)} />);
+    return html(c, <DetailPage d={await loadDetail(pool, t)} />, 200, rawTrajectoryHref(t.id));
   });
 
   app.post(`${LIST_PATH}/:id/labels`, async (c) => {
@@ -148,7 +148,12 @@ export function mountTrajectoryPages(app: Hono<DashboardEnv>, { pool }: Dashboar
       }
     }
     if (errors.length > 0)
-      return html(c, <DetailPage d={await loadDetail(pool, t)} form={form} errors={errors} />, 400);
+      return html(
+        c,
+        <DetailPage d={await loadDetail(pool, t)} form={form} errors={errors} />,
+        400,
+        rawTrajectoryHref(t.id),
+      );
     return c.redirect(`${trajectoryHref(t.id)}#labels`, 303);
   });
 

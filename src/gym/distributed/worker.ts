@@ -79,10 +79,10 @@ export interface RolloutWorker {
   stop(): Promise<void>;
 }
 
-/** The last three segments of a base_url (`<trajectory>/<group>/v1`) under `gateway`. */
-function underGateway(gateway: string, baseUrl: string): string {
-  const path = new URL(baseUrl).pathname.split('/').filter(Boolean).slice(-3).join('/');
-  return `${gateway.replace(/\/+$/, '')}/${path}`;
+/** The owner's completion route of a base_url's trajectory (`<trajectory>/<group>/v1`) on `gateway`. */
+function completeUrl(gateway: string, baseUrl: string): string {
+  const trajectory = new URL(baseUrl).pathname.split('/').filter(Boolean).at(-3) ?? '';
+  return `${gateway.replace(/\/+$/, '')}/v1/trajectories/${encodeURIComponent(trajectory)}/complete`;
 }
 
 function resolveAgent(agent: AgentWire, toolsDir: string | undefined): AgentSpec {
@@ -113,7 +113,7 @@ export function startRolloutWorker(options: RolloutWorkerOptions): RolloutWorker
     baseUrl: string,
     body: { reward: number | null; status: 'complete' | 'infra_failed' },
   ) => {
-    const res = await fetch(`${underGateway(gateway, baseUrl)}/complete_trajectory`, {
+    const res = await fetch(completeUrl(gateway, baseUrl), {
       method: 'POST',
       headers: {
         'content-type': 'application/json',

@@ -8,6 +8,7 @@ const plan = {
   tmpBytes: 1024,
   shmBytes: 512,
   statusFd: 3,
+  seccompFd: 6,
 };
 
 /** The [source, destination] pairs of every bind of a kind. */
@@ -39,6 +40,19 @@ describe('bwrapArgs', () => {
       '--cap-drop',
       'ALL',
     ]);
+  });
+
+  it('loads the seccomp filter against user namespaces, which a privileged sandbox cannot do without', () => {
+    for (const privileged of [true, false]) {
+      const args = bwrapArgs({ ...plan, privileged });
+      expect(args.slice(args.indexOf('--seccomp'), args.indexOf('--seccomp') + 2)).toEqual([
+        '--seccomp',
+        '6',
+      ]);
+    }
+    const { seccompFd: _, ...noFilter } = plan;
+    expect(bwrapArgs({ ...noFilter, privileged: false })).not.toContain('--seccomp');
+    expect(() => bwrapArgs({ ...noFilter, privileged: true })).toThrow(/seccomp/);
   });
 
   it('binds writable only the workspace, and read-only only the system', () => {

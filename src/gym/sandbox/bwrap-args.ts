@@ -56,6 +56,8 @@ export interface BwrapPlan {
   /** Host paths shown read-only inside (checked by the caller). */
   readOnlyBinds?: readonly { source: string; target: string }[];
   statusFd: number;
+  /** The fd bwrap reads the seccomp filter from (seccomp.ts); needed when privileged. */
+  seccompFd?: number;
 }
 
 /** Namespaces and capabilities: the isolation itself. */
@@ -66,7 +68,8 @@ export function namespaceArgs(privileged: boolean): string[] {
   // (and to empty the bounding set first), to signal the command's processes, to bind the bridge,
   // and to enter the working directory before it drops (a 0700 workspace belongs to the command's
   // uid, not to root). The command keeps none of them: it runs as another uid with an empty
-  // bounding set.
+  // bounding set. Nor can it make a user namespace of its own (which would give it uid 0 and every
+  // capability there): the seccomp filter of seccomp.ts refuses them (bwrapArgs' --seccomp).
   return [
     '--unshare-ipc',
     '--unshare-pid',
@@ -109,6 +112,10 @@ export function systemArgs(): string[] {
 export function bwrapArgs(plan: BwrapPlan): string[] {
   const args = namespaceArgs(plan.privileged);
   args.push('--die-with-parent', '--new-session', '--hostname', 'sandbox');
+  if (plan.privileged && plan.seccompFd === undefined) {
+    throw new Error('a privileged sandbox needs the seccomp filter that refuses user namespaces');
+  }
+  if (plan.seccompFd !== undefined) args.push('--seccomp', String(plan.seccompFd));
   args.push(...systemArgs());
   // bwrap makes missing parents 0700 when privileged; the sandbox uid must be able to traverse them.
   args.push('--perms', '0755', '--dir', '/etc');

@@ -11,6 +11,7 @@ import {
   PYTHON,
   passwdFile,
 } from './bwrap-args.js';
+import { treeBytes } from './disk-usage.js';
 import {
   normalizeBindTarget,
   normalizeMountDir,
@@ -21,6 +22,7 @@ import {
 import { type Bridge, type BridgeScope, gatewayTarget, startBridge, withRefusals } from './gateway-bridge.js';
 import { classifyLimitHit } from './limit-hit.js';
 import { runUnsafe } from './run-unsafe.js';
+import { noUserNamespaceFilter } from './seccomp.js';
 import { STATUS_FDS, type Supervised, supervise } from './supervise.js';
 import { SUPERVISOR_PY, type SupervisorConfig } from './supervisor.js';
 import {
@@ -102,6 +104,13 @@ export async function runInSandbox(
   if (!existsSync(BWRAP)) throw new SandboxError(`bubblewrap is not installed (${BWRAP} not found)`);
 
   const privileged = process.getuid?.() === 0;
+  // Unprivileged, bwrap's --disable-userns already holds; as root the filter is the only wall.
+  const seccomp = noUserNamespaceFilter();
+  if (privileged && !seccomp) {
+    throw new SandboxError(
+      `no seccomp filter against user namespaces for ${process.arch}: the sandbox cannot run as root here`,
+    );
+  }
   const uid = privileged ? sandboxUidFor(workspace) : (process.getuid?.() ?? 0);
   const gid = privileged ? uid : (process.getgid?.() ?? 0);
   if (privileged) {
@@ -109,6 +118,9 @@ export async function runInSandbox(
       throw new SandboxError(`cannot hand the workspace to the sandbox uid: ${error.message}`);
     });
   }
+  // A workspace that starts past the quota may keep what it has (and shrink), not grow.
+  const diskQuotaBytes = Math.floor(limits.diskMb * MIB);
+  const startBytes = await treeBytes(workspace).catch(() => 0);
   const runDir = await mkdtemp(join(tmpdir(), 'stepwise-sandbox-'));
   let bridge: Bridge | undefined;
   try {
@@ -151,6 +163,7 @@ export async function runInSandbox(
         ...(gatewaySocket ? { gatewaySocket } : {}),
         readOnlyBinds,
         statusFd: STATUS_FDS.bwrap,
+        ...(seccomp ? { seccompFd: STATUS_FDS.seccomp } : {}),
       }),
       '--',
       PYTHON,
@@ -171,6 +184,8 @@ export async function runInSandbox(
         timeoutMs,
         graceMs: KILL_GRACE_MS,
         maxOutputBytes,
+        ...(seccomp ? { seccomp } : {}),
+        diskQuota: { workspace, limitBytes: Math.max(diskQuotaBytes, startBytes) },
       });
     } catch (error) {
       throw new SandboxError(`bwrap could not be started: ${(error as Error).message}`);
@@ -202,7 +217,7 @@ async function realWorkspace(workspace: string): Promise<string> {
 }
 
 function toResult(run: Supervised, limits: SandboxLimits): RunResult {
-  const stderr = run.stderr.text();
+  let stderr = run.stderr.text();
   if (run.failedReason !== null)
     throw new SandboxError(`the sandbox could not be set up: ${run.failedReason}`);
   if (!run.started && !run.timedOut) {
@@ -221,6 +236,10 @@ function toResult(run: Supervised, limits: SandboxLimits): RunResult {
     exitCode = run.bwrap.code;
     signal = run.bwrap.signal;
   }
+  if (run.overDiskQuota !== null) {
+    // Said where every caller looks (an agent's failure reason quotes the end of stderr).
+    stderr += `${stderr === '' || stderr.endsWith('\n') ? '' : '\n'}stepwise sandbox: disk quota exceeded: the workspace, /tmp and /dev/shm held ${mib(run.overDiskQuota)} MiB, over the ${limits.diskMb} MiB quota; every process was killed\n`;
+  }
   return {
     exitCode,
     signal,
@@ -235,10 +254,15 @@ function toResult(run: Supervised, limits: SandboxLimits): RunResult {
         stderr,
         cpuSeconds: run.exit?.cpu ?? null,
         peakTasks: run.exit?.peakTasks ?? null,
+        overDiskQuota: run.overDiskQuota !== null,
       },
       limits,
     ),
     stdoutTruncated: run.stdout.truncated,
     stderrTruncated: run.stderr.truncated,
   };
+}
+
+function mib(bytes: number): string {
+  return (bytes / MIB).toFixed(1);
 }

@@ -36,6 +36,11 @@ describe('classifyLimitHit', () => {
     ['MemoryError', ending({ exitCode: 1, stderr: 'Traceback...\nMemoryError\n' }), 'memory'],
     ['ENOMEM', ending({ exitCode: 1, stderr: 'cannot allocate: Cannot allocate memory' }), 'memory'],
     ['MemoryError text in a successful run', ending({ stderr: 'handled MemoryError' }), null],
+    [
+      'a kill over the disk quota',
+      ending({ exitCode: null, signal: 'SIGKILL', stderr: 'File too large', overDiskQuota: true }),
+      'disk',
+    ],
   ])('%s', (_, input, expected) => {
     expect(classifyLimitHit(input, limits)).toBe(expected);
   });

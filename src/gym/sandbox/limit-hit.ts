@@ -9,6 +9,8 @@ export interface Ending {
   cpuSeconds: number | null;
   /** The most processes + threads seen at once in the sandbox (null: unknown). */
   peakTasks: number | null;
+  /** The host saw the sandbox hold more than its disk quota and killed it. */
+  overDiskQuota?: boolean;
 }
 
 // What programs print when a limit bites: bash reports children killed by SIGXCPU / SIGXFSZ, fork
@@ -33,6 +35,8 @@ const SIGKILL_STATUS = 128 + 9;
  */
 export function classifyLimitHit(ending: Ending, limits: SandboxLimits): LimitHit | null {
   const { exitCode, signal, stderr, cpuSeconds, peakTasks } = ending;
+  // The host's own measurement, and the reason it killed the sandbox: nothing else can have ended it.
+  if (ending.overDiskQuota) return 'disk';
   const failed = exitCode !== 0 || signal !== null;
   const cpuSpent = cpuSeconds !== null && cpuSeconds >= limits.cpuSeconds * 0.95;
   if (signal === 'SIGXCPU') return 'cpu';

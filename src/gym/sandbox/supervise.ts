@@ -2,6 +2,7 @@ import { spawn } from 'node:child_process';
 import { readFile, readlink } from 'node:fs/promises';
 import type { Readable, Writable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { type SandboxInit, sandboxBytes } from './disk-usage.js';
 import { OutputBuffer, settleWithin } from './output-buffer.js';
 
 /** A run of bwrap + the supervisor, as the host sees it. */
@@ -14,6 +15,10 @@ export interface SupervisedRun {
   /** After SIGTERM, how long processes get before SIGKILL. */
   graceMs: number;
   maxOutputBytes: number;
+  /** The seccomp filter bwrap loads from fd STATUS_FDS.seccomp (bwrap-args' seccompFd). */
+  seccomp?: Buffer;
+  /** Kill the sandbox when it holds more than limitBytes (disk-usage.ts measures). */
+  diskQuota?: { workspace: string; limitBytes: number };
 }
 
 export interface SupervisorExit {
@@ -34,18 +39,33 @@ export interface Supervised {
   timedOut: boolean;
   /** SIGKILL was needed: the command did not end on SIGTERM within the grace period. */
   killed: boolean;
+  /** The bytes the sandbox held when it was killed over its disk quota; null when it was not. */
+  overDiskQuota: number | null;
   stdout: OutputBuffer;
   stderr: OutputBuffer;
   durationMs: number;
 }
 
-// fds of the bwrap process: 3 = bwrap's JSON status, 4 = supervisor status, 5 = supervisor control.
-export const STATUS_FDS = { bwrap: 3, supervisor: 4, control: 5 } as const;
+// fds of the bwrap process: 3 = bwrap's JSON status, 4 = supervisor status, 5 = supervisor control,
+// 6 = the seccomp filter.
+export const STATUS_FDS = { bwrap: 3, supervisor: 4, control: 5, seccomp: 6 } as const;
+
+/** The disk quota is checked every 100 ms; a big workspace waits 3x its measuring time between checks. */
+const DISK_POLL_MS = 100;
+const DISK_POLL_MAX_MS = 2_000;
 
 export async function supervise(run: SupervisedRun): Promise<Supervised> {
   const begin = performance.now();
   const child = spawn(run.executable, run.args, {
-    stdio: [run.stdin === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe', 'pipe', 'pipe', 'pipe'],
+    stdio: [
+      run.stdin === undefined ? 'ignore' : 'pipe',
+      'pipe',
+      'pipe',
+      'pipe',
+      'pipe',
+      'pipe',
+      run.seccomp ? 'pipe' : 'ignore',
+    ],
     env: run.env,
     cwd: '/',
     // Its own process group, so the whole group can be killed; bwrap --die-with-parent ties it to us.
@@ -65,6 +85,11 @@ export async function supervise(run: SupervisedRun): Promise<Supervised> {
   const supervisorStatus = pipes[STATUS_FDS.supervisor]!;
   const control = pipes[STATUS_FDS.control]!;
   control.on('error', () => undefined);
+  if (run.seccomp) {
+    const seccomp = pipes[STATUS_FDS.seccomp]!;
+    seccomp.on('error', () => undefined);
+    seccomp.end(run.seccomp);
+  }
 
   let bwrapText = '';
   bwrapStatus.setEncoding('utf8');
@@ -101,6 +126,11 @@ export async function supervise(run: SupervisedRun): Promise<Supervised> {
     const match = /"child-pid"\s*:\s*(\d+)/.exec(bwrapText);
     return match ? Number(match[1]) : null;
   };
+  const init = (): SandboxInit | null => {
+    const pid = initPid();
+    const ns = /"pid-namespace"\s*:\s*(\d+)/.exec(bwrapText);
+    return pid !== null && ns ? { pid, pidNamespace: ns[1]! } : null;
+  };
   let timedOut = false;
   let killed = false;
   let grace: NodeJS.Timeout | undefined;
@@ -116,12 +146,36 @@ export async function supervise(run: SupervisedRun): Promise<Supervised> {
     grace = setTimeout(hardKill, run.graceMs);
   }, run.timeoutMs);
 
+  // Over the disk quota: SIGKILL at once, as every further moment is more bytes written.
+  let overDiskQuota: number | null = null;
+  const stopPolling = new AbortController();
+  const quota = run.diskQuota;
+  if (quota) {
+    // Not awaited at the end: a measurement under way when bwrap exits sees the abort and stops there.
+    void (async () => {
+      while (!stopPolling.signal.aborted) {
+        const begin = performance.now();
+        const used = await sandboxBytes(quota.workspace, init()).catch(() => 0);
+        if (stopPolling.signal.aborted) return;
+        if (used > quota.limitBytes) {
+          overDiskQuota = used;
+          hardKill();
+          return;
+        }
+        const took = performance.now() - begin;
+        const pause = Math.min(DISK_POLL_MAX_MS, Math.max(DISK_POLL_MS - took, 3 * took));
+        await sleep(pause, undefined, { signal: stopPolling.signal }).catch(() => undefined);
+      }
+    })();
+  }
+
   let bwrap: { code: number | null; signal: string | null };
   try {
     bwrap = await exited;
   } finally {
     clearTimeout(wall);
     clearTimeout(grace);
+    stopPolling.abort();
   }
   // Output and status end when the last process holding them is gone; bound the wait all the same.
   await settleWithin(Promise.all([drained, ended(bwrapStatus), ended(supervisorStatus)]), 2_000);
@@ -139,6 +193,7 @@ export async function supervise(run: SupervisedRun): Promise<Supervised> {
     bwrap,
     timedOut,
     killed,
+    overDiskQuota,
     stdout,
     stderr,
     durationMs: Math.round(performance.now() - begin),

@@ -12,6 +12,12 @@ export interface SandboxLimits {
   fileSizeMb: number;
   /** Wall-clock limit of one run, ms; the whole sandbox is killed when it passes. */
   wallMs: number;
+  /**
+   * Disk quota, MiB: what the workspace (all of it, the task's own files too), /tmp and /dev/shm may
+   * hold together. Measured from the host every ~100 ms; a run that takes them past it (or grows them
+   * when it started past it) is killed.
+   */
+  diskMb: number;
 }
 
 export const DEFAULT_LIMITS: SandboxLimits = Object.freeze({
@@ -20,6 +26,7 @@ export const DEFAULT_LIMITS: SandboxLimits = Object.freeze({
   processes: 256,
   fileSizeMb: 64,
   wallMs: 120_000,
+  diskMb: 256,
 });
 
 export interface SandboxOptions {
@@ -45,7 +52,7 @@ export interface SandboxOptions {
   unsafeNoSandbox?: boolean;
 }
 
-export type LimitHit = 'cpu' | 'memory' | 'file_size' | 'processes';
+export type LimitHit = 'cpu' | 'memory' | 'file_size' | 'processes' | 'disk';
 
 export interface RunResult {
   /** The command's exit status; null when it was killed by a signal. */
@@ -85,6 +92,7 @@ const LimitsSchema = z.strictObject({
   processes: z.number().int().min(1).max(1_000_000),
   fileSizeMb: positive.max(1_048_576),
   wallMs: positive.max(86_400_000),
+  diskMb: positive.max(1_048_576),
 });
 
 /** The limits of a run: the defaults, overridden by `partial`; a bad value names its field. */

@@ -30,6 +30,7 @@ const LIMIT_NAMES = {
   memory: 'memory',
   file_size: 'file size',
   processes: 'process count',
+  disk: 'disk quota',
 } as const;
 
 /** Runs the command in the sandbox, in the workspace (or `workdir` inside it). */
@@ -124,6 +125,8 @@ function limitValue(limit: keyof typeof LIMIT_NAMES, sandbox: SandboxOptions): s
       return `${limits.fileSizeMb} MiB per file`;
     case 'processes':
       return `${limits.processes} processes`;
+    case 'disk':
+      return `${limits.diskMb} MiB in the workspace and /tmp together`;
   }
 }
 

@@ -25,6 +25,11 @@ export function redactUrl(url: string): string {
   }
 }
 
+/** How a process's connections to a schema show in pg_stat_activity: `stepwise:<schema>`. */
+export function applicationName(schema: string): string {
+  return `stepwise:${schema}`;
+}
+
 export interface PostgresDatabaseOptions {
   url: string;
   /** Schema of the tables (created when missing); default `public`. */
@@ -49,10 +54,16 @@ export async function openPostgresDatabase<DB>(
     connectionString: options.url,
     max: options.poolSize,
     options: `-c search_path=${schema}`,
+    // Names this store's connections in pg_stat_activity (a URL's application_name wins).
+    fallback_application_name: applicationName(schema),
     types: pgTypes,
   });
   // A pool client that errors while idle (the server went away) must not crash the process.
   pool.on('error', () => {});
+  // Nor one that errors while checked out (its backend terminated mid-transaction): pg emits that
+  // as an 'error' event nobody listens to then. Its queries fail (a 503, see unavailable) and the
+  // pool discards it on release, as it is no longer queryable.
+  pool.on('connect', (client) => client.on('error', () => {}));
   try {
     if (schema !== 'public') {
       // Processes starting together race to create it: the losers find it made.
@@ -91,6 +102,8 @@ export async function openPostgresDatabase<DB>(
  */
 const RETRYABLE = new Set(['40001', '40P01', '23505']);
 const MAX_ATTEMPTS = 12;
+/** Attempts of a transaction whose connection was lost before its COMMIT went out. */
+const LOST_ATTEMPTS = 3;
 
 /**
  * The database is out of reach (down, restarting, the connection cut): a 503 the caller may retry.
@@ -112,7 +125,8 @@ export function unavailable(error: unknown): unknown {
 
 /**
  * Runs `body` in one transaction on a pooled connection and commits it. A transaction that lost a
- * race runs again from the start (up to 12 times; not for read-only `begin`s); a lost database
+ * race runs again from the start (up to 12 times; not for read-only `begin`s), and so does one whose
+ * connection was lost before its COMMIT went out (up to 3 times: it wrote nothing); a lost database
  * becomes a 503. `check` runs before each attempt (e.g. to refuse once closed).
  */
 export async function inTransaction<T>(
@@ -125,9 +139,11 @@ export async function inTransaction<T>(
     const client = await pool.connect().catch((error) => {
       throw unavailable(error);
     });
+    let committing = false;
     try {
       await client.query(options.begin ?? 'BEGIN');
       const value = await body(client);
+      committing = true;
       await client.query('COMMIT');
       client.release();
       return value;
@@ -142,7 +158,17 @@ export async function inTransaction<T>(
         await new Promise((r) => setTimeout(r, Math.random() * 5 * attempt));
         continue;
       }
-      throw unavailable(error);
+      const failure = unavailable(error);
+      // A connection lost before COMMIT went out took its transaction with it (pg refuses to send
+      // on a connection it knows is broken: "not queryable"); one lost during COMMIT may have
+      // committed, so only the caller may send that again (as a duplicate, if it did).
+      const lost = !(error instanceof StepwiseError) && failure instanceof StepwiseError;
+      const unsent = !committing || /not queryable/.test((error as Error).message ?? '');
+      if (lost && unsent && attempt < LOST_ATTEMPTS) {
+        await new Promise((r) => setTimeout(r, 10 * attempt));
+        continue;
+      }
+      throw failure;
     }
   }
 }

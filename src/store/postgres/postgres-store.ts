@@ -47,6 +47,7 @@ import {
   newTrajectoryRow,
   type PriorStep,
   previewGroup,
+  refusalData,
   rewardBins,
   type SignalRow,
   servedGroup,
@@ -88,6 +89,7 @@ import type {
   Page,
   PoolStats,
   PreviewGroup,
+  Refusal,
   ScanPage,
   ServedGroup,
   SignalQuery,
@@ -101,7 +103,7 @@ import type {
   TrajectoryQuery,
   TrajectoryScan,
 } from '../store.js';
-import { inTransaction, openPostgresDatabase, redactUrl, unavailable } from './connect.js';
+import { applicationName, inTransaction, openPostgresDatabase, redactUrl, unavailable } from './connect.js';
 
 export interface PostgresStoreOptions {
   /** `postgres://user@host:port/database` */
@@ -275,11 +277,16 @@ export class PostgresStore implements Store {
 
   /** Reads outside a write transaction (each statement sees what was committed before it). */
   private async read<T>(text: string, values: unknown[] = []): Promise<T[]> {
-    this.checkOpen();
-    try {
-      return (await this.pool.query(prepared(text, values))).rows as T[];
-    } catch (error) {
-      throw unavailable(error);
+    for (let attempt = 1; ; attempt++) {
+      this.checkOpen();
+      try {
+        return (await this.pool.query(prepared(text, values))).rows as T[];
+      } catch (error) {
+        const failure = unavailable(error);
+        // A read whose connection was lost runs again on another (a pooled one may have died idle).
+        if (failure !== error && attempt < 3) continue;
+        throw failure;
+      }
     }
   }
 
@@ -306,7 +313,10 @@ export class PostgresStore implements Store {
   /** Keeps one connection LISTENing; reconnects after a lost connection (and wakes everyone then). */
   async listen(): Promise<void> {
     if (this.closed || this.listener) return;
-    const client = new pg.Client({ connectionString: this.options.url });
+    const client = new pg.Client({
+      connectionString: this.options.url,
+      fallback_application_name: applicationName(this.schema),
+    });
     const lost = () => {
       if (this.listener !== client) return;
       this.listener = null;
@@ -546,7 +556,7 @@ export class PostgresStore implements Store {
     await this.markReady(tx, row, row.n_complete < row.expected, config, now, log);
   }
 
-  /** Whether every complete rollout of the group has each of the channel's required signals. */
+  /** Whether every complete rollout of the group has each of the channel's required signals (an agent's own never count). */
   private async signalsIn(tx: Tx, row: GroupRow, config: ChannelConfig): Promise<boolean> {
     const names = config.required_signals;
     if (names.length === 0) return true;
@@ -554,7 +564,8 @@ export class PostgresStore implements Store {
       `SELECT count(*) AS n FROM trajectories t
        WHERE t.group_id = $1 AND t.channel = $2 AND t.status = 'complete'
          AND (SELECT count(DISTINCT s.name) FROM signals s
-              WHERE s.trajectory_id = t.id AND s.step_index IS NULL AND s.name = ANY($3::text[])) < $4`,
+              WHERE s.trajectory_id = t.id AND s.step_index IS NULL AND s.source <> 'agent'
+                AND s.name = ANY($3::text[])) < $4`,
       [row.id, row.channel, names, names.length],
     );
     return missing!.n === 0;
@@ -637,6 +648,14 @@ export class PostgresStore implements Store {
     return this.write(async (tx) => {
       if (await tx.row('SELECT 1 FROM trajectories WHERE id = $1', [input.id]))
         throw new ConflictError(`trajectory ${input.id} already exists`, 'trajectory_uid');
+      if (
+        input.newGroup &&
+        (await tx.row('SELECT 1 FROM groups WHERE channel = $1 AND id = $2', [input.channel, input.groupId]))
+      )
+        throw new ConflictError(
+          `group ${input.groupId} already exists in channel ${input.channel}`,
+          'group_id',
+        );
       const row = await this.insertTrajectory(tx, input, now, tx.log);
       tx.emit(
         'trajectory_created',
@@ -1119,9 +1138,13 @@ export class PostgresStore implements Store {
   async recordCallFailure(failure: CallFailure, now: number): Promise<void> {
     await this.write(async (tx) => {
       await this.ensureChannel(tx, failure.channel, now);
-      tx.log.count(failure.channel, failure.kind === 'aborted' ? 'calls_aborted' : 'calls_upstream_error');
+      tx.log.count(failure.channel, `calls_${failure.kind}`);
       tx.emit('call_failed', failure.channel, callFailedData(failure), now);
     });
+  }
+
+  async recordRefusal(refusal: Refusal, now: number): Promise<void> {
+    await this.write(async (tx) => tx.emit('access_refused', refusal.channel, refusalData(refusal), now));
   }
 
   // ---- reads ----------------------------------------------------------------------------------

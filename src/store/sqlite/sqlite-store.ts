@@ -47,6 +47,7 @@ import {
   newTrajectoryRow,
   type PriorStep,
   previewGroup,
+  refusalData,
   rewardBins,
   type SignalRow,
   servedGroup,
@@ -89,6 +90,7 @@ import type {
   Page,
   PoolStats,
   PreviewGroup,
+  Refusal,
   ScanPage,
   ServedGroup,
   SignalQuery,
@@ -136,6 +138,43 @@ export async function openSqliteStore(options: SqliteStoreOptions): Promise<Sqli
   const wal = synchronous === 'FULL' && journal === 'wal' ? WalSync.open(`${db.name}-wal`) : null;
   if (wal) db.pragma('synchronous = NORMAL');
   return new SqliteStore(db, kysely, options, wal);
+}
+
+/** Codes of the errors storageFailure names: the disk, not a submission, refused the write. */
+const STORAGE_CODES = new Set(['disk_full', 'storage_error']);
+
+function isStorageFailure(error: StepwiseError): boolean {
+  return STORAGE_CODES.has(error.code);
+}
+
+/**
+ * SQLite's disk errors as errors that say what happened (503: send it again; a stored step sent
+ * again is a duplicate). A full disk rolls the transaction back and leaves the database intact, so
+ * writes resume by themselves once there is space; no restart is needed.
+ */
+function storageFailure(error: unknown, path: string | null): unknown {
+  const code = (error as { code?: unknown }).code;
+  if (typeof code !== 'string') return error;
+  const where = path ?? 'the database';
+  if (code === 'SQLITE_FULL') {
+    return new StepwiseError(
+      `the disk holding ${where} is full (SQLITE_FULL): nothing was stored; free space on it and send again (no restart needed)`,
+      503,
+      'disk_full',
+      undefined,
+      true,
+    );
+  }
+  if (code.startsWith('SQLITE_IOERR') || code === 'SQLITE_CANTOPEN') {
+    return new StepwiseError(
+      `${where} could not be written (${code}: ${(error as Error).message}): the write was not acknowledged; check its disk and send again`,
+      503,
+      'storage_error',
+      undefined,
+      true,
+    );
+  }
+  return error;
 }
 
 export class SqliteStore implements Store {
@@ -194,6 +233,8 @@ export class SqliteStore implements Store {
         })
         .immediate();
       this.wal?.commit();
+    } catch (error) {
+      throw storageFailure(error, this.path);
     } finally {
       this.txChannels = null;
     }
@@ -399,7 +440,7 @@ export class SqliteStore implements Store {
     this.markReady(row, row.n_complete < row.expected, config, now, log);
   }
 
-  /** Whether every complete rollout of the group has each of the channel's required signals. */
+  /** Whether every complete rollout of the group has each of the channel's required signals (an agent's own never count). */
   private signalsIn(row: GroupRow, config: ChannelConfig): boolean {
     const names = config.required_signals;
     if (names.length === 0) return true;
@@ -407,7 +448,7 @@ export class SqliteStore implements Store {
       `SELECT count(*) AS n FROM trajectories t
        WHERE t.group_id = ? AND t.channel = ? AND t.status = 'complete'
          AND (SELECT count(DISTINCT s.name) FROM signals s
-              WHERE s.trajectory_id = t.id AND s.step_index IS NULL
+              WHERE s.trajectory_id = t.id AND s.step_index IS NULL AND s.source != 'agent'
                 AND s.name IN (SELECT value FROM json_each(?))) < ?`,
     ).get(row.id, row.channel, JSON.stringify(names), names.length) as { n: number };
     return n === 0;
@@ -484,6 +525,11 @@ export class SqliteStore implements Store {
     return this.write((log) => {
       if (this.trajectoryRow(input.id))
         throw new ConflictError(`trajectory ${input.id} already exists`, 'trajectory_uid');
+      if (input.newGroup && this.groupRow(input.channel, input.groupId))
+        throw new ConflictError(
+          `group ${input.groupId} already exists in channel ${input.channel}`,
+          'group_id',
+        );
       const row = this.insertTrajectory(input, now, log);
       this.emit(
         'trajectory_created',
@@ -670,7 +716,8 @@ export class SqliteStore implements Store {
       await this.wal?.durable();
       return outcomes;
     } catch (error) {
-      if (!(error instanceof StepwiseError) || this.closed || this.wal?.failed) throw error;
+      if (!(error instanceof StepwiseError) || isStorageFailure(error) || this.closed || this.wal?.failed)
+        throw error;
     }
     // Something was rejected: redo the batch with one savepoint per submission, so a rejected
     // submission leaves no trace and the others still commit.
@@ -1011,9 +1058,13 @@ export class SqliteStore implements Store {
   async recordCallFailure(failure: CallFailure, now: number): Promise<void> {
     await this.write((log) => {
       this.ensureChannel(failure.channel, now);
-      log.count(failure.channel, failure.kind === 'aborted' ? 'calls_aborted' : 'calls_upstream_error');
+      log.count(failure.channel, `calls_${failure.kind}`);
       this.emit('call_failed', failure.channel, callFailedData(failure), now);
     });
+  }
+
+  async recordRefusal(refusal: Refusal, now: number): Promise<void> {
+    await this.write(() => this.emit('access_refused', refusal.channel, refusalData(refusal), now));
   }
 
   async leaseBatch(params: LeaseParams, now: number): Promise<LeasedBatch | null> {

@@ -98,6 +98,7 @@ export class WorkerStore implements Store {
   mergeTrajectoryMetadata: Store['mergeTrajectoryMetadata'] = (...a) =>
     this.call('mergeTrajectoryMetadata', a);
   recordCallFailure: Store['recordCallFailure'] = (...a) => this.call('recordCallFailure', a);
+  recordRefusal: Store['recordRefusal'] = (...a) => this.call('recordRefusal', a);
   getTrajectory: Store['getTrajectory'] = (...a) => this.call('getTrajectory', a);
   getTrajectorySteps: Store['getTrajectorySteps'] = (...a) => this.call('getTrajectorySteps', a);
   getStep: Store['getStep'] = (...a) => this.call('getStep', a);

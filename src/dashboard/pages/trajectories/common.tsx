@@ -8,6 +8,8 @@ import { fmt, Page } from '../../layout.js';
 export const LIST_PATH = '/dashboard/trajectories';
 
 export const trajectoryHref = (id: string) => `${LIST_PATH}/${encodeURIComponent(id)}`;
+/** A trajectory as stored, in full, as application/json (the API route; admin holds its scope). */
+export const rawTrajectoryHref = (id: string) => `/v1/trajectories/${encodeURIComponent(id)}`;
 export const groupHref = (channel: string, groupId: string) =>
   `/dashboard/groups/${encodeURIComponent(channel)}/${encodeURIComponent(groupId)}`;
 
@@ -16,18 +18,6 @@ export function Time({ ms }: { ms: number | null | undefined }) {
   if (ms === null || ms === undefined) return <span class="muted">–</span>;
   const iso = new Date(ms).toISOString();
   return <time datetime={iso}>{`${iso.slice(0, 10)} ${iso.slice(11, 19)}`}</time>;
-}
-
-/** Any JSON value, pretty-printed; big ones collapsed behind a summary. */
-export function JsonBlock({ value, summary, open }: { value: unknown; summary?: string; open?: boolean }) {
-  const text = JSON.stringify(value, null, 2) ?? 'null';
-  if (summary === undefined) return <pre class="json">{text}</pre>;
-  return (
-    <details open={open ?? false}>
-      <summary>{summary}</summary>
-      <pre class="json">{text}</pre>
-    </details>
-  );
 }
 
 /** A long id or name cut to fit a table cell; the whole value stays in the title and the text. */

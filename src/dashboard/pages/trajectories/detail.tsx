@@ -1,17 +1,48 @@
 import type { Group, Label, Signal, Step, Trajectory } from '../../../domain/index.js';
 import { currentSignals, Quality } from '../../../domain/index.js';
 import type { CurrentLabel } from '../../../store/store.js';
+import {
+  BoundedList,
+  Budget,
+  inlineValue,
+  JsonBlock,
+  PAGE_CAP_BYTES,
+  short,
+  TextBlock,
+} from '../../bounded.js';
 import { fmt, Page } from '../../layout.js';
-import { Alert, Badges, groupHref, JsonBlock, LIST_PATH, StatusTag, Time, trajectoryHref } from './common.js';
+import {
+  Alert,
+  Badges,
+  groupHref,
+  LIST_PATH,
+  rawTrajectoryHref,
+  StatusTag,
+  Time,
+  trajectoryHref,
+} from './common.js';
 import { Conversation } from './conversation.js';
 import type { LabelFormValues } from './label-forms.js';
-import { decode, HeatLegend, HeatStrip, PromptViews } from './tokens.js';
+import { DecodedText, HeatLegend, HeatStrip, PromptViews, whole } from './tokens.js';
 
 /*
  * One trajectory: its header, the conversation, each step's tokens, its signals and labels (the state
  * in force and every act that led there), where it came from (CLEANER's derivation, ActGuide's hint)
- * and a form to curate it.
+ * and a form to curate it. Each section draws within its part of the page's byte budget
+ * (bounded.tsx), so what agents stored never makes the page larger than PAGE_CAP_BYTES.
  */
+
+/** Bytes each section may draw; together well under PAGE_CAP_BYTES, which also holds the frame. */
+const SECTION_BYTES = {
+  header: 64 * 1024,
+  provenance: 320 * 1024,
+  conversation: 512 * 1024,
+  steps: 640 * 1024,
+  signals: 128 * 1024,
+  labels: 128 * 1024,
+} as const;
+/** What a step's summary and facts take besides its texts and heat strip. */
+const STEP_FRAME_BYTES = 3 * 1024;
 
 export interface TrajectoryDetail {
   trajectory: Trajectory;
@@ -30,7 +61,7 @@ const ms = (v: number | null) => (v === null ? '–' : `${fmt(v, 1)} ms`);
 const yesNo = (v: boolean | null) => (v === null ? '–' : v ? 'yes' : 'no');
 const target = (stepIndex: number | null) => (stepIndex === null ? 'trajectory' : `step ${stepIndex}`);
 
-function Header({ t, group }: { t: Trajectory; group: Group | null }) {
+function Header({ t, group, budget }: { t: Trajectory; group: Group | null; budget: Budget }) {
   return (
     <section class="card" aria-labelledby="h-summary">
       <h2 id="h-summary">Summary</h2>
@@ -89,16 +120,27 @@ function Header({ t, group }: { t: Trajectory; group: Group | null }) {
           </dd>
         </div>
       </dl>
-      <JsonBlock value={t.metadata} summary="Metadata (JSON)" />
+      <JsonBlock value={t.metadata} budget={budget} summary="Metadata (JSON)" />
     </section>
   );
 }
 
-function Provenance({ d }: { d: TrajectoryDetail }) {
+/** A stored list in one line: its first `max` values, then how many more. */
+function inlineList(values: readonly unknown[], max = 50): string {
+  const shown = values.slice(0, max).map((v) => inlineValue(v, 60));
+  return values.length > max ? `${shown.join(', ')} … ${fmt(values.length - max)} more` : shown.join(', ');
+}
+
+const isRecord = (v: unknown): v is Record<string, unknown> =>
+  typeof v === 'object' && v !== null && !Array.isArray(v);
+
+function Provenance({ d, budget }: { d: TrajectoryDetail; budget: Budget }) {
   const t = d.trajectory;
   const derivation = t.derivation ?? {};
   const similarity = Array.isArray(derivation.similarity) ? (derivation.similarity as unknown[]) : [];
-  const removed = (derivation.removed_error_types ?? {}) as Record<string, unknown>;
+  const removed = Object.entries(
+    isRecord(derivation.removed_error_types) ? derivation.removed_error_types : {},
+  );
   return (
     <section class="card" aria-labelledby="h-provenance" id="provenance">
       <h2 id="h-provenance">Provenance</h2>
@@ -125,7 +167,7 @@ function Provenance({ d }: { d: TrajectoryDetail }) {
               <dt>mode</dt>
               <dd>
                 {typeof derivation.mode === 'string'
-                  ? derivation.mode
+                  ? short(derivation.mode)
                   : derivation.unchanged
                     ? 'copied unchanged'
                     : '–'}
@@ -133,34 +175,31 @@ function Provenance({ d }: { d: TrajectoryDetail }) {
             </div>
             <div>
               <dt>similarity</dt>
-              <dd>
-                {similarity.length === 0
-                  ? '–'
-                  : similarity.map((s) => (typeof s === 'number' ? fmt(s) : String(s))).join(', ')}
-              </dd>
+              <dd>{similarity.length === 0 ? '–' : inlineList(similarity)}</dd>
             </div>
             <div>
               <dt>removed error types</dt>
               <dd>
-                {Object.keys(removed).length === 0
+                {removed.length === 0
                   ? '–'
-                  : Object.entries(removed).map(([k, n]) => (
+                  : removed.slice(0, 50).map(([k, n]) => (
                       <span class="tag bad">
-                        {k} × {String(n)}
+                        {short(k, 60)} × {inlineValue(n, 60)}
                       </span>
                     ))}
+                {removed.length > 50 ? ` … ${fmt(removed.length - 50)} more` : null}
               </dd>
             </div>
             <div>
               <dt>purified steps</dt>
               <dd>
                 {Array.isArray(derivation.purified_step_indices)
-                  ? (derivation.purified_step_indices as unknown[]).join(', ') || '–'
+                  ? inlineList(derivation.purified_step_indices) || '–'
                   : '–'}
               </dd>
             </div>
           </dl>
-          <JsonBlock value={derivation} summary="Derivation (JSON)" />
+          <JsonBlock value={derivation} budget={budget.part(32 * 1024)} summary="Derivation (JSON)" />
           {d.original ? (
             <div class="side-by-side">
               <figure class="side">
@@ -168,25 +207,26 @@ function Provenance({ d }: { d: TrajectoryDetail }) {
                 <Conversation
                   steps={d.original.steps}
                   label="Original conversation"
+                  budget={budget.part(128 * 1024, rawTrajectoryHref(d.original.trajectory.id))}
                   stepHref={trajectoryHref(d.original.trajectory.id)}
                 />
               </figure>
               <figure class="side">
                 <figcaption>Derived</figcaption>
-                <Conversation steps={d.steps} label="Derived conversation" />
+                <Conversation steps={d.steps} label="Derived conversation" budget={budget.part(128 * 1024)} />
               </figure>
             </div>
           ) : null}
         </>
       ) : null}
-      {t.guided || t.probe ? <Guidance t={t} steps={d.steps} /> : null}
+      {t.guided || t.probe ? <Guidance t={t} steps={d.steps} budget={budget} /> : null}
     </section>
   );
 }
 
-function Guidance({ t, steps }: { t: Trajectory; steps: Step[] }) {
+function Guidance({ t, steps, budget }: { t: Trajectory; steps: Step[]; budget: Budget }) {
   const guidance = t.metadata.guidance;
-  const g = typeof guidance === 'object' && guidance !== null ? (guidance as Record<string, unknown>) : {};
+  const g = isRecord(guidance) ? guidance : {};
   const guided = steps.filter((s) => s.trainingPromptIds !== null);
   return (
     <div class="guidance">
@@ -198,7 +238,7 @@ function Guidance({ t, steps }: { t: Trajectory; steps: Step[] }) {
       {typeof g.hint === 'string' ? (
         <>
           <h4>Hint</h4>
-          <pre class="content hint">{g.hint}</pre>
+          <TextBlock text={g.hint} budget={budget} cls="content hint" />
         </>
       ) : (
         <p class="muted">No hint in metadata.guidance.</p>
@@ -206,23 +246,40 @@ function Guidance({ t, steps }: { t: Trajectory; steps: Step[] }) {
       {guided.length === 0 ? (
         <p class="muted">No step carries a training prompt (training_prompt_ids).</p>
       ) : (
-        guided.map((s, i) => (
-          <details open={i === 0}>
-            <summary>Step {s.index}: prompt views</summary>
-            <PromptViews engine={s.promptIds} training={s.trainingPromptIds!} />
-          </details>
-        ))
+        <BoundedList
+          items={guided}
+          budget={budget}
+          noun={['guided step', 'guided steps']}
+          wrap={(children) => children}
+          render={(s, i) => (
+            <details open={i === 0}>
+              <summary>Step {s.index}: prompt views</summary>
+              <PromptViews engine={s.promptIds} training={s.trainingPromptIds!} budget={budget} />
+            </details>
+          )}
+        />
       )}
     </div>
   );
 }
 
-function StepView({ step, label }: { step: Step; label: CurrentLabel | undefined }) {
+function StepView({ step, label, budget }: { step: Step; label: CurrentLabel | undefined; budget: Budget }) {
   const errors = (step.toolResults ?? []).filter((r) => r.error);
+  // The step's share is split so its decoded text cannot crowd out the heat strip or the metadata.
+  const weights = { decoded: 1, strip: 2, errors: errors.length > 0 ? 1 : 0, metadata: 1 };
+  const sum = weights.decoded + weights.strip + weights.errors + weights.metadata;
+  const left = budget.left;
+  const share = (w: number) => budget.part(Math.floor((left * w) / sum));
+  const own = {
+    decoded: share(weights.decoded),
+    strip: share(weights.strip),
+    errors: share(weights.errors),
+    metadata: share(weights.metadata),
+  };
   return (
     <details class="step" id={`step-${step.index}`}>
       <summary>
-        <strong>Step {step.index}</strong> · {step.finishReason ?? 'no finish reason'} ·{' '}
+        <strong>Step {step.index}</strong> · {short(step.finishReason ?? 'no finish reason', 64)} ·{' '}
         {fmt(step.promptIds.length)} + {fmt(step.responseIds.length)} tokens
         {step.latencyMs === null ? '' : ` · ${ms(step.latencyMs)}`} · policy v{step.policyVersion}
         {errors.length > 0 ? (
@@ -244,7 +301,7 @@ function StepView({ step, label }: { step: Step; label: CurrentLabel | undefined
         </div>
         <div>
           <dt>finish reason</dt>
-          <dd>{step.finishReason ?? '–'}</dd>
+          <dd>{short(step.finishReason ?? '–', 64)}</dd>
         </div>
         <div>
           <dt>token source</dt>
@@ -264,7 +321,7 @@ function StepView({ step, label }: { step: Step; label: CurrentLabel | undefined
         </div>
         <div>
           <dt>engine</dt>
-          <dd>{step.engineId ?? '–'}</dd>
+          <dd>{short(step.engineId ?? '–', 256)}</dd>
         </div>
         <div>
           <dt>reward</dt>
@@ -276,28 +333,33 @@ function StepView({ step, label }: { step: Step; label: CurrentLabel | undefined
         </div>
       </dl>
       <h4>Response (decoded)</h4>
-      <pre class="content decoded">{decode(step.responseIds)}</pre>
+      <DecodedText ranges={[whole(step.responseIds)]} budget={own.decoded} />
       <h4>Response tokens</h4>
-      <HeatStrip ids={step.responseIds} logprobs={step.responseLogprobs} />
+      <HeatStrip ids={step.responseIds} logprobs={step.responseLogprobs} budget={own.strip} />
       {errors.length > 0 ? (
         <>
           <h4>Failed tool results</h4>
-          <ul>
-            {errors.map((r) => (
+          <BoundedList
+            items={errors}
+            budget={own.errors}
+            noun={['failed tool result', 'failed tool results']}
+            wrap={(children) => <ul>{children}</ul>}
+            render={(r) => (
               <li class="msg error">
-                <strong>{r.name ?? 'tool'}</strong>
-                {r.error_type ? ` (${r.error_type})` : ''}: {r.content}
+                <strong>{short(r.name ?? 'tool')}</strong>
+                {r.error_type ? ` (${short(r.error_type, 60)})` : ''}:
+                <TextBlock text={r.content} budget={own.errors} max={4_000} />
               </li>
-            ))}
-          </ul>
+            )}
+          />
         </>
       ) : null}
-      <JsonBlock value={step.metadata} summary="Step metadata (JSON)" />
+      <JsonBlock value={step.metadata} budget={own.metadata} summary="Step metadata (JSON)" />
     </details>
   );
 }
 
-function Signals({ signals }: { signals: Signal[] }) {
+function Signals({ signals, budget }: { signals: Signal[]; budget: Budget }) {
   const current = new Set(currentSignals(signals));
   return (
     <section class="card" aria-labelledby="h-signals" id="signals">
@@ -305,53 +367,63 @@ function Signals({ signals }: { signals: Signal[] }) {
       {signals.length === 0 ? (
         <p class="muted">No signals.</p>
       ) : (
-        <div class="table-wrap">
-          <table>
-            <thead>
-              <tr>
-                <th scope="col">name</th>
-                <th scope="col">target</th>
-                <th scope="col">source</th>
-                <th scope="col" class="num">
-                  value
+        <BoundedList
+          items={signals}
+          budget={budget}
+          noun={['signal', 'signals']}
+          reserve={512}
+          wrap={(rows) => (
+            <div class="table-wrap">
+              <table>
+                <thead>
+                  <tr>
+                    <th scope="col">name</th>
+                    <th scope="col">target</th>
+                    <th scope="col">source</th>
+                    <th scope="col" class="num">
+                      value
+                    </th>
+                    <th scope="col">version</th>
+                    <th scope="col">at (UTC)</th>
+                    <th scope="col">details / evidence</th>
+                  </tr>
+                </thead>
+                <tbody>{rows}</tbody>
+              </table>
+            </div>
+          )}
+          render={(s, _, own) => {
+            const fields = isRecord(s.details) ? Object.keys(s.details).length : 0;
+            return (
+              <tr class={current.has(s) ? '' : 'superseded'}>
+                <th scope="row">
+                  {s.name}
+                  {current.has(s) ? null : <span class="tag">superseded</span>}
                 </th>
-                <th scope="col">version</th>
-                <th scope="col">at (UTC)</th>
-                <th scope="col">details / evidence</th>
+                <td>{target(s.stepIndex)}</td>
+                <td>{s.source}</td>
+                <td class="num">{fmt(s.value)}</td>
+                <td>{s.version}</td>
+                <td>
+                  <Time ms={s.createdAt} />
+                </td>
+                <td>
+                  {fields === 0 ? (
+                    <span class="muted">–</span>
+                  ) : (
+                    <JsonBlock value={s.details} budget={own} summary={`${fmt(fields)} fields`} />
+                  )}
+                </td>
               </tr>
-            </thead>
-            <tbody>
-              {signals.map((s) => (
-                <tr class={current.has(s) ? '' : 'superseded'}>
-                  <th scope="row">
-                    {s.name}
-                    {current.has(s) ? null : <span class="tag">superseded</span>}
-                  </th>
-                  <td>{target(s.stepIndex)}</td>
-                  <td>{s.source}</td>
-                  <td class="num">{fmt(s.value)}</td>
-                  <td>{s.version}</td>
-                  <td>
-                    <Time ms={s.createdAt} />
-                  </td>
-                  <td>
-                    {Object.keys(s.details).length === 0 ? (
-                      <span class="muted">–</span>
-                    ) : (
-                      <JsonBlock value={s.details} summary={`${Object.keys(s.details).length} fields`} />
-                    )}
-                  </td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        </div>
+            );
+          }}
+        />
       )}
     </section>
   );
 }
 
-function Labels({ current, history }: { current: CurrentLabel[]; history: Label[] }) {
+function Labels({ current, history, budget }: { current: CurrentLabel[]; history: Label[]; budget: Budget }) {
   const sorted = [...current].sort((a, b) => (a.stepIndex ?? -1) - (b.stepIndex ?? -1));
   return (
     <>
@@ -359,61 +431,73 @@ function Labels({ current, history }: { current: CurrentLabel[]; history: Label[
       {sorted.length === 0 ? (
         <p class="muted">No labels: every step is trained on.</p>
       ) : (
-        <table id="labels-current">
-          <thead>
+        <BoundedList
+          items={sorted}
+          budget={budget}
+          noun={['label', 'labels']}
+          wrap={(rows) => (
+            <table id="labels-current">
+              <thead>
+                <tr>
+                  <th scope="col">target</th>
+                  <th scope="col">quality</th>
+                  <th scope="col">trainable</th>
+                  <th scope="col">tags</th>
+                  <th scope="col">note</th>
+                </tr>
+              </thead>
+              <tbody>{rows}</tbody>
+            </table>
+          )}
+          render={(l) => (
             <tr>
-              <th scope="col">target</th>
-              <th scope="col">quality</th>
-              <th scope="col">trainable</th>
-              <th scope="col">tags</th>
-              <th scope="col">note</th>
+              <th scope="row">{target(l.stepIndex)}</th>
+              <td>{l.quality ?? '–'}</td>
+              <td class={l.trainable === false ? 'error' : ''}>{yesNo(l.trainable)}</td>
+              <td>{l.tags.length === 0 ? '–' : l.tags.map((x) => <span class="tag">{x}</span>)}</td>
+              <td>{l.note ?? '–'}</td>
             </tr>
-          </thead>
-          <tbody>
-            {sorted.map((l) => (
-              <tr>
-                <th scope="row">{target(l.stepIndex)}</th>
-                <td>{l.quality ?? '–'}</td>
-                <td class={l.trainable === false ? 'error' : ''}>{yesNo(l.trainable)}</td>
-                <td>{l.tags.length === 0 ? '–' : l.tags.map((x) => <span class="tag">{x}</span>)}</td>
-                <td>{l.note ?? '–'}</td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
+          )}
+        />
       )}
       <h3>Audit trail</h3>
       {history.length === 0 ? (
         <p class="muted">Nobody has labelled this trajectory.</p>
       ) : (
-        <table id="labels-history">
-          <thead>
+        <BoundedList
+          items={[...history].reverse()}
+          budget={budget}
+          noun={['label', 'labels']}
+          wrap={(rows) => (
+            <table id="labels-history">
+              <thead>
+                <tr>
+                  <th scope="col">at (UTC)</th>
+                  <th scope="col">author</th>
+                  <th scope="col">target</th>
+                  <th scope="col">quality</th>
+                  <th scope="col">trainable</th>
+                  <th scope="col">tags</th>
+                  <th scope="col">note</th>
+                </tr>
+              </thead>
+              <tbody>{rows}</tbody>
+            </table>
+          )}
+          render={(l) => (
             <tr>
-              <th scope="col">at (UTC)</th>
-              <th scope="col">author</th>
-              <th scope="col">target</th>
-              <th scope="col">quality</th>
-              <th scope="col">trainable</th>
-              <th scope="col">tags</th>
-              <th scope="col">note</th>
+              <th scope="row">
+                <Time ms={l.createdAt} />
+              </th>
+              <td>{l.author ?? '–'}</td>
+              <td>{target(l.stepIndex)}</td>
+              <td>{l.quality ?? '–'}</td>
+              <td>{yesNo(l.trainable)}</td>
+              <td>{l.tags.length === 0 ? '–' : l.tags.join(', ')}</td>
+              <td>{l.note ?? '–'}</td>
             </tr>
-          </thead>
-          <tbody>
-            {[...history].reverse().map((l) => (
-              <tr>
-                <th scope="row">
-                  <Time ms={l.createdAt} />
-                </th>
-                <td>{l.author ?? '–'}</td>
-                <td>{target(l.stepIndex)}</td>
-                <td>{l.quality ?? '–'}</td>
-                <td>{yesNo(l.trainable)}</td>
-                <td>{l.tags.length === 0 ? '–' : l.tags.join(', ')}</td>
-                <td>{l.note ?? '–'}</td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
+          )}
+        />
       )}
     </>
   );
@@ -428,7 +512,18 @@ export const EMPTY_LABEL_FORM: LabelFormValues = {
   note: '',
 };
 
-function LabelForm({ t, steps, form }: { t: Trajectory; steps: Step[]; form: LabelFormValues }) {
+function LabelForm({
+  t,
+  steps,
+  form,
+  budget,
+}: {
+  t: Trajectory;
+  steps: Step[];
+  form: LabelFormValues;
+  budget: Budget;
+}) {
+  const chosen = new Set(form.steps);
   const choice = (name: string, label: string, options: string[], chosen: string) => (
     <div>
       <label for={`l-${name}`}>{label}</label>
@@ -452,20 +547,28 @@ function LabelForm({ t, steps, form }: { t: Trajectory; steps: Step[]; form: Lab
       <h3 id="h-curate">Curate</h3>
       <fieldset>
         <legend>Apply to (no step chosen: the whole trajectory)</legend>
-        <div class="step-picks">
-          {steps.map((s) => (
+        <BoundedList
+          items={steps}
+          budget={budget}
+          noun={['step', 'steps']}
+          wrap={(picks) => (
+            <div class="step-picks">
+              {picks}
+              {steps.length === 0 ? <span class="muted">no steps</span> : null}
+            </div>
+          )}
+          render={(s) => (
             <label>
               <input
                 type="checkbox"
                 name="step"
                 value={String(s.index)}
-                checked={form.steps.includes(String(s.index))}
+                checked={chosen.has(String(s.index))}
               />{' '}
               step {s.index}
             </label>
-          ))}
-          {steps.length === 0 ? <span class="muted">no steps</span> : null}
-        </div>
+          )}
+        />
       </fieldset>
       <div class="filters">
         {choice('quality', 'Quality', ['keep', ...Quality.options, 'clear'], form.quality)}
@@ -513,6 +616,11 @@ export function DetailPage({
   const t = d.trajectory;
   const current = new Map(d.current.map((l) => [l.stepIndex, l]));
   const provenance = t.derivedFrom !== null || d.derived !== null || t.guided || t.probe;
+  const raw = rawTrajectoryHref(t.id);
+  // The frame (header, forms, section headings) fits in what the sections leave of the cap.
+  const page = new Budget(PAGE_CAP_BYTES - 128 * 1024, raw);
+  const steps = page.part(SECTION_BYTES.steps);
+  const labels = page.part(SECTION_BYTES.labels);
   return (
     <Page title={`Trajectory ${t.id}`} current={LIST_PATH} scripts={['trajectory.js']}>
       <nav class="toc" aria-label="On this page">
@@ -522,14 +630,17 @@ export function DetailPage({
         <a href="#signals">Signals</a>
         <a href="#labels">Labels</a>
         {provenance ? <a href="#provenance">Provenance</a> : null}
+        <a href={raw} class="raw-link" id="raw-json">
+          Raw JSON
+        </a>
       </nav>
       <Alert errors={errors} />
-      <Header t={t} group={d.group} />
-      {provenance ? <Provenance d={d} /> : null}
+      <Header t={t} group={d.group} budget={page.part(SECTION_BYTES.header)} />
+      {provenance ? <Provenance d={d} budget={page.part(SECTION_BYTES.provenance)} /> : null}
       <section class="card" aria-labelledby="h-conversation" id="conversation">
         <h2 id="h-conversation">Conversation</h2>
         <p class="muted">The last step's messages as the agent sent them, then that step's answer.</p>
-        <Conversation steps={d.steps} label="Conversation" />
+        <Conversation steps={d.steps} label="Conversation" budget={page.part(SECTION_BYTES.conversation)} />
       </section>
       <section class="card" aria-labelledby="h-steps" id="steps">
         <h2 id="h-steps">Steps</h2>
@@ -541,17 +652,22 @@ export function DetailPage({
               Token ids decoded with the Qwen3 tokenizer; hover a token for its id and logprob.
             </p>
             <HeatLegend />
-            {d.steps.map((s) => (
-              <StepView step={s} label={current.get(s.index)} />
-            ))}
+            <BoundedList
+              items={d.steps}
+              budget={steps}
+              noun={['step', 'steps']}
+              reserve={STEP_FRAME_BYTES}
+              wrap={(views) => views}
+              render={(s, _, own) => <StepView step={s} label={current.get(s.index)} budget={own} />}
+            />
           </>
         )}
       </section>
-      <Signals signals={d.signals} />
+      <Signals signals={d.signals} budget={page.part(SECTION_BYTES.signals)} />
       <section class="card" aria-labelledby="h-labels" id="labels">
         <h2 id="h-labels">Labels</h2>
-        <Labels current={d.current} history={d.history} />
-        <LabelForm t={t} steps={d.steps} form={form} />
+        <Labels current={d.current} history={d.history} budget={labels} />
+        <LabelForm t={t} steps={d.steps} form={form} budget={labels} />
       </section>
     </Page>
   );

@@ -1,4 +1,5 @@
 import { type ChatTokenizer, loadQwen3Tokenizer } from '../../../text/index.js';
+import { type Budget, htmlBytes, LIMITS, TextBlock, Truncated } from '../../bounded.js';
 import { fmt } from '../../layout.js';
 
 /*
@@ -8,7 +9,7 @@ import { fmt } from '../../layout.js';
  */
 
 /** The strip shows at most this many tokens per step; the page stays light on long generations. */
-export const MAX_STRIP_TOKENS = 1500;
+export const MAX_STRIP_TOKENS = LIMITS.stripTokens;
 
 /** The tokenizer is loaded once per process by the text module; this only names the dependency. */
 export function tokenizer(): ChatTokenizer {
@@ -45,33 +46,97 @@ export function HeatLegend() {
   );
 }
 
-/** The response tokens as spans coloured by logprob; each span's title gives id, text and logprob. */
-export function HeatStrip({ ids, logprobs }: { ids: readonly number[]; logprobs: readonly number[] | null }) {
-  const shown = ids.slice(0, MAX_STRIP_TOKENS);
+/** Part of a token sequence: `ids[start, end)`, read in place. */
+export type TokenRange = readonly [ids: readonly number[], start: number, end: number];
+export const whole = (ids: readonly number[]): TokenRange => [ids, 0, ids.length];
+
+/** The first `n` ids of the ranges laid end to end (copies only those). */
+function head(ranges: readonly TokenRange[], n: number): number[] {
+  const out: number[] = [];
+  for (const [ids, start, end] of ranges) {
+    for (let i = start; i < end && out.length < n; i++) out.push(ids[i]!);
+  }
+  return out;
+}
+
+/**
+ * Ids decoded into a text block: only the head the block can show is decoded (a token is at least a
+ * character), so a step of millions of tokens costs what its first few thousand do.
+ */
+export function DecodedText({
+  ranges,
+  budget,
+  cls = 'content decoded',
+  mark,
+}: {
+  /** Shown one after another (a prompt, then its response). */
+  ranges: readonly TokenRange[];
+  budget: Budget;
+  cls?: string;
+  mark?: boolean;
+}) {
+  const total = ranges.reduce((n, [, start, end]) => n + Math.max(0, end - start), 0);
+  const shown = head(ranges, Math.min(LIMITS.decodeTokens, LIMITS.textChars, budget.left));
+  const more = total - shown.length;
+  return (
+    <TextBlock
+      text={decode(shown)}
+      budget={budget}
+      cls={cls}
+      mark={mark}
+      extra={more > 0 ? `${fmt(more)} more token${more === 1 ? '' : 's'} not decoded` : undefined}
+    />
+  );
+}
+
+/** Bytes a strip span takes besides its title and text: the tags and the class. */
+const SPAN_BYTES = 64;
+
+/**
+ * The response tokens as spans coloured by logprob; each span's title gives id, text and logprob.
+ * At most MAX_STRIP_TOKENS, and no more than the budget holds.
+ */
+export function HeatStrip({
+  ids,
+  logprobs,
+  budget,
+}: {
+  ids: readonly number[];
+  logprobs: readonly number[] | null;
+  budget: Budget;
+}) {
   const tk = tokenizer();
+  const spans = [];
+  const end = Math.min(ids.length, MAX_STRIP_TOKENS);
+  for (let i = 0; i < end; i++) {
+    const id = ids[i]!;
+    let text: string;
+    try {
+      text = tk.decode([id]);
+    } catch {
+      text = '\ufffd';
+    }
+    const lp = logprobs?.[i];
+    const title = `#${i} id ${id} ${JSON.stringify(text)}${lp === undefined ? '' : ` logprob ${lp.toFixed(3)}`}`;
+    const bytes = SPAN_BYTES + htmlBytes(title) + htmlBytes(text);
+    if (bytes > budget.left) break;
+    budget.charge(bytes);
+    spans.push(
+      <span class={`tok ${heatClass(lp)}`} title={title}>
+        {text === '' ? '\u2205' : text}
+      </span>,
+    );
+  }
+  const more = ids.length - spans.length;
   return (
     <>
-      <div class="heat-strip">
-        {shown.map((id, i) => {
-          let text: string;
-          try {
-            text = tk.decode([id]);
-          } catch {
-            text = '\ufffd';
-          }
-          const lp = logprobs?.[i];
-          const title = `#${i} id ${id} ${JSON.stringify(text)}${lp === undefined ? '' : ` logprob ${lp.toFixed(3)}`}`;
-          return (
-            <span class={`tok ${heatClass(lp)}`} title={title}>
-              {text === '' ? '\u2205' : text}
-            </span>
-          );
-        })}
-      </div>
-      {ids.length > shown.length ? (
-        <p class="muted">
-          Showing the first {fmt(shown.length)} of {fmt(ids.length)} response tokens.
-        </p>
+      <div class="heat-strip">{spans}</div>
+      {more > 0 ? (
+        <Truncated
+          more={`showing the first ${fmt(spans.length)} of ${fmt(ids.length)} response tokens; ${fmt(more)} more`}
+          budget={budget}
+          byBudget={spans.length < end}
+        />
       ) : null}
     </>
   );
@@ -95,26 +160,28 @@ const commonSuffix = (a: readonly number[], b: readonly number[], prefix: number
 export function PromptViews({
   engine,
   training,
+  budget,
 }: {
   engine: readonly number[];
   training: readonly number[];
+  budget: Budget;
 }) {
   const p = commonPrefix(engine, training);
   const s = commonSuffix(engine, training, p);
   const column = (title: string, ids: readonly number[]) => {
-    const middle = ids.slice(p, ids.length - s);
+    const middle: TokenRange = [ids, p, ids.length - s];
     return (
       <figure class="side">
         <figcaption>
           {title} <span class="muted">({fmt(ids.length)} tokens)</span>
         </figcaption>
-        <pre class="decoded">
-          {middle.length === 0 ? (
+        {middle[2] <= middle[1] ? (
+          <pre class="decoded">
             <span class="muted">(nothing beyond the shared parts)</span>
-          ) : (
-            <mark>{decode(middle)}</mark>
-          )}
-        </pre>
+          </pre>
+        ) : (
+          <DecodedText ranges={[middle]} budget={budget} cls="decoded" mark />
+        )}
       </figure>
     );
   };
@@ -123,7 +190,7 @@ export function PromptViews({
       {p > 0 ? (
         <details>
           <summary>Shared beginning: {fmt(p)} tokens</summary>
-          <pre class="decoded">{decode(engine.slice(0, p))}</pre>
+          <DecodedText ranges={[[engine, 0, p]]} budget={budget} cls="decoded" />
         </details>
       ) : null}
       <div class="side-by-side">
@@ -133,7 +200,7 @@ export function PromptViews({
       {s > 0 ? (
         <details>
           <summary>Shared end: {fmt(s)} tokens</summary>
-          <pre class="decoded">{decode(engine.slice(engine.length - s))}</pre>
+          <DecodedText ranges={[[engine, engine.length - s, engine.length]]} budget={budget} cls="decoded" />
         </details>
       ) : null}
     </div>

@@ -1,0 +1,25 @@
+/** A JSON answer as tests read it: field by field. */
+// biome-ignore lint/suspicious/noExplicitAny: answers are checked field by field
+export type Json = any;
+
+/**
+ * One request with a JSON body (a string is sent as it is) and an optional bearer key; the answer's
+ * status and parsed JSON (null when it has no body).
+ */
+export async function callJson(
+  method: string,
+  url: string,
+  body?: unknown,
+  key?: string,
+): Promise<{ status: number; json: Json }> {
+  const res = await fetch(url, {
+    method,
+    headers: {
+      ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+      ...(key ? { authorization: `Bearer ${key}` } : {}),
+    },
+    body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body),
+  });
+  const text = await res.text();
+  return { status: res.status, json: text ? JSON.parse(text) : null };
+}
