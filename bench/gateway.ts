@@ -1,6 +1,7 @@
 /**
  * Gateway benchmark: the latency the gateway adds to each LLM call, its throughput against a bare
- * HTTP pass-through proxy, and the server's memory with many open trajectories. Prints a markdown
+ * HTTP pass-through proxy (every answer sent after its step commits), the server's memory with many
+ * open trajectories, and its event loop under the largest requests (stalls.ts). Prints a markdown
  * report and writes it into BENCHMARKS.md between `<!-- bench:gateway -->` and `<!-- /bench:gateway -->`.
  *
  *   npm run bench:gateway               full run (~4-6 minutes), updates BENCHMARKS.md
@@ -25,6 +26,7 @@ import { fileURLToPath } from 'node:url';
 import { Agent, request } from 'undici';
 import { startSimServer } from '../src/engines/sim/serve.js';
 import { startServer } from '../src/gateway/server.js';
+import { benchStalls, type StallSection, stallReport } from './stalls.js';
 import {
   codeVersion,
   exitOnHelp,
@@ -940,9 +942,11 @@ async function main(): Promise<void> {
   const sim = await startChild(['--sim-child', String(simTtftMs)]);
   let calls: LatencySection;
   let memory: MemoryRun[];
+  let stalls: StallSection;
   try {
     calls = await benchCalls(sim, quick, settings, simTtftMs);
     memory = await benchMemory(sim, quick, settings);
+    stalls = await benchStalls(quick);
   } finally {
     await sim.close();
     await dispatcher.close();
@@ -966,6 +970,8 @@ async function main(): Promise<void> {
     ...throughputReport(calls),
     '',
     ...memoryReport(memory, calls.promptTokens),
+    '',
+    ...stallReport(stalls),
     '',
   ];
   const report = lines.join('\n');

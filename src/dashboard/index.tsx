@@ -4,6 +4,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Context, Hono } from 'hono';
 import { setCookie } from 'hono/cookie';
+import { ValidationError } from '../domain/index.js';
 import {
   type ApiKey,
   type AuthVariables,
@@ -13,6 +14,7 @@ import {
   requireScope,
 } from '../gateway/auth.js';
 import type { Gateway } from '../gateway/gateway.js';
+import { nulRefused } from '../gateway/json-body.js';
 import type { DataPool } from '../pool/data-pool.js';
 import { PAGE_CAP_BYTES, tooLargeMessage } from './bounded.js';
 import { Page } from './layout.js';
@@ -61,6 +63,29 @@ const ASSETS: Record<string, { path: string; type: string }> = {
 };
 const assetCache = new Map<string, string>();
 
+/** A form POST's fields (with `all`, repeated ones as arrays); files are not expected. */
+export type FormFields = Record<string, string | File | (string | File)[]>;
+
+/**
+ * Reads a form POST's fields. A body that is no form (multipart without its boundary, a broken
+ * part) is the sender's mistake: a 400 naming `body`, not the 500 the parser's TypeError would be;
+ * a field holding NUL is a 400 naming it.
+ */
+export async function readForm(c: Context, all = true): Promise<FormFields> {
+  let form: FormFields;
+  try {
+    form = await c.req.parseBody({ all });
+  } catch (error) {
+    throw new ValidationError(`body: not a form (${(error as Error).message})`, 'body');
+  }
+  // NUL is refused as in a JSON body: PostgreSQL cannot store it, SQLite would.
+  for (const [name, value] of Object.entries(form)) {
+    const texts = (Array.isArray(value) ? value : [value]).filter((v) => typeof v === 'string');
+    if (name.includes('\u0000') || texts.some((v) => v.includes('\u0000'))) throw nulRefused(name);
+  }
+  return form;
+}
+
 /**
  * Renders a page component as a full HTML document. Pages bound what they draw (bounded.tsx); a
  * page that still comes out over PAGE_CAP_BYTES is never sent: a short page says so, linking `raw`.
@@ -91,7 +116,9 @@ function TooLargePage({ bytes, raw }: { bytes: number; raw: string | undefined }
 
 export function mountDashboard(app: Hono<DashboardEnv>, options: DashboardOptions): void {
   app.get('/dashboard/assets/:name', (c) => {
-    const asset = ASSETS[c.req.param('name')];
+    // Own names only: `constructor` or `__proto__` would find Object's prototype (a 500, not a 404).
+    const name = c.req.param('name');
+    const asset = Object.hasOwn(ASSETS, name) ? ASSETS[name] : undefined;
     if (!asset) return c.text('not found', 404);
     let body = assetCache.get(asset.path);
     if (body === undefined) {
@@ -103,7 +130,7 @@ export function mountDashboard(app: Hono<DashboardEnv>, options: DashboardOption
 
   app.get('/dashboard/login', (c) => html(c, <LoginPage next={safeNext(c.req.query('next'))} />));
   app.post('/dashboard/login', async (c) => {
-    const form = await c.req.parseBody();
+    const form = await readForm(c, false);
     const key = typeof form.key === 'string' ? form.key.trim() : '';
     const next = safeNext(typeof form.next === 'string' ? form.next : undefined);
     const match = key ? findKey(options.apiKeys, key) : null;

@@ -7,6 +7,13 @@ export const MAX_STEP_INDEX = 1_000_000;
 /** The largest policy version: PostgreSQL stores it as `integer`; SQLite is held to the same. */
 export const MAX_POLICY_VERSION = 2_147_483_647;
 
+/**
+ * The most prompt ids one LLM call may send as ids (`/generate`, a completions prompt of ids):
+ * Qwen3's longest context. Past it the call is a 400 before anything else is done with it, so no
+ * request buys more tokenising, copying or storing than this (docs/security.md).
+ */
+export const MAX_PROMPT_TOKENS = 262_144;
+
 /** Why a value is not a token id (a non-negative integer that fits in uint32). */
 function tokenIdProblem(v: unknown): string {
   if (typeof v !== 'number' || !Number.isInteger(v)) return 'must be an integer';

@@ -1,7 +1,8 @@
 import type { Logger } from 'pino';
 import { type Engine, EngineRouter } from './router.js';
-import { buildSimApp, type SimServerOptions } from './sim/serve.js';
-import { type EngineSpec, fetchTransport, httpTransport, parseEngineSpec } from './upstream.js';
+import type { SimServerOptions } from './sim/serve.js';
+import { simWorkerTransport } from './sim/worker-host.js';
+import { type EngineSpec, httpTransport, parseEngineSpec } from './upstream.js';
 
 export { type Captured, type CapturedToolCall, CompletionCapture } from './capture.js';
 export { retokenizeChat, retokenizeText } from './retokenize.js';
@@ -41,17 +42,19 @@ export function createEngineRouter(options: EnginesOptions): EngineRouter | null
     const n = (seen.get(spec.id) ?? 0) + 1;
     seen.set(spec.id, n);
     const id = n === 1 ? spec.id : `${spec.id}#${n}`;
-    if (spec.kind === 'sim') {
-      const { app } = buildSimApp(options.sim);
-      return { id, kind: 'sim', transport: fetchTransport(app.fetch) };
-    }
+    const timeouts = {
+      headersTimeoutMs: options.upstreamTimeoutMs,
+      bodyTimeoutMs: options.upstreamTimeoutMs,
+    };
+    // The built-in sim runs on a worker thread, reached over loopback like any engine (worker-host.ts).
+    if (spec.kind === 'sim')
+      return { id, kind: 'sim', transport: simWorkerTransport(options.sim ?? {}, timeouts) };
     return {
       id,
       kind: spec.kind,
       transport: httpTransport(spec.url!, {
         apiKey: spec.kind === 'openai' ? options.apiKey : undefined,
-        headersTimeoutMs: options.upstreamTimeoutMs,
-        bodyTimeoutMs: options.upstreamTimeoutMs,
+        ...timeouts,
       }),
     };
   });

@@ -9,6 +9,7 @@ import {
   ChannelName,
   ClientId,
   CompleteTrajectoryBody,
+  clientIdParam,
   EventType,
   JsonObject,
   LabelsBody,
@@ -35,7 +36,7 @@ import type { RewardService } from '../rewards/service.js';
 import { BatchRequest, checkBatchRequest, type RenderedBatch, renderBatch } from '../serving/batch.js';
 import { type ApiKey, type AuthVariables, authenticate, requireScope } from './auth.js';
 import type { Gateway } from './gateway.js';
-import { readJsonBody } from './json-body.js';
+import { readJsonBody, refuseNulQuery } from './json-body.js';
 import { mountGatewayRoutes } from './routes.js';
 
 export interface AppOptions {
@@ -110,7 +111,13 @@ const TrajectoryListQuery = z.strictObject({
   guided: queryBoolean,
   probe: queryBoolean,
   derived: queryBoolean,
-  policy_version: z.coerce.number().int().min(0).optional(),
+  // Compared with an integer column: a larger filter is a 400 here, not PostgreSQL's out-of-range 500.
+  policy_version: z.coerce
+    .number()
+    .int()
+    .min(0)
+    .max(MAX_POLICY_VERSION, `must be <= ${MAX_POLICY_VERSION}`)
+    .optional(),
   ...LabelQuery,
   ...Pagination,
 });
@@ -167,6 +174,10 @@ export function createApp(options: AppOptions): Hono<Env> {
   app.get('/ready', async (c) => c.json({ ok: true, store: pool.store.kind }));
 
   app.use('*', authenticate(options.apiKeys ?? []));
+  app.use('*', async (c, next) => {
+    refuseNulQuery(c.req.url, () => c.req.queries());
+    return next();
+  });
   // Body sizes are limited where requests are read (util/http-server.ts), before any route runs.
 
   // ---- producers (agent scope) ----------------------------------------------------------------
@@ -254,12 +265,13 @@ export function createApp(options: AppOptions): Hono<Env> {
     const length = parts.reduce((n, p) => n + p.byteLength, 0);
     return new Response(stream, { headers: { ...headers, 'content-length': String(length) } });
   });
+  // A lease id is checked like any id in a path: NUL or a 10 kB string never reaches the store.
   app.post('/v1/batches/:id/ack', requireScope('trainer'), async (c) => {
-    const lease = await pool.ack(c.req.param('id'));
+    const lease = await pool.ack(clientIdParam(c.req.param('id'), 'lease_id'));
     return c.json({ lease_id: lease.id, state: lease.state, groups: lease.groupIds.length });
   });
   app.post('/v1/batches/:id/nack', requireScope('trainer'), async (c) => {
-    const lease = await pool.nack(c.req.param('id'));
+    const lease = await pool.nack(clientIdParam(c.req.param('id'), 'lease_id'));
     return c.json({ lease_id: lease.id, state: lease.state, groups: lease.groupIds.length });
   });
   app.put('/v1/policy-version', requireScope('trainer'), async (c) => {

@@ -1,6 +1,6 @@
 import { ClientId, clientIdParam, parseOrThrow, ValidationError } from '../domain/index.js';
 import type { Answer } from './answer.js';
-import type { CallKind, Gateway } from './gateway.js';
+import { type CallKind, checkCallRequest, type Gateway } from './gateway.js';
 import { parseJsonText } from './json-body.js';
 import { CHANNEL_HEADER, SESSION_HEADER, sessionOf } from './online-sessions.js';
 import { openaiError } from './openai-errors.js';
@@ -85,10 +85,8 @@ async function sessionCall(
       'X-Stepwise-Session',
     );
   }
-  if (typeof body !== 'object' || body === null || Array.isArray(body)) {
-    throw new ValidationError('body: must be a JSON object', 'body');
-  }
-  const request = body as Record<string, unknown>;
+  // Checked before the session is found or opened: a call refused for its body opens no trajectory.
+  const request = checkCallRequest(kind, body);
   const { key, channel } = sessionOf(sessionHeader, header(CHANNEL_HEADER), request);
   const call = await gateway.online.acquire(key, channel, header('user-agent') ?? null);
   try {

@@ -1,9 +1,9 @@
 import type { Logger } from 'pino';
-import { trainingPromptOf } from '../curation/actguide/prompt-views.js';
 import { newTrajectoryId } from '../domain/ids.js';
 import {
   ConflictError,
   type JsonObject,
+  MAX_PROMPT_TOKENS,
   type NewStep,
   NotFoundError,
   StepwiseError,
@@ -11,13 +11,13 @@ import {
   ValidationError,
 } from '../domain/index.js';
 import { type Captured, CompletionCapture } from '../engines/capture.js';
-import { retokenizeChat, retokenizeText } from '../engines/retokenize.js';
 import type { Engine, EngineRouter, RoutedReply } from '../engines/router.js';
 import { UpstreamError } from '../engines/upstream.js';
 import type { DataPool } from '../pool/data-pool.js';
 import type { ToolResultAttachment } from '../store/store.js';
-import { type ChatTokenizer, loadQwen3Tokenizer, SseDecoder } from '../text/index.js';
+import { type ChatTokenizer, SseDecoder } from '../text/index.js';
 import { type Answer, JSON_HEADERS, type StreamSink, type StreamSource } from './answer.js';
+import { type CaptureTokenizer, inThreadTokenizer, offThreadTokenizer } from './capture-tokenizer.js';
 import { OnlineSessions, type SessionStats } from './online-sessions.js';
 import { normalizeUpstreamError, openaiError, openaiErrorBody } from './openai-errors.js';
 import { PolicyGate } from './policy-gate.js';
@@ -36,7 +36,10 @@ export interface GatewayOptions {
   pool: DataPool;
   /** Null: no engine configured; LLM routes answer 503 and say how to configure one. */
   router: EngineRouter | null;
-  /** For engines that return no ids (Qwen3's by default, loaded on first use). */
+  /**
+   * For engines that return no ids, and ActGuide training prompts: Qwen3's by default, on a worker
+   * thread (capture-tokenizer.ts); one given here runs on the event loop.
+   */
   tokenizer?: () => ChatTokenizer;
   logger?: Pick<Logger, 'warn' | 'info' | 'error'> & Partial<Pick<Logger, 'debug'>>;
   /** Longest a drain waits for running generations before switching anyway (default 60 s). */
@@ -159,7 +162,7 @@ export class Gateway {
   readonly pool: DataPool;
   readonly gate = new PolicyGate();
   private readonly router: EngineRouter | null;
-  private readonly tokenizer: () => ChatTokenizer;
+  private readonly tokenizing: CaptureTokenizer;
   private readonly logger?: GatewayOptions['logger'];
   private readonly sessions = new Map<string, Session>();
   private readonly loading = new Map<string, Promise<Session>>();
@@ -177,7 +180,7 @@ export class Gateway {
   constructor(options: GatewayOptions) {
     this.pool = options.pool;
     this.router = options.router;
-    this.tokenizer = options.tokenizer ?? loadQwen3Tokenizer;
+    this.tokenizing = options.tokenizer ? inThreadTokenizer(options.tokenizer) : offThreadTokenizer;
     this.logger = options.logger;
     this.drainTimeoutMs = options.drainTimeoutMs ?? 60_000;
     this.sessionCacheMs = options.sessionCacheMs ?? 600_000;
@@ -378,7 +381,7 @@ export class Gateway {
     raw: string | null = null,
   ): Promise<Answer> {
     const router = this.requireRouter();
-    const request = checkRequest(kind, body);
+    const request = checkCallRequest(kind, body);
     const { take: attachments, drop: dropResults } = this.toolResultsOf(session, kind, request);
     const stream = request.stream === true;
     await this.gate.enter();
@@ -567,7 +570,8 @@ export class Gateway {
         return this.brokenAnswer(ctx, error);
       }
       const { body, message } = normalizeUpstreamError(routed.reply.status, text, routed.engine.id);
-      this.record(ctx.session, ctx.attachments, {
+      // Recorded before the agent sees the error: whoever reads the events after it finds the call.
+      await this.record(ctx.session, ctx.attachments, {
         kind: 'upstream_error',
         engineId: routed.engine.id,
         status: routed.reply.status,
@@ -841,7 +845,7 @@ export class Gateway {
       try {
         const rebuilt =
           ctx.kind === 'chat'
-            ? retokenizeChat(
+            ? await this.tokenizing.retokenizeChat(
                 {
                   messages: request.messages as never,
                   tools: (request.tools as never) ?? null,
@@ -849,9 +853,8 @@ export class Gateway {
                     ?.enable_thinking,
                 },
                 captured,
-                this.tokenizer(),
               )
-            : retokenizeText(promptText(request.prompt), captured, this.tokenizer());
+            : await this.tokenizing.retokenizeText(promptText(request.prompt), captured);
         promptIds = rebuilt.promptIds;
         responseIds = rebuilt.responseIds;
         logprobs = null;
@@ -881,7 +884,7 @@ export class Gateway {
     }
     let trainingPromptIds: number[] | null = null;
     if (session.hint !== null && ctx.kind === 'chat') {
-      const view = trainingPromptOf(
+      const view = await this.tokenizing.trainingPromptOf(
         {
           trajectoryId: session.id,
           index: session.nextIndex,
@@ -892,7 +895,6 @@ export class Gateway {
           metadata,
         },
         session.hint,
-        this.tokenizer(),
       );
       trainingPromptIds = view.ids;
       if (view.problem !== null) metadata.training_prompt_unavailable = view.problem;
@@ -988,10 +990,10 @@ export class Gateway {
       message: string;
       partial: { promptTokens: number; responseIds: number[]; responseText: string } | null;
     },
-  ): void {
+  ): Promise<void> {
     // Best effort: the call failed already, its tool results go with the next call when these do not.
-    this.write(session, [], attachments()).catch(() => {});
-    void this.pool
+    const results = this.write(session, [], attachments()).catch(() => {});
+    const recorded = this.pool
       .recordCallFailure({
         channel: session.channel,
         trajectoryId: session.id,
@@ -999,6 +1001,7 @@ export class Gateway {
         ...failure,
       })
       .catch((err: unknown) => this.logger?.warn({ err }, 'a failed call could not be recorded'));
+    return Promise.all([results, recorded]).then(() => {});
   }
 
   private fail(
@@ -1105,7 +1108,7 @@ function promptText(prompt: unknown): string {
 }
 
 /** The agent's request, checked just enough to forward and capture it; the engine checks the rest. */
-function checkRequest(kind: CallKind, body: unknown): Record<string, unknown> {
+export function checkCallRequest(kind: CallKind, body: unknown): Record<string, unknown> {
   if (!isObject(body)) throw new ValidationError('body: must be a JSON object', 'body');
   if (kind === 'chat') {
     if (!Array.isArray(body.messages) || body.messages.length === 0) {
@@ -1121,6 +1124,8 @@ function checkRequest(kind: CallKind, body: unknown): Record<string, unknown> {
     }
   } else if (typeof body.prompt !== 'string' && !Array.isArray(body.prompt)) {
     throw new ValidationError('prompt: must be a string or an array of token ids', 'prompt');
+  } else if (Array.isArray(body.prompt)) {
+    checkPromptLength(body.prompt.length, 'prompt');
   }
   if (body.n !== undefined && body.n !== null && body.n !== 1) {
     throw new ValidationError(
@@ -1135,7 +1140,15 @@ function checkRequest(kind: CallKind, body: unknown): Record<string, unknown> {
   return body;
 }
 
-/** What the engine is sent: exact-id engines are asked for ids and logprobs; the model is mapped. */
+/** A prompt of ids longer than MAX_PROMPT_TOKENS is a 400 naming `field`. */
+export function checkPromptLength(length: number, field: string): void {
+  if (length > MAX_PROMPT_TOKENS)
+    throw new ValidationError(
+      `${field}: ${length} token ids; a call may send at most ${MAX_PROMPT_TOKENS} (MAX_PROMPT_TOKENS)`,
+      field,
+    );
+}
+
 /** What the gateway needs set in the engine's request: the served model, ids, logprobs, usage. */
 function upstreamFields(
   kind: CallKind,

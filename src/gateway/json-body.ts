@@ -23,8 +23,9 @@ export const MAX_JSON_DEPTH = 128;
 
 /**
  * Parses a request body's text as readJsonBody does. `refuseNul`: a string (or key) holding U+0000
- * is a 400 naming its field. PostgreSQL can store NUL in neither text nor jsonb, so the API refuses
- * it on both stores alike (docs/security.md); an LLM call's body is forwarded as the agent sent it.
+ * or a lone surrogate is a 400 naming its field. PostgreSQL can store NUL in neither text nor jsonb
+ * and refuses a lone surrogate's `\uD800` escape as JSON, so the API refuses both on both stores
+ * alike (docs/security.md); an LLM call's body is forwarded as the agent sent it.
  */
 export function parseJsonText(
   text: string,
@@ -44,7 +45,7 @@ export function parseJsonText(
 
 /**
  * A 400 naming the field (its first path segments) under which `value` nests deeper than the limit,
- * or, with `refuseNul`, that holds U+0000.
+ * or, with `refuseNul`, that holds U+0000 or a lone surrogate.
  */
 function checkValue(value: unknown, refuseNul: boolean): void {
   interface Node {
@@ -53,16 +54,17 @@ function checkValue(value: unknown, refuseNul: boolean): void {
     parent: Node | null;
     key: string;
   }
-  const nul = (v: unknown): boolean => refuseNul && typeof v === 'string' && v.includes('\u0000');
+  const nul = (v: unknown): boolean =>
+    refuseNul && typeof v === 'string' && (v.includes('\u0000') || LONE_SURROGATE.test(v));
   const fieldOf = (node: Node | null, last?: string) => {
     const path: string[] = last === undefined ? [] : [last];
     for (let n: Node | null = node; n?.parent; n = n.parent) path.unshift(n.key);
     return path.slice(0, 4).join('.') || 'body';
   };
-  const refuseNulAt = (field: string): never => {
-    throw new ValidationError(`${field}: text holds U+0000 (NUL), which cannot be stored`, field);
+  const refuseNulAt = (field: string, text: string): never => {
+    throw text.includes('\u0000') ? nulRefused(field) : surrogateRefused(field);
   };
-  if (nul(value)) refuseNulAt('body');
+  if (nul(value)) refuseNulAt('body', value as string);
   if (typeof value !== 'object' || value === null) return;
   // Iterative: a recursive walk would itself overflow on the values it is meant to refuse.
   const stack: Node[] = [{ value, depth: 1, parent: null, key: '' }];
@@ -77,17 +79,45 @@ function checkValue(value: unknown, refuseNul: boolean): void {
       const items = node.value as unknown[];
       for (let i = 0; i < items.length; i++) {
         const child = items[i];
-        if (nul(child)) refuseNulAt(fieldOf(node, String(i)));
+        if (nul(child)) refuseNulAt(fieldOf(node, String(i)), child as string);
         if (typeof child === 'object' && child !== null)
           stack.push({ value: child, depth: node.depth + 1, parent: node, key: String(i) });
       }
     } else {
       for (const key in node.value) {
         const child = (node.value as Record<string, unknown>)[key];
-        if (nul(key) || nul(child)) refuseNulAt(fieldOf(node, key));
+        if (nul(key) || nul(child)) refuseNulAt(fieldOf(node, key), nul(key) ? key : (child as string));
         if (typeof child === 'object' && child !== null)
           stack.push({ value: child, depth: node.depth + 1, parent: node, key });
       }
     }
+  }
+}
+
+/** A UTF-16 surrogate not in a pair: no Unicode character, so no UTF-8 text can hold it. */
+const LONE_SURROGATE = /\p{Cs}/u;
+
+/** The 400 for text holding a lone surrogate (a `\uD800` escape in JSON): not Unicode text. */
+function surrogateRefused(field: string): ValidationError {
+  return new ValidationError(
+    `${field}: text holds a lone surrogate (\\uD800-\\uDFFF without its pair), which is not Unicode and cannot be stored`,
+    field,
+  );
+}
+
+/** The 400 for text holding U+0000, which PostgreSQL can neither store nor compare (docs/security.md). */
+export function nulRefused(field: string): ValidationError {
+  return new ValidationError(`${field}: text holds U+0000 (NUL), which cannot be stored`, field);
+}
+
+/**
+ * A 400 naming the first query parameter (name or value) that holds U+0000: a filter on it would
+ * reach PostgreSQL as text it refuses (a 500), while SQLite would run it. Refused alike on both.
+ */
+export function refuseNulQuery(url: string, queries: () => Record<string, string[]>): void {
+  // Only a percent-encoded NUL can be there: a raw one never gets past the HTTP parser.
+  if (!url.includes('%00')) return;
+  for (const [name, values] of Object.entries(queries())) {
+    if (name.includes('\u0000') || values.some((v) => v.includes('\u0000'))) throw nulRefused(name);
   }
 }

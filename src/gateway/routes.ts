@@ -22,7 +22,7 @@ import type { RewardService } from '../rewards/service.js';
 import { answerResponse } from './answer.js';
 import { type AuthVariables, agentOnly, requireScope } from './auth.js';
 import { fixedCall, trajectoryCall } from './calls.js';
-import type { CallKind, Gateway } from './gateway.js';
+import { type CallKind, checkPromptLength, type Gateway } from './gateway.js';
 import { readJsonBody } from './json-body.js';
 import { openaiErrorResponse, toOpenAIError } from './openai-errors.js';
 
@@ -105,6 +105,16 @@ async function requireAgentTrust(
   what: string,
 ): Promise<void> {
   if ((await gateway.pool.channelConfig(where.channel)).trust_agent_reward) return;
+  return refuseAgent(gateway, c, where, what);
+}
+
+/** Records the refusal of `what` to an agent (an `access_refused` event) and throws its 403. */
+async function refuseAgent(
+  gateway: Gateway,
+  c: Context<Env>,
+  where: { channel: string; trajectoryId: string | null },
+  what: string,
+): Promise<never> {
   const reason =
     `${what} is for the episode's owner (its runner, a trainer or a reward worker), not an agent; ` +
     `the operator lets agents do it with trust_agent_reward: true on channel '${where.channel}' ` +
@@ -150,8 +160,9 @@ export function mountGatewayRoutes(
         agentOnly(c.get('apiKey')) &&
         body.group_id !== undefined &&
         !(await gateway.pool.channelConfig(channel)).trust_agent_reward;
-      const init = () =>
-        gateway.initTrajectory({
+      // The store refuses the join inside its transaction; the refusal is then recorded as such.
+      const t = await gateway
+        .initTrajectory({
           groupId: body.group_id,
           channel,
           metadata: body.metadata,
@@ -161,16 +172,11 @@ export function mountGatewayRoutes(
           guidanceK: body.guidance_k ?? null,
           guidanceHint: body.guidance_hint ?? null,
           newGroup,
+        })
+        .catch(async (error: unknown) => {
+          if (!(newGroup && error instanceof ConflictError && error.field === 'group_id')) throw error;
+          return refuseAgent(gateway, c, { channel, trajectoryId: null }, `joining group ${body.group_id}`);
         });
-      const t = await init().catch(async (error: unknown) => {
-        if (!(newGroup && error instanceof ConflictError && error.field === 'group_id')) throw error;
-        return requireAgentTrust(
-          gateway,
-          c,
-          { channel, trajectoryId: null },
-          `joining group ${body.group_id}`,
-        ).then(init);
-      });
       return c.json({
         trajectory_uid: t.id,
         group_id: t.groupId,
@@ -315,6 +321,7 @@ export function mountGatewayRoutes(
       if (!promptIds || promptIds.length === 0) {
         throw new ValidationError('prompt_ids: must be a non-empty array of token ids', 'prompt_ids');
       }
+      checkPromptLength(promptIds.length, body.prompt_ids !== undefined ? 'prompt_ids' : 'input_ids');
       const sampling = { ...(body.sampling_params ?? {}) };
       // SGLang/verl name it max_new_tokens; the OpenAI-compatible API calls it max_tokens.
       if (sampling.max_new_tokens !== undefined && sampling.max_tokens === undefined) {

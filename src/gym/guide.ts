@@ -17,6 +17,7 @@ import {
 } from '../curation/actguide/index.js';
 import { parseOrThrow, ValidationError } from '../domain/errors.js';
 import type { StepOut } from '../domain/step.js';
+import { apiUrl } from './gateway-urls.js';
 import { type GymRunOptions, type GymSummary, runGym, type SampleResult } from './runner.js';
 import type { GymTask } from './tasks/schema.js';
 
@@ -156,7 +157,7 @@ async function labelReplaced(
 ) {
   if (replaced.length === 0) return;
   const key = options.guide.adminApiKey ?? options.apiKey;
-  const url = `${options.gatewayUrl.replace(/\/+$/, '')}/v1/labels`;
+  const url = apiUrl(options.gatewayUrl, '/v1/labels');
   const labels = replaced.map(({ trajectoryId, guidedGroup }) => ({
     trajectory_uid: trajectoryId,
     trainable: false,
@@ -363,9 +364,8 @@ async function planFor(
   if (logged && logged.length > 0) return { actions: logged, source: 'action_log', from: null };
   if (options.guide.storedPlans === false) return null;
   const key = options.guide.adminApiKey ?? options.apiKey;
-  const base = options.gatewayUrl.replace(/\/+$/, '');
   const get = async (path: string) => {
-    const res = await fetch(`${base}${path}`, {
+    const res = await fetch(apiUrl(options.gatewayUrl, path), {
       headers: key ? { authorization: `Bearer ${key}` } : {},
     });
     if (!res.ok) {

@@ -9,6 +9,7 @@ import { type AgentOutcome, type BuiltinAgentOptions, runBuiltinAgent } from './
 import { AgentFailed, runExternalAgent, type SandboxedAgentOptions } from './agent/external.js';
 import type { OpenClawInstall } from './agent/openclaw/install.js';
 import { GatewayUnavailable, runOpenClawAgent } from './agent/openclaw/run.js';
+import { apiUrl, ownerUrl, trajectoryOfBaseUrl } from './gateway-urls.js';
 import { SandboxError, type SandboxLimits } from './sandbox/index.js';
 import { workspaceFor } from './tasks/index.js';
 import type { GymTask } from './tasks/schema.js';
@@ -316,8 +317,7 @@ export async function runSample(
   const workspace = join(dir, 'workspace');
   let trajectory: { trajectory_uid: string; base_url: string } | null = null;
   // The runner owns the episode: it completes it and scores it by id, never under the agent's base_url.
-  const owned = (route: string) =>
-    `${options.gatewayUrl.replace(/\/+$/, '')}/v1/trajectories/${trajectory!.trajectory_uid}/${route}`;
+  const owned = (route: string) => ownerUrl(options.gatewayUrl, trajectory!.trajectory_uid, route);
   const complete = async (reward: number | null, status: 'complete' | 'infra_failed') => {
     if (!trajectory) return;
     await postJson(owned('complete'), { reward, status }, options.apiKey);
@@ -330,7 +330,7 @@ export async function runSample(
   };
   try {
     trajectory = (await postJson(
-      `${options.gatewayUrl.replace(/\/+$/, '')}/init_trajectory`,
+      apiUrl(options.gatewayUrl, '/init_trajectory'),
       {
         group_id: groupId,
         n_rollouts: job.nRollouts,
@@ -431,7 +431,7 @@ export async function runSample(
     if (verdict.rubric !== null) signals.push({ name: 'rubric', value: verdict.rubric, source: 'judge' });
     const id = trajectory.trajectory_uid;
     await postJson(
-      `${options.gatewayUrl.replace(/\/+$/, '')}/v1/signals`,
+      apiUrl(options.gatewayUrl, '/v1/signals'),
       { signals: signals.map((s) => ({ ...s, trajectory_uid: id })) },
       options.apiKey,
     );
@@ -478,9 +478,8 @@ export async function runSample(
 
 /** Merges metadata into the trajectory of `baseUrl` through the owner's route. */
 async function mergeMetadata(options: SampleEnv, baseUrl: string, metadata: Record<string, unknown>) {
-  const trajectory = new URL(baseUrl).pathname.split('/').filter(Boolean).at(-3) ?? '';
-  const root = options.gatewayUrl.replace(/\/+$/, '');
-  await postJson(`${root}/v1/trajectories/${trajectory}/metadata`, { metadata }, options.apiKey);
+  const url = ownerUrl(options.gatewayUrl, trajectoryOfBaseUrl(baseUrl), 'metadata');
+  await postJson(url, { metadata }, options.apiKey);
 }
 
 /** OpenClaw in the sandbox; its envelope goes into the trajectory's metadata whatever the outcome. */

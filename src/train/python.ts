@@ -67,7 +67,9 @@ export function spawnPython(
   const child = spawn(python, args, {
     cwd: PYTHON_CLIENT_DIR,
     stdio: ['ignore', 'pipe', 'pipe'],
-    env: { ...process.env, PYTHONUNBUFFERED: '1', ...env },
+    // STEPWISE_PARENT_PID: a long-running module exits once we are gone, even killed outright
+    // (stepwise_client/lifeline.py), when process.once('exit') below never runs.
+    env: { ...process.env, PYTHONUNBUFFERED: '1', STEPWISE_PARENT_PID: String(process.pid), ...env },
   });
   let tail = '';
   const keep = (chunk: Buffer) => {

@@ -26,6 +26,7 @@ import torch
 
 from .client import StepwiseClient
 from .errors import StepwiseError
+from .lifeline import exit_with_parent
 from .models import load_policy
 from .sft import examples_from_messages, read_sft_rows, sft
 from .trainer import LossConfig, Trainer, save_checkpoint
@@ -83,6 +84,7 @@ def wait_for_groups(client: StepwiseClient, channel: str, groups: int, deadline:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    exit_with_parent()
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)

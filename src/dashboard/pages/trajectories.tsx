@@ -10,7 +10,7 @@ import {
 } from '../../domain/index.js';
 import type { DataPool } from '../../pool/data-pool.js';
 import type { DashboardEnv, DashboardOptions } from '../index.js';
-import { html } from '../index.js';
+import { html, readForm } from '../index.js';
 import { type GroupDetail, GroupPage, MAX_GROUP_TRAJECTORIES } from './group.js';
 import { errorPage, LIST_PATH, rawTrajectoryHref, trajectoryHref } from './trajectories/common.js';
 import { DetailPage, type TrajectoryDetail } from './trajectories/detail.js';
@@ -101,7 +101,7 @@ export function mountTrajectoryPages(app: Hono<DashboardEnv>, { pool }: Dashboar
   });
 
   app.post('/dashboard/labels', async (c) => {
-    const { request, errors } = parseBulk(await c.req.parseBody({ all: true }));
+    const { request, errors } = parseBulk(await readForm(c));
     const back = new URL(request.back, 'http://dashboard.invalid');
     const rerender = (messages: string[]) =>
       renderList(c, pool, Object.fromEntries(back.searchParams), request.back, messages);
@@ -137,7 +137,7 @@ export function mountTrajectoryPages(app: Hono<DashboardEnv>, { pool }: Dashboar
   app.post(`${LIST_PATH}/:id/labels`, async (c) => {
     const t = await findTrajectory(c, pool);
     if (t instanceof Response) return t;
-    const form = labelFormValues(await c.req.parseBody({ all: true }));
+    const form = labelFormValues(await readForm(c));
     const current = await pool.store.getCurrentLabels(t.id);
     let { labels, errors } = labelsFromForm(t.id, form, isStepIndex, current);
     if (errors.length === 0) {

@@ -63,6 +63,11 @@ function choosePolicy(options: SimServerOptions): Policy {
   return scriptedPolicy(options.script as ScriptStep[], { errorRate: options.errorRate ?? 0 });
 }
 
+/** Throws the ValidationError these options would start with (a policy without its tasks or script). */
+export function checkSimOptions(options: SimServerOptions = {}): void {
+  choosePolicy(options);
+}
+
 /** The sim's HTTP app for these options: served standalone, or in process behind the gateway. */
 export function buildSimApp(options: SimServerOptions = {}): { app: Hono; model: string } {
   const ttftMs = options.ttftMs ?? 0;

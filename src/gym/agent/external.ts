@@ -1,3 +1,4 @@
+import { basePathOf } from '../gateway-urls.js';
 import type { BridgeScope } from '../sandbox/gateway-bridge.js';
 import { runInSandbox, type SandboxOptions } from '../sandbox/index.js';
 import type { GymTask } from '../tasks/schema.js';
@@ -54,11 +55,6 @@ export const quote = (value: string) => `'${value.replaceAll("'", `'\\''`)}'`;
 
 /** A host base_url as an agent inside the sandbox reaches it: the same path on the bridged port. */
 export const insideBaseUrl = (baseUrl: string) => `http://127.0.0.1:${BRIDGE_PORT}${basePathOf(baseUrl)}`;
-
-/** A base_url's path, `/<trajectory>/<group>/v1`, without a trailing slash. */
-function basePathOf(baseUrl: string): string {
-  return new URL(baseUrl).pathname.replace(/\/+$/, '');
-}
 
 export function renderTemplate(template: string, values: Record<string, string>): string {
   return template.replace(/\{(prompt_file|workspace|task_id|model)\}/g, (_, key: string) =>

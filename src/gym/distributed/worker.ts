@@ -2,6 +2,7 @@ import { hostname } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseOrThrow } from '../../domain/errors.js';
 import { defaultToolsDir, findOpenClaw } from '../agent/openclaw/install.js';
+import { ownerUrl, trajectoryOfBaseUrl } from '../gateway-urls.js';
 import { type AgentSpec, runSample, type SampleEnv, type SampleJob, type SampleResult } from '../runner.js';
 import type { SandboxLimits } from '../sandbox/index.js';
 import { type AgentWire, RolloutJobData, rolloutJobKey } from './jobs.js';
@@ -79,12 +80,6 @@ export interface RolloutWorker {
   stop(): Promise<void>;
 }
 
-/** The owner's completion route of a base_url's trajectory (`<trajectory>/<group>/v1`) on `gateway`. */
-function completeUrl(gateway: string, baseUrl: string): string {
-  const trajectory = new URL(baseUrl).pathname.split('/').filter(Boolean).at(-3) ?? '';
-  return `${gateway.replace(/\/+$/, '')}/v1/trajectories/${encodeURIComponent(trajectory)}/complete`;
-}
-
 function resolveAgent(agent: AgentWire, toolsDir: string | undefined): AgentSpec {
   if (agent.kind !== 'openclaw') return agent;
   const dir = toolsDir ?? defaultToolsDir();
@@ -113,7 +108,7 @@ export function startRolloutWorker(options: RolloutWorkerOptions): RolloutWorker
     baseUrl: string,
     body: { reward: number | null; status: 'complete' | 'infra_failed' },
   ) => {
-    const res = await fetch(completeUrl(gateway, baseUrl), {
+    const res = await fetch(ownerUrl(gateway, trajectoryOfBaseUrl(baseUrl), 'complete'), {
       method: 'POST',
       headers: {
         'content-type': 'application/json',

@@ -8,6 +8,7 @@ import sys
 
 import torch
 
+from ..lifeline import exit_with_parent
 from ..models import load_policy
 from .core import ReferenceEngine
 from .server import make_server
@@ -30,6 +31,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--verbose", action="store_true", help="log each request")
     args = parser.parse_args(argv)
+    exit_with_parent()
     if args.threads:
         torch.set_num_threads(args.threads)
     policy = load_policy(args.model, seed=args.seed, dtype=args.dtype, device=args.device, tokenizer=args.tokenizer)

@@ -1,5 +1,11 @@
 import { z } from 'zod';
-import { ChannelName, ClientId, Quality, TrajectoryStatus } from '../../../domain/index.js';
+import {
+  ChannelName,
+  ClientId,
+  MAX_POLICY_VERSION,
+  Quality,
+  TrajectoryStatus,
+} from '../../../domain/index.js';
 import type { TrajectoryQuery } from '../../../store/store.js';
 
 /*
@@ -34,7 +40,10 @@ const ListForm = z.object({
   reward_min: optional(NumberText),
   reward_max: optional(NumberText),
   status: choice(z.enum(TrajectoryStatus.options, `must be one of ${TrajectoryStatus.options.join(', ')}`)),
-  policy_version: optional(IntText),
+  // No stored version is larger (PostgreSQL's integer column would refuse the filter with a 500).
+  policy_version: optional(
+    IntText.pipe(z.number().max(MAX_POLICY_VERSION, `must be <= ${MAX_POLICY_VERSION}`)),
+  ),
   tag: optional(z.string().max(64, 'must be at most 64 characters')),
   quality: choice(z.enum(Quality.options, `must be one of ${Quality.options.join(', ')}`)),
   trainable: optional(AnyYesNo),

@@ -1,0 +1,169 @@
+/**
+ * The event loop under the largest requests a server takes (docs/security.md, "What every request
+ * may cost"): the longest stall of a Stepwise server's event loop while each one runs, against an
+ * idle loop's longest stall measured just before in the same process. Part of `npm run bench:gateway`.
+ *
+ * The server runs in this process (`startServer`, SQLite, the built-in sim on its worker thread), so
+ * its event loop is this one; each request's body is built before the measurement starts.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
+import { MAX_PROMPT_TOKENS } from '../src/domain/index.js';
+import { startServer } from '../src/gateway/server.js';
+
+export interface Stall {
+  request: string;
+  bodyBytes: number;
+  status: number;
+  /** Longest event-loop delay while it ran, ms. */
+  stallMs: number;
+  /** Its wall time, ms. */
+  wallMs: number;
+}
+
+export interface StallSection {
+  idleMs: number;
+  stalls: Stall[];
+}
+
+const ids = (n: number, offset = 0) => Array.from({ length: n }, (_, i) => 100 + ((i + offset) % 50_000));
+
+async function measure(
+  run: () => Promise<number>,
+): Promise<{ stallMs: number; wallMs: number; status: number }> {
+  const h = monitorEventLoopDelay({ resolution: 1 });
+  h.enable();
+  const begin = performance.now();
+  const status = await run();
+  const wallMs = performance.now() - begin;
+  h.disable();
+  return { stallMs: h.max / 1e6, wallMs, status };
+}
+
+export async function benchStalls(quick: boolean): Promise<StallSection> {
+  const dir = mkdtempSync(join(tmpdir(), 'stepwise-bench-stalls-'));
+  const server = await startServer({ dbPath: join(dir, 'pool.db'), port: 0, engines: ['sim'] });
+  const send = async (method: string, path: string, body?: string) => {
+    const res = await fetch(`${server.url}${path}`, {
+      method,
+      headers: body === undefined ? {} : { 'content-type': 'application/json' },
+      body,
+    });
+    await res.arrayBuffer();
+    return res.status;
+  };
+  try {
+    const init = async () =>
+      (await (
+        await fetch(`${server.url}/init_trajectory`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: '{}',
+        })
+      ).json()) as {
+        trajectory_uid: string;
+        base_url: string;
+      };
+    // Warm: the sim's worker and tokenizer, the routes.
+    const warm = await init();
+    await send(
+      'POST',
+      '/generate',
+      JSON.stringify({ trajectory_uid: warm.trajectory_uid, prompt_ids: ids(64) }),
+    );
+
+    const idle = await measure(async () => {
+      await new Promise((r) => setTimeout(r, quick ? 500 : 2_000));
+      return 0;
+    });
+    const stalls: Stall[] = [];
+    const add = async (request: string, method: string, path: string, body?: string) => {
+      const m = await measure(() => send(method, path, body));
+      stalls.push({ request, bodyBytes: body === undefined ? 0 : Buffer.byteLength(body), ...m });
+    };
+
+    const t = await init();
+    await add(
+      `/generate, ${MAX_PROMPT_TOKENS.toLocaleString('en-US')} prompt ids (MAX_PROMPT_TOKENS)`,
+      'POST',
+      '/generate',
+      JSON.stringify({
+        trajectory_uid: t.trajectory_uid,
+        prompt_ids: ids(MAX_PROMPT_TOKENS),
+        sampling_params: { max_tokens: 8 },
+      }),
+    );
+    const chat = await init();
+    const words = 'alpha beta gamma delta epsilon '.repeat(quick ? 20_000 : 60_000);
+    await add(
+      `chat call, one ${Math.round(words.length / 1e6)} MB user message (stored as its step)`,
+      'POST',
+      `${new URL(chat.base_url).pathname}/chat/completions`,
+      JSON.stringify({ model: 'sim-qwen3', messages: [{ role: 'user', content: words }], max_tokens: 8 }),
+    );
+    const steps = quick ? 200 : 1_000;
+    // Steps of trajectories of their own (POST /v1/steps opens them).
+    const batch = { trajectory_uid: `bench-${process.pid}-batch` };
+    await add(
+      `/v1/steps, ${steps.toLocaleString('en-US')} steps × 4,096 prompt ids in one body`,
+      'POST',
+      '/v1/steps',
+      JSON.stringify({
+        steps: Array.from({ length: steps }, (_, i) => ({
+          trajectory_uid: batch.trajectory_uid,
+          prompt_uid: 'bench',
+          step_index: i,
+          prompt_ids: ids(4_096, i),
+          response_ids: ids(64, i),
+        })),
+      }),
+    );
+    const big = { trajectory_uid: `bench-${process.pid}-big` };
+    const stored = await send(
+      'POST',
+      '/v1/steps',
+      JSON.stringify({
+        steps: [
+          {
+            trajectory_uid: big.trajectory_uid,
+            prompt_uid: 'bench',
+            step_index: 0,
+            prompt_ids: ids(2_000_000),
+            response_ids: ids(64),
+          },
+        ],
+      }),
+    );
+    await add(
+      'dashboard page of a step with 2,000,000 prompt ids',
+      'GET',
+      `/dashboard/trajectories/${big.trajectory_uid}`,
+    );
+    await add('its raw JSON (`GET /v1/trajectories/{id}`)', 'GET', `/v1/trajectories/${big.trajectory_uid}`);
+    return { idleMs: idle.stallMs, stalls };
+  } finally {
+    await server.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+export function stallReport(section: StallSection): string[] {
+  return [
+    '### The event loop under the largest requests',
+    '',
+    `The server in this process (SQLite, the built-in sim on its worker thread); its event loop's longest stall while each request ran. Idle, in the seconds before: ${section.idleMs.toFixed(1)} ms.`,
+    '',
+    '| request | body | status | longest stall | × idle | wall |',
+    '|---|---:|---:|---:|---:|---:|',
+    ...section.stalls.map(
+      (s) =>
+        `| ${s.request} | ${(s.bodyBytes / 1024 / 1024).toFixed(1)} MiB | ${s.status} | ${s.stallMs.toFixed(1)} ms | ${(s.stallMs / Math.max(section.idleMs, 0.001)).toFixed(1)}× | ${Math.round(s.wallMs).toLocaleString('en-US')} ms |`,
+    ),
+  ];
+}
+
+if (process.argv[1]?.endsWith('stalls.ts')) {
+  benchStalls(process.argv.includes('--quick')).then((s) => console.log(stallReport(s).join('\n')));
+}

@@ -1,0 +1,42 @@
+import { type GuidedStep, trainingPromptOf } from '../curation/actguide/prompt-views.js';
+import type { Captured } from '../engines/capture.js';
+import { type RetokenizeInput, retokenizeChat, retokenizeText } from '../engines/retokenize.js';
+import type { ChatTokenizer } from '../text/index.js';
+import { WorkerRpc } from '../util/worker-rpc.js';
+import type { tokenizeHandlers } from './tokenize-worker.js';
+
+/*
+ * The tokenising a capture may need: rebuilding ids for an engine that sent none, and an ActGuide
+ * step's training prompt. Both render and encode the whole conversation (a 100k-token one is most of
+ * a second of CPU), so by default they run on a worker thread and the event loop stays free.
+ */
+
+type Ids = { promptIds: number[]; responseIds: number[] };
+type TrainingPrompt = ReturnType<typeof trainingPromptOf>;
+
+export interface CaptureTokenizer {
+  retokenizeChat(input: RetokenizeInput, captured: Captured): Promise<Ids>;
+  retokenizeText(prompt: string, captured: Captured): Promise<Ids>;
+  trainingPromptOf(step: GuidedStep, hint: string): Promise<TrainingPrompt>;
+}
+
+/** On this thread, with this tokenizer (what the worker runs; also for a tokenizer given in code). */
+export function inThreadTokenizer(tokenizer: () => ChatTokenizer): CaptureTokenizer {
+  return {
+    retokenizeChat: async (input, captured) => retokenizeChat(input, captured, tokenizer()),
+    retokenizeText: async (prompt, captured) => retokenizeText(prompt, captured, tokenizer()),
+    trainingPromptOf: async (step, hint) => trainingPromptOf(step, hint, tokenizer()),
+  };
+}
+
+const worker = new WorkerRpc<typeof tokenizeHandlers>(
+  new URL('./tokenize-worker-entry.mjs', import.meta.url),
+  'capture tokenizer',
+);
+
+/** Qwen3's tokenizer on the process's shared worker thread. */
+export const offThreadTokenizer: CaptureTokenizer = {
+  retokenizeChat: (input, captured) => worker.call('retokenizeChat', input, captured),
+  retokenizeText: (prompt, captured) => worker.call('retokenizeText', prompt, captured),
+  trainingPromptOf: (step, hint) => worker.call('trainingPromptOf', step, hint),
+};
