@@ -105,21 +105,49 @@ export async function benchStalls(quick: boolean): Promise<StallSection> {
     );
     const steps = quick ? 200 : 1_000;
     // Steps of trajectories of their own (POST /v1/steps opens them).
-    const batch = { trajectory_uid: `bench-${process.pid}-batch` };
-    await add(
-      `/v1/steps, ${steps.toLocaleString('en-US')} steps × 4,096 prompt ids in one body`,
-      'POST',
-      '/v1/steps',
+    const batchBody = (trajectory: string) =>
       JSON.stringify({
         steps: Array.from({ length: steps }, (_, i) => ({
-          trajectory_uid: batch.trajectory_uid,
+          trajectory_uid: trajectory,
           prompt_uid: 'bench',
           step_index: i,
           prompt_ids: ids(4_096, i),
           response_ids: ids(64, i),
         })),
-      }),
+      });
+    const label = `/v1/steps, ${steps.toLocaleString('en-US')} steps × 4,096 prompt ids in one body`;
+    await add(
+      `${label} (parsed on the offload thread, stored here)`,
+      'POST',
+      '/v1/steps',
+      batchBody(`bench-${process.pid}-batch`),
     );
+    // The same with SQLite on its own thread (`--store-thread worker`): storing leaves the loop too.
+    const onWorker = await startServer({
+      dbPath: join(dir, 'worker.db'),
+      port: 0,
+      engines: [],
+      storeThread: 'worker',
+    });
+    try {
+      const body = batchBody(`bench-${process.pid}-batch-w`);
+      const m = await measure(async () => {
+        const res = await fetch(`${onWorker.url}/v1/steps`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body,
+        });
+        await res.arrayBuffer();
+        return res.status;
+      });
+      stalls.push({
+        request: `${label}, \`--store-thread worker\``,
+        bodyBytes: Buffer.byteLength(body),
+        ...m,
+      });
+    } finally {
+      await onWorker.close();
+    }
     const big = { trajectory_uid: `bench-${process.pid}-big` };
     const stored = await send(
       'POST',
@@ -130,14 +158,14 @@ export async function benchStalls(quick: boolean): Promise<StallSection> {
             trajectory_uid: big.trajectory_uid,
             prompt_uid: 'bench',
             step_index: 0,
-            prompt_ids: ids(2_000_000),
+            prompt_ids: ids(MAX_PROMPT_TOKENS),
             response_ids: ids(64),
           },
         ],
       }),
     );
     await add(
-      'dashboard page of a step with 2,000,000 prompt ids',
+      `dashboard page of a step with ${MAX_PROMPT_TOKENS.toLocaleString('en-US')} prompt ids (the most a step holds), first view`,
       'GET',
       `/dashboard/trajectories/${big.trajectory_uid}`,
     );

@@ -159,7 +159,7 @@ describe.skipIf(!python)('stepwise train: the loop, and the policy learning in i
     expect(
       lines.some((l) => new RegExp(`^rollouts {2}round ${VERSIONS + 1} \\(final policy\\)`).test(l)),
     ).toBe(true);
-  }, 1_200_000);
+  }, 2_400_000);
 
   it('the control (the same warm-up, no updates, rounds one version ahead) stays where it started', async () => {
     expect(rl, 'the RL run above did not finish').not.toBeNull();
@@ -191,5 +191,5 @@ describe.skipIf(!python)('stepwise train: the loop, and the policy learning in i
     const manifest = JSON.parse(readFileSync(join(out, 'train.json'), 'utf8'));
     expect(manifest.updates).toBe(false);
     expect(manifest.settings.init).toBe(join(rl!.out, 'warmup'));
-  }, 900_000);
+  }, 1_200_000);
 });

@@ -8,9 +8,10 @@ export const MAX_STEP_INDEX = 1_000_000;
 export const MAX_POLICY_VERSION = 2_147_483_647;
 
 /**
- * The most prompt ids one LLM call may send as ids (`/generate`, a completions prompt of ids):
- * Qwen3's longest context. Past it the call is a 400 before anything else is done with it, so no
- * request buys more tokenising, copying or storing than this (docs/security.md).
+ * The most prompt ids one LLM call may send as ids (`/generate`, a completions prompt of ids), and
+ * the most ids in each array of a stored step: Qwen3's longest context. Past it a request is a 400
+ * naming the field, so no call or step buys more tokenising, copying or storing than this
+ * (docs/security.md).
  */
 export const MAX_PROMPT_TOKENS = 262_144;
 
@@ -108,6 +109,16 @@ export const StepWire = z
     training_prompt_ids: TokenIds.nullable().optional(),
   })
   .superRefine((step, ctx) => {
+    // A step is one LLM call: none of its id arrays is longer than a call's prompt may be.
+    for (const field of ['prompt_ids', 'response_ids', 'training_prompt_ids'] as const) {
+      const length = step[field]?.length ?? 0;
+      if (length > MAX_PROMPT_TOKENS)
+        ctx.addIssue({
+          code: 'custom',
+          path: [field],
+          message: `${length} token ids; a step holds at most ${MAX_PROMPT_TOKENS} (MAX_PROMPT_TOKENS)`,
+        });
+    }
     if (step.rollout_log_probs != null && step.rollout_log_probs.length !== step.response_ids.length) {
       ctx.addIssue({
         code: 'custom',

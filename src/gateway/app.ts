@@ -18,12 +18,9 @@ import {
   parseOrThrow,
   Quality,
   SignalsBody,
-  StepWire,
   StepwiseError,
-  SubmitStepsBody,
   signalFromWire,
   signalToWire,
-  stepFromWire,
   stepToWire,
   TrajectoryStatus,
   trajectoryToWire,
@@ -38,6 +35,7 @@ import { type ApiKey, type AuthVariables, authenticate, requireScope } from './a
 import type { Gateway } from './gateway.js';
 import { readJsonBody, refuseNulQuery } from './json-body.js';
 import { mountGatewayRoutes } from './routes.js';
+import { readStepsBody } from './steps-body.js';
 
 export interface AppOptions {
   pool: DataPool;
@@ -182,19 +180,17 @@ export function createApp(options: AppOptions): Hono<Env> {
 
   // ---- producers (agent scope) ----------------------------------------------------------------
 
-  const submit = async (c: Context<Env>, body: unknown, channelParam?: string) => {
-    // Claw-R1 clients may post a bare array of steps.
-    const envelope = parseOrThrow(SubmitStepsBody, Array.isArray(body) ? { steps: body } : body);
+  const submit = async (c: Context<Env>, channelParam?: string) => {
+    const batch = await readStepsBody(c);
     const channel =
-      envelope.channel ?? (channelParam ? parseOrThrow(ChannelName, channelParam, 'channel') : 'train');
-    const steps = envelope.steps.map((raw, i) => stepFromWire(parseOrThrow(StepWire, raw, `steps.${i}`)));
-    const result = await pool.submitSteps(steps, { channel, nRollouts: envelope.n_rollouts ?? null });
+      batch.channel ?? (channelParam ? parseOrThrow(ChannelName, channelParam, 'channel') : 'train');
+    const result = await pool.submitSteps(batch.steps, { channel, nRollouts: batch.nRollouts });
     return c.json({ ...result, channel });
   };
   // Steps, completions and signals by trajectory id are the episode owner's (docs/security.md).
   const owner = requireScope('runner', 'trainer');
-  app.post('/v1/steps', owner, async (c) => submit(c, await readJsonBody(c)));
-  app.post('/submit_steps', owner, async (c) => submit(c, await readJsonBody(c), c.req.query('channel')));
+  app.post('/v1/steps', owner, (c) => submit(c));
+  app.post('/submit_steps', owner, (c) => submit(c, c.req.query('channel')));
 
   const complete = async (c: Context<Env>, id: string) => {
     parseOrThrow(ClientId, id, 'trajectory_uid');

@@ -2,8 +2,7 @@ import { type GuidedStep, trainingPromptOf } from '../curation/actguide/prompt-v
 import type { Captured } from '../engines/capture.js';
 import { type RetokenizeInput, retokenizeChat, retokenizeText } from '../engines/retokenize.js';
 import type { ChatTokenizer } from '../text/index.js';
-import { WorkerRpc } from '../util/worker-rpc.js';
-import type { tokenizeHandlers } from './tokenize-worker.js';
+import { offload } from './offload.js';
 
 /*
  * The tokenising a capture may need: rebuilding ids for an engine that sent none, and an ActGuide
@@ -29,14 +28,9 @@ export function inThreadTokenizer(tokenizer: () => ChatTokenizer): CaptureTokeni
   };
 }
 
-const worker = new WorkerRpc<typeof tokenizeHandlers>(
-  new URL('./tokenize-worker-entry.mjs', import.meta.url),
-  'capture tokenizer',
-);
-
-/** Qwen3's tokenizer on the process's shared worker thread. */
+/** Qwen3's tokenizer on the gateway's offload thread. */
 export const offThreadTokenizer: CaptureTokenizer = {
-  retokenizeChat: (input, captured) => worker.call('retokenizeChat', input, captured),
-  retokenizeText: (prompt, captured) => worker.call('retokenizeText', prompt, captured),
-  trainingPromptOf: (step, hint) => worker.call('trainingPromptOf', step, hint),
+  retokenizeChat: (input, captured) => offload.call('retokenizeChat', input, captured),
+  retokenizeText: (prompt, captured) => offload.call('retokenizeText', prompt, captured),
+  trainingPromptOf: (step, hint) => offload.call('trainingPromptOf', step, hint),
 };

@@ -6,8 +6,21 @@ import { deserializeError, type SerializedError, serializeError } from '../store
  * A worker thread that serves named calls for the whole process: CPU-heavy work (tokenising, the
  * built-in sim) that must not hold the event loop. It starts on the first call, never keeps the
  * process alive while no call waits, and starts again after a crash (the calls then in flight fail with 503).
- * Arguments and results cross by structured clone; errors keep their domain class.
+ * Arguments and results cross by structured clone, or moved without a copy when wrapped in Transfer;
+ * errors keep their domain class.
  */
+
+/** A value whose ArrayBuffers move to the other thread instead of being copied (unusable here after). */
+export class Transfer<T> {
+  constructor(
+    readonly value: T,
+    readonly buffers: ArrayBuffer[],
+  ) {}
+}
+
+type Unwrapped<T> = T extends Transfer<infer V> ? V : T;
+/** Each argument as it is, or wrapped in Transfer. */
+type Args<P extends unknown[]> = { [I in keyof P]: P[I] | Transfer<P[I]> };
 
 // biome-ignore lint/suspicious/noExplicitAny: each method keeps its own signature
 type Method = (...args: any[]) => unknown;
@@ -34,14 +47,23 @@ export class WorkerRpc<H extends { [K in keyof H]: Method }> {
     private readonly name: string,
   ) {}
 
-  call<M extends keyof H & string>(method: M, ...args: Parameters<H[M]>): Promise<Awaited<ReturnType<H[M]>>> {
+  call<M extends keyof H & string>(
+    method: M,
+    ...args: Args<Parameters<H[M]>>
+  ): Promise<Unwrapped<Awaited<ReturnType<H[M]>>>> {
     const worker = this.started();
     const id = this.nextId++;
+    const buffers: ArrayBuffer[] = [];
+    const plain = (args as unknown[]).map((a) => {
+      if (!(a instanceof Transfer)) return a;
+      buffers.push(...a.buffers);
+      return a.value;
+    });
     // Held while a call waits, so that a process with nothing else to do still gets its answer.
     if (this.pending.size === 0) worker.ref();
     return new Promise((resolve, reject) => {
       this.pending.set(id, { resolve: resolve as (value: unknown) => void, reject });
-      worker.postMessage({ id, method, args } satisfies Call);
+      worker.postMessage({ id, method, args: plain } satisfies Call, buffers);
     });
   }
 
@@ -79,14 +101,20 @@ export function serveWorkerRpc(handlers: Record<string, Method> | object): void 
   if (!port) throw new Error('serveWorkerRpc must run in a worker thread');
   port.on('message', async (call: Call) => {
     let reply: Reply;
+    let buffers: ArrayBuffer[] = [];
     try {
       const table = handlers as Record<string, Method>;
       const handler = Object.hasOwn(table, call.method) ? table[call.method] : undefined;
       if (!handler) throw new Error(`no method ${call.method}`);
-      reply = { id: call.id, ok: true, value: await handler(...call.args) };
+      let value = await handler(...call.args);
+      if (value instanceof Transfer) {
+        buffers = value.buffers;
+        value = value.value;
+      }
+      reply = { id: call.id, ok: true, value };
     } catch (error) {
       reply = { id: call.id, ok: false, error: serializeError(error) };
     }
-    port.postMessage(reply);
+    port.postMessage(reply, buffers);
   });
 }

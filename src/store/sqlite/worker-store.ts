@@ -73,9 +73,19 @@ export class WorkerStore implements Store {
 
   async submitBatch(requests: SubmitRequest[], now: number): Promise<SubmitOutcome[]> {
     const transfer: ArrayBuffer[] = [];
+    const moving = new Set<ArrayBufferLike>();
     const packed = (ids: number[]) => {
-      const typed = Uint32Array.from(ids);
-      transfer.push(typed.buffer);
+      // Ids that already fill a Uint32Array of their own (a big batch parsed off the event loop)
+      // move as they are; a request's steps are not read again once submitted.
+      const given = ids as unknown;
+      const typed =
+        given instanceof Uint32Array &&
+        given.byteLength === given.buffer.byteLength &&
+        !moving.has(given.buffer)
+          ? given
+          : Uint32Array.from(ids);
+      moving.add(typed.buffer);
+      transfer.push(typed.buffer as ArrayBuffer);
       return typed as unknown as number[]; // the store reads token arrays as ArrayLike
     };
     const sent = requests.map((r) => ({

@@ -2,4 +2,4 @@
 import { register } from 'tsx/esm/api';
 
 register();
-await import('./tokenize-worker.ts');
+await import('./offload-worker.ts');

@@ -1,0 +1,31 @@
+/**
+ * The thread the gateway hands CPU-heavy request work to (offload.ts): the tokenising a capture may
+ * need, and the parsing of big step batches.
+ */
+import { loadQwen3Tokenizer } from '../text/tokenizer.js';
+import { serveWorkerRpc, Transfer } from '../util/worker-rpc.js';
+import { inThreadTokenizer } from './capture-tokenizer.js';
+import { parseStepsBody } from './steps-body.js';
+
+export const offloadHandlers = {
+  ...inThreadTokenizer(loadQwen3Tokenizer),
+  /** A step batch's body, parsed and checked, its token ids moved back as Uint32Arrays. */
+  parseSteps(bytes: ArrayBuffer) {
+    const parsed = parseStepsBody(new TextDecoder().decode(bytes));
+    const buffers: ArrayBuffer[] = [];
+    const typed = (ids: readonly number[]) => {
+      const out = Uint32Array.from(ids);
+      buffers.push(out.buffer);
+      return out as unknown as number[];
+    };
+    // The ids the stores read as ArrayLike (as WorkerStore sends them); a guided step's training
+    // prompt stays an array, as the store edits and serialises it.
+    for (const step of parsed.steps) {
+      step.promptIds = typed(step.promptIds);
+      step.responseIds = typed(step.responseIds);
+    }
+    return new Transfer(parsed, buffers);
+  },
+};
+
+serveWorkerRpc(offloadHandlers);
