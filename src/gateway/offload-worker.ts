@@ -1,7 +1,8 @@
 /**
  * The thread the gateway hands CPU-heavy request work to (offload.ts): the tokenising a capture may
- * need, and the parsing of big step batches.
+ * need, the parsing of big step batches, and the dashboard's decoding table.
  */
+import { loadQwen3TokenTable } from '../text/token-table.js';
 import { loadQwen3Tokenizer } from '../text/tokenizer.js';
 import { serveWorkerRpc, Transfer } from '../util/worker-rpc.js';
 import { inThreadTokenizer } from './capture-tokenizer.js';
@@ -9,6 +10,11 @@ import { parseStepsBody } from './steps-body.js';
 
 export const offloadHandlers = {
   ...inThreadTokenizer(loadQwen3Tokenizer),
+  /** Qwen3's decoding table (text/token-table.ts), built here and moved to the caller. */
+  tokenTable() {
+    const table = loadQwen3TokenTable();
+    return new Transfer(table, [table.offsets.buffer as ArrayBuffer, table.bytes.buffer as ArrayBuffer]);
+  },
   /** A step batch's body, parsed and checked, its token ids moved back as Uint32Arrays. */
   parseSteps(bytes: ArrayBuffer) {
     const parsed = parseStepsBody(new TextDecoder().decode(bytes));

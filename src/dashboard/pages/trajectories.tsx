@@ -23,6 +23,7 @@ import {
   parseBulk,
 } from './trajectories/label-forms.js';
 import { ListPage } from './trajectories/list.js';
+import { decoderReady } from './trajectories/tokens.js';
 
 /*
  * Trajectory pages: the filtered list (compact rows from listTrajectories), one trajectory in full
@@ -95,6 +96,13 @@ function refusal(error: unknown): string {
 }
 
 export function mountTrajectoryPages(app: Hono<DashboardEnv>, { pool }: DashboardOptions): void {
+  // Pages that decode token ids wait for the decoding table, which loads off the event loop.
+  const decoding = async (_: unknown, next: () => Promise<void>) => {
+    await decoderReady();
+    await next();
+  };
+  app.use(`${LIST_PATH}/*`, decoding);
+  app.use('/dashboard/groups/*', decoding);
   app.get(LIST_PATH, async (c) => {
     const url = new URL(c.req.url);
     return renderList(c, pool, c.req.query(), url.pathname + url.search);

@@ -1,4 +1,5 @@
-import { type ChatTokenizer, loadQwen3Tokenizer } from '../../../text/index.js';
+import { offload } from '../../../gateway/offload.js';
+import { decodeWithTable, loadQwen3TokenTable, type TokenTable } from '../../../text/token-table.js';
 import { type Budget, htmlBytes, LIMITS, TextBlock, Truncated } from '../../bounded.js';
 import { fmt } from '../../layout.js';
 
@@ -11,17 +12,46 @@ import { fmt } from '../../layout.js';
 /** The strip shows at most this many tokens per step; the page stays light on long generations. */
 export const MAX_STRIP_TOKENS = LIMITS.stripTokens;
 
-/** The tokenizer is loaded once per process by the text module; this only names the dependency. */
-export function tokenizer(): ChatTokenizer {
-  return loadQwen3Tokenizer();
+let table: TokenTable | null = null;
+let loading: Promise<void> | null = null;
+
+/**
+ * Gets Qwen3's decoding table from the gateway's offload thread, once per process: the tokenizer it
+ * comes from takes most of a second to load, which would hold the event loop (docs/security.md).
+ * Pages that decode await it first (mountTrajectoryPages).
+ */
+export function decoderReady(): Promise<void> {
+  if (table) return Promise.resolve();
+  loading ??= offload.call('tokenTable').then(
+    (t) => {
+      table = t;
+    },
+    (error: unknown) => {
+      loading = null;
+      throw error;
+    },
+  );
+  return loading;
 }
 
 /** Decodes ids; an id outside the vocabulary answers a marker instead of failing the page. */
 export function decode(ids: readonly number[]): string {
+  // Without decoderReady (a page that did not wait), the table is built here, once.
+  table ??= loadQwen3TokenTable();
   try {
-    return tokenizer().decode(ids);
+    return decodeWithTable(table, ids);
   } catch {
     return `[${ids.length} tokens outside the Qwen3 vocabulary]`;
+  }
+}
+
+/** One token's text; U+FFFD for an id outside the vocabulary. */
+function decodeToken(id: number): string {
+  table ??= loadQwen3TokenTable();
+  try {
+    return decodeWithTable(table, [id]);
+  } catch {
+    return '\ufffd';
   }
 }
 
@@ -105,17 +135,11 @@ export function HeatStrip({
   logprobs: readonly number[] | null;
   budget: Budget;
 }) {
-  const tk = tokenizer();
   const spans = [];
   const end = Math.min(ids.length, MAX_STRIP_TOKENS);
   for (let i = 0; i < end; i++) {
     const id = ids[i]!;
-    let text: string;
-    try {
-      text = tk.decode([id]);
-    } catch {
-      text = '\ufffd';
-    }
+    const text = decodeToken(id);
     const lp = logprobs?.[i];
     const title = `#${i} id ${id} ${JSON.stringify(text)}${lp === undefined ? '' : ` logprob ${lp.toFixed(3)}`}`;
     const bytes = SPAN_BYTES + htmlBytes(title) + htmlBytes(text);
