@@ -6,7 +6,7 @@
  *
  *   npm run bench:gateway               full run (~4-6 minutes), updates BENCHMARKS.md
  *   npm run bench:gateway -- --quick    shorter phases, 1 rep, fewer trajectories, prints only
- *   ... -- --store-thread worker / --sync NORMAL   the gateway with other settings (prints only)
+ *   ... -- --store-thread main / --sync NORMAL   the gateway with other settings (prints only)
  *   ... -- --sim-ttft-ms 6              the sim answers no sooner than 6 ms after each request,
  *                                       idle once its answer is computed (prints only)
  *
@@ -332,7 +332,7 @@ interface GatewaySettings {
   storeThread: 'main' | 'worker';
   synchronous: 'FULL' | 'NORMAL';
 }
-const DEFAULT_SETTINGS: GatewaySettings = { storeThread: 'main', synchronous: 'FULL' };
+const DEFAULT_SETTINGS: GatewaySettings = { storeThread: 'worker', synchronous: 'FULL' };
 
 async function gatewayChild(simUrl: string, dbPath: string, settings: GatewaySettings): Promise<void> {
   const server = await startServer({
@@ -920,7 +920,7 @@ async function main(): Promise<void> {
     return at >= 0 ? args[at + 1] : undefined;
   };
   const settings: GatewaySettings = {
-    storeThread: option('--store-thread') === 'worker' ? 'worker' : 'main',
+    storeThread: option('--store-thread') === 'main' ? 'main' : 'worker',
     synchronous: option('--sync') === 'NORMAL' ? 'NORMAL' : 'FULL',
   };
   const simTtftMs = Number(option('--sim-ttft-ms') ?? 0);

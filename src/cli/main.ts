@@ -237,9 +237,12 @@ function addServerOptions(command: Command, role: 'all' | 'gateway'): void {
       int('--reward-workers'),
     )
     .addOption(
-      new Option('--store-thread <where>', 'run SQLite on the event-loop thread or its own worker thread')
+      new Option(
+        '--store-thread <where>',
+        "run SQLite on its own worker thread (default: storing a big batch never holds the event loop) or on the event loop's",
+      )
         .choices(['main', 'worker'])
-        .default('main'),
+        .default('worker'),
     )
     .action(async (opts) => {
       if (opts.simPolicy === 'scripted' && !opts.simScript)
