@@ -4,10 +4,10 @@ import { deserializeError, type SerializedError, serializeError } from '../store
 
 /*
  * A worker thread that serves named calls for the whole process: CPU-heavy work (tokenising, the
- * built-in sim) that must not hold the event loop. It starts on the first call, never keeps the
- * process alive while no call waits, and starts again after a crash (the calls then in flight fail with 503).
- * Arguments and results cross by structured clone, or moved without a copy when wrapped in Transfer;
- * errors keep their domain class.
+ * built-in sim) that must not hold the event loop. It starts on the first call, keeps the process
+ * alive only while a call waits, and starts again after a crash (the calls then in flight fail with
+ * 503). Arguments and results cross by structured clone, or move without a copy when wrapped in
+ * Transfer; errors keep their domain class.
  */
 
 /** A value whose ArrayBuffers move to the other thread instead of being copied (unusable here after). */
