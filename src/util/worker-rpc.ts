@@ -1,6 +1,5 @@
 import { parentPort, Worker } from 'node:worker_threads';
-import { StepwiseError } from '../domain/errors.js';
-import { deserializeError, type SerializedError, serializeError } from '../store/sqlite/worker-protocol.js';
+import { deserializeError, type SerializedError, StepwiseError, serializeError } from '../domain/errors.js';
 
 /*
  * A worker thread that serves named calls for the whole process: CPU-heavy work (tokenising, the

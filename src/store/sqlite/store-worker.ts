@@ -3,9 +3,10 @@
  * parsed while commits run.
  */
 import { parentPort, workerData } from 'node:worker_threads';
+import { serializeError } from '../../domain/errors.js';
 import type { SubmitOutcome } from '../store.js';
 import { openSqliteStore, type SqliteStoreOptions } from './sqlite-store.js';
-import { serializeError, type WorkerReply, type WorkerRequest } from './worker-protocol.js';
+import type { WorkerReply, WorkerRequest } from './worker-protocol.js';
 
 const port = parentPort;
 if (!port) throw new Error('store-worker must run in a worker thread');

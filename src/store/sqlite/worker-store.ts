@@ -1,13 +1,9 @@
 import { Worker } from 'node:worker_threads';
+import { deserializeError, type SerializedError } from '../../domain/errors.js';
 import { type NewStep, StepwiseError } from '../../domain/index.js';
 import type { Store, SubmitOutcome, SubmitRequest } from '../store.js';
 import type { SqliteStoreOptions } from './sqlite-store.js';
-import {
-  deserializeError,
-  type SerializedError,
-  type StoreMethod,
-  type WorkerReply,
-} from './worker-protocol.js';
+import type { StoreMethod, WorkerReply } from './worker-protocol.js';
 
 // biome-ignore lint/suspicious/noExplicitAny: each call resolves with its own method's result type
 type Pending = { resolve: (value: any) => void; reject: (error: unknown) => void };
