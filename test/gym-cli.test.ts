@@ -1,10 +1,10 @@
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { checkSandbox } from '../src/gym/sandbox/index.js';
 import { CLAWGYM_SAMPLE } from './support/clawgym-sample.js';
-import { runCli } from './support/server-process.js';
+import { runCli, startServerProcess } from './support/server-process.js';
 
 /* The gym's commands as real processes: synth → validate → bench, and validate on ClawGym tasks. */
 
@@ -19,7 +19,8 @@ describe.skipIf(!checkSandbox().ok)('stepwise gym / bench CLI', () => {
     const tasks = join(dir, 'tasks');
     const synth = await runCli(['gym', 'synth', '--n', '6', '--seed', '4', '--out', tasks], {}, 60_000);
     expect(synth.code, synth.stderr).toBe(0);
-    const validate = await runCli(['gym', 'validate', join(tasks, 'tasks.jsonl'), '--json'], {}, 60_000);
+    // Every command that reads tasks takes the folder `gym synth --out` wrote.
+    const validate = await runCli(['gym', 'validate', tasks, '--json'], {}, 60_000);
     expect(validate.code, validate.stderr).toBe(0);
     const gate = JSON.parse(validate.stdout) as { tasks: { ok: boolean; reference_score: number }[] };
     expect(gate.tasks).toHaveLength(6);
@@ -30,7 +31,7 @@ describe.skipIf(!checkSandbox().ok)('stepwise gym / bench CLI', () => {
       [
         'bench',
         '--tasks',
-        join(tasks, 'tasks.jsonl'),
+        tasks,
         '--samples',
         '2',
         '--concurrency',
@@ -57,6 +58,45 @@ describe.skipIf(!checkSandbox().ok)('stepwise gym / bench CLI', () => {
       60_000,
     );
     expect(again.stdout).toMatch(/samples: 12 \(12 already done\)/);
+  });
+
+  it('gym run and serve --sim-tasks read the folder gym synth wrote', async () => {
+    const tasks = join(dir, 'run-tasks');
+    const synth = await runCli(['gym', 'synth', '--n', '2', '--seed', '9', '--out', tasks], {}, 60_000);
+    expect(synth.code, synth.stderr).toBe(0);
+    const out = join(dir, 'run');
+    const run = await runCli(
+      ['gym', 'run', '--tasks', tasks, '--samples', '1', '--out', out, '--give-up-rate', '0'],
+      {},
+      120_000,
+    );
+    expect(run.code, run.stderr).toBe(0);
+    expect(run.stdout).toMatch(/samples: 2 \(0 already done\), mean score 1\.000/);
+
+    const server = await startServerProcess(join(dir, 'serve.db'), [
+      '--sim-policy',
+      'reference',
+      '--sim-tasks',
+      tasks,
+    ]);
+    try {
+      expect((await fetch(`${server.url}/ready`)).status).toBe(200);
+    } finally {
+      server.child.kill('SIGTERM');
+      await server.exited;
+    }
+    // A folder holding both forms is two task sets: refused, naming both.
+    const both = join(dir, 'both');
+    const folders = await runCli(
+      ['gym', 'synth', '--n', '1', '--out', both, '--format', 'folders'],
+      {},
+      60_000,
+    );
+    expect(folders.code, folders.stderr).toBe(0);
+    copyFileSync(join(tasks, 'tasks.jsonl'), join(both, 'tasks.jsonl'));
+    const refused = await runCli(['gym', 'validate', both], {}, 60_000);
+    expect(refused.code).not.toBe(0);
+    expect(refused.stderr).toMatch(/both tasks\.jsonl and 1 task folder/);
   });
 
   it('validate reports the flawed ClawGym task and exits non-zero', async () => {

@@ -5,7 +5,7 @@ import { registerExportCommands } from '../export/cli.js';
 import { startServer } from '../gateway/server.js';
 import { registerBenchCommand } from '../gym/bench.js';
 import { referenceTasks, registerGymCommands } from '../gym/cli.js';
-import { loadTasks } from '../gym/tasks/index.js';
+import { loadTasks, TASK_SET_HELP } from '../gym/tasks/index.js';
 import { loadRewardsConfig } from '../rewards/config.js';
 import { redactUrl } from '../store/postgres/postgres-store.js';
 import { registerTrainCommand } from '../train/cli.js';
@@ -59,10 +59,7 @@ export function buildCli(): Command {
         .default('echo'),
     )
     .option('--script <file>', 'JSON list of script steps for --policy scripted')
-    .option(
-      '--tasks <path>',
-      'gym tasks (JSONL or ClawGym folders) whose reference actions --policy reference follows',
-    )
+    .option('--tasks <path>', `${TASK_SET_HELP}, whose reference actions --policy reference follows`)
     .option(
       '--error-rate <p>',
       'scripted/reference: chance of a wrong tool call before the right one',
@@ -179,10 +176,7 @@ function addServerOptions(command: Command, role: 'all' | 'gateway'): void {
         .default('echo'),
     )
     .option('--sim-script <file>', 'JSON script for --sim-policy scripted')
-    .option(
-      '--sim-tasks <path>',
-      'gym tasks (JSONL or ClawGym folders) whose reference actions --sim-policy reference follows',
-    )
+    .option('--sim-tasks <path>', `${TASK_SET_HELP}, whose reference actions --sim-policy reference follows`)
     .option(
       '--sim-error-rate <p>',
       'scripted/reference: chance of a wrong tool call before the right one',

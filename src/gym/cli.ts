@@ -19,7 +19,7 @@ import {
 import { checkSandbox } from './sandbox/index.js';
 import { registerSynthCommand } from './synth/cli.js';
 import { gateTasks } from './synth/gate.js';
-import { loadTasks } from './tasks/index.js';
+import { loadTasks, TASK_SET_HELP } from './tasks/index.js';
 import type { GymTask } from './tasks/schema.js';
 
 /*
@@ -126,7 +126,7 @@ export async function gatewayFor(
  */
 export function addRunOptions(command: Command): Command {
   return command
-    .requiredOption('--tasks <path>', 'tasks: a JSONL file, a ClawGym task folder or a folder of them')
+    .requiredOption('--tasks <path>', TASK_SET_HELP)
     .option('--out <dir>', 'results, state (for resuming) and the embedded store', 'gym-out')
     .option('--samples <k>', 'samples per task (one group)', positiveInt('--samples'), 4)
     .option('--concurrency <n>', 'samples run at once', positiveInt('--concurrency'), 8)
@@ -413,7 +413,7 @@ export function registerGymCommands(program: Command): Command {
     .description(
       "ClawGym's gate: a no-op scores 0 on the untouched and on a scaffold workspace, verifiers do not crash, a native task's reference actions score 1",
     )
-    .argument('<tasks>', 'a JSONL file, a ClawGym task folder or a folder of them')
+    .argument('<tasks>', TASK_SET_HELP)
     .option(
       '--json',
       'print {"tasks": [{task_id, ok, noop_score, scaffold_score, reference_score, problems}]}',

@@ -4,7 +4,7 @@ import { mkdir, readdir, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { ValidationError } from '../../domain/errors.js';
 import { writeClawGymFolder } from '../tasks/clawgym.js';
-import { writeTasksJsonl } from '../tasks/jsonl.js';
+import { TASKS_FILE, writeTasksJsonl } from '../tasks/jsonl.js';
 import type { GymTask } from '../tasks/schema.js';
 import { toClawGymTask } from './folder.js';
 import { contentHash, SYNTH_VERSION, type SynthSeed, TEMPLATES } from './index.js';
@@ -18,7 +18,7 @@ import { contentHash, SYNTH_VERSION, type SynthSeed, TEMPLATES } from './index.j
 export const SYNTH_FORMATS = ['jsonl', 'folders'] as const;
 export type SynthFormat = (typeof SYNTH_FORMATS)[number];
 export const MANIFEST_FILE = 'manifest.json';
-export const TASKS_FILE = 'tasks.jsonl';
+export { TASKS_FILE };
 
 export interface SynthManifest {
   kind: 'stepwise.gym.synth';

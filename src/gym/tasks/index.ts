@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { ValidationError } from '../../domain/errors.js';
 import { INPUT_DIR, isClawGymFolder, readClawGymFolder } from './clawgym.js';
 import { makeDirs, writeTaskFiles } from './files.js';
-import { readTasksJsonl } from './jsonl.js';
+import { readTasksJsonl, TASKS_FILE } from './jsonl.js';
 import type { GymTask } from './schema.js';
 
 export {
@@ -14,8 +14,19 @@ export {
   writeClawGymFolder,
 } from './clawgym.js';
 export { taskFileBytes, taskFileFromBytes } from './files.js';
-export { parseTaskLine, readTasksJsonl, TaskLineError, taskToJsonLine, writeTasksJsonl } from './jsonl.js';
+export {
+  parseTaskLine,
+  readTasksJsonl,
+  TASKS_FILE,
+  TaskLineError,
+  taskToJsonLine,
+  writeTasksJsonl,
+} from './jsonl.js';
 export * from './schema.js';
+
+/** What a task-set argument may name, for --help (every command reads it with loadTasks). */
+export const TASK_SET_HELP =
+  'a task set: a JSONL file, a folder holding tasks.jsonl (what gym synth --out writes), a ClawGym task folder or a folder of them';
 
 // Folders are read a few at a time: each read touches every file of the task.
 const LOAD_CONCURRENCY = 8;
@@ -41,9 +52,28 @@ async function loadFolders(dirs: readonly string[]): Promise<GymTask[]> {
   return tasks;
 }
 
+async function readJsonl(path: string): Promise<GymTask[]> {
+  const tasks: GymTask[] = [];
+  for await (const task of readTasksJsonl(path)) tasks.push(task);
+  return tasks;
+}
+
+/** The ClawGym task folders directly inside `dir`, sorted by name. */
+async function taskFoldersIn(dir: string): Promise<string[]> {
+  const dirs: string[] = [];
+  for (const entry of (await readdir(dir, { withFileTypes: true })).sort((a, b) =>
+    a.name < b.name ? -1 : 1,
+  )) {
+    if (entry.isDirectory() && (await isClawGymFolder(join(dir, entry.name))))
+      dirs.push(join(dir, entry.name));
+  }
+  return dirs;
+}
+
 /**
- * Loads tasks from a JSONL file (in file order), a single ClawGym task folder, or a directory of task
- * folders (sorted by id; entries without a data_entry.json are ignored). Duplicate ids are refused.
+ * Loads tasks from a JSONL file (in file order), a task-set folder holding `tasks.jsonl` (what
+ * `gym synth --out DIR` writes), a single ClawGym task folder, or a directory of task folders (sorted
+ * by id; entries without a data_entry.json are ignored). Duplicate ids are refused.
  */
 export async function loadTasks(source: string): Promise<GymTask[]> {
   const st = await stat(source).catch(() => {
@@ -51,26 +81,31 @@ export async function loadTasks(source: string): Promise<GymTask[]> {
   });
   let tasks: GymTask[];
   if (st.isFile()) {
-    tasks = [];
-    for await (const task of readTasksJsonl(source)) tasks.push(task);
+    tasks = await readJsonl(source);
   } else if (await isClawGymFolder(source)) {
     tasks = [await readClawGymFolder(source)];
   } else {
-    const dirs: string[] = [];
-    for (const entry of (await readdir(source, { withFileTypes: true })).sort((a, b) =>
-      a.name < b.name ? -1 : 1,
-    )) {
-      if (entry.isDirectory() && (await isClawGymFolder(join(source, entry.name)))) {
-        dirs.push(join(source, entry.name));
-      }
-    }
-    if (dirs.length === 0) {
+    const dirs = await taskFoldersIn(source);
+    const jsonl = join(source, TASKS_FILE);
+    const hasJsonl = await stat(jsonl).then(
+      (s) => s.isFile(),
+      () => false,
+    );
+    // Both forms in one folder would be two task sets: which one was meant is the user's call.
+    if (hasJsonl && dirs.length > 0) {
       throw new ValidationError(
-        `${source}: neither a JSONL file, a task folder nor a folder of tasks`,
+        `${source}: holds both ${TASKS_FILE} and ${dirs.length} task folder(s); name the one to read (${jsonl} or a task folder)`,
         'source',
       );
     }
-    tasks = (await loadFolders(dirs)).sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+    if (hasJsonl) tasks = await readJsonl(jsonl);
+    else if (dirs.length > 0)
+      tasks = (await loadFolders(dirs)).sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+    else
+      throw new ValidationError(
+        `${source}: neither a JSONL file, a folder with ${TASKS_FILE}, a task folder nor a folder of tasks`,
+        'source',
+      );
   }
   refuseDuplicates(tasks, source);
   return tasks;

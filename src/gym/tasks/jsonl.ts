@@ -10,6 +10,9 @@ import { GymTask } from './schema.js';
  * line; an error names the file, the line number, the field and the rule it broke.
  */
 
+/** The task file of a task-set folder (what `gym synth --out DIR` writes): DIR/tasks.jsonl. */
+export const TASKS_FILE = 'tasks.jsonl';
+
 /** A task line that does not parse; `line` is 1-based. */
 export class TaskLineError extends ValidationError {
   constructor(

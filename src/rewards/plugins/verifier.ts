@@ -1,7 +1,7 @@
 import { realpath, stat } from 'node:fs/promises';
 import { isAbsolute, resolve, sep } from 'node:path';
 import { z } from 'zod';
-import { type GymTask, loadTasks } from '../../gym/tasks/index.js';
+import { type GymTask, loadTasks, TASK_SET_HELP } from '../../gym/tasks/index.js';
 import { type JudgeConfig, verify } from '../../gym/verify/index.js';
 import {
   definePlugin,
@@ -26,7 +26,7 @@ import {
  */
 
 export const VerifierParams = z.strictObject({
-  tasks: z.string().min(1).describe('task set: a JSONL file, a ClawGym task folder, or a folder of them'),
+  tasks: z.string().min(1).describe(TASK_SET_HELP),
   workspace_root: z.string().min(1).describe('directory that holds the kept workspaces'),
   workspace_key: z.string().min(1).max(128).default('workspace'),
   unsafe_no_sandbox: z
