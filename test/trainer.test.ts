@@ -55,6 +55,11 @@ interface Checked {
   grad_rel_diff: number;
   grad_norm: number;
   packed_ratio: number;
+  shared_ratio: number;
+  shared_same_targets: boolean;
+  shared_max_loss_weight: number;
+  loss_shared: number;
+  shared_grad_rel_diff: number;
   token_staleness: number[];
   packed_token_staleness: number[];
 }
@@ -207,6 +212,15 @@ describe.skipIf(!python)('trainer invariants (tiny Qwen3 policy, reference engin
     );
     expect(r.grad_norm).toBeGreaterThan(0);
     expect(r.grad_rel_diff).toBeLessThanOrEqual(1e-5);
+    // Shared responses (the greedy first turns of rollouts reading the same file are identical):
+    // fewer tokens, some trained for several steps, and still the padded loss and gradients.
+    expect(r.shared_same_targets).toBe(true);
+    expect(r.shared_ratio).toBeLessThan(r.packed_ratio);
+    expect(r.shared_max_loss_weight).toBeGreaterThan(1);
+    expect(Math.abs(r.loss_shared - r.loss_padded)).toBeLessThanOrEqual(
+      1e-5 * Math.max(1, Math.abs(r.loss_padded)),
+    );
+    expect(r.shared_grad_rel_diff).toBeLessThanOrEqual(1e-5);
   }, 600_000);
 
   it("the reference engine speaks vLLM's protocol: white-box /generate through the gateway, 400s naming the field, weight updates", async () => {

@@ -57,10 +57,12 @@ export interface LeaseOptions {
   advantage?: 'grpo' | 'drgrpo' | 'rloo';
   /** `json` only: a prefix-tree packing of each group's steps. */
   pack?: 'prefix_tree';
+  /** With `pack`: merge identical response prefixes across rollouts (a token may belong to several steps). */
+  shareResponses?: boolean;
 }
 
 /** The wire fields every lease request shares. */
-function leaseFields(options: Omit<LeaseOptions, 'pack'>): Record<string, unknown> {
+function leaseFields(options: Omit<LeaseOptions, 'pack' | 'shareResponses'>): Record<string, unknown> {
   return {
     channel: options.channel,
     batch_size: options.batchSize,
@@ -73,7 +75,7 @@ function leaseFields(options: Omit<LeaseOptions, 'pack'>): Record<string, unknow
   };
 }
 
-export interface BinaryLeaseOptions extends Omit<LeaseOptions, 'pack'> {
+export interface BinaryLeaseOptions extends Omit<LeaseOptions, 'pack' | 'shareResponses'> {
   format: 'arrow' | 'padded';
   /** `padded`: widths (default: the longest in the batch), what to do with longer steps, pad id. */
   promptLength?: number;
@@ -194,7 +196,7 @@ export class StepwiseClient {
     const { data } = await this.request<BatchJson>(
       'POST',
       '/v1/batches/lease',
-      { ...leaseFields(options), pack: options.pack },
+      { ...leaseFields(options), pack: options.pack, share_responses: options.shareResponses },
       waitMs + (this.options.timeoutMs ?? 30_000),
     );
     return data;

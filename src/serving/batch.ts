@@ -12,6 +12,7 @@ export const BatchRequest = LeaseRequest.extend({
   format: z.enum(['json', 'arrow', 'padded']).default('json'),
   advantage: z.enum(ADVANTAGE_ESTIMATORS).optional(),
   pack: z.enum(['prefix_tree']).optional(),
+  share_responses: z.boolean().optional(),
   prompt_length: z.number().int().min(1, 'must be >= 1').max(1_048_576).optional(),
   response_length: z.number().int().min(1, 'must be >= 1').max(1_048_576).optional(),
   overlong: z.enum(['reject', 'truncate', 'drop']).default('reject'),
@@ -28,6 +29,8 @@ export type BatchRequest = z.infer<typeof BatchRequest>;
 export function checkBatchRequest(request: BatchRequest, raw: Record<string, unknown>): void {
   if (request.pack !== undefined && request.format !== 'json')
     throw new ValidationError(`pack: prefix-tree packing comes with format "json" only`, 'pack');
+  if (request.share_responses !== undefined && request.pack === undefined)
+    throw new ValidationError(`share_responses: applies to pack "prefix_tree" only`, 'share_responses');
   if (request.format !== 'padded') {
     for (const field of ['prompt_length', 'response_length', 'overlong', 'pad_token_id'])
       if (raw[field] !== undefined)
@@ -57,7 +60,11 @@ export async function renderBatch(batch: LeasedBatch, request: BatchRequest): Pr
   }
   const steps = batch.groups.reduce((n, g) => n + g.trajectories.reduce((m, t) => m + t.steps.length, 0), 0);
   if (request.format === 'json') {
-    const json = batchToJson(batch, { advantage: request.advantage, pack: request.pack });
+    const json = batchToJson(batch, {
+      advantage: request.advantage,
+      pack: request.pack,
+      shareResponses: request.share_responses,
+    });
     return { contentType: 'application/json', body: JSON.stringify(json), headers: lease };
   }
   if (request.format === 'arrow') {

@@ -65,6 +65,8 @@ export interface BatchCurationWire {
 export interface JsonBatchOptions {
   advantage?: AdvantageEstimator;
   pack?: 'prefix_tree';
+  /** with `pack`: merge identical response prefixes across rollouts (Claw-R1's rule, docs/serving.md) */
+  shareResponses?: boolean;
 }
 
 /** What curation did while this batch was leased, with reward metrics over kept and dropped data. */
@@ -160,7 +162,7 @@ export function batchToJson(batch: LeasedBatch, options: JsonBatchOptions = {}):
             return { tokens: [...prompt, ...s.responseIds], promptLength: prompt.length };
           }),
         );
-        group.packing = packingToWire(packPrefixTree(inputs));
+        group.packing = packingToWire(packPrefixTree(inputs, { shareResponses: options.shareResponses }));
       }
       return group;
     }),

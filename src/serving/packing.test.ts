@@ -352,6 +352,57 @@ describe('packPrefixTree', () => {
   }
 });
 
+describe('packPrefixTree with shared responses (Claw-R1 prefix-tree merge)', () => {
+  // Claw-R1's documented example read as steps: one prompt [1, 2, 3], three responses.
+  const example: PackInput[] = [
+    { tokens: [1, 2, 3, 4, 5], promptLength: 3 },
+    { tokens: [1, 2, 3, 6, 7], promptLength: 3 },
+    { tokens: [1, 2, 3, 6, 7, 8, 9], promptLength: 3 },
+  ];
+
+  it('packs the example into 9 of 17 tokens, against 11 with one owner per response token', () => {
+    expect(packPrefixTree(example).tokens.length).toBe(11);
+    const p = packPrefixTree(example, { shareResponses: true });
+    expect(Array.from(p.tokens)).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9]);
+    expect(p.ratio).toBe(9 / 17);
+    const wire = packingToWire(p);
+    expect(wire.owner).toBeUndefined();
+    expect(wire.loss_weight).toEqual([0, 0, 0, 1, 1, 2, 2, 1, 1]);
+    expect(wire.owner_offsets).toEqual([0, 0, 0, 0, 1, 2, 4, 6, 7, 8]);
+    expect(wire.owner_ids).toEqual([0, 0, 1, 2, 1, 2, 2, 2]);
+  });
+
+  it('is the plain trie of the tokens, with each sequence owning exactly its response positions', () => {
+    const sequence = fc
+      .array(fc.integer({ min: 1, max: 3 }), { maxLength: 10 })
+      .chain((tokens) =>
+        fc.record({ tokens: fc.constant(tokens), promptLength: fc.integer({ min: 0, max: tokens.length }) }),
+      );
+    fc.assert(
+      fc.property(fc.array(sequence, { maxLength: 12 }), (inputs) => {
+        const p = packPrefixTree(inputs, { shareResponses: true });
+        // The plain trie: every token treated as prompt (already checked against the model above).
+        const plain = packPrefixTree(inputs.map((x) => ({ tokens: x.tokens })));
+        expect(Array.from(p.tokens)).toEqual(Array.from(plain.tokens));
+        expect(Array.from(p.parents)).toEqual(Array.from(plain.parents));
+        const owners: number[][] = Array.from(p.tokens, () => []);
+        inputs.forEach((input, i) => {
+          expect(Array.from(unpackSequence(p, i))).toEqual(input.tokens);
+          packedPositions(p, i).forEach((pos, k) => {
+            if (k >= input.promptLength) owners[pos]!.push(i);
+          });
+        });
+        const { offsets, ids } = p.owners!;
+        owners.forEach((list, j) => {
+          expect(Array.from(ids.subarray(offsets[j]!, offsets[j + 1]!))).toEqual(list);
+        });
+        expect(p.tokens.length).toBeLessThanOrEqual(packPrefixTree(inputs).tokens.length);
+      }),
+      { numRuns: 300 },
+    );
+  });
+});
+
 /**
  * Steps of one trajectory: each prompt is the previous prompt + response + tool result. Responses
  * start with token 50 ("<think>") and tool results with 60, as in every trajectory; the rest are

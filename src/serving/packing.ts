@@ -20,6 +20,11 @@
  * sequence ends at the end of its last node. Output is deterministic for a given input order: nodes in
  * depth-first pre-order, children in creation order.
  *
+ * With `shareResponses` (Claw-R1's own rule) response tokens merge like prompt tokens: rollouts whose
+ * responses start alike share those positions, and a position may be the response token of several
+ * sequences (`owners`; the trainer weighs its loss once per owner). Fewer tokens, but a shared position
+ * carries several training targets.
+ *
  * Token ids are compared and stored as int32 (ids of 2^31 and above wrap, as in an Int32Array).
  */
 
@@ -42,8 +47,12 @@ export interface Packing {
   parents: Int32Array;
   /** per packed token: its position id = depth along its path (0-based), i.e. its index in every sequence that contains it */
   positionIds: Int32Array;
-  /** per packed token: the sequence whose response token it is, or -1 for a prompt-only token */
+  /** per packed token: the sequence whose response token it is, or -1 for a prompt-only token (with
+   * `shareResponses`, the first of its owners) */
   owner: Int32Array;
+  /** with `shareResponses` only: the sequences whose response token packed token j is are
+   * ownerIds[ownerOffsets[j] .. ownerOffsets[j+1]) (in sequence order) */
+  owners?: { offsets: Int32Array; ids: Int32Array };
   /** per input sequence: the node ids on its path, root first; the sequence is exactly the concatenation of their tokens */
   sequences: Int32Array[];
   /** packed tokens / sum of input lengths (1 for an empty batch) */
@@ -58,9 +67,20 @@ export interface PackingWire {
   parents: number[];
   sequences: number[][];
   position_ids: number[];
-  owner: number[];
+  /** one owner per response token (the default) */
+  owner?: number[];
+  /** with shared responses: the owners of packed token j are owner_ids[owner_offsets[j] .. owner_offsets[j+1]) */
+  owner_offsets?: number[];
+  owner_ids?: number[];
+  /** with shared responses: per packed token, how many steps train on it (0 for prompt-only) */
+  loss_weight?: number[];
   ratio: number;
   original_tokens: number;
+}
+
+export interface PackOptions {
+  /** merge identical response prefixes across sequences (a token may belong to several); default false */
+  shareResponses?: boolean;
 }
 
 const NONE = -1;
@@ -90,7 +110,11 @@ class PrefixTrie {
   readonly childIndex: (Map<number, number> | undefined)[] = [];
   nodes = 1;
 
-  constructor(maxTokens: number, maxNodes: number) {
+  constructor(
+    maxTokens: number,
+    maxNodes: number,
+    readonly shareResponses = false,
+  ) {
     this.tok = new Int32Array(maxTokens);
     this.own = new Int32Array(maxTokens);
     this.start = new Int32Array(maxNodes);
@@ -115,7 +139,8 @@ class PrefixTrie {
       if (next === NONE) break;
       const m = this.matchSpan(next, 0, t, k, n, promptLength);
       const s = this.start[next]!;
-      for (let pos = s + Math.max(0, promptLength - k); pos < s + m; pos++) this.own[pos] = id;
+      for (let pos = s + Math.max(0, promptLength - k); pos < s + m; pos++)
+        if (this.own[pos] === NONE) this.own[pos] = id;
       node = next;
       off = m;
       k += m;
@@ -139,7 +164,7 @@ class PrefixTrie {
       i++;
     }
     if (pos === promptEnd) {
-      while (pos < end && tok[pos] === (t[i]! | 0) && own[pos] === NONE) {
+      while (pos < end && tok[pos] === (t[i]! | 0) && (this.shareResponses || own[pos] === NONE)) {
         pos++;
         i++;
       }
@@ -160,7 +185,7 @@ class PrefixTrie {
   }
 
   private mayFollow(c: number, k: number, p: number): boolean {
-    return k < p || this.own[this.start[c]!] === NONE;
+    return k < p || this.shareResponses || this.own[this.start[c]!] === NONE;
   }
 
   private longestOf(head: number, t: ArrayLike<number>, k: number, n: number, p: number): number {
@@ -275,15 +300,17 @@ function promptLengthOf(input: PackInput, i: number): number {
 }
 
 /** Merges the sequences into one prefix tree (see the module comment for the rule). */
-export function packPrefixTree(inputs: readonly PackInput[]): Packing {
+export function packPrefixTree(inputs: readonly PackInput[], options: PackOptions = {}): Packing {
   let originalTokens = 0;
   for (const input of inputs) originalTokens += input.tokens.length;
   // Each insert adds at most one leaf and one split.
-  const trie = new PrefixTrie(originalTokens, 2 * inputs.length + 1);
+  const trie = new PrefixTrie(originalTokens, 2 * inputs.length + 1, options.shareResponses);
   const lastPos = new Int32Array(inputs.length);
+  const promptLengths = new Int32Array(inputs.length);
   for (let i = 0; i < inputs.length; i++) {
     const input = inputs[i]!;
-    lastPos[i] = trie.insert(input.tokens, promptLengthOf(input, i), i);
+    promptLengths[i] = promptLengthOf(input, i);
+    lastPos[i] = trie.insert(input.tokens, promptLengths[i]!, i);
   }
 
   const size = trie.used;
@@ -366,10 +393,37 @@ export function packPrefixTree(inputs: readonly PackInput[]): Packing {
     parents,
     positionIds,
     owner,
+    ...(options.shareResponses
+      ? { owners: ownersOf(sequences, promptLengths, nodeStart, nodeLength, size) }
+      : {}),
     sequences,
     ratio: originalTokens === 0 ? 1 : size / originalTokens,
     originalTokens,
   };
+}
+
+/** Every sequence's response positions, inverted: per packed token, the sequences that train on it. */
+function ownersOf(
+  sequences: readonly Int32Array[],
+  promptLengths: Int32Array,
+  nodeStart: Int32Array,
+  nodeLength: Int32Array,
+  size: number,
+): { offsets: Int32Array; ids: Int32Array } {
+  const visit = (i: number, each: (pos: number) => void) => {
+    let k = 0;
+    for (const node of sequences[i]!) {
+      const s = nodeStart[node]!;
+      for (let pos = s; pos < s + nodeLength[node]!; pos++, k++) if (k >= promptLengths[i]!) each(pos);
+    }
+  };
+  const offsets = new Int32Array(size + 1);
+  for (let i = 0; i < sequences.length; i++) visit(i, (pos) => offsets[pos + 1]!++);
+  for (let j = 0; j < size; j++) offsets[j + 1]! += offsets[j]!;
+  const ids = new Int32Array(offsets[size]!);
+  const fill = offsets.slice(0, size);
+  for (let i = 0; i < sequences.length; i++) visit(i, (pos) => (ids[fill[pos]!++] = i));
+  return { offsets, ids };
 }
 
 /** Recovers sequence i's tokens from a Packing (for tests and trainers). */
@@ -399,7 +453,13 @@ export function packingToWire(p: Packing): PackingWire {
     parents: Array.from(p.parents),
     sequences: p.sequences.map((s) => Array.from(s)),
     position_ids: Array.from(p.positionIds),
-    owner: Array.from(p.owner),
+    ...(p.owners
+      ? {
+          owner_offsets: Array.from(p.owners.offsets),
+          owner_ids: Array.from(p.owners.ids),
+          loss_weight: Array.from(p.owners.offsets.subarray(1), (end, j) => end - p.owners!.offsets[j]!),
+        }
+      : { owner: Array.from(p.owner) }),
     ratio: p.ratio,
     original_tokens: p.originalTokens,
   };

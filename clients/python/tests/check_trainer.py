@@ -3,7 +3,8 @@ and prints, as JSON, what the trainer invariants need (test/trainer.test.ts asse
 
 - exactness: the trainer's log-probs of the served response ids against the engine's
   `rollout_log_probs`, over the steps that carry them (token_source `engine`);
-- packing: log-probs, loss and gradients from the packed batch against the padded one (fp32);
+- packing: log-probs, loss and gradients from the packed batch against the padded one (fp32), with
+  one owner per response token and with shared responses (Claw-R1's merge);
 - staleness: each group's `staleness` / `stale`, and the per-token staleness the tensors carry.
 
     python tests/check_trainer.py --url URL --model DIR --channel C --groups G --n-rollouts N
@@ -67,6 +68,12 @@ def main() -> None:
     )
     packed_batch.nack()
 
+    # Claw-R1's rule: identical response prefixes of rollouts share positions (several owners each).
+    shared_batch = client.lease(args.groups, format="json", pack="prefix_tree", share_responses=True, **common)
+    shared = packed_inputs(shared_batch)
+    shared_weights = [w for g in shared_batch.data["groups"] for w in g["packing"]["loss_weight"]]
+    shared_batch.nack()
+
     padded_batch = client.lease(args.groups, format="padded", **common)
     padded = padded_inputs(padded_batch)
     padded_version = padded_batch.policy_version
@@ -78,6 +85,7 @@ def main() -> None:
     config = LossConfig()
     loss_packed, grads_packed = loss_and_grads(model, packed, packed_logprobs, config)
     loss_padded, grads_padded = loss_and_grads(model, padded, padded_logprobs, config)
+    loss_shared, grads_shared = loss_and_grads(model, shared, packed_logprobs, config)
     if args.ack:
         padded_batch.ack()
     else:
@@ -101,6 +109,11 @@ def main() -> None:
                 "grad_rel_diff": float((grads_packed - grads_padded).norm() / grads_padded.norm().clamp(min=1e-30)),
                 "grad_norm": float(grads_padded.norm()),
                 "packed_ratio": packed.ratio,
+                "shared_ratio": shared.ratio,
+                "shared_same_targets": bool(torch.equal(shared.tokens.targets, padded.tokens.targets)),
+                "shared_max_loss_weight": max(shared_weights),
+                "loss_shared": loss_shared,
+                "shared_grad_rel_diff": float((grads_shared - grads_padded).norm() / grads_padded.norm().clamp(min=1e-30)),
                 "token_staleness": sorted(set(padded.tokens.staleness.tolist())),
                 "packed_token_staleness": sorted(set(packed.tokens.staleness.tolist())),
             }
