@@ -354,6 +354,7 @@ print(json.dumps({k: z[k] for k in ['input_ids', 'truncated', 'trajectory_index'
   it('refuses options the chosen format does not read, naming the field', async () => {
     const cases: [Record<string, unknown>, string][] = [
       [{ format: 'arrow', pack: 'prefix_tree' }, 'pack'],
+      [{ format: 'json', share_responses: true }, 'share_responses'],
       [{ format: 'json', prompt_length: 128 }, 'prompt_length'],
       [{ format: 'parquet' }, 'format'],
       [{ advantage: 'ppo' }, 'advantage'],
