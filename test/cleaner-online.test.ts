@@ -34,7 +34,8 @@ type Message = { role: string; content?: unknown; tool_calls?: WireCall[]; tool_
 
 /**
  * The documented similarity text, written out again here for the flat string arguments of these
- * tasks: `<tool_call>\n{"name": <name>, "arguments": <json.dumps>}\n</tool_call>` per call.
+ * tasks: `<tool_call>\n{"name": <name>, "arguments": <json.dumps>}\n</tool_call>` per call, then
+ * the EOS `<|im_end|>` the response ids end with (the authors decode the ids from `<tool_call>` on).
  */
 const canonical = (calls: readonly WireCall[]) =>
   calls
@@ -44,7 +45,8 @@ const canonical = (calls: readonly WireCall[]) =>
         .join(', ');
       return `<tool_call>\n{"name": "${c.function.name}", "arguments": {${args}}}\n</tool_call>`;
     })
-    .join('\n');
+    .join('\n')
+    .concat('<|im_end|>');
 
 const callsOf = (step: Step) => (step.toolCalls ?? []) as unknown as WireCall[];
 const messagesOf = (step: Step) => (step.messages ?? []) as unknown as Message[];
@@ -287,7 +289,10 @@ describe.skipIf(!sandboxReady)('CLEANER online in the built-in agent', () => {
       const stored = await server.pool.getTrajectory(t.trajectory_uid);
       expect(t.derived_from).toBe(stored!.derivedFrom);
       expect(t.off_policy).toBe(stored!.derivation?.purified_offline === true);
-      expect(t.recompute_log_probs).toBe(t.off_policy);
+      // Grafts of an online CLEANER run (earlier tests here) are recomputed too, but not off-policy.
+      const online = stored!.derivation?.purified_online === true;
+      expect(t.recompute_log_probs).toBe(t.off_policy || online);
+      if (online) expect(t.off_policy).toBe(false);
     }
     await server.pool.nack(batch!.lease.id);
 
@@ -298,6 +303,122 @@ describe.skipIf(!sandboxReady)('CLEANER online in the built-in agent', () => {
     const missing = await runCli(['purify', '--db', dbPath, '--trajectory', 'nope'], {}, 30_000);
     expect(missing.code).not.toBe(0);
     expect(missing.stderr).toContain('--trajectory: nope does not exist');
+  }, 120_000);
+
+  it('a lease serves the purified trajectory; `stepwise purify` derives the same one', async () => {
+    const results = await run('cleaner-served', { kind: 'builtin', maxTurns: 16, cleaner: {} });
+    const tokenizer = loadQwen3Tokenizer();
+    const marker = tokenizer.tokenId('<tool_call>')!;
+    const ids = new Set(results.map((r) => r.trajectoryUid!));
+    const captured = new Map<string, Step[]>();
+    for (const id of ids) captured.set(id, await server.pool.getTrajectorySteps(id));
+
+    /** What must be served for one captured trajectory, worked out here from the stored ids. */
+    const expectedOf = async (id: string) => {
+      const steps = captured.get(id)!;
+      const trajectory = await server.pool.store.getTrajectory(id);
+      const repairs = (
+        trajectory!.metadata.cleaner as {
+          repairs: { failed_step: number; retry_step: number; mode: string }[];
+        }
+      ).repairs;
+      const gone = new Set(repairs.flatMap((r) => [r.failed_step, r.retry_step]));
+      return steps
+        .filter((s) => !gone.has(s.index) || repairs.some((r) => r.failed_step === s.index))
+        .map((s) => {
+          const r = repairs.find((x) => x.failed_step === s.index);
+          if (!r)
+            return {
+              index: s.index,
+              prompt: s.promptIds,
+              response: s.responseIds,
+              logprobs: s.responseLogprobs,
+            };
+          const retry = steps[r.retry_step]!;
+          const response =
+            r.mode === 'deep'
+              ? retry.responseIds
+              : [
+                  ...s.responseIds.slice(0, s.responseIds.indexOf(marker)),
+                  ...retry.responseIds.slice(retry.responseIds.indexOf(marker)),
+                ];
+          return { index: s.index, prompt: s.promptIds, response, logprobs: null };
+        });
+    };
+    /** Every failed call's text and error text must be absent from what a trainer receives. */
+    const forbidden = (id: string) =>
+      captured
+        .get(id)!
+        .filter((s) => s.toolResults?.some((t) => t.error))
+        .flatMap((s) => [
+          ...s.toolResults!.filter((t) => t.error).map((t) => t.content),
+          tokenizer.decode(s.responseIds.slice(s.responseIds.indexOf(marker))),
+        ]);
+
+    let served = 0;
+    for (;;) {
+      const batch = await server.pool.lease({
+        channel: 'train',
+        batch_size: 1,
+        wait_ms: 0,
+        consumer: 'trainer',
+        ttl_ms: 60_000,
+      });
+      if (!batch) break;
+      const json = batchToJson(batch);
+      for (const t of json.groups.flatMap((g) => g.trajectories)) {
+        if (!ids.has(t.trajectory_uid)) continue;
+        served++;
+        const expected = await expectedOf(t.trajectory_uid);
+        expect(
+          t.steps.map((s) => ({
+            index: s.step_index,
+            prompt: s.prompt_ids,
+            response: s.response_ids,
+            logprobs: s.rollout_log_probs,
+          })),
+        ).toEqual(expected);
+        // Two calls rolled back: the captured failed attempts and regenerations are not rows.
+        expect(t.steps).toHaveLength(captured.get(t.trajectory_uid)!.length - ACTIONS);
+        expect(t.recompute_log_probs).toBe(true);
+        for (const s of t.steps) {
+          const text = tokenizer.decode([...s.prompt_ids, ...s.response_ids]);
+          for (const f of forbidden(t.trajectory_uid)) expect(text).not.toContain(f);
+          expect(text).not.toContain('_wrong');
+        }
+      }
+      await server.pool.ack(batch.lease.id);
+    }
+    expect(served).toBe(ids.size);
+    // The store still holds what happened, for the dashboard.
+    for (const id of ids) expect(await server.pool.getTrajectorySteps(id)).toEqual(captured.get(id));
+
+    // Offline: `stepwise purify` of such a trajectory writes the same purified steps, numbered afresh.
+    const one = [...ids][0]!;
+    const out = await runCli(
+      ['purify', '--db', join(dir, 'pool.db'), '--trajectory', one, '--into', 'served-purified'],
+      {},
+      60_000,
+    );
+    expect(out.code, out.stderr).toBe(0);
+    expect(JSON.parse(out.stdout)).toMatchObject({ scanned: 1, purified: 1, copied: 0 });
+    const derived = (await server.pool.listTrajectories({ channel: 'served-purified', limit: 10, offset: 0 }))
+      .items[0]!;
+    expect(derived.derivation).toMatchObject({ derived_from: one, purified_online: true });
+    const steps = await server.pool.getTrajectorySteps(derived.id);
+    const expected = await expectedOf(one);
+    expect(
+      steps.map((s, i) => ({
+        index: i,
+        prompt: s.promptIds,
+        response: s.responseIds,
+        logprobs: s.responseLogprobs,
+      })),
+    ).toEqual(expected.map((e, i) => ({ ...e, index: i })));
+    for (const s of steps) {
+      const text = tokenizer.decode([...s.promptIds, ...s.responseIds]);
+      for (const f of forbidden(one)) expect(text).not.toContain(f);
+    }
   }, 120_000);
 
   it('`gym run --cleaner/--cleaner-p` map onto the built-in agent spec', () => {

@@ -55,11 +55,14 @@ function stepsOf(turns: Turn[], trajectoryId = 'traj-1'): PurifiableStep[] {
   });
 }
 
-/** The documented text, for the flat string arguments used here: Python's json.dumps separators. */
+/**
+ * The documented text, for the flat string arguments used here: Python's json.dumps separators,
+ * then the EOS the response ids end with (the authors decode the ids from `<tool_call>` to the end).
+ */
 const canonical = (c: Call) =>
   `<tool_call>\n{"name": "${c.name}", "arguments": {${Object.entries(c.args)
     .map(([k, v]) => `${JSON.stringify(k)}: ${JSON.stringify(v)}`)
-    .join(', ')}}}\n</tool_call>`;
+    .join(', ')}}}\n</tool_call><|im_end|>`;
 
 const readWrong: Call = { name: 'read', args: { path: 'input/numbers.txt_wrong' } };
 const readRight: Call = { name: 'read', args: { path: 'input/numbers.txt' } };

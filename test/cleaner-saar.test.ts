@@ -53,12 +53,15 @@ describe('the similarity SAAR compares', () => {
     expect(toolCallText([{ name: 'exec', arguments: '{"command": "ls' }])).toBe(
       '<tool_call>\n{"name": "exec", "arguments": {"command": "ls}\n</tool_call>',
     );
-    expect(callSimilarity(readWrong.calls, readRight.calls)).toBe(
+    // The authors compare `decode(response_ids[boundary:])`: the segment ends with the EOS id.
+    expect(callSimilarity(readWrong, readRight)).toBe(
       sequenceRatio(
-        '<tool_call>\n{"name": "read", "arguments": {"path": "input/numbers.txt_wrong"}}\n</tool_call>',
-        '<tool_call>\n{"name": "read", "arguments": {"path": "input/numbers.txt"}}\n</tool_call>',
+        '<tool_call>\n{"name": "read", "arguments": {"path": "input/numbers.txt_wrong"}}\n</tool_call><|im_end|>',
+        '<tool_call>\n{"name": "read", "arguments": {"path": "input/numbers.txt"}}\n</tool_call><|im_end|>',
       ),
     );
+    // A decoded segment given with the turn is compared as it is.
+    expect(callSimilarity({ ...readWrong, callText: 'abcd' }, { ...readRight, callText: 'abce' })).toBe(0.75);
   });
 });
 
@@ -66,7 +69,7 @@ describe('SAAR', () => {
   it('a failed call rolls back; a close regeneration is a shallow repair: P + K′', () => {
     const saar = new SaarSession({}, always);
     expect(saar.toolResults(FAIL)).toEqual({ kind: 'rollback', retry: 1, errorTypes: ['not_found'] });
-    const sim = callSimilarity(readWrong.calls, readRight.calls);
+    const sim = callSimilarity(readWrong, readRight);
     expect(sim).toBeGreaterThanOrEqual(0.5);
     expect(saar.regenerated(readWrong, readRight)).toEqual({
       kind: 'replace',
@@ -91,7 +94,7 @@ describe('SAAR', () => {
   it('a distant regeneration is a deep repair: P′ + K′', () => {
     const saar = new SaarSession({}, always);
     saar.toolResults(FAIL);
-    const sim = callSimilarity(readWrong.calls, somethingElse.calls);
+    const sim = callSimilarity(readWrong, somethingElse);
     expect(sim).toBeLessThan(0.5);
     const decision = saar.regenerated(readWrong, somethingElse);
     expect(decision).toMatchObject({ kind: 'replace', mode: 'deep', similarity: sim, turn: somethingElse });
@@ -99,7 +102,7 @@ describe('SAAR', () => {
   });
 
   it('the threshold is inclusive: sim == threshold is shallow, just above it is deep', () => {
-    const sim = callSimilarity(readWrong.calls, readRight.calls);
+    const sim = callSimilarity(readWrong, readRight);
     for (const [threshold, mode] of [
       [sim, 'shallow'],
       [Math.min(1, sim + 1e-9), 'deep'],
@@ -191,8 +194,16 @@ describe('SAAR', () => {
     const mid = new SaarSession({ maxAttempts: 1 }, always);
     mid.toolResults(FAIL);
     mid.regenerated(readWrong, readRight);
-    expect(mid.toolResults(FAIL)).toEqual({ kind: 'keep', recovered: false });
+    expect(mid.toolResults(FAIL)).toEqual({ kind: 'give_up', retries: 1, note: null });
     expect(mid.finish()).toMatchObject({ rollbacksTriggered: 1, failed: 1, disabledBy: 'max_attempts' });
+    // The cap reached mid-chain after two rollbacks: the authors' loop still appends the note (N = 2).
+    const deep = new SaarSession({ maxAttempts: 2 }, always);
+    deep.toolResults(FAIL);
+    deep.regenerated(readWrong, readRight);
+    deep.toolResults(FAIL);
+    deep.regenerated(readWrong, readRight);
+    expect(deep.toolResults(FAIL)).toEqual({ kind: 'give_up', retries: 2, note: retryNote(2) });
+    expect(deep.finish()).toMatchObject({ rollbacksTriggered: 1, failed: 1, disabledBy: 'max_attempts' });
   });
 
   it('p = 0 never rolls back, whatever the draw', () => {

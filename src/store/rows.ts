@@ -1,3 +1,4 @@
+import { onlineRepairs, trainingView } from '../curation/cleaner/graft.js';
 import {
   type CurationDecision,
   curateGroup,
@@ -403,9 +404,13 @@ export function servedTrajectory(
   labels: CurrentLabel[],
   signals: Signal[],
 ): ServedTrajectory {
+  const trajectory = toTrajectory(row);
+  // An online CLEANER run's failed attempts are served as their purified graft (cleaner/graft.ts).
+  const repairs = onlineRepairs(trajectory);
+  const purified = repairs.length > 0 ? trainingView(steps, repairs).steps : steps;
   return {
-    trajectory: toTrajectory(row),
-    steps: labels.length > 0 ? steps.filter((s) => isStepTrainable(labels, s.index)) : steps,
+    trajectory,
+    steps: labels.length > 0 ? purified.filter((s) => isStepTrainable(labels, s.index)) : purified,
     labels,
     signals,
   };

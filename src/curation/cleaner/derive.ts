@@ -16,6 +16,7 @@ import {
   loadQwen3Tokenizer,
   tokenizeChat,
 } from '../../text/index.js';
+import { onlineRepairs, type TrainingView, trainingView } from './graft.js';
 import { type PurifiedDerivation, purifyTrajectory } from './purify.js';
 import { type CleanerOptions, resolveCleanerOptions } from './saar.js';
 
@@ -207,6 +208,23 @@ function purifiedSteps(
   return steps;
 }
 
+/** Steps served in order under the derived id, numbered afresh (grafts took some indices out). */
+function reindexed(derivedId: string, served: readonly Step[]): NewStep[] {
+  const steps = served.map(({ channel: _c, createdAt: _t, ...s }, index) => ({
+    ...s,
+    trajectoryId: derivedId,
+    index,
+    isLast: false,
+  }));
+  if (steps.length > 0) steps[steps.length - 1]!.isLast = true;
+  return steps;
+}
+
+const modeOf = (modes: readonly string[]) => {
+  const set = new Set(modes);
+  return set.size === 1 ? (modes[0] as 'shallow' | 'deep') : 'mixed';
+};
+
 /** A trajectory's steps verbatim under the derived id (nothing rolled back). */
 function copiedSteps(derivedId: string, original: readonly Step[]): NewStep[] {
   return original.map(({ channel: _c, createdAt: _t, ...s }) => ({ ...s, trajectoryId: derivedId }));
@@ -306,7 +324,11 @@ export async function purifyStore(store: Store, options: PurifyStoreOptions = {}
       skip('no_messages');
       continue;
     }
-    const result = purifyTrajectory(original, { ...resolved });
+    const online = onlineRepairs(source);
+    const result = purifyTrajectory(original, {
+      ...resolved,
+      decode: (ids) => tokenizer.decode(ids),
+    });
     const m = result.report.metrics;
     const before = original.at(-1)!;
     const flagged = new Set(
@@ -317,7 +339,12 @@ export async function purifyStore(store: Store, options: PurifyStoreOptions = {}
       ),
     );
     let steps: NewStep[];
-    if (result.changed) {
+    let grafted: TrainingView | null = null;
+    if (online.length > 0) {
+      // Rolled back online: the captured calls are purified already, at the token level (graft.ts).
+      grafted = trainingView(original, online);
+      steps = reindexed(derivedId, grafted.steps);
+    } else if (result.changed) {
       if (!templateReproduces(original[0]!, tokenizer)) {
         skip('template_mismatch');
         continue;
@@ -338,16 +365,18 @@ export async function purifyStore(store: Store, options: PurifyStoreOptions = {}
       flagged,
     );
     summary.metrics.tool_errors_after += failedToolMessages(result.messages, flagged);
-    if (result.changed) summary.purified++;
+    const changed =
+      result.changed || (grafted !== null && grafted.grafts.length + grafted.removed.length > 0);
+    if (changed) summary.purified++;
     else summary.copied++;
     summary.trajectories.push({
       source: source.id,
       derived: derivedId,
       channel: into,
       group_id: source.groupId,
-      outcome: result.changed ? 'purified' : 'copied',
-      repairs: result.repairs.length,
-      mode: result.derivation?.mode ?? null,
+      outcome: changed ? 'purified' : 'copied',
+      repairs: grafted ? online.length : result.repairs.length,
+      mode: grafted ? modeOf(online.map((r) => r.mode)) : (result.derivation?.mode ?? null),
       steps_before: original.length,
       steps_after: steps.length,
     });
@@ -360,9 +389,18 @@ export async function purifyStore(store: Store, options: PurifyStoreOptions = {}
       size = (await store.getGroup(source.channel, source.groupId))?.nComplete ?? 1;
       groupSizes.set(groupKey, size);
     }
-    const derivation: Record<string, unknown> = result.derivation
-      ? { ...result.derivation }
-      : { derived_from: source.id, purified_offline: false, unchanged: true };
+    const derivation: Record<string, unknown> = grafted
+      ? {
+          derived_from: source.id,
+          purified_offline: false,
+          purified_online: true,
+          mode: modeOf(online.map((r) => r.mode)),
+          grafts: grafted.grafts.map((g) => ({ index: g.index, from: g.from, modes: g.modes })),
+          removed_steps: grafted.removed,
+        }
+      : result.derivation
+        ? { ...result.derivation }
+        : { derived_from: source.id, purified_offline: false, unchanged: true };
     if (!existing) {
       await store.createTrajectory(
         {

@@ -8,6 +8,15 @@ export {
   purifyStore,
 } from './derive.js';
 export {
+  type GraftRecord,
+  type GraftRepair,
+  onlineRepairs,
+  QWEN_TOOL_CALL_TOKEN_ID,
+  type TrainingView,
+  toolCallStart,
+  trainingView,
+} from './graft.js';
+export {
   type OfflineRepair,
   type PurifiableStep,
   type PurifiedDerivation,
@@ -34,11 +43,13 @@ export {
   onAbandoned,
   onRegenerated,
   onToolResults,
+  QWEN_EOS_TEXT,
   type RegenerationDecision,
   type RepairMode,
   type ResolvedCleanerOptions,
   type RollbackOffReason,
   resolveCleanerOptions,
+  responseCallText,
   retryNote,
   SaarSession,
   type SaarState,

@@ -1,6 +1,7 @@
 import type { JsonObject } from '../../domain/json.js';
 import type { ToolResult } from '../../domain/step.js';
 import { type Random, seededRandom } from '../../util/random.js';
+import { toolCallStart } from './graft.js';
 import {
   type ChatToolCall,
   type CleanerReport,
@@ -41,11 +42,18 @@ export interface PurifiableStep {
   responseText: string | null;
   toolCalls: readonly JsonObject[] | null;
   toolResults: readonly ToolResult[] | null;
+  /** The captured response ids: with `decode`, the similarity reads their tool-call segment. */
+  responseIds?: readonly number[];
 }
 
 export interface PurifyOptions extends CleanerOptions {
   /** The p draw (default: seeded by the trajectory id, so a re-run purifies the same way). */
   random?: Random;
+  /**
+   * The model's tokenizer (special tokens kept): the similarity then compares the decoded ids from
+   * each response's `<tool_call>` token to its end, as the authors do, instead of rebuilt calls.
+   */
+  decode?: (ids: readonly number[]) => string;
 }
 
 /** One rollback, with where it happened in the original conversation. */
@@ -193,12 +201,22 @@ function attemptsOf(step: PurifiableStep | undefined, tools: readonly JsonObject
   });
 }
 
+/** A step's decoded call segment, when its ids and a tokenizer are at hand. */
+function decodedCalls(
+  step: PurifiableStep | undefined,
+  decode: PurifyOptions['decode'],
+): { callText?: string } {
+  if (!decode || !step?.responseIds) return {};
+  const at = toolCallStart(step.responseIds);
+  return at === null ? {} : { callText: decode(step.responseIds.slice(at)) };
+}
+
 export function purifyTrajectory(
   steps: readonly PurifiableStep[],
   options: PurifyOptions = {},
 ): PurifiedTrajectory {
   const trajectoryId = steps.find((s) => s.trajectoryId !== undefined)?.trajectoryId ?? null;
-  const { random, ...cleanerOptions } = options;
+  const { random, decode: _decode, ...cleanerOptions } = options;
   let state: SaarState = initialSaarState(
     cleanerOptions,
     random ?? seededRandom('cleaner-offline', trajectoryId ?? ''),
@@ -238,14 +256,14 @@ export function purifyTrajectory(
         break;
       }
       const nextCalls = next.kind === 'turn' ? next.calls : [];
+      const nextStep = stepAt.get(next.at);
       const regen = onRegenerated(
         state,
-        chatTurn(assistant.content, calls),
-        chatTurn(nextAssistant.content, nextCalls),
+        { ...chatTurn(assistant.content, calls), ...decodedCalls(step, options.decode) },
+        { ...chatTurn(nextAssistant.content, nextCalls), ...decodedCalls(nextStep, options.decode) },
       );
       state = regen.state;
       if (regen.decision.kind === 'keep_error') break;
-      const nextStep = stepAt.get(next.at);
       repairs.push({
         failedStep: step?.index ?? null,
         retryStep: nextStep?.index ?? null,

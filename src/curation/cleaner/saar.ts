@@ -55,6 +55,11 @@ export interface SaarToolCall {
 export interface SaarTurn<C extends SaarToolCall = SaarToolCall> {
   reasoning: string | null;
   calls: readonly C[];
+  /**
+   * The response's tool-call text as its ids decode, from the `<tool_call>` token to the end (what
+   * the authors compare); absent: rebuilt from `calls` (`responseCallText`).
+   */
+  callText?: string;
 }
 
 /** What executing one tool call gave: success or failure, and the failure's kind. */
@@ -91,12 +96,23 @@ function argumentsText(call: SaarToolCall): string {
   return call.arguments;
 }
 
-/** sim(K, K'): difflib's ratio of the two turns' tool-call texts. */
-export function callSimilarity(
-  previous: readonly SaarToolCall[],
-  regenerated: readonly SaarToolCall[],
-): number {
-  return sequenceRatio(toolCallText(previous), toolCallText(regenerated));
+/** Qwen3's end of turn: the engine's response ids end with it, so the decoded call segment does too. */
+export const QWEN_EOS_TEXT = '<|im_end|>';
+
+/**
+ * A turn's call segment as its response ids decode with special tokens kept: the calls as the model
+ * writes them, then the EOS that ended the response (the authors decode `response_ids[boundary:]`).
+ */
+export function responseCallText(calls: readonly SaarToolCall[]): string {
+  return `${toolCallText(calls)}${QWEN_EOS_TEXT}`;
+}
+
+/** sim(K, K'): difflib's ratio of the two turns' decoded tool-call segments. */
+export function callSimilarity(previous: SaarTurn, regenerated: SaarTurn): number {
+  return sequenceRatio(
+    previous.callText ?? responseCallText(previous.calls),
+    regenerated.callText ?? responseCallText(regenerated.calls),
+  );
 }
 
 /** The note the model reads once a turn has used up its rollbacks (attached when n >= 2). */
@@ -203,9 +219,14 @@ export function onToolResults(
     return { state: { ...next, ...idle, metrics }, decision: { kind: 'keep', recovered: retrying } };
   }
   if (!next.enabled) {
-    // The repaired turn failed again after rollback turned off: its last error stays.
-    const metrics = retrying ? closeChain(next, 'failed') : next.metrics;
-    return { state: { ...next, ...idle, metrics }, decision: { kind: 'keep', recovered: false } };
+    if (!retrying) return { state: { ...next, ...idle }, decision: { kind: 'keep', recovered: false } };
+    // The attempt cap turned rollback off mid-chain: as in the authors' loop the repaired turn gives
+    // up like one out of retries, its last error stays and the note is appended from N >= 2.
+    const n = next.retries;
+    return {
+      state: { ...next, ...idle, metrics: closeChain(next, 'failed') },
+      decision: { kind: 'give_up', retries: n, note: n >= 2 ? retryNote(n) : null },
+    };
   }
   const retries = retrying ? next.retries : 0;
   const metrics =
@@ -251,7 +272,7 @@ export function onRegenerated<C extends SaarToolCall>(
       decision: { kind: 'keep_error' },
     };
   }
-  const similarity = callSimilarity(previous.calls, regenerated.calls);
+  const similarity = callSimilarity(previous, regenerated);
   const mode: RepairMode = similarity >= state.options.threshold ? 'shallow' : 'deep';
   const removed = { ...state.metrics.removedErrorTypes };
   for (const t of state.pendingErrors) removed[t] = (removed[t] ?? 0) + 1;

@@ -217,28 +217,29 @@ export async function runBuiltinAgent(options: BuiltinAgentOptions): Promise<Age
     let current = generated;
     for (;;) {
       const outcomes = await execute(current.calls);
-      const results = toolMessages(current.calls, outcomes);
       const decision = saar?.toolResults(outcomes) ?? { kind: 'keep' as const, recovered: false };
-      if (decision.kind === 'give_up' && decision.note !== null) {
-        const last = outcomes.findLastIndex((o) => !o.ok);
-        results[last] = {
-          ...results[last]!,
-          content: withRetryNote(outcomes[last]!.content, decision.retries),
-        } as ChatCompletionMessageParam;
-      }
-      if (decision.kind !== 'rollback') {
-        messages.push(...results);
+      if (decision.kind === 'keep') {
+        messages.push(...toolMessages(current.calls, outcomes));
         break;
       }
-      if (turn >= maxTurns) {
-        // No budget left for the regeneration: the error stays.
-        messages.push(...results);
-        saar!.abandon();
+      // What the authors' loop shows on a failure it rolls back or gives up on: one tool message,
+      // the last failed call's output (with the retry note when it gives up after N >= 2 rollbacks).
+      const last = outcomes.findLastIndex((o) => !o.ok);
+      const error: ChatCompletionMessageParam = {
+        role: 'tool',
+        tool_call_id: current.calls[last]!.id,
+        content:
+          decision.kind === 'give_up' && decision.note !== null
+            ? withRetryNote(outcomes[last]!.content, decision.retries)
+            : outcomes[last]!.content,
+      };
+      if (decision.kind === 'give_up') {
+        messages.push(error);
         break;
       }
-      // Show the model its error and let it redo the turn.
-      turn++;
-      const regenerated = await generate([...messages, ...results]);
+      // Show the model its error and let it redo the turn. As in the authors' loop a regeneration
+      // is not a turn of its own (maxRetries and maxAttempts bound them).
+      const regenerated = await generate([...messages, error]);
       const failed = messages[at] as AssistantMessage;
       const repair = saar!.regenerated(
         chatTurn(failed.content, failed.tool_calls ?? []),
@@ -246,7 +247,7 @@ export async function runBuiltinAgent(options: BuiltinAgentOptions): Promise<Age
       );
       if (repair.kind === 'keep_error') {
         // T' answered instead of calling a tool: the error stays, and T' is the episode's answer.
-        messages.push(...results, regenerated.assistant);
+        messages.push(error, regenerated.assistant);
         return finish('answer', turn, regenerated.text);
       }
       repairs.push({

@@ -1,0 +1,191 @@
+import { z } from 'zod';
+import type { JsonObject, Step, Trajectory } from '../../domain/index.js';
+import type { RepairMode } from './saar.js';
+
+/*
+ * What a trainer receives from a trajectory CLEANER rolled back online (`gym run --cleaner`). The
+ * store keeps every LLM call as captured (the failed attempts, and the regenerations asked with the
+ * error in view), so the dashboard can show what happened; a lease serves this purified view
+ * instead, built at the token level as the authors' loop builds its training sequence:
+ *
+ * - each chain of rollbacks (failed attempt -> regeneration -> failed retry -> regeneration ...)
+ *   becomes one step at the first failed attempt's index, with that attempt's prompt ids (the
+ *   context before the failure: no failed call, no error);
+ * - its response is grafted rollback by rollback: shallow keeps the current response's ids before
+ *   its first `<tool_call>` token (P) and takes the regeneration's ids from its `<tool_call>` token
+ *   to the end (K′, `</tool_call>` and the EOS included); deep takes the regeneration's ids whole
+ *   (P′ + K′); a response without the marker is replaced whole, as the authors fall back;
+ * - the failed attempts and regenerations themselves are not served.
+ *
+ * The grafted response was not sampled from the prompt it is served with (K′, or all of P′ + K′, was
+ * generated with the failure in view), so its rollout log-probs are not its old log-probs: it is
+ * served without them and the batch says to recompute them, which is what the authors' trainer
+ * does for every token (`calculate_log_probs=False`: the actor recomputes old log-probs over the
+ * purified sequence). The steps around the grafts were sampled from their purified prompts and keep
+ * theirs.
+ */
+
+/** Qwen2/Qwen3's `<tool_call>` added token: where a Hermes-format turn's calls begin in its ids. */
+export const QWEN_TOOL_CALL_TOKEN_ID = 151657;
+
+/** One rollback as `metadata.cleaner.repairs` records it (snake_case, as stored). */
+const StoredRepair = z.object({
+  failed_step: z.number().int().min(0).nullable(),
+  retry_step: z.number().int().min(0).nullable(),
+  mode: z.enum(['shallow', 'deep']),
+});
+const StoredCleaner = z.object({ repairs: z.array(StoredRepair) });
+
+export interface GraftRepair {
+  failedStep: number | null;
+  retryStep: number | null;
+  mode: RepairMode;
+}
+
+/**
+ * The rollbacks an online CLEANER run recorded for this trajectory (runner-written metadata: agents
+ * cannot merge metadata, docs/security.md). Derived trajectories carry their source's report for
+ * the record, but their steps are already purified: none.
+ */
+export function onlineRepairs(trajectory: Pick<Trajectory, 'metadata' | 'derivedFrom'>): GraftRepair[] {
+  if (trajectory.derivedFrom !== null) return [];
+  const parsed = StoredCleaner.safeParse(trajectory.metadata.cleaner);
+  if (!parsed.success) return [];
+  return parsed.data.repairs.map((r) => ({
+    failedStep: r.failed_step,
+    retryStep: r.retry_step,
+    mode: r.mode,
+  }));
+}
+
+/** Index of the first `<tool_call>` token in a response, or null (the authors' P/K boundary). */
+export function toolCallStart(
+  responseIds: readonly number[],
+  markerId: number = QWEN_TOOL_CALL_TOKEN_ID,
+): number | null {
+  const at = responseIds.indexOf(markerId);
+  return at === -1 ? null : at;
+}
+
+const startsWith = (ids: readonly number[], prefix: readonly number[]) =>
+  prefix.length <= ids.length && prefix.every((x, i) => ids[i] === x);
+
+export interface GraftRecord {
+  /** The step index the grafted turn is served at (the chain's first failed attempt). */
+  index: number;
+  /** The captured steps it replaces, in order: failed attempt, regeneration, (failed retry, regeneration)... */
+  from: number[];
+  modes: RepairMode[];
+  /** Length of P in the grafted response ids (the ids before K′). */
+  reasoningTokens: number;
+}
+
+export interface TrainingView {
+  steps: Step[];
+  /** Captured steps not served (failed attempts, regenerations, and chains that could not be checked). */
+  removed: number[];
+  grafts: GraftRecord[];
+}
+
+/**
+ * The steps a trainer receives for a trajectory with these online repairs (see the module comment).
+ * A chain whose steps are missing, or whose regeneration was not asked from its failed attempt's
+ * context, cannot be grafted safely: its steps are left out, never served as captured.
+ */
+export function trainingView(steps: readonly Step[], repairs: readonly GraftRepair[]): TrainingView {
+  if (repairs.length === 0) return { steps: [...steps], removed: [], grafts: [] };
+  const byIndex = new Map(steps.map((s) => [s.index, s]));
+  // Chains: a rollback whose failed attempt is the previous rollback's regeneration continues it.
+  const chains: GraftRepair[][] = [];
+  const tailOf = new Map<number, GraftRepair[]>();
+  const removed = new Set<number>();
+  for (const r of repairs) {
+    if (r.failedStep !== null) removed.add(r.failedStep);
+    if (r.retryStep !== null) removed.add(r.retryStep);
+    const chain = r.failedStep !== null ? tailOf.get(r.failedStep) : undefined;
+    if (chain && r.failedStep !== null) {
+      tailOf.delete(r.failedStep);
+      chain.push(r);
+    } else chains.push([r]);
+    if (r.retryStep !== null) tailOf.set(r.retryStep, chain ?? chains.at(-1)!);
+  }
+  const grafted = new Map<number, Step>();
+  const grafts: GraftRecord[] = [];
+  for (const chain of chains) {
+    const graft = graftChain(chain, byIndex);
+    if (!graft) continue;
+    grafted.set(graft.step.index, graft.step);
+    grafts.push(graft.record);
+  }
+  const out: Step[] = [];
+  for (const s of steps) {
+    const g = grafted.get(s.index);
+    if (g) out.push(g);
+    else if (!removed.has(s.index)) out.push(s);
+  }
+  return {
+    steps: out,
+    removed: steps.map((s) => s.index).filter((i) => removed.has(i) && !grafted.has(i)),
+    grafts,
+  };
+}
+
+function graftChain(
+  chain: readonly GraftRepair[],
+  byIndex: ReadonlyMap<number, Step>,
+): { step: Step; record: GraftRecord } | null {
+  const first = chain[0]!.failedStep;
+  const base = first === null ? undefined : byIndex.get(first);
+  if (!base) return null;
+  let response = base.responseIds;
+  let reasoning: number | null = toolCallStart(response);
+  let text = base.responseText;
+  let last = base;
+  let version = base.policyVersion;
+  for (const r of chain) {
+    const retry = r.retryStep === null ? undefined : byIndex.get(r.retryStep);
+    // The regeneration must have been asked from the failed attempt's context (plus the failure).
+    if (!retry || !startsWith(retry.promptIds, base.promptIds)) return null;
+    const oldStart = toolCallStart(response);
+    const newStart = toolCallStart(retry.responseIds);
+    if (r.mode === 'shallow' && oldStart !== null && newStart !== null) {
+      response = [...response.slice(0, oldStart), ...retry.responseIds.slice(newStart)];
+      reasoning = oldStart;
+    } else {
+      response = retry.responseIds;
+      reasoning = newStart;
+      text = retry.responseText;
+    }
+    last = retry;
+    version = Math.min(version, retry.policyVersion);
+  }
+  const metadata: JsonObject = {
+    ...base.metadata,
+    cleaner_graft: {
+      from: [first!, ...chain.map((r) => r.retryStep!)],
+      modes: chain.map((r) => r.mode),
+    },
+  };
+  const step: Step = {
+    ...base,
+    responseIds: response,
+    // Not sampled from this prompt as a whole: the trainer recomputes (module comment).
+    responseLogprobs: null,
+    policyVersion: version,
+    responseText: text,
+    toolCalls: last.toolCalls,
+    toolResults: last.toolResults,
+    finishReason: last.finishReason,
+    isLast: last.isLast,
+    metadata,
+  };
+  return {
+    step,
+    record: {
+      index: base.index,
+      from: [first!, ...chain.map((r) => r.retryStep!)],
+      modes: chain.map((r) => r.mode),
+      reasoningTokens: reasoning ?? 0,
+    },
+  };
+}
