@@ -43,6 +43,11 @@ const fields = {
    * with a reward, post signals of any source, merge metadata, join existing groups.
    */
   trust_agent_reward: z.boolean(),
+  /**
+   * Chat answers keep the model's `<tool_call>` text in `content` (no `tool_calls`), as Claw-R1's
+   * gateway answers and its agents parse; for clients that cannot ask per trajectory.
+   */
+  raw_tool_calls: z.boolean(),
 };
 
 /** Per-channel pool policy; persisted so every process sharing the store applies the same rules. */
@@ -72,4 +77,5 @@ export const DEFAULT_CHANNEL_CONFIG: ChannelConfig = {
   },
   required_signals: [],
   trust_agent_reward: false,
+  raw_tool_calls: false,
 };

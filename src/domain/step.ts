@@ -55,6 +55,66 @@ const Logprobs = z.custom<number[]>().transform((value: unknown, ctx): number[] 
   return value as number[];
 });
 
+/**
+ * Bounds of a step's MoE routing (Claw-R1's `routed_experts`, for routing replay): one expert id
+ * per token, layer and top-k slot. Ids fit in uint16 and a step holds at most 2^23 of them (16 MiB
+ * stored), so one step never buys more storage than that.
+ */
+export const MAX_ROUTED_EXPERT_ID = 65_535;
+export const MAX_ROUTED_EXPERTS = 2 ** 23;
+/** Largest `multi_modal_data` of a step, as JSON (images travel as URLs or data: URIs). */
+export const MAX_MULTI_MODAL_BYTES = 16 * 1024 * 1024;
+
+/**
+ * MoE routing decisions as Claw-R1's Step holds them: an array `[tokens][layers][top_k]` of expert
+ * ids, rectangular, tokens counted from the first prompt token. Checked in one loop (it can hold
+ * millions of ids); errors name the offending position.
+ */
+export const RoutedExperts = z.custom<number[][][]>().transform((value: unknown, ctx): number[][][] => {
+  const fail = (message: string, path: number[]) => {
+    ctx.issues.push({ code: 'custom', message, input: value, path });
+    return z.NEVER;
+  };
+  if (!Array.isArray(value) || value.length === 0)
+    return fail('must be a non-empty array [tokens][layers][top_k] of expert ids', []);
+  const first = value[0];
+  const layers = Array.isArray(first) ? first.length : 0;
+  const topK = layers > 0 && Array.isArray(first[0]) ? first[0].length : 0;
+  if (layers === 0 || topK === 0)
+    return fail('must be a non-empty array [tokens][layers][top_k] of expert ids', [0]);
+  if (value.length * layers * topK > MAX_ROUTED_EXPERTS)
+    return fail(
+      `${value.length}x${layers}x${topK} expert ids; a step holds at most ${MAX_ROUTED_EXPERTS}`,
+      [],
+    );
+  for (let t = 0; t < value.length; t++) {
+    const token = value[t];
+    if (!Array.isArray(token) || token.length !== layers)
+      return fail(`must be an array of ${layers} layers (every token routes through as many)`, [t]);
+    for (let l = 0; l < layers; l++) {
+      const slots = token[l];
+      if (!Array.isArray(slots) || slots.length !== topK)
+        return fail(`must be an array of ${topK} expert ids (top_k is the same everywhere)`, [t, l]);
+      for (let k = 0; k < topK; k++) {
+        const v = slots[k];
+        if (typeof v === 'number' && Number.isInteger(v) && v >= 0 && v <= MAX_ROUTED_EXPERT_ID) continue;
+        return fail(`must be an integer expert id in 0..${MAX_ROUTED_EXPERT_ID}`, [t, l, k]);
+      }
+    }
+  }
+  return value as number[][][];
+});
+
+/** Claw-R1's `multi_modal_data` (`images`, `videos`, ...): any JSON object, bounded in size. */
+export const MultiModalData = JsonObject.superRefine((value, ctx) => {
+  const bytes = Buffer.byteLength(JSON.stringify(value));
+  if (bytes > MAX_MULTI_MODAL_BYTES)
+    ctx.addIssue({
+      code: 'custom',
+      message: `${bytes} bytes of JSON; a step holds at most ${MAX_MULTI_MODAL_BYTES} (MAX_MULTI_MODAL_BYTES)`,
+    });
+});
+
 export const TokenSource = z.enum(['engine', 'retokenized', 'submitted']);
 export type TokenSource = z.infer<typeof TokenSource>;
 
@@ -92,7 +152,10 @@ export const StepWire = z
       .max(MAX_POLICY_VERSION, `must be <= ${MAX_POLICY_VERSION}`)
       .optional(),
     is_last: z.boolean().default(false),
-    metadata: JsonObject.default({}),
+    // Claw-R1's Step has `metadata: Optional[dict] = None`: null is no metadata.
+    metadata: JsonObject.nullable()
+      .default({})
+      .transform((m) => m ?? {}),
     rollout_log_probs: Logprobs.nullable().optional(),
     token_source: TokenSource.default('submitted'),
     finish_reason: z.string().max(64).nullable().optional(),
@@ -107,8 +170,19 @@ export const StepWire = z
     // ActGuide-RL: the prompt without the guidance hint (docs/actguide.md); prompt_ids is what the
     // engine saw. Only guided steps carry it.
     training_prompt_ids: TokenIds.nullable().optional(),
+    // Claw-R1's Step: MoE routing for routing replay, and the prompt's images/videos.
+    routed_experts: RoutedExperts.nullable().optional(),
+    multi_modal_data: MultiModalData.nullable().optional(),
   })
   .superRefine((step, ctx) => {
+    // Routing starts at the first prompt token: it covers no more tokens than the step has.
+    const routed = step.routed_experts?.length ?? 0;
+    if (routed > step.prompt_ids.length + step.response_ids.length)
+      ctx.addIssue({
+        code: 'custom',
+        path: ['routed_experts'],
+        message: `routes ${routed} tokens; the step has ${step.prompt_ids.length + step.response_ids.length} (prompt_ids + response_ids)`,
+      });
     // A step is one LLM call: none of its id arrays is longer than a call's prompt may be.
     for (const field of ['prompt_ids', 'response_ids', 'training_prompt_ids'] as const) {
       const length = step[field]?.length ?? 0;
@@ -154,6 +228,10 @@ export const Step = z.object({
   engineId: z.string().nullable(),
   /** A guided step's prompt without the hint (the training view); null otherwise. */
   trainingPromptIds: z.array(z.number().int()).nullable(),
+  /** MoE routing `[tokens][layers][top_k]` from the first prompt token (Claw-R1); null when not sent. */
+  routedExperts: z.array(z.array(z.array(z.number().int()))).nullable(),
+  /** The prompt's images/videos as the agent sent them (Claw-R1); null when not sent. */
+  multiModalData: JsonObject.nullable(),
   createdAt: z.number(),
 });
 export type Step = z.infer<typeof Step>;
@@ -185,6 +263,8 @@ export function newStep(
     ttftMs: null,
     engineId: null,
     trainingPromptIds: null,
+    routedExperts: null,
+    multiModalData: null,
     ...fields,
   };
 }
@@ -212,6 +292,8 @@ export function stepFromWire(wire: z.output<typeof StepWire>): NewStep {
     ttftMs: wire.timings?.ttft_ms ?? null,
     engineId: wire.engine_id ?? null,
     trainingPromptIds: wire.training_prompt_ids ?? null,
+    routedExperts: wire.routed_experts ?? null,
+    multiModalData: wire.multi_modal_data ?? null,
   };
 }
 
@@ -239,6 +321,9 @@ export interface StepOut {
   engine_id: string | null;
   /** A guided step's prompt without the hint; null for every other step. */
   training_prompt_ids: number[] | null;
+  /** MoE routing `[tokens][layers][top_k]` (Claw-R1's routing replay); null when not sent. */
+  routed_experts: number[][][] | null;
+  multi_modal_data: Record<string, unknown> | null;
   created_at: number;
 }
 
@@ -265,6 +350,8 @@ export function stepToWire(step: Step): StepOut {
     timings: { latency_ms: step.latencyMs, ttft_ms: step.ttftMs },
     engine_id: step.engineId,
     training_prompt_ids: step.trainingPromptIds,
+    routed_experts: step.routedExperts,
+    multi_modal_data: step.multiModalData,
     created_at: step.createdAt,
   };
 }

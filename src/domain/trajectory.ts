@@ -1,4 +1,6 @@
 import { z } from 'zod';
+import { ValidationError } from './errors.js';
+import { ChannelName } from './ids.js';
 import { JsonObject } from './json.js';
 
 export const TrajectoryStatus = z.enum(['open', 'complete', 'aborted', 'infra_failed']);
@@ -69,5 +71,22 @@ export function trajectoryToWire(t: Trajectory): TrajectoryOut {
 
 export const CompleteTrajectoryBody = z.strictObject({
   reward: z.number().finite().nullable().optional(),
+  /**
+   * Claw-R1's completion names the channel too (default `train`). Steps are in by now, so it must be
+   * the trajectory's own channel (checked by the routes): accepted, never a move.
+   */
+  channel: ChannelName.optional(),
   status: z.enum(['complete', 'aborted', 'infra_failed']).default('complete'),
 });
+
+/** A completion's `channel` must be the trajectory's: a 400 naming the field otherwise. */
+export function checkCompletionChannel(
+  given: string | undefined,
+  trajectory: Pick<Trajectory, 'id' | 'channel'>,
+): void {
+  if (given !== undefined && given !== trajectory.channel)
+    throw new ValidationError(
+      `channel: trajectory ${trajectory.id} is in channel '${trajectory.channel}'; completing it does not move it`,
+      'channel',
+    );
+}

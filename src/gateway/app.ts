@@ -9,6 +9,7 @@ import {
   ChannelName,
   ClientId,
   CompleteTrajectoryBody,
+  checkCompletionChannel,
   clientIdParam,
   EventType,
   JsonObject,
@@ -185,7 +186,8 @@ export function createApp(options: AppOptions): Hono<Env> {
     const channel =
       batch.channel ?? (channelParam ? parseOrThrow(ChannelName, channelParam, 'channel') : 'train');
     const result = await pool.submitSteps(batch.steps, { channel, nRollouts: batch.nRollouts });
-    return c.json({ ...result, channel });
+    // `accepted`: what Claw-R1's client reads (every step is in: new, or an identical resubmission).
+    return c.json({ ...result, accepted: result.inserted + result.duplicates, channel });
   };
   // Steps, completions and signals by trajectory id are the episode owner's (docs/security.md).
   const owner = requireScope('runner', 'trainer');
@@ -195,6 +197,11 @@ export function createApp(options: AppOptions): Hono<Env> {
   const complete = async (c: Context<Env>, id: string) => {
     parseOrThrow(ClientId, id, 'trajectory_uid');
     const body = parseOrThrow(CompleteTrajectoryBody, await readJsonBody(c));
+    if (body.channel !== undefined) {
+      const stored = await pool.getTrajectory(id);
+      if (!stored) throw new NotFoundError(`trajectory ${id} does not exist`);
+      checkCompletionChannel(body.channel, stored);
+    }
     const input = { reward: body.reward ?? null, status: body.status };
     // Through the gateway when there is one: it first waits for the trajectory's captured steps.
     const trajectory = options.gateway

@@ -27,7 +27,7 @@ export async function trajectoryCall(
 ): Promise<Answer> {
   const trajectory = clientIdParam(ids.trajectory, 'trajectory_uid');
   const group = clientIdParam(ids.group, 'group_id');
-  const session = await gateway.session(trajectory, group);
+  const session = await gateway.sessionAt(trajectory, group);
   const { value } = parseJsonText(text, false);
   return gateway.call(session, kind, value, signal, text);
 }

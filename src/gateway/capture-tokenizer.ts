@@ -17,6 +17,8 @@ export interface CaptureTokenizer {
   retokenizeChat(input: RetokenizeInput, captured: Captured): Promise<Ids>;
   retokenizeText(prompt: string, captured: Captured): Promise<Ids>;
   trainingPromptOf(step: GuidedStep, hint: string): Promise<TrainingPrompt>;
+  /** Ids as text without special tokens (what a reward function reads of a token-only sample). */
+  decode(ids: number[]): Promise<string>;
 }
 
 /** On this thread, with this tokenizer (what the worker runs; also for a tokenizer given in code). */
@@ -25,6 +27,7 @@ export function inThreadTokenizer(tokenizer: () => ChatTokenizer): CaptureTokeni
     retokenizeChat: async (input, captured) => retokenizeChat(input, captured, tokenizer()),
     retokenizeText: async (prompt, captured) => retokenizeText(prompt, captured, tokenizer()),
     trainingPromptOf: async (step, hint) => trainingPromptOf(step, hint, tokenizer()),
+    decode: async (ids) => tokenizer().decode(ids, { skipSpecialTokens: true }),
   };
 }
 
@@ -33,4 +36,5 @@ export const offThreadTokenizer: CaptureTokenizer = {
   retokenizeChat: (input, captured) => offload.call('retokenizeChat', input, captured),
   retokenizeText: (prompt, captured) => offload.call('retokenizeText', prompt, captured),
   trainingPromptOf: (step, hint) => offload.call('trainingPromptOf', step, hint),
+  decode: (ids) => offload.call('decode', ids),
 };

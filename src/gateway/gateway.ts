@@ -16,6 +16,7 @@ import { UpstreamError } from '../engines/upstream.js';
 import type { DataPool } from '../pool/data-pool.js';
 import type { ToolResultAttachment } from '../store/store.js';
 import { type ChatTokenizer, SseDecoder } from '../text/index.js';
+import { renderCompletion, type ToolCall } from '../text/tool-calls.js';
 import { type Answer, JSON_HEADERS, type StreamSink, type StreamSource } from './answer.js';
 import { type CaptureTokenizer, inThreadTokenizer, offThreadTokenizer } from './capture-tokenizer.js';
 import { OnlineSessions, type SessionStats } from './online-sessions.js';
@@ -73,7 +74,12 @@ export interface InitTrajectoryInput {
   guidanceHint?: string | null;
   /** Refuse to join an existing group (an agent's own key, docs/security.md). */
   newGroup?: boolean;
+  /** Chat answers keep the raw `<tool_call>` text in `content` (Claw-R1's agents parse it there). */
+  rawToolCalls?: boolean;
 }
+
+/** Where a trajectory asks for raw tool-call text (metadata `raw_tool_calls`, set at init). */
+const RAW_TOOL_CALLS = 'raw_tool_calls';
 
 interface LastStep {
   index: number;
@@ -95,6 +101,8 @@ export interface Session {
   closed: string | null;
   /** A guided trajectory's hint: its steps get a training prompt without it. */
   hint: string | null;
+  /** Chat answers carry the model's raw `<tool_call>` text in `content` (Claw-R1's form). */
+  rawToolCalls: boolean;
 }
 
 /** The hint a guided trajectory's steps are stored without (metadata `guidance.hint`). */
@@ -162,7 +170,7 @@ export class Gateway {
   readonly pool: DataPool;
   readonly gate = new PolicyGate();
   private readonly router: EngineRouter | null;
-  private readonly tokenizing: CaptureTokenizer;
+  readonly tokenizing: CaptureTokenizer;
   private readonly logger?: GatewayOptions['logger'];
   private readonly sessions = new Map<string, Session>();
   private readonly loading = new Map<string, Promise<Session>>();
@@ -211,6 +219,7 @@ export class Gateway {
 
   async initTrajectory(input: InitTrajectoryInput): Promise<Trajectory> {
     let metadata = input.metadata ?? {};
+    if (input.rawToolCalls) metadata = { ...metadata, [RAW_TOOL_CALLS]: true };
     if (input.guidanceHint != null) {
       const given = metadata.guidance;
       const guidance = typeof given === 'object' && given !== null && !Array.isArray(given) ? given : {};
@@ -227,14 +236,24 @@ export class Gateway {
       guidanceK: input.guidanceK ?? null,
       newGroup: input.newGroup ?? false,
     });
-    this.sessions.set(trajectory.id, this.newSession(trajectory, 0, null));
+    this.sessions.set(
+      trajectory.id,
+      this.newSession(trajectory, 0, null, await this.rawToolCalls(trajectory)),
+    );
     return trajectory;
+  }
+
+  /** Whether the trajectory (metadata, set at init) or its channel (the operator) asks for raw tool-call text. */
+  private async rawToolCalls(t: Pick<Trajectory, 'channel' | 'metadata'>): Promise<boolean> {
+    if (t.metadata[RAW_TOOL_CALLS] === true) return true;
+    return (await this.pool.channelConfig(t.channel)).raw_tool_calls;
   }
 
   private newSession(
     t: Pick<Trajectory, 'id' | 'groupId' | 'channel' | 'guided' | 'metadata'>,
     next: number,
     last: LastStep | null,
+    rawToolCalls: boolean,
   ): Session {
     return {
       id: t.id,
@@ -247,6 +266,7 @@ export class Gateway {
       usedAt: Date.now(),
       closed: null,
       hint: hintOf(t),
+      rawToolCalls,
     };
   }
 
@@ -280,6 +300,37 @@ export class Gateway {
     return session;
   }
 
+  /**
+   * The session a base_url names, `/<trajectory>/<group>/v1`. Claw-R1's black-box flow swaps the
+   * group segment for its GRPO group (the dataset's `prompt_uid`) right after init, and may name a
+   * channel at register_trajectory: where the channel lets agents own their episodes
+   * (`trust_agent_reward`, on the target channel too), a trajectory with no step yet, alone in its
+   * group, moves there. Otherwise a group that is not the trajectory's is a 404, as it always was.
+   */
+  async sessionAt(id: string, groupId: string, channel?: string): Promise<Session> {
+    const session = await this.session(id);
+    const target = { groupId, channel: channel ?? session.channel };
+    if (target.groupId === session.groupId && target.channel === session.channel) return session;
+    const trusted = async (name: string) => (await this.pool.channelConfig(name)).trust_agent_reward;
+    const movable = session.nextIndex === 0 && session.inFlight === 0 && (await trusted(session.channel));
+    if (target.groupId !== session.groupId && !movable) {
+      throw new NotFoundError(
+        `trajectory ${id} has no group ${groupId} (check the base_url; naming a new group there, as Claw-R1's prompt_uid, needs trust_agent_reward on channel '${session.channel}' and a trajectory with no step yet)`,
+      );
+    }
+    if (target.channel !== session.channel && !(movable && (await trusted(target.channel)))) {
+      throw new ValidationError(
+        `channel: trajectory ${id} is in channel '${session.channel}'; a channel is chosen at POST /init_trajectory (or here, before the first step, where both channels set trust_agent_reward)`,
+        'channel',
+      );
+    }
+    const moved = await this.pool.moveTrajectory(id, target);
+    session.groupId = moved.groupId;
+    session.channel = moved.channel;
+    session.rawToolCalls = await this.rawToolCalls(moved);
+    return session;
+  }
+
   private async load(id: string): Promise<Session> {
     const trajectory = await this.pool.getTrajectory(id);
     if (!trajectory)
@@ -293,7 +344,7 @@ export class Gateway {
       if (step)
         last = { index: step.index, calls: callsOf(step.toolCalls), answered: step.toolResults !== null };
     }
-    const session = this.newSession(trajectory, trajectory.nSteps, last);
+    const session = this.newSession(trajectory, trajectory.nSteps, last, await this.rawToolCalls(trajectory));
     this.sessions.set(id, session);
     return session;
   }
@@ -382,8 +433,13 @@ export class Gateway {
   ): Promise<Answer> {
     const router = this.requireRouter();
     const request = checkCallRequest(kind, body);
-    const { take: attachments, drop: dropResults } = this.toolResultsOf(session, kind, request);
     const stream = request.stream === true;
+    if (stream && kind === 'chat' && session.rawToolCalls)
+      throw new ValidationError(
+        `stream: trajectory ${session.id} asks for raw tool-call text in content (raw_tool_calls), which is offered for whole answers only (stream: false, as Claw-R1's gateway answers)`,
+        'stream',
+      );
+    const { take: attachments, drop: dropResults } = this.toolResultsOf(session, kind, request);
     await this.gate.enter();
     session.inFlight++;
     // Completing the trajectory waits for its calls in flight: each ends having queued its step or
@@ -498,6 +554,11 @@ export class Gateway {
         text: r.content,
         logprobs: r.logprobs,
         finish_reason: r.finishReason,
+        // Claw-R1's GenerateResponse names: the same ids and logprobs, and the completion's
+        // finish_reason as its stop_reason (its gateway fills it so).
+        token_ids: r.responseIds,
+        log_probs: r.logprobs,
+        stop_reason: r.finishReason,
         engine_id: routed.engine.id,
         policy_version: version,
       };
@@ -623,7 +684,8 @@ export class Gateway {
       capture.addCompletion(answer);
       // Committed before the agent sees a byte of it: no answered call is ever without its step.
       await this.capture(ctx, capture.result(), null);
-      return { status: 200, headers: JSON_HEADERS, body: bytes };
+      const raw = ctx.session.rawToolCalls && ctx.kind === 'chat' ? rawToolCallAnswer(answer) : null;
+      return { status: 200, headers: JSON_HEADERS, body: raw ?? bytes };
     } finally {
       ctx.finish();
     }
@@ -922,6 +984,8 @@ export class Gateway {
       ttftMs: firstTokenAt !== null ? firstTokenAt - ctx.started : null,
       engineId: routed.engine.id,
       trainingPromptIds,
+      routedExperts: null,
+      multiModalData: null,
     };
     session.last = {
       index,
@@ -1047,6 +1111,10 @@ export interface GenerateOutput {
   text: string;
   logprobs: number[] | null;
   finish_reason: string | null;
+  /** Claw-R1's names for response_ids, logprobs and finish_reason. */
+  token_ids: number[];
+  log_probs: number[] | null;
+  stop_reason: string | null;
   engine_id: string;
   policy_version: number;
 }
@@ -1072,6 +1140,42 @@ function callsOf(toolCalls: readonly Record<string, unknown>[] | null): Answered
     id: typeof c.id === 'string' ? c.id : '',
     name: isObject(c.function) && typeof c.function.name === 'string' ? c.function.name : '',
   }));
+}
+
+/**
+ * Claw-R1's form of a chat answer: the completion's text as the model wrote it (reasoning, content,
+ * then each tool call as Qwen3's `<tool_call>` block) in `content`, no `tool_calls`, and `stop`
+ * where the engine said `tool_calls` (Claw-R1's gateway answers from the engine's raw text). Null
+ * when the answer holds no tool call or reasoning to fold in, or a call the template cannot render.
+ */
+export function rawToolCallAnswer(answer: Record<string, unknown>): string | null {
+  const choices = answer.choices as Record<string, unknown>[];
+  let changed = false;
+  const out = choices.map((choice) => {
+    const message = isObject(choice.message) ? choice.message : null;
+    if (!message) return choice;
+    const calls = Array.isArray(message.tool_calls) ? (message.tool_calls as ToolCall[]) : [];
+    const reasoning = message.reasoning_content ?? message.reasoning;
+    if (calls.length === 0 && typeof reasoning !== 'string') return choice;
+    let text: string;
+    try {
+      text = renderCompletion({
+        content: typeof message.content === 'string' ? message.content : null,
+        ...(typeof reasoning === 'string' ? { reasoning } : {}),
+        toolCalls: calls,
+      });
+    } catch {
+      return choice;
+    }
+    changed = true;
+    const { tool_calls: _calls, reasoning_content: _rc, reasoning: _r, ...rest } = message;
+    return {
+      ...choice,
+      message: { ...rest, content: text },
+      finish_reason: choice.finish_reason === 'tool_calls' ? 'stop' : choice.finish_reason,
+    };
+  });
+  return changed ? JSON.stringify({ ...answer, choices: out }) : null;
 }
 
 /** The engine's answer parsed, when it is a completion (an object with choices); else null. */

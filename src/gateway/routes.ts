@@ -5,6 +5,7 @@ import {
   ClientId,
   CompleteTrajectoryBody,
   ConflictError,
+  checkCompletionChannel,
   clientIdParam,
   JsonObject,
   NotFoundError,
@@ -17,7 +18,8 @@ import {
   trajectoryToWire,
   ValidationError,
 } from '../domain/index.js';
-import { computeRewardResponse } from '../rewards/routes.js';
+import { computeRewardResponse, isSampleRewardBody, SampleRewardBody } from '../rewards/routes.js';
+import { scoreSample } from '../rewards/sample.js';
 import type { RewardService } from '../rewards/service.js';
 import { answerResponse } from './answer.js';
 import { type AuthVariables, agentOnly, requireScope } from './auth.js';
@@ -52,6 +54,8 @@ const InitTrajectoryBody = z
     probe: z.boolean().optional(),
     guidance_k: z.number().int().min(0).max(1_000_000).optional(),
     guidance_hint: z.string().max(262_144).optional(),
+    // Claw-R1's agents read tool calls from the raw `<tool_call>` text in content (docs/gateway.md).
+    raw_tool_calls: z.boolean().optional(),
   })
   .superRefine((body, ctx) => {
     if (body.guided && body.probe)
@@ -130,6 +134,38 @@ async function refuseAgent(
   throw new StepwiseError(reason, 403, 'forbidden', 'trust_agent_reward');
 }
 
+/**
+ * `/compute_reward` in either form: ours (a stored trajectory's reward, computed by its functions and
+ * stored as their signals) or Claw-R1's (a sample's ids and dataset fields; scored, never stored).
+ */
+async function rewardResponse(
+  c: Context<Env>,
+  gateway: Gateway,
+  rewards: RewardService,
+  body: unknown,
+): Promise<Response> {
+  if (!isSampleRewardBody(body)) return computeRewardResponse(c, rewards, body);
+  const sample = parseOrThrow(SampleRewardBody, body);
+  const channel = parseOrThrow(ChannelName, c.req.query('channel') ?? 'train', 'channel');
+  const [promptText, responseText] = await Promise.all([
+    gateway.tokenizing.decode(sample.prompt_ids),
+    gateway.tokenizing.decode(sample.response_ids),
+  ]);
+  const score = await scoreSample(
+    rewards.config,
+    {
+      channel,
+      promptIds: sample.prompt_ids,
+      responseIds: sample.response_ids,
+      promptText,
+      responseText,
+      metadata: sample.dataset_fields,
+    },
+    c.req.raw.signal,
+  );
+  return c.json(score);
+}
+
 export interface GatewayRouteOptions {
   /** Origin written into base_urls (default: the origin the request came to). */
   publicUrl?: string;
@@ -172,6 +208,7 @@ export function mountGatewayRoutes(
           guidanceK: body.guidance_k ?? null,
           guidanceHint: body.guidance_hint ?? null,
           newGroup,
+          rawToolCalls: body.raw_tool_calls,
         })
         .catch(async (error: unknown) => {
           if (!(newGroup && error instanceof ConflictError && error.field === 'group_id')) throw error;
@@ -207,7 +244,7 @@ export function mountGatewayRoutes(
     agent,
     openai(async (c) => {
       const { trajectory, group } = ids(c);
-      await gateway.session(trajectory, group);
+      await gateway.sessionAt(trajectory, group);
       return gateway.models();
     }),
   );
@@ -216,14 +253,10 @@ export function mountGatewayRoutes(
     agent,
     openai(async (c) => {
       const { trajectory, group } = ids(c);
-      const session = await gateway.session(trajectory, group);
       const body = parseOrThrow(RegisterTrajectoryBody, await readJsonBody(c));
-      if (body.channel !== undefined && body.channel !== session.channel) {
-        throw new ValidationError(
-          `channel: trajectory ${trajectory} is in channel '${session.channel}'; a channel is chosen at POST /init_trajectory`,
-          'channel',
-        );
-      }
+      // Claw-R1 registers the channel its dataset names: the trajectory's own, or (before its first
+      // step, where both channels trust agents) the one it moves to.
+      const session = await gateway.sessionAt(trajectory, group, body.channel);
       // Metadata reaches the trainer and reward functions read it: it is the owner's to set.
       await requireAgentTrust(
         gateway,
@@ -239,8 +272,9 @@ export function mountGatewayRoutes(
     agent,
     openai(async (c) => {
       const { trajectory, group } = ids(c);
-      const session = await gateway.session(trajectory, group);
+      const session = await gateway.sessionAt(trajectory, group);
       const body = parseOrThrow(CompleteTrajectoryBody, await readJsonBody(c));
+      checkCompletionChannel(body.channel, session);
       await requireAgentTrust(
         gateway,
         c,
@@ -340,7 +374,7 @@ export function mountGatewayRoutes(
     agent,
     openai(async (c) =>
       options.rewards
-        ? computeRewardResponse(c, options.rewards, await readJsonBody(c))
+        ? rewardResponse(c, gateway, options.rewards, await readJsonBody(c))
         : openaiErrorResponse(
             501,
             'no reward function is configured on this server: submit rewards with the steps or with complete_trajectory, or start the server with --rewards FILE (docs/rewards.md)',

@@ -181,6 +181,12 @@ export class DataPool {
     return trajectory;
   }
 
+  /** Moves a trajectory with no steps, alone in its group, to another group and/or channel (Store.moveTrajectory). */
+  async moveTrajectory(id: string, target: { groupId: string; channel: string }): Promise<Trajectory> {
+    this.assertOpen();
+    return this.store.moveTrajectory(id, target, this.clock());
+  }
+
   async mergeTrajectoryMetadata(id: string, metadata: Record<string, unknown>): Promise<Trajectory> {
     this.assertOpen();
     return this.store.mergeTrajectoryMetadata(id, metadata, this.clock());

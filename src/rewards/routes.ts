@@ -1,6 +1,15 @@
 import type { Context, Hono } from 'hono';
 import { z } from 'zod';
-import { ChannelName, ClientId, NotFoundError, parseOrThrow } from '../domain/index.js';
+import {
+  ChannelName,
+  ClientId,
+  JsonObject,
+  MAX_PROMPT_TOKENS,
+  MultiModalData,
+  NotFoundError,
+  parseOrThrow,
+  TokenIds,
+} from '../domain/index.js';
 import { type AuthVariables, requireScope } from '../gateway/auth.js';
 import { readJsonBody } from '../gateway/json-body.js';
 import { JOB_STATES, type RewardJob } from './job-queue.js';
@@ -28,6 +37,26 @@ export const ComputeRewardBody = z.strictObject({
   /** How long to wait for the result; past it the answer is 202 with the job ids. */
   wait_ms: z.number().int().min(0, 'must be >= 0').max(600_000, 'must be <= 600000').default(30_000),
 });
+
+const SampleIds = TokenIds.refine((ids) => ids.length <= MAX_PROMPT_TOKENS, {
+  message: `at most ${MAX_PROMPT_TOKENS} token ids (MAX_PROMPT_TOKENS)`,
+});
+
+/** Claw-R1's `POST /compute_reward`: one sample by its ids and its dataset's fields, not stored. */
+export const SampleRewardBody = z.strictObject({
+  prompt_ids: SampleIds,
+  response_ids: SampleIds,
+  multi_modal_data: MultiModalData.nullable().optional(),
+  num_turns: z.number().int().min(0).max(1_000_000).default(2),
+  extra_fields: JsonObject.default({}),
+  dataset_fields: JsonObject.default({}),
+});
+export type SampleRewardBody = z.output<typeof SampleRewardBody>;
+
+/** Whether a `/compute_reward` body is Claw-R1's sample form (ids) rather than ours (a trajectory). */
+export function isSampleRewardBody(body: unknown): boolean {
+  return typeof body === 'object' && body !== null && !Array.isArray(body) && 'prompt_ids' in body;
+}
 
 const RecomputeBody = z.strictObject({
   channel: ChannelName.optional(),

@@ -804,3 +804,20 @@ export function callFailedData(failure: CallFailure): Record<string, unknown> {
       : {}),
   };
 }
+
+/** A trajectory may change group or channel only before its first step, and only out of a group of its own. */
+export function checkMovable(
+  trajectory: Pick<TrajectoryRow, 'id' | 'n_steps' | 'group_id'>,
+  groupSize: number,
+): void {
+  if (trajectory.n_steps > 0)
+    throw new ConflictError(
+      `trajectory ${trajectory.id} has steps already: its group and channel are fixed from its first step on`,
+      'prompt_uid',
+    );
+  if (groupSize > 1)
+    throw new ConflictError(
+      `trajectory ${trajectory.id} shares group ${trajectory.group_id} with other rollouts: it cannot leave it`,
+      'prompt_uid',
+    );
+}

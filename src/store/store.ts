@@ -331,6 +331,12 @@ export interface Store {
   completeTrajectory(id: string, input: CompleteInput, now: number): Promise<Trajectory>;
   /** Merges keys into an open trajectory's metadata. */
   mergeTrajectoryMetadata(id: string, metadata: Record<string, unknown>, now: number): Promise<Trajectory>;
+  /**
+   * Moves an open trajectory with no steps, alone in its group, into another group and/or channel
+   * (Claw-R1 names its GRPO group, the `prompt_uid`, in the base_url after init). Its old group,
+   * which held only it, is removed; the target group is joined or created as on creation.
+   */
+  moveTrajectory(id: string, target: { groupId: string; channel: string }, now: number): Promise<Trajectory>;
   recordCallFailure(failure: CallFailure, now: number): Promise<void>;
   recordRefusal(refusal: Refusal, now: number): Promise<void>;
 

@@ -124,12 +124,20 @@ export function pastTurnCalls(ctx: Pick<PolicyContext, 'messages' | 'prompt'>): 
   if (ctx.messages.length > 0) {
     return ctx.messages
       .filter((m) => m.role === 'assistant')
-      .map((m) =>
-        (m.tool_calls ?? []).map((c) => ({
+      .map((m) => {
+        // A turn whose calls stayed as `<tool_call>` text in content (Claw-R1's agents send it so)
+        // is the same turn to the model: the template renders both alike.
+        const calls =
+          (m.tool_calls ?? []).length === 0 &&
+          typeof m.content === 'string' &&
+          m.content.includes('<tool_call>')
+            ? parseToolCalls(m.content, { newToolCallId: () => '' }).toolCalls
+            : (m.tool_calls ?? []);
+        return calls.map((c) => ({
           name: c.function.name,
           arguments: parsedArguments(c.function.arguments),
-        })),
-      );
+        }));
+      });
   }
   if (ctx.prompt === undefined) return [];
   return [...ctx.prompt.matchAll(PROMPT_ASSISTANT_TURN)].map((m) =>

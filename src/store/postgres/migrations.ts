@@ -147,6 +147,12 @@ const migrations: Record<string, Migration> = {
         .execute(db);
     },
   },
+  '0006_claw_r1_step_extras': {
+    async up(db: Kysely<unknown>) {
+      // As SQLite's 0006: Claw-R1's MoE routing per step, packed (step-codec encodeRoutedExperts).
+      await sql.raw('ALTER TABLE steps ADD COLUMN routed_experts bytea').execute(db);
+    },
+  },
 };
 
 export const postgresMigrations: MigrationProvider = {

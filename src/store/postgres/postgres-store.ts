@@ -33,6 +33,7 @@ import {
   type Curated,
   callFailedData,
   checkAppend,
+  checkMovable,
   checkRetry,
   checkStepTarget,
   currentSignalsByTrajectory,
@@ -937,6 +938,7 @@ export class PostgresStore implements Store {
       latency_ms: 'float8',
       ttft_ms: 'float8',
       created_at: 'bigint',
+      routed_experts: 'bytea',
     };
     const columns = STEP_COLUMNS.map((c, i) => `$${i + 1}::${casts[c] ?? 'text'}[]`);
     await tx.run(
@@ -1131,6 +1133,66 @@ export class PostgresStore implements Store {
         now,
         id,
       ]);
+      return toTrajectory(trajectory);
+    });
+  }
+
+  async moveTrajectory(
+    id: string,
+    target: { groupId: string; channel: string },
+    now: number,
+  ): Promise<Trajectory> {
+    return this.write(async (tx) => {
+      const trajectory = await this.trajectoryRow(tx, id, true);
+      if (!trajectory) throw new NotFoundError(`trajectory ${id} does not exist`);
+      if (trajectory.status !== 'open')
+        throw new ConflictError(`trajectory ${id} is already ${trajectory.status}`, 'trajectory_uid');
+      if (trajectory.group_id === target.groupId && trajectory.channel === target.channel)
+        return toTrajectory(trajectory);
+      const old = await tx.row<GroupRow>('SELECT * FROM groups WHERE channel = $1 AND id = $2 FOR UPDATE', [
+        trajectory.channel,
+        trajectory.group_id,
+      ]);
+      checkMovable(trajectory, old?.n_trajectories ?? 0);
+      if (old) await tx.run('DELETE FROM groups WHERE channel = $1 AND id = $2', [old.channel, old.id]);
+      const sameChannel = trajectory.channel === target.channel;
+      const config = await this.channelConfig(tx, target.channel);
+      await this.ensureChannel(tx, target.channel, now);
+      const joined = await tx.row<GroupRow>(
+        `INSERT INTO groups (channel, id, expected, n_trajectories, state, created_at)
+         VALUES ($1, $2, $3, 1, 'collecting', $4)
+         ON CONFLICT (channel, id) DO UPDATE
+           SET n_trajectories = groups.n_trajectories + 1, expected = coalesce(groups.expected, $5::int)
+         RETURNING *`,
+        [
+          target.channel,
+          target.groupId,
+          (sameChannel ? old?.expected : null) ?? config.n_rollouts,
+          now,
+          sameChannel ? (old?.expected ?? null) : null,
+        ],
+      );
+      if (joined?.state !== 'collecting') tx.log.count(target.channel, 'late_trajectories');
+      if (!sameChannel) {
+        tx.log.count(trajectory.channel, 'trajectories_created', -1);
+        tx.log.count(target.channel, 'trajectories_created');
+      }
+      const from = { group_id: trajectory.group_id, channel: trajectory.channel };
+      trajectory.group_id = target.groupId;
+      trajectory.channel = target.channel;
+      trajectory.touched_at = now;
+      await tx.run('UPDATE trajectories SET group_id = $1, channel = $2, touched_at = $3 WHERE id = $4', [
+        target.groupId,
+        target.channel,
+        now,
+        id,
+      ]);
+      tx.emit(
+        'trajectory_created',
+        target.channel,
+        { trajectory_uid: id, group_id: target.groupId, moved_from: from },
+        now,
+      );
       return toTrajectory(trajectory);
     });
   }

@@ -146,6 +146,13 @@ const migrations: Record<string, Migration> = {
         .execute(db);
     },
   },
+  '0006_claw_r1_step_extras': {
+    async up(db: Kysely<unknown>) {
+      // Claw-R1's MoE routing per step, packed (step-codec encodeRoutedExperts); its
+      // multi_modal_data lives in the step's view JSON.
+      await sql.raw('ALTER TABLE steps ADD COLUMN routed_experts BLOB').execute(db);
+    },
+  },
 };
 
 export const sqliteMigrations: MigrationProvider = {

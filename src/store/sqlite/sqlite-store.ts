@@ -33,6 +33,7 @@ import {
   type Curated,
   callFailedData,
   checkAppend,
+  checkMovable,
   checkRetry,
   checkStepTarget,
   currentSignalsByTrajectory,
@@ -1050,6 +1051,54 @@ export class SqliteStore implements Store {
         trajectory.metadata,
         now,
         id,
+      );
+      return toTrajectory(trajectory);
+    });
+  }
+
+  async moveTrajectory(
+    id: string,
+    target: { groupId: string; channel: string },
+    now: number,
+  ): Promise<Trajectory> {
+    return this.write((log) => {
+      const trajectory = this.trajectoryRow(id);
+      if (!trajectory) throw new NotFoundError(`trajectory ${id} does not exist`);
+      if (trajectory.status !== 'open')
+        throw new ConflictError(`trajectory ${id} is already ${trajectory.status}`, 'trajectory_uid');
+      if (trajectory.group_id === target.groupId && trajectory.channel === target.channel)
+        return toTrajectory(trajectory);
+      const old = this.groupRow(trajectory.channel, trajectory.group_id);
+      checkMovable(trajectory, old?.n_trajectories ?? 0);
+      if (old) this.stmt('DELETE FROM groups WHERE channel = ? AND id = ?').run(old.channel, old.id);
+      const sameChannel = trajectory.channel === target.channel;
+      const collecting = this.joinGroup(
+        target.channel,
+        target.groupId,
+        sameChannel ? (old?.expected ?? null) : null,
+        now,
+        log,
+      );
+      if (!collecting) log.count(target.channel, 'late_trajectories');
+      if (!sameChannel) {
+        log.count(trajectory.channel, 'trajectories_created', -1);
+        log.count(target.channel, 'trajectories_created');
+      }
+      const from = { group_id: trajectory.group_id, channel: trajectory.channel };
+      trajectory.group_id = target.groupId;
+      trajectory.channel = target.channel;
+      trajectory.touched_at = now;
+      this.stmt('UPDATE trajectories SET group_id = ?, channel = ?, touched_at = ? WHERE id = ?').run(
+        target.groupId,
+        target.channel,
+        now,
+        id,
+      );
+      this.emit(
+        'trajectory_created',
+        target.channel,
+        { trajectory_uid: id, group_id: target.groupId, moved_from: from },
+        now,
       );
       return toTrajectory(trajectory);
     });

@@ -103,6 +103,7 @@ export class WorkerStore implements Store {
   completeTrajectory: Store['completeTrajectory'] = (...a) => this.call('completeTrajectory', a);
   mergeTrajectoryMetadata: Store['mergeTrajectoryMetadata'] = (...a) =>
     this.call('mergeTrajectoryMetadata', a);
+  moveTrajectory: Store['moveTrajectory'] = (...a) => this.call('moveTrajectory', a);
   recordCallFailure: Store['recordCallFailure'] = (...a) => this.call('recordCallFailure', a);
   recordRefusal: Store['recordRefusal'] = (...a) => this.call('recordRefusal', a);
   getTrajectory: Store['getTrajectory'] = (...a) => this.call('getTrajectory', a);
