@@ -38,7 +38,7 @@ const easy = GymTask.parse({
   files: [{ path: 'input/ready.txt', content: 'yes\n' }],
   verifier: { kind: 'checks', checks: [{ kind: 'file_exists', name: 'ready', path: 'input/ready.txt' }] },
 });
-/** Unsolvable, and with no reference actions to guide it: hard, left as it is. */
+/** Unsolvable, and with no reference actions: hard, re-run with the hint None (as the paper does). */
 const stuck = GymTask.parse({
   id: 'stuck-0',
   prompt: 'Write output/never.txt.',
@@ -79,15 +79,38 @@ describe('ActGuide on a gym run', () => {
   });
 
   it('finds the hard group, chooses k by probes, and serves guided rollouts in its place', async () => {
-    const run = await runGuided(options());
+    // While its probes and guided rollouts run, the hard group waits in pending_guidance: no lease takes it.
+    const whileGuided: Promise<string>[] = [];
+    const base = options();
+    const run = await runGuided({
+      ...base,
+      guide: {
+        ...base.guide,
+        onSample: (r) => {
+          if (r.taskId !== 'plan-4') return;
+          whileGuided.push(server.pool.store.getGroup('train', 'run-g.plan-4').then((g) => g!.state));
+        },
+      },
+    });
+    expect(whileGuided.length).toBeGreaterThan(0);
+    expect(new Set(await Promise.all(whileGuided))).toEqual(new Set(['pending_guidance']));
     // The unguided pass: plan-4 and stuck-0 score 0 throughout, easy-0 scores 1.
     expect(run.summary.groups).toEqual({ allZero: 2, allOne: 1, mixed: 0 });
     const byTask = Object.fromEntries(run.guidance.decisions.map((d) => [d.taskId, d]));
     expect(byTask['easy-0']).toMatchObject({ hard: false, guidance: null });
     expect(byTask['stuck-0']).toMatchObject({
       hard: true,
-      reason: 'no plan for the task: no reference actions, action log or stored rollout that solved it',
-      guidance: null,
+      reason: null,
+      guidance: {
+        k: 0,
+        hint: 'None',
+        planSource: 'none',
+        actions: 0,
+        probes: [],
+        groupId: 'run-g.stuck-0.guided',
+        rewards: [0, 0, 0],
+        rescued: false,
+      },
     });
     const decision = byTask['plan-4']!;
     expect(decision).toMatchObject({ groupId: 'run-g.plan-4', rewards: [0, 0, 0], hard: true });
@@ -109,18 +132,20 @@ describe('ActGuide on a gym run', () => {
     expect(run.guidance.summary).toEqual({
       groups: 3,
       hard: 2,
-      guided: 1,
+      guided: 2,
       rescued: 1,
       hardFraction: 2 / 3,
       rescuedFraction: 0.5,
       probeRollouts: 4,
-      guidedRollouts: 3,
+      guidedRollouts: 6,
     });
+    // Every hold was released once its replacement landed: nothing waits in pending_guidance.
+    expect((await server.pool.stats('train')).groups.pending_guidance).toBe(0);
 
     // What a trainer leases from the training channel.
     const batch = await server.pool.lease({
       channel: 'train',
-      batch_size: 4,
+      batch_size: 5,
       n_rollouts: 3,
       wait_ms: 0,
       consumer: 'trainer',
@@ -131,6 +156,7 @@ describe('ActGuide on a gym run', () => {
       'run-g.plan-4',
       'run-g.plan-4.guided',
       'run-g.stuck-0',
+      'run-g.stuck-0.guided',
     ]);
     const served = (id: string) => batch!.groups.find((g) => g.group.id === id)!.trajectories;
     // The replaced rollouts are kept but carry no trainable step, and say why.
@@ -180,8 +206,10 @@ describe('ActGuide on a gym run', () => {
     const unguidedFirst = (await server.pool.getTrajectorySteps(decision.guidance!.replaced[0]!))[0]!;
     for (const g of json.groups) {
       for (const t of g.trajectories) {
+        // The None re-run is guided too (off-policy, its prompt carries the paper's two lines).
+        expect(t.off_policy).toBe(g.group_id.endsWith('.guided'));
         const isGuided = g.group_id === 'run-g.plan-4.guided';
-        expect(t.off_policy).toBe(isGuided);
+        if (g.group_id === 'run-g.stuck-0.guided') continue;
         expect(t.recompute_log_probs).toBe(false);
         for (const step of t.steps) {
           if (!isGuided) {
@@ -208,7 +236,7 @@ describe('ActGuide on a gym run', () => {
     const offPolicy = padded.arrays.off_policy!.data as Uint8Array;
     const trajectoryIndex = padded.arrays.trajectory_index!.data as Int32Array;
     const uids = padded.arrays.trajectory_uids!.data as string[];
-    const guidedUids = new Set(guided.map((t) => t.trajectory.id));
+    const guidedUids = new Set([...guided, ...served('run-g.stuck-0.guided')].map((t) => t.trajectory.id));
     expect(offPolicy.length).toBeGreaterThan(0);
     offPolicy.forEach((flag, row) => {
       expect(flag).toBe(guidedUids.has(uids[trajectoryIndex[row]!]!) ? 1 : 0);
@@ -270,7 +298,7 @@ describe('ActGuide on a gym run', () => {
     const guided = await server.pool.getTrajectory(stored.guidance.guided[0]!.trajectoryUid!);
     expect(guided!.metadata.guidance).toMatchObject({ plan_source: 'stored', plan_from: guidance.planFrom });
 
-    // Neither: hard and left alone, and nothing is labelled.
+    // Neither: re-run with the hint None under the paper's two lines, and replaced like any hard group.
     const none = await runGuided({
       ...options(),
       tasks: [{ ...stuck }],
@@ -278,8 +306,19 @@ describe('ActGuide on a gym run', () => {
       stateFile: join(dir, 'state-n.jsonl'),
       guide: { strategy: 'fixed_k', k: 1, actionLogs: new Map([['other', plan4.referenceActions!]]) },
     });
-    expect(none.guidance.decisions[0]).toMatchObject({ hard: true, guidance: null });
-    for (const r of none.results) expect(await server.pool.labels(r.trajectoryUid!)).toEqual([]);
+    expect(none.guidance.decisions[0]).toMatchObject({
+      hard: true,
+      guidance: { k: 0, hint: 'None', planSource: 'none', groupId: 'run-n.stuck-0.guided' },
+    });
+    for (const r of none.results)
+      expect(await server.pool.labels(r.trajectoryUid!)).toEqual([
+        expect.objectContaining({ trainable: false, tags: [REPLACED_TAG] }),
+      ]);
+    const [rerun] = await server.pool.getTrajectorySteps(none.guidance.guided[0]!.trajectoryUid!);
+    const user = (rerun!.messages as { role: string; content: string }[]).find((m) => m.role === 'user')!;
+    expect(user.content).toBe(
+      `${stuck.prompt}\nFollow the partial action trajectory hint to take acttions, note that the trajectory may not complete and you still need do some extra tool calls to finish the task.\nReference action trajectory hint:\nNone`,
+    );
   });
 
   it('resumes: a re-run decides nothing again and runs no rollout', async () => {

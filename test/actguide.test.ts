@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import {
+  assistantPrefix,
   chooseGuidanceK,
   EMPTY_HINT,
   fixedRatioK,
@@ -15,6 +16,7 @@ import {
   pythonJson,
   renderHint,
   stripHint,
+  withAssistantPrefix,
 } from '../src/curation/actguide/index.js';
 import { ValidationError } from '../src/domain/errors.js';
 import { assistantTurns, type PolicyContext, referencePolicy } from '../src/engines/sim/policies.js';
@@ -56,14 +58,108 @@ describe('renderHint', () => {
   });
 });
 
-describe('the hint in the user message', () => {
-  it('follows the task prompt under its heading, and strips off exactly', () => {
-    const hint = renderHint(searchVisit, 1);
-    const prompt = 'Find the page.';
+/*
+ * The paper's data and wording, written out by hand from the authors' code (AMAP-ML/ActGuide-RL):
+ * an `all_actions` record as `preprocess_deepresearch_actguide.py` stores it (`{"name", "args"}`, a
+ * visit's `goal` stripped), and the texts of `adaptive_guidance.py`'s APPEND_ONLY_HINT_TEMPLATE and
+ * ASSISTANT_PREFIX_TEMPLATE around `build_hint_from_actions`' lines.
+ */
+const paperActions = JSON.parse(
+  '[{"name": "search", "args": {"query": ["Qwen3 发布日期", "Qwen3 release date"]}}, {"name": "visit", "args": {"url": ["https://qwenlm.github.io/blog/qwen3/"]}}]',
+);
+
+describe('the paper\'s action data ({"name", "args"})', () => {
+  it('renders args as the paper does, never a null', () => {
+    expect(renderHint(paperActions, 2)).toBe(
+      '1. search: {"query": ["Qwen3 发布日期", "Qwen3 release date"]}\n2. visit: {"url": ["https://qwenlm.github.io/blog/qwen3/"]}',
+    );
+    expect(renderHint(paperActions, 1)).not.toContain('null');
+  });
+
+  it('refuses an action with neither arguments nor args, naming the field', () => {
+    const bad = [{ name: 'search' }] as never;
+    expect(() => renderHint(bad, 1)).toThrow(ValidationError);
+    expect(() => renderHint(bad, 1)).toThrow(/actions\.0.*neither "arguments" nor "args"/);
+    expect(() => renderHint([{ name: 'search', args: null }] as never, 1)).toThrow(/actions\.0/);
+  });
+});
+
+describe("the hint in the user message (the paper's append-only template)", () => {
+  it("is the task prompt, a newline, the paper's two lines and the hint; it strips off exactly", () => {
+    const hint = renderHint(paperActions, 1);
+    const prompt = 'Who released Qwen3, and when?';
     const guided = guidedPrompt(prompt, hint);
-    expect(guided).toBe(`Find the page.\n\n${HINT_HEADING}\n1. search: {"query": ["x"]}`);
+    expect(guided).toBe(
+      'Who released Qwen3, and when?\n' +
+        'Follow the partial action trajectory hint to take acttions, note that the trajectory may not complete and you still need do some extra tool calls to finish the task.\n' +
+        'Reference action trajectory hint:\n' +
+        '1. search: {"query": ["Qwen3 发布日期", "Qwen3 release date"]}',
+    );
     expect(stripHint(guided, hint)).toEqual({ text: prompt, removed: true });
     expect(stripHint(prompt, hint)).toEqual({ text: prompt, removed: false });
+  });
+
+  it('with k = 0 the hint is None, under the same two lines', () => {
+    expect(guidedPrompt('Q', renderHint(paperActions, 0))).toBe(
+      'Q\nFollow the partial action trajectory hint to take acttions, note that the trajectory may not complete and you still need do some extra tool calls to finish the task.\nReference action trajectory hint:\nNone',
+    );
+  });
+});
+
+describe('the hint as an assistant prefix', () => {
+  const conversation: { role: 'system' | 'user' | 'assistant' | 'tool'; content: string }[] = [
+    { role: 'system', content: 'You are a deep research assistant.' },
+    { role: 'user', content: 'Who released Qwen3, and when?' },
+  ];
+
+  it("opens the assistant side with the paper's prefix, after the user message", () => {
+    const hint = renderHint(paperActions, 2);
+    expect(assistantPrefix(hint)).toBe(
+      'I have a partial action plan trajectory hint:\n' +
+        '1. search: {"query": ["Qwen3 发布日期", "Qwen3 release date"]}\n' +
+        '2. visit: {"url": ["https://qwenlm.github.io/blog/qwen3/"]}\n' +
+        '\n' +
+        'I will solve the task by following this hint when useful.\n',
+    );
+    const later = [
+      ...conversation,
+      { role: 'assistant', content: 'calling search' },
+      { role: 'tool', content: 'r' },
+    ];
+    const once = withAssistantPrefix(later, hint);
+    expect(once.map((m) => m.role)).toEqual(['system', 'user', 'assistant', 'assistant', 'tool']);
+    expect(once[2]!.content).toBe(assistantPrefix(hint));
+    // A history that already has it (the agent sends it back) is left as it is.
+    expect(withAssistantPrefix(once, hint)).toEqual(once);
+  });
+
+  it('adds nothing for the hint None, as the paper does', () => {
+    expect(withAssistantPrefix(conversation, renderHint(paperActions, 0))).toEqual(conversation);
+  });
+
+  it('training prompt = the conversation without the prefix message', () => {
+    const tokenizer = loadQwen3Tokenizer();
+    const hint = renderHint(paperActions, 1);
+    const behaviour = withAssistantPrefix(conversation, hint);
+    const promptIds = tokenizeChat({ messages: behaviour, addGenerationPrompt: true }, tokenizer);
+    const step = {
+      trajectoryId: 't',
+      index: 0,
+      promptIds,
+      responseIds: [1, 2],
+      messages: behaviour as never,
+      tools: null,
+      metadata: {},
+    };
+    const views = promptViews(step, hint, tokenizer, 'assistant_prefix');
+    expect(views.behaviourReproduced).toBe(true);
+    expect(views.trainingPromptIds).toEqual(
+      tokenizeChat({ messages: conversation, addGenerationPrompt: true }, tokenizer),
+    );
+    expect(tokenizer.decode(views.trainingPromptIds)).not.toContain('partial action plan');
+    expect(() =>
+      messagesWithoutHint({ ...step, messages: conversation as never }, hint, 'assistant_prefix'),
+    ).toThrow(/no assistant message holds the hint prefix/);
   });
 });
 
@@ -332,6 +428,13 @@ describe('--guide-actions (imported action logs)', () => {
     expect(renderHint(logs.get('t2')!, 2)).toBe('1. ls: {}\n2. write: {"path": "b", "content": "x"}');
   });
 
+  it("reads the paper's action records, with args", () => {
+    const logs = readActionLogs(file(`${JSON.stringify({ task_id: 'q1', actions: paperActions })}\n`));
+    expect(renderHint(logs.get('q1')!, 2)).toBe(
+      '1. search: {"query": ["Qwen3 发布日期", "Qwen3 release date"]}\n2. visit: {"url": ["https://qwenlm.github.io/blog/qwen3/"]}',
+    );
+  });
+
   it('names the line and the field of a bad entry, and a missing file', () => {
     expect(() => readActionLogs(file('{"task_id": "t1", "actions": []}\n'))).toThrow(
       /line 1.*actions.*at least one action/,
@@ -340,6 +443,9 @@ describe('--guide-actions (imported action logs)', () => {
       /line 1.*actions\.0\.arguments/,
     );
     expect(() => readActionLogs(file('\n{oops\n'))).toThrow(/--guide-actions: line 2 is not JSON/);
+    expect(() =>
+      readActionLogs(file('{"task_id": "t1", "actions": [{"name": "x", "args": {}, "arguments": {}}]}\n')),
+    ).toThrow(/line 1.*actions\.0\.arguments.*not both/);
     expect(() => readActionLogs('/nonexistent/actions.jsonl')).toThrow(/--guide-actions: .* does not exist/);
   });
 });

@@ -556,7 +556,7 @@ describe('gateway: guided trajectories (ActGuide-RL)', () => {
       guidance_hint: hint,
       metadata: { guidance: { strategy: 'fixed_k' } },
     });
-    const section = `\n\n${HINT_HEADING}\n${hint}`;
+    const section = `\n${HINT_HEADING}\n${hint}`;
     const task = 'Read a.txt and say what it holds.';
     const answer = await client(t).chat.completions.create({
       model: 'm',
@@ -590,6 +590,49 @@ describe('gateway: guided trajectories (ActGuide-RL)', () => {
       const [s] = await server.pool.getTrajectorySteps(u.trajectory_uid);
       expect(s!.trainingPromptIds).toBeNull();
     }
+  });
+
+  it("assistant_prefix: the gateway opens every call with the paper's prefix; the training prompt is without it", async () => {
+    const server = await serve();
+    const hint = '1. read_file: {"path": "a.txt"}';
+    const t = await init(server, {
+      group_id: 'g-prefix',
+      guided: true,
+      guidance_k: 1,
+      guidance_hint: hint,
+      guidance_mode: 'assistant_prefix',
+    });
+    const task = 'Read a.txt and say what it holds.';
+    // The agent sends its task alone: it never sees the hint.
+    await client(t).chat.completions.create({
+      model: 'm',
+      messages: [{ role: 'user', content: task }],
+      seed: 5,
+      max_tokens: 16,
+    });
+    expect((await complete(t)).status).toBe(200);
+    const [step] = await server.pool.getTrajectorySteps(t.trajectory_uid);
+    // Written out from the paper's ASSISTANT_PREFIX_TEMPLATE.
+    const prefix = `I have a partial action plan trajectory hint:\n${hint}\n\nI will solve the task by following this hint when useful.\n`;
+    expect(step!.messages).toEqual([
+      { role: 'user', content: task },
+      { role: 'assistant', content: prefix },
+    ]);
+    expect(tokenizer.decode(step!.promptIds)).toBe(
+      renderChat({
+        messages: [
+          { role: 'user', content: task },
+          { role: 'assistant', content: prefix },
+        ],
+        addGenerationPrompt: true,
+      }),
+    );
+    expect(tokenizer.decode(step!.trainingPromptIds!)).toBe(
+      renderChat({ messages: [{ role: 'user', content: task }], addGenerationPrompt: true }),
+    );
+    expect((await server.pool.getTrajectory(t.trajectory_uid))!.metadata).toMatchObject({
+      guidance: { hint, mode: 'assistant_prefix' },
+    });
   });
 
   it('refuses guidance fields that contradict each other, naming the field, and creates nothing', async () => {

@@ -902,7 +902,7 @@ async function checkFinalState(store: Store, model: Model, events: PoolEvent[]):
   for (const c of CHANNELS) {
     const stats = await store.stats(c);
     const k = model.s.counters[c];
-    const groups = { collecting: 0, ready: 0, leased: 0, consumed: 0, dropped: 0 };
+    const groups = { collecting: 0, pending_guidance: 0, ready: 0, leased: 0, consumed: 0, dropped: 0 };
     for (const [, g] of model.groupsOf(c)) if (g.created) groups[g.state]++;
     expect(
       {

@@ -29,6 +29,11 @@ const fields = {
   incomplete_policy: z.enum(['drop', 'serve_partial']),
   /** An open trajectory with no activity for this long is closed as `aborted` (no session leaks). */
   idle_timeout_ms: z.number().int().min(1).nullable(),
+  /**
+   * A group held in `pending_guidance` this long is released as it is (the guide crashed or hangs):
+   * no group waits forever unless this is null.
+   */
+  guidance_hold_timeout_ms: z.number().int().min(1).nullable(),
   curation: ChannelCuration,
   /**
    * Trajectory-level signals every complete rollout of a group must have (e.g. `reward`, the
@@ -68,6 +73,7 @@ export const DEFAULT_CHANNEL_CONFIG: ChannelConfig = {
   group_timeout_ms: null,
   incomplete_policy: 'drop',
   idle_timeout_ms: 30 * 60 * 1000,
+  guidance_hold_timeout_ms: 6 * 60 * 60 * 1000,
   curation: {
     zero_variance: 'keep',
     truncated: 'keep',

@@ -7,6 +7,8 @@ export const EventType = z.enum([
   'trajectory_completed',
   'group_ready',
   'group_dropped',
+  'group_pending_guidance',
+  'group_guidance_released',
   'trajectory_excluded',
   'batch_leased',
   'batch_acked',

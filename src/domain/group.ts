@@ -1,6 +1,17 @@
 import { z } from 'zod';
 
-export const GroupState = z.enum(['collecting', 'ready', 'leased', 'consumed', 'dropped']);
+/**
+ * `pending_guidance`: a hard group (ActGuide-RL) held back, never leased, until its guided
+ * replacement lands or the guidance is abandoned (docs/datapool.md).
+ */
+export const GroupState = z.enum([
+  'collecting',
+  'pending_guidance',
+  'ready',
+  'leased',
+  'consumed',
+  'dropped',
+]);
 export type GroupState = z.infer<typeof GroupState>;
 
 export const DropReason = z.enum([
@@ -30,5 +41,9 @@ export const Group = z.object({
   readyAt: z.number().nullable(),
   leaseId: z.string().nullable(),
   consumedAt: z.number().nullable(),
+  /** Held for guidance: a group whose complete rollouts all score at most this waits in `pending_guidance`. */
+  guidanceHold: z.number().nullable(),
+  /** When it entered `pending_guidance` (null when it is not there). */
+  pendingSince: z.number().nullable(),
 });
 export type Group = z.infer<typeof Group>;

@@ -12,6 +12,7 @@ import {
   checkCompletionChannel,
   clientIdParam,
   EventType,
+  GroupState,
   JsonObject,
   LabelsBody,
   MAX_POLICY_VERSION,
@@ -100,6 +101,22 @@ const StepListQuery = z.strictObject({
   ...LabelQuery,
   ...Pagination,
 });
+const GroupListQuery = z.strictObject({
+  channel: ChannelName.optional(),
+  state: GroupState.optional(),
+  ...Pagination,
+});
+const GuidanceHoldBody = z
+  .strictObject({
+    channel: ChannelName.default('train'),
+    group_id: ClientId,
+    action: z.enum(['hold', 'release']),
+    reason: z.enum(['replaced', 'abandoned', 'operator']).optional(),
+  })
+  .refine((b) => b.action === 'release' || b.reason === undefined, {
+    path: ['reason'],
+    message: 'only a release has a reason',
+  });
 const TrajectoryListQuery = z.strictObject({
   channel: ChannelName.optional(),
   prompt_uid: ClientId.optional(),
@@ -395,6 +412,21 @@ export function createApp(options: AppOptions): Hono<Env> {
   if (options.rewards) mountRewardRoutes(app, options.rewards);
 
   // ---- curation and configuration (admin) -----------------------------------------------------
+
+  // ActGuide-RL's guidance hold (docs/datapool.md): held groups are listed like any, and only an
+  // admin holds or releases one (the guide does, with its admin key; an operator frees a stuck one).
+  app.get('/v1/groups', requireScope('trainer'), async (c) => {
+    const q = parseOrThrow(GroupListQuery, c.req.query());
+    return c.json(await pool.listGroups(q));
+  });
+  app.post('/v1/groups/guidance', requireScope('admin'), async (c) => {
+    const body = parseOrThrow(GuidanceHoldBody, await readJsonBody(c));
+    const group =
+      body.action === 'hold'
+        ? await pool.holdForGuidance(body.channel, body.group_id)
+        : await pool.releaseGuidance(body.channel, body.group_id, body.reason ?? 'operator');
+    return c.json({ group });
+  });
 
   app.post('/v1/labels', requireScope('admin'), async (c) => {
     const { labels } = parseOrThrow(LabelsBody, await readJsonBody(c));

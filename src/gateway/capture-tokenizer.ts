@@ -1,3 +1,4 @@
+import type { InjectionMode } from '../curation/actguide/hint.js';
 import { type GuidedStep, trainingPromptOf } from '../curation/actguide/prompt-views.js';
 import type { Captured } from '../engines/capture.js';
 import { type RetokenizeInput, retokenizeChat, retokenizeText } from '../engines/retokenize.js';
@@ -16,7 +17,7 @@ type TrainingPrompt = ReturnType<typeof trainingPromptOf>;
 export interface CaptureTokenizer {
   retokenizeChat(input: RetokenizeInput, captured: Captured): Promise<Ids>;
   retokenizeText(prompt: string, captured: Captured): Promise<Ids>;
-  trainingPromptOf(step: GuidedStep, hint: string): Promise<TrainingPrompt>;
+  trainingPromptOf(step: GuidedStep, hint: string, mode?: InjectionMode): Promise<TrainingPrompt>;
   /** Ids as text without special tokens (what a reward function reads of a token-only sample). */
   decode(ids: number[]): Promise<string>;
 }
@@ -26,7 +27,7 @@ export function inThreadTokenizer(tokenizer: () => ChatTokenizer): CaptureTokeni
   return {
     retokenizeChat: async (input, captured) => retokenizeChat(input, captured, tokenizer()),
     retokenizeText: async (prompt, captured) => retokenizeText(prompt, captured, tokenizer()),
-    trainingPromptOf: async (step, hint) => trainingPromptOf(step, hint, tokenizer()),
+    trainingPromptOf: async (step, hint, mode) => trainingPromptOf(step, hint, tokenizer(), mode),
     decode: async (ids) => tokenizer().decode(ids, { skipSpecialTokens: true }),
   };
 }
@@ -35,6 +36,6 @@ export function inThreadTokenizer(tokenizer: () => ChatTokenizer): CaptureTokeni
 export const offThreadTokenizer: CaptureTokenizer = {
   retokenizeChat: (input, captured) => offload.call('retokenizeChat', input, captured),
   retokenizeText: (prompt, captured) => offload.call('retokenizeText', prompt, captured),
-  trainingPromptOf: (step, hint) => offload.call('trainingPromptOf', step, hint),
+  trainingPromptOf: (step, hint, mode) => offload.call('trainingPromptOf', step, hint, mode),
   decode: (ids) => offload.call('decode', ids),
 };

@@ -1,4 +1,5 @@
 import type { Logger } from 'pino';
+import { type InjectionMode, withAssistantPrefix } from '../curation/actguide/hint.js';
 import { newTrajectoryId } from '../domain/ids.js';
 import {
   ConflictError,
@@ -72,6 +73,14 @@ export interface InitTrajectoryInput {
   guidanceK?: number | null;
   /** The hint in its prompt; each guided step then also stores the prompt without it. */
   guidanceHint?: string | null;
+  /**
+   * Where the hint is: in the task's user message (`user_prompt`, the agent was given it), or an
+   * assistant message the gateway inserts after the first user message of every call
+   * (`assistant_prefix`, the paper's second mode; the agent never sees it).
+   */
+  guidanceMode?: InjectionMode;
+  /** ActGuide-RL: hold the group back from leases if none of its rollouts scores above this. */
+  holdForGuidance?: number;
   /** Refuse to join an existing group (an agent's own key, docs/security.md). */
   newGroup?: boolean;
   /** Chat answers keep the raw `<tool_call>` text in `content` (Claw-R1's agents parse it there). */
@@ -103,6 +112,10 @@ export interface Session {
   hint: string | null;
   /** Chat answers carry the model's raw `<tool_call>` text in `content` (Claw-R1's form). */
   rawToolCalls: boolean;
+  /** Where the hint is (metadata `guidance.mode`; absent: the user message). */
+  hintMode: InjectionMode;
+  /** The hint every chat call of a guided or probe trajectory opens with in `assistant_prefix` mode. */
+  prefixHint: string | null;
 }
 
 /** The hint a guided trajectory's steps are stored without (metadata `guidance.hint`). */
@@ -111,6 +124,22 @@ function hintOf(t: Pick<Trajectory, 'guided' | 'metadata'>): string | null {
   const guidance = t.metadata.guidance;
   if (typeof guidance !== 'object' || guidance === null || Array.isArray(guidance)) return null;
   const hint = (guidance as Record<string, unknown>).hint;
+  return typeof hint === 'string' ? hint : null;
+}
+
+/** Where a guided trajectory's hint is (metadata `guidance.mode`), `user_prompt` unless it says so. */
+function hintModeOf(t: Pick<Trajectory, 'metadata'>): InjectionMode {
+  const guidance = t.metadata.guidance;
+  if (typeof guidance !== 'object' || guidance === null || Array.isArray(guidance)) return 'user_prompt';
+  return (guidance as Record<string, unknown>).mode === 'assistant_prefix'
+    ? 'assistant_prefix'
+    : 'user_prompt';
+}
+
+/** The hint the gateway inserts as the assistant's opening: guided and probe trajectories alike. */
+function prefixHintOf(t: Pick<Trajectory, 'guided' | 'probe' | 'metadata'>): string | null {
+  if (!(t.guided || t.probe) || hintModeOf(t) !== 'assistant_prefix') return null;
+  const hint = (t.metadata.guidance as Record<string, unknown>).hint;
   return typeof hint === 'string' ? hint : null;
 }
 
@@ -223,7 +252,10 @@ export class Gateway {
     if (input.guidanceHint != null) {
       const given = metadata.guidance;
       const guidance = typeof given === 'object' && given !== null && !Array.isArray(given) ? given : {};
-      metadata = { ...metadata, guidance: { ...guidance, hint: input.guidanceHint } };
+      metadata = {
+        ...metadata,
+        guidance: { ...guidance, hint: input.guidanceHint, mode: input.guidanceMode ?? 'user_prompt' },
+      };
     }
     const trajectory = await this.pool.createTrajectory({
       id: newTrajectoryId(),
@@ -234,6 +266,7 @@ export class Gateway {
       guided: input.guided ?? false,
       probe: input.probe ?? false,
       guidanceK: input.guidanceK ?? null,
+      holdForGuidance: input.holdForGuidance ?? null,
       newGroup: input.newGroup ?? false,
     });
     this.sessions.set(
@@ -250,7 +283,7 @@ export class Gateway {
   }
 
   private newSession(
-    t: Pick<Trajectory, 'id' | 'groupId' | 'channel' | 'guided' | 'metadata'>,
+    t: Pick<Trajectory, 'id' | 'groupId' | 'channel' | 'guided' | 'probe' | 'metadata'>,
     next: number,
     last: LastStep | null,
     rawToolCalls: boolean,
@@ -267,6 +300,8 @@ export class Gateway {
       closed: null,
       hint: hintOf(t),
       rawToolCalls,
+      hintMode: hintModeOf(t),
+      prefixHint: prefixHintOf(t),
     };
   }
 
@@ -433,6 +468,12 @@ export class Gateway {
   ): Promise<Answer> {
     const router = this.requireRouter();
     const request = checkCallRequest(kind, body);
+    if (kind === 'chat' && session.prefixHint !== null) {
+      // The engine sees the hint as the assistant's opening (stored so: the behaviour prompt); the
+      // training prompt is rebuilt without it at capture.
+      request.messages = withAssistantPrefix(request.messages as { role: string }[], session.prefixHint);
+      raw = null;
+    }
     const stream = request.stream === true;
     if (stream && kind === 'chat' && session.rawToolCalls)
       throw new ValidationError(
@@ -957,6 +998,7 @@ export class Gateway {
           metadata,
         },
         session.hint,
+        session.hintMode,
       );
       trainingPromptIds = view.ids;
       if (view.problem !== null) metadata.training_prompt_unavailable = view.problem;

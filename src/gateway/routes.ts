@@ -1,6 +1,8 @@
 import type { Context, Hono } from 'hono';
 import { z } from 'zod';
+import { INJECTION_MODES } from '../curation/actguide/hint.js';
 import {
+  AuthError,
   ChannelName,
   ClientId,
   CompleteTrajectoryBody,
@@ -56,6 +58,9 @@ const InitTrajectoryBody = z
     guidance_hint: z.string().max(262_144).optional(),
     // Claw-R1's agents read tool calls from the raw `<tool_call>` text in content (docs/gateway.md).
     raw_tool_calls: z.boolean().optional(),
+    guidance_mode: z.enum(INJECTION_MODES).optional(),
+    // ActGuide-RL: the group waits in pending_guidance if none of its rollouts scores above this.
+    hold_for_guidance: z.number().finite().optional(),
   })
   .superRefine((body, ctx) => {
     if (body.guided && body.probe)
@@ -71,6 +76,12 @@ const InitTrajectoryBody = z
           path: [field],
           message: 'applies to guided or probe trajectories only (set guided or probe)',
         });
+    if (body.guidance_mode !== undefined && body.guidance_hint === undefined)
+      ctx.addIssue({
+        code: 'custom',
+        path: ['guidance_mode'],
+        message: 'says where guidance_hint goes: send guidance_hint with it',
+      });
   });
 
 const RegisterTrajectoryBody = z.strictObject({
@@ -191,6 +202,9 @@ export function mountGatewayRoutes(
     openai(async (c) => {
       const body = parseOrThrow(InitTrajectoryBody, await readJsonBody(c));
       const channel = body.channel ?? 'train';
+      // Holding a group keeps it from trainers: the runner's call, never an agent's (docs/security.md).
+      if (body.hold_for_guidance !== undefined && agentOnly(c.get('apiKey')))
+        throw new AuthError("hold_for_guidance: an agent's key cannot hold a group back from training", 403);
       // An agent's key opens its own groups; adding rollouts to an existing one is its owner's.
       const newGroup =
         agentOnly(c.get('apiKey')) &&
@@ -207,6 +221,8 @@ export function mountGatewayRoutes(
           probe: body.probe,
           guidanceK: body.guidance_k ?? null,
           guidanceHint: body.guidance_hint ?? null,
+          ...(body.guidance_mode ? { guidanceMode: body.guidance_mode } : {}),
+          ...(body.hold_for_guidance !== undefined ? { holdForGuidance: body.hold_for_guidance } : {}),
           newGroup,
           rawToolCalls: body.raw_tool_calls,
         })

@@ -10,6 +10,8 @@ import {
   type GuidanceProbe,
   type GuideStrategy,
   guidedPrompt,
+  INJECTION_MODES,
+  type InjectionMode,
   isHardGroup,
   type PlanAction,
   planFromSteps,
@@ -22,11 +24,12 @@ import { type GymRunOptions, type GymSummary, runGym, type SampleResult } from '
 import type { GymTask } from './tasks/schema.js';
 
 /*
- * ActGuide-RL on a gym run. The tasks run unguided first (a plain `runGym`). A task whose group is hard
- * (no rollout scored above the threshold) and that has reference actions is guided: its unguided
- * rollouts are labelled untrainable (kept for inspection, never trained on), k is chosen (by probe
- * rollouts for `adaptive`), and n guided rollouts, the task prompt with a hint of the first k actions,
- * form the group `<group>.guided` that is served in its place. Probes run in their own group
+ * ActGuide-RL on a gym run. The tasks run unguided first (a plain `runGym`), their groups held for
+ * guidance: a hard one (no rollout scored above the threshold) waits in `pending_guidance`, never
+ * leased. Every hard group is guided, as in the paper: k is chosen (by probe rollouts for `adaptive`),
+ * and n guided rollouts with a hint of the first k actions (the hint `None` for a task without a
+ * plan) form the group `<group>.guided`, served in its place; then the hard group's rollouts are
+ * labelled untrainable (kept for inspection) and its hold is released. Probes run in their own group
  * `<group>.probe-<k>` in the channel `<channel>-probe`, which no trainer leases. Guided and probe
  * trajectories carry `guidance: {k, strategy, hint, ...}` in their metadata: the guided ones are
  * off-policy (the hint shaped the behaviour), and the hint is what serving strips to rebuild the
@@ -35,14 +38,18 @@ import type { GymTask } from './tasks/schema.js';
 
 export const REPLACED_TAG = 'actguide-replaced';
 
-/** Where a guided task's plan came from, in the order they are tried. */
-export type PlanSource = 'reference' | 'action_log' | 'stored';
+/** Where a guided task's plan came from, in the order they are tried; `none`: no plan, hint `None`. */
+export type PlanSource = 'reference' | 'action_log' | 'stored' | 'none';
 
 export interface GuideOptions extends GuidanceConfigInput {
   /** Imported action logs: a plan per task id, for tasks without reference actions. */
   actionLogs?: ReadonlyMap<string, readonly PlanAction[]>;
   /** Look for a stored rollout that solved the task when neither gives a plan (default true). */
   storedPlans?: boolean;
+  /** Where the hint goes: the user message (default) or an assistant prefix (docs/actguide.md). */
+  injectionMode?: InjectionMode;
+  /** Hold the unguided groups for guidance, so no trainer leases a hard one (default true). */
+  hold?: boolean;
   /** Channel of the probe rollouts (default `<channel>-probe`). */
   probeChannel?: string;
   /** A key with the admin scope, for labelling replaced rollouts (default: the run's apiKey). */
@@ -74,6 +81,8 @@ export interface GuidanceRecord {
   rescued: boolean;
   /** The unguided trajectories labelled untrainable. */
   replaced: string[];
+  /** Where the hint went. */
+  mode: InjectionMode;
 }
 
 export interface GuideDecision {
@@ -83,7 +92,7 @@ export interface GuideDecision {
   /** Scores of its complete rollouts. */
   rewards: number[];
   hard: boolean;
-  /** Why a hard group was left as it was. */
+  /** Why a hard group was left as it was, or a note on its hold (leased before it could be held). */
   reason: string | null;
   guidance: GuidanceRecord | null;
 }
@@ -188,7 +197,12 @@ export async function runGuided(
 ): Promise<GuidedRunResult> {
   const config = parseOrThrow(GuidanceConfig, stripHooks(options.guide), 'guide');
   const { guide, ...gymOptions } = options;
-  const unguided = await runSamples(gymOptions);
+  const mode: InjectionMode = guide.injectionMode ?? 'user_prompt';
+  const holding = guide.hold !== false;
+  const unguided = await runSamples({
+    ...gymOptions,
+    ...(holding ? { holdForGuidance: config.threshold } : {}),
+  });
   const stateDir = guide.stateDir ?? defaultStateDir(options.stateFile);
   mkdirSync(stateDir, { recursive: true });
   const decisionsFile = join(stateDir, 'decisions.jsonl');
@@ -212,13 +226,15 @@ export async function runGuided(
       k,
       strategy: config.strategy,
       hint,
+      mode,
       actions: actions.length,
       plan_source: plan.source,
       ...(plan.from ? { plan_from: plan.from } : {}),
     };
     const { results } = await runSamples({
       ...gymOptions,
-      tasks: [{ ...task, prompt: guidedPrompt(task.prompt, hint) }],
+      // In assistant_prefix mode the task prompt stays as it is: the gateway opens each call with the hint.
+      tasks: [mode === 'user_prompt' ? { ...task, prompt: guidedPrompt(task.prompt, hint) } : task],
       samples,
       concurrency: Math.max(1, Math.min(options.concurrency, samples)),
       channel: phase === 'probe' ? probeChannel : options.channel,
@@ -227,7 +243,7 @@ export async function runGuided(
         phase === 'probe' ? `probe-${task.id}-k${k}.jsonl` : `guided-${task.id}.jsonl`,
       ),
       groupOf: () => (phase === 'probe' ? `${groupId}.probe-${k}` : `${groupId}.guided`),
-      guidance: { kind: phase === 'probe' ? 'probe' : 'guided', k, hint },
+      guidance: { kind: phase === 'probe' ? 'probe' : 'guided', k, hint, mode },
       metadataOf: () => ({
         guidance:
           phase === 'probe'
@@ -253,55 +269,72 @@ export async function runGuided(
       const replaced = results.flatMap((r) => (r.trajectoryUid ? [r.trajectoryUid] : []));
       return { task, groupId, rewards, hard, replaced };
     });
-  // Plans are found before anything is labelled: only a group that will be guided is replaced.
-  const plans = new Map<string, ResolvedPlan | null>();
-  for (const t of todo) if (t.hard) plans.set(t.task.id, await planFor(t.task, options, config.threshold));
-  for (const t of todo) if (!plans.get(t.task.id)) t.replaced = [];
+  // Every hard group is guided: with its plan, else with the hint None (the paper re-runs them all).
+  const plans = new Map<string, ResolvedPlan>();
+  for (const t of todo)
+    if (t.hard)
+      plans.set(
+        t.task.id,
+        (await planFor(t.task, options, config.threshold)) ?? { actions: [], source: 'none', from: null },
+      );
   if (options.signal?.aborted) return { ...unguided, guidance: guidanceSoFar(decided, options.tasks) };
-  // Every group to be replaced is labelled before any probe runs: the shorter the window in which a
-  // trainer can lease a hard group, the better.
-  await labelReplaced(
-    options,
-    todo.flatMap((t) =>
-      t.replaced.map((trajectoryId) => ({ trajectoryId, guidedGroup: `${t.groupId}.guided` })),
-    ),
-  );
+  const hold = (t: (typeof todo)[number]) => groupHold(options, channel, t.groupId);
 
-  const decide = async ({ task, groupId, rewards, hard, replaced }: (typeof todo)[number]) => {
+  const decide = async (item: (typeof todo)[number]): Promise<GuideDecision> => {
+    const { task, groupId, rewards, hard, replaced } = item;
     const base = { taskId: task.id, groupId, rewards, hard };
-    if (!hard) return { ...base, reason: null, guidance: null } satisfies GuideDecision;
-    const plan = plans.get(task.id) ?? null;
-    if (plan === null)
-      return {
-        ...base,
-        reason: 'no plan for the task: no reference actions, action log or stored rollout that solved it',
-        guidance: null,
-      } satisfies GuideDecision;
+    if (!hard) {
+      // Not hard here (the store may have judged by a reward set later): it goes on to ready.
+      if (holding) await hold(item).release('abandoned');
+      return { ...base, reason: null, guidance: null };
+    }
+    // Held already when it settled; this also holds one that settled ready (e.g. a run made before).
+    const note = holding ? await hold(item).hold() : null;
+    const plan = plans.get(task.id)!;
     const actions = plan.actions;
     const guidedGroup = `${groupId}.guided`;
-    const choice = await chooseGuidanceK(
-      actions,
-      async (k) => scores(await pass(task, groupId, plan, k, 'probe')),
-      config,
-    );
-    const guidedRewards = scores(await pass(task, groupId, plan, choice.k, 'guided'));
-    const decision: GuideDecision = {
-      ...base,
-      reason: null,
-      guidance: {
-        k: choice.k,
-        strategy: choice.strategy,
-        hint: renderHint(actions, choice.k),
-        planSource: plan.source,
-        planFrom: plan.from,
-        actions: actions.length,
-        probes: choice.probes,
-        groupId: guidedGroup,
-        rewards: guidedRewards,
-        rescued: guidedRewards.some((r) => r > config.threshold),
-        replaced,
-      },
-    };
+    let decision: GuideDecision;
+    try {
+      const choice = await chooseGuidanceK(
+        actions,
+        async (k) => scores(await pass(task, groupId, plan, k, 'probe')),
+        config,
+      );
+      const guidedRewards = scores(await pass(task, groupId, plan, choice.k, 'guided'));
+      if (options.signal?.aborted) throw new Aborted();
+      decision = {
+        ...base,
+        reason: note,
+        guidance: {
+          k: choice.k,
+          strategy: choice.strategy,
+          hint: renderHint(actions, choice.k),
+          planSource: plan.source,
+          planFrom: plan.from,
+          actions: actions.length,
+          probes: choice.probes,
+          groupId: guidedGroup,
+          rewards: guidedRewards,
+          rescued: guidedRewards.some((r) => r > config.threshold),
+          replaced,
+          mode,
+        },
+      };
+      // The guided group has landed: the hard group's rollouts are kept but never trained on.
+      await labelReplaced(
+        options,
+        replaced.map((trajectoryId) => ({ trajectoryId, guidedGroup })),
+      );
+    } catch (error) {
+      // A run cut short stays held (a resumed run guides it; the hold times out otherwise). A failed
+      // one is released as it was, unlabelled: no group waits for a replacement that will not come.
+      if (!(error instanceof Aborted) && !options.signal?.aborted && holding)
+        await hold(item)
+          .release('abandoned')
+          .catch(() => {});
+      throw error;
+    }
+    if (holding) await hold(item).release('replaced');
     return decision;
   };
 
@@ -315,8 +348,14 @@ export async function runGuided(
   const worker = async () => {
     while (next < todo.length && !options.signal?.aborted) {
       const item = todo[next++]!;
-      const decision: GuideDecision = await decide(item);
-      if (options.signal?.aborted) return; // a pass cut short decides nothing
+      let decision: GuideDecision;
+      try {
+        decision = await decide(item);
+      } catch (error) {
+        if (error instanceof Aborted) return; // a pass cut short decides nothing
+        throw error;
+      }
+      if (options.signal?.aborted) return;
       appendFileSync(decisionsFile, `${JSON.stringify(decision)}\n`);
       decisions.set(item.task.id, decision);
       guide.onDecision?.(decision);
@@ -324,6 +363,42 @@ export async function runGuided(
   };
   await Promise.all(Array.from({ length: Math.min(width, Math.max(1, todo.length)) }, worker));
   return { ...unguided, guidance: { ...guidanceSoFar(decisions, options.tasks), probes, guided } };
+}
+
+class Aborted extends Error {}
+
+/**
+ * Holds and releases a group for guidance (POST /v1/groups/guidance, admin scope). A hold refused
+ * because a trainer already leased the group is not an error: the guidance goes on, and the note
+ * says that group was served as it was.
+ */
+function groupHold(options: GuidedRunOptions, channel: string, groupId: string) {
+  const key = options.guide.adminApiKey ?? options.apiKey;
+  const post = async (body: Record<string, unknown>) => {
+    const url = apiUrl(options.gatewayUrl, '/v1/groups/guidance');
+    const res = await fetch(url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...(key ? { authorization: `Bearer ${key}` } : {}) },
+      body: JSON.stringify({ channel, group_id: groupId, ...body }),
+    });
+    if (res.ok) return null;
+    const text = await res.text();
+    if (res.status === 409) return text;
+    const scope =
+      res.status === 401 || res.status === 403 ? ' (holding groups needs a key with the admin scope)' : '';
+    throw new Error(
+      `${body.action} of group ${groupId} failed: ${url} answered ${res.status}${scope}: ${text}`,
+    );
+  };
+  return {
+    hold: async () => {
+      const refused = await post({ action: 'hold' });
+      return refused === null ? null : `not held: ${refused}`;
+    },
+    release: async (reason: 'replaced' | 'abandoned') => {
+      await post({ action: 'release', reason });
+    },
+  };
 }
 
 /** The decisions made so far, in task order, with their summary. */
@@ -337,8 +412,18 @@ function guidanceSoFar(decisions: ReadonlyMap<string, GuideDecision>, tasks: rea
 
 /** The scheduler's fields of the guide options (the rest are this module's). */
 function stripHooks(guide: GuideOptions): GuidanceConfigInput {
-  const { probeChannel, adminApiKey, stateDir, onDecision, onSample, actionLogs, storedPlans, ...config } =
-    guide;
+  const {
+    probeChannel,
+    adminApiKey,
+    stateDir,
+    onDecision,
+    onSample,
+    actionLogs,
+    storedPlans,
+    injectionMode,
+    hold,
+    ...config
+  } = guide;
   return config;
 }
 
@@ -404,7 +489,10 @@ async function planFor(
   return null;
 }
 
-/** Reads `--guide-actions FILE`: JSONL, one `{"task_id", "actions": [{"name", "arguments"}]}` a line. */
+/**
+ * Reads `--guide-actions FILE`: JSONL, one `{"task_id", "actions": [{"name", "arguments"}]}` a line;
+ * an action may carry `args` instead of `arguments`, as the paper's action data does.
+ */
 export function readActionLogs(path: string): Map<string, PlanAction[]> {
   if (!existsSync(path))
     throw new ValidationError(`--guide-actions: ${path} does not exist`, 'guide_actions');
@@ -423,16 +511,34 @@ export function readActionLogs(path: string): Map<string, PlanAction[]> {
         );
       }
       const entry = parseOrThrow(ActionLogLine, value, `--guide-actions line ${i + 1}`);
-      logs.set(entry.task_id, entry.actions as PlanAction[]);
+      logs.set(entry.task_id, entry.actions);
     });
   return logs;
 }
 
+// An action as the paper's data writes it (`args`) or as OpenAI's calls do (`arguments`): one of them.
+const LoggedAction = z
+  .strictObject({
+    name: z.string().min(1),
+    arguments: z.record(z.string(), z.unknown()).optional(),
+    args: z.record(z.string(), z.unknown()).optional(),
+  })
+  .superRefine((a, ctx) => {
+    if ((a.arguments === undefined) === (a.args === undefined))
+      ctx.addIssue({
+        code: 'custom',
+        path: ['arguments'],
+        message:
+          a.arguments === undefined
+            ? 'is missing (or give "args", as the paper\'s data does)'
+            : 'give "arguments" or "args", not both',
+      });
+  })
+  .transform((a): PlanAction => ({ name: a.name, arguments: a.arguments ?? a.args }));
+
 const ActionLogLine = z.strictObject({
   task_id: z.string().min(1),
-  actions: z
-    .array(z.strictObject({ name: z.string().min(1), arguments: z.record(z.string(), z.unknown()) }))
-    .min(1, 'must hold at least one action'),
+  actions: z.array(LoggedAction).min(1, 'must hold at least one action'),
 });
 
 // ---- CLI ----------------------------------------------------------------------------------------
@@ -445,6 +551,7 @@ export interface GuideCliOptions {
   probeRollouts?: number;
   maxProbeSteps?: number;
   guideApiKey?: string;
+  guideMode?: InjectionMode;
 }
 
 const integer = (flag: string, min: number) => (value: string) => {
@@ -496,7 +603,12 @@ export function addGuideOptions(command: Command): Command {
     )
     .option(
       '--guide-actions <file>',
-      'action logs for tasks without reference actions: JSONL of {"task_id", "actions": [{"name", "arguments"}]}',
+      'action logs for tasks without reference actions: JSONL of {"task_id", "actions": [{"name", "arguments" or "args"}]}',
+    )
+    .addOption(
+      new Option('--guide-mode <mode>', 'where the hint goes: the user message, or an assistant prefix')
+        .choices(INJECTION_MODES)
+        .default('user_prompt'),
     )
     .option(
       '--guide-api-key <key>',
@@ -531,6 +643,7 @@ export function guidedRunner(
     ...(opts.probeRollouts !== undefined ? { probeRollouts: opts.probeRollouts } : {}),
     ...(opts.maxProbeSteps !== undefined ? { maxProbeSteps: opts.maxProbeSteps } : {}),
     ...(opts.guideApiKey !== undefined ? { adminApiKey: opts.guideApiKey } : {}),
+    ...(opts.guideMode !== undefined ? { injectionMode: opts.guideMode } : {}),
     ...(opts.guideActions !== undefined ? { actionLogs: readActionLogs(opts.guideActions) } : {}),
     onDecision: (d) => {
       if (d.guidance)

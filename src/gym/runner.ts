@@ -3,6 +3,7 @@ import { setMaxListeners } from 'node:events';
 import { appendFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { APIConnectionError, APIError } from 'openai';
+import type { InjectionMode } from '../curation/actguide/hint.js';
 import { cleanerMetadata } from '../curation/cleaner/report.js';
 import type { CleanerOptions } from '../curation/cleaner/saar.js';
 import { type AgentOutcome, type BuiltinAgentOptions, runBuiltinAgent } from './agent/builtin.js';
@@ -72,7 +73,12 @@ export interface GymRunOptions {
   /** Trajectory metadata beside the runner's own keys (e.g. ActGuide's `guidance`). */
   metadataOf?: (task: GymTask, sample: number) => Record<string, unknown>;
   /** ActGuide-RL: every trajectory of the run is guided (or a probe) by this hint (guide.ts). */
-  guidance?: { kind: 'guided' | 'probe'; k: number; hint: string };
+  guidance?: { kind: 'guided' | 'probe'; k: number; hint: string; mode?: InjectionMode };
+  /**
+   * ActGuide-RL: a group whose complete rollouts all score at most this waits in `pending_guidance`
+   * (not leasable) instead of becoming ready, until the guide releases it (docs/actguide.md).
+   */
+  holdForGuidance?: number;
 }
 
 export interface SampleResult {
@@ -227,6 +233,7 @@ export interface SampleJob {
   seed: number;
   channel?: string;
   guidance?: GymRunOptions['guidance'];
+  holdForGuidance?: number;
   /** Trajectory metadata beside the runner's own keys. */
   metadata?: Record<string, unknown>;
 }
@@ -267,6 +274,7 @@ export function sampleJobOf(options: GymRunOptions, task: GymTask, sample: numbe
     seed: sampleSeed(options.runId, task.id, sample),
     channel: options.channel,
     guidance: options.guidance,
+    holdForGuidance: options.holdForGuidance,
     metadata: options.metadataOf?.(task, sample),
   };
 }
@@ -340,8 +348,10 @@ export async function runSample(
               [job.guidance.kind]: true,
               guidance_k: job.guidance.k,
               guidance_hint: job.guidance.hint,
+              ...(job.guidance.mode ? { guidance_mode: job.guidance.mode } : {}),
             }
           : {}),
+        ...(job.holdForGuidance !== undefined ? { hold_for_guidance: job.holdForGuidance } : {}),
         metadata: {
           ...job.metadata,
           task_id: task.id,

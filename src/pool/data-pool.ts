@@ -2,6 +2,7 @@ import type { Logger } from 'pino';
 import {
   type ChannelConfig,
   type ChannelConfigPatch,
+  type Group,
   type Label,
   type LabelInput,
   type Lease,
@@ -19,6 +20,8 @@ import type {
   CompleteInput,
   CreateTrajectoryInput,
   EventQuery,
+  GroupQuery,
+  GuidanceRelease,
   LeasedBatch,
   Page,
   PoolStats,
@@ -113,7 +116,8 @@ export class DataPool {
 
   async sweepNow(): Promise<void> {
     const result = await this.store.sweep(this.clock());
-    if (result.expiredLeases + result.servedPartial + result.idleAborted > 0) this.wake();
+    if (result.expiredLeases + result.servedPartial + result.idleAborted + result.guidanceReleased > 0)
+      this.wake();
   }
 
   /** Wakes those waiting for new data (all, or only event readers); they re-check the store. */
@@ -190,6 +194,26 @@ export class DataPool {
   async mergeTrajectoryMetadata(id: string, metadata: Record<string, unknown>): Promise<Trajectory> {
     this.assertOpen();
     return this.store.mergeTrajectoryMetadata(id, metadata, this.clock());
+  }
+
+  // ---- guidance holds (ActGuide-RL, docs/datapool.md) ----------------------------------------
+
+  async listGroups(query: GroupQuery): Promise<Page<Group>> {
+    return this.store.listGroups(query);
+  }
+
+  /** Keeps a group from being leased until its guided replacement lands (or the hold ends). */
+  async holdForGuidance(channel: string, groupId: string): Promise<Group> {
+    this.assertOpen();
+    return this.store.holdGroupForGuidance(channel, groupId, this.clock());
+  }
+
+  /** Ends a guidance hold: the group goes on to ready, as it would have, and leases may take it. */
+  async releaseGuidance(channel: string, groupId: string, why: GuidanceRelease): Promise<Group> {
+    this.assertOpen();
+    const group = await this.store.releaseGuidanceHold(channel, groupId, why, this.clock());
+    this.wake();
+    return group;
   }
 
   async recordCallFailure(failure: CallFailure): Promise<void> {

@@ -70,6 +70,8 @@ export interface GroupRow {
   ready_seq: number | null;
   lease_id: string | null;
   consumed_at: number | null;
+  guidance_hold: number | null;
+  pending_since: number | null;
 }
 
 export interface TrajectoryRow {
@@ -223,6 +225,8 @@ export function toGroup(row: GroupRow): Group {
     readyAt: row.ready_at,
     leaseId: row.lease_id,
     consumedAt: row.consumed_at,
+    guidanceHold: row.guidance_hold ?? null,
+    pendingSince: row.pending_since ?? null,
   };
 }
 
@@ -602,7 +606,7 @@ export interface StatsParts {
 export function assembleStats(channel: string | null, parts: StatsParts): PoolStats {
   const c = new Map(parts.counters.map((r) => [r.name, r.value]));
   const get = (name: string) => c.get(name) ?? 0;
-  const groups = { collecting: 0, ready: 0, leased: 0, consumed: 0, dropped: 0 };
+  const groups = { collecting: 0, pending_guidance: 0, ready: 0, leased: 0, consumed: 0, dropped: 0 };
   for (const r of parts.groupStates) groups[r.state] = r.n;
   const stalenessHistogram: Record<string, number> = {};
   for (const r of parts.readyVersions) {

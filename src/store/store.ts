@@ -78,6 +78,8 @@ export interface CreateTrajectoryInput {
   probe?: boolean;
   derivedFrom?: string | null;
   derivation?: Record<string, unknown> | null;
+  /** ActGuide-RL: the group is held for guidance at this threshold (see Group.guidanceHold). */
+  holdForGuidance?: number | null;
   /** Refuse (409 on `group_id`) when the group already exists: the caller may not join one. */
   newGroup?: boolean;
 }
@@ -289,7 +291,14 @@ export interface PoolStats {
   prefixBreaks: number;
   lateTrajectories: number;
   queueDepth: number;
-  groups: { collecting: number; ready: number; leased: number; consumed: number; dropped: number };
+  groups: {
+    collecting: number;
+    pending_guidance: number;
+    ready: number;
+    leased: number;
+    consumed: number;
+    dropped: number;
+  };
   activeLeases: number;
   /**
    * What curation did with the groups it saw, for metrics that do not only see what was kept
@@ -316,6 +325,18 @@ export interface GroupSweepResult {
   dropped: number;
   servedPartial: number;
   expiredLeases: number;
+  /** Groups whose guidance hold timed out, released as they were. */
+  guidanceReleased: number;
+}
+
+/** Why a group left `pending_guidance`. */
+export type GuidanceRelease = 'replaced' | 'abandoned' | 'operator' | 'timeout';
+
+export interface GroupQuery {
+  channel?: string;
+  state?: Group['state'];
+  limit: number;
+  offset: number;
 }
 
 /**
@@ -344,6 +365,19 @@ export interface Store {
   getTrajectorySteps(id: string): Promise<Step[]>;
   getStep(trajectoryId: string, index: number): Promise<Step | null>;
   getGroup(channel: string, id: string): Promise<Group | null>;
+  /** Groups by creation, newest first. */
+  listGroups(query: GroupQuery): Promise<Page<Group>>;
+  /**
+   * Holds a group for guidance (ActGuide-RL): a ready one moves to `pending_guidance` (not leasable),
+   * a collecting one will whatever its rewards; a pending one stays. A group already leased, consumed
+   * or dropped cannot be held (ConflictError on `state`).
+   */
+  holdGroupForGuidance(channel: string, id: string, now: number): Promise<Group>;
+  /**
+   * Ends a guidance hold: a pending group goes on to `ready` (as it would have), a collecting one
+   * is no longer held. Anything else is returned as it is.
+   */
+  releaseGuidanceHold(channel: string, id: string, why: GuidanceRelease, now: number): Promise<Group>;
   listSteps(query: StepQuery): Promise<Page<Step>>;
   listTrajectories(query: TrajectoryQuery): Promise<Page<Trajectory>>;
   /** Pages through every trajectory matching the filters without offsets (exports read it all). */

@@ -5,14 +5,31 @@
  * rendered there reads ours the same way.
  */
 
-/** One action of a plan: a tool call by name with its arguments. */
-export interface PlanAction {
-  name: string;
-  arguments: unknown;
-}
+import { ValidationError } from '../../domain/errors.js';
+
+/**
+ * One action of a plan: a tool call by name with its arguments, under `arguments` (OpenAI's name, our
+ * tasks') or `args` (the paper's action data, `{"name": "search", "args": {...}}`).
+ */
+export type PlanAction = { name: string } & ({ arguments: unknown } | { args: unknown });
 
 /** What a hint with no actions says (the paper's `build_hint_from_actions` with k = 0). */
 export const EMPTY_HINT = 'None';
+
+/** The action's arguments, whichever key holds them; a missing or null one is refused, naming it. */
+export function actionArguments(action: PlanAction, index = 0): unknown {
+  const a = action as { name?: unknown; arguments?: unknown; args?: unknown };
+  if (typeof a.name !== 'string' || a.name === '')
+    throw new ValidationError(`actions.${index}.name: must be a non-empty string`, `actions.${index}.name`);
+  const value = a.arguments !== undefined ? a.arguments : a.args;
+  // A rendered `null` would teach the model a call without arguments: refuse instead.
+  if (value === undefined || value === null)
+    throw new ValidationError(
+      `actions.${index}: has neither "arguments" nor "args" (the action ${a.name} needs its arguments)`,
+      `actions.${index}.arguments`,
+    );
+  return value;
+}
 
 /**
  * JSON as Python's `json.dumps(value, ensure_ascii=False)` writes it: `", "` between items, `": "`
@@ -45,24 +62,59 @@ export function pythonJson(value: unknown): string {
 export function renderHint(actions: readonly PlanAction[], k: number): string {
   const shown = actions.slice(0, Math.max(0, Math.floor(k)));
   if (shown.length === 0) return EMPTY_HINT;
-  return shown.map((a, i) => `${i + 1}. ${a.name}: ${pythonJson(a.arguments)}`).join('\n');
+  return shown.map((a, i) => `${i + 1}. ${a.name}: ${pythonJson(actionArguments(a, i))}`).join('\n');
 }
 
-/**
- * The heading of the hint section in the user message. Our wording: it says what the lines are (the
- * start of a known solution), that they may stop short, and that the rest is the agent's job.
+/*
+ * The paper's wording, word for word (its `adaptive_guidance.py`, typo "acttions" included): a model
+ * trained with ActGuide-RL's hints reads ours the same way. Two injection modes, as there:
+ * `user_prompt` appends the section to the task's user message (their `append_hint_only` style: the
+ * task prompt stays as it is), `assistant_prefix` opens the assistant's side with the hint.
  */
-export const HINT_HEADING =
-  'Reference plan: the first actions of a known solution. It may stop before the task is done; follow it, then finish the remaining work yourself.';
+export const HINT_INSTRUCTION =
+  'Follow the partial action trajectory hint to take acttions, note that the trajectory may not complete and you still need do some extra tool calls to finish the task.';
+export const HINT_LABEL = 'Reference action trajectory hint:';
+/** The two lines before the hint in the user message. */
+export const HINT_HEADING = `${HINT_INSTRUCTION}\n${HINT_LABEL}`;
 
-/** The text appended to the task prompt: a blank line, the heading, then the hint's lines. */
+export const INJECTION_MODES = ['user_prompt', 'assistant_prefix'] as const;
+export type InjectionMode = (typeof INJECTION_MODES)[number];
+
+/** The text appended to the task prompt: a newline, the two heading lines, then the hint's lines. */
 export function hintSection(hint: string): string {
-  return `\n\n${HINT_HEADING}\n${hint}`;
+  return `\n${HINT_HEADING}\n${hint}`;
 }
 
 /** The task prompt with the hint section after it: the user message of a guided rollout. */
 export function guidedPrompt(prompt: string, hint: string): string {
   return `${prompt}${hintSection(hint)}`;
+}
+
+/** The assistant message that opens a guided rollout in `assistant_prefix` mode. */
+export function assistantPrefix(hint: string): string {
+  return `I have a partial action plan trajectory hint:\n${hint}\n\nI will solve the task by following this hint when useful.\n`;
+}
+
+/**
+ * The conversation with the assistant prefix after the first user message, as the paper's
+ * `rebuild_raw_prompt_with_k` places it; the hint `None` adds nothing (there too). A conversation
+ * that already holds the prefix there is returned as it is (an agent sends its history again).
+ */
+export function withAssistantPrefix<M extends { role: string; content?: unknown }>(
+  messages: readonly M[],
+  hint: string,
+): M[] {
+  if (hint === EMPTY_HINT) return [...messages];
+  const user = messages.findIndex((m) => m.role === 'user');
+  if (user < 0) return [...messages];
+  const prefix = assistantPrefix(hint);
+  const next = messages[user + 1];
+  if (next?.role === 'assistant' && next.content === prefix) return [...messages];
+  return [
+    ...messages.slice(0, user + 1),
+    { role: 'assistant', content: prefix } as M,
+    ...messages.slice(user + 1),
+  ];
 }
 
 /**

@@ -5,14 +5,21 @@
  * plans read back from stored trajectories. docs/actguide.md has the whole picture.
  */
 export {
+  actionArguments,
+  assistantPrefix,
   EMPTY_HINT,
   guidedPrompt,
   HINT_HEADING,
+  HINT_INSTRUCTION,
+  HINT_LABEL,
   hintSection,
+  INJECTION_MODES,
+  type InjectionMode,
   type PlanAction,
   pythonJson,
   renderHint,
   stripHint,
+  withAssistantPrefix,
 } from './hint.js';
 export { type PlanSourceStep, planFromSteps } from './plan-from-steps.js';
 export { type GuidedStep, messagesWithoutHint, promptViews, type StepPromptViews } from './prompt-views.js';

@@ -6,7 +6,7 @@ import {
   loadQwen3Tokenizer,
   tokenizeChat,
 } from '../../text/index.js';
-import { stripHint } from './hint.js';
+import { assistantPrefix, EMPTY_HINT, type InjectionMode, stripHint } from './hint.js';
 
 /*
  * A guided step has two prompts. The behaviour prompt is what the engine saw (the task with the hint),
@@ -54,8 +54,23 @@ function contentWithoutHint(content: Content, hint: string): Content | null {
   return null;
 }
 
-/** The step's conversation with the hint section taken out of the first user message that holds it. */
-export function messagesWithoutHint(step: GuidedStep, hint: string): ChatMessageInput[] {
+/** Whether the message is the assistant prefix of this hint (string content, or one text part). */
+function isAssistantPrefix(m: ChatMessageInput, hint: string): boolean {
+  if (m.role !== 'assistant') return false;
+  const prefix = assistantPrefix(hint);
+  if (typeof m.content === 'string') return m.content === prefix;
+  return Array.isArray(m.content) && m.content.length === 1 && m.content[0]?.text === prefix;
+}
+
+/**
+ * The step's conversation without the hint: in `user_prompt` mode the hint section taken out of the
+ * first user message that holds it; in `assistant_prefix` mode the prefix message after it removed.
+ */
+export function messagesWithoutHint(
+  step: GuidedStep,
+  hint: string,
+  mode: InjectionMode = 'user_prompt',
+): ChatMessageInput[] {
   const where = `step ${step.index} of trajectory ${step.trajectoryId}`;
   if (!step.messages)
     throw new ValidationError(
@@ -63,6 +78,15 @@ export function messagesWithoutHint(step: GuidedStep, hint: string): ChatMessage
       'messages',
     );
   const messages = step.messages as unknown as ChatMessageInput[];
+  if (mode === 'assistant_prefix') {
+    // The hint None adds no prefix (as in the paper): the conversation is its own training view.
+    if (hint === EMPTY_HINT) return messages;
+    const at = messages.findIndex(
+      (m, i) => i > 0 && messages[i - 1]!.role === 'user' && isAssistantPrefix(m, hint),
+    );
+    if (at < 0) throw new ValidationError(`${where}: no assistant message holds the hint prefix`, 'messages');
+    return messages.filter((_, i) => i !== at);
+  }
   for (let i = 0; i < messages.length; i++) {
     const m = messages[i]!;
     if (m.role !== 'user') continue;
@@ -84,8 +108,9 @@ export function promptViews(
   step: GuidedStep,
   hint: string,
   tokenizer: ChatTokenizer = loadQwen3Tokenizer(),
+  mode: InjectionMode = 'user_prompt',
 ): StepPromptViews {
-  const training = messagesWithoutHint(step, hint);
+  const training = messagesWithoutHint(step, hint, mode);
   const thinking = enableThinking(step.metadata);
   const render = (messages: readonly ChatMessageInput[]) =>
     tokenizeChat(
@@ -116,10 +141,11 @@ export function trainingPromptOf(
   step: GuidedStep,
   hint: string,
   tokenizer: ChatTokenizer = loadQwen3Tokenizer(),
+  mode: InjectionMode = 'user_prompt',
 ): { ids: number[]; problem: null } | { ids: null; problem: string } {
   let views: StepPromptViews;
   try {
-    views = promptViews(step, hint, tokenizer);
+    views = promptViews(step, hint, tokenizer, mode);
   } catch (error) {
     return { ids: null, problem: (error as Error).message };
   }

@@ -527,7 +527,11 @@ export function referencePolicy(
       if (giveUpRate > 0 && actions.length > 0 && r() < giveUpRate)
         actions = actions.slice(0, randomInt(r, actions.length));
       if (needsPlan > 0) {
-        const shown = shownPlanSteps(text!, task.actions);
+        // The plan is in the user message, or in an assistant prefix (ActGuide's second mode).
+        const prefixes = ctx.messages.flatMap((m) =>
+          m.role === 'assistant' && typeof m.content === 'string' ? [m.content] : [],
+        );
+        const shown = shownPlanSteps([text!, ...prefixes].join('\n'), task.actions);
         if (shown < neededPlanSteps(task.actions.length, needsPlan)) actions = actions.slice(0, shown);
       }
       const answer =

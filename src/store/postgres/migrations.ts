@@ -153,6 +153,14 @@ const migrations: Record<string, Migration> = {
       await sql.raw('ALTER TABLE steps ADD COLUMN routed_experts bytea').execute(db);
     },
   },
+  '0007_pending_guidance': {
+    async up(db: Kysely<unknown>) {
+      // As SQLite's 0007_pending_guidance: a held group's threshold and when it began to wait.
+      await sql
+        .raw(`ALTER TABLE groups ADD COLUMN guidance_hold double precision, ADD COLUMN pending_since bigint`)
+        .execute(db);
+    },
+  },
 };
 
 export const postgresMigrations: MigrationProvider = {

@@ -82,7 +82,9 @@ import type {
   CurrentLabel,
   DashboardSummary,
   EventQuery,
+  GroupQuery,
   GroupSweepResult,
+  GuidanceRelease,
   GymRunSummary,
   LeasedBatch,
   LeaseParams,
@@ -572,6 +574,36 @@ export class PostgresStore implements Store {
     return missing!.n === 0;
   }
 
+  /** Whether a held group is hard: no complete rollout it counts scored above the hold's threshold. */
+  private async heldHard(tx: Tx, row: GroupRow): Promise<boolean> {
+    if (row.guidance_hold === null || row.guidance_hold === undefined) return false;
+    const above = await tx.row<{ n: number }>(
+      `SELECT count(*) AS n FROM trajectories
+       WHERE group_id = $1 AND channel = $2 AND counted = 1 AND status = 'complete' AND reward > $3`,
+      [row.id, row.channel, row.guidance_hold],
+    );
+    return Number(above!.n) === 0;
+  }
+
+  /** A held group waits for its guided replacement instead of becoming ready (never leased there). */
+  private async markPending(
+    tx: Tx,
+    row: GroupRow,
+    partial: boolean,
+    now: number,
+    log = tx.log,
+  ): Promise<void> {
+    await tx.run(
+      `UPDATE groups SET state = 'pending_guidance', pending_since = $1, partial = $2, ready_seq = NULL
+       WHERE channel = $3 AND id = $4`,
+      [now, partial ? 1 : 0, row.channel, row.id],
+    );
+    row.state = 'pending_guidance';
+    row.pending_since = now;
+    log.count(row.channel, 'groups_pending_guidance');
+    tx.emit('group_pending_guidance', row.channel, { group_id: row.id, n_complete: row.n_complete }, now);
+  }
+
   private async markReady(
     tx: Tx,
     row: GroupRow,
@@ -580,6 +612,10 @@ export class PostgresStore implements Store {
     now: number,
     log = tx.log,
   ): Promise<void> {
+    if (await this.heldHard(tx, row)) {
+      await this.markPending(tx, row, partial, now, log);
+      return;
+    }
     await tx.run(
       `UPDATE groups SET state = 'ready', ready_at = $1, ready_seq = nextval('ready_seq'), partial = $2
        WHERE channel = $3 AND id = $4`,
@@ -641,6 +677,12 @@ export class PostgresStore implements Store {
     const row = newTrajectoryRow(input, now);
     const collecting = await this.joinGroup(tx, row, input.nRollouts, now, log);
     if (!collecting) log.count(input.channel, 'late_trajectories');
+    if (collecting && input.holdForGuidance != null)
+      await tx.run('UPDATE groups SET guidance_hold = $1 WHERE channel = $2 AND id = $3', [
+        input.holdForGuidance,
+        input.channel,
+        input.groupId,
+      ]);
     log.count(input.channel, 'trajectories_created');
     return row;
   }
@@ -1090,7 +1132,10 @@ export class PostgresStore implements Store {
         if (trajectory.status === 'complete' && input.status === 'complete' && input.reward !== null) {
           // The environment's reward may follow the last step, until the group is handed out.
           const group = await this.lockGroup(tx, trajectory.channel, trajectory.group_id);
-          if (group && (group.state === 'collecting' || group.state === 'ready')) {
+          if (
+            group &&
+            (group.state === 'collecting' || group.state === 'ready' || group.state === 'pending_guidance')
+          ) {
             trajectory.reward = input.reward;
             await tx.run('UPDATE trajectories SET reward = $1 WHERE id = $2', [input.reward, id]);
             tx.emit(
@@ -1363,11 +1408,93 @@ export class PostgresStore implements Store {
     return aborted;
   }
 
+  /** Releases groups held in pending_guidance past their channel's guidance_hold_timeout_ms. */
+  private async sweepGuidanceHoldsTx(tx: Tx, now: number): Promise<number> {
+    let released = 0;
+    const held = await tx.rows<GroupRow>(
+      `SELECT * FROM groups WHERE state = 'pending_guidance' ORDER BY pending_since, seq FOR UPDATE SKIP LOCKED`,
+    );
+    for (const row of held) {
+      const ttl = (await this.channelConfig(tx, row.channel)).guidance_hold_timeout_ms;
+      if (ttl === null || Number(row.pending_since ?? now) >= now - ttl) continue;
+      await this.releaseTx(tx, row, 'timeout', now);
+      released++;
+    }
+    return released;
+  }
+
   async sweep(now: number): Promise<GroupSweepResult> {
     return this.write(async (tx) => {
       const expiredLeases = await this.expireLeasesTx(tx, now);
       const idleAborted = await this.abortIdleTx(tx, now);
-      return { ...(await this.sweepTimeoutsTx(tx, now)), expiredLeases, idleAborted };
+      const guidanceReleased = await this.sweepGuidanceHoldsTx(tx, now);
+      return { ...(await this.sweepTimeoutsTx(tx, now)), expiredLeases, idleAborted, guidanceReleased };
+    });
+  }
+
+  // ---- guidance holds (ActGuide-RL) -----------------------------------------------------------
+
+  async listGroups(query: GroupQuery): Promise<Page<Group>> {
+    const where: string[] = [];
+    const params: unknown[] = [];
+    if (query.channel !== undefined) {
+      params.push(query.channel);
+      where.push(`channel = $${params.length}`);
+    }
+    if (query.state !== undefined) {
+      params.push(query.state);
+      where.push(`state = $${params.length}`);
+    }
+    const clause = where.length > 0 ? `WHERE ${where.join(' AND ')}` : '';
+    const counted = await this.readOne<{ n: number }>(`SELECT count(*) AS n FROM groups ${clause}`, params);
+    const rows = await this.read<GroupRow>(
+      `SELECT * FROM groups ${clause} ORDER BY created_at DESC, id DESC LIMIT $${params.length + 1} OFFSET $${params.length + 2}`,
+      [...params, query.limit, query.offset],
+    );
+    return { items: rows.map(toGroup), total: Number(counted!.n) };
+  }
+
+  async holdGroupForGuidance(channel: string, id: string, now: number): Promise<Group> {
+    return this.write(async (tx) => {
+      const row = await this.lockGroup(tx, channel, id);
+      if (!row) throw new NotFoundError(`group ${id} does not exist in channel ${channel}`);
+      if (row.state === 'collecting' || row.state === 'ready') {
+        // Held whatever its rewards: the caller already knows it will be replaced.
+        await tx.run('UPDATE groups SET guidance_hold = $1 WHERE channel = $2 AND id = $3', [
+          Number.MAX_VALUE,
+          channel,
+          id,
+        ]);
+        row.guidance_hold = Number.MAX_VALUE;
+        if (row.state === 'ready') await this.markPending(tx, row, row.partial === 1, now);
+      } else if (row.state !== 'pending_guidance') {
+        throw new ConflictError(`group ${id} is already ${row.state}: it can no longer be held`, 'state');
+      }
+      return toGroup(row);
+    });
+  }
+
+  private async releaseTx(tx: Tx, row: GroupRow, why: GuidanceRelease, now: number): Promise<void> {
+    const wasPending = row.state === 'pending_guidance';
+    await tx.run(
+      'UPDATE groups SET guidance_hold = NULL, pending_since = NULL WHERE channel = $1 AND id = $2',
+      [row.channel, row.id],
+    );
+    row.guidance_hold = null;
+    row.pending_since = null;
+    if (!wasPending) return;
+    tx.log.count(row.channel, `guidance_released_${why}`);
+    tx.emit('group_guidance_released', row.channel, { group_id: row.id, reason: why }, now);
+    await this.markReady(tx, row, row.partial === 1, await this.channelConfig(tx, row.channel), now);
+  }
+
+  async releaseGuidanceHold(channel: string, id: string, why: GuidanceRelease, now: number): Promise<Group> {
+    return this.write(async (tx) => {
+      const row = await this.lockGroup(tx, channel, id);
+      if (!row) throw new NotFoundError(`group ${id} does not exist in channel ${channel}`);
+      if (row.state === 'collecting' || row.state === 'pending_guidance')
+        await this.releaseTx(tx, row, why, now);
+      return toGroup(row);
     });
   }
 

@@ -153,6 +153,17 @@ const migrations: Record<string, Migration> = {
       await sql.raw('ALTER TABLE steps ADD COLUMN routed_experts BLOB').execute(db);
     },
   },
+  '0007_pending_guidance': {
+    async up(db: Kysely<unknown>) {
+      // ActGuide-RL's hold (docs/datapool.md): the threshold a held group is hard at, and when it
+      // entered pending_guidance (for the hold's timeout). The state itself is a value of `state`.
+      const statements = [
+        `ALTER TABLE groups ADD COLUMN guidance_hold REAL`,
+        `ALTER TABLE groups ADD COLUMN pending_since INTEGER`,
+      ];
+      for (const statement of statements) await sql.raw(statement).execute(db);
+    },
+  },
 };
 
 export const sqliteMigrations: MigrationProvider = {

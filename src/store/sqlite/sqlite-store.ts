@@ -83,7 +83,9 @@ import type {
   CurrentLabel,
   DashboardSummary,
   EventQuery,
+  GroupQuery,
   GroupSweepResult,
+  GuidanceRelease,
   GymRunSummary,
   LeasedBatch,
   LeaseParams,
@@ -455,7 +457,32 @@ export class SqliteStore implements Store {
     return n === 0;
   }
 
+  /** Whether a held group is hard: no complete rollout it counts scored above the hold's threshold. */
+  private heldHard(row: GroupRow): boolean {
+    if (row.guidance_hold === null || row.guidance_hold === undefined) return false;
+    const { n } = this.stmt(
+      `SELECT count(*) AS n FROM trajectories
+       WHERE group_id = ? AND channel = ? AND counted = 1 AND status = 'complete' AND reward > ?`,
+    ).get(row.id, row.channel, row.guidance_hold) as { n: number };
+    return n === 0;
+  }
+
+  /** A held group waits for its guided replacement instead of becoming ready (never leased there). */
+  private markPending(row: GroupRow, partial: boolean, now: number, log: TxLog): void {
+    this.stmt(
+      "UPDATE groups SET state = 'pending_guidance', pending_since = ?, partial = ?, ready_seq = NULL WHERE channel = ? AND id = ?",
+    ).run(now, partial ? 1 : 0, row.channel, row.id);
+    row.state = 'pending_guidance';
+    row.pending_since = now;
+    log.count(row.channel, 'groups_pending_guidance');
+    this.emit('group_pending_guidance', row.channel, { group_id: row.id, n_complete: row.n_complete }, now);
+  }
+
   private markReady(row: GroupRow, partial: boolean, config: ChannelConfig, now: number, log: TxLog): void {
+    if (this.heldHard(row)) {
+      this.markPending(row, partial, now, log);
+      return;
+    }
     const seq = this.nextReadySeq();
     this.stmt(
       "UPDATE groups SET state = 'ready', ready_at = ?, ready_seq = ?, partial = ? WHERE channel = ? AND id = ?",
@@ -498,6 +525,12 @@ export class SqliteStore implements Store {
   private insertTrajectory(input: CreateTrajectoryInput, now: number, log: TxLog): TrajectoryRow {
     const collecting = this.joinGroup(input.channel, input.groupId, input.nRollouts, now, log);
     if (!collecting) log.count(input.channel, 'late_trajectories');
+    if (collecting && input.holdForGuidance != null)
+      this.stmt('UPDATE groups SET guidance_hold = ? WHERE channel = ? AND id = ?').run(
+        input.holdForGuidance,
+        input.channel,
+        input.groupId,
+      );
     const row = newTrajectoryRow(input, now);
     const info = this.stmt(
       `INSERT INTO trajectories (id, channel, group_id, task_id, status, metadata, created_at, touched_at, guided,
@@ -832,7 +865,10 @@ export class SqliteStore implements Store {
         if (trajectory.status === 'complete' && input.status === 'complete' && input.reward !== null) {
           // The environment's reward may follow the last step, until the group is handed out.
           const group = this.groupRow(trajectory.channel, trajectory.group_id);
-          if (group && (group.state === 'collecting' || group.state === 'ready')) {
+          if (
+            group &&
+            (group.state === 'collecting' || group.state === 'ready' || group.state === 'pending_guidance')
+          ) {
             trajectory.reward = input.reward;
             this.stmt('UPDATE trajectories SET reward = ? WHERE id = ?').run(input.reward, id);
             this.emit(
@@ -1026,11 +1062,95 @@ export class SqliteStore implements Store {
     return aborted;
   }
 
+  /** Releases groups held in pending_guidance past their channel's guidance_hold_timeout_ms. */
+  private sweepGuidanceHoldsTx(now: number, log: TxLog): number {
+    let released = 0;
+    const held = this.stmt("SELECT * FROM groups WHERE state = 'pending_guidance'").all() as GroupRow[];
+    for (const row of held) {
+      const ttl = this.channelConfig(row.channel).guidance_hold_timeout_ms;
+      if (ttl === null || (row.pending_since ?? now) >= now - ttl) continue;
+      this.releaseTx(row, 'timeout', now, log);
+      released++;
+    }
+    return released;
+  }
+
   async sweep(now: number): Promise<GroupSweepResult> {
     return this.write((log) => {
       const expiredLeases = this.expireLeasesTx(now, log);
       const idleAborted = this.abortIdleTx(now, log);
-      return { ...this.sweepTimeoutsTx(now, log), expiredLeases, idleAborted };
+      const guidanceReleased = this.sweepGuidanceHoldsTx(now, log);
+      return { ...this.sweepTimeoutsTx(now, log), expiredLeases, idleAborted, guidanceReleased };
+    });
+  }
+
+  // ---- guidance holds (ActGuide-RL) -----------------------------------------------------------
+
+  async listGroups(query: GroupQuery): Promise<Page<Group>> {
+    const where: string[] = [];
+    const params: unknown[] = [];
+    if (query.channel !== undefined) {
+      where.push('channel = ?');
+      params.push(query.channel);
+    }
+    if (query.state !== undefined) {
+      where.push('state = ?');
+      params.push(query.state);
+    }
+    const clause = where.length > 0 ? `WHERE ${where.join(' AND ')}` : '';
+    const { n } = this.stmt(`SELECT count(*) AS n FROM groups ${clause}`).get(...params) as { n: number };
+    const rows = this.stmt(
+      `SELECT * FROM groups ${clause} ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?`,
+    ).all(...params, query.limit, query.offset) as GroupRow[];
+    return { items: rows.map(toGroup), total: n };
+  }
+
+  async holdGroupForGuidance(channel: string, id: string, now: number): Promise<Group> {
+    return this.write((log) => {
+      const row = this.groupRow(channel, id);
+      if (!row) throw new NotFoundError(`group ${id} does not exist in channel ${channel}`);
+      if (row.state === 'collecting') {
+        // Held whatever its rewards: the caller already knows it will be replaced.
+        this.stmt('UPDATE groups SET guidance_hold = ? WHERE channel = ? AND id = ?').run(
+          Number.MAX_VALUE,
+          channel,
+          id,
+        );
+        row.guidance_hold = Number.MAX_VALUE;
+      } else if (row.state === 'ready') {
+        this.stmt('UPDATE groups SET guidance_hold = ? WHERE channel = ? AND id = ?').run(
+          Number.MAX_VALUE,
+          channel,
+          id,
+        );
+        row.guidance_hold = Number.MAX_VALUE;
+        this.markPending(row, row.partial === 1, now, log);
+      } else if (row.state !== 'pending_guidance') {
+        throw new ConflictError(`group ${id} is already ${row.state}: it can no longer be held`, 'state');
+      }
+      return toGroup(row);
+    });
+  }
+
+  private releaseTx(row: GroupRow, why: GuidanceRelease, now: number, log: TxLog): void {
+    const wasPending = row.state === 'pending_guidance';
+    this.stmt(
+      'UPDATE groups SET guidance_hold = NULL, pending_since = NULL WHERE channel = ? AND id = ?',
+    ).run(row.channel, row.id);
+    row.guidance_hold = null;
+    row.pending_since = null;
+    if (!wasPending) return;
+    log.count(row.channel, `guidance_released_${why}`);
+    this.emit('group_guidance_released', row.channel, { group_id: row.id, reason: why }, now);
+    this.markReady(row, row.partial === 1, this.channelConfig(row.channel), now, log);
+  }
+
+  async releaseGuidanceHold(channel: string, id: string, why: GuidanceRelease, now: number): Promise<Group> {
+    return this.write((log) => {
+      const row = this.groupRow(channel, id);
+      if (!row) throw new NotFoundError(`group ${id} does not exist in channel ${channel}`);
+      if (row.state === 'collecting' || row.state === 'pending_guidance') this.releaseTx(row, why, now, log);
+      return toGroup(row);
     });
   }
 

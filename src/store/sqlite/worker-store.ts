@@ -110,6 +110,9 @@ export class WorkerStore implements Store {
   getTrajectorySteps: Store['getTrajectorySteps'] = (...a) => this.call('getTrajectorySteps', a);
   getStep: Store['getStep'] = (...a) => this.call('getStep', a);
   getGroup: Store['getGroup'] = (...a) => this.call('getGroup', a);
+  listGroups: Store['listGroups'] = (...a) => this.call('listGroups', a);
+  holdGroupForGuidance: Store['holdGroupForGuidance'] = (...a) => this.call('holdGroupForGuidance', a);
+  releaseGuidanceHold: Store['releaseGuidanceHold'] = (...a) => this.call('releaseGuidanceHold', a);
   listSteps: Store['listSteps'] = (...a) => this.call('listSteps', a);
   listTrajectories: Store['listTrajectories'] = (...a) => this.call('listTrajectories', a);
   scanTrajectories: Store['scanTrajectories'] = (...a) => this.call('scanTrajectories', a);
