@@ -5,6 +5,13 @@ export const PYTHON = '/usr/bin/python3';
 export const PRLIMIT = '/usr/bin/prlimit';
 /** Where the gateway bridge's unix socket appears inside the sandbox. */
 export const INSIDE_GATEWAY_SOCKET = '/run/stepwise/gateway.sock';
+/**
+ * Commands the sandbox adds after the system's on PATH (environment.ts): `python` -> python3, which
+ * ClawGym's image has (its checkers and prompts call bare `python`) and Debian's /usr may lack. They
+ * live on the sandbox's own root tmpfs: nothing is written to the host's /usr.
+ */
+export const INSIDE_SHIM_DIR = '/run/stepwise/bin';
+const SHIMS: readonly [name: string, target: string][] = [['python', '/usr/bin/python3']];
 
 /** The parts of /etc that programs need; the rest of the host's configuration stays hidden. */
 const ETC_ENTRIES = [
@@ -123,6 +130,9 @@ export function bwrapArgs(plan: BwrapPlan): string[] {
   args.push('--ro-bind', plan.etcFiles.passwd, '/etc/passwd');
   args.push('--ro-bind', plan.etcFiles.group, '/etc/group');
   args.push('--ro-bind', plan.etcFiles.hosts, '/etc/hosts');
+  for (const dir of [...ancestors(INSIDE_SHIM_DIR), INSIDE_SHIM_DIR])
+    args.push('--perms', '0755', '--dir', dir);
+  for (const [name, target] of SHIMS) args.push('--symlink', target, `${INSIDE_SHIM_DIR}/${name}`);
   args.push('--proc', '/proc', '--dev', '/dev');
   args.push('--perms', '1777', '--size', String(plan.tmpBytes), '--tmpfs', '/tmp');
   args.push('--perms', '1777', '--size', String(plan.shmBytes), '--tmpfs', '/dev/shm');
