@@ -115,6 +115,31 @@ describe.skipIf(!checkSandbox().ok)('stepwise gym / bench CLI', () => {
     expect(good.stdout).toMatch(/1 of 1 tasks pass the gate/);
   });
 
+  // ClawGym sample task_0250's checker gives 0.125 to empty files at the paths its prompt names: the
+  // scaffold probe's finding is a warning with a summary line, and the task still passes the gate.
+  it('validate reports scaffold-probe findings as warnings, not problems, with a summary line', async () => {
+    const json = await runCli(['gym', 'validate', join(CLAWGYM_SAMPLE, 'task_0250'), '--json'], {}, 60_000);
+    expect(json.code, json.stderr).toBe(0);
+    const out = JSON.parse(json.stdout) as {
+      tasks: {
+        task_id: string;
+        ok: boolean;
+        scaffold_score: number;
+        problems: string[];
+        warnings: string[];
+      }[];
+      summary: Record<string, number>;
+    };
+    expect(out.tasks[0]).toMatchObject({ task_id: 'task_0250', ok: true, problems: [] });
+    expect(out.tasks[0]!.scaffold_score).toBe(0.125);
+    expect(out.tasks[0]!.warnings.join(' ')).toMatch(/^scaffold \(\d+ placeholders\): scored 0\.125/);
+    expect(out.summary).toEqual({ tasks: 1, passed: 1, failed: 0, scaffold_warnings: 1 });
+    const text = await runCli(['gym', 'validate', join(CLAWGYM_SAMPLE, 'task_0250')], {}, 60_000);
+    expect(text.code).toBe(0);
+    expect(text.stdout).toMatch(/task_0250: warning: scaffold/);
+    expect(text.stdout).toMatch(/1 of 1 tasks pass the gate; 0 fail; 1 with scaffold warnings/);
+  });
+
   it('names a bad flag and changes nothing', async () => {
     const out = join(dir, 'bad');
     const result = await runCli(['gym', 'run', '--tasks', 'x.jsonl', '--samples', '0', '--out', out]);

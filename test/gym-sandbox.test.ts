@@ -81,9 +81,30 @@ describe('sandbox basics', () => {
     );
     expect(r).toMatchObject({ exitCode: 0, signal: null, timedOut: false, limitHit: null });
     expect(r.stdout).toBe(
-      `${MOUNT}\nfrom the host\nhi 42\n/root|C.UTF-8|/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n`,
+      `${MOUNT}\nfrom the host\nhi 42\n/root|C.UTF-8|/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/run/stepwise/bin\n`,
     );
     expect(readFileSync(join(workspace, 'out.txt'), 'utf8')).toBe('45\n');
+  });
+
+  // ClawGym-Bench's checkers call `subprocess.run(['python', '-m', 'unittest', '-q'])` and
+  // `['python', script]` (eval tasks 0112, 0119, 0194); its image links python -> python3.
+  it('resolves bare `python` (to python3) though the host /usr may have none, and writes nothing to it', async () => {
+    const hostPython = existsSync('/usr/bin/python');
+    mkdirSync(join(workspace, 'tests'), { recursive: true });
+    writeFileSync(join(workspace, 'tests', '__init__.py'), '');
+    writeFileSync(
+      join(workspace, 'tests', 'test_sum.py'),
+      'import unittest\n\nclass T(unittest.TestCase):\n    def test_sum(self):\n        self.assertEqual(sum([1, 2]), 3)\n',
+    );
+    const r = await runInSandbox(
+      base(),
+      `python -c 'import sys; print(sys.version_info[0])'; python3 -c "import subprocess; print(subprocess.run(['python', '-m', 'unittest', '-q'], capture_output=True).returncode)"; /usr/bin/env python -c 'print("env ok")'`,
+    );
+    expect(r.stderr).not.toMatch(/not found|No such file/);
+    expect(r.stdout).toBe('3\n0\nenv ok\n');
+    expect(existsSync('/usr/bin/python')).toBe(hostPython);
+    expect(existsSync('/run/stepwise/bin')).toBe(false);
+    rmSync(join(workspace, 'tests'), { recursive: true, force: true });
   });
 
   it('does not pass the host environment in', async () => {

@@ -5,31 +5,54 @@ import {
   installOpenClaw,
   NODE_VERSION,
   OPENCLAW_VERSION,
-  type OpenClawInstall,
 } from '../gym/agent/openclaw/install.js';
+import { findRootfs, installRootfs, readRootfsLock, rootfsId } from '../gym/sandbox/rootfs.js';
 
 /*
  * `stepwise tools install|path <tool>`: the external programs Stepwise runs as black boxes,
  * installed into a project-local tools folder (src/gym/agent/openclaw/install.ts for OpenClaw).
  */
 
-interface ToolInstaller {
+interface ToolInstaller<T extends { dir: string } = { dir: string }> {
   pinned: string;
-  find(dir: string): OpenClawInstall | null;
+  find(dir: string): T | null;
   install(options: {
     dir: string;
     force: boolean;
     onProgress: (message: string) => void;
     signal: AbortSignal;
-  }): Promise<OpenClawInstall & { reused: boolean }>;
+  }): Promise<T & { reused: boolean }>;
+  /** The lines printed after an install: what it is, then its parts. */
+  describe(result: T, how: string): string[];
 }
 
+const installer = <T extends { dir: string }>(t: ToolInstaller<T>) => t as unknown as ToolInstaller;
+
 const TOOLS: Record<string, ToolInstaller> = {
-  openclaw: {
+  openclaw: installer({
     pinned: `openclaw ${OPENCLAW_VERSION} on Node ${NODE_VERSION}`,
     find: findOpenClaw,
     install: installOpenClaw,
-  },
+    describe: (r, how) => [
+      `openclaw ${r.version} (Node ${r.nodeVersion}) ${how}: ${r.dir}`,
+      `  node:  ${r.node}`,
+      `  entry: ${r.entry}`,
+    ],
+  }),
+  // The hermetic sandbox root (src/gym/sandbox/rootfs.ts); the gym uses it with --rootfs.
+  rootfs: installer({
+    get pinned() {
+      const packages = readRootfsLock();
+      return `sandbox rootfs ${rootfsId(packages).slice(0, 16)} (${packages.length} Debian 12 packages)`;
+    },
+    find: findRootfs,
+    install: installRootfs,
+    describe: (r, how) => [
+      `sandbox rootfs ${r.id.slice(0, 16)} (${r.packages} Debian packages) ${how}: ${r.dir}`,
+      `  id:   sha256 ${r.id}`,
+      `  root: ${r.root}`,
+    ],
+  }),
 };
 
 function toolNamed(name: string): ToolInstaller {
@@ -43,7 +66,9 @@ const DIR_HELP = 'tools folder (default: $STEPWISE_TOOLS_DIR, else ./.stepwise/t
 export function registerToolsCommand(program: Command): void {
   const tools = program
     .command('tools')
-    .description('install and locate the external tools Stepwise runs as black-box agents');
+    .description(
+      'install and locate the external tools Stepwise runs: black-box agents, and the hermetic sandbox root',
+    );
 
   tools
     .command('install')
@@ -78,11 +103,8 @@ export function registerToolsCommand(program: Command): void {
           console.log(JSON.stringify({ tool: name, ...result, seconds }));
           return;
         }
-        console.log(
-          `${name} ${result.version} (Node ${result.nodeVersion}) ${result.reused ? 'already installed, reused' : `installed in ${seconds} s`}: ${result.dir}`,
-        );
-        console.log(`  node:  ${result.node}`);
-        console.log(`  entry: ${result.entry}`);
+        const how = result.reused ? 'already installed, reused' : `installed in ${seconds} s`;
+        for (const line of tool.describe(result, how)) console.log(line);
       } finally {
         process.off('SIGINT', stop);
         process.off('SIGTERM', stop);

@@ -17,6 +17,7 @@ import {
   type SampleResult,
 } from './runner.js';
 import { checkSandbox } from './sandbox/index.js';
+import { findRootfs } from './sandbox/rootfs.js';
 import { registerSynthCommand } from './synth/cli.js';
 import { gateTasks } from './synth/gate.js';
 import { loadTasks, TASK_SET_HELP } from './tasks/index.js';
@@ -187,6 +188,7 @@ export function addRunOptions(command: Command): Command {
     .option('--judge-api-key <key>', 'bearer key of the LLM judge', process.env.STEPWISE_JUDGE_API_KEY)
     .option('--keep-workspaces', 'keep each sample workspace under <out>/work')
     .option('--unsafe-no-sandbox', 'run agents and verifiers WITHOUT isolation (never on untrusted tasks)')
+    .option('--rootfs [dir]', ROOTFS_HELP)
     .option(
       '--distributed',
       'run the samples on rollout workers (`stepwise worker rollouts`) through the queue in --pg; needs --gateway (docs/distributed.md)',
@@ -235,6 +237,7 @@ export interface RunCommandOptions {
   seed: number;
   keepWorkspaces?: boolean;
   unsafeNoSandbox?: boolean;
+  rootfs?: string | true;
   judgeUrl?: string;
   judgeModel?: string;
   judgeApiKey?: string;
@@ -291,8 +294,12 @@ export async function runCommand(
   const pgUrl = checkDistributed(opts);
   if (pgUrl) {
     // The samples run on the workers: their sandboxes are checked there.
+    if (opts.rootfs !== undefined)
+      throw new InvalidArgumentError(
+        '--rootfs is not passed to rollout workers; run --distributed without it',
+      );
   } else if (!opts.unsafeNoSandbox) {
-    const check = checkSandbox();
+    const check = checkSandbox(sandboxRoot(opts));
     if (!check.ok)
       throw new Error(
         `the sandbox is unavailable (${check.reason}); install bubblewrap, or pass --unsafe-no-sandbox`,
@@ -347,6 +354,7 @@ export async function runCommand(
       keepWorkspaces: opts.keepWorkspaces,
       sampleTimeoutMs: opts.sampleTimeoutMs,
       unsafeNoSandbox: opts.unsafeNoSandbox,
+      ...(opts.rootfs !== undefined ? { rootfs: sandboxRoot(opts) } : {}),
       judge,
       onSample: (r, done, total) => {
         sum += r.score;
@@ -411,17 +419,31 @@ export function registerGymCommands(program: Command): Command {
   gym
     .command('validate')
     .description(
-      "ClawGym's gate: a no-op scores 0 on the untouched and on a scaffold workspace, verifiers do not crash, a native task's reference actions score 1",
+      "ClawGym's gate: a no-op scores 0 on the untouched workspace, verifiers do not crash, a native task's reference actions score 1; a scaffold workspace (empty files at the paths the prompt names) that scores above 0 is a warning",
     )
     .argument('<tasks>', TASK_SET_HELP)
     .option(
       '--json',
-      'print {"tasks": [{task_id, ok, noop_score, scaffold_score, reference_score, problems}]}',
+      'print {"tasks": [{task_id, ok, noop_score, scaffold_score, reference_score, problems, warnings}], "summary": {tasks, passed, failed, scaffold_warnings}}',
     )
     .option('--concurrency <n>', 'tasks checked at once', positiveInt('--concurrency'), 4)
     .option('--unsafe-no-sandbox', 'run verifiers and reference actions WITHOUT isolation')
+    .option('--rootfs [dir]', ROOTFS_HELP)
+    .option(
+      '--tools-dir <dir>',
+      'where `stepwise tools install rootfs` put the root (default: $STEPWISE_TOOLS_DIR or .stepwise/tools)',
+    )
     .action(
-      async (source: string, opts: { json?: boolean; concurrency: number; unsafeNoSandbox?: boolean }) => {
+      async (
+        source: string,
+        opts: {
+          json?: boolean;
+          concurrency: number;
+          unsafeNoSandbox?: boolean;
+          rootfs?: string | true;
+          toolsDir?: string;
+        },
+      ) => {
         const failed = await validateCommand(source, opts, (line) => console.log(line));
         if (failed > 0) process.exitCode = 1;
       },
@@ -430,22 +452,61 @@ export function registerGymCommands(program: Command): Command {
   return gym;
 }
 
+const ROOTFS_HELP =
+  "run the sandbox on the hermetic root filesystem that `stepwise tools install rootfs` built (or on the root at dir) instead of the host's /usr: the same python, pytest and CLI tools on every host (docs/gym-sandbox.md)";
+
+/** The root a `--rootfs [dir]` option names: dir, else the built one (an error says how to build it). */
+export function sandboxRoot(opts: {
+  rootfs?: string | true;
+  toolsDir?: string;
+  unsafeNoSandbox?: boolean;
+}): string | undefined {
+  if (opts.rootfs === undefined) return undefined;
+  if (opts.unsafeNoSandbox)
+    throw new InvalidArgumentError('--rootfs needs the sandbox: drop --unsafe-no-sandbox');
+  if (typeof opts.rootfs === 'string') return resolve(opts.rootfs);
+  const dir = opts.toolsDir ?? defaultToolsDir();
+  const found = findRootfs(dir);
+  if (!found)
+    throw new Error(
+      `the sandbox rootfs is not built in ${dir}: run \`stepwise tools install rootfs${opts.toolsDir ? ` --dir ${opts.toolsDir}` : ''}\` first`,
+    );
+  return found.root;
+}
+
 /** `stepwise gym validate`: prints the offenders (or JSON) and returns how many tasks failed. */
 export async function validateCommand(
   source: string,
-  opts: { json?: boolean; concurrency: number; unsafeNoSandbox?: boolean },
+  opts: {
+    json?: boolean;
+    concurrency: number;
+    unsafeNoSandbox?: boolean;
+    rootfs?: string | true;
+    toolsDir?: string;
+  },
   print: (line: string) => void,
 ): Promise<number> {
-  if (!opts.unsafeNoSandbox && !checkSandbox().ok)
-    throw new Error('the sandbox is unavailable; install bubblewrap, or pass --unsafe-no-sandbox');
+  const rootfs = sandboxRoot(opts);
+  if (!opts.unsafeNoSandbox) {
+    const check = checkSandbox(rootfs);
+    if (!check.ok)
+      throw new Error(
+        `the sandbox is unavailable (${check.reason}); install bubblewrap, or pass --unsafe-no-sandbox`,
+      );
+  }
   const tasks = await loadTasks(source);
   const results = await gateTasks(tasks, {
     concurrency: opts.concurrency,
-    sandbox: opts.unsafeNoSandbox ? { unsafeNoSandbox: true } : {},
+    sandbox: opts.unsafeNoSandbox ? { unsafeNoSandbox: true } : rootfs ? { rootfs } : {},
     // Native tasks must be solvable by their reference actions; ClawGym's come without any.
     requireReference: false,
+    // The scaffold probe is our heuristic, not ClawGym's gate: it warns (half of ClawGym-Bench's
+    // checkers give partial credit for a file at a named path) and does not fail a task.
+    scaffoldAsWarning: true,
     onResult: (task, result, done) => {
       if (!opts.json && !result.ok) print(`${task.id}: ${result.problems.join('; ')}`);
+      if (!opts.json && result.warnings.length > 0)
+        print(`${task.id}: warning: ${result.warnings.join('; ')}`);
       if (!opts.json && done % 10 === 0) process.stderr.write(`validated ${done}/${tasks.length}\n`);
     },
   });
@@ -461,10 +522,19 @@ export async function validateCommand(
       scaffold_score: r.scaffoldScore,
       reference_score: r.referenceScore,
       problems,
+      warnings: r.warnings,
     };
   });
   const failed = rows.filter((r) => !r.ok).length;
-  if (opts.json) print(JSON.stringify({ tasks: rows }));
-  else print(`${rows.length - failed} of ${rows.length} tasks pass the gate; ${failed} fail`);
+  const warned = rows.filter((r) => r.warnings.length > 0).length;
+  const summary = `${rows.length - failed} of ${rows.length} tasks pass the gate; ${failed} fail; ${warned} with scaffold warnings (placeholder files at the paths the prompt names score above 0)`;
+  if (opts.json)
+    print(
+      JSON.stringify({
+        tasks: rows,
+        summary: { tasks: rows.length, passed: rows.length - failed, failed, scaffold_warnings: warned },
+      }),
+    );
+  else print(summary);
   return failed;
 }

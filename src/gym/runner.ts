@@ -65,6 +65,8 @@ export interface GymRunOptions {
   sampleTimeoutMs: number;
   limits?: Partial<SandboxLimits>;
   unsafeNoSandbox?: boolean;
+  /** A hermetic sandbox root (sandbox/rootfs.ts) for agents' tools and verifiers; default the host's /usr. */
+  rootfs?: string;
   judge?: JudgeConfig;
   onSample?: (result: SampleResult, done: number, total: number) => void;
   signal?: AbortSignal;
@@ -250,6 +252,7 @@ export type SampleEnv = Pick<
   | 'sampleTimeoutMs'
   | 'limits'
   | 'unsafeNoSandbox'
+  | 'rootfs'
   | 'judge'
 >;
 
@@ -291,6 +294,7 @@ export function sampleEnvOf(options: GymRunOptions): SampleEnv {
     sampleTimeoutMs,
     limits,
     unsafeNoSandbox: options.unsafeNoSandbox,
+    ...(options.rootfs !== undefined ? { rootfs: options.rootfs } : {}),
     judge: options.judge,
   };
 }
@@ -365,7 +369,11 @@ export async function runSample(
     base.trajectoryUid = trajectory.trajectory_uid;
     await hooks.onTrajectory?.({ trajectoryUid: trajectory.trajectory_uid, baseUrl: trajectory.base_url });
     await workspaceFor(task, workspace);
-    const sandbox = { limits: options.limits, unsafeNoSandbox: options.unsafeNoSandbox };
+    const sandbox = {
+      limits: options.limits,
+      unsafeNoSandbox: options.unsafeNoSandbox,
+      ...(options.rootfs !== undefined ? { rootfs: options.rootfs } : {}),
+    };
     let outcome: AgentOutcome | null = null;
     let agentError: string | null = null;
     const timeout = AbortSignal.timeout(options.sampleTimeoutMs);

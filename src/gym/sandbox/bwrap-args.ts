@@ -1,10 +1,17 @@
-import { lstatSync, readlinkSync } from 'node:fs';
+import { existsSync, lstatSync, readlinkSync } from 'node:fs';
 
 export const BWRAP = '/usr/bin/bwrap';
 export const PYTHON = '/usr/bin/python3';
 export const PRLIMIT = '/usr/bin/prlimit';
 /** Where the gateway bridge's unix socket appears inside the sandbox. */
 export const INSIDE_GATEWAY_SOCKET = '/run/stepwise/gateway.sock';
+/**
+ * Commands the sandbox adds after the system's on PATH (environment.ts): `python` -> python3, which
+ * ClawGym's image has (its checkers and prompts call bare `python`) and Debian's /usr may lack. They
+ * live on the sandbox's own root tmpfs: nothing is written to the host's /usr.
+ */
+export const INSIDE_SHIM_DIR = '/run/stepwise/bin';
+const SHIMS: readonly [name: string, target: string][] = [['python', '/usr/bin/python3']];
 
 /** The parts of /etc that programs need; the rest of the host's configuration stays hidden. */
 const ETC_ENTRIES = [
@@ -58,6 +65,8 @@ export interface BwrapPlan {
   statusFd: number;
   /** The fd bwrap reads the seccomp filter from (seccomp.ts); needed when privileged. */
   seccompFd?: number;
+  /** A hermetic root (rootfs.ts): its usr/ and etc/ stand in for the host's. */
+  rootfs?: string;
 }
 
 /** Namespaces and capabilities: the isolation itself. */
@@ -93,8 +102,18 @@ export function namespaceArgs(privileged: boolean): string[] {
   ];
 }
 
-/** /usr read-only, and /bin, /lib... as the host has them (symlinks into /usr, or read-only binds). */
-export function systemArgs(): string[] {
+/**
+ * /usr read-only, and /bin, /lib... as the host has them (symlinks into /usr, or read-only binds); with
+ * a hermetic root, its usr/ and merged-/usr links to it.
+ */
+export function systemArgs(rootfs?: string): string[] {
+  if (rootfs !== undefined) {
+    const args = ['--ro-bind', `${rootfs}/usr`, '/usr'];
+    for (const path of SYSTEM_LINKS) {
+      if (existsSync(`${rootfs}/usr${path}`)) args.push('--symlink', `usr${path}`, path);
+    }
+    return args;
+  }
   const args = ['--ro-bind', '/usr', '/usr'];
   for (const path of SYSTEM_LINKS) {
     let st: import('node:fs').Stats;
@@ -116,13 +135,17 @@ export function bwrapArgs(plan: BwrapPlan): string[] {
     throw new Error('a privileged sandbox needs the seccomp filter that refuses user namespaces');
   }
   if (plan.seccompFd !== undefined) args.push('--seccomp', String(plan.seccompFd));
-  args.push(...systemArgs());
+  args.push(...systemArgs(plan.rootfs));
   // bwrap makes missing parents 0700 when privileged; the sandbox uid must be able to traverse them.
   args.push('--perms', '0755', '--dir', '/etc');
-  for (const entry of ETC_ENTRIES) args.push('--ro-bind-try', `/etc/${entry}`, `/etc/${entry}`);
+  const etc = plan.rootfs === undefined ? '/etc' : `${plan.rootfs}/etc`;
+  for (const entry of ETC_ENTRIES) args.push('--ro-bind-try', `${etc}/${entry}`, `/etc/${entry}`);
   args.push('--ro-bind', plan.etcFiles.passwd, '/etc/passwd');
   args.push('--ro-bind', plan.etcFiles.group, '/etc/group');
   args.push('--ro-bind', plan.etcFiles.hosts, '/etc/hosts');
+  for (const dir of [...ancestors(INSIDE_SHIM_DIR), INSIDE_SHIM_DIR])
+    args.push('--perms', '0755', '--dir', dir);
+  for (const [name, target] of SHIMS) args.push('--symlink', target, `${INSIDE_SHIM_DIR}/${name}`);
   args.push('--proc', '/proc', '--dev', '/dev');
   args.push('--perms', '1777', '--size', String(plan.tmpBytes), '--tmpfs', '/tmp');
   args.push('--perms', '1777', '--size', String(plan.shmBytes), '--tmpfs', '/dev/shm');

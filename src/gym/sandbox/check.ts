@@ -13,11 +13,11 @@ const PROBE_UID = 999_999;
  * Whether bwrap is present and can create the sandbox's namespaces and load its seccomp filter here
  * (and, as root, drop to a uid).
  */
-export function checkSandbox(): { ok: true } | { ok: false; reason: string } {
+export function checkSandbox(rootfs?: string): { ok: true } | { ok: false; reason: string } {
   for (const [path, what] of [
     [BWRAP, 'bubblewrap'],
-    [PYTHON, 'python3'],
-    [PRLIMIT, 'prlimit (util-linux)'],
+    [rootfs === undefined ? PYTHON : `${rootfs}${PYTHON}`, 'python3'],
+    [rootfs === undefined ? PRLIMIT : `${rootfs}${PRLIMIT}`, 'prlimit (util-linux)'],
   ] as const) {
     if (!existsSync(path)) return { ok: false, reason: `${what} not found at ${path}` };
   }
@@ -33,7 +33,7 @@ export function checkSandbox(): { ok: true } | { ok: false; reason: string } {
     ...namespaceArgs(privileged),
     ...(filter ? ['--seccomp', '3'] : []),
     '--die-with-parent',
-    ...systemArgs(),
+    ...systemArgs(rootfs),
     '--proc',
     '/proc',
     '--dev',

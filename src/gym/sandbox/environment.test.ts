@@ -17,7 +17,7 @@ describe('sandbox environment', () => {
 
   it('builds a minimal environment the caller can extend and override', () => {
     expect(sandboxEnv('/root/.openclaw/workspace', { A: '1', LANG: 'en_US.UTF-8' })).toEqual({
-      PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
+      PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/run/stepwise/bin',
       HOME: '/root',
       LANG: 'en_US.UTF-8',
       A: '1',

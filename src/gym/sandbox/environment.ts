@@ -1,6 +1,7 @@
 import { posix } from 'node:path';
 
-export const SANDBOX_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
+/** ClawGym's PATH, then the sandbox's own shims (bwrap-args.ts): a system `python` still comes first. */
+export const SANDBOX_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/run/stepwise/bin';
 
 /**
  * HOME inside the sandbox: the home directory that holds mountDir (`/root` for ClawGym's

@@ -87,6 +87,8 @@ export async function runInSandbox(
   );
 
   if (options.unsafeNoSandbox) {
+    if (options.rootfs !== undefined)
+      throw new SandboxError('a hermetic rootfs needs the sandbox: it cannot be used with unsafeNoSandbox');
     return runUnsafe({
       workspace,
       mountDir,
@@ -102,6 +104,7 @@ export async function runInSandbox(
     });
   }
   if (!existsSync(BWRAP)) throw new SandboxError(`bubblewrap is not installed (${BWRAP} not found)`);
+  const rootfs = options.rootfs === undefined ? undefined : await hermeticRoot(options.rootfs);
 
   const privileged = process.getuid?.() === 0;
   // Unprivileged, bwrap's --disable-userns already holds; as root the filter is the only wall.
@@ -164,6 +167,7 @@ export async function runInSandbox(
         readOnlyBinds,
         statusFd: STATUS_FDS.bwrap,
         ...(seccomp ? { seccompFd: STATUS_FDS.seccomp } : {}),
+        ...(rootfs ? { rootfs } : {}),
       }),
       '--',
       PYTHON,
@@ -204,6 +208,16 @@ function resolveGateway(gateway: { url: string; port?: number; scope?: BridgeSco
     throw new TypeError(`sandbox gateway.port must be a TCP port, got ${gateway.port}`);
   }
   return { target, port, ...(gateway.scope ? { scope: gateway.scope } : {}) };
+}
+
+/** The real path of a hermetic root; it must hold the python3 the supervisor runs on. */
+async function hermeticRoot(rootfs: string): Promise<string> {
+  const real = await realpath(rootfs).catch(() => {
+    throw new SandboxError(`the sandbox rootfs ${rootfs} does not exist`);
+  });
+  if (!existsSync(join(real, PYTHON)))
+    throw new SandboxError(`the sandbox rootfs ${rootfs} has no ${PYTHON}: is it built?`);
+  return real;
 }
 
 async function realWorkspace(workspace: string): Promise<string> {

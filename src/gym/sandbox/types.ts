@@ -48,6 +48,11 @@ export interface SandboxOptions {
    * must be absolute and outside the system directories, the workspace and /tmp.
    */
   readOnlyBinds?: readonly { source: string; target: string }[];
+  /**
+   * A hermetic root filesystem (rootfs.ts: `HermeticRootfs.root`, a folder with usr/ and etc/) shown
+   * in place of the host's /usr and /etc, so commands see the same programs on every host.
+   */
+  rootfs?: string;
   /** Run on the host without isolation (explicit opt-in; log a loud warning once per process). */
   unsafeNoSandbox?: boolean;
 }

@@ -31,6 +31,11 @@ export interface GateOptions {
   keepWorkspaces?: boolean;
   /** A task without reference actions fails the gate (default true; ClawGym tasks have none). */
   requireReference?: boolean;
+  /**
+   * A scaffold score above 0 is a warning, not a problem (`gym validate` on published tasks: a
+   * heuristic probe, not ClawGym's gate). Default false: synthesized tasks must pass it.
+   */
+  scaffoldAsWarning?: boolean;
 }
 
 export interface GateResult {
@@ -40,6 +45,8 @@ export interface GateResult {
   /** Null when the task has no reference actions (or they could not be scored). */
   referenceScore: number | null;
   problems: string[];
+  /** Findings that do not fail the gate (the scaffold probe's, with scaffoldAsWarning). */
+  warnings: string[];
   /** The placeholders the scaffold step created. */
   scaffolded: string[];
   workspaces?: { noop: string; scaffold: string; reference: string };
@@ -135,13 +142,19 @@ export async function gateTask(task: GymTask, options: GateOptions = {}): Promis
     reference: join(root, 'reference'),
   };
   const problems: string[] = [];
-  const scoreIn = async (phase: string, dir: string, want: 'zero' | 'one'): Promise<number | null> => {
+  const warnings: string[] = [];
+  const scoreIn = async (
+    phase: string,
+    dir: string,
+    want: 'zero' | 'one',
+    findings: string[] = problems,
+  ): Promise<number | null> => {
     try {
       const report = asReport(await score(task, dir));
       const ok = want === 'zero' ? report.score === 0 : report.score === 1;
       if (!ok) {
         const why = describe(report, want);
-        problems.push(
+        findings.push(
           `${phase}: scored ${report.score}, expected ${want === 'zero' ? 0 : 1}${why ? ` — ${why}` : ''}`,
         );
       }
@@ -161,7 +174,12 @@ export async function gateTask(task: GymTask, options: GateOptions = {}): Promis
 
     await workspaceFor(task, dirs.scaffold);
     scaffolded = await scaffoldWorkspace(dirs.scaffold, scaffoldPaths(task.prompt, task.mountDir));
-    scaffoldScore = await scoreIn(`scaffold (${scaffolded.length} placeholders)`, dirs.scaffold, 'zero');
+    scaffoldScore = await scoreIn(
+      `scaffold (${scaffolded.length} placeholders)`,
+      dirs.scaffold,
+      'zero',
+      options.scaffoldAsWarning ? warnings : problems,
+    );
 
     const actions = task.referenceActions ?? [];
     if (actions.length === 0) {
@@ -195,6 +213,7 @@ export async function gateTask(task: GymTask, options: GateOptions = {}): Promis
     scaffoldScore,
     referenceScore,
     problems,
+    warnings,
     scaffolded,
     ...(options.keepWorkspaces ? { workspaces: dirs } : {}),
   };

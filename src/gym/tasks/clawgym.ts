@@ -11,6 +11,7 @@ import {
   pythonJsonDumps,
 } from './python-json.js';
 import { DEFAULT_MOUNT_DIR, GymTask, TaskFile } from './schema.js';
+import { rubricFromRule } from './syn-task.js';
 
 /*
  * ClawGym's task folder form: `data_entry.json` (task_id, user_query, input_mount_dir, metadata),
@@ -149,6 +150,8 @@ export async function readClawGymFolder(dir: string): Promise<GymTask> {
       files: input.files,
       mountDir: entry.input_mount_dir ?? DEFAULT_MOUNT_DIR,
       verifier: { kind: 'script', files: reward.files, entry: REWARD_ENTRY },
+      // ClawGym's `metadata.rule` (from ClawGym-SynData) is what an LLM judge scores.
+      rubric: rubricFromRule((metadata as { rule?: unknown } | null | undefined)?.rule),
       category,
       provenance: { source: 'clawgym', clawgym: provenance },
     },

@@ -4,6 +4,7 @@ import { createInterface } from 'node:readline';
 import { finished } from 'node:stream/promises';
 import { ValidationError } from '../../domain/errors.js';
 import { GymTask } from './schema.js';
+import { isSynTaskRecord, synTaskToGymTask } from './syn-task.js';
 
 /*
  * The JSONL form of a task set: one GymTask per line (blank lines are skipped). Reading streams line by
@@ -24,8 +25,11 @@ export class TaskLineError extends ValidationError {
   }
 }
 
-/** Parses one JSONL line into a GymTask (defaults filled in). */
-export function parseTaskLine(text: string, line: number, source = 'tasks'): GymTask {
+/**
+ * Parses one JSONL line into a GymTask (defaults filled in). A line in ClawGym-SynData's syn_task form
+ * is converted (syn-task.ts); `record` is its 0-based index among the file's records (its default id).
+ */
+export function parseTaskLine(text: string, line: number, source = 'tasks', record = line - 1): GymTask {
   let value: unknown;
   try {
     value = JSON.parse(text);
@@ -35,6 +39,14 @@ export function parseTaskLine(text: string, line: number, source = 'tasks'): Gym
       undefined,
       line,
     );
+  }
+  if (isSynTaskRecord(value)) {
+    try {
+      return synTaskToGymTask(value, record, `${source} line ${line}`);
+    } catch (err) {
+      const field = (err as { field?: string }).field;
+      throw new TaskLineError((err as Error).message, field, line);
+    }
   }
   const result = GymTask.safeParse(value);
   if (result.success) return result.data;
@@ -52,11 +64,12 @@ export async function* readTasksJsonl(path: string): AsyncGenerator<GymTask> {
   const input = createReadStream(path, { encoding: 'utf8' });
   const lines = createInterface({ input, crlfDelay: Number.POSITIVE_INFINITY });
   let n = 0;
+  let records = 0;
   try {
     for await (const text of lines) {
       n++;
       if (text.trim() === '') continue;
-      yield parseTaskLine(text, n, path);
+      yield parseTaskLine(text, n, path, records++);
     }
   } finally {
     lines.close();

@@ -1,0 +1,131 @@
+import { z } from 'zod';
+import { parseOrThrow } from '../../domain/errors.js';
+import type { ClawGymProvenance } from './clawgym.js';
+import { DEFAULT_MOUNT_DIR, GymTask, type RubricRule, type TaskFile } from './schema.js';
+
+/*
+ * ClawGym-SynData's Hugging Face form (`syn_task.jsonl` of RUC-AIBOX/ClawGym-Task): one task per line,
+ * `{prompt, hook_code, input_files: [{file_path, content}], rule, origin_template}`. It becomes the
+ * same GymTask ClawGym's own converter (RL/data/build_dataset_from_hf.py) makes a task folder of: the
+ * id from the template's `id:` line (else `task_<line index, 5 digits>`), `reward/...` files as the
+ * verifier (`reward/test.py` renamed `reward/check.py`), the rest as the workspace, and a
+ * `reward/reward.sh` that runs the hook and averages the JSON dict it prints.
+ */
+
+const SynTaskFile = z.looseObject({ file_path: z.string().min(1), content: z.string() });
+
+export const SynTaskRecord = z.looseObject({
+  prompt: z.string().min(1),
+  hook_code: z.string().nullish(),
+  input_files: z.array(SynTaskFile).nullish(),
+  rule: z.unknown().optional(),
+  origin_template: z.string().nullish(),
+});
+export type SynTaskRecord = z.infer<typeof SynTaskRecord>;
+
+/** A JSONL value in the syn_task form (a prompt and a hook, and none of a GymTask's own keys). */
+export function isSynTaskRecord(value: unknown): boolean {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) return false;
+  return 'prompt' in value && 'hook_code' in value && !('verifier' in value) && !('id' in value);
+}
+
+const WORKSPACE = DEFAULT_MOUNT_DIR;
+
+/** The template's `id:` line (its YAML front matter), as ClawGym's converter reads it. */
+export function synTaskId(originTemplate: string | null | undefined, index: number): string {
+  for (const line of (originTemplate ?? '').split('\n')) {
+    const trimmed = line.trim();
+    if (trimmed.startsWith('id:')) {
+      const id = trimmed.slice(3).trim();
+      if (id !== '') return id;
+    }
+  }
+  return `task_${String(index).padStart(5, '0')}`;
+}
+
+/** The hook, pointed at `<workspace>/reward/check.py` however the record named its checker. */
+export function normalizeHook(hook: string | null | undefined): string {
+  if (!hook) return `python3 ${WORKSPACE}/reward/check.py ${WORKSPACE}`;
+  return hook
+    .replaceAll(`${WORKSPACE}/reward/`, 'reward/')
+    .replaceAll('reward/test.py', 'reward/check.py')
+    .replaceAll('reward/check.py', `${WORKSPACE}/reward/check.py`);
+}
+
+// The checker prints a JSON dict of sub-scores (or one number); the reward is their mean (else 0).
+const AVERAGE_PY =
+  'import json, sys; v = json.loads(sys.stdin.read().strip()); print(sum(float(x) for x in v.values()) / len(v) if isinstance(v, dict) and v else float(v) if isinstance(v, (int, float)) else 0.0)';
+
+export function rewardScript(hook: string | null | undefined): string {
+  return `#!/usr/bin/env bash\nset -euo pipefail\n\n${normalizeHook(hook)} | python3 -c '${AVERAGE_PY}'\n`;
+}
+
+/**
+ * A ClawGym `metadata.rule` as rubric rules for the LLM judge: a text is one rule, a list of texts one
+ * rule each; anything else stays in the metadata only.
+ */
+export function rubricFromRule(rule: unknown): RubricRule[] {
+  if (typeof rule === 'string' && rule.trim() !== '')
+    return [{ name: 'rule', description: rule.trim(), weight: 1 }];
+  if (Array.isArray(rule) && rule.length > 0 && rule.every((r) => typeof r === 'string' && r.trim() !== ''))
+    return (rule as string[]).map((r, i) => ({ name: `rule_${i + 1}`, description: r.trim(), weight: 1 }));
+  return [];
+}
+
+/** One syn_task record (0-based `index` in its file) as a GymTask. */
+export function synTaskToGymTask(
+  value: unknown,
+  index: number,
+  where = `syn_task line ${index + 1}`,
+): GymTask {
+  const record = parseOrThrow(SynTaskRecord, value, where);
+  const id = synTaskId(record.origin_template, index);
+  const reward: TaskFile[] = [];
+  const files: TaskFile[] = [];
+  for (const file of record.input_files ?? []) {
+    if (file.file_path.startsWith('reward/')) {
+      const path = file.file_path === 'reward/test.py' ? 'reward/check.py' : file.file_path;
+      reward.push({ path, encoding: 'utf8', content: file.content });
+    } else files.push({ path: file.file_path, encoding: 'utf8', content: file.content });
+  }
+  // The converter writes reward.sh last, over any of the record's own.
+  const verifierFiles = reward.filter((f) => f.path !== 'reward/reward.sh');
+  verifierFiles.push({
+    path: 'reward/reward.sh',
+    encoding: 'utf8',
+    content: rewardScript(record.hook_code),
+    mode: 0o755,
+  });
+  const metadata: Record<string, unknown> = { category: '', grading_type: 'automated' };
+  if (record.rule) metadata.rule = record.rule;
+  const clawgym: ClawGymProvenance = {
+    entryKeys: ['task_id', 'user_query', 'metadata', ...(files.length > 0 ? ['input_mount_dir'] : [])],
+    extra: {},
+    metadata,
+    format: { indent: 2, ensureAscii: false, trailingNewline: true },
+    inputDir: files.length > 0,
+    emptyDirs: [],
+    otherFiles: [],
+  };
+  return parseOrThrow(
+    GymTask,
+    {
+      id,
+      prompt: record.prompt,
+      files,
+      mountDir: WORKSPACE,
+      verifier: { kind: 'script', files: verifierFiles, entry: 'reward/reward.sh' },
+      rubric: rubricFromRule(record.rule),
+      provenance: {
+        source: 'clawgym',
+        clawgym,
+        synTask: {
+          line: index + 1,
+          hook_code: record.hook_code ?? null,
+          origin_template: record.origin_template ?? null,
+        },
+      },
+    },
+    `${where} (${id})`,
+  );
+}
