@@ -59,6 +59,11 @@ export interface GatewayOptions {
    * a trajectory closed elsewhere (idle timeout, another process) is refused, not written to.
    */
   sessionRecheckMs?: number;
+  /**
+   * `max_tokens` of a `/generate` that sets none (Claw-R1's `response_length`), capped by the rest of
+   * the engine's context. Unset: the rest of the context (vLLM's own default would be 16 tokens).
+   */
+  generateMaxTokens?: number;
 }
 
 export interface InitTrajectoryInput {
@@ -177,6 +182,7 @@ export class Gateway {
   private readonly drainTimeoutMs: number;
   private readonly sessionCacheMs: number;
   private readonly sessionRecheckMs: number;
+  private readonly generateMaxTokens: number | null;
   private readonly timer: NodeJS.Timeout;
   /** Engine bodies still being read after their [DONE] (each entry stops reading one). */
   private readonly draining = new Set<() => void>();
@@ -193,6 +199,7 @@ export class Gateway {
     this.drainTimeoutMs = options.drainTimeoutMs ?? 60_000;
     this.sessionCacheMs = options.sessionCacheMs ?? 600_000;
     this.sessionRecheckMs = options.sessionRecheckMs ?? 30_000;
+    this.generateMaxTokens = options.generateMaxTokens ?? null;
     this.timer = setInterval(() => this.evictIdle(), Math.min(60_000, this.sessionCacheMs));
     this.timer.unref();
     this.online = new OnlineSessions(this, {
@@ -497,6 +504,19 @@ export class Gateway {
    * White-box token-in/token-out generation (Claw-R1's `/generate`): prompt ids to the engine's
    * completions API, exact ids and logprobs back. Records nothing; the agent submits its steps.
    */
+  /**
+   * The length of a `/generate` that names none: `generateMaxTokens`, never past the rest of the
+   * engine's context; without it that rest. Null (the engine's own choice; vLLM's is the rest of the
+   * context) where the engine reports no context length or the prompt fills it (the engine refuses).
+   */
+  private defaultMaxTokens(engine: Engine, promptLength: number): number | null {
+    const contextLength = this.requireRouter().maxModelLen(engine.id);
+    const room = contextLength === null ? null : contextLength - promptLength;
+    if (room !== null && room <= 0) return null;
+    if (this.generateMaxTokens === null) return room;
+    return room === null ? this.generateMaxTokens : Math.min(this.generateMaxTokens, room);
+  }
+
   async generate(input: GenerateInput, signal: AbortSignal): Promise<GenerateOutput> {
     const router = this.requireRouter();
     checkSamplingOptions(input.sampling, 'sampling_params.');
@@ -518,8 +538,10 @@ export class Gateway {
             'not_supported',
           );
         }
+        const maxTokens = input.sampling.max_tokens ?? this.defaultMaxTokens(engine, input.promptIds.length);
         return JSON.stringify({
           ...input.sampling,
+          max_tokens: maxTokens,
           model: router.models(engine.id)[0] ?? input.model ?? 'default',
           prompt: input.promptIds,
           return_token_ids: true,
