@@ -135,13 +135,23 @@ async function blackBoxEpisode(server: RunningServer, kwargs: { uid: string; cha
   const agent = new OpenAI({ baseURL: baseUrl, apiKey: 'not-needed', maxRetries: 0 });
   const messages: Json[] = [{ role: 'user', content: QUESTION }];
   let turns = 0;
+  // Claw-R1's flow ignores the register answer; an agent's failing call ends its run (the flow then
+  // still completes the trajectory, done by the tests).
+  let failed: InstanceType<typeof OpenAI.APIError> | null = null;
   for (let turn = 0; turn < 3; turn++) {
     turns = turn + 1;
-    const resp = await agent.chat.completions.create({
-      model: 'default',
-      messages,
-      tools: [CHECK_ANSWER_TOOL as never],
-    });
+    let resp: OpenAI.ChatCompletion;
+    try {
+      resp = await agent.chat.completions.create({
+        model: 'default',
+        messages,
+        tools: [CHECK_ANSWER_TOOL as never],
+      });
+    } catch (error) {
+      if (!(error instanceof OpenAI.APIError)) throw error;
+      failed = error;
+      break;
+    }
     const content = resp.choices[0]!.message.content ?? '';
     const toolCalls = parseToolCalls(content);
     messages.push({ role: 'assistant', content });
@@ -157,7 +167,7 @@ async function blackBoxEpisode(server: RunningServer, kwargs: { uid: string; cha
         });
       }
   }
-  return { reg, turns, baseUrl, trajectoryUid: initData.trajectory_uid as string, messages };
+  return { reg, turns, failed, baseUrl, trajectoryUid: initData.trajectory_uid as string, messages };
 }
 
 // Claw-R1's rollout sampling_params (AgentFlowWorker.generate_sequences): no max_tokens.
@@ -344,6 +354,50 @@ for (const [name, start] of stores) {
       });
       expect(resp.choices[0]!.message.tool_calls?.[0]).toMatchObject({ function: { name: 'check_answer' } });
       expect(resp.choices[0]!.message.content ?? '').not.toContain('<tool_call>');
+    });
+
+    it("black box: a validation rollout (channel val) where val does not trust agents: register is a 400, the agent's next call a 404, nothing moves, nothing reaches train", async () => {
+      const server = await start();
+      await server.pool.configureChannel('train', {
+        trust_agent_reward: true,
+        raw_tool_calls: true,
+        n_rollouts: 1,
+      });
+      const uid = '0b6f2e9a-3c4d-4e5f-8a9b-1c2d3e4f5a6b';
+      // AsyncRollouter's validation batches carry channel "val"; the flow registers it.
+      const val = await blackBoxEpisode(server, { uid, channel: 'val' });
+      expect(val.reg.status).toBe(400);
+      expect(((await val.reg.json()) as Json).error.param).toBe('channel');
+      expect(val.failed?.status).toBe(404);
+      expect(val.failed?.message).toMatch(/register_trajectory/);
+      expect((await post(`${val.baseUrl}/complete_trajectory`)).status).toBe(404);
+      const models = await fetch(`${val.baseUrl}/models`);
+      expect(models.status).toBe(404);
+      const initGroup = (await server.pool.getTrajectory(val.trajectoryUid))!.groupId;
+      expect(initGroup).not.toBe(uid);
+      expect(await server.pool.getTrajectory(val.trajectoryUid)).toMatchObject({
+        channel: 'train',
+        status: 'open',
+        nSteps: 0,
+        metadata: {},
+      });
+      const page = { limit: 100, offset: 0 };
+      expect((await server.pool.listSteps({ channel: 'train', ...page })).total).toBe(0);
+      expect((await server.pool.listTrajectories({ groupId: uid, ...page })).total).toBe(0);
+
+      // Once the operator lets val's agents own their episodes, the same rollout lands in val.
+      await server.pool.configureChannel('val', { trust_agent_reward: true, raw_tool_calls: true });
+      const trusted = await blackBoxEpisode(server, { uid, channel: 'val' });
+      expect(trusted.reg.status).toBe(200);
+      expect(trusted.failed).toBeNull();
+      expect(trusted.turns).toBe(2);
+      expect((await post(`${trusted.baseUrl}/complete_trajectory`, { channel: 'val' })).status).toBe(200);
+      expect(await server.pool.getTrajectory(trusted.trajectoryUid)).toMatchObject({
+        groupId: uid,
+        channel: 'val',
+        nSteps: 2,
+      });
+      expect((await server.pool.listSteps({ channel: 'train', ...page })).total).toBe(0);
     });
 
     it('white box: multi_step_agent_flow request for request (/generate with no max_tokens gets the whole answer, /submit_steps without ?channel, /compute_reward), then its StepPayload extras', async () => {

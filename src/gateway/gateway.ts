@@ -308,13 +308,27 @@ export class Gateway {
   }
 
   /**
-   * The session a base_url names, `/<trajectory>/<group>/v1`. Claw-R1's black-box flow swaps the
-   * group segment for its GRPO group (the dataset's `prompt_uid`) right after init, and may name a
-   * channel at register_trajectory: where the channel lets agents own their episodes
-   * (`trust_agent_reward`, on the target channel too), a trajectory with no step yet, alone in its
-   * group, moves there. Otherwise a group that is not the trajectory's is a 404, as it always was.
+   * The session a base_url names, `/<trajectory>/<group>/v1`, for an LLM call, `models` or
+   * `complete_trajectory`: a group that is not the trajectory's is a 404. Only `register_trajectory`
+   * moves a trajectory (registerAt), so a call after a refused registration moves nothing.
    */
-  async sessionAt(id: string, groupId: string, channel?: string): Promise<Session> {
+  async sessionAt(id: string, groupId: string): Promise<Session> {
+    const session = await this.session(id);
+    if (groupId !== session.groupId)
+      throw new NotFoundError(
+        `trajectory ${id} has no group ${groupId} (check the base_url; a trajectory joins the group its base_url names, as Claw-R1's prompt_uid, at register_trajectory, where its channel sets trust_agent_reward)`,
+      );
+    return session;
+  }
+
+  /**
+   * The session `register_trajectory` names. Claw-R1's black-box flow swaps the group segment for its
+   * GRPO group (the dataset's `prompt_uid`) right after init and registers there, naming a channel
+   * for validation: where the channel lets agents own their episodes (`trust_agent_reward`, on the
+   * target channel too), a trajectory with no step yet, alone in its group, moves there. Otherwise a
+   * group that is not the trajectory's is a 404, another channel a 400, and nothing moves.
+   */
+  async registerAt(id: string, groupId: string, channel?: string): Promise<Session> {
     const session = await this.session(id);
     const target = { groupId, channel: channel ?? session.channel };
     if (target.groupId === session.groupId && target.channel === session.channel) return session;
