@@ -50,10 +50,17 @@ const CHECK_ANSWER_TOOL = {
 // generates when a request sets no max_tokens (Claw-R1's /generate sets none).
 const ANSWER = `In May she sold 48 / 2 = 24 clips, so in April and May she sold 48 + 24 = ${GROUND_TRUTH} clips altogether.\n#### ${GROUND_TRUTH}`;
 
-/** The sim answers as a policy that checks its answer with the tool once, then states it. */
+// The first turn's tool call as a model may write it: keys in another order and no spaces, unlike
+// the chat template's own rendering (`{"name": "check_answer", "arguments": {"answer": "72"}}`).
+const TOOL_CALL_TEXT = `<tool_call>\n{"arguments":{"answer":"${GROUND_TRUTH}"},"name":"check_answer"}\n</tool_call>`;
+
+/**
+ * The sim answers as a policy that checks its answer with the tool once, then states it. The first
+ * turn is raw text: the sim's hermes parser turns it into the answer's tool_calls, as vLLM's does.
+ */
 const SIM: ServerOptions['sim'] = {
   policy: 'scripted',
-  script: [{ toolCall: { name: 'check_answer', arguments: { answer: GROUND_TRUTH } } }, { answer: ANSWER }],
+  script: [{ answer: TOOL_CALL_TEXT }, { answer: ANSWER }],
 };
 
 const REWARDS = resolveRewardsConfig({
@@ -284,7 +291,8 @@ for (const [name, start] of stores) {
       expect(first.reg.status).toBe(200);
       // The agent read the tool call from content, got the tool's verdict and answered: two turns.
       expect(first.turns).toBe(2);
-      expect(first.messages[1].content).toContain('<tool_call>');
+      // Its content is the text as generated, not the template's rendering of the parsed call.
+      expect(first.messages[1].content).toBe(TOOL_CALL_TEXT);
       expect(parseToolCalls(first.messages[1].content)).toEqual([
         { name: 'check_answer', arguments: { answer: GROUND_TRUTH } },
       ]);
@@ -326,7 +334,17 @@ for (const [name, start] of stores) {
       // second turn holds the raw assistant turn as the agent sent it.
       const steps = served[0].steps;
       expect(steps[0].tool_calls[0].function.name).toBe('check_answer');
-      expect(steps[1].messages[1].content).toContain('<tool_call>');
+      expect(steps[1].messages[1].content).toBe(TOOL_CALL_TEXT);
+      // The turn the agent sent back is the generated tokens: the second prompt continues the first
+      // prompt and its response id for id, and no prefix broke.
+      for (const t of served) {
+        const [one, two] = t.steps as Json[];
+        expect(two.prompt_ids.slice(0, one.prompt_ids.length + one.response_ids.length)).toEqual([
+          ...one.prompt_ids,
+          ...one.response_ids,
+        ]);
+        expect((await server.pool.getTrajectory(t.trajectory_uid))!.prefixBreaks).toBe(0);
+      }
     });
 
     it('black box: without the operator opting in, the swapped prompt_uid and a channel move change nothing', async () => {
@@ -415,8 +433,8 @@ for (const [name, start] of stores) {
         expect(gen.log_probs).toEqual(gen.logprobs);
         expect(gen.stop_reason).toBe(gen.finish_reason);
       }
-      expect(run.tokenizer.decode(run.generated[0]!.token_ids, { skipSpecialTokens: true })).toContain(
-        '"name": "check_answer"',
+      expect(run.tokenizer.decode(run.generated[0]!.token_ids, { skipSpecialTokens: true })).toBe(
+        TOOL_CALL_TEXT,
       );
       expect(run.tokenizer.decode(run.generated[1]!.token_ids, { skipSpecialTokens: true })).toBe(ANSWER);
       expect(run.generated[1]!.token_ids.length).toBeGreaterThan(16);

@@ -719,8 +719,14 @@ export class Gateway {
       const capture = new CompletionCapture();
       capture.addCompletion(answer);
       // Committed before the agent sees a byte of it: no answered call is ever without its step.
-      await this.capture(ctx, capture.result(), null);
-      const raw = ctx.session.rawToolCalls && ctx.kind === 'chat' ? rawToolCallAnswer(answer) : null;
+      const step = await this.capture(ctx, capture.result(), null);
+      let raw: string | null = null;
+      if (ctx.session.rawToolCalls && ctx.kind === 'chat') {
+        // The text of the ids the step holds, as generated; rebuilt ids are no record of spacing.
+        const generated =
+          step.tokenSource === 'engine' ? await this.tokenizing.decodeGenerated(step.responseIds) : null;
+        raw = rawToolCallAnswer(answer, generated);
+      }
       return { status: 200, headers: JSON_HEADERS, body: raw ?? bytes };
     } finally {
       ctx.finish();
@@ -930,7 +936,11 @@ export class Gateway {
    * waits for this. A step that cannot be stored is a CaptureFailed (or the ConflictError of a
    * trajectory closed meanwhile), never a silent loss.
    */
-  private async capture(ctx: CallContext, captured: Captured, firstTokenAt: number | null): Promise<void> {
+  private async capture(
+    ctx: CallContext,
+    captured: Captured,
+    firstTokenAt: number | null,
+  ): Promise<Pick<NewStep, 'responseIds' | 'tokenSource'>> {
     const endedAt = performance.now();
     const { session, request, routed } = ctx;
     // Before this step becomes the session's last: the results answer the step before it.
@@ -1047,6 +1057,7 @@ export class Gateway {
         .catch((err: unknown) => this.logger?.warn({ err }, 'a failed capture could not be recorded'));
       throw new CaptureFailed(message, 503);
     }
+    return step;
   }
 
   /** Commits steps and tool results through the pool's group commit; rejects when they are not stored. */
@@ -1179,12 +1190,14 @@ function callsOf(toolCalls: readonly Record<string, unknown>[] | null): Answered
 }
 
 /**
- * Claw-R1's form of a chat answer: the completion's text as the model wrote it (reasoning, content,
- * then each tool call as Qwen3's `<tool_call>` block) in `content`, no `tool_calls`, and `stop`
- * where the engine said `tool_calls` (Claw-R1's gateway answers from the engine's raw text). Null
- * when the answer holds no tool call or reasoning to fold in, or a call the template cannot render.
+ * Claw-R1's form of a chat answer: the completion's text as the model wrote it in `content`, no
+ * `tool_calls`, and `stop` where the engine said `tool_calls` (Claw-R1's gateway answers vLLM's
+ * completion text). `generated` is that text (the response ids decoded); without it (an engine that
+ * sent no ids) the text is rendered from the parsed parts: reasoning, content, then each call as
+ * Qwen3's `<tool_call>` block. Null when the answer holds no tool call or reasoning to fold in, or
+ * (without `generated`) a call the template cannot render.
  */
-export function rawToolCallAnswer(answer: Record<string, unknown>): string | null {
+export function rawToolCallAnswer(answer: Record<string, unknown>, generated: string | null): string | null {
   const choices = answer.choices as Record<string, unknown>[];
   let changed = false;
   const out = choices.map((choice) => {
@@ -1195,11 +1208,13 @@ export function rawToolCallAnswer(answer: Record<string, unknown>): string | nul
     if (calls.length === 0 && typeof reasoning !== 'string') return choice;
     let text: string;
     try {
-      text = renderCompletion({
-        content: typeof message.content === 'string' ? message.content : null,
-        ...(typeof reasoning === 'string' ? { reasoning } : {}),
-        toolCalls: calls,
-      });
+      text =
+        generated ??
+        renderCompletion({
+          content: typeof message.content === 'string' ? message.content : null,
+          ...(typeof reasoning === 'string' ? { reasoning } : {}),
+          toolCalls: calls,
+        });
     } catch {
       return choice;
     }
