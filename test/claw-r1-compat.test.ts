@@ -113,7 +113,10 @@ function parseToolCalls(content: string): { name: string; arguments: Record<stri
 }
 
 /** BlackBoxAgentFlowBase.run + GSM8KAgent.solve, request for request. Returns turns and base_url. */
-async function blackBoxEpisode(server: RunningServer, kwargs: { uid: string; channel?: string }) {
+async function blackBoxEpisode(
+  server: RunningServer,
+  kwargs: { uid: string; channel?: string; noMetadata?: boolean },
+) {
   // 1. init_trajectory: a POST without a body.
   const init = await fetch(`${server.url}/init_trajectory`, { method: 'POST' });
   expect(init.status).toBe(200);
@@ -132,7 +135,7 @@ async function blackBoxEpisode(server: RunningServer, kwargs: { uid: string; cha
   };
   const regBody: Record<string, unknown> = {};
   if (kwargs.channel) regBody.channel = kwargs.channel;
-  regBody.metadata = metadata;
+  if (!kwargs.noMetadata) regBody.metadata = metadata;
   const reg = await fetch(`${baseUrl}/register_trajectory`, {
     method: 'POST',
     body: JSON.stringify(regBody),
@@ -307,8 +310,10 @@ for (const [name, start] of stores) {
       const moved = await post(`${second.baseUrl}/complete_trajectory`, { channel: 'val' });
       expect(moved.status).toBe(400);
       expect(moved.json.error.param).toBe('channel');
-      const own = await post(`${second.baseUrl}/complete_trajectory`, { channel: 'train' });
+      // Its CompleteTrajectoryRequest also carries a reward: stored as the trajectory's (trusted channel).
+      const own = await post(`${second.baseUrl}/complete_trajectory`, { reward: 1.0, channel: 'train' });
       expect(own.status).toBe(200);
+      expect(own.json.reward).toBe(1);
 
       // Both rollouts are in the group Claw-R1 named: the trainer gets them together.
       for (const t of [first, second])
@@ -416,6 +421,67 @@ for (const [name, start] of stores) {
         nSteps: 2,
       });
       expect((await server.pool.listSteps({ channel: 'train', ...page })).total).toBe(0);
+
+      // A dataset row with no channel and nothing past the skipped keys registers `{}`: it joins the
+      // prompt's group in the trajectory's own channel and merges nothing.
+      const bareUid = '5d3c2b1a-0f9e-4d8c-b7a6-958473625140';
+      const bare = await blackBoxEpisode(server, { uid: bareUid, noMetadata: true });
+      expect(bare.reg.status).toBe(200);
+      expect(bare.turns).toBe(2);
+      expect((await post(`${bare.baseUrl}/complete_trajectory`)).status).toBe(200);
+      expect(await server.pool.getTrajectory(bare.trajectoryUid)).toMatchObject({
+        groupId: bareUid,
+        channel: 'train',
+        nSteps: 2,
+        metadata: {},
+      });
+    });
+
+    it('white box: a validation rollout with calculate_log_probs off: /generate {logprobs: false} answers no log_probs, /submit_steps?channel=val keeps it out of train', async () => {
+      const server = await start();
+      await server.pool.configureChannel('val', { n_rollouts: 1 });
+      const run = await multiStepFlow(server, {
+        promptUid: '9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d',
+        channel: 'val',
+        sampling: { ...SAMPLING, logprobs: false },
+      });
+      for (const gen of run.generated) {
+        expect(gen.log_probs).toBeNull();
+        expect(gen.stop_reason).toBe('stop');
+        expect(gen.token_ids.length).toBeGreaterThan(0);
+      }
+      expect(run.tokenizer.decode(run.generated[1]!.token_ids, { skipSpecialTokens: true })).toBe(ANSWER);
+      expect(run.accepted).toEqual([1, 1]);
+      // The flow pops channel before it builds the metadata: the steps carry the rest of the row.
+      expect(run.metadata).not.toHaveProperty('channel');
+      const stored = await server.pool.getTrajectorySteps(run.trajectoryUid);
+      expect(stored.map((s) => s.responseLogprobs)).toEqual([null, null]);
+      expect(stored.map((s) => s.metadata)).toEqual([run.metadata, run.metadata]);
+      expect(await server.pool.getTrajectory(run.trajectoryUid)).toMatchObject({
+        channel: 'val',
+        groupId: run.promptUid,
+      });
+      const page = { limit: 100, offset: 0 };
+      expect((await server.pool.listSteps({ channel: 'train', ...page })).total).toBe(0);
+      // A Step whose metadata was left unset (Step's default None) is sent as null: no metadata.
+      const unset = await post(`${server.url}/submit_steps?channel=val`, {
+        steps: [
+          {
+            prompt_ids: stored[0]!.promptIds,
+            response_ids: stored[0]!.responseIds,
+            reward: null,
+            rollout_log_probs: null,
+            trajectory_uid: 'f'.repeat(32),
+            prompt_uid: run.promptUid,
+            step_index: 0,
+            policy_version: 0,
+            is_last: true,
+            metadata: null,
+          },
+        ],
+      });
+      expect(unset.json.accepted).toBe(1);
+      expect((await server.pool.getTrajectorySteps('f'.repeat(32)))[0]!.metadata).toEqual({});
     });
 
     it('white box: multi_step_agent_flow request for request (/generate with no max_tokens gets the whole answer, /submit_steps without ?channel, /compute_reward), then its StepPayload extras', async () => {

@@ -590,10 +590,10 @@ export class Gateway {
         text: r.content,
         logprobs: r.logprobs,
         finish_reason: r.finishReason,
-        // Claw-R1's GenerateResponse names: the same ids and logprobs, and the completion's
-        // finish_reason as its stop_reason (its gateway fills it so).
+        // Claw-R1's GenerateResponse names: the same ids and logprobs (none where its flow asked for
+        // none, `logprobs: false`, as its gateway answers), and the finish_reason as its stop_reason.
         token_ids: r.responseIds,
-        log_probs: r.logprobs,
+        log_probs: input.sampling.logprobs === false ? null : r.logprobs,
         stop_reason: r.finishReason,
         engine_id: routed.engine.id,
         policy_version: version,
