@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -45,13 +46,21 @@ const CHECK_ANSWER_TOOL = {
   },
 };
 
-/** The sim answers as a policy that checks its answer with the tool once, then states it. */
+// The final answer, in GSM8K's `#### N` form: longer than the 16 tokens vLLM's completions API
+// generates when a request sets no max_tokens (Claw-R1's /generate sets none).
+const ANSWER = `In May she sold 48 / 2 = 24 clips, so in April and May she sold 48 + 24 = ${GROUND_TRUTH} clips altogether.\n#### ${GROUND_TRUTH}`;
+
+// The first turn's tool call as a model may write it: keys in another order and no spaces, unlike
+// the chat template's own rendering (`{"name": "check_answer", "arguments": {"answer": "72"}}`).
+const TOOL_CALL_TEXT = `<tool_call>\n{"arguments":{"answer":"${GROUND_TRUTH}"},"name":"check_answer"}\n</tool_call>`;
+
+/**
+ * The sim answers as a policy that checks its answer with the tool once, then states it. The first
+ * turn is raw text: the sim's hermes parser turns it into the answer's tool_calls, as vLLM's does.
+ */
 const SIM: ServerOptions['sim'] = {
   policy: 'scripted',
-  script: [
-    { toolCall: { name: 'check_answer', arguments: { answer: GROUND_TRUTH } } },
-    { answer: `Natalia sold 48 + 24 = ${GROUND_TRUTH} clips.` },
-  ],
+  script: [{ answer: TOOL_CALL_TEXT }, { answer: ANSWER }],
 };
 
 const REWARDS = resolveRewardsConfig({
@@ -61,15 +70,15 @@ const REWARDS = resolveRewardsConfig({
   channels: { train: { functions: ['gsm8k'] } },
 });
 
-type Start = () => Promise<RunningServer>;
+type Start = (extra?: Partial<ServerOptions>) => Promise<RunningServer>;
 const common: Partial<ServerOptions> = { port: 0, engines: ['sim'], sim: SIM, rewards: REWARDS };
 const stores: [string, Start][] = [
   [
     'SQLite',
-    async () => {
+    async (extra = {}) => {
       const dir = mkdtempSync(join(tmpdir(), 'stepwise-clawr1-'));
       dirs.push(dir);
-      const server = await startServer({ dbPath: join(dir, 'pool.db'), ...common });
+      const server = await startServer({ dbPath: join(dir, 'pool.db'), ...common, ...extra });
       servers.push(server);
       return server;
     },
@@ -78,10 +87,10 @@ const stores: [string, Start][] = [
 if (pgUrl) {
   stores.push([
     'PostgreSQL',
-    async () => {
+    async (extra = {}) => {
       const schema = freshSchema('stepwise_clawr1');
       schemas.push(schema);
-      const server = await startServer({ dbPath: '', pg: { url: pgUrl!, schema }, ...common });
+      const server = await startServer({ dbPath: '', pg: { url: pgUrl!, schema }, ...common, ...extra });
       servers.push(server);
       return server;
     },
@@ -104,7 +113,10 @@ function parseToolCalls(content: string): { name: string; arguments: Record<stri
 }
 
 /** BlackBoxAgentFlowBase.run + GSM8KAgent.solve, request for request. Returns turns and base_url. */
-async function blackBoxEpisode(server: RunningServer, kwargs: { uid: string; channel?: string }) {
+async function blackBoxEpisode(
+  server: RunningServer,
+  kwargs: { uid: string; channel?: string; noMetadata?: boolean },
+) {
   // 1. init_trajectory: a POST without a body.
   const init = await fetch(`${server.url}/init_trajectory`, { method: 'POST' });
   expect(init.status).toBe(200);
@@ -123,7 +135,7 @@ async function blackBoxEpisode(server: RunningServer, kwargs: { uid: string; cha
   };
   const regBody: Record<string, unknown> = {};
   if (kwargs.channel) regBody.channel = kwargs.channel;
-  regBody.metadata = metadata;
+  if (!kwargs.noMetadata) regBody.metadata = metadata;
   const reg = await fetch(`${baseUrl}/register_trajectory`, {
     method: 'POST',
     body: JSON.stringify(regBody),
@@ -133,13 +145,23 @@ async function blackBoxEpisode(server: RunningServer, kwargs: { uid: string; cha
   const agent = new OpenAI({ baseURL: baseUrl, apiKey: 'not-needed', maxRetries: 0 });
   const messages: Json[] = [{ role: 'user', content: QUESTION }];
   let turns = 0;
+  // Claw-R1's flow ignores the register answer; an agent's failing call ends its run (the flow then
+  // still completes the trajectory, done by the tests).
+  let failed: InstanceType<typeof OpenAI.APIError> | null = null;
   for (let turn = 0; turn < 3; turn++) {
     turns = turn + 1;
-    const resp = await agent.chat.completions.create({
-      model: 'default',
-      messages,
-      tools: [CHECK_ANSWER_TOOL as never],
-    });
+    let resp: OpenAI.ChatCompletion;
+    try {
+      resp = await agent.chat.completions.create({
+        model: 'default',
+        messages,
+        tools: [CHECK_ANSWER_TOOL as never],
+      });
+    } catch (error) {
+      if (!(error instanceof OpenAI.APIError)) throw error;
+      failed = error;
+      break;
+    }
     const content = resp.choices[0]!.message.content ?? '';
     const toolCalls = parseToolCalls(content);
     messages.push({ role: 'assistant', content });
@@ -155,7 +177,103 @@ async function blackBoxEpisode(server: RunningServer, kwargs: { uid: string; cha
         });
       }
   }
-  return { reg, turns, baseUrl, trajectoryUid: initData.trajectory_uid as string, messages };
+  return { reg, turns, failed, baseUrl, trajectoryUid: initData.trajectory_uid as string, messages };
+}
+
+// Claw-R1's rollout sampling_params (AgentFlowWorker.generate_sequences): no max_tokens.
+const SAMPLING = { temperature: 1.0, top_p: 1.0, repetition_penalty: 1.0, logprobs: true };
+const FEEDBACK_PROMPT =
+  'Please verify your answer step by step and provide the final answer again in the format #### <number>.';
+
+interface Generated {
+  token_ids: number[];
+  log_probs: number[] | null;
+  stop_reason: string | null;
+  response_ids: number[];
+  logprobs: number[] | null;
+  finish_reason: string | null;
+}
+
+/**
+ * MultiStepAgentFlow.run (two turns), request for request: each turn's prompt is the chat template
+ * of the messages so far, /generate with the rollout's sampling_params, a Step with the dataset
+ * fields (less agent_name) as metadata, /submit_steps with ?channel only when the dataset names one;
+ * the last turn is scored by /compute_reward first.
+ */
+async function multiStepFlow(
+  server: RunningServer,
+  options: { promptUid: string; channel?: string; sampling?: Record<string, unknown> },
+) {
+  const tokenizer = loadQwen3Tokenizer();
+  const trajectoryUid = randomUUID().replaceAll('-', '');
+  // RLHFDataset's fields for GSM8K's first test row, plus the uid and agent_name the trainer adds.
+  const kwargs: Record<string, unknown> = {
+    data_source: 'openai/gsm8k',
+    ability: 'math',
+    reward_model: { ground_truth: GROUND_TRUTH, style: 'rule' },
+    extra_info: { split: 'test', index: 0, question: QUESTION },
+    raw_prompt: [{ role: 'user', content: QUESTION }],
+    index: 0,
+    tools_kwargs: {},
+    uid: options.promptUid,
+    agent_name: 'multi_step_agent',
+    ...(options.channel ? { channel: options.channel } : {}),
+  };
+  const channel = kwargs.channel as string | undefined;
+  delete kwargs.channel;
+  const { agent_name: _name, ...metadata } = kwargs;
+  const messages = [...(kwargs.raw_prompt as Json[])];
+  const submitUrl = `${server.url}/submit_steps${channel ? `?channel=${channel}` : ''}`;
+  const generated: Generated[] = [];
+  const accepted: number[] = [];
+  let reward: Json = null;
+  for (let turn = 0; turn < 2; turn++) {
+    const promptIds = tokenizer.encode(
+      tokenizer.chatTemplate.render({ messages, add_generation_prompt: true }),
+    );
+    const gen = await post(`${server.url}/generate`, {
+      prompt_ids: promptIds,
+      sampling_params: options.sampling ?? SAMPLING,
+    });
+    expect(gen.status).toBe(200);
+    generated.push(gen.json);
+    const isLast = turn === 1;
+    const step = {
+      prompt_ids: promptIds,
+      response_ids: gen.json.token_ids,
+      reward: null as number | null,
+      rollout_log_probs: gen.json.log_probs ?? null,
+      trajectory_uid: trajectoryUid,
+      prompt_uid: options.promptUid,
+      step_index: turn,
+      policy_version: 0,
+      is_last: isLast,
+      metadata,
+    };
+    if (isLast) {
+      const scored = await post(`${server.url}/compute_reward`, {
+        prompt_ids: promptIds,
+        response_ids: gen.json.token_ids,
+        num_turns: messages.length,
+        extra_fields: {},
+        dataset_fields: metadata,
+      });
+      expect(scored.status).toBe(200);
+      reward = scored.json;
+      step.reward = scored.json.reward_score;
+    }
+    const submitted = await post(submitUrl, { steps: [step] });
+    expect(submitted.status).toBe(200);
+    accepted.push(submitted.json.accepted);
+    if (!isLast) {
+      messages.push({
+        role: 'assistant',
+        content: tokenizer.decode(gen.json.token_ids, { skipSpecialTokens: true }),
+      });
+      messages.push({ role: 'user', content: FEEDBACK_PROMPT });
+    }
+  }
+  return { tokenizer, trajectoryUid, promptUid: options.promptUid, metadata, generated, accepted, reward };
 }
 
 const post = (url: string, body?: unknown) => callJson('POST', url, body);
@@ -176,7 +294,8 @@ for (const [name, start] of stores) {
       expect(first.reg.status).toBe(200);
       // The agent read the tool call from content, got the tool's verdict and answered: two turns.
       expect(first.turns).toBe(2);
-      expect(first.messages[1].content).toContain('<tool_call>');
+      // Its content is the text as generated, not the template's rendering of the parsed call.
+      expect(first.messages[1].content).toBe(TOOL_CALL_TEXT);
       expect(parseToolCalls(first.messages[1].content)).toEqual([
         { name: 'check_answer', arguments: { answer: GROUND_TRUTH } },
       ]);
@@ -191,8 +310,10 @@ for (const [name, start] of stores) {
       const moved = await post(`${second.baseUrl}/complete_trajectory`, { channel: 'val' });
       expect(moved.status).toBe(400);
       expect(moved.json.error.param).toBe('channel');
-      const own = await post(`${second.baseUrl}/complete_trajectory`, { channel: 'train' });
+      // Its CompleteTrajectoryRequest also carries a reward: stored as the trajectory's (trusted channel).
+      const own = await post(`${second.baseUrl}/complete_trajectory`, { reward: 1.0, channel: 'train' });
       expect(own.status).toBe(200);
+      expect(own.json.reward).toBe(1);
 
       // Both rollouts are in the group Claw-R1 named: the trainer gets them together.
       for (const t of [first, second])
@@ -218,7 +339,17 @@ for (const [name, start] of stores) {
       // second turn holds the raw assistant turn as the agent sent it.
       const steps = served[0].steps;
       expect(steps[0].tool_calls[0].function.name).toBe('check_answer');
-      expect(steps[1].messages[1].content).toContain('<tool_call>');
+      expect(steps[1].messages[1].content).toBe(TOOL_CALL_TEXT);
+      // The turn the agent sent back is the generated tokens: the second prompt continues the first
+      // prompt and its response id for id, and no prefix broke.
+      for (const t of served) {
+        const [one, two] = t.steps as Json[];
+        expect(two.prompt_ids.slice(0, one.prompt_ids.length + one.response_ids.length)).toEqual([
+          ...one.prompt_ids,
+          ...one.response_ids,
+        ]);
+        expect((await server.pool.getTrajectory(t.trajectory_uid))!.prefixBreaks).toBe(0);
+      }
     });
 
     it('black box: without the operator opting in, the swapped prompt_uid and a channel move change nothing', async () => {
@@ -248,146 +379,149 @@ for (const [name, start] of stores) {
       expect(resp.choices[0]!.message.content ?? '').not.toContain('<tool_call>');
     });
 
-    it('white box: /generate, /submit_steps and /compute_reward as multi_step_agent_flow calls them; routed_experts and multi_modal_data are stored and served', async () => {
+    it("black box: a validation rollout (channel val) where val does not trust agents: register is a 400, the agent's next call a 404, nothing moves, nothing reaches train", async () => {
+      const server = await start();
+      await server.pool.configureChannel('train', {
+        trust_agent_reward: true,
+        raw_tool_calls: true,
+        n_rollouts: 1,
+      });
+      const uid = '0b6f2e9a-3c4d-4e5f-8a9b-1c2d3e4f5a6b';
+      // AsyncRollouter's validation batches carry channel "val"; the flow registers it.
+      const val = await blackBoxEpisode(server, { uid, channel: 'val' });
+      expect(val.reg.status).toBe(400);
+      expect(((await val.reg.json()) as Json).error.param).toBe('channel');
+      expect(val.failed?.status).toBe(404);
+      expect(val.failed?.message).toMatch(/register_trajectory/);
+      expect((await post(`${val.baseUrl}/complete_trajectory`)).status).toBe(404);
+      const models = await fetch(`${val.baseUrl}/models`);
+      expect(models.status).toBe(404);
+      const initGroup = (await server.pool.getTrajectory(val.trajectoryUid))!.groupId;
+      expect(initGroup).not.toBe(uid);
+      expect(await server.pool.getTrajectory(val.trajectoryUid)).toMatchObject({
+        channel: 'train',
+        status: 'open',
+        nSteps: 0,
+        metadata: {},
+      });
+      const page = { limit: 100, offset: 0 };
+      expect((await server.pool.listSteps({ channel: 'train', ...page })).total).toBe(0);
+      expect((await server.pool.listTrajectories({ groupId: uid, ...page })).total).toBe(0);
+
+      // Once the operator lets val's agents own their episodes, the same rollout lands in val.
+      await server.pool.configureChannel('val', { trust_agent_reward: true, raw_tool_calls: true });
+      const trusted = await blackBoxEpisode(server, { uid, channel: 'val' });
+      expect(trusted.reg.status).toBe(200);
+      expect(trusted.failed).toBeNull();
+      expect(trusted.turns).toBe(2);
+      expect((await post(`${trusted.baseUrl}/complete_trajectory`, { channel: 'val' })).status).toBe(200);
+      expect(await server.pool.getTrajectory(trusted.trajectoryUid)).toMatchObject({
+        groupId: uid,
+        channel: 'val',
+        nSteps: 2,
+      });
+      expect((await server.pool.listSteps({ channel: 'train', ...page })).total).toBe(0);
+
+      // A dataset row with no channel and nothing past the skipped keys registers `{}`: it joins the
+      // prompt's group in the trajectory's own channel and merges nothing.
+      const bareUid = '5d3c2b1a-0f9e-4d8c-b7a6-958473625140';
+      const bare = await blackBoxEpisode(server, { uid: bareUid, noMetadata: true });
+      expect(bare.reg.status).toBe(200);
+      expect(bare.turns).toBe(2);
+      expect((await post(`${bare.baseUrl}/complete_trajectory`)).status).toBe(200);
+      expect(await server.pool.getTrajectory(bare.trajectoryUid)).toMatchObject({
+        groupId: bareUid,
+        channel: 'train',
+        nSteps: 2,
+        metadata: {},
+      });
+    });
+
+    it('white box: a validation rollout with calculate_log_probs off: /generate {logprobs: false} answers no log_probs, /submit_steps?channel=val keeps it out of train', async () => {
+      const server = await start();
+      await server.pool.configureChannel('val', { n_rollouts: 1 });
+      const run = await multiStepFlow(server, {
+        promptUid: '9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d',
+        channel: 'val',
+        sampling: { ...SAMPLING, logprobs: false },
+      });
+      for (const gen of run.generated) {
+        expect(gen.log_probs).toBeNull();
+        expect(gen.stop_reason).toBe('stop');
+        expect(gen.token_ids.length).toBeGreaterThan(0);
+      }
+      expect(run.tokenizer.decode(run.generated[1]!.token_ids, { skipSpecialTokens: true })).toBe(ANSWER);
+      expect(run.accepted).toEqual([1, 1]);
+      // The flow pops channel before it builds the metadata: the steps carry the rest of the row.
+      expect(run.metadata).not.toHaveProperty('channel');
+      const stored = await server.pool.getTrajectorySteps(run.trajectoryUid);
+      expect(stored.map((s) => s.responseLogprobs)).toEqual([null, null]);
+      expect(stored.map((s) => s.metadata)).toEqual([run.metadata, run.metadata]);
+      expect(await server.pool.getTrajectory(run.trajectoryUid)).toMatchObject({
+        channel: 'val',
+        groupId: run.promptUid,
+      });
+      const page = { limit: 100, offset: 0 };
+      expect((await server.pool.listSteps({ channel: 'train', ...page })).total).toBe(0);
+      // A Step whose metadata was left unset (Step's default None) is sent as null: no metadata.
+      const unset = await post(`${server.url}/submit_steps?channel=val`, {
+        steps: [
+          {
+            prompt_ids: stored[0]!.promptIds,
+            response_ids: stored[0]!.responseIds,
+            reward: null,
+            rollout_log_probs: null,
+            trajectory_uid: 'f'.repeat(32),
+            prompt_uid: run.promptUid,
+            step_index: 0,
+            policy_version: 0,
+            is_last: true,
+            metadata: null,
+          },
+        ],
+      });
+      expect(unset.json.accepted).toBe(1);
+      expect((await server.pool.getTrajectorySteps('f'.repeat(32)))[0]!.metadata).toEqual({});
+    });
+
+    it('white box: multi_step_agent_flow request for request (/generate with no max_tokens gets the whole answer, /submit_steps without ?channel, /compute_reward), then its StepPayload extras', async () => {
       const server = await start();
       await server.pool.configureChannel('train', { n_rollouts: 1 });
-      const tokenizer = loadQwen3Tokenizer();
-      const trajectoryUid = 'a3f1c9e07b2d4e6f8a1b2c3d4e5f6a7b';
-      const promptUid = '2c9e41d0-5b7a-4f3e-8d21-0a9b8c7d6e5f';
-      const kwargs = {
-        data_source: 'openai/gsm8k',
-        reward_model: { ground_truth: GROUND_TRUTH, style: 'rule' },
-        extra_info: { split: 'test', index: 0 },
-        uid: promptUid,
-        raw_prompt: [{ role: 'user', content: QUESTION }],
-      };
-      const samplingParams = { temperature: 1.0, top_p: 1.0, repetition_penalty: 1.0, logprobs: true };
-      const promptIds = tokenizer.encode(`<|im_start|>user\n${QUESTION}<|im_end|>\n<|im_start|>assistant\n`);
+      const run = await multiStepFlow(server, { promptUid: '2c9e41d0-5b7a-4f3e-8d21-0a9b8c7d6e5f' });
 
-      // gateway_generate: {prompt_ids, sampling_params}; the flow reads token_ids and log_probs.
-      const gen = await post(`${server.url}/generate`, {
-        prompt_ids: promptIds,
-        sampling_params: samplingParams,
-      });
-      expect(gen.status).toBe(200);
-      const responseIds = gen.json.token_ids as number[];
-      expect(responseIds.length).toBeGreaterThan(0);
-      expect(responseIds).toEqual(gen.json.response_ids);
-      expect(gen.json.log_probs).toHaveLength(responseIds.length);
-      expect(gen.json.log_probs).toEqual(gen.json.logprobs);
-      expect(typeof gen.json.stop_reason).toBe('string');
-      expect(gen.json.stop_reason).toBe(gen.json.finish_reason);
+      // No max_tokens: each turn is generated to its end (stop at the EOS), not cut at 16 tokens.
+      const eos = run.tokenizer.tokenId('<|im_end|>')!;
+      for (const gen of run.generated) {
+        expect(gen.stop_reason).toBe('stop');
+        expect(gen.token_ids.at(-1)).toBe(eos);
+        expect(gen.token_ids).toEqual(gen.response_ids);
+        expect(gen.log_probs).toHaveLength(gen.token_ids.length);
+        expect(gen.log_probs).toEqual(gen.logprobs);
+        expect(gen.stop_reason).toBe(gen.finish_reason);
+      }
+      expect(run.tokenizer.decode(run.generated[0]!.token_ids, { skipSpecialTokens: true })).toBe(
+        TOOL_CALL_TEXT,
+      );
+      expect(run.tokenizer.decode(run.generated[1]!.token_ids, { skipSpecialTokens: true })).toBe(ANSWER);
+      expect(run.generated[1]!.token_ids.length).toBeGreaterThan(16);
+      // The last turn scored right by the channel's reward function, computed and never stored.
+      expect(run.reward).toEqual({ reward_score: 1, reward_extra_info: { gsm8k: 1 } });
+      expect(run.accepted).toEqual([1, 1]);
 
-      // gateway_submit_steps: the payload fields Claw-R1 sends, metadata null where Step has none.
-      const payload = (step: Json) => ({
-        prompt_ids: step.prompt_ids,
-        response_ids: step.response_ids,
-        reward: step.reward ?? null,
-        rollout_log_probs: step.rollout_log_probs ?? null,
-        trajectory_uid: trajectoryUid,
-        prompt_uid: promptUid,
-        step_index: step.step_index,
-        policy_version: 0,
-        is_last: step.is_last,
-        metadata: step.metadata,
-      });
-      const first = await post(`${server.url}/submit_steps?channel=train`, {
-        steps: [
-          payload({
-            prompt_ids: promptIds,
-            response_ids: responseIds,
-            rollout_log_probs: gen.json.log_probs,
-            step_index: 0,
-            is_last: false,
-            metadata: null,
-          }),
-        ],
-      });
-      expect(first.status).toBe(200);
-      expect(first.json.accepted).toBe(1);
-
-      // gateway_compute_reward on the last turn: ids and dataset fields; the flow reads reward_score.
-      const lastPrompt = [
-        ...promptIds,
-        ...responseIds,
-        ...tokenizer.encode('<|im_end|>\n<|im_start|>assistant\n'),
-      ];
-      const lastResponse = tokenizer.encode(`So the answer is #### ${GROUND_TRUTH}<|im_end|>`);
-      const signalsBefore = (await server.pool.events({ after: 0, limit: 1000, types: ['signal_added'] }))
-        .length;
-      const reward = await post(`${server.url}/compute_reward`, {
-        prompt_ids: lastPrompt,
-        response_ids: lastResponse,
-        num_turns: 3,
-        extra_fields: {},
-        dataset_fields: kwargs,
-      });
-      expect(reward.status).toBe(200);
-      expect(reward.json.reward_score).toBe(1);
-      expect(reward.json.reward_extra_info).toEqual({ gsm8k: 1 });
+      // Both steps carry the dataset fields as metadata, in train (no ?channel), in the prompt's group.
+      const stored = await server.pool.getTrajectorySteps(run.trajectoryUid);
+      expect(stored.map((s) => s.metadata)).toEqual([run.metadata, run.metadata]);
+      expect(stored.map((s) => s.reward)).toEqual([null, 1]);
+      expect(stored[1]!.responseIds).toEqual(run.generated[1]!.token_ids);
       const wrong = await post(`${server.url}/compute_reward`, {
-        prompt_ids: lastPrompt,
-        response_ids: tokenizer.encode('#### 96<|im_end|>'),
+        prompt_ids: stored[1]!.promptIds,
+        response_ids: run.tokenizer.encode('#### 96<|im_end|>'),
         num_turns: 3,
         extra_fields: {},
-        dataset_fields: kwargs,
+        dataset_fields: run.metadata,
       });
       expect(wrong.json.reward_score).toBe(0);
-      // Computed, never stored: no signal was written.
-      expect((await server.pool.events({ after: 0, limit: 1000, types: ['signal_added'] })).length).toBe(
-        signalsBefore,
-      );
-
-      // The last step with Claw-R1 Step's optional routed_experts ([tokens][layers][top_k], ids past
-      // 255 too) and multi_modal_data; the trajectory's earlier step is resent with the same images.
-      const tokens = lastPrompt.length + lastResponse.length;
-      const routed = Array.from({ length: tokens }, (_, t) => [
-        [t % 64, (t + 1) % 64],
-        [300 + (t % 7), t % 3],
-      ]);
-      const images = { images: ['data:image/png;base64,iVBORw0KGgo='], videos: [] };
-      const last = await post(`${server.url}/submit_steps?channel=train`, {
-        steps: [
-          {
-            ...payload({
-              prompt_ids: lastPrompt,
-              response_ids: lastResponse,
-              reward: reward.json.reward_score,
-              step_index: 1,
-              is_last: true,
-              metadata: kwargs,
-            }),
-            routed_experts: routed,
-            multi_modal_data: images,
-          },
-        ],
-      });
-      expect(last.status).toBe(200);
-      expect(last.json.accepted).toBe(1);
-      const tooLong = await post(`${server.url}/submit_steps`, {
-        steps: [
-          {
-            ...payload({
-              prompt_ids: [1, 2],
-              response_ids: [3],
-              step_index: 0,
-              is_last: true,
-              metadata: null,
-            }),
-            trajectory_uid: 'b'.repeat(32),
-            routed_experts: [[[1]], [[2]], [[3]], [[4]]],
-          },
-        ],
-      });
-      expect(tooLong.status).toBe(400);
-      expect(tooLong.json.error.message).toMatch(/routed_experts/);
-
-      const stored = await server.pool.getTrajectorySteps(trajectoryUid);
-      expect(stored.map((s) => s.metadata)).toEqual([{}, kwargs]);
-      expect(stored[1]!.reward).toBe(1);
-      expect(stored[1]!.routedExperts).toEqual(routed);
-      expect(stored[1]!.multiModalData).toEqual(images);
-      expect(stored[0]!.routedExperts).toBeNull();
+      expect((await server.pool.events({ after: 0, limit: 1000, types: ['signal_added'] })).length).toBe(0);
 
       const lease = await post(`${server.url}/v1/batches/lease`, {
         channel: 'train',
@@ -396,14 +530,91 @@ for (const [name, start] of stores) {
       });
       expect(lease.status).toBe(200);
       const group = lease.json.groups[0];
-      expect(group.group_id).toBe(promptUid);
+      expect(group.group_id).toBe(run.promptUid);
       const servedSteps = group.trajectories[0].steps;
-      expect(servedSteps[1].routed_experts).toEqual(routed);
-      expect(servedSteps[1].multi_modal_data).toEqual(images);
-      expect(servedSteps[1].response_ids).toEqual(lastResponse);
+      expect(servedSteps.map((s: Json) => s.response_ids)).toEqual(run.generated.map((g) => g.token_ids));
       // Log-probs are stored as float32.
-      expect(servedSteps[0].rollout_log_probs).toEqual(gen.json.log_probs.map(Math.fround));
+      expect(servedSteps[0].rollout_log_probs).toEqual(run.generated[0]!.log_probs!.map(Math.fround));
+
+      // Extensions of Claw-R1's wire model: its StepPayload (and Step) declare routed_experts
+      // ([tokens][layers][top_k], ids past 255 too) and multi_modal_data, which its own
+      // gateway_submit_steps does not send; a client posting those Step fields gets them stored and
+      // served.
+      const tokenizer = run.tokenizer;
+      const extraUid = 'c4e2d0a18b3f4c5d9e6f7a8b9c0d1e2f';
+      const promptIds = tokenizer.encode(`<|im_start|>user\n${QUESTION}<|im_end|>\n<|im_start|>assistant\n`);
+      const responseIds = tokenizer.encode(`${ANSWER}<|im_end|>`);
+      const tokens = promptIds.length + responseIds.length;
+      const routed = Array.from({ length: tokens }, (_, t) => [
+        [t % 64, (t + 1) % 64],
+        [300 + (t % 7), t % 3],
+      ]);
+      const images = { images: ['data:image/png;base64,iVBORw0KGgo='], videos: [] };
+      const extra = (step: Json) => ({
+        prompt_ids: promptIds,
+        response_ids: responseIds,
+        reward: null,
+        rollout_log_probs: null,
+        trajectory_uid: extraUid,
+        prompt_uid: 'extras-prompt',
+        step_index: 0,
+        policy_version: 0,
+        is_last: true,
+        metadata: null,
+        ...step,
+      });
+      const withExtras = await post(`${server.url}/submit_steps`, {
+        steps: [extra({ routed_experts: routed, multi_modal_data: images })],
+      });
+      expect(withExtras.status).toBe(200);
+      expect(withExtras.json.accepted).toBe(1);
+      const tooLong = await post(`${server.url}/submit_steps`, {
+        steps: [
+          extra({
+            prompt_ids: [1, 2],
+            response_ids: [3],
+            trajectory_uid: 'b'.repeat(32),
+            routed_experts: [[[1]], [[2]], [[3]], [[4]]],
+          }),
+        ],
+      });
+      expect(tooLong.status).toBe(400);
+      expect(tooLong.json.error.message).toMatch(/routed_experts/);
+      const [extraStep] = await server.pool.getTrajectorySteps(extraUid);
+      expect(extraStep!.routedExperts).toEqual(routed);
+      expect(extraStep!.multiModalData).toEqual(images);
+      expect(extraStep!.metadata).toEqual({});
+      expect(stored[0]!.routedExperts).toBeNull();
+      const extrasLease = await post(`${server.url}/v1/batches/lease`, {
+        channel: 'train',
+        batch_size: 1,
+        n_rollouts: 1,
+      });
+      expect(extrasLease.json.groups[0].group_id).toBe('extras-prompt');
+      const servedExtra = extrasLease.json.groups[0].trajectories[0].steps[0];
+      expect(servedExtra.routed_experts).toEqual(routed);
+      expect(servedExtra.multi_modal_data).toEqual(images);
       expect(servedSteps[0].routed_experts).toBeNull();
+    });
+
+    it("white box: a server's --generate-max-tokens is the length of a /generate that names none (Claw-R1's response_length); a client's own length wins", async () => {
+      const server = await start({ gatewayOptions: { generateMaxTokens: 8 } });
+      const tokenizer = loadQwen3Tokenizer();
+      const promptIds = tokenizer.encode(`<|im_start|>user\n${QUESTION}<|im_end|>\n<|im_start|>assistant\n`);
+      const capped = await post(`${server.url}/generate`, {
+        prompt_ids: promptIds,
+        sampling_params: SAMPLING,
+      });
+      expect(capped.status).toBe(200);
+      expect(capped.json.token_ids).toHaveLength(8);
+      expect(capped.json.stop_reason).toBe('length');
+      for (const own of [{ max_tokens: 12 }, { max_new_tokens: 12 }]) {
+        const res = await post(`${server.url}/generate`, {
+          prompt_ids: promptIds,
+          sampling_params: { ...SAMPLING, ...own },
+        });
+        expect(res.json.token_ids).toHaveLength(12);
+      }
     });
   });
 }

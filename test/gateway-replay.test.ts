@@ -37,6 +37,7 @@ interface Replay {
   received: Record<string, unknown>[];
 }
 
+const MAX_MODEL_LEN = 40_960;
 const replay: Replay = { toolStream: 'chat-stream-tools.sse', cuts: [], received: [] };
 
 async function writeInPieces(res: http.ServerResponse, bytes: Buffer): Promise<void> {
@@ -58,7 +59,9 @@ const upstream = http.createServer((req, res) => {
   req.on('end', () => {
     if (req.method === 'GET' && req.url === '/v1/models') {
       res.writeHead(200, { 'content-type': 'application/json' });
-      res.end(JSON.stringify({ object: 'list', data: [{ id: 'Qwen/Qwen3-8B', object: 'model' }] }));
+      // vLLM's model card names the context length (its --max-model-len).
+      const card = { id: 'Qwen/Qwen3-8B', object: 'model', max_model_len: MAX_MODEL_LEN };
+      res.end(JSON.stringify({ object: 'list', data: [card] }));
       return;
     }
     const request = JSON.parse(body) as Record<string, unknown>;
@@ -259,6 +262,19 @@ describe('gateway replaying recorded vLLM answers', () => {
       prompt: recorded.choices[0].prompt_token_ids,
       max_tokens: 32,
     });
+  });
+
+  it("/generate without a length (Claw-R1's flows send none) asks for the rest of the context, not vLLM's 16", async () => {
+    const prompt = json('completions.json').choices[0].prompt_token_ids as number[];
+    for (const sampling of [{ temperature: 1, top_p: 1, logprobs: true }, { max_tokens: null }]) {
+      const res = await fetch(`${server.url}/generate`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ prompt_ids: prompt, sampling_params: sampling }),
+      });
+      expect(res.status).toBe(200);
+      expect(replay.received.at(-1)!.max_tokens).toBe(MAX_MODEL_LEN - prompt.length);
+    }
   });
 
   it('stores the same step however the engine’s bytes are cut (fast-check)', async () => {

@@ -159,6 +159,11 @@ function addServerOptions(command: Command, role: 'all' | 'gateway'): void {
     )
     .option('--public-url <url>', 'origin written into base_urls (default: the one each request came to)')
     .option(
+      '--generate-max-tokens <n>',
+      "max_tokens of a POST /generate that sets none (Claw-R1's response_length); default: the rest of the engine's context",
+      int('--generate-max-tokens', 1),
+    )
+    .option(
       '--session-idle-ms <ms>',
       'an online session (X-Stepwise-Session) with no call for this long is completed; its next call opens a new trajectory',
       int('--session-idle-ms', 1),
@@ -283,7 +288,11 @@ function addServerOptions(command: Command, role: 'all' | 'gateway'): void {
         upstreamApiKey: process.env.STEPWISE_UPSTREAM_API_KEY,
         upstreamTimeoutMs: opts.upstreamTimeoutMs,
         publicUrl: opts.publicUrl,
-        gatewayOptions: { sessionIdleMs: opts.sessionIdleMs, maxSessions: opts.maxSessions },
+        gatewayOptions: {
+          sessionIdleMs: opts.sessionIdleMs,
+          maxSessions: opts.maxSessions,
+          generateMaxTokens: opts.generateMaxTokens,
+        },
         rewards: opts.rewards ? await loadRewardsConfig(opts.rewards) : undefined,
         rewardWorkers: opts.rewardWorkers,
       });

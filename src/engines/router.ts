@@ -20,6 +20,8 @@ interface EngineState extends Engine {
   healthy: boolean;
   /** Served model names from `GET /v1/models` (refreshed by health checks). */
   models: string[];
+  /** The first served model's context length, where the engine reports it (vLLM's `max_model_len`). */
+  maxModelLen: number | null;
 }
 
 /** A call in progress on one engine; `done()` once its body is consumed or abandoned. */
@@ -47,7 +49,13 @@ export class EngineRouter {
     private readonly options: RouterOptions = {},
   ) {
     if (engines.length === 0) throw new StepwiseError('no engine configured', 500, 'no_engine');
-    this.engines = engines.map((e) => ({ ...e, outstanding: 0, healthy: true, models: [] }));
+    this.engines = engines.map((e) => ({
+      ...e,
+      outstanding: 0,
+      healthy: true,
+      models: [],
+      maxModelLen: null,
+    }));
     this.maxAffinity = options.maxAffinity ?? 100_000;
   }
 
@@ -73,10 +81,12 @@ export class EngineRouter {
           const text = await reply.text();
           const ok = reply.status === 200;
           if (ok) {
-            const list = JSON.parse(text) as { data?: { id?: unknown }[] };
-            engine.models = (list.data ?? [])
-              .map((m) => m.id)
-              .filter((id): id is string => typeof id === 'string');
+            const list = JSON.parse(text) as { data?: { id?: unknown; max_model_len?: unknown }[] };
+            const served = (list.data ?? []).filter((m) => typeof m.id === 'string');
+            engine.models = served.map((m) => m.id as string);
+            const length = served[0]?.max_model_len;
+            engine.maxModelLen =
+              Number.isSafeInteger(length) && (length as number) > 0 ? (length as number) : null;
           }
           this.mark(engine, ok, ok ? '' : `GET /v1/models answered ${reply.status}`);
         } catch (error) {
@@ -97,6 +107,11 @@ export class EngineRouter {
   /** The model names an engine serves (empty until its first health check). */
   models(engineId: string): string[] {
     return this.engines.find((e) => e.id === engineId)?.models ?? [];
+  }
+
+  /** The context length of the model an engine serves first; null until reported (or never reported). */
+  maxModelLen(engineId: string): number | null {
+    return this.engines.find((e) => e.id === engineId)?.maxModelLen ?? null;
   }
 
   private pick(key: string | null, excluded: Set<EngineState>): EngineState | null {

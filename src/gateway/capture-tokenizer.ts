@@ -20,6 +20,11 @@ export interface CaptureTokenizer {
   trainingPromptOf(step: GuidedStep, hint: string, mode?: InjectionMode): Promise<TrainingPrompt>;
   /** Ids as text without special tokens (what a reward function reads of a token-only sample). */
   decode(ids: number[]): Promise<string>;
+  /**
+   * Generated ids as the engine's text of them (special tokens kept), less a final EOS: what vLLM's
+   * completions answer as `text` (Claw-R1's raw chat content).
+   */
+  decodeGenerated(ids: number[]): Promise<string>;
 }
 
 /** On this thread, with this tokenizer (what the worker runs; also for a tokenizer given in code). */
@@ -29,6 +34,12 @@ export function inThreadTokenizer(tokenizer: () => ChatTokenizer): CaptureTokeni
     retokenizeText: async (prompt, captured) => retokenizeText(prompt, captured, tokenizer()),
     trainingPromptOf: async (step, hint, mode) => trainingPromptOf(step, hint, tokenizer(), mode),
     decode: async (ids) => tokenizer().decode(ids, { skipSpecialTokens: true }),
+    decodeGenerated: async (ids) => {
+      const t = tokenizer();
+      const last = ids.at(-1);
+      const text = last !== undefined && t.eosTokenIds.includes(last) ? ids.slice(0, -1) : ids;
+      return t.decode(text, { skipSpecialTokens: false });
+    },
   };
 }
 
@@ -38,4 +49,5 @@ export const offThreadTokenizer: CaptureTokenizer = {
   retokenizeText: (prompt, captured) => offload.call('retokenizeText', prompt, captured),
   trainingPromptOf: (step, hint, mode) => offload.call('trainingPromptOf', step, hint, mode),
   decode: (ids) => offload.call('decode', ids),
+  decodeGenerated: (ids) => offload.call('decodeGenerated', ids),
 };

@@ -60,6 +60,11 @@ export interface GatewayOptions {
    * a trajectory closed elsewhere (idle timeout, another process) is refused, not written to.
    */
   sessionRecheckMs?: number;
+  /**
+   * `max_tokens` of a `/generate` that sets none (Claw-R1's `response_length`), capped by the rest of
+   * the engine's context. Unset: the rest of the context (vLLM's own default would be 16 tokens).
+   */
+  generateMaxTokens?: number;
 }
 
 export interface InitTrajectoryInput {
@@ -206,6 +211,7 @@ export class Gateway {
   private readonly drainTimeoutMs: number;
   private readonly sessionCacheMs: number;
   private readonly sessionRecheckMs: number;
+  private readonly generateMaxTokens: number | null;
   private readonly timer: NodeJS.Timeout;
   /** Engine bodies still being read after their [DONE] (each entry stops reading one). */
   private readonly draining = new Set<() => void>();
@@ -222,6 +228,7 @@ export class Gateway {
     this.drainTimeoutMs = options.drainTimeoutMs ?? 60_000;
     this.sessionCacheMs = options.sessionCacheMs ?? 600_000;
     this.sessionRecheckMs = options.sessionRecheckMs ?? 30_000;
+    this.generateMaxTokens = options.generateMaxTokens ?? null;
     this.timer = setInterval(() => this.evictIdle(), Math.min(60_000, this.sessionCacheMs));
     this.timer.unref();
     this.online = new OnlineSessions(this, {
@@ -336,13 +343,27 @@ export class Gateway {
   }
 
   /**
-   * The session a base_url names, `/<trajectory>/<group>/v1`. Claw-R1's black-box flow swaps the
-   * group segment for its GRPO group (the dataset's `prompt_uid`) right after init, and may name a
-   * channel at register_trajectory: where the channel lets agents own their episodes
-   * (`trust_agent_reward`, on the target channel too), a trajectory with no step yet, alone in its
-   * group, moves there. Otherwise a group that is not the trajectory's is a 404, as it always was.
+   * The session a base_url names, `/<trajectory>/<group>/v1`, for an LLM call, `models` or
+   * `complete_trajectory`: a group that is not the trajectory's is a 404. Only `register_trajectory`
+   * moves a trajectory (registerAt), so a call after a refused registration moves nothing.
    */
-  async sessionAt(id: string, groupId: string, channel?: string): Promise<Session> {
+  async sessionAt(id: string, groupId: string): Promise<Session> {
+    const session = await this.session(id);
+    if (groupId !== session.groupId)
+      throw new NotFoundError(
+        `trajectory ${id} has no group ${groupId} (check the base_url; a trajectory joins the group its base_url names, as Claw-R1's prompt_uid, at register_trajectory, where its channel sets trust_agent_reward)`,
+      );
+    return session;
+  }
+
+  /**
+   * The session `register_trajectory` names. Claw-R1's black-box flow swaps the group segment for its
+   * GRPO group (the dataset's `prompt_uid`) right after init and registers there, naming a channel
+   * for validation: where the channel lets agents own their episodes (`trust_agent_reward`, on the
+   * target channel too), a trajectory with no step yet, alone in its group, moves there. Otherwise a
+   * group that is not the trajectory's is a 404, another channel a 400, and nothing moves.
+   */
+  async registerAt(id: string, groupId: string, channel?: string): Promise<Session> {
     const session = await this.session(id);
     const target = { groupId, channel: channel ?? session.channel };
     if (target.groupId === session.groupId && target.channel === session.channel) return session;
@@ -538,6 +559,19 @@ export class Gateway {
    * White-box token-in/token-out generation (Claw-R1's `/generate`): prompt ids to the engine's
    * completions API, exact ids and logprobs back. Records nothing; the agent submits its steps.
    */
+  /**
+   * The length of a `/generate` that names none: `generateMaxTokens`, never past the rest of the
+   * engine's context; without it that rest. Null (the engine's own choice; vLLM's is the rest of the
+   * context) where the engine reports no context length or the prompt fills it (the engine refuses).
+   */
+  private defaultMaxTokens(engine: Engine, promptLength: number): number | null {
+    const contextLength = this.requireRouter().maxModelLen(engine.id);
+    const room = contextLength === null ? null : contextLength - promptLength;
+    if (room !== null && room <= 0) return null;
+    if (this.generateMaxTokens === null) return room;
+    return room === null ? this.generateMaxTokens : Math.min(this.generateMaxTokens, room);
+  }
+
   async generate(input: GenerateInput, signal: AbortSignal): Promise<GenerateOutput> {
     const router = this.requireRouter();
     checkSamplingOptions(input.sampling, 'sampling_params.');
@@ -559,8 +593,10 @@ export class Gateway {
             'not_supported',
           );
         }
+        const maxTokens = input.sampling.max_tokens ?? this.defaultMaxTokens(engine, input.promptIds.length);
         return JSON.stringify({
           ...input.sampling,
+          max_tokens: maxTokens,
           model: router.models(engine.id)[0] ?? input.model ?? 'default',
           prompt: input.promptIds,
           return_token_ids: true,
@@ -595,10 +631,10 @@ export class Gateway {
         text: r.content,
         logprobs: r.logprobs,
         finish_reason: r.finishReason,
-        // Claw-R1's GenerateResponse names: the same ids and logprobs, and the completion's
-        // finish_reason as its stop_reason (its gateway fills it so).
+        // Claw-R1's GenerateResponse names: the same ids and logprobs (none where its flow asked for
+        // none, `logprobs: false`, as its gateway answers), and the finish_reason as its stop_reason.
         token_ids: r.responseIds,
-        log_probs: r.logprobs,
+        log_probs: input.sampling.logprobs === false ? null : r.logprobs,
         stop_reason: r.finishReason,
         engine_id: routed.engine.id,
         policy_version: version,
@@ -724,8 +760,14 @@ export class Gateway {
       const capture = new CompletionCapture();
       capture.addCompletion(answer);
       // Committed before the agent sees a byte of it: no answered call is ever without its step.
-      await this.capture(ctx, capture.result(), null);
-      const raw = ctx.session.rawToolCalls && ctx.kind === 'chat' ? rawToolCallAnswer(answer) : null;
+      const step = await this.capture(ctx, capture.result(), null);
+      let raw: string | null = null;
+      if (ctx.session.rawToolCalls && ctx.kind === 'chat') {
+        // The text of the ids the step holds, as generated; rebuilt ids are no record of spacing.
+        const generated =
+          step.tokenSource === 'engine' ? await this.tokenizing.decodeGenerated(step.responseIds) : null;
+        raw = rawToolCallAnswer(answer, generated);
+      }
       return { status: 200, headers: JSON_HEADERS, body: raw ?? bytes };
     } finally {
       ctx.finish();
@@ -935,7 +977,11 @@ export class Gateway {
    * waits for this. A step that cannot be stored is a CaptureFailed (or the ConflictError of a
    * trajectory closed meanwhile), never a silent loss.
    */
-  private async capture(ctx: CallContext, captured: Captured, firstTokenAt: number | null): Promise<void> {
+  private async capture(
+    ctx: CallContext,
+    captured: Captured,
+    firstTokenAt: number | null,
+  ): Promise<Pick<NewStep, 'responseIds' | 'tokenSource'>> {
     const endedAt = performance.now();
     const { session, request, routed } = ctx;
     // Before this step becomes the session's last: the results answer the step before it.
@@ -1053,6 +1099,7 @@ export class Gateway {
         .catch((err: unknown) => this.logger?.warn({ err }, 'a failed capture could not be recorded'));
       throw new CaptureFailed(message, 503);
     }
+    return step;
   }
 
   /** Commits steps and tool results through the pool's group commit; rejects when they are not stored. */
@@ -1185,12 +1232,14 @@ function callsOf(toolCalls: readonly Record<string, unknown>[] | null): Answered
 }
 
 /**
- * Claw-R1's form of a chat answer: the completion's text as the model wrote it (reasoning, content,
- * then each tool call as Qwen3's `<tool_call>` block) in `content`, no `tool_calls`, and `stop`
- * where the engine said `tool_calls` (Claw-R1's gateway answers from the engine's raw text). Null
- * when the answer holds no tool call or reasoning to fold in, or a call the template cannot render.
+ * Claw-R1's form of a chat answer: the completion's text as the model wrote it in `content`, no
+ * `tool_calls`, and `stop` where the engine said `tool_calls` (Claw-R1's gateway answers vLLM's
+ * completion text). `generated` is that text (the response ids decoded); without it (an engine that
+ * sent no ids) the text is rendered from the parsed parts: reasoning, content, then each call as
+ * Qwen3's `<tool_call>` block. Null when the answer holds no tool call or reasoning to fold in, or
+ * (without `generated`) a call the template cannot render.
  */
-export function rawToolCallAnswer(answer: Record<string, unknown>): string | null {
+export function rawToolCallAnswer(answer: Record<string, unknown>, generated: string | null): string | null {
   const choices = answer.choices as Record<string, unknown>[];
   let changed = false;
   const out = choices.map((choice) => {
@@ -1201,11 +1250,13 @@ export function rawToolCallAnswer(answer: Record<string, unknown>): string | nul
     if (calls.length === 0 && typeof reasoning !== 'string') return choice;
     let text: string;
     try {
-      text = renderCompletion({
-        content: typeof message.content === 'string' ? message.content : null,
-        ...(typeof reasoning === 'string' ? { reasoning } : {}),
-        toolCalls: calls,
-      });
+      text =
+        generated ??
+        renderCompletion({
+          content: typeof message.content === 'string' ? message.content : null,
+          ...(typeof reasoning === 'string' ? { reasoning } : {}),
+          toolCalls: calls,
+        });
     } catch {
       return choice;
     }

@@ -270,9 +270,9 @@ export function mountGatewayRoutes(
     openai(async (c) => {
       const { trajectory, group } = ids(c);
       const body = parseOrThrow(RegisterTrajectoryBody, await readJsonBody(c));
-      // Claw-R1 registers the channel its dataset names: the trajectory's own, or (before its first
-      // step, where both channels trust agents) the one it moves to.
-      const session = await gateway.sessionAt(trajectory, group, body.channel);
+      // Claw-R1 registers first, under its prompt_uid base_url and with the channel its dataset
+      // names: the only call that moves a trajectory (before its first step, where channels trust agents).
+      const session = await gateway.registerAt(trajectory, group, body.channel);
       // Metadata reaches the trainer and reward functions read it: it is the owner's to set.
       await requireAgentTrust(
         gateway,

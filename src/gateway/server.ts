@@ -44,7 +44,12 @@ export interface ServerOptions {
   /** Session and drain tuning of the gateway. */
   gatewayOptions?: Pick<
     GatewayOptions,
-    'drainTimeoutMs' | 'sessionCacheMs' | 'sessionIdleMs' | 'maxSessions' | 'sessionRecheckMs'
+    | 'drainTimeoutMs'
+    | 'sessionCacheMs'
+    | 'sessionIdleMs'
+    | 'maxSessions'
+    | 'sessionRecheckMs'
+    | 'generateMaxTokens'
   >;
   /** `gateway`: only the agent routes (a gateway beside a `stepwise serve` sharing the store). */
   role?: 'all' | 'gateway';

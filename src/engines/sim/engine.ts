@@ -130,6 +130,8 @@ export interface SimEngineOptions {
 const MAX_TOP_LOGPROBS = 20;
 /** vLLM's (and OpenAI's) `max_tokens` default for `/v1/completions`. */
 export const COMPLETIONS_DEFAULT_MAX_TOKENS = 16;
+/** The context length the sim reports in `/v1/models`, as vLLM does: Qwen3's 40960 positions. */
+export const SIM_MAX_MODEL_LEN = 40_960;
 
 function positiveInt(value: number | null | undefined, field: string): number | undefined {
   if (value == null) return undefined;

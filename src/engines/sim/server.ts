@@ -7,7 +7,12 @@ import { fromZodError, StepwiseError, ValidationError } from '../../domain/error
 import { ChatMessage, ChatTool } from '../../text/index.js';
 import { encodeSseDone, encodeSseEvent } from '../../text/sse.js';
 import { ResponseFormat, ToolChoice } from './controls.js';
-import type { SimChatRequest, SimCompletionRequest, SimEngine } from './engine.js';
+import {
+  SIM_MAX_MODEL_LEN,
+  type SimChatRequest,
+  type SimCompletionRequest,
+  type SimEngine,
+} from './engine.js';
 import {
   type ResponseMeta,
   type TimedChunk,
@@ -164,7 +169,17 @@ export function createSimApp(options: SimAppOptions): Hono {
   app.get('/v1/models', (c) =>
     c.json({
       object: 'list',
-      data: [{ id: model, object: 'model', created, owned_by: 'stepwise', root: model, parent: null }],
+      data: [
+        {
+          id: model,
+          object: 'model',
+          created,
+          owned_by: 'stepwise',
+          root: model,
+          parent: null,
+          max_model_len: SIM_MAX_MODEL_LEN,
+        },
+      ],
     }),
   );
 
