@@ -1,9 +1,11 @@
 import { execFileSync } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
 import {
+  defaultToolCallTokenId,
+  onlineCleaner,
   onlineRepairs,
-  QWEN_TOOL_CALL_TOKEN_ID,
   toolCallStart,
+  trainingSteps,
   trainingView,
 } from '../src/curation/cleaner/graft.js';
 import { callSimilarity } from '../src/curation/cleaner/saar.js';
@@ -125,7 +127,8 @@ function episode(regenP: string, regenK: string, regenCode: string) {
 
 describe('the P/K boundary and the similarity, as the authors compute them', () => {
   it('`<tool_call>` is one added token of Qwen3; the boundary is its first index in the response', () => {
-    expect(tok.tokenId('<tool_call>')).toBe(QWEN_TOOL_CALL_TOKEN_ID);
+    // The id comes from the tokenizer (Qwen2/Qwen3's added token 151657), not from a constant.
+    expect(defaultToolCallTokenId()).toBe(151657);
     const ids = response(P + K);
     const at = toolCallStart(ids)!;
     expect(tok.decode(ids.slice(0, at))).toBe(P);
@@ -235,6 +238,83 @@ describe('trainingView: what a lease serves for an online CLEANER trajectory', (
     const refused = trainingView([s0!, forged, s2!], [{ failedStep: 0, retryStep: 1, mode: 'shallow' }]);
     expect(refused.steps.map((s) => s.index)).toEqual([2]);
     expect(refused.removed).toEqual([0, 1]);
+  });
+
+  it('a graft row drops the failed attempt routing (routed_experts) and log-probs; prompt-side fields stay', () => {
+    const [s0, s1, s2] = episode(P2, K1, 'print(sum(i**2 for i in range(1, 11)))');
+    // Claw-R1's [tokens][layers][top_k] routing of the failed attempt, one entry per prompt+response token.
+    const routing = (st: Step) => [...st.promptIds, ...st.responseIds].map((_, i) => [[i % 8, (i + 1) % 8]]);
+    const routed = [s0!, s1!, s2!].map((st) => ({ ...st, routedExperts: routing(st) }));
+    const multi = { images: ['data:image/png;base64,AAAA'] };
+    routed[0] = { ...routed[0]!, multiModalData: multi, trainingPromptIds: routed[0]!.promptIds.slice(1) };
+    const view = trainingView(routed, [{ failedStep: 0, retryStep: 1, mode: 'shallow' }]);
+    const graft = view.steps[0]!;
+    expect(graft.routedExperts).toBeNull();
+    expect(graft.responseLogprobs).toBeNull();
+    // The prompt is the failed attempt's: what describes the prompt is kept.
+    expect(graft.multiModalData).toEqual(multi);
+    expect(graft.trainingPromptIds).toEqual(routed[0]!.trainingPromptIds);
+    // The row after the graft was sampled from its own prompt: its routing is its own.
+    expect(view.steps[1]!.routedExperts).toEqual(routing(s2!));
+  });
+
+  it("the P/K boundary is the run's tokenizer's <tool_call> id, recorded with the repairs", () => {
+    // A model whose tool-call token is id 42: the graft splits there, not at Qwen's 151657.
+    const MARK = 42;
+    const mk = (index: number, promptIds: number[], responseIds: number[]): Step =>
+      ({ ...step(index, promptIds, '', false), responseIds, responseLogprobs: null }) as Step;
+    const steps = [
+      mk(0, [1, 2], [5, 6, MARK, 7, 8]),
+      mk(1, [1, 2, 3, 4], [9, MARK, 10, 11]),
+      mk(2, [1, 2, 7], [12]),
+    ];
+    const view = trainingView(steps, [{ failedStep: 0, retryStep: 1, mode: 'shallow' }], {
+      toolCallTokenId: MARK,
+    });
+    expect(view.steps[0]!.responseIds).toEqual([5, 6, MARK, 10, 11]);
+    // Read from the record `gym run` writes (metadata.cleaner.tool_call_token_id).
+    const metadata = {
+      cleaner: { repairs: [{ failed_step: 0, retry_step: 1, mode: 'shallow' }], tool_call_token_id: MARK },
+    };
+    expect(trainingSteps({ metadata, derivedFrom: null }, steps)[0]!.responseIds).toEqual([
+      5,
+      6,
+      MARK,
+      10,
+      11,
+    ]);
+  });
+
+  it('a shallow rollback whose responses cannot be split is left out, never served as P′ + K′', () => {
+    // The failed attempt has no <tool_call> token (an engine that wrote the call another way): the
+    // agent went on from P + K′, which no captured ids hold.
+    const [s0, s1, s2] = episode(P2, K1, 'print(sum(i**2 for i in range(1, 11)))');
+    const unsplit = { ...s0!, responseIds: encode('I call it: {"code": "print(1)"}') };
+    const view = trainingView([unsplit, s1!, s2!], [{ failedStep: 0, retryStep: 1, mode: 'shallow' }]);
+    expect(view.steps.map((s) => s.index)).toEqual([2]);
+    expect(view.removed).toEqual([0, 1]);
+    // Deep takes the regeneration whole: that is what the agent went on from, as the authors fall back.
+    const deep = trainingView([unsplit, s1!, s2!], [{ failedStep: 0, retryStep: 1, mode: 'deep' }]);
+    expect(deep.steps[0]!.responseIds).toEqual(s1!.responseIds);
+  });
+
+  it('a regeneration the run asked for and never received is not served (its prompt holds the error)', () => {
+    const [s0, s1] = episode(P2, K1, 'x');
+    // The sample timed out while step 1 was owed: no repair, the failed attempt stays as it ran.
+    const metadata = { cleaner: { repairs: [], abandoned_steps: [1] } };
+    const served = trainingSteps({ metadata, derivedFrom: null }, [s0!, s1!]);
+    expect(served.map((s) => s.index)).toEqual([0]);
+    expect(served[0]).toBe(s0);
+  });
+
+  it('an online record without repairs is still an online run; no record is none', () => {
+    expect(onlineCleaner({ metadata: { cleaner: { repairs: [] } }, derivedFrom: null })).toEqual({
+      repairs: [],
+      abandonedSteps: [],
+      toolCallTokenId: null,
+    });
+    expect(onlineCleaner({ metadata: {}, derivedFrom: null })).toBeNull();
+    expect(onlineCleaner({ metadata: { cleaner: { repairs: [] } }, derivedFrom: 'src' })).toBeNull();
   });
 
   it('reads repairs from runner metadata of originals only', () => {

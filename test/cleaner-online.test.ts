@@ -2,6 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { purifyStore } from '../src/curation/cleaner/derive.js';
 import { purifyTrajectory } from '../src/curation/cleaner/purify.js';
 import { sequenceRatio } from '../src/curation/cleaner/sequence-matcher.js';
 import type { Step } from '../src/domain/step.js';
@@ -201,6 +202,27 @@ describe.skipIf(!sandboxReady)('CLEANER online in the built-in agent', () => {
       // The same LLM calls as with rollback: each wrong call, its correction, then the answer.
       expect(steps).toHaveLength(ACTIONS + ACTIONS + 1);
     }
+    // `stepwise purify` honours the online run's decision: its failures were kept on purpose (the
+    // p draw was off), so the trajectory is copied as it ran, and the metrics are the run's own.
+    const one = results[0]!.trajectoryUid!;
+    const summary = await purifyStore(server.pool.store, { trajectoryId: one, into: 'cleaner-off-derived' });
+    expect(summary).toMatchObject({ purified: 0, copied: 1 });
+    expect(summary.metrics).toMatchObject({
+      rollbacks_triggered: 0,
+      recovered: 0,
+      failed: 0,
+      shallow: 0,
+      deep: 0,
+    });
+    const derived = (
+      await server.pool.listTrajectories({ channel: 'cleaner-off-derived', limit: 10, offset: 0 })
+    ).items[0]!;
+    expect(derived.derivation).toMatchObject({ derived_from: one, unchanged: true });
+    const copied = await server.pool.getTrajectorySteps(derived.id);
+    const source = await server.pool.getTrajectorySteps(one);
+    expect(copied.map((s) => [s.index, s.responseIds, s.responseLogprobs, s.tokenSource])).toEqual(
+      source.map((s) => [s.index, s.responseIds, s.responseLogprobs, s.tokenSource]),
+    );
   });
 
   it('offline purification of the same kind of run without CLEANER removes the same failures', async () => {

@@ -220,6 +220,50 @@ function rewardJobTests(backend: Backend): void {
       });
     });
 
+    it('reward functions read what a trainer receives: step scores land on the served rows of an online CLEANER run', async () => {
+      const { pool, rewards } = await start(backend.database(), {
+        functions: {
+          step42: { plugin: 'rule_step', params: { kind: 'numeric', expected: 42, input: 'response' } },
+        },
+        channels: { train: { functions: ['step42'] } },
+        workers,
+      });
+      // Step 0 failed, step 1 regenerated it with the error in view (a deep repair): the served rows
+      // are step 1's response at step 0's prompt (index 0), then step 2.
+      const id = `cleaner-${Date.now().toString(36)}`;
+      await pool.createTrajectory({
+        id,
+        groupId: `g-${id}`,
+        channel: 'train',
+        nRollouts: 1,
+        metadata: { cleaner: { repairs: [{ failed_step: 0, retry_step: 1, mode: 'deep' }] } },
+      });
+      const at = (index: number, promptIds: number[], responseText: string) =>
+        newStep({
+          trajectoryId: id,
+          groupId: `g-${id}`,
+          index,
+          promptIds,
+          responseIds: [100 + index],
+          isLast: index === 2,
+          messages: [{ role: 'user', content: 'What is six times seven?' }],
+          responseText,
+        });
+      await pool.submitSteps(
+        [at(0, [1, 2], 'Maybe 41.'), at(1, [1, 2, 100, 9], 'It is 42.'), at(2, [1, 2, 101, 8], 'So: 42.')],
+        { channel: 'train', nRollouts: 1 },
+      );
+      await pool.completeTrajectory(id, { reward: null, status: 'complete' });
+      const job = await finished(rewards, id, 'step42');
+      expect(job.state).toBe('done');
+      const signals = await pool.getSignals(id, { current: true });
+      // Index 0 is scored on the graft (the regeneration's 42), index 1 (a regeneration) not at all.
+      expect(signals.map((s) => [s.stepIndex, s.value]).sort()).toEqual([
+        [0, 1],
+        [2, 1],
+      ]);
+    });
+
     it('a channel gated on the combined signal serves its group only once every rollout is scored', async () => {
       // The judge holds its second answer back: one rollout is scored, the other not yet.
       const judge = await judgeServer((k) => ({

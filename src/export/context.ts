@@ -1,3 +1,4 @@
+import { trainingSteps } from '../curation/cleaner/graft.js';
 import { isStepTrainable, type Step, type Trajectory } from '../domain/index.js';
 import type { CurrentLabel, Store, TrajectoryScan } from '../store/store.js';
 
@@ -30,7 +31,18 @@ export class ExportContext {
     return scanAll(this.store, { ...this.query, ...extra }, this.pageSize);
   }
 
-  async stepsOf(trajectoryId: string): Promise<Step[]> {
+  /**
+   * A trajectory's steps as a trainer receives them (an online CLEANER run's purified view: no failed
+   * attempt, grafts without log-probs): what every training export writes.
+   */
+  async trainingStepsOf(trajectory: Trajectory): Promise<Step[]> {
+    const steps = trainingSteps(trajectory, await this.store.getTrajectorySteps(trajectory.id));
+    this.steps += steps.length;
+    return steps;
+  }
+
+  /** A trajectory's steps as captured: the audit record (`trajectories`), failed attempts included. */
+  async capturedStepsOf(trajectoryId: string): Promise<Step[]> {
     const steps = await this.store.getTrajectorySteps(trajectoryId);
     this.steps += steps.length;
     return steps;

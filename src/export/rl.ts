@@ -98,7 +98,7 @@ export async function writeRl(
     tokens = 0;
   };
   for await (const trajectory of ctx.trajectories()) {
-    const steps = await ctx.stepsOf(trajectory.id);
+    const steps = await ctx.trainingStepsOf(trajectory);
     const labels = steps.length > 0 ? await ctx.store.getCurrentLabels(trajectory.id) : [];
     const advantage = trajectory.status === 'complete' ? await advantages.of(trajectory) : null;
     for (const step of steps) {

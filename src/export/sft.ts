@@ -17,7 +17,7 @@ export async function trainingConversation(
   ctx: ExportContext,
   trajectory: Trajectory,
 ): Promise<Conversation | string> {
-  const steps = await ctx.stepsOf(trajectory.id);
+  const steps = await ctx.trainingStepsOf(trajectory);
   const last = steps.at(-1);
   if (last && !trainable(await ctx.store.getCurrentLabels(trajectory.id), last.index)) return 'untrainable';
   const conversation = buildConversation(steps);

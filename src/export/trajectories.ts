@@ -64,7 +64,7 @@ export function labelStateLine(l: CurrentLabel): LabelStateLine {
 export async function writeTrajectories(ctx: ExportContext, sink: FileSink): Promise<void> {
   for await (const trajectory of ctx.trajectories()) {
     const [steps, labels, state, group] = await Promise.all([
-      ctx.stepsOf(trajectory.id),
+      ctx.capturedStepsOf(trajectory.id),
       ctx.store.getLabels(trajectory.id),
       ctx.store.getCurrentLabels(trajectory.id),
       ctx.store.getGroup(trajectory.channel, trajectory.groupId),

@@ -4,9 +4,10 @@ import { appendFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSyn
 import { join } from 'node:path';
 import { APIConnectionError, APIError } from 'openai';
 import type { InjectionMode } from '../curation/actguide/hint.js';
+import type { CleanerReport } from '../curation/cleaner/report.js';
 import { cleanerMetadata } from '../curation/cleaner/report.js';
 import type { CleanerOptions } from '../curation/cleaner/saar.js';
-import { type AgentOutcome, type BuiltinAgentOptions, runBuiltinAgent } from './agent/builtin.js';
+import { type AgentOutcome, runBuiltinAgent } from './agent/builtin.js';
 import { AgentFailed, runExternalAgent, type SandboxedAgentOptions } from './agent/external.js';
 import type { OpenClawInstall } from './agent/openclaw/install.js';
 import { GatewayUnavailable, runOpenClawAgent } from './agent/openclaw/run.js';
@@ -328,6 +329,12 @@ export async function runSample(
   const dir = mkdtempSync(join(options.workDir, `${task.id}-${sample}-`));
   const workspace = join(dir, 'workspace');
   let trajectory: { trajectory_uid: string; base_url: string } | null = null;
+  // What CLEANER rolled back, however the agent ended: stored before the trajectory is completed.
+  const cleaner: { report: CleanerReport | null } = { report: null };
+  const recordCleaner = async () => {
+    if (trajectory && cleaner.report)
+      await mergeMetadata(options, trajectory.base_url, { cleaner: cleanerMetadata(cleaner.report) });
+  };
   // The runner owns the episode: it completes it and scores it by id, never under the agent's base_url.
   const owned = (route: string) => ownerUrl(options.gatewayUrl, trajectory!.trajectory_uid, route);
   const complete = async (reward: number | null, status: 'complete' | 'infra_failed') => {
@@ -394,8 +401,11 @@ export async function runSample(
         agent.kind === 'openclaw'
           ? await runOpenClaw(options, agent, run)
           : agent.kind === 'builtin'
-            ? await runBuiltin(options, {
+            ? await runBuiltinAgent({
                 ...run,
+                onCleanerReport: (report) => {
+                  cleaner.report = report;
+                },
                 maxTurns: agent.maxTurns,
                 turnTimeoutMs: agent.turnTimeoutMs,
                 tools: agent.tools,
@@ -418,6 +428,9 @@ export async function runSample(
             ? `the agent did not finish within ${options.sampleTimeoutMs} ms`
             : `the agent failed: ${(error as Error).message}`;
     }
+    // A failure to store it is the infrastructure's: a trajectory completed without it would be
+    // served with its failed attempts.
+    await recordCleaner();
     if (outcome === null) {
       // An agent that fails scores 0: a real outcome to learn from, not an infrastructure fault.
       return await finish({
@@ -480,6 +493,7 @@ export async function runSample(
   } catch (error) {
     // The infrastructure failed: close the trajectory so serving masks it, and say why.
     const reason = `${(error as Error).name}: ${(error as Error).message}`;
+    await recordCleaner().catch(() => {});
     await complete(null, 'infra_failed').catch(() => {});
     return {
       ...base,
@@ -510,14 +524,6 @@ async function runOpenClaw(
   await mergeMetadata(options, run.baseUrl, { openclaw: result.metadata });
   if (!result.ok) throw new AgentFailed(result.reason ?? 'OpenClaw failed');
   return result.outcome;
-}
-
-/** The built-in agent; with CLEANER on, what it did goes into the trajectory's metadata. */
-async function runBuiltin(options: SampleEnv, run: BuiltinAgentOptions): Promise<AgentOutcome> {
-  const outcome = await runBuiltinAgent(run);
-  if (outcome.cleaner)
-    await mergeMetadata(options, run.baseUrl, { cleaner: cleanerMetadata(outcome.cleaner) });
-  return outcome;
 }
 
 export function summarize(results: readonly SampleResult[], skipped: number): GymSummary {

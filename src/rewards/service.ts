@@ -1,4 +1,5 @@
 import type { Logger } from 'pino';
+import { trainingSteps } from '../curation/cleaner/graft.js';
 import {
   ConflictError,
   NotFoundError,
@@ -403,12 +404,13 @@ export class RewardService {
 
   // ---- running jobs ---------------------------------------------------------------------------
 
+  /** What reward functions read: the steps a trainer receives (an online CLEANER run's purified view). */
   private async view(t: Trajectory): Promise<TrajectoryView> {
     const [steps, signals] = await Promise.all([
       this.pool.getTrajectorySteps(t.id),
       this.pool.getSignals(t.id, { current: true }),
     ]);
-    return { trajectory: t, steps, signals };
+    return { trajectory: t, steps: trainingSteps(t, steps), signals };
   }
 
   /** Runs one job: the JobRunner of the workers. */

@@ -1,4 +1,4 @@
-import { onlineRepairs, trainingView } from '../curation/cleaner/graft.js';
+import { onlineCleaner, trainingSteps } from '../curation/cleaner/graft.js';
 import {
   type CurationDecision,
   curateGroup,
@@ -49,6 +49,7 @@ import type {
 export interface Curated {
   members: TrajectoryRow[];
   excluded: CurationDecision['excluded'];
+  /** The members' steps as captured (decoded once for the filters, reused to serve). */
   steps: Map<string, Step[]>;
   /** Rewards of the group's rollouts, excluded ones included. */
   rewards: Map<string, number | null>;
@@ -329,7 +330,10 @@ export function applyCuration(
   drops: CurationDrop[],
 ): Curated | { drop: DropReason } {
   const decision = curateGroup(
-    members.map((m) => ({ id: m.id, reward: m.reward, steps: steps.get(m.id) })),
+    members.map((m) => {
+      const captured = steps.get(m.id);
+      return { id: m.id, reward: m.reward, steps: captured && memberTrainingSteps(m, captured) };
+    }),
     curation,
   );
   // Reward tallies over kept and dropped trajectories alike (stats().curation).
@@ -401,7 +405,21 @@ export function servedGroup(
   };
 }
 
-/** A trajectory with its trainable steps (labels applied), its labels and its current signals. */
+/**
+ * The steps of a member as curation judges it and a lease serves it: an online CLEANER run's
+ * purified view (cleaner/graft.ts), so filters see the rows a trainer receives. Every path of the
+ * store from captured steps to a trainer goes through here.
+ */
+export function memberTrainingSteps(row: TrajectoryRow, captured: readonly Step[]): Step[] {
+  return trainingSteps(toTrajectory(row), captured);
+}
+
+const isOnlineCleaner = (row: TrajectoryRow) => onlineCleaner(toTrajectory(row)) !== null;
+
+/**
+ * A trajectory with its trainable steps (labels applied), its labels and its current signals;
+ * `steps` are as captured.
+ */
 export function servedTrajectory(
   row: TrajectoryRow,
   steps: Step[],
@@ -409,9 +427,7 @@ export function servedTrajectory(
   signals: Signal[],
 ): ServedTrajectory {
   const trajectory = toTrajectory(row);
-  // An online CLEANER run's failed attempts are served as their purified graft (cleaner/graft.ts).
-  const repairs = onlineRepairs(trajectory);
-  const purified = repairs.length > 0 ? trainingView(steps, repairs).steps : steps;
+  const purified = memberTrainingSteps(row, steps);
   return {
     trajectory,
     steps: labels.length > 0 ? purified.filter((s) => isStepTrainable(labels, s.index)) : purified,
@@ -452,7 +468,7 @@ export async function previewGroup(
   const steps = async (m: TrajectoryRow) => {
     let list = decoded.get(m.id);
     if (!list) {
-      list = await stepsOf(m);
+      list = memberTrainingSteps(m, await stepsOf(m));
       decoded.set(m.id, list);
     }
     return list;
@@ -479,10 +495,10 @@ export async function previewGroup(
   for (const m of members) {
     if (!keep.has(m.id)) continue;
     const labels = await labelsOf(m);
+    // Counted on the served rows: an online CLEANER run serves fewer than it captured.
+    const rows = labels.length === 0 && !isOnlineCleaner(m) ? null : await steps(m);
     const trainableSteps =
-      labels.length === 0
-        ? m.n_steps
-        : (await steps(m)).filter((s) => isStepTrainable(labels, s.index)).length;
+      rows === null ? m.n_steps : rows.filter((s) => isStepTrainable(labels, s.index)).length;
     served.push({ trajectory: toTrajectory(m), steps: m.n_steps, trainableSteps });
   }
   return { ...base, decision: 'serve', excluded, served };

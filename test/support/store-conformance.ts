@@ -469,6 +469,44 @@ export function runStoreConformance(name: string, open: () => Promise<StoreHarne
         expect(first!.lease).toMatchObject({ consumer: 'c1', state: 'active' });
       });
 
+      it('curation judges an online CLEANER trajectory by the rows it serves, not its failed attempts', async () => {
+        await store.setChannelConfig(
+          'cl',
+          { curation: { repetition: { ngram: 2, max_fraction: 0.5 } } },
+          tick(),
+        );
+        // Rolled back online (runner-written record): step 0 looped before its failed call, step 1
+        // regenerated it with the error in view; the lease serves step 1's response at step 0's prompt.
+        await store.createTrajectory(
+          {
+            id: 'cl-r0',
+            groupId: 'G',
+            channel: 'cl',
+            nRollouts: 2,
+            metadata: { cleaner: { repairs: [{ failed_step: 0, retry_step: 1, mode: 'deep' }] } },
+          },
+          tick(),
+        );
+        const looped = Array.from({ length: 20 }, () => 7);
+        await submit(
+          [
+            makeStep('cl-r0', 'G', 0, [1, 2, 3], looped),
+            makeStep('cl-r0', 'G', 1, [1, 2, 3, ...looped, 9, 9], [50, 51, 52, 53]),
+            makeStep('cl-r0', 'G', 2, [1, 2, 3, 50, 51, 52, 53, 60], [70, 71], { isLast: true, reward: 1 }),
+          ],
+          'cl',
+          2,
+        );
+        await submit(episode('cl-r1', 'G', 2, 0), 'cl', 2);
+        const batch = await lease({ channel: 'cl', nRollouts: 2 });
+        expect(batch!.groups[0]!.excluded ?? []).toEqual([]);
+        const served = batch!.groups[0]!.trajectories.find((t) => t.trajectory.id === 'cl-r0')!;
+        expect(served.steps.map((s) => [s.index, s.responseIds])).toEqual([
+          [0, [50, 51, 52, 53]],
+          [2, [70, 71]],
+        ]);
+      });
+
       it('never serves an acked group again; a retried ack is harmless', async () => {
         await fillGroups(['g1'], 2);
         const b = await lease({ nRollouts: 2 });

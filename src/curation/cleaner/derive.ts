@@ -16,9 +16,9 @@ import {
   loadQwen3Tokenizer,
   tokenizeChat,
 } from '../../text/index.js';
-import { onlineRepairs, type TrainingView, trainingView } from './graft.js';
+import { onlineCleaner, type TrainingView, trainingView } from './graft.js';
 import { type PurifiedDerivation, purifyTrajectory } from './purify.js';
-import { type CleanerOptions, resolveCleanerOptions } from './saar.js';
+import { type CleanerMetrics, type CleanerOptions, resolveCleanerOptions } from './saar.js';
 
 /*
  * Offline CLEANER over a store (`stepwise purify`). Each complete trajectory is purified
@@ -208,6 +208,43 @@ function purifiedSteps(
   return steps;
 }
 
+/** The summed metrics of an online run's record (`metadata.cleaner`, report.ts's snake_case). */
+function onlineMetrics(
+  record: unknown,
+): Pick<
+  CleanerMetrics,
+  'rollbacksTriggered' | 'recovered' | 'failed' | 'shallow' | 'deep' | 'removedErrorTypes'
+> {
+  const r = (typeof record === 'object' && record !== null ? record : {}) as Record<string, unknown>;
+  const n = (v: unknown) => (typeof v === 'number' && Number.isFinite(v) ? v : 0);
+  const types = r.removed_error_types;
+  return {
+    rollbacksTriggered: n(r.rollbacks_triggered),
+    recovered: n(r.recovered),
+    failed: n(r.failed),
+    shallow: n(r.shallow),
+    deep: n(r.deep),
+    removedErrorTypes:
+      typeof types === 'object' && types !== null && !Array.isArray(types)
+        ? Object.fromEntries(Object.entries(types).map(([k, v]) => [k, n(v)]))
+        : {},
+  };
+}
+
+/** The last served row's context and the tool results that answered it. */
+function servedContext(steps: readonly Step[]): JsonObject[] {
+  const last = steps.at(-1);
+  if (!last) return [];
+  return [
+    ...((last.messages ?? []) as JsonObject[]),
+    ...(last.toolResults ?? []).map((t) => ({
+      role: 'tool',
+      tool_call_id: t.tool_call_id ?? '',
+      content: t.content,
+    })),
+  ];
+}
+
 /** Steps served in order under the derived id, numbered afresh (grafts took some indices out). */
 function reindexed(derivedId: string, served: readonly Step[]): NewStep[] {
   const steps = served.map(({ channel: _c, createdAt: _t, ...s }, index) => ({
@@ -324,12 +361,14 @@ export async function purifyStore(store: Store, options: PurifyStoreOptions = {}
       skip('no_messages');
       continue;
     }
-    const online = onlineRepairs(source);
+    // An online CLEANER run decided what to roll back while it ran (repairs, or none: p drawn off,
+    // rollback turned off) and its record is the truth; offline purification is for the others.
+    const online = onlineCleaner(source);
     const result = purifyTrajectory(original, {
       ...resolved,
       decode: (ids) => tokenizer.decode(ids),
     });
-    const m = result.report.metrics;
+    const m = online ? onlineMetrics(source.metadata.cleaner) : result.report.metrics;
     const before = original.at(-1)!;
     const flagged = new Set(
       original.flatMap((s) =>
@@ -340,9 +379,12 @@ export async function purifyStore(store: Store, options: PurifyStoreOptions = {}
     );
     let steps: NewStep[];
     let grafted: TrainingView | null = null;
-    if (online.length > 0) {
+    if (online) {
       // Rolled back online: the captured calls are purified already, at the token level (graft.ts).
-      grafted = trainingView(original, online);
+      grafted = trainingView(original, online.repairs, {
+        abandonedSteps: online.abandonedSteps,
+        toolCallTokenId: online.toolCallTokenId ?? undefined,
+      });
       steps = reindexed(derivedId, grafted.steps);
     } else if (result.changed) {
       if (!templateReproduces(original[0]!, tokenizer)) {
@@ -364,9 +406,10 @@ export async function purifyStore(store: Store, options: PurifyStoreOptions = {}
       (before.messages ?? []) as JsonObject[],
       flagged,
     );
-    summary.metrics.tool_errors_after += failedToolMessages(result.messages, flagged);
-    const changed =
-      result.changed || (grafted !== null && grafted.grafts.length + grafted.removed.length > 0);
+    summary.metrics.tool_errors_after += grafted
+      ? failedToolMessages(servedContext(grafted.steps), flagged)
+      : failedToolMessages(result.messages, flagged);
+    const changed = grafted ? grafted.grafts.length + grafted.removed.length > 0 : result.changed;
     if (changed) summary.purified++;
     else summary.copied++;
     summary.trajectories.push({
@@ -375,8 +418,12 @@ export async function purifyStore(store: Store, options: PurifyStoreOptions = {}
       channel: into,
       group_id: source.groupId,
       outcome: changed ? 'purified' : 'copied',
-      repairs: grafted ? online.length : result.repairs.length,
-      mode: grafted ? modeOf(online.map((r) => r.mode)) : (result.derivation?.mode ?? null),
+      repairs: online ? online.repairs.length : result.repairs.length,
+      mode: online
+        ? online.repairs.length > 0
+          ? modeOf(online.repairs.map((r) => r.mode))
+          : null
+        : (result.derivation?.mode ?? null),
       steps_before: original.length,
       steps_after: steps.length,
     });
@@ -389,18 +436,19 @@ export async function purifyStore(store: Store, options: PurifyStoreOptions = {}
       size = (await store.getGroup(source.channel, source.groupId))?.nComplete ?? 1;
       groupSizes.set(groupKey, size);
     }
-    const derivation: Record<string, unknown> = grafted
-      ? {
-          derived_from: source.id,
-          purified_offline: false,
-          purified_online: true,
-          mode: modeOf(online.map((r) => r.mode)),
-          grafts: grafted.grafts.map((g) => ({ index: g.index, from: g.from, modes: g.modes })),
-          removed_steps: grafted.removed,
-        }
-      : result.derivation
-        ? { ...result.derivation }
-        : { derived_from: source.id, purified_offline: false, unchanged: true };
+    const derivation: Record<string, unknown> =
+      online && grafted && changed
+        ? {
+            derived_from: source.id,
+            purified_offline: false,
+            purified_online: true,
+            mode: modeOf(online.repairs.map((r) => r.mode)),
+            grafts: grafted.grafts.map((g) => ({ index: g.index, from: g.from, modes: g.modes })),
+            removed_steps: grafted.removed,
+          }
+        : !online && result.derivation
+          ? { ...result.derivation }
+          : { derived_from: source.id, purified_offline: false, unchanged: true };
     if (!existing) {
       await store.createTrajectory(
         {
@@ -410,7 +458,8 @@ export async function purifyStore(store: Store, options: PurifyStoreOptions = {}
           nRollouts: size,
           metadata: {
             ...source.metadata,
-            ...(result.derivation ? { cleaner: result.derivation.cleaner } : {}),
+            // An online run keeps its own record; an offline purification writes its report.
+            ...(!online && result.derivation ? { cleaner: result.derivation.cleaner } : {}),
           },
           taskId: source.taskId,
           guided: source.guided,

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import type { JsonObject, Step, Trajectory } from '../../domain/index.js';
+import { loadQwen3Tokenizer } from '../../text/tokenizer.js';
 import type { RepairMode } from './saar.js';
 
 /*
@@ -14,8 +15,13 @@ import type { RepairMode } from './saar.js';
  * - its response is grafted rollback by rollback: shallow keeps the current response's ids before
  *   its first `<tool_call>` token (P) and takes the regeneration's ids from its `<tool_call>` token
  *   to the end (K′, `</tool_call>` and the EOS included); deep takes the regeneration's ids whole
- *   (P′ + K′); a response without the marker is replaced whole, as the authors fall back;
- * - the failed attempts and regenerations themselves are not served.
+ *   (P′ + K′), also when a response lacks the marker, as the authors fall back;
+ * - the failed attempts and regenerations themselves are not served, nor is a regeneration the
+ *   agent asked for and never received (the sample timed out, the engine failed): its prompt holds
+ *   the error;
+ * - a shallow rollback whose responses cannot be split at the marker is left out whole: the agent
+ *   continued from P + K′, which no captured ids hold, so serving P′ + K′ would contradict the
+ *   prompts that follow.
  *
  * The grafted response was not sampled from the prompt it is served with (K′, or all of P′ + K′, was
  * generated with the failure in view), so its rollout log-probs are not its old log-probs: it is
@@ -25,8 +31,18 @@ import type { RepairMode } from './saar.js';
  * theirs.
  */
 
-/** Qwen2/Qwen3's `<tool_call>` added token: where a Hermes-format turn's calls begin in its ids. */
-export const QWEN_TOOL_CALL_TOKEN_ID = 151657;
+/** The token a Hermes-format turn's calls begin with, looked up in the model's tokenizer. */
+export const TOOL_CALL_TOKEN = '<tool_call>';
+
+/**
+ * The `<tool_call>` id of the Qwen3 tokenizer the gateway renders with: what a record written before
+ * runs stored their tokenizer's id is read with.
+ */
+export function defaultToolCallTokenId(): number {
+  const id = loadQwen3Tokenizer().tokenId(TOOL_CALL_TOKEN);
+  if (id === undefined) throw new Error(`the Qwen3 tokenizer has no ${TOOL_CALL_TOKEN} token`);
+  return id;
+}
 
 /** One rollback as `metadata.cleaner.repairs` records it (snake_case, as stored). */
 const StoredRepair = z.object({
@@ -34,7 +50,11 @@ const StoredRepair = z.object({
   retry_step: z.number().int().min(0).nullable(),
   mode: z.enum(['shallow', 'deep']),
 });
-const StoredCleaner = z.object({ repairs: z.array(StoredRepair) });
+const StoredCleaner = z.object({
+  repairs: z.array(StoredRepair),
+  tool_call_token_id: z.number().int().min(0).nullable().optional(),
+  abandoned_steps: z.array(z.number().int().min(0)).optional(),
+});
 
 export interface GraftRepair {
   failedStep: number | null;
@@ -42,26 +62,65 @@ export interface GraftRepair {
   mode: RepairMode;
 }
 
+/** What an online CLEANER run recorded for the graft (runner-written `metadata.cleaner`). */
+export interface OnlineCleaner {
+  repairs: GraftRepair[];
+  /** Regenerations asked for and never received: their prompts hold an error. */
+  abandonedSteps: number[];
+  /** The `<tool_call>` id of the run's tokenizer (null: not recorded, the Qwen3 one). */
+  toolCallTokenId: number | null;
+}
+
 /**
- * The rollbacks an online CLEANER run recorded for this trajectory (runner-written metadata: agents
- * cannot merge metadata, docs/security.md). Derived trajectories carry their source's report for
- * the record, but their steps are already purified: none.
+ * The online CLEANER record of a trajectory (runner-written metadata: agents cannot merge metadata,
+ * docs/security.md), or null when it is no online CLEANER run. A record with no repairs is still
+ * one: its failures were kept on purpose (p draw off, rollback turned off). Derived trajectories
+ * carry their source's report for the record, but their steps are already purified: null.
  */
-export function onlineRepairs(trajectory: Pick<Trajectory, 'metadata' | 'derivedFrom'>): GraftRepair[] {
-  if (trajectory.derivedFrom !== null) return [];
+export function onlineCleaner(
+  trajectory: Pick<Trajectory, 'metadata' | 'derivedFrom'>,
+): OnlineCleaner | null {
+  if (trajectory.derivedFrom !== null) return null;
   const parsed = StoredCleaner.safeParse(trajectory.metadata.cleaner);
-  if (!parsed.success) return [];
-  return parsed.data.repairs.map((r) => ({
-    failedStep: r.failed_step,
-    retryStep: r.retry_step,
-    mode: r.mode,
-  }));
+  if (!parsed.success) return null;
+  return {
+    repairs: parsed.data.repairs.map((r) => ({
+      failedStep: r.failed_step,
+      retryStep: r.retry_step,
+      mode: r.mode,
+    })),
+    abandonedSteps: parsed.data.abandoned_steps ?? [],
+    toolCallTokenId: parsed.data.tool_call_token_id ?? null,
+  };
+}
+
+/** The rollbacks an online CLEANER run recorded for this trajectory ([] when none, or no such run). */
+export function onlineRepairs(trajectory: Pick<Trajectory, 'metadata' | 'derivedFrom'>): GraftRepair[] {
+  return onlineCleaner(trajectory)?.repairs ?? [];
+}
+
+/**
+ * A trajectory's steps as everything that trains on it or judges it reads them: leases, curation
+ * filters, reward functions and training exports. An online CLEANER run's are its purified view
+ * (`trainingView`); any other trajectory's are its steps as captured. The store keeps the captured
+ * steps for the dashboard and the audit export.
+ */
+export function trainingSteps(
+  trajectory: Pick<Trajectory, 'metadata' | 'derivedFrom'>,
+  steps: readonly Step[],
+): Step[] {
+  const online = onlineCleaner(trajectory);
+  if (!online || (online.repairs.length === 0 && online.abandonedSteps.length === 0)) return [...steps];
+  return trainingView(steps, online.repairs, {
+    abandonedSteps: online.abandonedSteps,
+    toolCallTokenId: online.toolCallTokenId ?? undefined,
+  }).steps;
 }
 
 /** Index of the first `<tool_call>` token in a response, or null (the authors' P/K boundary). */
 export function toolCallStart(
   responseIds: readonly number[],
-  markerId: number = QWEN_TOOL_CALL_TOKEN_ID,
+  markerId: number = defaultToolCallTokenId(),
 ): number | null {
   const at = responseIds.indexOf(markerId);
   return at === -1 ? null : at;
@@ -92,13 +151,19 @@ export interface TrainingView {
  * A chain whose steps are missing, or whose regeneration was not asked from its failed attempt's
  * context, cannot be grafted safely: its steps are left out, never served as captured.
  */
-export function trainingView(steps: readonly Step[], repairs: readonly GraftRepair[]): TrainingView {
-  if (repairs.length === 0) return { steps: [...steps], removed: [], grafts: [] };
+export function trainingView(
+  steps: readonly Step[],
+  repairs: readonly GraftRepair[],
+  options: { abandonedSteps?: readonly number[]; toolCallTokenId?: number } = {},
+): TrainingView {
+  const abandoned = options.abandonedSteps ?? [];
+  if (repairs.length === 0 && abandoned.length === 0) return { steps: [...steps], removed: [], grafts: [] };
+  const markerId = options.toolCallTokenId ?? defaultToolCallTokenId();
   const byIndex = new Map(steps.map((s) => [s.index, s]));
   // Chains: a rollback whose failed attempt is the previous rollback's regeneration continues it.
   const chains: GraftRepair[][] = [];
   const tailOf = new Map<number, GraftRepair[]>();
-  const removed = new Set<number>();
+  const removed = new Set<number>(abandoned);
   for (const r of repairs) {
     if (r.failedStep !== null) removed.add(r.failedStep);
     if (r.retryStep !== null) removed.add(r.retryStep);
@@ -112,7 +177,7 @@ export function trainingView(steps: readonly Step[], repairs: readonly GraftRepa
   const grafted = new Map<number, Step>();
   const grafts: GraftRecord[] = [];
   for (const chain of chains) {
-    const graft = graftChain(chain, byIndex);
+    const graft = graftChain(chain, byIndex, markerId);
     if (!graft) continue;
     grafted.set(graft.step.index, graft.step);
     grafts.push(graft.record);
@@ -133,12 +198,13 @@ export function trainingView(steps: readonly Step[], repairs: readonly GraftRepa
 function graftChain(
   chain: readonly GraftRepair[],
   byIndex: ReadonlyMap<number, Step>,
+  markerId: number,
 ): { step: Step; record: GraftRecord } | null {
   const first = chain[0]!.failedStep;
   const base = first === null ? undefined : byIndex.get(first);
   if (!base) return null;
   let response = base.responseIds;
-  let reasoning: number | null = toolCallStart(response);
+  let reasoning: number | null = toolCallStart(response, markerId);
   let text = base.responseText;
   let last = base;
   let version = base.policyVersion;
@@ -146,9 +212,11 @@ function graftChain(
     const retry = r.retryStep === null ? undefined : byIndex.get(r.retryStep);
     // The regeneration must have been asked from the failed attempt's context (plus the failure).
     if (!retry || !startsWith(retry.promptIds, base.promptIds)) return null;
-    const oldStart = toolCallStart(response);
-    const newStart = toolCallStart(retry.responseIds);
-    if (r.mode === 'shallow' && oldStart !== null && newStart !== null) {
+    const oldStart = toolCallStart(response, markerId);
+    const newStart = toolCallStart(retry.responseIds, markerId);
+    if (r.mode === 'shallow') {
+      // The agent went on from P + K′: without both boundaries no ids hold that turn.
+      if (oldStart === null || newStart === null) return null;
       response = [...response.slice(0, oldStart), ...retry.responseIds.slice(newStart)];
       reasoning = oldStart;
     } else {
@@ -169,8 +237,10 @@ function graftChain(
   const step: Step = {
     ...base,
     responseIds: response,
-    // Not sampled from this prompt as a whole: the trainer recomputes (module comment).
+    // Not sampled from this prompt as a whole: the trainer recomputes (module comment). The routing
+    // of the failed attempt's tokens is not the grafted response's: routing replay must not use it.
     responseLogprobs: null,
+    routedExperts: null,
     policyVersion: version,
     responseText: text,
     toolCalls: last.toolCalls,

@@ -8,12 +8,16 @@ export {
   purifyStore,
 } from './derive.js';
 export {
+  defaultToolCallTokenId,
   type GraftRecord,
   type GraftRepair,
+  type OnlineCleaner,
+  onlineCleaner,
   onlineRepairs,
-  QWEN_TOOL_CALL_TOKEN_ID,
+  TOOL_CALL_TOKEN,
   type TrainingView,
   toolCallStart,
+  trainingSteps,
   trainingView,
 } from './graft.js';
 export {

@@ -21,6 +21,10 @@ export interface CleanerReport {
   options: ResolvedCleanerOptions;
   metrics: CleanerMetrics;
   repairs: RepairRecord[];
+  /** Regenerations asked for and never received (the episode ended while one was owed). */
+  abandonedSteps?: number[];
+  /** The `<tool_call>` id of the tokenizer the run split responses with (graft.ts). */
+  toolCallTokenId?: number | null;
 }
 
 /**
@@ -59,6 +63,10 @@ export function cleanerMetadata(report: CleanerReport): JsonObject {
       error_types: [...r.errorTypes],
     })),
     options: { p: o.p, max_retries: o.maxRetries, max_attempts: o.maxAttempts, threshold: o.threshold },
+    ...(report.abandonedSteps && report.abandonedSteps.length > 0
+      ? { abandoned_steps: [...report.abandonedSteps] }
+      : {}),
+    ...(report.toolCallTokenId != null ? { tool_call_token_id: report.toolCallTokenId } : {}),
   };
 }
 
@@ -69,11 +77,12 @@ export interface ChatToolCall {
   function: { name: string; arguments: string };
 }
 
-/** An OpenAI-shaped assistant turn as SAAR sees it. */
-export function chatTurn(content: unknown, calls: readonly ChatToolCall[]): SaarTurn {
+/** An OpenAI-shaped assistant turn as SAAR sees it (`callText`: its decoded call segment, if known). */
+export function chatTurn(content: unknown, calls: readonly ChatToolCall[], callText?: string): SaarTurn {
   return {
     reasoning: typeof content === 'string' ? content : null,
     calls: calls.map((c) => ({ name: c.function.name, arguments: c.function.arguments })),
+    ...(callText !== undefined ? { callText } : {}),
   };
 }
 

@@ -3,6 +3,7 @@ import type {
   ChatCompletionMessageParam,
   ChatCompletionMessageToolCall,
 } from 'openai/resources/chat/completions';
+import { TOOL_CALL_TOKEN, toolCallStart } from '../../curation/cleaner/graft.js';
 import {
   type CleanerReport,
   chatTurn,
@@ -10,6 +11,7 @@ import {
   repairedAssistantMessage,
 } from '../../curation/cleaner/report.js';
 import { type CleanerOptions, SaarSession, withRetryNote } from '../../curation/cleaner/saar.js';
+import { type ChatTokenizer, loadQwen3Tokenizer } from '../../text/tokenizer.js';
 import { type Random, seededRandom } from '../../util/random.js';
 import type { SandboxOptions } from '../sandbox/index.js';
 import type { GymTask } from '../tasks/schema.js';
@@ -58,6 +60,13 @@ export interface BuiltinAgentOptions {
    * draw per episode), else Math.random.
    */
   cleaner?: CleanerOptions & { random?: Random };
+  /**
+   * Called with what CLEANER did whenever the episode ends, by an answer, the turn budget or a
+   * throw (a timeout, an engine error): the runner stores it before the trajectory is completed.
+   */
+  onCleanerReport?: (report: CleanerReport) => void;
+  /** Decodes the engine's response ids for CLEANER's similarity (default: Qwen3's, as the gateway's). */
+  tokenizer?: ChatTokenizer;
 }
 
 export interface AgentOutcome {
@@ -147,6 +156,17 @@ export async function runBuiltinAgent(options: BuiltinAgentOptions): Promise<Age
       )
     : null;
   const repairs: RepairRecord[] = [];
+  /** Regenerations asked for and never received (the episode ended while they were owed). */
+  const abandonedSteps: number[] = [];
+  const tokenizer = saar ? (options.tokenizer ?? loadQwen3Tokenizer()) : null;
+  const marker = tokenizer?.tokenId(TOOL_CALL_TOKEN) ?? null;
+  const cleanerReport = (): CleanerReport => ({
+    options: saar!.state.options,
+    metrics: saar!.finish(),
+    repairs: [...repairs],
+    abandonedSteps: [...abandonedSteps],
+    toolCallTokenId: marker,
+  });
   const tools = offeredTools(options.tools, options.toolDescriptions);
   let llmCalls = 0;
   let toolCalls = 0;
@@ -166,14 +186,28 @@ export async function runBuiltinAgent(options: BuiltinAgentOptions): Promise<Age
       { signal: options.signal },
     );
     const step = llmCalls++;
-    const message = completion.choices[0]?.message;
+    const choice = completion.choices[0];
+    const message = choice?.message;
     const calls = (message?.tool_calls ?? []).filter((c): c is FunctionCall => c.type === 'function');
     const assistant: AssistantMessage = {
       role: 'assistant',
       content: message?.content ?? null,
       ...(calls.length > 0 ? { tool_calls: calls } : {}),
     };
-    return { step, assistant, calls, text: message?.content ?? '' };
+    return { step, assistant, calls, text: message?.content ?? '', callText: callText(choice) };
+  };
+  /**
+   * CLEANER's similarity text: the engine's response ids (`token_ids`, which the gateway asks vLLM
+   * and the sim for) from the first `<tool_call>` on, decoded with special tokens kept, as the
+   * authors decode theirs. Without ids, or without the marker in them, the text is rebuilt from the
+   * parsed calls (saar.ts).
+   */
+  const callText = (choice: unknown): string | undefined => {
+    if (!tokenizer || marker === null) return undefined;
+    const ids = (choice as { token_ids?: unknown } | undefined)?.token_ids;
+    if (!Array.isArray(ids) || !ids.every((x) => Number.isInteger(x))) return undefined;
+    const at = toolCallStart(ids as number[], marker);
+    return at === null ? undefined : tokenizer.decode((ids as number[]).slice(at));
   };
   const execute = async (calls: readonly FunctionCall[]) => {
     const outcomes: ToolOutcome[] = [];
@@ -200,67 +234,89 @@ export async function runBuiltinAgent(options: BuiltinAgentOptions): Promise<Age
       toolCalls,
       toolErrors,
       answer,
-      ...(saar ? { cleaner: { options: saar.state.options, metrics: saar.finish(), repairs } } : {}),
+      ...(saar ? { cleaner: cleanerReport() } : {}),
     };
   };
-
-  let turn = 0;
-  while (turn < maxTurns) {
-    turn++;
-    const generated = await generate(messages);
-    if (generated.calls.length === 0) {
-      messages.push(generated.assistant);
-      return finish('answer', turn, generated.text);
-    }
-    // The turn stands at `at` in the history; a rollback rewrites it there.
-    const at = messages.push(generated.assistant) - 1;
-    let current = generated;
-    for (;;) {
-      const outcomes = await execute(current.calls);
-      const decision = saar?.toolResults(outcomes) ?? { kind: 'keep' as const, recovered: false };
-      if (decision.kind === 'keep') {
-        messages.push(...toolMessages(current.calls, outcomes));
-        break;
-      }
-      // What the authors' loop shows on a failure it rolls back or gives up on: one tool message,
-      // the last failed call's output (with the retry note when it gives up after N >= 2 rollbacks).
-      const last = outcomes.findLastIndex((o) => !o.ok);
-      const error: ChatCompletionMessageParam = {
-        role: 'tool',
-        tool_call_id: current.calls[last]!.id,
-        content:
-          decision.kind === 'give_up' && decision.note !== null
-            ? withRetryNote(outcomes[last]!.content, decision.retries)
-            : outcomes[last]!.content,
-      };
-      if (decision.kind === 'give_up') {
-        messages.push(error);
-        break;
-      }
-      // Show the model its error and let it redo the turn. As in the authors' loop a regeneration
-      // is not a turn of its own (maxRetries and maxAttempts bound them).
-      const regenerated = await generate([...messages, error]);
-      const failed = messages[at] as AssistantMessage;
-      const repair = saar!.regenerated(
-        chatTurn(failed.content, failed.tool_calls ?? []),
-        chatTurn(regenerated.assistant.content, regenerated.calls),
-      );
-      if (repair.kind === 'keep_error') {
-        // T' answered instead of calling a tool: the error stays, and T' is the episode's answer.
-        messages.push(error, regenerated.assistant);
-        return finish('answer', turn, regenerated.text);
-      }
-      repairs.push({
-        failedStep: current.step,
-        retryStep: regenerated.step,
-        similarity: repair.similarity,
-        mode: repair.mode,
-        errorTypes: repair.removedErrorTypes,
-      });
-      // The failed call and its error leave the history; the repaired turn's calls run next.
-      messages[at] = repairedAssistantMessage(failed, regenerated.assistant, repair.mode);
-      current = regenerated;
-    }
+  try {
+    return await loop();
+  } finally {
+    // Every way out, a throw included: the runner must know what was rolled back before it
+    // completes the trajectory, or the failed attempts would be served as captured.
+    if (saar) options.onCleanerReport?.(cleanerReport());
   }
-  return finish('max_turns', maxTurns, null);
+
+  async function loop(): Promise<AgentOutcome> {
+    let turn = 0;
+    while (turn < maxTurns) {
+      turn++;
+      const generated = await generate(messages);
+      if (generated.calls.length === 0) {
+        messages.push(generated.assistant);
+        return finish('answer', turn, generated.text);
+      }
+      // The turn stands at `at` in the history; a rollback rewrites it there.
+      const at = messages.push(generated.assistant) - 1;
+      let current = generated;
+      for (;;) {
+        const outcomes = await execute(current.calls);
+        const decision = saar?.toolResults(outcomes) ?? { kind: 'keep' as const, recovered: false };
+        if (decision.kind === 'keep') {
+          messages.push(...toolMessages(current.calls, outcomes));
+          break;
+        }
+        // What the authors' loop shows on a failure it rolls back or gives up on: one tool message,
+        // the last failed call's output (with the retry note when it gives up after N >= 2 rollbacks).
+        const last = outcomes.findLastIndex((o) => !o.ok);
+        const error: ChatCompletionMessageParam = {
+          role: 'tool',
+          tool_call_id: current.calls[last]!.id,
+          content:
+            decision.kind === 'give_up' && decision.note !== null
+              ? withRetryNote(outcomes[last]!.content, decision.retries)
+              : outcomes[last]!.content,
+        };
+        if (decision.kind === 'give_up') {
+          messages.push(error);
+          break;
+        }
+        if (turn + 1 >= maxTurns) {
+          // The authors' regeneration counts as a turn until their checkpoint restores the counter, and
+          // a turn that reaches max_assistant_turns ends the episode first: a failure on the last two
+          // turns is never repaired. Their T′ is then thrown away unread, so it is not asked for here.
+          saar!.abandon();
+          return finish('max_turns', turn, null);
+        }
+        // Show the model its error and let it redo the turn. Otherwise, as in the authors' loop, a
+        // regeneration is not a turn of its own (maxRetries and maxAttempts bound them).
+        const owed = llmCalls;
+        const regenerated = await generate([...messages, error]).catch((e: unknown) => {
+          // Its step, if the gateway stored it, was asked with the error in view: never served.
+          abandonedSteps.push(owed);
+          saar!.abandon();
+          throw e;
+        });
+        const failed = messages[at] as AssistantMessage;
+        const repair = saar!.regenerated(
+          chatTurn(failed.content, failed.tool_calls ?? [], current.callText),
+          chatTurn(regenerated.assistant.content, regenerated.calls, regenerated.callText),
+        );
+        if (repair.kind === 'keep_error') {
+          // T' answered instead of calling a tool: the error stays, and T' is the episode's answer.
+          messages.push(error, regenerated.assistant);
+          return finish('answer', turn, regenerated.text);
+        }
+        repairs.push({
+          failedStep: current.step,
+          retryStep: regenerated.step,
+          similarity: repair.similarity,
+          mode: repair.mode,
+          errorTypes: repair.removedErrorTypes,
+        });
+        // The failed call and its error leave the history; the repaired turn's calls run next.
+        messages[at] = repairedAssistantMessage(failed, regenerated.assistant, repair.mode);
+        current = regenerated;
+      }
+    }
+    return finish('max_turns', maxTurns, null);
+  }
 }
