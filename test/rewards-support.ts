@@ -5,7 +5,7 @@
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { newStep, type Step, type Trajectory } from '../src/domain/index.js';
+import { newStep, type Step, type Trajectory, unstoredTrajectory } from '../src/domain/index.js';
 import { DataPool } from '../src/pool/data-pool.js';
 import type { TrajectoryView } from '../src/rewards/plugin.js';
 import { openPostgresStore } from '../src/store/postgres/postgres-store.js';
@@ -188,25 +188,14 @@ export function viewOf(
     policyVersion: 0,
     createdAt: 0,
   }));
-  const trajectory: Trajectory = {
+  const trajectory = unstoredTrajectory({
     id,
     groupId: 'g',
     channel: 'train',
     taskId: options.taskId ?? null,
-    status: 'complete',
-    reward: null,
     metadata: options.metadata ?? {},
     nSteps: steps.length,
-    lastIndex: steps.length - 1,
-    prefixBreaks: 0,
-    createdAt: 0,
-    completedAt: 0,
-    guided: false,
-    guidanceK: null,
-    probe: false,
-    derivedFrom: null,
-    derivation: null,
-  };
+  });
   return { trajectory, steps, signals: [] };
 }
 

@@ -29,6 +29,26 @@ export const Trajectory = z.object({
 });
 export type Trajectory = z.infer<typeof Trajectory>;
 
+/** A complete, unguided, underived trajectory of `nSteps` steps that no store holds (a scored sample). */
+export function unstoredTrajectory(
+  fields: Pick<Trajectory, 'id' | 'groupId' | 'channel' | 'taskId' | 'metadata' | 'nSteps'>,
+): Trajectory {
+  return {
+    ...fields,
+    status: 'complete',
+    reward: null,
+    lastIndex: fields.nSteps - 1,
+    prefixBreaks: 0,
+    createdAt: 0,
+    completedAt: 0,
+    guided: false,
+    guidanceK: null,
+    probe: false,
+    derivedFrom: null,
+    derivation: null,
+  };
+}
+
 export interface TrajectoryOut {
   trajectory_uid: string;
   prompt_uid: string;

@@ -433,21 +433,10 @@ export function registerGymCommands(program: Command): Command {
       '--tools-dir <dir>',
       'where `stepwise tools install rootfs` put the root (default: $STEPWISE_TOOLS_DIR or .stepwise/tools)',
     )
-    .action(
-      async (
-        source: string,
-        opts: {
-          json?: boolean;
-          concurrency: number;
-          unsafeNoSandbox?: boolean;
-          rootfs?: string | true;
-          toolsDir?: string;
-        },
-      ) => {
-        const failed = await validateCommand(source, opts, (line) => console.log(line));
-        if (failed > 0) process.exitCode = 1;
-      },
-    );
+    .action(async (source: string, opts: ValidateOptions) => {
+      const failed = await validateCommand(source, opts, (line) => console.log(line));
+      if (failed > 0) process.exitCode = 1;
+    });
   registerSynthCommand(gym);
   return gym;
 }
@@ -474,16 +463,19 @@ export function sandboxRoot(opts: {
   return found.root;
 }
 
+/** `stepwise gym validate`'s options. */
+export interface ValidateOptions {
+  json?: boolean;
+  concurrency: number;
+  unsafeNoSandbox?: boolean;
+  rootfs?: string | true;
+  toolsDir?: string;
+}
+
 /** `stepwise gym validate`: prints the offenders (or JSON) and returns how many tasks failed. */
 export async function validateCommand(
   source: string,
-  opts: {
-    json?: boolean;
-    concurrency: number;
-    unsafeNoSandbox?: boolean;
-    rootfs?: string | true;
-    toolsDir?: string;
-  },
+  opts: ValidateOptions,
   print: (line: string) => void,
 ): Promise<number> {
   const rootfs = sandboxRoot(opts);

@@ -1,4 +1,4 @@
-import { newStep, type Signal, type Trajectory } from '../domain/index.js';
+import { newStep, type Signal, unstoredTrajectory } from '../domain/index.js';
 import { CombinationEvalError, evaluateCombination } from './combination.js';
 import { type RewardsConfig, scoringFor } from './config.js';
 import { NotApplicableError, type TrajectoryView } from './plugin.js';
@@ -35,25 +35,14 @@ export async function scoreSample(
   sample: RewardSample,
   signal: AbortSignal,
 ): Promise<SampleReward> {
-  const trajectory: Trajectory = {
+  const trajectory = unstoredTrajectory({
     id: SAMPLE_ID,
     groupId: SAMPLE_ID,
     channel: sample.channel,
     taskId: typeof sample.metadata.task_id === 'string' ? sample.metadata.task_id : null,
-    status: 'complete',
-    reward: null,
     metadata: sample.metadata,
     nSteps: 1,
-    lastIndex: 0,
-    prefixBreaks: 0,
-    createdAt: 0,
-    completedAt: 0,
-    guided: false,
-    guidanceK: null,
-    probe: false,
-    derivedFrom: null,
-    derivation: null,
-  };
+  });
   const scoring = scoringFor(config, trajectory);
   const functions = (scoring?.functions ?? []).filter((f) => f.handler !== null);
   if (!scoring || (functions.length === 0 && !scoring.combination))
