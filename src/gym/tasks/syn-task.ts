@@ -28,10 +28,19 @@ export const SynTaskRecord = z.looseObject({
 });
 export type SynTaskRecord = z.infer<typeof SynTaskRecord>;
 
-/** A JSONL value in the syn_task form (a prompt and a hook, and none of a GymTask's own keys). */
+/**
+ * A JSONL value in the syn_task form (a prompt and a hook, and none of a GymTask's own keys). A
+ * `task_id` marks SynData's single-file item instead (syn-item.ts).
+ */
 export function isSynTaskRecord(value: unknown): boolean {
   if (typeof value !== 'object' || value === null || Array.isArray(value)) return false;
-  return 'prompt' in value && 'hook_code' in value && !('verifier' in value) && !('id' in value);
+  return (
+    'prompt' in value &&
+    'hook_code' in value &&
+    !('verifier' in value) &&
+    !('id' in value) &&
+    !('task_id' in value)
+  );
 }
 
 const WORKSPACE = DEFAULT_MOUNT_DIR;
