@@ -47,11 +47,13 @@ const WORKSPACE = DEFAULT_MOUNT_DIR;
 
 /** The template's `id:` line (its YAML front matter), as ClawGym's converter reads it. */
 export function synTaskId(originTemplate: string | null | undefined, index: number): string {
+  // The converter stops at the first `id:` line, even an empty one (then the index names the task).
   for (const line of (originTemplate ?? '').split('\n')) {
     const trimmed = line.trim();
     if (trimmed.startsWith('id:')) {
       const id = trimmed.slice(3).trim();
       if (id !== '') return id;
+      break;
     }
   }
   return `task_${String(index).padStart(5, '0')}`;
@@ -72,6 +74,13 @@ const AVERAGE_PY =
 
 export function rewardScript(hook: string | null | undefined): string {
   return `#!/usr/bin/env bash\nset -euo pipefail\n\n${normalizeHook(hook)} | python3 -c '${AVERAGE_PY}'\n`;
+}
+
+/** Python's truth value of a JSON value (the converter's `if d.get("rule")`): [], {}, "", 0 are false. */
+function pythonTruthy(value: unknown): boolean {
+  if (Array.isArray(value)) return value.length > 0;
+  if (typeof value === 'object' && value !== null) return Object.keys(value).length > 0;
+  return Boolean(value);
 }
 
 /** One syn_task record (0-based `index` in its file) as a GymTask. */
@@ -104,7 +113,7 @@ export function synTaskToGymTask(
     mode: 0o755,
   });
   const metadata: Record<string, unknown> = { category: '', grading_type: 'automated' };
-  if (record.rule) metadata.rule = record.rule;
+  if (pythonTruthy(record.rule)) metadata.rule = record.rule;
   const clawgym: ClawGymProvenance = {
     entryKeys: ['task_id', 'user_query', 'metadata', ...(files.length > 0 ? ['input_mount_dir'] : [])],
     // persona2task's fields ride along as skill2task's entry keys, so the folder keeps them.
