@@ -1,11 +1,20 @@
+import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { defaultToolsDir, ToolInstallError } from '../src/gym/agent/openclaw/install.js';
 import { runInSandbox } from '../src/gym/sandbox/index.js';
-import { findRootfs, installRootfs, ROOTFS_LOCK_FILE, readRootfsLock } from '../src/gym/sandbox/rootfs.js';
+import {
+  findRootfs,
+  installRootfs,
+  ROOTFS_LOCK_FILE,
+  readRootfsLock,
+  readRootfsSnapshot,
+  snapshotUrl,
+} from '../src/gym/sandbox/rootfs.js';
 import { CLAWGYM_SAMPLE } from './support/clawgym-sample.js';
 import { runCli } from './support/server-process.js';
 
@@ -45,16 +54,23 @@ describe('the rootfs lock', () => {
       expect(names).toContain(needed);
     const lines = readFileSync(ROOTFS_LOCK_FILE, 'utf8')
       .split('\n')
-      .filter((l) => l !== '' && !l.startsWith('#'))
+      .filter((l) => l !== '' && !l.startsWith('#') && !l.startsWith('snapshot '))
       .sort();
+    // The pool path says where to fetch a .deb, not what it is: it is not part of the id.
     const id = createHash('sha256')
-      .update(`stepwise-rootfs recipe 1\n${lines.map((l) => `${l}\n`).join('')}`)
+      .update(
+        `stepwise-rootfs recipe 1\n${lines.map((l) => `${l.split(' ').slice(0, 4).join(' ')}\n`).join('')}`,
+      )
       .digest('hex');
     // A changed .deb (one hex digit of one hash) is another root, in another folder.
     const changed = join(scratch, 'changed.lock');
     writeFileSync(
       changed,
-      lines.map((l, i) => (i === 0 ? l.replace(/.$/, (c) => (c === '0' ? '1' : '0')) : l)).join('\n'),
+      lines
+        .map((l, i) =>
+          i === 0 ? l.replace(/ [0-9a-f](?=[0-9a-f]{63} )/, (c) => (c === ' 0' ? ' 1' : ' 0')) : l,
+        )
+        .join('\n'),
     );
     expect(findRootfs(scratch, changed)).toBeNull();
     if (built) expect(built.id).toBe(id);
@@ -64,7 +80,9 @@ describe('the rootfs lock', () => {
   it('refuses a malformed lock line, naming it', () => {
     const bad = join(scratch, 'bad.lock');
     writeFileSync(bad, '# header\nbash 5.2 amd64 not-a-hash\n');
-    expect(() => readRootfsLock(bad)).toThrow(/bad\.lock line 2: expected "name version arch sha256"/);
+    expect(() => readRootfsLock(bad)).toThrow(
+      /bad\.lock line 2: expected "name version arch sha256 \[archive\/pool path\]"/,
+    );
   });
 });
 
@@ -123,5 +141,75 @@ describe.skipIf(skip)('the hermetic rootfs (built by `stepwise tools install roo
     );
     expect(readdirSync(dir).filter((n) => !n.startsWith('.'))).toEqual([]);
     expect(existsSync(join(dir, 'rootfs-'))).toBe(false);
+  }, 120_000);
+
+  it('names where each .deb lies on snapshot.debian.org, for when apt no longer has it', () => {
+    const packages = readRootfsLock();
+    expect(readRootfsSnapshot()).toMatch(/^\d{8}T\d{6}Z$/);
+    for (const p of packages) {
+      // Debian's pool layout: <archive>/pool/[updates/]<component>/<prefix>/<source>/<name>_<version sans epoch>_<arch>.deb
+      expect(p.pool, p.name).toMatch(
+        /^(debian\/pool\/main|debian-security\/pool\/updates\/main)\/(lib)?[a-z0-9]\/[^/]+\/[^/]+\.deb$/,
+      );
+      expect(p.pool!.split('/').at(-1)).toBe(`${p.name}_${p.version.replace(/^\d+:/, '')}_${p.arch}.deb`);
+    }
+    const bash = packages.find((p) => p.name === 'bash')!;
+    expect(snapshotUrl(bash, '20261205T000000Z')).toBe(
+      'https://snapshot.debian.org/archive/debian/20261205T000000Z/pool/main/b/bash/bash_5.2.15-2%2Bb13_amd64.deb',
+    );
+    const ca = packages.find((p) => p.name === 'ca-certificates')!;
+    expect(snapshotUrl(ca, '20261205T000000Z')).toBe(
+      'https://snapshot.debian.org/archive/debian-security/20261205T000000Z/pool/updates/main/c/ca-certificates/ca-certificates_20250419~deb12u2_all.deb',
+    );
+  });
+
+  it('fetches a .deb apt cannot give from the snapshot (a loopback mirror), and checks its sha256', async () => {
+    const lock = readRootfsLock().find((p) => p.name === 'libmd0')!;
+    const got = mkdtempSync(join(scratch, 'apt-'));
+    execFileSync('apt-get', ['download', `${lock.name}=${lock.version}`], { cwd: got, stdio: 'ignore' });
+    const real = readFileSync(join(got, readdirSync(got)[0]!));
+    let body = real;
+    const asked: string[] = [];
+    const server = createServer((req, res) => {
+      asked.push(req.url ?? '');
+      const want = `/archive/${lock.pool!.replace('/pool/', '/20261205T000000Z/pool/')}`;
+      if (req.url !== want) return void res.writeHead(404).end();
+      res.writeHead(200).end(body);
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const base = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
+    try {
+      const file = join(scratch, 'snapshot.lock');
+      writeFileSync(
+        file,
+        `snapshot 20261205T000000Z\n${lock.name} ${lock.version} ${lock.arch} ${lock.sha256} ${lock.pool}\n`,
+      );
+      const options = { lockFile: file, snapshotOnly: ['libmd0'], snapshotBase: base };
+      // A mirror that serves other bytes is refused, and nothing is installed.
+      body = Buffer.concat([real, Buffer.from('x')]);
+      const dir = mkdtempSync(join(scratch, 'install-snap-'));
+      await expect(installRootfs({ ...options, dir })).rejects.toThrow(
+        /integrity check failed for libmd0_snapshot_amd64\.deb: expected sha256 [0-9a-f]{64}, got/,
+      );
+      expect(readdirSync(dir).filter((n) => !n.startsWith('.'))).toEqual([]);
+      // The right bytes pass the check and unpack (a one-package root then fails later, finishing /usr).
+      body = real;
+      const said: string[] = [];
+      await expect(
+        installRootfs({
+          ...options,
+          dir: mkdtempSync(join(scratch, 'install-snap-')),
+          onProgress: (m) => said.push(m),
+        }),
+      ).rejects.toThrow();
+      expect(said).toContain('1 of 1 packages came from the snapshot');
+      expect(said).toContain('verified and unpacked 1 packages');
+      expect(asked).toEqual([
+        '/archive/debian/20261205T000000Z/pool/main/libm/libmd/libmd0_1.0.4-2_amd64.deb',
+        '/archive/debian/20261205T000000Z/pool/main/libm/libmd/libmd0_1.0.4-2_amd64.deb',
+      ]);
+    } finally {
+      await new Promise((r) => server.close(r));
+    }
   }, 120_000);
 });

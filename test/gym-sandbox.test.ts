@@ -77,7 +77,7 @@ describe('sandbox basics', () => {
     writeFileSync(join(workspace, 'input.txt'), 'from the host\n');
     const r = await runInSandbox(
       { ...base(), env: { GREETING: 'hi' } },
-      'pwd; cat input.txt; echo "$GREETING $((6 * 7))"; python3 -c "print(sum(range(10)))" > out.txt; echo "$HOME|$LANG|$PATH"',
+      'pwd; cat input.txt; echo "$GREETING $((6 * 7))"; python3 -c "print(sum(range(10)))" > out.txt; echo "$HOME|$LC_ALL|$PATH"',
     );
     expect(r).toMatchObject({ exitCode: 0, signal: null, timedOut: false, limitHit: null });
     expect(r.stdout).toBe(

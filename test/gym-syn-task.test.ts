@@ -123,4 +123,20 @@ describe('syn_task.jsonl', () => {
     ]);
     await expect(loadTasks(path)).rejects.toThrow(/bad\.jsonl line 3.*input_files\.0\.file_path/);
   });
+
+  it("follows the converter's Python: the first id line wins even when empty; [] and {} are no rule", async () => {
+    const tasks = await loadTasks(
+      writeJsonl('syn_task_py.jsonl', [
+        { ...records[2], origin_template: '---\nid:\nname: x\nid: later_id\n---' },
+        { ...records[2], rule: [] },
+        { ...records[2], rule: {} },
+      ]),
+    );
+    expect(tasks.map((t) => t.id)).toEqual(['task_00000', 'task_00001', 'task_00002']);
+    for (const t of tasks.slice(1))
+      expect((t.provenance.clawgym as { metadata: Record<string, unknown> }).metadata).toEqual({
+        category: '',
+        grading_type: 'automated',
+      });
+  });
 });

@@ -80,17 +80,19 @@ function scriptTask(reward: string, over: Partial<GymTaskInput> = {}): GymTask {
 }
 
 describe('scoreFromStdout', () => {
-  it('takes the last non-empty line and clamps it to [0, 1]', () => {
+  it("takes the last non-empty line as is, unclamped, as ClawGym's rollout does", () => {
     expect(scoreFromStdout('debug\n0.0175\n\n  \n')).toEqual({ score: 0.0175 });
     expect(scoreFromStdout('1.0')).toEqual({ score: 1 });
-    expect(scoreFromStdout('1.5\n')).toEqual({ score: 1 });
-    expect(scoreFromStdout('-0.25\r\n')).toEqual({ score: 0 });
+    expect(scoreFromStdout('1.5\n')).toEqual({ score: 1.5 });
+    expect(scoreFromStdout('-0.25\r\n')).toEqual({ score: -0.25 });
     expect(scoreFromStdout('.5')).toEqual({ score: 0.5 });
     expect(scoreFromStdout('5e-1')).toEqual({ score: 0.5 });
   });
 
-  it('refuses NaN, infinities, words and silence', () => {
-    for (const out of ['nan\n', 'NaN', 'inf', '-inf', 'Infinity', '1e999', 'score: 1', '0x1', '', '\n\n']) {
+  it("scores NaN and the infinities 0 (ClawGym's set_reward), refuses words and silence", () => {
+    for (const out of ['nan\n', 'NaN', 'inf', '-inf', 'Infinity', '1e999'])
+      expect(scoreFromStdout(out), out).toEqual({ score: 0 });
+    for (const out of ['score: 1', '0x1', '', '\n\n']) {
       expect(scoreFromStdout(out), out).toHaveProperty('reason');
     }
   });
@@ -165,7 +167,7 @@ describe('script verifier (sandbox stand-in)', () => {
       [{ exitCode: null, timedOut: true, stdout: '1\n' }, /timed out after 20000 ms/],
       [{ exitCode: null, signal: 'SIGKILL', limitHit: 'memory' }, /memory limit/],
       [{ exitCode: null, signal: 'SIGSEGV' }, /killed by SIGSEGV/],
-      [{ stdout: 'nan\n' }, /not a finite number/],
+      [{ stdout: 'score: 1\n' }, /not a finite number/],
       [{ stdout: '' }, /no score/],
       [{ stdout: '1\n', stdoutTruncated: true }, /more output/],
     ];
@@ -620,12 +622,11 @@ describe('in the real sandbox', () => {
   );
 
   it.skipIf(!sandboxReady)(
-    'a verifier that exits non-zero, prints NaN or runs too long scores 0 with verifierFailed',
+    'a verifier that exits non-zero, prints words or runs too long scores 0 with verifierFailed; NaN scores 0',
     async () => {
       const cases: [string, RegExp, number?][] = [
         ['echo 0.9\nexit 3\n', /exited with code 3/],
-        ['python3 -c "print(float(\'nan\'))"\n', /not a finite number: "nan"/],
-        ['echo inf\n', /not a finite number/],
+        ['echo score: 0.9\n', /not a finite number: "score: 0.9"/],
         ['sleep 30\necho 1\n', /timed out/, 1_500],
       ];
       for (const [script, reason, timeoutMs] of cases) {
@@ -635,6 +636,9 @@ describe('in the real sandbox', () => {
         expect(result, script).toMatchObject({ score: 0, code: 0, verifierFailed: true });
         expect(result.reason, script).toMatch(reason);
       }
+      // ClawGym's set_reward turns a non-finite reward into 0; it is the agent's score, not masked.
+      const nan = await verify(scriptTask('python3 -c "print(float(\'nan\'))"\n'), await freshDir(), {});
+      expect(nan).toMatchObject({ score: 0, code: 0, verifierFailed: false });
       const ok = await verify(scriptTask('echo progress\necho 0.8\n'), await freshDir(), {});
       expect(ok).toMatchObject({ score: 0.8, verifierFailed: false, reason: null });
     },

@@ -16,10 +16,10 @@ describe('sandbox environment', () => {
   });
 
   it('builds a minimal environment the caller can extend and override', () => {
-    expect(sandboxEnv('/root/.openclaw/workspace', { A: '1', LANG: 'en_US.UTF-8' })).toEqual({
+    expect(sandboxEnv('/root/.openclaw/workspace', { A: '1', LC_ALL: 'en_US.UTF-8' })).toEqual({
       PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/run/stepwise/bin',
       HOME: '/root',
-      LANG: 'en_US.UTF-8',
+      LC_ALL: 'en_US.UTF-8',
       A: '1',
     });
     expect(() => sandboxEnv('/w', { 'A=B': '1' })).toThrow(TypeError);

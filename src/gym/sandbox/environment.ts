@@ -15,12 +15,12 @@ export function sandboxHome(mountDir: string): string {
   return parent === '/' ? '/tmp' : parent;
 }
 
-/** The command's whole environment: nothing of the host's leaks in. */
+/** The command's whole environment: nothing of the host's leaks in; LC_ALL as ClawGym's reward run sets it. */
 export function sandboxEnv(
   mountDir: string,
   extra: Record<string, string> | undefined,
 ): Record<string, string> {
-  const env: Record<string, string> = { PATH: SANDBOX_PATH, HOME: sandboxHome(mountDir), LANG: 'C.UTF-8' };
+  const env: Record<string, string> = { PATH: SANDBOX_PATH, HOME: sandboxHome(mountDir), LC_ALL: 'C.UTF-8' };
   for (const [key, value] of Object.entries(extra ?? {})) {
     if (key === '' || key.includes('=') || key.includes('\0') || value.includes('\0')) {
       throw new TypeError(`sandbox env: invalid variable ${JSON.stringify(key)}`);

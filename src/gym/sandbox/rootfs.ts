@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { createReadStream, readFileSync, statSync } from 'node:fs';
 import { lstat, mkdir, readdir, readlink, rename, rm, rmdir, symlink, writeFile } from 'node:fs/promises';
-import { join, resolve } from 'node:path';
+import { basename, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { z } from 'zod';
 import { defaultToolsDir, installOnce, runCommand, ToolInstallError } from '../agent/openclaw/install.js';
@@ -25,7 +25,12 @@ export interface RootfsPackage {
   version: string;
   arch: string;
   sha256: string;
+  /** Where the .deb lies in Debian's archive: `debian/pool/...` or `debian-security/pool/...`. */
+  pool?: string;
 }
+
+/** snapshot.debian.org, where every .deb Debian ever published stays (the fallback source). */
+export const SNAPSHOT_BASE = 'https://snapshot.debian.org';
 
 export interface HermeticRootfs {
   /** The install folder (`<tools dir>/rootfs-<id prefix>`). */
@@ -37,17 +42,48 @@ export interface HermeticRootfs {
   packages: number;
 }
 
-const LINE = /^([a-z0-9][a-z0-9+.-]+) (\S+) (amd64|all) ([0-9a-f]{64})$/;
+const LINE =
+  /^([a-z0-9][a-z0-9+.-]+) (\S+) (amd64|all) ([0-9a-f]{64})(?: ((?:debian|debian-security)\/pool\/[A-Za-z0-9+.~_/-]+\.deb))?$/;
+const SNAPSHOT_LINE = /^snapshot (\d{8}T\d{6}Z)$/;
+
+/** The lock's snapshot.debian.org time (`snapshot YYYYMMDDTHHMMSSZ`), or null when it names none. */
+export function readRootfsSnapshot(file: string = ROOTFS_LOCK_FILE): string | null {
+  for (const raw of readFileSync(file, 'utf8').split('\n')) {
+    const m = SNAPSHOT_LINE.exec(raw.trim());
+    if (m) return m[1]!;
+  }
+  return null;
+}
+
+/** The URL of a pinned .deb on snapshot.debian.org at the lock's time; null without a pool path. */
+export function snapshotUrl(
+  p: RootfsPackage,
+  timestamp: string,
+  base: string = SNAPSHOT_BASE,
+): string | null {
+  if (!p.pool) return null;
+  const [archive, ...rest] = p.pool.split('/');
+  return `${base}/archive/${archive}/${timestamp}/${rest.map(encodeURIComponent).join('/')}`;
+}
 
 /** The lock's packages; a malformed line is an error naming its line number. */
 export function readRootfsLock(file: string = ROOTFS_LOCK_FILE): RootfsPackage[] {
   const packages: RootfsPackage[] = [];
   for (const [i, raw] of readFileSync(file, 'utf8').split('\n').entries()) {
     const line = raw.trim();
-    if (line === '' || line.startsWith('#')) continue;
+    if (line === '' || line.startsWith('#') || SNAPSHOT_LINE.test(line)) continue;
     const m = LINE.exec(line);
-    if (!m) throw new ToolInstallError(`${file} line ${i + 1}: expected "name version arch sha256"`);
-    packages.push({ name: m[1]!, version: m[2]!, arch: m[3]!, sha256: m[4]! });
+    if (!m)
+      throw new ToolInstallError(
+        `${file} line ${i + 1}: expected "name version arch sha256 [archive/pool path]"`,
+      );
+    packages.push({
+      name: m[1]!,
+      version: m[2]!,
+      arch: m[3]!,
+      sha256: m[4]!,
+      ...(m[5] ? { pool: m[5] } : {}),
+    });
   }
   const names = new Set(packages.map((p) => p.name));
   if (names.size !== packages.length) throw new ToolInstallError(`${file}: a package is listed twice`);
@@ -99,6 +135,10 @@ export interface InstallRootfsOptions {
   force?: boolean;
   onProgress?: (message: string) => void;
   signal?: AbortSignal;
+  /** Packages fetched from the snapshot even when apt has them (tests of the fallback). */
+  snapshotOnly?: readonly string[];
+  /** Another snapshot.debian.org (a mirror; tests serve one on loopback). */
+  snapshotBase?: string;
 }
 
 /** Builds (or reuses) the hermetic root under the tools folder; needs apt-get and dpkg-deb. */
@@ -117,7 +157,13 @@ export async function installRootfs(
     parent: toolsDir,
     name: installName(rootfsId(packages)),
     find: () => findRootfs(toolsDir, lockFile),
-    build: (staging) => buildRootfs(staging, packages, progress, options.signal),
+    build: (staging) =>
+      buildRootfs(staging, packages, progress, {
+        signal: options.signal,
+        snapshot: readRootfsSnapshot(lockFile),
+        snapshotOnly: new Set(options.snapshotOnly ?? []),
+        snapshotBase: options.snapshotBase ?? SNAPSHOT_BASE,
+      }),
     force: options.force,
     signal: options.signal,
     onProgress: progress,
@@ -131,47 +177,89 @@ async function sha256Of(file: string): Promise<string> {
   return hash.digest('hex');
 }
 
+interface FetchPlan {
+  signal?: AbortSignal;
+  /** The lock's snapshot time; null: no fallback. */
+  snapshot: string | null;
+  snapshotOnly: ReadonlySet<string>;
+  snapshotBase: string;
+}
+
+/** Downloads one pinned .deb from the snapshot into `dir` (checked against its sha256 by the caller). */
+async function fetchFromSnapshot(p: RootfsPackage, dir: string, plan: FetchPlan): Promise<string> {
+  const url = plan.snapshot ? snapshotUrl(p, plan.snapshot, plan.snapshotBase) : null;
+  if (!url)
+    throw new ToolInstallError(
+      `apt-get download left no ${p.name}_*.deb, and the lock names no snapshot pool path to fetch it from`,
+    );
+  const signals = [AbortSignal.timeout(DOWNLOAD_TIMEOUT_MS), ...(plan.signal ? [plan.signal] : [])];
+  let response: Response;
+  try {
+    response = await fetch(url, { signal: AbortSignal.any(signals) });
+  } catch (error) {
+    throw new ToolInstallError(`could not fetch ${url}: ${(error as Error).message}`);
+  }
+  if (!response.ok) throw new ToolInstallError(`could not fetch ${url}: HTTP ${response.status}`);
+  const file = join(dir, `${p.name}_snapshot_${p.arch}.deb`);
+  await writeFile(file, Buffer.from(await response.arrayBuffer()));
+  return file;
+}
+
 async function buildRootfs(
   staging: string,
   packages: readonly RootfsPackage[],
   progress: (m: string) => void,
-  signal?: AbortSignal,
+  plan: FetchPlan,
 ): Promise<void> {
+  const signal = plan.signal;
   const started = Date.now();
   const debs = join(staging, 'debs');
   const root = join(staging, 'root');
   await mkdir(debs);
   await mkdir(root);
-  progress(`downloading ${packages.length} pinned Debian packages with apt-get download`);
+  const viaApt = packages.filter((p) => !plan.snapshotOnly.has(p.name));
+  progress(`downloading ${viaApt.length} pinned Debian packages with apt-get download`);
   try {
-    await runCommand('apt-get', ['download', ...packages.map((p) => `${p.name}=${p.version}`)], {
-      cwd: debs,
-      signal,
-      timeoutMs: DOWNLOAD_TIMEOUT_MS,
-      purpose: 'download the pinned Debian packages',
-    });
+    if (viaApt.length > 0)
+      await runCommand('apt-get', ['download', ...viaApt.map((p) => `${p.name}=${p.version}`)], {
+        cwd: debs,
+        signal,
+        timeoutMs: DOWNLOAD_TIMEOUT_MS,
+        purpose: 'download the pinned Debian packages',
+      });
   } catch (error) {
-    if (error instanceof ToolInstallError)
+    if (!(error instanceof ToolInstallError)) throw error;
+    // A superseded version (deb.debian.org keeps the latest per suite), or no Debian 12 apt at all.
+    if (!plan.snapshot)
       throw new ToolInstallError(
         `${error.message}\n(apt's package lists may be stale or lack Debian 12 bookworm: \`apt-get update\`)`,
       );
-    throw error;
+    progress(
+      `apt-get download failed; fetching the pinned .debs from ${plan.snapshotBase} (${plan.snapshot})`,
+    );
   }
   const files = await readdir(debs);
+  let fromSnapshot = 0;
   for (const p of packages) {
     // apt names a download `<name>_<version, ':' escaped>_<arch>.deb`; names never hold '_'.
     const found = files.filter((f) => f.startsWith(`${p.name}_`) && f.endsWith(`_${p.arch}.deb`));
-    if (found.length !== 1) throw new ToolInstallError(`apt-get download left no ${p.name}_*.deb`);
-    const actual = await sha256Of(join(debs, found[0]!));
+    let deb: string;
+    if (found.length === 1) deb = join(debs, found[0]!);
+    else {
+      deb = await fetchFromSnapshot(p, debs, plan);
+      fromSnapshot++;
+    }
+    const actual = await sha256Of(deb);
     if (actual !== p.sha256)
       throw new ToolInstallError(
-        `integrity check failed for ${found[0]}: expected sha256 ${p.sha256}, got ${actual}`,
+        `integrity check failed for ${basename(deb)}: expected sha256 ${p.sha256}, got ${actual}`,
       );
-    await runCommand('dpkg-deb', ['-x', join(debs, found[0]!), root], {
+    await runCommand('dpkg-deb', ['-x', deb, root], {
       signal,
-      purpose: `unpack ${found[0]}`,
+      purpose: `unpack ${basename(deb)}`,
     });
   }
+  if (fromSnapshot > 0) progress(`${fromSnapshot} of ${packages.length} packages came from the snapshot`);
   progress(`verified and unpacked ${packages.length} packages`);
   await rm(debs, { recursive: true, force: true });
   await finishRoot(root);

@@ -35,7 +35,7 @@ export interface SandboxOptions {
   /** Where the workspace appears inside the sandbox, e.g. /root/.openclaw/workspace. */
   mountDir: string;
   limits?: Partial<SandboxLimits>;
-  /** Added to a minimal environment (PATH, HOME, LANG=C.UTF-8); may override those. */
+  /** Added to a minimal environment (PATH, HOME, LC_ALL=C.UTF-8); may override those. */
   env?: Record<string, string>;
   /**
    * Expose ONE host HTTP endpoint: inside the sandbox http://127.0.0.1:<port> reaches gateway.url on

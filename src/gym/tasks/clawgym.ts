@@ -10,8 +10,8 @@ import {
   type PythonJsonFormat,
   pythonJsonDumps,
 } from './python-json.js';
-import { DEFAULT_MOUNT_DIR, GymTask, TaskFile } from './schema.js';
-import { rubricFromRule } from './syn-task.js';
+import { DEFAULT_MOUNT_DIR, GymTask, TaskFile, type Verifier } from './schema.js';
+import { rubricFromRules, rubricOf, validationModeOf, weightsOf } from './syn-rules.js';
 
 /*
  * ClawGym's task folder form: `data_entry.json` (task_id, user_query, input_mount_dir, metadata),
@@ -103,14 +103,21 @@ export async function readClawGymFolder(dir: string): Promise<GymTask> {
 
   const inputDir = await isDir(join(dir, INPUT_DIR));
   const input = inputDir ? await readTree(join(dir, INPUT_DIR)) : { files: [], emptyDirs: [] };
-  if (!(await isDir(join(dir, REWARD_DIR)))) {
-    throw new ValidationError(`${where}: has no ${REWARD_DIR}/ folder (the verifier)`, REWARD_DIR);
-  }
-  const reward = await readTree(join(dir, REWARD_DIR), REWARD_DIR);
-  if (!reward.files.some((f) => f.path === REWARD_ENTRY)) {
-    throw new ValidationError(`${where}: ${REWARD_ENTRY} is missing`, REWARD_ENTRY);
-  }
+  // ClawGym-SynData's skill2task entries say how the task is validated; a rubric-only one may have
+  // no reward/ at all (then there is no code verifier and the judge alone scores).
+  const mode = 'validation_mode' in entryObject ? validationModeOf(entryObject.validation_mode) : null;
+  const hasReward = await isDir(join(dir, REWARD_DIR));
+  const reward = hasReward ? await readTree(join(dir, REWARD_DIR), REWARD_DIR) : { files: [], emptyDirs: [] };
+  const hasEntry = reward.files.some((f) => f.path === REWARD_ENTRY);
   const otherFiles: TaskFile[] = [];
+  let verifier: Verifier;
+  if (hasEntry) verifier = { kind: 'script', files: reward.files, entry: REWARD_ENTRY, timeoutMs: 120_000 };
+  else if (mode === 'rubric') {
+    verifier = { kind: 'none' };
+    otherFiles.push(...reward.files);
+  } else if (!hasReward) {
+    throw new ValidationError(`${where}: has no ${REWARD_DIR}/ folder (the verifier)`, REWARD_DIR);
+  } else throw new ValidationError(`${where}: ${REWARD_ENTRY} is missing`, REWARD_ENTRY);
   for (const name of (await readdir(dir)).sort()) {
     if (name === ENTRY_FILE || name === INPUT_DIR || name === REWARD_DIR) continue;
     const st = await lstat(join(dir, name));
@@ -121,6 +128,8 @@ export async function readClawGymFolder(dir: string): Promise<GymTask> {
       throw new ValidationError(`${where}/${name}: only regular files and directories are allowed`, name);
   }
 
+  const weights = weightsOf(entryObject.reward_aggregation, mode, `${where}: reward_aggregation`);
+  const entryRubric = rubricOf(entryObject, where);
   const format = detectPythonJsonFormat(raw, entryObject);
   const extra = Object.fromEntries(
     Object.entries(entryObject).filter(([k]) => !(KNOWN_KEYS as readonly string[]).includes(k)),
@@ -149,9 +158,17 @@ export async function readClawGymFolder(dir: string): Promise<GymTask> {
       prompt: entry.user_query,
       files: input.files,
       mountDir: entry.input_mount_dir ?? DEFAULT_MOUNT_DIR,
-      verifier: { kind: 'script', files: reward.files, entry: REWARD_ENTRY },
-      // ClawGym's `metadata.rule` (from ClawGym-SynData) is what an LLM judge scores.
-      rubric: rubricFromRule((metadata as { rule?: unknown } | null | undefined)?.rule),
+      verifier,
+      // What an LLM judge scores: skill2task's `rules` (or legacy `rubrics`) in the entry, else
+      // the Hugging Face converter's `metadata.rule`.
+      rubric:
+        entryRubric.length > 0
+          ? entryRubric
+          : rubricFromRules(
+              (metadata as { rule?: unknown } | null | undefined)?.rule,
+              `${where}: metadata.rule`,
+            ),
+      ...(weights ? { weights } : {}),
       category,
       provenance: { source: 'clawgym', clawgym: provenance },
     },
@@ -209,6 +226,7 @@ export function entryTextOf(task: GymTask): string {
  */
 export async function writeClawGymFolder(task: GymTask, dir: string): Promise<void> {
   const verifier = task.verifier;
+  if (verifier.kind === 'none') return writeFolder(task, dir, []);
   if (verifier.kind !== 'script') {
     throw new ValidationError(
       `${task.id}: only a script verifier has the ClawGym folder form`,
@@ -222,6 +240,10 @@ export async function writeClawGymFolder(task: GymTask, dir: string): Promise<vo
       'verifier.files',
     );
   }
+  return writeFolder(task, dir, verifier.files);
+}
+
+async function writeFolder(task: GymTask, dir: string, verifierFiles: TaskFile[]): Promise<void> {
   const prov = clawGymProvenanceOf(task);
   await mkdir(dir, { recursive: true });
   if ((await readdir(dir)).length > 0) {
@@ -232,7 +254,7 @@ export async function writeClawGymFolder(task: GymTask, dir: string): Promise<vo
     await mkdir(join(dir, INPUT_DIR));
     await writeTaskFiles(join(dir, INPUT_DIR), task.files);
   }
-  await writeTaskFiles(dir, verifier.files);
+  await writeTaskFiles(dir, verifierFiles);
   await makeDirs(dir, prov?.emptyDirs ?? []);
   await writeTaskFiles(dir, prov?.otherFiles ?? []);
 }

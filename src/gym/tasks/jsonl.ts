@@ -4,6 +4,7 @@ import { createInterface } from 'node:readline';
 import { finished } from 'node:stream/promises';
 import { ValidationError } from '../../domain/errors.js';
 import { GymTask } from './schema.js';
+import { isSynDataItem, synDataItemToGymTask } from './syn-item.js';
 import { isSynTaskRecord, synTaskToGymTask } from './syn-task.js';
 
 /*
@@ -40,9 +41,11 @@ export function parseTaskLine(text: string, line: number, source = 'tasks', reco
       line,
     );
   }
-  if (isSynTaskRecord(value)) {
+  if (isSynTaskRecord(value) || isSynDataItem(value)) {
     try {
-      return synTaskToGymTask(value, record, `${source} line ${line}`);
+      return isSynDataItem(value)
+        ? synDataItemToGymTask(value, `${source} line ${line}`)
+        : synTaskToGymTask(value, record, `${source} line ${line}`);
     } catch (err) {
       const field = (err as { field?: string }).field;
       throw new TaskLineError((err as Error).message, field, line);

@@ -114,11 +114,25 @@ export const Check = z.discriminatedUnion('kind', [
 ]);
 export type Check = z.infer<typeof Check>;
 
+/** What each of the judge's bands means for one rule (ClawGym-SynData's `scores`). */
+export const RubricBands = z.strictObject({
+  '0': z.string().min(1),
+  '0.25': z.string().min(1),
+  '0.5': z.string().min(1),
+  '0.75': z.string().min(1),
+  '1': z.string().min(1),
+});
+export type RubricBands = z.infer<typeof RubricBands>;
+
 /** An LLM-judge rule: the judge scores it in 5 bands (0, 0.25, 0.5, 0.75, 1). */
 export const RubricRule = z.strictObject({
   name,
   description: z.string().min(1),
   weight: z.number().min(0).default(1),
+  /** The output file the rule judges, relative to the workspace (ClawGym-SynData's `file_path`). */
+  filePath: z.string().min(1).optional(),
+  /** What each band means for this rule; without them the judge is given the generic scale. */
+  scores: RubricBands.optional(),
 });
 export type RubricRule = z.infer<typeof RubricRule>;
 
@@ -131,6 +145,8 @@ export const Verifier = z.discriminatedUnion('kind', [
     timeoutMs: z.number().int().min(1).max(3_600_000).default(120_000),
   }),
   z.strictObject({ kind: z.literal('checks'), checks: z.array(Check).min(1) }),
+  /** No code verifier (ClawGym-SynData's rubric-only tasks): the code score is 0, the judge scores. */
+  z.strictObject({ kind: z.literal('none') }),
 ]);
 export type Verifier = z.infer<typeof Verifier>;
 

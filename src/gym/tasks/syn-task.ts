@@ -1,7 +1,8 @@
 import { z } from 'zod';
 import { parseOrThrow } from '../../domain/errors.js';
 import type { ClawGymProvenance } from './clawgym.js';
-import { DEFAULT_MOUNT_DIR, GymTask, type RubricRule, type TaskFile } from './schema.js';
+import { DEFAULT_MOUNT_DIR, GymTask, type TaskFile } from './schema.js';
+import { rubricOf, validationModeOf, weightsOf } from './syn-rules.js';
 
 /*
  * ClawGym-SynData's Hugging Face form (`syn_task.jsonl` of RUC-AIBOX/ClawGym-Task): one task per line,
@@ -19,25 +20,40 @@ export const SynTaskRecord = z.looseObject({
   hook_code: z.string().nullish(),
   input_files: z.array(SynTaskFile).nullish(),
   rule: z.unknown().optional(),
+  // persona2task's run payload: `rules` ({name, file_path, scores}) and how code and rubric combine.
+  rules: z.unknown().optional(),
+  reward_aggregation: z.unknown().optional(),
+  validation_mode: z.unknown().optional(),
   origin_template: z.string().nullish(),
 });
 export type SynTaskRecord = z.infer<typeof SynTaskRecord>;
 
-/** A JSONL value in the syn_task form (a prompt and a hook, and none of a GymTask's own keys). */
+/**
+ * A JSONL value in the syn_task form (a prompt and a hook, and none of a GymTask's own keys). A
+ * `task_id` marks SynData's single-file item instead (syn-item.ts).
+ */
 export function isSynTaskRecord(value: unknown): boolean {
   if (typeof value !== 'object' || value === null || Array.isArray(value)) return false;
-  return 'prompt' in value && 'hook_code' in value && !('verifier' in value) && !('id' in value);
+  return (
+    'prompt' in value &&
+    'hook_code' in value &&
+    !('verifier' in value) &&
+    !('id' in value) &&
+    !('task_id' in value)
+  );
 }
 
 const WORKSPACE = DEFAULT_MOUNT_DIR;
 
 /** The template's `id:` line (its YAML front matter), as ClawGym's converter reads it. */
 export function synTaskId(originTemplate: string | null | undefined, index: number): string {
+  // The converter stops at the first `id:` line, even an empty one (then the index names the task).
   for (const line of (originTemplate ?? '').split('\n')) {
     const trimmed = line.trim();
     if (trimmed.startsWith('id:')) {
       const id = trimmed.slice(3).trim();
       if (id !== '') return id;
+      break;
     }
   }
   return `task_${String(index).padStart(5, '0')}`;
@@ -60,16 +76,11 @@ export function rewardScript(hook: string | null | undefined): string {
   return `#!/usr/bin/env bash\nset -euo pipefail\n\n${normalizeHook(hook)} | python3 -c '${AVERAGE_PY}'\n`;
 }
 
-/**
- * A ClawGym `metadata.rule` as rubric rules for the LLM judge: a text is one rule, a list of texts one
- * rule each; anything else stays in the metadata only.
- */
-export function rubricFromRule(rule: unknown): RubricRule[] {
-  if (typeof rule === 'string' && rule.trim() !== '')
-    return [{ name: 'rule', description: rule.trim(), weight: 1 }];
-  if (Array.isArray(rule) && rule.length > 0 && rule.every((r) => typeof r === 'string' && r.trim() !== ''))
-    return (rule as string[]).map((r, i) => ({ name: `rule_${i + 1}`, description: r.trim(), weight: 1 }));
-  return [];
+/** Python's truth value of a JSON value (the converter's `if d.get("rule")`): [], {}, "", 0 are false. */
+function pythonTruthy(value: unknown): boolean {
+  if (Array.isArray(value)) return value.length > 0;
+  if (typeof value === 'object' && value !== null) return Object.keys(value).length > 0;
+  return Boolean(value);
 }
 
 /** One syn_task record (0-based `index` in its file) as a GymTask. */
@@ -80,6 +91,11 @@ export function synTaskToGymTask(
 ): GymTask {
   const record = parseOrThrow(SynTaskRecord, value, where);
   const id = synTaskId(record.origin_template, index);
+  const mode =
+    record.validation_mode === undefined
+      ? null
+      : validationModeOf(record.validation_mode, `${where}: validation_mode`);
+  const weights = weightsOf(record.reward_aggregation, mode, `${where}: reward_aggregation`);
   const reward: TaskFile[] = [];
   const files: TaskFile[] = [];
   for (const file of record.input_files ?? []) {
@@ -97,10 +113,15 @@ export function synTaskToGymTask(
     mode: 0o755,
   });
   const metadata: Record<string, unknown> = { category: '', grading_type: 'automated' };
-  if (record.rule) metadata.rule = record.rule;
+  if (pythonTruthy(record.rule)) metadata.rule = record.rule;
   const clawgym: ClawGymProvenance = {
     entryKeys: ['task_id', 'user_query', 'metadata', ...(files.length > 0 ? ['input_mount_dir'] : [])],
-    extra: {},
+    // persona2task's fields ride along as skill2task's entry keys, so the folder keeps them.
+    extra: Object.fromEntries(
+      (['validation_mode', 'reward_aggregation', 'rules'] as const)
+        .filter((k) => record[k] !== undefined)
+        .map((k) => [k, record[k]]),
+    ),
     metadata,
     format: { indent: 2, ensureAscii: false, trailingNewline: true },
     inputDir: files.length > 0,
@@ -115,7 +136,8 @@ export function synTaskToGymTask(
       files,
       mountDir: WORKSPACE,
       verifier: { kind: 'script', files: verifierFiles, entry: 'reward/reward.sh' },
-      rubric: rubricFromRule(record.rule),
+      rubric: rubricOf(record, where),
+      ...(weights ? { weights } : {}),
       provenance: {
         source: 'clawgym',
         clawgym,

@@ -72,6 +72,10 @@ export async function verify(
     code = verdict.score;
     verifierFailed = verdict.verifierFailed;
     if (verdict.reason) reasons.push(verdict.reason);
+  } else if (task.verifier.kind === 'none') {
+    code = 0;
+    if (!options.judge || task.rubric.length === 0)
+      reasons.push('the task has no code verifier and no rubric was judged: scored 0');
   } else {
     const result = await runChecks(task.verifier.checks, workspace, {
       mountDir: task.mountDir,

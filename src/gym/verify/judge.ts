@@ -142,10 +142,17 @@ export async function listOutputFiles(
 
 type ChatMessage = { role: 'system' | 'user' | 'assistant'; content: string };
 
+/** One rule as the judge reads it: the file it judges and what each band means, when the task says. */
+function ruleText(r: RubricRule): string {
+  const file = r.filePath ? ` [judges ${r.filePath}]` : '';
+  const head = `- ${JSON.stringify(r.name)} (weight ${r.weight})${file}: ${r.description}`;
+  if (!r.scores) return head;
+  const bands = BANDS.map((b) => `    - ${b}: ${r.scores?.[String(b) as keyof typeof r.scores]}`);
+  return [head, ...bands].join('\n');
+}
+
 export function buildJudgeMessages(task: GymTask, listing: string): ChatMessage[] {
-  const rules = task.rubric
-    .map((r) => `- ${JSON.stringify(r.name)} (weight ${r.weight}): ${r.description}`)
-    .join('\n');
+  const rules = task.rubric.map(ruleText).join('\n');
   const example = `{${task.rubric.map((r) => `${JSON.stringify(r.name)}: 0.75`).join(', ')}}`;
   return [
     {

@@ -23,7 +23,7 @@ import {
 export type ScriptVerifier = Extract<Verifier, { kind: 'script' }>;
 
 export interface ScriptVerdict {
-  /** In [0, 1]; 0 when the verifier failed. */
+  /** The printed number, unclamped as in ClawGym (non-finite: 0); 0 when the verifier failed. */
   score: number;
   verifierFailed: boolean;
   reason: string | null;
@@ -50,13 +50,15 @@ export function scoreFromStdout(stdout: string): { score: number } | { reason: s
     .filter((l) => l !== '')
     .at(-1);
   if (last === undefined) return { reason: 'the verifier printed no score' };
+  // Python's float() spellings of NaN and the infinities: ClawGym's set_reward makes them 0.
+  if (/^[+-]?(nan|inf|infinity)$/i.test(last)) return { score: 0 };
   if (!NUMBER.test(last)) {
     const shown = last.length > 80 ? `${last.slice(0, 80)}…` : last;
     return { reason: `the verifier's last line is not a finite number: ${JSON.stringify(shown)}` };
   }
+  // As ClawGym's reward: the number as printed (no clamp); a non-finite one (1e999) is 0.
   const value = Number(last);
-  if (!Number.isFinite(value)) return { reason: `the verifier's score is not finite: ${last}` };
-  return { score: Math.min(1, Math.max(0, value)) };
+  return { score: Number.isFinite(value) ? value : 0 };
 }
 
 async function exists(path: string): Promise<boolean> {
