@@ -121,45 +121,79 @@ describe('the hint as an assistant prefix', () => {
         '\n' +
         'I will solve the task by following this hint when useful.\n',
     );
+    // First call: the prefix is the last message, for the engine to continue (the paper's placement).
+    const first = withAssistantPrefix(conversation, hint);
+    expect(first).toEqual({
+      messages: [...conversation, { role: 'assistant', content: assistantPrefix(hint) }],
+      continueFinal: true,
+    });
+    // Later calls: the prefix opens the first reply, one turn with it; no extra assistant message.
     const later = [
       ...conversation,
       { role: 'assistant', content: 'calling search' },
       { role: 'tool', content: 'r' },
     ];
     const once = withAssistantPrefix(later, hint);
-    expect(once.map((m) => m.role)).toEqual(['system', 'user', 'assistant', 'assistant', 'tool']);
-    expect(once[2]!.content).toBe(assistantPrefix(hint));
+    expect(once.continueFinal).toBe(false);
+    expect(once.messages.map((m) => m.role)).toEqual(['system', 'user', 'assistant', 'tool']);
+    expect(once.messages[2]!.content).toBe(`${assistantPrefix(hint)}calling search`);
     // A history that already has it (the agent sends it back) is left as it is.
-    expect(withAssistantPrefix(once, hint)).toEqual(once);
+    expect(withAssistantPrefix(once.messages, hint)).toEqual(once);
   });
 
   it('adds nothing for the hint None, as the paper does', () => {
-    expect(withAssistantPrefix(conversation, renderHint(paperActions, 0))).toEqual(conversation);
+    expect(withAssistantPrefix(conversation, renderHint(paperActions, 0))).toEqual({
+      messages: conversation,
+      continueFinal: false,
+    });
   });
 
-  it('training prompt = the conversation without the prefix message', () => {
+  it('training prompt = the conversation without the prefix, on the first call and later ones', () => {
     const tokenizer = loadQwen3Tokenizer();
     const hint = renderHint(paperActions, 1);
-    const behaviour = withAssistantPrefix(conversation, hint);
-    const promptIds = tokenizeChat({ messages: behaviour, addGenerationPrompt: true }, tokenizer);
+    const first = withAssistantPrefix(conversation, hint).messages;
     const step = {
       trajectoryId: 't',
       index: 0,
-      promptIds,
+      promptIds: tokenizeChat({ messages: first, continueFinalMessage: true }, tokenizer),
       responseIds: [1, 2],
-      messages: behaviour as never,
+      messages: first as never,
       tools: null,
-      metadata: {},
+      metadata: { continue_final_message: true, add_generation_prompt: false },
     };
     const views = promptViews(step, hint, tokenizer, 'assistant_prefix');
     expect(views.behaviourReproduced).toBe(true);
-    expect(views.trainingPromptIds).toEqual(
-      tokenizeChat({ messages: conversation, addGenerationPrompt: true }, tokenizer),
+    expect(tokenizer.decode(views.trainingPromptIds)).toBe(
+      '<|im_start|>system\nYou are a deep research assistant.<|im_end|>\n' +
+        '<|im_start|>user\nWho released Qwen3, and when?<|im_end|>\n<|im_start|>assistant\n',
     );
-    expect(tokenizer.decode(views.trainingPromptIds)).not.toContain('partial action plan');
+    // Stored as a closed turn (the engine would open another), the behaviour is not what was sent.
+    const closed = tokenizeChat({ messages: first, addGenerationPrompt: true }, tokenizer);
+    expect(
+      promptViews({ ...step, promptIds: closed }, hint, tokenizer, 'assistant_prefix').behaviourReproduced,
+    ).toBe(false);
+
+    const history = [
+      ...conversation,
+      { role: 'assistant' as const, content: 'Searching.' },
+      { role: 'tool' as const, content: 'r' },
+    ];
+    const later = withAssistantPrefix(history, hint).messages;
+    const laterStep = {
+      ...step,
+      index: 1,
+      messages: later as never,
+      metadata: {},
+      promptIds: tokenizeChat({ messages: later, addGenerationPrompt: true }, tokenizer),
+    };
+    const laterViews = promptViews(laterStep, hint, tokenizer, 'assistant_prefix');
+    expect(laterViews.behaviourReproduced).toBe(true);
+    expect(laterViews.trainingPromptIds).toEqual(
+      tokenizeChat({ messages: history, addGenerationPrompt: true }, tokenizer),
+    );
     expect(() =>
       messagesWithoutHint({ ...step, messages: conversation as never }, hint, 'assistant_prefix'),
-    ).toThrow(/no assistant message holds the hint prefix/);
+    ).toThrow(/no assistant message opens with the hint prefix/);
   });
 });
 

@@ -95,26 +95,45 @@ export function assistantPrefix(hint: string): string {
   return `I have a partial action plan trajectory hint:\n${hint}\n\nI will solve the task by following this hint when useful.\n`;
 }
 
+/** Text of a message's content: a string, or its text parts joined as the chat template joins them. */
+function contentText(content: unknown): string | null {
+  if (typeof content === 'string') return content;
+  if (content == null) return '';
+  if (!Array.isArray(content)) return null;
+  const texts = content.map((p) => (p as { text?: unknown })?.text);
+  return texts.every((t) => typeof t === 'string') ? texts.join('\n') : null;
+}
+
 /**
- * The conversation with the assistant prefix after the first user message, as the paper's
- * `rebuild_raw_prompt_with_k` places it; the hint `None` adds nothing (there too). A conversation
- * that already holds the prefix there is returned as it is (an agent sends its history again).
+ * The conversation the engine gets in `assistant_prefix` mode, and whether the engine must continue its
+ * last message (vLLM's `continue_final_message`). As in the paper's code, the prefix and the model's
+ * first reply are one assistant turn: on the first call (no assistant message after the first user
+ * message yet) the prefix is the last message, left open; on later calls it opens the first assistant
+ * message's content, where the model's reply continued it. The hint `None` adds nothing (there too);
+ * a message that already opens with the prefix is left as it is (an agent sends its history again).
  */
 export function withAssistantPrefix<M extends { role: string; content?: unknown }>(
   messages: readonly M[],
   hint: string,
-): M[] {
-  if (hint === EMPTY_HINT) return [...messages];
+): { messages: M[]; continueFinal: boolean } {
+  if (hint === EMPTY_HINT) return { messages: [...messages], continueFinal: false };
   const user = messages.findIndex((m) => m.role === 'user');
-  if (user < 0) return [...messages];
+  if (user < 0) return { messages: [...messages], continueFinal: false };
   const prefix = assistantPrefix(hint);
-  const next = messages[user + 1];
-  if (next?.role === 'assistant' && next.content === prefix) return [...messages];
-  return [
-    ...messages.slice(0, user + 1),
-    { role: 'assistant', content: prefix } as M,
-    ...messages.slice(user + 1),
-  ];
+  const reply = messages.findIndex((m, i) => i > user && m.role === 'assistant');
+  if (reply < 0)
+    return { messages: [...messages, { role: 'assistant', content: prefix } as M], continueFinal: true };
+  const last = reply === messages.length - 1;
+  const m = messages[reply]!;
+  const text = contentText(m.content);
+  if (text?.startsWith(prefix)) return { messages: [...messages], continueFinal: last };
+  // Text parts are flattened as the template joins them, so the prefix and the reply stay adjacent.
+  if (text === null) return { messages: [...messages], continueFinal: false };
+  const content = `${prefix}${text}`;
+  return {
+    messages: messages.map((x, i) => (i === reply ? ({ ...x, content } as M) : x)),
+    continueFinal: false,
+  };
 }
 
 /**
