@@ -13,7 +13,9 @@ import {
   messagesWithoutHint,
   planFromSteps,
   promptViews,
+  pythonFloat,
   pythonJson,
+  pythonJsonOfText,
   renderHint,
   stripHint,
   withAssistantPrefix,
@@ -103,6 +105,54 @@ describe("the hint in the user message (the paper's append-only template)", () =
     expect(guidedPrompt('Q', renderHint(paperActions, 0))).toBe(
       'Q\nFollow the partial action trajectory hint to take acttions, note that the trajectory may not complete and you still need do some extra tool calls to finish the task.\nReference action trajectory hint:\nNone',
     );
+  });
+});
+
+describe("the hint's arguments as Python's json.dumps writes the parsed action data", () => {
+  it('keeps source key order and big integers from an action log (a parsed JS object would not)', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'stepwise-actlog-'));
+    const file = join(dir, 'actions.jsonl');
+    writeFileSync(
+      file,
+      `${JSON.stringify({ task_id: 'x', actions: [] }).replace('[]', '[{"name":"search","args":{"b":1,"10":2,"a":3,"id":12345678901234567890}}]')}\n`,
+    );
+    const logs = readActionLogs(file);
+    // json.dumps(json.loads(line)["actions"][0]["args"], ensure_ascii=False), written out by hand.
+    expect(renderHint(logs.get('x')!, 1)).toBe(
+      '1. search: {"b": 1, "10": 2, "a": 3, "id": 12345678901234567890}',
+    );
+  });
+
+  it("reads the paper's own form: all_actions as the JSON string its parquet extra_info holds", () => {
+    const dir = mkdtempSync(join(tmpdir(), 'stepwise-actlog-'));
+    const file = join(dir, 'actions.jsonl');
+    const allActions =
+      '[{"name": "search", "args": {"query": ["Qwen3 发布日期"], "10": 1}}, {"name": "visit", "args": {"url": ["u"]}}]';
+    writeFileSync(file, `${JSON.stringify({ task_id: 'q1', all_actions: allActions })}\n`);
+    expect(renderHint(readActionLogs(file).get('q1')!, 2)).toBe(
+      '1. search: {"query": ["Qwen3 发布日期"], "10": 1}\n2. visit: {"url": ["u"]}',
+    );
+    writeFileSync(file, `${JSON.stringify({ task_id: 'q1', all_actions: '[{"name": "search"' })}\n`);
+    expect(() => readActionLogs(file)).toThrow(/line 1: all_actions is not a JSON array/);
+  });
+
+  it("renders floats, repeated keys and non-ASCII text as Python's json does", () => {
+    expect(pythonJsonOfText('{"q":["Qwen3 发布",1.0,-0,1E2,true,null],"k":{"k":1,"k":2}}')).toBe(
+      '{"q": ["Qwen3 发布", 1.0, 0, 100.0, true, null], "k": {"k": 2}}',
+    );
+    // Python's repr of each float.
+    expect([1.0, 1e-7, 2.5e20, 1e16, 100.0, 0.0001, 123.456, -0.5, 1.5e-5].map(pythonFloat)).toEqual([
+      '1.0',
+      '1e-07',
+      '2.5e+20',
+      '1e+16',
+      '100.0',
+      '0.0001',
+      '123.456',
+      '-0.5',
+      '1.5e-05',
+    ]);
+    expect(() => pythonJsonOfText('{"a":1,}')).toThrow(/not JSON/);
   });
 });
 

@@ -13,6 +13,7 @@ import {
   INJECTION_MODES,
   type InjectionMode,
   isHardGroup,
+  jsonTextAt,
   type PlanAction,
   planFromSteps,
   renderHint,
@@ -542,7 +543,8 @@ async function planFor(
 
 /**
  * Reads `--guide-actions FILE`: JSONL, one `{"task_id", "actions": [{"name", "arguments"}]}` a line;
- * an action may carry `args` instead of `arguments`, as the paper's action data does.
+ * an action may carry `args` instead of `arguments`, as the paper's action data does, and a line may
+ * give the paper's `all_actions` (the JSON string its parquet rows hold) in place of `actions`.
  */
 export function readActionLogs(path: string): Map<string, PlanAction[]> {
   if (!existsSync(path))
@@ -561,8 +563,42 @@ export function readActionLogs(path: string): Map<string, PlanAction[]> {
           'guide_actions',
         );
       }
+      // The paper's rows keep the plan as `extra_info.all_actions`, a JSON string: taken as it is.
+      let text = line;
+      let path: (string | number)[] = ['actions'];
+      const row = value as Record<string, unknown> | null;
+      if (
+        row !== null &&
+        typeof row === 'object' &&
+        typeof row.all_actions === 'string' &&
+        !('actions' in row)
+      ) {
+        text = row.all_actions;
+        path = [];
+        try {
+          value = { task_id: row.task_id, actions: JSON.parse(text) };
+        } catch (error) {
+          throw new ValidationError(
+            `--guide-actions line ${i + 1}: all_actions is not a JSON array (${(error as Error).message})`,
+            'all_actions',
+          );
+        }
+        if (Object.keys(row).some((k) => k !== 'task_id' && k !== 'all_actions'))
+          throw new ValidationError(
+            `--guide-actions line ${i + 1}: give "task_id" and "all_actions" (or "actions") only`,
+            'all_actions',
+          );
+      }
       const entry = parseOrThrow(ActionLogLine, value, `--guide-actions line ${i + 1}`);
-      logs.set(entry.task_id, entry.actions);
+      // Each action keeps its arguments' source text: the hint renders key order and big integers
+      // from it, as the paper's Python does from the same data.
+      const logged = (value as { actions: Record<string, unknown>[] }).actions;
+      const raw = entry.actions.map((a, j) => {
+        const key = logged[j]!.arguments !== undefined ? 'arguments' : 'args';
+        const at = jsonTextAt(text, [...path, j, key]);
+        return at === undefined ? a : { ...a, argumentsJson: at };
+      });
+      logs.set(entry.task_id, raw);
     });
   return logs;
 }

@@ -6,12 +6,16 @@
  */
 
 import { ValidationError } from '../../domain/errors.js';
+import { pythonJsonOfText } from './python-json.js';
 
 /**
  * One action of a plan: a tool call by name with its arguments, under `arguments` (OpenAI's name, our
  * tasks') or `args` (the paper's action data, `{"name": "search", "args": {...}}`).
  */
-export type PlanAction = { name: string } & ({ arguments: unknown } | { args: unknown });
+export type PlanAction = { name: string; argumentsJson?: string } & (
+  | { arguments: unknown }
+  | { args: unknown }
+);
 
 /** What a hint with no actions says (the paper's `build_hint_from_actions` with k = 0). */
 export const EMPTY_HINT = 'None';
@@ -36,7 +40,9 @@ export function actionArguments(action: PlanAction, index = 0): unknown {
  * after keys, non-ASCII characters as themselves. Strings are escaped as `JSON.stringify` does, which
  * matches Python for `"`, `\\` and control characters (lone surrogates aside: JavaScript escapes
  * them, Python would write them raw). Numbers are written as JavaScript prints them (a parsed `1.0`
- * is `1`); `undefined` values and functions inside objects are left out, as in JSON.
+ * is `1`); `undefined` values and functions inside objects are left out, as in JSON. A parsed object
+ * has lost its source order (integer-like keys first) and its big integers: render from the text
+ * (`pythonJsonOfText`, an action's `argumentsJson`) when it is at hand.
  */
 export function pythonJson(value: unknown): string {
   if (value === null || value === undefined) return 'null';
@@ -62,7 +68,13 @@ export function pythonJson(value: unknown): string {
 export function renderHint(actions: readonly PlanAction[], k: number): string {
   const shown = actions.slice(0, Math.max(0, Math.floor(k)));
   if (shown.length === 0) return EMPTY_HINT;
-  return shown.map((a, i) => `${i + 1}. ${a.name}: ${pythonJson(actionArguments(a, i))}`).join('\n');
+  return shown
+    .map((a, i) => {
+      const args = actionArguments(a, i);
+      // The source text when at hand: its key order and big integers are what the paper's Python reads.
+      return `${i + 1}. ${a.name}: ${a.argumentsJson !== undefined ? pythonJsonOfText(a.argumentsJson) : pythonJson(args)}`;
+    })
+    .join('\n');
 }
 
 /*
