@@ -31,6 +31,7 @@ export function parseJsonNodes(text: string): Node {
     i += m[0].length;
     return { kind: 'scalar', raw: m[0], start, end: i };
   };
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: JSON strings may not hold raw control characters.
   const STRING = /"(?:[^"\\\u0000-\u001f]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*"/y;
   const NUMBER = /-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?/y;
   const LITERAL = /true|false|null/y;
