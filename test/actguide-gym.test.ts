@@ -6,6 +6,7 @@ import { HINT_HEADING, promptViews, renderHint } from '../src/curation/actguide/
 import { type RunningServer, startServer } from '../src/gateway/server.js';
 import { referenceTasks } from '../src/gym/cli.js';
 import { type GuidedRunOptions, REPLACED_TAG, runGuided } from '../src/gym/guide.js';
+import { runGym } from '../src/gym/runner.js';
 import { GymTask } from '../src/gym/tasks/schema.js';
 import { batchToJson } from '../src/serving/json-batch.js';
 import { batchToPadded } from '../src/serving/padded-batch.js';
@@ -329,6 +330,70 @@ describe('ActGuide on a gym run', () => {
     expect(run.guidance.guided).toEqual([]);
     expect(run.guidance.summary).toMatchObject({ hard: 2, rescued: 1 });
     expect((await server.pool.listTrajectories({ limit: 1, offset: 0 })).total).toBe(before);
+  });
+});
+
+describe('ActGuide: holds while the guide works, and when it fails', () => {
+  let dir: string;
+  let server: RunningServer;
+  beforeAll(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'stepwise-actguide-hold-'));
+    server = await startServer({
+      dbPath: join(dir, 'pool.db'),
+      port: 0,
+      engines: ['sim'],
+      sim: { policy: 'reference', tasks: referenceTasks(tasks), needsPlan: 0.75 },
+    });
+  });
+  afterAll(async () => {
+    await server.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('re-holds the groups it is working on (restarting their timeout), and a failed guide releases every undecided group', async () => {
+    const group = (task: string) => server.pool.store.getGroup('train', `run-h.${task}`);
+    let first = true;
+    let refreshed = false;
+    // The unguided pass runs for real; the guide's first pass (a probe of plan-4) waits for the
+    // refresher to hold plan-4 again, then fails as a dead engine would.
+    const runSamples: typeof runGym = async (o) => {
+      if (first) {
+        first = false;
+        return runGym(o);
+      }
+      const since = (await group('plan-4'))!.pendingSince!;
+      for (let i = 0; i < 200 && !refreshed; i++) {
+        await new Promise((r) => setTimeout(r, 50));
+        const g = (await group('plan-4'))!;
+        refreshed = g.state === 'pending_guidance' && g.pendingSince! > since;
+      }
+      expect((await group('stuck-0'))!.state).toBe('pending_guidance');
+      throw new Error('probe engine down');
+    };
+    await expect(
+      runGuided(
+        {
+          tasks,
+          samples: 3,
+          concurrency: 3,
+          gatewayUrl: server.url,
+          model: 'sim-qwen3',
+          agent: { kind: 'builtin', maxTurns: 12 },
+          runId: 'run-h',
+          stateFile: join(dir, 'state-h.jsonl'),
+          workDir: join(dir, 'work'),
+          sampleTimeoutMs: 60_000,
+          unsafeNoSandbox: true,
+          guide: { strategy: 'adaptive', probeRollouts: 2, maxProbeSteps: 5, holdRefreshMs: 100 },
+        },
+        runSamples,
+      ),
+    ).rejects.toThrow(/probe engine down/);
+    expect(refreshed).toBe(true);
+    // plan-4 (whose guide failed) and stuck-0 (never reached) are both released, ready to lease.
+    expect((await group('plan-4'))!.state).toBe('ready');
+    expect((await group('stuck-0'))!.state).toBe('ready');
+    expect((await server.pool.stats('train')).groups.pending_guidance).toBe(0);
   });
 });
 

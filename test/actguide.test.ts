@@ -13,7 +13,9 @@ import {
   messagesWithoutHint,
   planFromSteps,
   promptViews,
+  pythonFloat,
   pythonJson,
+  pythonJsonOfText,
   renderHint,
   stripHint,
   withAssistantPrefix,
@@ -106,6 +108,54 @@ describe("the hint in the user message (the paper's append-only template)", () =
   });
 });
 
+describe("the hint's arguments as Python's json.dumps writes the parsed action data", () => {
+  it('keeps source key order and big integers from an action log (a parsed JS object would not)', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'stepwise-actlog-'));
+    const file = join(dir, 'actions.jsonl');
+    writeFileSync(
+      file,
+      `${JSON.stringify({ task_id: 'x', actions: [] }).replace('[]', '[{"name":"search","args":{"b":1,"10":2,"a":3,"id":12345678901234567890}}]')}\n`,
+    );
+    const logs = readActionLogs(file);
+    // json.dumps(json.loads(line)["actions"][0]["args"], ensure_ascii=False), written out by hand.
+    expect(renderHint(logs.get('x')!, 1)).toBe(
+      '1. search: {"b": 1, "10": 2, "a": 3, "id": 12345678901234567890}',
+    );
+  });
+
+  it("reads the paper's own form: all_actions as the JSON string its parquet extra_info holds", () => {
+    const dir = mkdtempSync(join(tmpdir(), 'stepwise-actlog-'));
+    const file = join(dir, 'actions.jsonl');
+    const allActions =
+      '[{"name": "search", "args": {"query": ["Qwen3 发布日期"], "10": 1}}, {"name": "visit", "args": {"url": ["u"]}}]';
+    writeFileSync(file, `${JSON.stringify({ task_id: 'q1', all_actions: allActions })}\n`);
+    expect(renderHint(readActionLogs(file).get('q1')!, 2)).toBe(
+      '1. search: {"query": ["Qwen3 发布日期"], "10": 1}\n2. visit: {"url": ["u"]}',
+    );
+    writeFileSync(file, `${JSON.stringify({ task_id: 'q1', all_actions: '[{"name": "search"' })}\n`);
+    expect(() => readActionLogs(file)).toThrow(/line 1: all_actions is not a JSON array/);
+  });
+
+  it("renders floats, repeated keys and non-ASCII text as Python's json does", () => {
+    expect(pythonJsonOfText('{"q":["Qwen3 发布",1.0,-0,1E2,true,null],"k":{"k":1,"k":2}}')).toBe(
+      '{"q": ["Qwen3 发布", 1.0, 0, 100.0, true, null], "k": {"k": 2}}',
+    );
+    // Python's repr of each float.
+    expect([1.0, 1e-7, 2.5e20, 1e16, 100.0, 0.0001, 123.456, -0.5, 1.5e-5].map(pythonFloat)).toEqual([
+      '1.0',
+      '1e-07',
+      '2.5e+20',
+      '1e+16',
+      '100.0',
+      '0.0001',
+      '123.456',
+      '-0.5',
+      '1.5e-05',
+    ]);
+    expect(() => pythonJsonOfText('{"a":1,}')).toThrow(/not JSON/);
+  });
+});
+
 describe('the hint as an assistant prefix', () => {
   const conversation: { role: 'system' | 'user' | 'assistant' | 'tool'; content: string }[] = [
     { role: 'system', content: 'You are a deep research assistant.' },
@@ -121,45 +171,79 @@ describe('the hint as an assistant prefix', () => {
         '\n' +
         'I will solve the task by following this hint when useful.\n',
     );
+    // First call: the prefix is the last message, for the engine to continue (the paper's placement).
+    const first = withAssistantPrefix(conversation, hint);
+    expect(first).toEqual({
+      messages: [...conversation, { role: 'assistant', content: assistantPrefix(hint) }],
+      continueFinal: true,
+    });
+    // Later calls: the prefix opens the first reply, one turn with it; no extra assistant message.
     const later = [
       ...conversation,
       { role: 'assistant', content: 'calling search' },
       { role: 'tool', content: 'r' },
     ];
     const once = withAssistantPrefix(later, hint);
-    expect(once.map((m) => m.role)).toEqual(['system', 'user', 'assistant', 'assistant', 'tool']);
-    expect(once[2]!.content).toBe(assistantPrefix(hint));
+    expect(once.continueFinal).toBe(false);
+    expect(once.messages.map((m) => m.role)).toEqual(['system', 'user', 'assistant', 'tool']);
+    expect(once.messages[2]!.content).toBe(`${assistantPrefix(hint)}calling search`);
     // A history that already has it (the agent sends it back) is left as it is.
-    expect(withAssistantPrefix(once, hint)).toEqual(once);
+    expect(withAssistantPrefix(once.messages, hint)).toEqual(once);
   });
 
   it('adds nothing for the hint None, as the paper does', () => {
-    expect(withAssistantPrefix(conversation, renderHint(paperActions, 0))).toEqual(conversation);
+    expect(withAssistantPrefix(conversation, renderHint(paperActions, 0))).toEqual({
+      messages: conversation,
+      continueFinal: false,
+    });
   });
 
-  it('training prompt = the conversation without the prefix message', () => {
+  it('training prompt = the conversation without the prefix, on the first call and later ones', () => {
     const tokenizer = loadQwen3Tokenizer();
     const hint = renderHint(paperActions, 1);
-    const behaviour = withAssistantPrefix(conversation, hint);
-    const promptIds = tokenizeChat({ messages: behaviour, addGenerationPrompt: true }, tokenizer);
+    const first = withAssistantPrefix(conversation, hint).messages;
     const step = {
       trajectoryId: 't',
       index: 0,
-      promptIds,
+      promptIds: tokenizeChat({ messages: first, continueFinalMessage: true }, tokenizer),
       responseIds: [1, 2],
-      messages: behaviour as never,
+      messages: first as never,
       tools: null,
-      metadata: {},
+      metadata: { continue_final_message: true, add_generation_prompt: false },
     };
     const views = promptViews(step, hint, tokenizer, 'assistant_prefix');
     expect(views.behaviourReproduced).toBe(true);
-    expect(views.trainingPromptIds).toEqual(
-      tokenizeChat({ messages: conversation, addGenerationPrompt: true }, tokenizer),
+    expect(tokenizer.decode(views.trainingPromptIds)).toBe(
+      '<|im_start|>system\nYou are a deep research assistant.<|im_end|>\n' +
+        '<|im_start|>user\nWho released Qwen3, and when?<|im_end|>\n<|im_start|>assistant\n',
     );
-    expect(tokenizer.decode(views.trainingPromptIds)).not.toContain('partial action plan');
+    // Stored as a closed turn (the engine would open another), the behaviour is not what was sent.
+    const closed = tokenizeChat({ messages: first, addGenerationPrompt: true }, tokenizer);
+    expect(
+      promptViews({ ...step, promptIds: closed }, hint, tokenizer, 'assistant_prefix').behaviourReproduced,
+    ).toBe(false);
+
+    const history = [
+      ...conversation,
+      { role: 'assistant' as const, content: 'Searching.' },
+      { role: 'tool' as const, content: 'r' },
+    ];
+    const later = withAssistantPrefix(history, hint).messages;
+    const laterStep = {
+      ...step,
+      index: 1,
+      messages: later as never,
+      metadata: {},
+      promptIds: tokenizeChat({ messages: later, addGenerationPrompt: true }, tokenizer),
+    };
+    const laterViews = promptViews(laterStep, hint, tokenizer, 'assistant_prefix');
+    expect(laterViews.behaviourReproduced).toBe(true);
+    expect(laterViews.trainingPromptIds).toEqual(
+      tokenizeChat({ messages: history, addGenerationPrompt: true }, tokenizer),
+    );
     expect(() =>
       messagesWithoutHint({ ...step, messages: conversation as never }, hint, 'assistant_prefix'),
-    ).toThrow(/no assistant message holds the hint prefix/);
+    ).toThrow(/no assistant message opens with the hint prefix/);
   });
 });
 

@@ -592,7 +592,7 @@ describe('gateway: guided trajectories (ActGuide-RL)', () => {
     }
   });
 
-  it("assistant_prefix: the gateway opens every call with the paper's prefix; the training prompt is without it", async () => {
+  it("assistant_prefix: the engine continues the paper's prefix in the same turn; later calls carry it in the first reply; the training prompt is without it", async () => {
     const server = await serve();
     const hint = '1. read_file: {"path": "a.txt"}';
     const t = await init(server, {
@@ -604,31 +604,54 @@ describe('gateway: guided trajectories (ActGuide-RL)', () => {
     });
     const task = 'Read a.txt and say what it holds.';
     // The agent sends its task alone: it never sees the hint.
-    await client(t).chat.completions.create({
+    const first = await client(t).chat.completions.create({
       model: 'm',
       messages: [{ role: 'user', content: task }],
       seed: 5,
       max_tokens: 16,
     });
-    expect((await complete(t)).status).toBe(200);
-    const [step] = await server.pool.getTrajectorySteps(t.trajectory_uid);
+    const reply = first.choices[0]!.message;
     // Written out from the paper's ASSISTANT_PREFIX_TEMPLATE.
     const prefix = `I have a partial action plan trajectory hint:\n${hint}\n\nI will solve the task by following this hint when useful.\n`;
+    expect(reply.content ?? '').not.toContain('partial action plan');
+    const history = [
+      { role: 'user' as const, content: task },
+      reply,
+      { role: 'user' as const, content: 'Go on.' },
+    ];
+    await client(t).chat.completions.create({
+      model: 'm',
+      messages: history as never,
+      seed: 6,
+      max_tokens: 8,
+    });
+    expect((await complete(t)).status).toBe(200);
+    const [step, next] = await server.pool.getTrajectorySteps(t.trajectory_uid);
     expect(step!.messages).toEqual([
       { role: 'user', content: task },
       { role: 'assistant', content: prefix },
     ]);
+    expect(step!.metadata).toMatchObject({ continue_final_message: true, add_generation_prompt: false });
+    // What the paper's code renders (apply_chat_template with continue_final_message=True, Qwen3's
+    // template): the prefix is the open assistant turn, no <|im_end|> and no second assistant header.
     expect(tokenizer.decode(step!.promptIds)).toBe(
-      renderChat({
-        messages: [
-          { role: 'user', content: task },
-          { role: 'assistant', content: prefix },
-        ],
-        addGenerationPrompt: true,
-      }),
+      `<|im_start|>user\n${task}<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n${prefix}`,
     );
     expect(tokenizer.decode(step!.trainingPromptIds!)).toBe(
-      renderChat({ messages: [{ role: 'user', content: task }], addGenerationPrompt: true }),
+      `<|im_start|>user\n${task}<|im_end|>\n<|im_start|>assistant\n`,
+    );
+    // Later: the prefix and the first reply are one assistant turn, as the paper's token stream has them.
+    const replyText = reply.content ?? '';
+    expect(next!.messages![1]).toMatchObject({ role: 'assistant', content: `${prefix}${replyText}` });
+    expect(next!.messages).toHaveLength(3);
+    expect(next!.metadata.continue_final_message).toBeUndefined();
+    expect(tokenizer.decode(next!.promptIds)).toBe(
+      `<|im_start|>user\n${task}<|im_end|>\n<|im_start|>assistant\n${prefix}${replyText}<|im_end|>\n` +
+        '<|im_start|>user\nGo on.<|im_end|>\n<|im_start|>assistant\n',
+    );
+    expect(tokenizer.decode(next!.trainingPromptIds!)).toBe(
+      `<|im_start|>user\n${task}<|im_end|>\n<|im_start|>assistant\n${replyText}<|im_end|>\n` +
+        '<|im_start|>user\nGo on.<|im_end|>\n<|im_start|>assistant\n',
     );
     expect((await server.pool.getTrajectory(t.trajectory_uid))!.metadata).toMatchObject({
       guidance: { hint, mode: 'assistant_prefix' },

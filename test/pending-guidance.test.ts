@@ -194,6 +194,24 @@ for (const [name, enabled, open] of backends) {
       expect(a!.pendingSince).toBeNull();
     });
 
+    it('holding a pending group again restarts its timeout: a guide still at work is not timed out', async () => {
+      await store.setChannelConfig('train', { guidance_hold_timeout_ms: 1000 }, tick());
+      await group('slow', [0, 0], true);
+      const since = (await store.getGroup('train', 'slow'))!.pendingSince!;
+      now += 900;
+      // The guide starts on the group (or refreshes its holds) before the timeout.
+      const held = await store.holdGroupForGuidance('train', 'slow', tick());
+      expect(held.state).toBe('pending_guidance');
+      expect(held.pendingSince).toBe(now);
+      now += 900; // past the first hold's timeout, within the second's
+      expect(now - since).toBeGreaterThan(1000);
+      expect((await store.sweep(tick())).guidanceReleased).toBe(0);
+      expect(await lease()).toBeNull();
+      now += 200; // and the guide went silent: the timeout releases it
+      expect((await store.sweep(tick())).guidanceReleased).toBe(1);
+      expect((await store.getGroup('train', 'slow'))!.state).toBe('ready');
+    });
+
     it('an abandoned hold is released as it was, and releasing twice changes nothing', async () => {
       await group('c', [0, 0, 0], true);
       expect((await store.releaseGuidanceHold('train', 'c', 'abandoned', tick())).state).toBe('ready');

@@ -166,6 +166,63 @@ describe('serving batches to trainers', () => {
     expect(group.trajectories.map((t) => t.steps[0]!.prompt_ids)).toEqual([hinted, plain]);
   });
 
+  it('a guided step without a hint-free training prompt is never served as a row; every format counts it', async () => {
+    // Step 1 of the guided rollout was stored as the gateway stores it when its chat template does not
+    // reproduce the engine's ids: no training prompt, metadata training_prompt_unavailable.
+    const hinted = [7, 8, 90, 91, 92, 9];
+    const plain = [7, 8, 9];
+    const submit = async (channel: string) => {
+      await server.pool.createTrajectory({
+        id: `${channel}-guided`,
+        groupId: `${channel}-g`,
+        channel,
+        nRollouts: 2,
+        metadata: { guidance: { k: 1, hint: '1. search: {}' } },
+        guided: true,
+        guidanceK: 1,
+      });
+      await server.pool.submitSteps(
+        [
+          makeStep(`${channel}-guided`, `${channel}-g`, 0, hinted, [300, 301], { trainingPromptIds: plain }),
+          makeStep(`${channel}-guided`, `${channel}-g`, 1, [...hinted, 300, 301, 5], [302], {
+            metadata: {
+              training_prompt_unavailable: 'the chat template does not reproduce the prompt the engine saw',
+            },
+            isLast: true,
+            reward: 1,
+          }),
+          makeStep(`${channel}-plain`, `${channel}-g`, 0, plain, [400, 401], { isLast: true, reward: 0 }),
+        ],
+        { nRollouts: 2, channel },
+      );
+    };
+    for (const channel of ['j', 'p', 'a']) await submit(channel);
+
+    const json = await lease({ channel: 'j', batch_size: 1, n_rollouts: 2, pack: 'prefix_tree' });
+    expect(json.headers.get('x-stepwise-untrainable-steps')).toBe('1');
+    const body = (await json.json()) as BatchJson;
+    expect(body.untrainable_steps).toBe(1);
+    const [guided, unguided] = body.groups[0]!.trajectories;
+    expect(guided!.steps.map((s) => s.step_index)).toEqual([0]);
+    expect(guided!.reward).toBe(1);
+    expect(unguided!.steps).toHaveLength(1);
+    // No packed sequence holds the hinted prompt.
+    expect(body.groups[0]!.packing!.sequences).toHaveLength(2);
+    expect(body.groups[0]!.packing!.tokens).not.toContain(90);
+
+    const padded = await lease({ channel: 'p', batch_size: 1, n_rollouts: 2, format: 'padded' });
+    expect(padded.status).toBe(200);
+    expect(padded.headers.get('x-stepwise-rows')).toBe('2');
+    expect(padded.headers.get('x-stepwise-untrainable-steps')).toBe('1');
+
+    const arrow = await lease({ channel: 'a', batch_size: 1, n_rollouts: 2, format: 'arrow' });
+    expect(arrow.headers.get('x-stepwise-untrainable-steps')).toBe('1');
+    const table = tableFromIPC(new Uint8Array(await arrow.arrayBuffer()));
+    expect(table.numRows).toBe(2);
+    for (const row of table.toArray())
+      if (row.guided) expect(Array.from(row.training_prompt_ids)).toEqual(plain);
+  });
+
   it('arrow: one row per step with List<Int32> tokens, read back by apache-arrow', async () => {
     const res = await lease({ batch_size: 2, format: 'arrow', advantage: 'rloo' });
     expect(res.status).toBe(200);

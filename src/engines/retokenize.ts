@@ -20,6 +20,8 @@ export interface RetokenizeInput {
   messages: readonly ChatMessageInput[];
   tools?: readonly ChatToolInput[] | null;
   enableThinking?: boolean;
+  /** The engine continued the last (assistant) message instead of opening a new turn. */
+  continueFinalMessage?: boolean;
 }
 
 export function retokenizeChat(
@@ -31,7 +33,8 @@ export function retokenizeChat(
     {
       messages: input.messages,
       tools: input.tools,
-      addGenerationPrompt: true,
+      addGenerationPrompt: !input.continueFinalMessage,
+      continueFinalMessage: input.continueFinalMessage === true,
       ...(input.enableThinking !== undefined ? { enableThinking: input.enableThinking } : {}),
     },
     tokenizer,

@@ -195,6 +195,9 @@ const SAMPLING_FIELDS = [
   'parallel_tool_calls',
   'response_format',
   'chat_template_kwargs',
+  // How the engine closed the prompt: a new assistant turn (the default) or the last message continued.
+  'add_generation_prompt',
+  'continue_final_message',
 ] as const;
 
 const isObject = (v: unknown): v is Record<string, unknown> =>
@@ -492,7 +495,14 @@ export class Gateway {
     if (kind === 'chat' && session.prefixHint !== null) {
       // The engine sees the hint as the assistant's opening (stored so: the behaviour prompt); the
       // training prompt is rebuilt without it at capture.
-      request.messages = withAssistantPrefix(request.messages as { role: string }[], session.prefixHint);
+      const prefixed = withAssistantPrefix(request.messages as { role: string }[], session.prefixHint);
+      request.messages = prefixed.messages;
+      // The engine continues the prefix in the same turn (the paper's `continue_final_message`); later
+      // calls carry it at the head of the first reply, a closed turn like any other.
+      if (prefixed.continueFinal) {
+        request.continue_final_message = true;
+        request.add_generation_prompt = false;
+      }
       raw = null;
     }
     const stream = request.stream === true;
@@ -1000,6 +1010,7 @@ export class Gateway {
                   tools: (request.tools as never) ?? null,
                   enableThinking: (request.chat_template_kwargs as { enable_thinking?: boolean } | undefined)
                     ?.enable_thinking,
+                  continueFinalMessage: request.continue_final_message === true,
                 },
                 captured,
               )

@@ -13,6 +13,7 @@ import {
   INJECTION_MODES,
   type InjectionMode,
   isHardGroup,
+  jsonTextAt,
   type PlanAction,
   planFromSteps,
   renderHint,
@@ -50,6 +51,11 @@ export interface GuideOptions extends GuidanceConfigInput {
   injectionMode?: InjectionMode;
   /** Hold the unguided groups for guidance, so no trainer leases a hard one (default true). */
   hold?: boolean;
+  /**
+   * How often the guide holds its not-yet-decided hard groups again (default 10 minutes), restarting
+   * their `guidance_hold_timeout_ms`: a long guide phase never sees a waiting group time out.
+   */
+  holdRefreshMs?: number;
   /** Channel of the probe rollouts (default `<channel>-probe`). */
   probeChannel?: string;
   /** A key with the admin scope, for labelling replaced rollouts (default: the run's apiKey). */
@@ -280,11 +286,32 @@ export async function runGuided(
   if (options.signal?.aborted) return { ...unguided, guidance: guidanceSoFar(decided, options.tasks) };
   const hold = (t: (typeof todo)[number]) => groupHold(options, channel, t.groupId);
 
+  // Groups not decided yet: held again now (the unguided pass may have been long), then every
+  // holdRefreshMs, and released in the end if the guide fails before deciding them.
+  const undecided = new Set(todo);
+  let refreshing: Promise<void> = Promise.resolve();
+  const refreshHolds = () => {
+    refreshing = (async () => {
+      for (const item of undecided)
+        if (item.hard)
+          await hold(item)
+            .hold()
+            .catch(() => {});
+    })();
+    return refreshing;
+  };
+  // Before a group's hold is released: no refresh may hold it again after.
+  const settle = async (item: (typeof todo)[number]) => {
+    undecided.delete(item);
+    await refreshing;
+  };
+
   const decide = async (item: (typeof todo)[number]): Promise<GuideDecision> => {
     const { task, groupId, rewards, hard, replaced } = item;
     const base = { taskId: task.id, groupId, rewards, hard };
     if (!hard) {
       // Not hard here (the store may have judged by a reward set later): it goes on to ready.
+      await settle(item);
       if (holding) await hold(item).release('abandoned');
       return { ...base, reason: null, guidance: null };
     }
@@ -328,32 +355,44 @@ export async function runGuided(
     } catch (error) {
       // A run cut short stays held (a resumed run guides it; the hold times out otherwise). A failed
       // one is released as it was, unlabelled: no group waits for a replacement that will not come.
-      if (!(error instanceof Aborted) && !options.signal?.aborted && holding)
+      if (!(error instanceof Aborted) && !options.signal?.aborted && holding) {
+        await settle(item);
         await hold(item)
           .release('abandoned')
           .catch(() => {});
+      }
       throw error;
     }
+    await settle(item);
     if (holding) await hold(item).release('replaced');
     return decision;
   };
 
   const decisions = new Map(decided);
+  let refresher: NodeJS.Timeout | null = null;
+  if (holding) {
+    await refreshHolds();
+    refresher = setInterval(() => void refreshHolds(), guide.holdRefreshMs ?? 10 * 60_000);
+    refresher.unref();
+  }
   let next = 0;
+  let failure: { error: unknown } | null = null;
   // Each guided task runs its passes with up to `samples` rollouts at once: share the concurrency.
   const width = Math.max(
     1,
     Math.floor(options.concurrency / Math.max(options.samples, config.probeRollouts)),
   );
   const worker = async () => {
-    while (next < todo.length && !options.signal?.aborted) {
+    while (next < todo.length && !options.signal?.aborted && failure === null) {
       const item = todo[next++]!;
       let decision: GuideDecision;
       try {
         decision = await decide(item);
       } catch (error) {
         if (error instanceof Aborted) return; // a pass cut short decides nothing
-        throw error;
+        // The other workers stop taking groups; what is left undecided is released below.
+        failure ??= { error };
+        return;
       }
       if (options.signal?.aborted) return;
       appendFileSync(decisionsFile, `${JSON.stringify(decision)}\n`);
@@ -361,7 +400,19 @@ export async function runGuided(
       guide.onDecision?.(decision);
     }
   };
-  await Promise.all(Array.from({ length: Math.min(width, Math.max(1, todo.length)) }, worker));
+  try {
+    await Promise.all(Array.from({ length: Math.min(width, Math.max(1, todo.length)) }, worker));
+  } finally {
+    if (refresher) clearInterval(refresher);
+    // A failed guide releases every group it did not decide: none waits for a replacement that will
+    // not come. A run cut short (aborted) keeps them held for a resumed run, as before.
+    if (holding && !options.signal?.aborted)
+      for (const item of undecided)
+        await hold(item)
+          .release('abandoned')
+          .catch(() => {});
+  }
+  if (failure !== null) throw (failure as { error: unknown }).error;
   return { ...unguided, guidance: { ...guidanceSoFar(decisions, options.tasks), probes, guided } };
 }
 
@@ -422,6 +473,7 @@ function stripHooks(guide: GuideOptions): GuidanceConfigInput {
     storedPlans,
     injectionMode,
     hold,
+    holdRefreshMs,
     ...config
   } = guide;
   return config;
@@ -491,7 +543,8 @@ async function planFor(
 
 /**
  * Reads `--guide-actions FILE`: JSONL, one `{"task_id", "actions": [{"name", "arguments"}]}` a line;
- * an action may carry `args` instead of `arguments`, as the paper's action data does.
+ * an action may carry `args` instead of `arguments`, as the paper's action data does, and a line may
+ * give the paper's `all_actions` (the JSON string its parquet rows hold) in place of `actions`.
  */
 export function readActionLogs(path: string): Map<string, PlanAction[]> {
   if (!existsSync(path))
@@ -510,8 +563,42 @@ export function readActionLogs(path: string): Map<string, PlanAction[]> {
           'guide_actions',
         );
       }
+      // The paper's rows keep the plan as `extra_info.all_actions`, a JSON string: taken as it is.
+      let text = line;
+      let path: (string | number)[] = ['actions'];
+      const row = value as Record<string, unknown> | null;
+      if (
+        row !== null &&
+        typeof row === 'object' &&
+        typeof row.all_actions === 'string' &&
+        !('actions' in row)
+      ) {
+        text = row.all_actions;
+        path = [];
+        try {
+          value = { task_id: row.task_id, actions: JSON.parse(text) };
+        } catch (error) {
+          throw new ValidationError(
+            `--guide-actions line ${i + 1}: all_actions is not a JSON array (${(error as Error).message})`,
+            'all_actions',
+          );
+        }
+        if (Object.keys(row).some((k) => k !== 'task_id' && k !== 'all_actions'))
+          throw new ValidationError(
+            `--guide-actions line ${i + 1}: give "task_id" and "all_actions" (or "actions") only`,
+            'all_actions',
+          );
+      }
       const entry = parseOrThrow(ActionLogLine, value, `--guide-actions line ${i + 1}`);
-      logs.set(entry.task_id, entry.actions);
+      // Each action keeps its arguments' source text: the hint renders key order and big integers
+      // from it, as the paper's Python does from the same data.
+      const logged = (value as { actions: Record<string, unknown>[] }).actions;
+      const raw = entry.actions.map((a, j) => {
+        const key = logged[j]!.arguments !== undefined ? 'arguments' : 'args';
+        const at = jsonTextAt(text, [...path, j, key]);
+        return at === undefined ? a : { ...a, argumentsJson: at };
+      });
+      logs.set(entry.task_id, raw);
     });
   return logs;
 }

@@ -5,6 +5,7 @@ import { ADVANTAGE_ESTIMATORS } from './advantages.js';
 import { batchToArrow } from './arrow-batch.js';
 import { batchCuration, batchToJson } from './json-batch.js';
 import { npzParts } from './npz.js';
+import { withoutUntrainableSteps } from './off-policy.js';
 import { batchToPadded } from './padded-batch.js';
 
 /** `POST /v1/batches/lease`: the pool's lease fields plus how the batch is laid out (docs/serving.md). */
@@ -45,8 +46,11 @@ export interface RenderedBatch {
 }
 
 /** Lays a leased batch out in the requested format. Throws OverlongError under `overlong: reject`. */
-export async function renderBatch(batch: LeasedBatch, request: BatchRequest): Promise<RenderedBatch> {
+export async function renderBatch(leased: LeasedBatch, request: BatchRequest): Promise<RenderedBatch> {
+  // Guided steps without a hint-free prompt are left out of every format, and counted (off-policy.ts).
+  const { batch, untrainable } = withoutUntrainableSteps(leased);
   const lease: Record<string, string> = {
+    'x-stepwise-untrainable-steps': String(untrainable),
     'x-lease-id': batch.lease.id,
     'x-lease-expires-at': String(batch.lease.expiresAt),
     // The version the batch was served at: a trainer's staleness reference in the binary formats.
@@ -64,6 +68,7 @@ export async function renderBatch(batch: LeasedBatch, request: BatchRequest): Pr
       advantage: request.advantage,
       pack: request.pack,
       shareResponses: request.share_responses,
+      untrainableSteps: untrainable,
     });
     return { contentType: 'application/json', body: JSON.stringify(json), headers: lease };
   }

@@ -1,7 +1,7 @@
 import { type SignalOut, type StepOut, signalToWire, stepToWire } from '../domain/index.js';
 import type { CurrentLabel, LeasedBatch } from '../store/store.js';
 import { type AdvantageEstimator, groupAdvantages } from './advantages.js';
-import { isOffPolicy, needsLogprobRecompute } from './off-policy.js';
+import { isOffPolicy, needsLogprobRecompute, trainingPrompt } from './off-policy.js';
 import { type PackingWire, packingToWire, packPrefixTree } from './packing.js';
 
 export interface StepLabelOut {
@@ -17,6 +17,8 @@ export interface BatchJson {
   channel: string;
   policy_version: number;
   curation: BatchCurationWire;
+  /** Guided steps left out: no hint-free training prompt (serving's off-policy.ts). */
+  untrainable_steps: number;
   groups: {
     group_id: string;
     expected: number | null;
@@ -67,6 +69,8 @@ export interface JsonBatchOptions {
   pack?: 'prefix_tree';
   /** with `pack`: merge identical response prefixes across rollouts (Claw-R1's rule, docs/serving.md) */
   shareResponses?: boolean;
+  /** How many guided steps the lease left out for want of a training prompt (reported as is). */
+  untrainableSteps?: number;
 }
 
 /** What curation did while this batch was leased, with reward metrics over kept and dropped data. */
@@ -110,6 +114,7 @@ export function batchToJson(batch: LeasedBatch, options: JsonBatchOptions = {}):
     channel: batch.lease.channel,
     policy_version: batch.policyVersion,
     curation: batchCuration(batch),
+    untrainable_steps: options.untrainableSteps ?? 0,
     groups: batch.groups.map((g) => {
       const advantages = options.advantage
         ? groupAdvantages(
@@ -158,7 +163,7 @@ export function batchToJson(batch: LeasedBatch, options: JsonBatchOptions = {}):
         // Packed for the trainer's forward pass: a guided step's hint-free training prompt (ActGuide).
         const inputs = g.trajectories.flatMap((t) =>
           t.steps.map((s) => {
-            const prompt = s.trainingPromptIds ?? s.promptIds;
+            const prompt = trainingPrompt(t.trajectory, s);
             return { tokens: [...prompt, ...s.responseIds], promptLength: prompt.length };
           }),
         );

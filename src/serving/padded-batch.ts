@@ -2,7 +2,7 @@ import { StepwiseError } from '../domain/index.js';
 import type { LeasedBatch } from '../store/store.js';
 import { type AdvantageEstimator, groupAdvantages } from './advantages.js';
 import type { NpyArray } from './npz.js';
-import { isOffPolicy } from './off-policy.js';
+import { isOffPolicy, trainingPrompt } from './off-policy.js';
 
 /*
  * verl's padded layout: one row per step, the prompt left-padded to P and the response right-padded
@@ -70,7 +70,7 @@ export function batchToPadded(batch: LeasedBatch, options: PaddedOptions): Padde
           step: step.index,
           version: step.policyVersion,
           prompt: step.promptIds,
-          training: step.trainingPromptIds ?? step.promptIds,
+          training: trainingPrompt(t.trajectory, step),
           offPolicy,
           response: step.responseIds,
           logprobs: step.responseLogprobs,

@@ -369,7 +369,8 @@ export interface Store {
   listGroups(query: GroupQuery): Promise<Page<Group>>;
   /**
    * Holds a group for guidance (ActGuide-RL): a ready one moves to `pending_guidance` (not leasable),
-   * a collecting one will whatever its rewards; a pending one stays. A group already leased, consumed
+   * a collecting one will whatever its rewards; a pending one stays, its timeout restarted (`pending_since`
+   * = now: the guide re-holds the groups it is still working on). A group already leased, consumed
    * or dropped cannot be held (ConflictError on `state`).
    */
   holdGroupForGuidance(channel: string, id: string, now: number): Promise<Group>;

@@ -182,6 +182,25 @@ describe('renderChat', () => {
     );
   });
 
+  it('continues the final assistant message as Hugging Face does (continue_final_message)', () => {
+    // Expected text: transformers' render_jinja_template(continue_final_message=True) on Qwen3's
+    // template, the call behind the ActGuide-RL authors' apply_chat_template_for_generation.
+    const messages = [
+      { role: 'user' as const, content: 'Which city is the capital of France?' },
+      { role: 'assistant' as const, content: 'I have a plan:\n1. search\n' },
+    ];
+    expect(renderChat({ messages, continueFinalMessage: true })).toBe(
+      '<|im_start|>user\nWhich city is the capital of France?<|im_end|>\n' +
+        '<|im_start|>assistant\n<think>\n\n</think>\n\nI have a plan:\n1. search\n',
+    );
+    expect(() => renderChat({ messages: messages.slice(0, 1), continueFinalMessage: true })).toThrow(
+      /continue_final_message/,
+    );
+    expect(() => renderChat({ messages, continueFinalMessage: true, addGenerationPrompt: true })).toThrow(
+      /continue_final_message/,
+    );
+  });
+
   it('accepts `reasoning` as another name for reasoning_content', () => {
     const text = renderChat({
       messages: [

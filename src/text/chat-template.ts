@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { parseOrThrow } from '../domain/errors.js';
+import { parseOrThrow, ValidationError } from '../domain/errors.js';
 import { type ChatTokenizer, loadQwen3Tokenizer } from './tokenizer.js';
 
 /** OpenAI message content: a string, null, or text parts (the only kind a text model can render). */
@@ -88,6 +88,11 @@ export interface RenderChatInput {
   messages: readonly ChatMessageInput[];
   tools?: readonly ChatToolInput[] | null;
   addGenerationPrompt?: boolean;
+  /**
+   * The last message (an assistant's) stays open for the model to continue: vLLM's and Hugging Face's
+   * `continue_final_message`. The text ends where that message's content ends, with no end-of-turn.
+   */
+  continueFinalMessage?: boolean;
   /** Qwen3: `false` pre-fills an empty `<think>` block after the generation prompt. */
   enableThinking?: boolean;
 }
@@ -130,14 +135,42 @@ export function renderChat(input: RenderChatInput, tokenizer: ChatTokenizer = lo
   const request = parseOrThrow(RenderChatRequest, { messages: input.messages, tools: input.tools });
   // Tools go to the template as given: zod's copy would reorder keys, and `tojson` keeps key order.
   const tools = request.tools && request.tools.length > 0 ? input.tools : undefined;
-  return tokenizer.chatTemplate.render({
-    messages: request.messages.map(templateMessage),
+  const messages = request.messages.map(templateMessage);
+  const last = messages[messages.length - 1]!;
+  if (input.continueFinalMessage) {
+    if (input.addGenerationPrompt)
+      throw new ValidationError(
+        'continue_final_message and add_generation_prompt cannot both be set (continue the last message, or open a new turn)',
+        'continue_final_message',
+      );
+    if (last.role !== 'assistant')
+      throw new ValidationError(
+        `continue_final_message: the last message must be the assistant's to continue, got ${String(last.role)}`,
+        'continue_final_message',
+      );
+    // As Hugging Face does: mark where the content ends, render, and cut there.
+    last.content = `${last.content as string}${CONTINUE_TAG}`;
+  }
+  const text = tokenizer.chatTemplate.render({
+    messages,
     ...(tools ? { tools } : {}),
     add_generation_prompt: input.addGenerationPrompt ?? false,
     // `enable_thinking is defined` is part of the template's test: leave it undefined unless set.
     ...(input.enableThinking !== undefined ? { enable_thinking: input.enableThinking } : {}),
   });
+  if (!input.continueFinalMessage) return text;
+  const at = text.lastIndexOf(CONTINUE_TAG.trim());
+  if (at < 0)
+    throw new ValidationError(
+      'continue_final_message: the chat template dropped the final message, so it cannot be continued',
+      'continue_final_message',
+    );
+  // A template that trims the content trimmed the tag's space too: trim what precedes it likewise.
+  return text.startsWith(CONTINUE_TAG, at) ? text.slice(0, at) : text.slice(0, at).trimEnd();
 }
+
+/** The marker placed after the continued message's content (Hugging Face's own, so cuts agree). */
+const CONTINUE_TAG = 'CONTINUE_FINAL_MESSAGE_TAG ';
 
 /** Token ids of the rendered chat; the template already wrote every control token, so none are added. */
 export function tokenizeChat(

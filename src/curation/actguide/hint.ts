@@ -6,12 +6,16 @@
  */
 
 import { ValidationError } from '../../domain/errors.js';
+import { pythonJsonOfText } from './python-json.js';
 
 /**
  * One action of a plan: a tool call by name with its arguments, under `arguments` (OpenAI's name, our
  * tasks') or `args` (the paper's action data, `{"name": "search", "args": {...}}`).
  */
-export type PlanAction = { name: string } & ({ arguments: unknown } | { args: unknown });
+export type PlanAction = { name: string; argumentsJson?: string } & (
+  | { arguments: unknown }
+  | { args: unknown }
+);
 
 /** What a hint with no actions says (the paper's `build_hint_from_actions` with k = 0). */
 export const EMPTY_HINT = 'None';
@@ -36,7 +40,9 @@ export function actionArguments(action: PlanAction, index = 0): unknown {
  * after keys, non-ASCII characters as themselves. Strings are escaped as `JSON.stringify` does, which
  * matches Python for `"`, `\\` and control characters (lone surrogates aside: JavaScript escapes
  * them, Python would write them raw). Numbers are written as JavaScript prints them (a parsed `1.0`
- * is `1`); `undefined` values and functions inside objects are left out, as in JSON.
+ * is `1`); `undefined` values and functions inside objects are left out, as in JSON. A parsed object
+ * has lost its source order (integer-like keys first) and its big integers: render from the text
+ * (`pythonJsonOfText`, an action's `argumentsJson`) when it is at hand.
  */
 export function pythonJson(value: unknown): string {
   if (value === null || value === undefined) return 'null';
@@ -62,7 +68,13 @@ export function pythonJson(value: unknown): string {
 export function renderHint(actions: readonly PlanAction[], k: number): string {
   const shown = actions.slice(0, Math.max(0, Math.floor(k)));
   if (shown.length === 0) return EMPTY_HINT;
-  return shown.map((a, i) => `${i + 1}. ${a.name}: ${pythonJson(actionArguments(a, i))}`).join('\n');
+  return shown
+    .map((a, i) => {
+      const args = actionArguments(a, i);
+      // The source text when at hand: its key order and big integers are what the paper's Python reads.
+      return `${i + 1}. ${a.name}: ${a.argumentsJson !== undefined ? pythonJsonOfText(a.argumentsJson) : pythonJson(args)}`;
+    })
+    .join('\n');
 }
 
 /*
@@ -95,26 +107,45 @@ export function assistantPrefix(hint: string): string {
   return `I have a partial action plan trajectory hint:\n${hint}\n\nI will solve the task by following this hint when useful.\n`;
 }
 
+/** Text of a message's content: a string, or its text parts joined as the chat template joins them. */
+function contentText(content: unknown): string | null {
+  if (typeof content === 'string') return content;
+  if (content == null) return '';
+  if (!Array.isArray(content)) return null;
+  const texts = content.map((p) => (p as { text?: unknown })?.text);
+  return texts.every((t) => typeof t === 'string') ? texts.join('\n') : null;
+}
+
 /**
- * The conversation with the assistant prefix after the first user message, as the paper's
- * `rebuild_raw_prompt_with_k` places it; the hint `None` adds nothing (there too). A conversation
- * that already holds the prefix there is returned as it is (an agent sends its history again).
+ * The conversation the engine gets in `assistant_prefix` mode, and whether the engine must continue its
+ * last message (vLLM's `continue_final_message`). As in the paper's code, the prefix and the model's
+ * first reply are one assistant turn: on the first call (no assistant message after the first user
+ * message yet) the prefix is the last message, left open; on later calls it opens the first assistant
+ * message's content, where the model's reply continued it. The hint `None` adds nothing (there too);
+ * a message that already opens with the prefix is left as it is (an agent sends its history again).
  */
 export function withAssistantPrefix<M extends { role: string; content?: unknown }>(
   messages: readonly M[],
   hint: string,
-): M[] {
-  if (hint === EMPTY_HINT) return [...messages];
+): { messages: M[]; continueFinal: boolean } {
+  if (hint === EMPTY_HINT) return { messages: [...messages], continueFinal: false };
   const user = messages.findIndex((m) => m.role === 'user');
-  if (user < 0) return [...messages];
+  if (user < 0) return { messages: [...messages], continueFinal: false };
   const prefix = assistantPrefix(hint);
-  const next = messages[user + 1];
-  if (next?.role === 'assistant' && next.content === prefix) return [...messages];
-  return [
-    ...messages.slice(0, user + 1),
-    { role: 'assistant', content: prefix } as M,
-    ...messages.slice(user + 1),
-  ];
+  const reply = messages.findIndex((m, i) => i > user && m.role === 'assistant');
+  if (reply < 0)
+    return { messages: [...messages, { role: 'assistant', content: prefix } as M], continueFinal: true };
+  const last = reply === messages.length - 1;
+  const m = messages[reply]!;
+  const text = contentText(m.content);
+  if (text?.startsWith(prefix)) return { messages: [...messages], continueFinal: last };
+  // Text parts are flattened as the template joins them, so the prefix and the reply stay adjacent.
+  if (text === null) return { messages: [...messages], continueFinal: false };
+  const content = `${prefix}${text}`;
+  return {
+    messages: messages.map((x, i) => (i === reply ? ({ ...x, content } as M) : x)),
+    continueFinal: false,
+  };
 }
 
 /**

@@ -23,6 +23,7 @@ export {
 } from './hint.js';
 export { type PlanSourceStep, planFromSteps } from './plan-from-steps.js';
 export { type GuidedStep, messagesWithoutHint, promptViews, type StepPromptViews } from './prompt-views.js';
+export { jsonTextAt, pythonFloat, pythonJsonOfText } from './python-json.js';
 export {
   chooseGuidanceK,
   fixedRatioK,

@@ -54,12 +54,13 @@ function contentWithoutHint(content: Content, hint: string): Content | null {
   return null;
 }
 
-/** Whether the message is the assistant prefix of this hint (string content, or one text part). */
-function isAssistantPrefix(m: ChatMessageInput, hint: string): boolean {
-  if (m.role !== 'assistant') return false;
-  const prefix = assistantPrefix(hint);
-  if (typeof m.content === 'string') return m.content === prefix;
-  return Array.isArray(m.content) && m.content.length === 1 && m.content[0]?.text === prefix;
+/** The message's content as one string (text parts joined as the template joins them), or null. */
+function contentText(content: Content): string | null {
+  if (content == null) return '';
+  if (typeof content === 'string') return content;
+  if (!Array.isArray(content)) return null;
+  const texts = content.map((p) => p.text);
+  return texts.every((t) => typeof t === 'string') ? texts.join('\n') : null;
 }
 
 /**
@@ -81,11 +82,16 @@ export function messagesWithoutHint(
   if (mode === 'assistant_prefix') {
     // The hint None adds no prefix (as in the paper): the conversation is its own training view.
     if (hint === EMPTY_HINT) return messages;
-    const at = messages.findIndex(
-      (m, i) => i > 0 && messages[i - 1]!.role === 'user' && isAssistantPrefix(m, hint),
-    );
-    if (at < 0) throw new ValidationError(`${where}: no assistant message holds the hint prefix`, 'messages');
-    return messages.filter((_, i) => i !== at);
+    const prefix = assistantPrefix(hint);
+    const user = messages.findIndex((m) => m.role === 'user');
+    const at = messages.findIndex((m, i) => i > user && m.role === 'assistant');
+    const text = at > 0 ? contentText(messages[at]!.content) : null;
+    if (text === null || !text.startsWith(prefix))
+      throw new ValidationError(`${where}: no assistant message opens with the hint prefix`, 'messages');
+    // The first call's prefix is the open last message: without it the prompt asks for a new turn.
+    if (at === messages.length - 1 && text === prefix) return messages.slice(0, at);
+    // Later calls: the first reply opened with the prefix; the training view keeps the reply alone.
+    return messages.map((m, i) => (i === at ? { ...m, content: text.slice(prefix.length) } : m));
   }
   for (let i = 0; i < messages.length; i++) {
     const m = messages[i]!;
@@ -112,20 +118,26 @@ export function promptViews(
 ): StepPromptViews {
   const training = messagesWithoutHint(step, hint, mode);
   const thinking = enableThinking(step.metadata);
-  const render = (messages: readonly ChatMessageInput[]) =>
+  const render = (messages: readonly ChatMessageInput[], continueFinal: boolean) =>
     tokenizeChat(
       {
         messages,
         tools: (step.tools as never) ?? null,
-        addGenerationPrompt: true,
+        addGenerationPrompt: !continueFinal,
+        continueFinalMessage: continueFinal,
         ...(thinking !== undefined ? { enableThinking: thinking } : {}),
       },
       tokenizer,
     );
-  const behaviour = render(step.messages as unknown as ChatMessageInput[]);
+  // The engine continued the open prefix (metadata `continue_final_message`); the training view, the
+  // prefix gone, opens the assistant's turn as an unguided rollout's prompt does.
+  const behaviour = render(
+    step.messages as unknown as ChatMessageInput[],
+    step.metadata.continue_final_message === true,
+  );
   return {
     behaviourPromptIds: step.promptIds,
-    trainingPromptIds: render(training),
+    trainingPromptIds: render(training, false),
     responseIds: step.responseIds,
     behaviourReproduced:
       behaviour.length === step.promptIds.length && behaviour.every((id, i) => id === step.promptIds[i]),

@@ -53,6 +53,9 @@ export interface SimChatRequest {
   stream_options?: { include_usage?: boolean | null } | null;
   return_token_ids?: boolean | null;
   chat_template_kwargs?: { enable_thinking?: boolean } | null;
+  /** vLLM's chat-template switches: a new assistant turn (default), or the last message continued. */
+  add_generation_prompt?: boolean | null;
+  continue_final_message?: boolean | null;
   tool_choice?: ToolChoiceInput | null;
   response_format?: ResponseFormatInput | null;
 }
@@ -177,7 +180,9 @@ export class SimEngine {
       {
         messages: request.messages,
         tools: request.tools ?? null,
-        addGenerationPrompt: true,
+        // vLLM's defaults: open a new assistant turn unless the last message is to be continued.
+        addGenerationPrompt: request.add_generation_prompt ?? true,
+        continueFinalMessage: request.continue_final_message ?? false,
         ...(enableThinking !== undefined ? { enableThinking } : {}),
       },
       this.tokenizer,

@@ -67,6 +67,8 @@ const ChatCompletionBody = z.looseObject({
   top_logprobs: nullable(z.number()),
   stop: nullable(z.union([z.string(), z.array(z.string())])),
   return_token_ids: nullable(z.boolean()),
+  add_generation_prompt: nullable(z.boolean()),
+  continue_final_message: nullable(z.boolean()),
   tool_choice: nullable(ToolChoice),
   response_format: nullable(ResponseFormat),
 });

@@ -1467,7 +1467,15 @@ export class PostgresStore implements Store {
         ]);
         row.guidance_hold = Number.MAX_VALUE;
         if (row.state === 'ready') await this.markPending(tx, row, row.partial === 1, now);
-      } else if (row.state !== 'pending_guidance') {
+      } else if (row.state === 'pending_guidance') {
+        // Held again while the guide works on it: the timeout counts from now (the guide is alive).
+        await tx.run('UPDATE groups SET pending_since = $1 WHERE channel = $2 AND id = $3', [
+          now,
+          channel,
+          id,
+        ]);
+        row.pending_since = now;
+      } else {
         throw new ConflictError(`group ${id} is already ${row.state}: it can no longer be held`, 'state');
       }
       return toGroup(row);

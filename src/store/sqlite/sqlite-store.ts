@@ -1125,7 +1125,11 @@ export class SqliteStore implements Store {
         );
         row.guidance_hold = Number.MAX_VALUE;
         this.markPending(row, row.partial === 1, now, log);
-      } else if (row.state !== 'pending_guidance') {
+      } else if (row.state === 'pending_guidance') {
+        // Held again while the guide works on it: the timeout counts from now (the guide is alive).
+        this.stmt('UPDATE groups SET pending_since = ? WHERE channel = ? AND id = ?').run(now, channel, id);
+        row.pending_since = now;
+      } else {
         throw new ConflictError(`group ${id} is already ${row.state}: it can no longer be held`, 'state');
       }
       return toGroup(row);
