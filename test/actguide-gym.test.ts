@@ -3,7 +3,6 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { HINT_HEADING, promptViews, renderHint } from '../src/curation/actguide/index.js';
-import { type RunningServer, startServer } from '../src/gateway/server.js';
 import { referenceTasks } from '../src/gym/cli.js';
 import { type GuidedRunOptions, REPLACED_TAG, runGuided } from '../src/gym/guide.js';
 import { runGym } from '../src/gym/runner.js';
@@ -12,6 +11,7 @@ import { batchToJson } from '../src/serving/json-batch.js';
 import { batchToPadded } from '../src/serving/padded-batch.js';
 import { loadQwen3Tokenizer } from '../src/text/index.js';
 import { runCli } from './support/server-process.js';
+import { simServerFixture } from './support/sim-server.js';
 
 /*
  * ActGuide on a real gym run: a Stepwise server in process (gateway + SQLite), the built-in agent, and
@@ -48,32 +48,22 @@ const stuck = GymTask.parse({
 const tasks = [plan4, easy, stuck];
 
 describe('ActGuide on a gym run', () => {
-  let dir: string;
-  let server: RunningServer;
-  beforeAll(async () => {
-    dir = mkdtempSync(join(tmpdir(), 'stepwise-actguide-'));
-    server = await startServer({
-      dbPath: join(dir, 'pool.db'),
-      port: 0,
-      engines: ['sim'],
-      sim: { policy: 'reference', tasks: referenceTasks(tasks), needsPlan: 0.75 },
-    });
-  });
-  afterAll(async () => {
-    await server.close();
-    rmSync(dir, { recursive: true, force: true });
+  const fx = simServerFixture('actguide', {
+    policy: 'reference',
+    tasks: referenceTasks(tasks),
+    needsPlan: 0.75,
   });
 
   const options = (): GuidedRunOptions => ({
     tasks,
     samples: 3,
     concurrency: 3,
-    gatewayUrl: server.url,
+    gatewayUrl: fx.server.url,
     model: 'sim-qwen3',
     agent: { kind: 'builtin', maxTurns: 12 },
     runId: 'run-g',
-    stateFile: join(dir, 'state-g.jsonl'),
-    workDir: join(dir, 'work'),
+    stateFile: join(fx.dir, 'state-g.jsonl'),
+    workDir: join(fx.dir, 'work'),
     sampleTimeoutMs: 60_000,
     unsafeNoSandbox: true,
     guide: { strategy: 'adaptive', probeRollouts: 2, maxProbeSteps: 5 },
@@ -89,7 +79,7 @@ describe('ActGuide on a gym run', () => {
         ...base.guide,
         onSample: (r) => {
           if (r.taskId !== 'plan-4') return;
-          whileGuided.push(server.pool.store.getGroup('train', 'run-g.plan-4').then((g) => g!.state));
+          whileGuided.push(fx.server.pool.store.getGroup('train', 'run-g.plan-4').then((g) => g!.state));
         },
       },
     });
@@ -141,10 +131,10 @@ describe('ActGuide on a gym run', () => {
       guidedRollouts: 6,
     });
     // Every hold was released once its replacement landed: nothing waits in pending_guidance.
-    expect((await server.pool.stats('train')).groups.pending_guidance).toBe(0);
+    expect((await fx.server.pool.stats('train')).groups.pending_guidance).toBe(0);
 
     // What a trainer leases from the training channel.
-    const batch = await server.pool.lease({
+    const batch = await fx.server.pool.lease({
       channel: 'train',
       batch_size: 5,
       n_rollouts: 3,
@@ -167,7 +157,7 @@ describe('ActGuide on a gym run', () => {
       expect(t.labels).toEqual([
         expect.objectContaining({ stepIndex: null, trainable: false, tags: [REPLACED_TAG] }),
       ]);
-      expect((await server.pool.getTrajectorySteps(t.trajectory.id)).length).toBeGreaterThan(0);
+      expect((await fx.server.pool.getTrajectorySteps(t.trajectory.id)).length).toBeGreaterThan(0);
     }
     // The guided group: n rollouts that solved the task, marked off-policy with their guidance.
     const guided = served('run-g.plan-4.guided');
@@ -192,7 +182,7 @@ describe('ActGuide on a gym run', () => {
     expect(
       leased.some((t) => (t.trajectory.metadata.guidance as { probe?: boolean } | undefined)?.probe),
     ).toBe(false);
-    const probes = await server.pool.listTrajectories({ channel: 'train-probe', limit: 100, offset: 0 });
+    const probes = await fx.server.pool.listTrajectories({ channel: 'train-probe', limit: 100, offset: 0 });
     expect(probes.items).toHaveLength(4);
     expect(new Set(probes.items.map((t) => t.groupId))).toEqual(
       new Set(['run-g.plan-4.probe-2', 'run-g.plan-4.probe-3']),
@@ -204,7 +194,7 @@ describe('ActGuide on a gym run', () => {
     // The batch as a trainer reads it: both prompt views of each guided step and the off-policy mask.
     const tokenizer = loadQwen3Tokenizer();
     const json = batchToJson(batch!);
-    const unguidedFirst = (await server.pool.getTrajectorySteps(decision.guidance!.replaced[0]!))[0]!;
+    const unguidedFirst = (await fx.server.pool.getTrajectorySteps(decision.guidance!.replaced[0]!))[0]!;
     for (const g of json.groups) {
       for (const t of g.trajectories) {
         // The None re-run is guided too (off-policy, its prompt carries the paper's two lines).
@@ -217,7 +207,7 @@ describe('ActGuide on a gym run', () => {
             expect(step.training_prompt_ids).toBeNull();
             continue;
           }
-          const stored = await server.pool.getStep(t.trajectory_uid, step.step_index);
+          const stored = await fx.server.pool.getStep(t.trajectory_uid, step.step_index);
           // The behaviour prompt is what the engine saw (hint included); the response is the generated ids.
           expect(tokenizer.decode(step.prompt_ids)).toContain(HINT_HEADING);
           expect(step.response_ids).toEqual(stored!.responseIds);
@@ -242,9 +232,9 @@ describe('ActGuide on a gym run', () => {
     offPolicy.forEach((flag, row) => {
       expect(flag).toBe(guidedUids.has(uids[trajectoryIndex[row]!]!) ? 1 : 0);
     });
-    await server.pool.ack(batch!.lease.id);
+    await fx.server.pool.ack(batch!.lease.id);
     expect(
-      await server.pool.lease({
+      await fx.server.pool.lease({
         channel: 'train',
         batch_size: 1,
         wait_ms: 0,
@@ -255,7 +245,7 @@ describe('ActGuide on a gym run', () => {
 
     // The template reproduces every captured guided prompt, so the stored views differ by the hint alone.
     for (const t of guided)
-      for (const step of await server.pool.getTrajectorySteps(t.trajectory.id)) {
+      for (const step of await fx.server.pool.getTrajectorySteps(t.trajectory.id)) {
         expect(promptViews(step, decision.guidance!.hint, tokenizer).behaviourReproduced).toBe(true);
         expect(step.metadata.training_prompt_unavailable).toBeUndefined();
       }
@@ -268,7 +258,7 @@ describe('ActGuide on a gym run', () => {
       ...options(),
       tasks: [bare],
       runId: 'run-l',
-      stateFile: join(dir, 'state-l.jsonl'),
+      stateFile: join(fx.dir, 'state-l.jsonl'),
       guide: {
         strategy: 'fixed_k',
         k: 3,
@@ -287,16 +277,16 @@ describe('ActGuide on a gym run', () => {
       ...options(),
       tasks: [bare],
       runId: 'run-s',
-      stateFile: join(dir, 'state-s.jsonl'),
+      stateFile: join(fx.dir, 'state-s.jsonl'),
       guide: { strategy: 'fixed_k', k: 3 },
     });
     const guidance = stored.guidance.decisions[0]!.guidance!;
     expect(guidance).toMatchObject({ planSource: 'stored', k: 3, actions: 4, rescued: true });
-    const source = await server.pool.getTrajectory(guidance.planFrom!);
+    const source = await fx.server.pool.getTrajectory(guidance.planFrom!);
     expect(source).toMatchObject({ taskId: 'plan-4', status: 'complete', reward: 1 });
     // The plan is that rollout's successful calls: the same 4 writes as the reference.
     expect(guidance.hint).toBe(renderHint(plan4.referenceActions!, 3));
-    const guided = await server.pool.getTrajectory(stored.guidance.guided[0]!.trajectoryUid!);
+    const guided = await fx.server.pool.getTrajectory(stored.guidance.guided[0]!.trajectoryUid!);
     expect(guided!.metadata.guidance).toMatchObject({ plan_source: 'stored', plan_from: guidance.planFrom });
 
     // Neither: re-run with the hint None under the paper's two lines, and replaced like any hard group.
@@ -304,7 +294,7 @@ describe('ActGuide on a gym run', () => {
       ...options(),
       tasks: [{ ...stuck }],
       runId: 'run-n',
-      stateFile: join(dir, 'state-n.jsonl'),
+      stateFile: join(fx.dir, 'state-n.jsonl'),
       guide: { strategy: 'fixed_k', k: 1, actionLogs: new Map([['other', plan4.referenceActions!]]) },
     });
     expect(none.guidance.decisions[0]).toMatchObject({
@@ -312,10 +302,10 @@ describe('ActGuide on a gym run', () => {
       guidance: { k: 0, hint: 'None', planSource: 'none', groupId: 'run-n.stuck-0.guided' },
     });
     for (const r of none.results)
-      expect(await server.pool.labels(r.trajectoryUid!)).toEqual([
+      expect(await fx.server.pool.labels(r.trajectoryUid!)).toEqual([
         expect.objectContaining({ trainable: false, tags: [REPLACED_TAG] }),
       ]);
-    const [rerun] = await server.pool.getTrajectorySteps(none.guidance.guided[0]!.trajectoryUid!);
+    const [rerun] = await fx.server.pool.getTrajectorySteps(none.guidance.guided[0]!.trajectoryUid!);
     const user = (rerun!.messages as { role: string; content: string }[]).find((m) => m.role === 'user')!;
     expect(user.content).toBe(
       `${stuck.prompt}\nFollow the partial action trajectory hint to take acttions, note that the trajectory may not complete and you still need do some extra tool calls to finish the task.\nReference action trajectory hint:\nNone`,
@@ -323,35 +313,25 @@ describe('ActGuide on a gym run', () => {
   });
 
   it('resumes: a re-run decides nothing again and runs no rollout', async () => {
-    const before = (await server.pool.listTrajectories({ limit: 1, offset: 0 })).total;
+    const before = (await fx.server.pool.listTrajectories({ limit: 1, offset: 0 })).total;
     const run = await runGuided(options());
     expect(run.summary.skipped).toBe(9);
     expect(run.guidance.probes).toEqual([]);
     expect(run.guidance.guided).toEqual([]);
     expect(run.guidance.summary).toMatchObject({ hard: 2, rescued: 1 });
-    expect((await server.pool.listTrajectories({ limit: 1, offset: 0 })).total).toBe(before);
+    expect((await fx.server.pool.listTrajectories({ limit: 1, offset: 0 })).total).toBe(before);
   });
 });
 
 describe('ActGuide: holds while the guide works, and when it fails', () => {
-  let dir: string;
-  let server: RunningServer;
-  beforeAll(async () => {
-    dir = mkdtempSync(join(tmpdir(), 'stepwise-actguide-hold-'));
-    server = await startServer({
-      dbPath: join(dir, 'pool.db'),
-      port: 0,
-      engines: ['sim'],
-      sim: { policy: 'reference', tasks: referenceTasks(tasks), needsPlan: 0.75 },
-    });
-  });
-  afterAll(async () => {
-    await server.close();
-    rmSync(dir, { recursive: true, force: true });
+  const fx = simServerFixture('actguide-hold', {
+    policy: 'reference',
+    tasks: referenceTasks(tasks),
+    needsPlan: 0.75,
   });
 
   it('re-holds the groups it is working on (restarting their timeout), and a failed guide releases every undecided group', async () => {
-    const group = (task: string) => server.pool.store.getGroup('train', `run-h.${task}`);
+    const group = (task: string) => fx.server.pool.store.getGroup('train', `run-h.${task}`);
     let first = true;
     let refreshed = false;
     // The unguided pass runs for real; the guide's first pass (a probe of plan-4) waits for the
@@ -376,12 +356,12 @@ describe('ActGuide: holds while the guide works, and when it fails', () => {
           tasks,
           samples: 3,
           concurrency: 3,
-          gatewayUrl: server.url,
+          gatewayUrl: fx.server.url,
           model: 'sim-qwen3',
           agent: { kind: 'builtin', maxTurns: 12 },
           runId: 'run-h',
-          stateFile: join(dir, 'state-h.jsonl'),
-          workDir: join(dir, 'work'),
+          stateFile: join(fx.dir, 'state-h.jsonl'),
+          workDir: join(fx.dir, 'work'),
           sampleTimeoutMs: 60_000,
           unsafeNoSandbox: true,
           guide: { strategy: 'adaptive', probeRollouts: 2, maxProbeSteps: 5, holdRefreshMs: 100 },
@@ -393,7 +373,7 @@ describe('ActGuide: holds while the guide works, and when it fails', () => {
     // plan-4 (whose guide failed) and stuck-0 (never reached) are both released, ready to lease.
     expect((await group('plan-4'))!.state).toBe('ready');
     expect((await group('stuck-0'))!.state).toBe('ready');
-    expect((await server.pool.stats('train')).groups.pending_guidance).toBe(0);
+    expect((await fx.server.pool.stats('train')).groups.pending_guidance).toBe(0);
   });
 });
 

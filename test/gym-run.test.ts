@@ -2,11 +2,11 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type RunningServer, startServer } from '../src/gateway/server.js';
 import { referenceTasks } from '../src/gym/cli.js';
 import { type GymRunOptions, runGym } from '../src/gym/runner.js';
 import { checkSandbox } from '../src/gym/sandbox/index.js';
 import { jsonTask, sumTask } from './support/gym-tasks.js';
+import { simServerFixture } from './support/sim-server.js';
 
 /*
  * The gym end to end: tasks × samples through a real Stepwise server (gateway + SQLite) with the sim
@@ -47,32 +47,22 @@ print("done")
 `;
 
 describe.skipIf(!sandboxReady)('gym runner', () => {
-  let dir: string;
-  let server: RunningServer;
-  beforeAll(async () => {
-    dir = mkdtempSync(join(tmpdir(), 'stepwise-gym-run-'));
-    server = await startServer({
-      dbPath: join(dir, 'pool.db'),
-      port: 0,
-      engines: ['sim'],
-      sim: { policy: 'reference', tasks: referenceTasks(tasks), errorRate: 0.5 },
-    });
-  });
-  afterAll(async () => {
-    await server.close();
-    rmSync(dir, { recursive: true, force: true });
+  const fx = simServerFixture('gym-run', {
+    policy: 'reference',
+    tasks: referenceTasks(tasks),
+    errorRate: 0.5,
   });
 
   const options = (over: Partial<GymRunOptions>): GymRunOptions => ({
     tasks,
     samples: 3,
     concurrency: 3,
-    gatewayUrl: server.url,
+    gatewayUrl: fx.server.url,
     model: 'sim-qwen3',
     agent: { kind: 'builtin', maxTurns: 12 },
     runId: 'run-a',
-    stateFile: join(dir, 'state-a.jsonl'),
-    workDir: join(dir, 'work'),
+    stateFile: join(fx.dir, 'state-a.jsonl'),
+    workDir: join(fx.dir, 'work'),
     sampleTimeoutMs: 60_000,
     ...over,
   });
@@ -89,28 +79,28 @@ describe.skipIf(!sandboxReady)('gym runner', () => {
     );
     expect(summary).toMatchObject({ samples: 6, meanScore: 1, infraFailed: 0, groups: { allOne: 2 } });
     for (const r of results) {
-      const t = await server.pool.store.getTrajectory(r.trajectoryUid!);
+      const t = await fx.server.pool.store.getTrajectory(r.trajectoryUid!);
       expect(t).toMatchObject({ status: 'complete', reward: 1, groupId: `run-a.${r.taskId}` });
       expect(t!.metadata).toMatchObject({ task_id: r.taskId, sample: r.sample });
-      const signals = await server.pool.getSignals(r.trajectoryUid!, { current: true });
+      const signals = await fx.server.pool.getSignals(r.trajectoryUid!, { current: true });
       expect(signals.map((x) => [x.name, x.source, x.value]).sort()).toEqual([
         ['code', 'verifier', 1],
         ['score', 'verifier', 1],
       ]);
-      const steps = await server.pool.getTrajectorySteps(r.trajectoryUid!);
+      const steps = await fx.server.pool.getTrajectorySteps(r.trajectoryUid!);
       expect(steps.length).toBeGreaterThanOrEqual(
         tasks.find((x) => x.id === r.taskId)!.referenceActions!.length,
       );
     }
     // Injected mistakes reach the pool as tool results flagged as errors on the step that made them.
-    const all = await Promise.all(results.map((r) => server.pool.getTrajectorySteps(r.trajectoryUid!)));
+    const all = await Promise.all(results.map((r) => fx.server.pool.getTrajectorySteps(r.trajectoryUid!)));
     const flagged = all
       .flat()
       .flatMap((s) => s.toolResults ?? [])
       .filter((t) => t.error);
     expect(flagged.length).toBeGreaterThan(0);
     // Both groups are complete and a trainer can lease them.
-    const batch = await server.pool.lease({
+    const batch = await fx.server.pool.lease({
       channel: 'train',
       batch_size: 2,
       n_rollouts: 3,
@@ -122,15 +112,15 @@ describe.skipIf(!sandboxReady)('gym runner', () => {
   });
 
   it('resumes: a re-run with the same state skips finished samples', async () => {
-    const before = readFileSync(join(dir, 'state-a.jsonl'), 'utf8').trim().split('\n').length;
+    const before = readFileSync(join(fx.dir, 'state-a.jsonl'), 'utf8').trim().split('\n').length;
     const { summary } = await runGym(options({}));
     expect(summary).toMatchObject({ samples: 6, skipped: 6 });
-    expect(readFileSync(join(dir, 'state-a.jsonl'), 'utf8').trim().split('\n')).toHaveLength(before);
+    expect(readFileSync(join(fx.dir, 'state-a.jsonl'), 'utf8').trim().split('\n')).toHaveLength(before);
   });
 
   it('an unreachable gateway is an infrastructure failure, not a zero to train on', async () => {
     const { results, summary } = await runGym(
-      options({ runId: 'run-b', stateFile: join(dir, 'state-b.jsonl'), gatewayUrl: 'http://127.0.0.1:9' }),
+      options({ runId: 'run-b', stateFile: join(fx.dir, 'state-b.jsonl'), gatewayUrl: 'http://127.0.0.1:9' }),
     );
     expect(results.every((r) => r.status === 'infra_failed')).toBe(true);
     expect(summary.infraFailed).toBe(6);
@@ -138,14 +128,14 @@ describe.skipIf(!sandboxReady)('gym runner', () => {
   });
 
   it('a command template runs as a shell script: `;`, `&&` and pipes all run, and a failing stage is an agent failure', async () => {
-    const workDir = (runId: string) => join(dir, `work-${runId}`);
+    const workDir = (runId: string) => join(fx.dir, `work-${runId}`);
     const run = (template: string, runId: string) =>
       runGym(
         options({
           tasks: [tasks[1]!],
           samples: 1,
           runId,
-          stateFile: join(dir, `state-${runId}.jsonl`),
+          stateFile: join(fx.dir, `state-${runId}.jsonl`),
           workDir: workDir(runId),
           keepWorkspaces: true,
           agent: { kind: 'command', template },
@@ -179,7 +169,7 @@ describe.skipIf(!sandboxReady)('gym runner', () => {
           tasks: [tasks[1]!],
           samples: 2,
           runId: 'run-c',
-          stateFile: join(dir, 'state-c.jsonl'),
+          stateFile: join(fx.dir, 'state-c.jsonl'),
           // The script travels inside the command: the sandbox sees no host path but the workspace.
           agent: {
             kind: 'command',
@@ -191,7 +181,7 @@ describe.skipIf(!sandboxReady)('gym runner', () => {
         ['complete', 1, 'finished'],
         ['complete', 1, 'finished'],
       ]);
-      const steps = await server.pool.getTrajectorySteps(results[0]!.trajectoryUid!);
+      const steps = await fx.server.pool.getTrajectorySteps(results[0]!.trajectoryUid!);
       expect(steps.length).toBeGreaterThanOrEqual(1);
       expect(steps[0]!.toolCalls?.[0]).toMatchObject({ function: { name: expect.stringMatching(/write/) } });
     }
