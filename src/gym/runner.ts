@@ -442,7 +442,11 @@ export async function runSample(
         durationMs: performance.now() - started,
       });
     }
-    const verdict = await verify(task, workspace, { sandbox, judge: options.judge });
+    const verdict = await verify(task, workspace, {
+      sandbox,
+      judge: options.judge,
+      finalMessage: outcome.answer ?? '',
+    });
     // The scores land as signals on the trajectory: the verifier's code score with its sub-scores,
     // the judge's rubric score when there is one, and the combined score (also the reward).
     const signals: Record<string, unknown>[] = [

@@ -2,7 +2,7 @@ import type { GymTask } from '../tasks/schema.js';
 import { runChecks } from './checks.js';
 import { type JudgeConfig, judgeRubric } from './judge.js';
 import type { SandboxRunner, SandboxSettings } from './sandbox-runner.js';
-import { runScriptVerifier } from './script.js';
+import { type RewardPayload, runScriptVerifier } from './script.js';
 
 export { type ChecksResult, runChecks } from './checks.js';
 export { CsvError, parseCsvRecords, parseCsvTable } from './csv.js';
@@ -18,7 +18,22 @@ export {
   snapToBand,
 } from './judge.js';
 export type { SandboxRunner, SandboxSettings } from './sandbox-runner.js';
-export { runScriptVerifier, type ScriptVerdict, scoreFromStdout } from './script.js';
+export {
+  REWARD_PAYLOAD_FILE,
+  type RewardPayload,
+  runScriptVerifier,
+  type ScriptVerdict,
+  scoreFromStdout,
+} from './script.js';
+
+/**
+ * ClawGym's payload for a finished episode: the final message and the task entry's metadata. The
+ * transcript is OpenClaw's session log in ClawGym; the episode's conversation is in the store here.
+ */
+function rewardPayload(task: GymTask, finalMessage: string): RewardPayload {
+  const clawgym = task.provenance.clawgym as { metadata?: unknown } | undefined;
+  return { final_message: finalMessage, metadata: clawgym?.metadata ?? {}, transcript: [] };
+}
 
 /*
  * Verifying a finished episode: the code score (ClawGym's script, or the check DSL), then the rubric
@@ -30,6 +45,11 @@ export interface VerifyOptions {
   judge?: JudgeConfig;
   /** The sandbox entry point (default `runInSandbox`); tests may pass another. */
   runInSandbox?: SandboxRunner;
+  /**
+   * The agent's final message after an episode: a script verifier then gets ClawGym's reward payload
+   * (absent for the no-op gate, which scores the untouched workspace).
+   */
+  finalMessage?: string;
 }
 
 export interface VerifyResult {
@@ -68,6 +88,7 @@ export async function verify(
     const verdict = await runScriptVerifier(task, task.verifier, workspace, {
       sandbox: options.sandbox,
       runInSandbox: options.runInSandbox,
+      ...(options.finalMessage === undefined ? {} : { payload: rewardPayload(task, options.finalMessage) }),
     });
     code = verdict.score;
     verifierFailed = verdict.verifierFailed;

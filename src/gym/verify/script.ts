@@ -1,4 +1,4 @@
-import { cp, lstat, mkdtemp, rename, rm } from 'node:fs/promises';
+import { cp, lstat, mkdtemp, rename, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { basename, dirname, join, posix } from 'node:path';
 import { writeTaskFiles } from '../tasks/files.js';
@@ -33,8 +33,20 @@ export interface ScriptVerdict {
   durationMs: number;
 }
 
+/** ClawGym's reward payload: what a checker of a chat-style task grades besides the workspace. */
+export interface RewardPayload {
+  final_message: string;
+  metadata: unknown;
+  transcript: unknown[];
+}
+
+/** Where ClawGym's rollout writes the payload (in the workspace); `OPENCLAW_REWARD_PAYLOAD` names it. */
+export const REWARD_PAYLOAD_FILE = '.openclaw_reward_payload.json';
+
 export interface ScriptVerifierOptions {
   sandbox?: SandboxSettings;
+  /** Written to REWARD_PAYLOAD_FILE for the checker, as ClawGym's rollout does after an episode. */
+  payload?: RewardPayload;
   runInSandbox?: SandboxRunner;
   /** Output kept from the verifier (default 1 MiB); a verifier that prints more fails. */
   maxOutputBytes?: number;
@@ -125,19 +137,25 @@ export async function runScriptVerifier(
   const topNames = [...new Set(verifier.files.map((f) => posix.normalize(f.path).split('/')[0]!))].filter(
     (name) => name !== '' && name !== '.' && name !== '..',
   );
+  // A payload the agent left in the workspace is set aside like its reward/: the checker reads ours.
+  if (options.payload && !topNames.includes(REWARD_PAYLOAD_FILE)) topNames.push(REWARD_PAYLOAD_FILE);
   const held = await setAside(workspace, topNames);
   try {
     await writeTaskFiles(workspace, verifier.files, { exclusive: true });
+    const sandbox = verifierSandbox(options.sandbox, workspace, task.mountDir);
+    if (options.payload) {
+      await writeFile(join(workspace, REWARD_PAYLOAD_FILE), JSON.stringify(options.payload), { flag: 'wx' });
+      sandbox.env = {
+        ...sandbox.env,
+        OPENCLAW_REWARD_PAYLOAD: posix.join(task.mountDir, REWARD_PAYLOAD_FILE),
+      };
+    }
     const entry = posix.join(task.mountDir, verifier.entry);
-    const result = await run(
-      verifierSandbox(options.sandbox, workspace, task.mountDir),
-      `bash ${shellQuote(entry)}`,
-      {
-        cwd: task.mountDir,
-        timeoutMs: verifier.timeoutMs,
-        maxOutputBytes: options.maxOutputBytes ?? 1 << 20,
-      },
-    );
+    const result = await run(sandbox, `bash ${shellQuote(entry)}`, {
+      cwd: task.mountDir,
+      timeoutMs: verifier.timeoutMs,
+      maxOutputBytes: options.maxOutputBytes ?? 1 << 20,
+    });
     const base = {
       stdoutTail: tail(result.stdout, 2_000),
       stderrTail: tail(result.stderr, 2_000),
