@@ -182,6 +182,9 @@ for (const [name, start] of stores) {
         ['POST', `/v1/trajectories/${id}/metadata`, { metadata: { a: 1 } }],
         ['PUT', '/v1/policy-version', { version: 9 }],
         ['GET', '/v1/trajectories', undefined],
+        // Holding a group back from training (ActGuide's pending_guidance) is the owner's.
+        ['POST', '/init_trajectory', { group_id: 'g6', hold_for_guidance: 0.5 }],
+        ['POST', '/v1/groups/guidance', { channel: 'train', group_id: 'g4', action: 'hold' }],
       ];
       for (const [method, path, body] of attempts) {
         const res = await call(method, `${server.url}${path}`, body, AGENT);
@@ -198,6 +201,8 @@ for (const [name, start] of stores) {
         200,
       );
       expect(await server.pool.getTrajectory('planted')).toBeNull();
+      expect(await server.pool.store.getGroup('train', 'g6')).toBeNull();
+      expect((await server.pool.store.getGroup('train', 'g4'))?.state).not.toBe('pending_guidance');
       expect(await server.pool.getTrajectory(id)).toMatchObject({ status: 'open', reward: null });
       expect((await server.pool.getTrajectory(theirs.trajectory_uid))?.status).toBe('open');
       expect((await server.pool.store.getGroup('train', 'g4'))?.nTrajectories).toBe(2);

@@ -616,5 +616,28 @@ for (const [name, start] of stores) {
         expect(res.json.token_ids).toHaveLength(12);
       }
     });
+
+    it("an agent's key scores a sample only where the channel trusts agents (no reward oracle to probe)", async () => {
+      const agent = 'agent-key-0123456789abcdef';
+      const runner = 'runner-key-0123456789abcdef';
+      const server = await start({ apiKeys: [`${agent}:agent`, `${runner}:agent,runner`] });
+      const sample = {
+        prompt_ids: [151644, 872, 198],
+        response_ids: Array.from(loadQwen3Tokenizer().encode(`#### ${GROUND_TRUTH}`)),
+        num_turns: 2,
+        extra_fields: {},
+        dataset_fields: { reward_model: { ground_truth: GROUND_TRUTH } },
+      };
+      const refused = await callJson('POST', `${server.url}/compute_reward`, sample, agent);
+      expect(refused.status).toBe(403);
+      expect(refused.json.error.message).toMatch(/trust_agent_reward/);
+      expect((await callJson('POST', `${server.url}/compute_reward`, sample, runner)).json.reward_score).toBe(
+        1,
+      );
+      await server.pool.configureChannel('train', { trust_agent_reward: true });
+      expect((await callJson('POST', `${server.url}/compute_reward`, sample, agent)).json.reward_score).toBe(
+        1,
+      );
+    });
   });
 }

@@ -158,6 +158,14 @@ async function rewardResponse(
   if (!isSampleRewardBody(body)) return computeRewardResponse(c, rewards, body);
   const sample = parseOrThrow(SampleRewardBody, body);
   const channel = parseOrThrow(ChannelName, c.req.query('channel') ?? 'train', 'channel');
+  // Scoring any text it likes would make the reward functions an oracle the policy could probe.
+  if (agentOnly(c.get('apiKey')))
+    await requireAgentTrust(
+      gateway,
+      c,
+      { channel, trajectoryId: null },
+      'scoring a sample with the reward functions',
+    );
   const [promptText, responseText] = await Promise.all([
     gateway.tokenizing.decode(sample.prompt_ids),
     gateway.tokenizing.decode(sample.response_ids),

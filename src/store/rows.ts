@@ -414,8 +414,6 @@ export function memberTrainingSteps(row: TrajectoryRow, captured: readonly Step[
   return trainingSteps(toTrajectory(row), captured);
 }
 
-const isOnlineCleaner = (row: TrajectoryRow) => onlineCleaner(toTrajectory(row)) !== null;
-
 /**
  * A trajectory with its trainable steps (labels applied), its labels and its current signals;
  * `steps` are as captured.
@@ -427,7 +425,7 @@ export function servedTrajectory(
   signals: Signal[],
 ): ServedTrajectory {
   const trajectory = toTrajectory(row);
-  const purified = memberTrainingSteps(row, steps);
+  const purified = trainingSteps(trajectory, steps);
   return {
     trajectory,
     steps: labels.length > 0 ? purified.filter((s) => isStepTrainable(labels, s.index)) : purified,
@@ -496,10 +494,11 @@ export async function previewGroup(
     if (!keep.has(m.id)) continue;
     const labels = await labelsOf(m);
     // Counted on the served rows: an online CLEANER run serves fewer than it captured.
-    const rows = labels.length === 0 && !isOnlineCleaner(m) ? null : await steps(m);
+    const trajectory = toTrajectory(m);
+    const rows = labels.length === 0 && onlineCleaner(trajectory) === null ? null : await steps(m);
     const trainableSteps =
       rows === null ? m.n_steps : rows.filter((s) => isStepTrainable(labels, s.index)).length;
-    served.push({ trajectory: toTrajectory(m), steps: m.n_steps, trainableSteps });
+    served.push({ trajectory, steps: m.n_steps, trainableSteps });
   }
   return { ...base, decision: 'serve', excluded, served };
 }
