@@ -1,7 +1,6 @@
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { referenceTasks } from '../src/gym/cli.js';
 import { type GymRunOptions, runGym } from '../src/gym/runner.js';
 import { checkSandbox } from '../src/gym/sandbox/index.js';

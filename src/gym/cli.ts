@@ -7,7 +7,7 @@ import { progressReporter } from '../util/progress.js';
 import { defaultToolsDir, findOpenClaw, OPENCLAW_VERSION } from './agent/openclaw/install.js';
 import { checkPgUrl, checkQueueSchema, DEFAULT_QUEUE_SCHEMA, RolloutQueue } from './distributed/queue.js';
 import { DEFAULT_JOB_RETRIES, defaultLeaseSeconds, distributedRunner } from './distributed.js';
-import { addGuideOptions, type GuideCliOptions, guidedRunner } from './guide.js';
+import { addGuideOptions, type GuideCliOptions, guidedRunner } from './guide-cli.js';
 import {
   type AgentSpec,
   defaultRunId,

@@ -1,24 +1,19 @@
-import { appendFileSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { appendFileSync, existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { type Command, InvalidArgumentError, Option } from 'commander';
-import { z } from 'zod';
 import {
   chooseGuidanceK,
-  GUIDE_STRATEGIES,
   GuidanceConfig,
   type GuidanceConfigInput,
   type GuidanceProbe,
   type GuideStrategy,
   guidedPrompt,
-  INJECTION_MODES,
   type InjectionMode,
   isHardGroup,
-  jsonTextAt,
   type PlanAction,
   planFromSteps,
   renderHint,
 } from '../curation/actguide/index.js';
-import { parseOrThrow, ValidationError } from '../domain/errors.js';
+import { parseOrThrow } from '../domain/errors.js';
 import type { StepOut } from '../domain/step.js';
 import { apiUrl } from './gateway-urls.js';
 import { type GymRunOptions, type GymSummary, runGym, type SampleResult } from './runner.js';
@@ -539,217 +534,4 @@ async function planFor(
     if (actions.length > 0) return { actions, source: 'stored', from: t.trajectory_uid };
   }
   return null;
-}
-
-/**
- * Reads `--guide-actions FILE`: JSONL, one `{"task_id", "actions": [{"name", "arguments"}]}` a line;
- * an action may carry `args` instead of `arguments`, as the paper's action data does, and a line may
- * give the paper's `all_actions` (the JSON string its parquet rows hold) in place of `actions`.
- */
-export function readActionLogs(path: string): Map<string, PlanAction[]> {
-  if (!existsSync(path))
-    throw new ValidationError(`--guide-actions: ${path} does not exist`, 'guide_actions');
-  const logs = new Map<string, PlanAction[]>();
-  readFileSync(path, 'utf8')
-    .split('\n')
-    .forEach((line, i) => {
-      if (line.trim() === '') return;
-      let value: unknown;
-      try {
-        value = JSON.parse(line);
-      } catch (error) {
-        throw new ValidationError(
-          `--guide-actions: line ${i + 1} is not JSON (${(error as Error).message})`,
-          'guide_actions',
-        );
-      }
-      // The paper's rows keep the plan as `extra_info.all_actions`, a JSON string: taken as it is.
-      let text = line;
-      let path: (string | number)[] = ['actions'];
-      const row = value as Record<string, unknown> | null;
-      if (
-        row !== null &&
-        typeof row === 'object' &&
-        typeof row.all_actions === 'string' &&
-        !('actions' in row)
-      ) {
-        text = row.all_actions;
-        path = [];
-        try {
-          value = { task_id: row.task_id, actions: JSON.parse(text) };
-        } catch (error) {
-          throw new ValidationError(
-            `--guide-actions line ${i + 1}: all_actions is not a JSON array (${(error as Error).message})`,
-            'all_actions',
-          );
-        }
-        if (Object.keys(row).some((k) => k !== 'task_id' && k !== 'all_actions'))
-          throw new ValidationError(
-            `--guide-actions line ${i + 1}: give "task_id" and "all_actions" (or "actions") only`,
-            'all_actions',
-          );
-      }
-      const entry = parseOrThrow(ActionLogLine, value, `--guide-actions line ${i + 1}`);
-      // Each action keeps its arguments' source text: the hint renders key order and big integers
-      // from it, as the paper's Python does from the same data.
-      const logged = (value as { actions: Record<string, unknown>[] }).actions;
-      const raw = entry.actions.map((a, j) => {
-        const key = logged[j]!.arguments !== undefined ? 'arguments' : 'args';
-        const at = jsonTextAt(text, [...path, j, key]);
-        return at === undefined ? a : { ...a, argumentsJson: at };
-      });
-      logs.set(entry.task_id, raw);
-    });
-  return logs;
-}
-
-// An action as the paper's data writes it (`args`) or as OpenAI's calls do (`arguments`): one of them.
-const LoggedAction = z
-  .strictObject({
-    name: z.string().min(1),
-    arguments: z.record(z.string(), z.unknown()).optional(),
-    args: z.record(z.string(), z.unknown()).optional(),
-  })
-  .superRefine((a, ctx) => {
-    if ((a.arguments === undefined) === (a.args === undefined))
-      ctx.addIssue({
-        code: 'custom',
-        path: ['arguments'],
-        message:
-          a.arguments === undefined
-            ? 'is missing (or give "args", as the paper\'s data does)'
-            : 'give "arguments" or "args", not both',
-      });
-  })
-  .transform((a): PlanAction => ({ name: a.name, arguments: a.arguments ?? a.args }));
-
-const ActionLogLine = z.strictObject({
-  task_id: z.string().min(1),
-  actions: z.array(LoggedAction).min(1, 'must hold at least one action'),
-});
-
-// ---- CLI ----------------------------------------------------------------------------------------
-
-export interface GuideCliOptions {
-  guide?: GuideStrategy | true;
-  guideActions?: string;
-  guideK?: number;
-  guideRatio?: number;
-  probeRollouts?: number;
-  maxProbeSteps?: number;
-  guideApiKey?: string;
-  guideMode?: InjectionMode;
-}
-
-const integer = (flag: string, min: number) => (value: string) => {
-  const n = Number(value);
-  if (!Number.isInteger(n) || n < min) throw new InvalidArgumentError(`${flag} must be an integer >= ${min}`);
-  return n;
-};
-
-/** `stepwise gym run --guide [strategy] ...` (docs/actguide.md). */
-export function addGuideOptions(command: Command): Command {
-  return command
-    .addOption(
-      new Option(
-        '--guide [strategy]',
-        'ActGuide: replace hard groups by groups guided with reference actions',
-      )
-        .choices(GUIDE_STRATEGIES)
-        .preset('adaptive'),
-    )
-    .option('--guide-k <n>', '--guide fixed_k: actions revealed', integer('--guide-k', 0))
-    .option(
-      '--guide-ratio <r>',
-      '--guide fixed_ratio: share of the actions revealed, in (0, 1]',
-      (v: string) => {
-        const r = Number(v);
-        if (!(r > 0 && r <= 1)) throw new InvalidArgumentError('--guide-ratio must be a number in (0, 1]');
-        return r;
-      },
-    )
-    .option(
-      '--probe-rollouts <n>',
-      '--guide adaptive: rollouts per probed k (default 2)',
-      integer('--probe-rollouts', 1),
-    )
-    .option(
-      '--max-probe-steps <n>',
-      '--guide adaptive: probed k values at most (default 5)',
-      integer('--max-probe-steps', 0),
-    )
-    .option(
-      '--sim-needs-plan <share>',
-      "sim reference policy: share of a task's actions a reference plan in the prompt must show before it can finish (hard tasks for --guide)",
-      (v: string) => {
-        const r = Number(v);
-        if (!(r >= 0 && r <= 1))
-          throw new InvalidArgumentError('--sim-needs-plan must be a number from 0 to 1');
-        return r;
-      },
-    )
-    .option(
-      '--guide-actions <file>',
-      'action logs for tasks without reference actions: JSONL of {"task_id", "actions": [{"name", "arguments" or "args"}]}',
-    )
-    .addOption(
-      new Option('--guide-mode <mode>', 'where the hint goes: the user message, or an assistant prefix')
-        .choices(INJECTION_MODES)
-        .default('user_prompt'),
-    )
-    .option(
-      '--guide-api-key <key>',
-      'key with the admin scope for labelling replaced groups (default --api-key)',
-      process.env.STEPWISE_ADMIN_API_KEY,
-    );
-}
-
-/**
- * What `stepwise gym run` runs in place of `runGym` under `--guide` (undefined without it): the guided
- * run, with its summary printed and written to `<out>/guide-summary.json`.
- */
-export function guidedRunner(
-  opts: GuideCliOptions & { out: string },
-  print: (line: string) => void,
-):
-  | ((
-      options: GymRunOptions,
-      runSamples?: typeof runGym,
-    ) => Promise<{ results: SampleResult[]; summary: GymSummary }>)
-  | undefined {
-  if (opts.guide === undefined) return undefined;
-  const strategy: GuideStrategy = opts.guide === true ? 'adaptive' : opts.guide;
-  if (strategy === 'fixed_k' && opts.guideK === undefined)
-    throw new InvalidArgumentError('--guide fixed_k needs --guide-k N');
-  if (strategy === 'fixed_ratio' && opts.guideRatio === undefined)
-    throw new InvalidArgumentError('--guide fixed_ratio needs --guide-ratio R');
-  const guide: GuideOptions = {
-    strategy,
-    ...(opts.guideK !== undefined ? { k: opts.guideK } : {}),
-    ...(opts.guideRatio !== undefined ? { ratio: opts.guideRatio } : {}),
-    ...(opts.probeRollouts !== undefined ? { probeRollouts: opts.probeRollouts } : {}),
-    ...(opts.maxProbeSteps !== undefined ? { maxProbeSteps: opts.maxProbeSteps } : {}),
-    ...(opts.guideApiKey !== undefined ? { adminApiKey: opts.guideApiKey } : {}),
-    ...(opts.guideMode !== undefined ? { injectionMode: opts.guideMode } : {}),
-    ...(opts.guideActions !== undefined ? { actionLogs: readActionLogs(opts.guideActions) } : {}),
-    onDecision: (d) => {
-      if (d.guidance)
-        print(
-          `guide: ${d.taskId} hard; k=${d.guidance.k}/${d.guidance.actions} after ${d.guidance.probes.length} probes, ${d.guidance.rescued ? 'rescued' : 'not rescued'}`,
-        );
-      else if (d.hard) print(`guide: ${d.taskId} hard; left as is (${d.reason})`);
-    },
-  };
-  return async (options, runSamples) => {
-    const run = await runGuided({ ...options, guide }, runSamples);
-    const s = run.guidance.summary;
-    print(
-      `guide: ${s.hard} of ${s.groups} groups hard (${(100 * s.hardFraction).toFixed(1)}%), ${s.rescued} rescued (${(100 * s.rescuedFraction).toFixed(1)}%); ${s.probeRollouts} probe and ${s.guidedRollouts} guided rollouts`,
-    );
-    writeFileSync(
-      join(opts.out, 'guide-summary.json'),
-      `${JSON.stringify({ summary: s, decisions: run.guidance.decisions }, null, 2)}\n`,
-    );
-    return run;
-  };
 }
