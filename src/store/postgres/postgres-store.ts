@@ -1,4 +1,3 @@
-import { createHash } from 'node:crypto';
 import type { Kysely } from 'kysely';
 import pg from 'pg';
 import { isNoop, needsSteps } from '../../curation/pipeline.js';
@@ -9,7 +8,6 @@ import {
   ConflictError,
   currentSignals,
   DEFAULT_CHANNEL_CONFIG,
-  type DropReason,
   type EventType,
   type Group,
   type GroupState,
@@ -26,6 +24,18 @@ import {
   StepwiseError,
   type Trajectory,
 } from '../../domain/index.js';
+import {
+  adoptGroupSize,
+  dropGroup,
+  holdForGuidance,
+  releaseGuidance,
+  resettleFullGroups,
+  settleGroup,
+  sweepCollecting,
+} from '../../pool/groups.js';
+import { endLease, expireLeases } from '../../pool/leases.js';
+import { sweep } from '../../pool/sweep.js';
+import { completeTrajectory, finishTrajectory } from '../../pool/trajectories.js';
 import { ListQueries, type ListSchema } from '../list-queries.js';
 import {
   applyCuration,
@@ -106,7 +116,9 @@ import type {
   TrajectoryQuery,
   TrajectoryScan,
 } from '../store.js';
+import { runAsync } from '../tx.js';
 import { applicationName, inTransaction, openPostgresDatabase, redactUrl, unavailable } from './connect.js';
+import { PgTx, type PgTxContext, prepared } from './tx.js';
 
 export interface PostgresStoreOptions {
   /** `postgres://user@host:port/database` */
@@ -133,46 +145,6 @@ const READY_EVENTS = new Set<EventType>([
 
 /** One open transaction: its connection, what it logged and the channel settings it read. */
 /** A statement under a name derived from its text: pg prepares it once per connection. */
-function prepared(text: string, values: unknown[]): pg.QueryConfig {
-  let name = statementNames.get(text);
-  if (!name) {
-    name = `s${createHash('sha1').update(text).digest('hex').slice(0, 20)}`;
-    statementNames.set(text, name);
-  }
-  return { name, text, values };
-}
-
-const statementNames = new Map<string, string>();
-
-class Tx {
-  readonly log = new TxLog();
-  readonly events: { ts: number; type: EventType; channel: string | null; data: string }[] = [];
-  readonly channels = new Map<string, ChannelConfig>();
-  /** Channels whose row this transaction made sure of. */
-  readonly ensured = new Set<string>();
-  /** Step rows (and tool documents) encoded but not yet inserted: written in one statement. */
-  readonly pendingSteps: StepRow[] = [];
-  readonly pendingDocs = new Map<string, string>();
-
-  constructor(readonly client: pg.PoolClient) {}
-
-  async rows<T>(text: string, values: unknown[] = []): Promise<T[]> {
-    return (await this.client.query(prepared(text, values))).rows as T[];
-  }
-
-  async row<T>(text: string, values: unknown[] = []): Promise<T | undefined> {
-    return (await this.rows<T>(text, values))[0];
-  }
-
-  async run(text: string, values: unknown[] = []): Promise<number> {
-    return (await this.client.query(prepared(text, values))).rowCount ?? 0;
-  }
-
-  emit(type: EventType, channel: string | null, data: Record<string, unknown>, ts: number): void {
-    this.events.push({ ts, type, channel, data: JSON.stringify(data) });
-  }
-}
-
 export async function openPostgresStore(options: PostgresStoreOptions): Promise<PostgresStore> {
   const { pool, kysely, schema } = await openPostgresDatabase<ListSchema>({
     url: options.url,
@@ -216,6 +188,7 @@ export class PostgresStore implements Store {
   ) {
     this.tails = new TailCache(options.tailCacheTokens);
     this.channelDefaults = { ...DEFAULT_CHANNEL_CONFIG, ...options.channelDefaults };
+    this.txContext = { channelDefaults: this.channelDefaults, flushSteps: (tx) => this.flushSteps(tx) };
     this.queries = new ListQueries(kysely, 'postgres');
     this.channel = `stepwise_${schema}`;
     this.lockKey = `stepwise_events_${schema}`;
@@ -223,16 +196,18 @@ export class PostgresStore implements Store {
 
   // ---- transactions ---------------------------------------------------------------------------
 
+  private readonly txContext: PgTxContext;
+
   /**
    * Runs fn in one transaction and commits it with its events and counters; a transaction that
    * lost a race (deadlock, serialization failure, a row another process created first) runs again.
    */
-  private async write<T>(fn: (tx: Tx) => Promise<T>): Promise<T> {
-    let tx = null as Tx | null;
+  private async write<T>(fn: (tx: PgTx) => Promise<T>): Promise<T> {
+    let tx = null as PgTx | null;
     const value = await inTransaction(
       this.pool,
       async (client) => {
-        tx = new Tx(client);
+        tx = new PgTx(client, this.txContext);
         const result = await fn(tx);
         await this.flush(tx);
         return result;
@@ -249,7 +224,7 @@ export class PostgresStore implements Store {
   }
 
   /** Appends the transaction's events and counters under the event lock, then announces them. */
-  private async flush(tx: Tx): Promise<void> {
+  private async flush(tx: PgTx): Promise<void> {
     const log = tx.log;
     for (const [channel, byTrajectory] of log.submitted) {
       let count = 0;
@@ -298,8 +273,8 @@ export class PostgresStore implements Store {
   }
 
   /** Runs reads on one connection in one snapshot (REPEATABLE READ, read only). */
-  private async snapshot<T>(fn: (tx: Tx) => Promise<T>): Promise<T> {
-    return inTransaction(this.pool, (client) => fn(new Tx(client)), {
+  private async snapshot<T>(fn: (tx: PgTx) => Promise<T>): Promise<T> {
+    return inTransaction(this.pool, (client) => fn(new PgTx(client, this.txContext)), {
       begin: 'BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY',
       retry: false,
       check: () => this.checkOpen(),
@@ -356,7 +331,7 @@ export class PostgresStore implements Store {
 
   // ---- meta and channels ----------------------------------------------------------------------
 
-  private async policyVersionNow(tx?: Tx): Promise<number> {
+  private async policyVersionNow(tx?: PgTx): Promise<number> {
     const sqlText = "SELECT value FROM meta WHERE key = 'policy_version'";
     const row = tx
       ? await tx.row<{ value: string }>(sqlText)
@@ -368,17 +343,11 @@ export class PostgresStore implements Store {
     return row ? { ...this.channelDefaults, ...JSON.parse(row.config) } : this.channelDefaults;
   }
 
-  private async channelConfig(tx: Tx, channel: string): Promise<ChannelConfig> {
-    const cached = tx.channels.get(channel);
-    if (cached) return cached;
-    const config = this.parseConfig(
-      await tx.row<{ config: string }>('SELECT config FROM channels WHERE name = $1', [channel]),
-    );
-    tx.channels.set(channel, config);
-    return config;
+  private channelConfig(tx: PgTx, channel: string): Promise<ChannelConfig> {
+    return runAsync(tx.channelConfig(channel));
   }
 
-  private async ensureChannel(tx: Tx, channel: string, now: number): Promise<void> {
+  private async ensureChannel(tx: PgTx, channel: string, now: number): Promise<void> {
     await tx.run(
       'INSERT INTO channels (name, config, created_at, updated_at) VALUES ($1, $2, $3, $3) ON CONFLICT DO NOTHING',
       [channel, JSON.stringify(this.channelDefaults), now],
@@ -386,7 +355,7 @@ export class PostgresStore implements Store {
   }
 
   private async saveChannelConfig(
-    tx: Tx,
+    tx: PgTx,
     channel: string,
     config: ChannelConfig,
     now: number,
@@ -420,35 +389,11 @@ export class PostgresStore implements Store {
       };
       await this.saveChannelConfig(tx, channel, config, now);
       tx.emit('channel_configured', channel, { config }, now);
-      if (patch.n_rollouts != null) await this.adoptGroupSize(tx, channel, patch.n_rollouts, config, now);
-      if (patch.required_signals !== undefined) {
-        // Groups held back for signals no longer required (or already in) may be ready now.
-        const held = await tx.rows<GroupRow>(
-          `SELECT * FROM groups WHERE channel = $1 AND state = 'collecting' AND expected IS NOT NULL
-             AND n_finished >= expected ORDER BY seq FOR UPDATE`,
-          [channel],
-        );
-        for (const row of held) await this.settleGroup(tx, row, config, now);
-      }
+      if (patch.n_rollouts != null)
+        await runAsync(adoptGroupSize(tx, channel, patch.n_rollouts, config, now));
+      if (patch.required_signals !== undefined) await runAsync(resettleFullGroups(tx, channel, config, now));
       return config;
     });
-  }
-
-  /** Gives groups that were created before their size was known the channel's size. */
-  private async adoptGroupSize(
-    tx: Tx,
-    channel: string,
-    size: number,
-    config: ChannelConfig,
-    now: number,
-  ): Promise<void> {
-    const rows = await tx.rows<GroupRow>(
-      `UPDATE groups SET expected = $2 WHERE channel = $1 AND state = 'collecting' AND expected IS NULL
-       RETURNING *`,
-      [channel, size],
-    );
-    rows.sort((a, b) => (a as GroupRow & { seq: number }).seq - (b as GroupRow & { seq: number }).seq);
-    for (const row of rows) await this.settleGroup(tx, row, config, now);
   }
 
   // ---- policy version -------------------------------------------------------------------------
@@ -479,7 +424,7 @@ export class PostgresStore implements Store {
   }
 
   /** The group's row, locked for the rest of the transaction. */
-  private async lockGroup(tx: Tx, channel: string, id: string): Promise<GroupRow | undefined> {
+  private async lockGroup(tx: PgTx, channel: string, id: string): Promise<GroupRow | undefined> {
     return tx.row<GroupRow>('SELECT * FROM groups WHERE channel = $1 AND id = $2 FOR UPDATE', [channel, id]);
   }
 
@@ -488,7 +433,7 @@ export class PostgresStore implements Store {
    * locks the group's row); returns whether the group still collects.
    */
   private async joinGroup(
-    tx: Tx,
+    tx: PgTx,
     trajectory: TrajectoryRow,
     nRollouts: number | null,
     now: number,
@@ -537,139 +482,15 @@ export class PostgresStore implements Store {
       return true;
     }
     // Sized now (or before): it may already have all the rollouts it needs.
-    if (nRollouts !== null && row.expected === nRollouts) await this.settleGroup(tx, row, config, now, log);
+    if (nRollouts !== null && row.expected === nRollouts)
+      await runAsync(settleGroup(tx.withLog(log), row, config, now));
     return row.state === 'collecting';
-  }
-
-  /** Moves a collecting group (locked by the caller) on once all its expected rollouts have finished. */
-  private async settleGroup(
-    tx: Tx,
-    row: GroupRow,
-    config: ChannelConfig,
-    now: number,
-    log = tx.log,
-  ): Promise<void> {
-    if (row.state !== 'collecting' || row.expected === null || row.n_finished < row.expected) return;
-    if (row.n_complete === 0) {
-      await this.dropGroup(tx, row, 'no_complete_trajectories', now, log);
-      return;
-    }
-    // Every rollout is in; the group waits (still collecting) for its required signals.
-    if (!(await this.signalsIn(tx, row, config))) return;
-    await this.markReady(tx, row, row.n_complete < row.expected, config, now, log);
-  }
-
-  /** Whether every complete rollout of the group has each of the channel's required signals (an agent's own never count). */
-  private async signalsIn(tx: Tx, row: GroupRow, config: ChannelConfig): Promise<boolean> {
-    const names = config.required_signals;
-    if (names.length === 0) return true;
-    const missing = await tx.row<{ n: number }>(
-      `SELECT count(*) AS n FROM trajectories t
-       WHERE t.group_id = $1 AND t.channel = $2 AND t.status = 'complete'
-         AND (SELECT count(DISTINCT s.name) FROM signals s
-              WHERE s.trajectory_id = t.id AND s.step_index IS NULL AND s.source <> 'agent'
-                AND s.name = ANY($3::text[])) < $4`,
-      [row.id, row.channel, names, names.length],
-    );
-    return missing!.n === 0;
-  }
-
-  /** Whether a held group is hard: no complete rollout it counts scored above the hold's threshold. */
-  private async heldHard(tx: Tx, row: GroupRow): Promise<boolean> {
-    if (row.guidance_hold === null || row.guidance_hold === undefined) return false;
-    const above = await tx.row<{ n: number }>(
-      `SELECT count(*) AS n FROM trajectories
-       WHERE group_id = $1 AND channel = $2 AND counted = 1 AND status = 'complete' AND reward > $3`,
-      [row.id, row.channel, row.guidance_hold],
-    );
-    return Number(above!.n) === 0;
-  }
-
-  /** A held group waits for its guided replacement instead of becoming ready (never leased there). */
-  private async markPending(
-    tx: Tx,
-    row: GroupRow,
-    partial: boolean,
-    now: number,
-    log = tx.log,
-  ): Promise<void> {
-    await tx.run(
-      `UPDATE groups SET state = 'pending_guidance', pending_since = $1, partial = $2, ready_seq = NULL
-       WHERE channel = $3 AND id = $4`,
-      [now, partial ? 1 : 0, row.channel, row.id],
-    );
-    row.state = 'pending_guidance';
-    row.pending_since = now;
-    log.count(row.channel, 'groups_pending_guidance');
-    tx.emit('group_pending_guidance', row.channel, { group_id: row.id, n_complete: row.n_complete }, now);
-  }
-
-  private async markReady(
-    tx: Tx,
-    row: GroupRow,
-    partial: boolean,
-    config: ChannelConfig,
-    now: number,
-    log = tx.log,
-  ): Promise<void> {
-    if (await this.heldHard(tx, row)) {
-      await this.markPending(tx, row, partial, now, log);
-      return;
-    }
-    await tx.run(
-      `UPDATE groups SET state = 'ready', ready_at = $1, ready_seq = nextval('ready_seq'), partial = $2
-       WHERE channel = $3 AND id = $4`,
-      [now, partial ? 1 : 0, row.channel, row.id],
-    );
-    row.state = 'ready';
-    log.count(row.channel, 'groups_ready');
-    if (partial) log.count(row.channel, 'groups_partial');
-    tx.emit('group_ready', row.channel, { group_id: row.id, partial, n_complete: row.n_complete }, now);
-    if (config.max_queue_size !== null)
-      await this.enforceQueueLimit(tx, row.channel, config.max_queue_size, now, log);
-  }
-
-  private async enforceQueueLimit(
-    tx: Tx,
-    channel: string,
-    limit: number,
-    now: number,
-    log: TxLog,
-  ): Promise<void> {
-    const { n } = (await tx.row<{ n: number }>(
-      "SELECT count(*) AS n FROM groups WHERE channel = $1 AND state = 'ready'",
-      [channel],
-    ))!;
-    if (n <= limit) return;
-    // Groups another transaction is leasing right now are not waiting in the queue: skip them.
-    const oldest = await tx.rows<GroupRow>(
-      `SELECT * FROM groups WHERE channel = $1 AND state = 'ready' ORDER BY ready_seq LIMIT $2
-       FOR UPDATE SKIP LOCKED`,
-      [channel, n - limit],
-    );
-    for (const row of oldest) await this.dropGroup(tx, row, 'queue_full', now, log);
-  }
-
-  private async dropGroup(
-    tx: Tx,
-    row: GroupRow,
-    reason: DropReason,
-    now: number,
-    log = tx.log,
-  ): Promise<void> {
-    await tx.run(
-      "UPDATE groups SET state = 'dropped', drop_reason = $1, lease_id = NULL WHERE channel = $2 AND id = $3",
-      [reason, row.channel, row.id],
-    );
-    row.state = 'dropped';
-    log.count(row.channel, `dropped_${reason}`);
-    tx.emit('group_dropped', row.channel, { group_id: row.id, reason }, now);
   }
 
   // ---- ingestion ------------------------------------------------------------------------------
 
   private async insertTrajectory(
-    tx: Tx,
+    tx: PgTx,
     input: CreateTrajectoryInput,
     now: number,
     log: TxLog,
@@ -710,7 +531,7 @@ export class PostgresStore implements Store {
     });
   }
 
-  private async trajectoryRow(tx: Tx, id: string, lock = false): Promise<TrajectoryRow | undefined> {
+  private async trajectoryRow(tx: PgTx, id: string, lock = false): Promise<TrajectoryRow | undefined> {
     return tx.row<TrajectoryRow>(
       lock
         ? 'SELECT * FROM trajectories WHERE id = $1 FOR UPDATE'
@@ -720,19 +541,19 @@ export class PostgresStore implements Store {
   }
 
   /** A trajectory's stored step rows up to maxIndex, in index order: one key range. */
-  private async stepRows(q: Tx | null, seq: number, maxIndex = STEP_KEY_SPAN - 1): Promise<StepRow[]> {
+  private async stepRows(q: PgTx | null, seq: number, maxIndex = STEP_KEY_SPAN - 1): Promise<StepRow[]> {
     const text = 'SELECT * FROM steps WHERE key BETWEEN $1 AND $2 ORDER BY key';
     const values = [stepKey(seq, 0), stepKey(seq, Math.min(maxIndex, STEP_KEY_SPAN - 1))];
     return q ? q.rows<StepRow>(text, values) : this.read<StepRow>(text, values);
   }
 
   private async docs(
-    q: Tx | null,
+    q: PgTx | null,
     rows: readonly StepRow[],
   ): Promise<Map<string, Record<string, unknown>[]>> {
     const hashes = new Set<string>();
     for (const row of rows) {
-      if (!row.view || !row.view.includes('"th"')) continue;
+      if (!row.view?.includes('"th"')) continue;
       const th = (JSON.parse(row.view) as { th?: string }).th;
       if (th) hashes.add(th);
     }
@@ -746,13 +567,13 @@ export class PostgresStore implements Store {
     return out;
   }
 
-  private async decode(q: Tx | null, rows: StepRow[]): Promise<ReturnType<typeof decodeSteps>> {
+  private async decode(q: PgTx | null, rows: StepRow[]): Promise<ReturnType<typeof decodeSteps>> {
     const docs = await this.docs(q, rows);
     return decodeSteps(rows, (hash) => docs.get(hash) ?? null);
   }
 
   /** Steps of many trajectories (by seq, each up to its max index) with one read of steps and docs. */
-  private async decodeMany(q: Tx | null, ranges: Map<number, number>): Promise<Map<number, Step[]>> {
+  private async decodeMany(q: PgTx | null, ranges: Map<number, number>): Promise<Map<number, Step[]>> {
     const out = new Map<number, Step[]>();
     if (ranges.size === 0) return out;
     const seqs = [...ranges.keys()];
@@ -775,13 +596,13 @@ export class PostgresStore implements Store {
     return out;
   }
 
-  private async decodeRange(q: Tx | null, seq: number, maxIndex = STEP_KEY_SPAN - 1): Promise<Step[]> {
+  private async decodeRange(q: PgTx | null, seq: number, maxIndex = STEP_KEY_SPAN - 1): Promise<Step[]> {
     return (await this.decode(q, await this.stepRows(q, seq, maxIndex))).steps;
   }
 
   /** The full sequence of the step a new step at `index` is encoded against (the highest below it). */
   private async baseTail(
-    tx: Tx,
+    tx: PgTx,
     trajectory: TrajectoryRow,
     index: number,
     local: TxLog,
@@ -805,7 +626,7 @@ export class PostgresStore implements Store {
   }
 
   private async applySubmission(
-    tx: Tx,
+    tx: PgTx,
     request: SubmitRequest,
     policyVersion: number,
     now: number,
@@ -910,14 +731,11 @@ export class PostgresStore implements Store {
         local.noteSubmitted(request.channel, trajectoryId, trajectory.group_id, added, now, created);
         if (trajectory.last_index !== null && trajectory.n_steps === trajectory.last_index + 1) {
           const known = trajectory.n_steps === added ? (rewardCount > 0 ? rewardSum : null) : undefined;
-          await this.finishTrajectory(
-            tx,
-            trajectory,
-            { status: 'complete', reward: null },
-            now,
-            local,
-            known,
-            lowered,
+          await runAsync(
+            finishTrajectory(tx.withLog(local), trajectory, { status: 'complete', reward: null }, now, {
+              stepRewardSum: known,
+              versionLowered: lowered,
+            }),
           );
           completed.push(trajectoryId);
           continue;
@@ -935,7 +753,7 @@ export class PostgresStore implements Store {
             trajectoryId,
           ],
         );
-        if (lowered) await this.lowerGroupVersion(tx, trajectory);
+        if (lowered) await runAsync(tx.lowerGroupVersion(trajectory));
       }
       await this.flushSteps(tx);
       for (const attachment of request.toolResults ?? []) await this.attachToolResults(tx, attachment);
@@ -952,7 +770,7 @@ export class PostgresStore implements Store {
   }
 
   /** Inserts the pending step rows (and the tool documents they refer to): one statement each. */
-  private async flushSteps(tx: Tx): Promise<void> {
+  private async flushSteps(tx: PgTx): Promise<void> {
     const docs = tx.pendingDocs;
     if (docs.size > 0) {
       await tx.run(
@@ -990,7 +808,7 @@ export class PostgresStore implements Store {
   }
 
   /** Sets a stored step's tool results (the outputs of its tool calls, seen in the next request). */
-  private async attachToolResults(tx: Tx, attachment: ToolResultAttachment): Promise<void> {
+  private async attachToolResults(tx: PgTx, attachment: ToolResultAttachment): Promise<void> {
     const row = await tx.row<{ seq: number }>('SELECT seq FROM trajectories WHERE id = $1', [
       attachment.trajectoryId,
     ]);
@@ -1038,126 +856,8 @@ export class PostgresStore implements Store {
   }
 
   /** The group's oldest version can only fall when one of its trajectories' does. */
-  private async lowerGroupVersion(tx: Tx, trajectory: TrajectoryRow): Promise<void> {
-    await tx.run(
-      'UPDATE groups SET min_policy_version = least(coalesce(min_policy_version, $1), $1) WHERE channel = $2 AND id = $3',
-      [trajectory.min_policy_version, trajectory.channel, trajectory.group_id],
-    );
-  }
-
-  private async finishTrajectory(
-    tx: Tx,
-    trajectory: TrajectoryRow,
-    input: CompleteInput,
-    now: number,
-    log: TxLog,
-    stepRewardSum?: number | null,
-    versionLowered = false,
-    reason?: 'idle',
-  ): Promise<void> {
-    let reward = input.reward ?? stepRewardSum ?? null;
-    if (reward === null && stepRewardSum === undefined) {
-      await this.flushSteps(tx);
-      const sum = (await tx.row<{ total: number | null; n: number }>(
-        'SELECT sum(reward) AS total, count(reward) AS n FROM steps WHERE key BETWEEN $1 AND $2',
-        [stepKey(trajectory.seq, 0), stepKey(trajectory.seq, STEP_KEY_SPAN - 1)],
-      ))!;
-      reward = sum.n > 0 ? sum.total : null;
-    }
-    trajectory.status = input.status;
-    trajectory.reward = reward;
-    trajectory.completed_at = now;
-    // Only rollouts that finish while their group collects belong to it (counted); later ones are
-    // never served. The group's counts and the trajectory's row change in one statement.
-    const version = versionLowered ? trajectory.min_policy_version : null;
-    const group = await tx.row<GroupRow>(
-      `WITH g AS (
-         UPDATE groups SET n_finished = n_finished + 1, n_complete = n_complete + $1,
-           min_policy_version = CASE WHEN $2::int IS NULL THEN min_policy_version
-                                     ELSE least(coalesce(min_policy_version, $2), $2) END
-         WHERE channel = $3 AND id = $4 AND state = 'collecting' RETURNING *
-       ), t AS (
-         UPDATE trajectories SET status = $5, reward = $6, completed_at = $7,
-           counted = (SELECT count(*) FROM g), n_steps = $8, max_index = $9, last_index = $10,
-           prefix_breaks = $11, min_policy_version = $12 WHERE id = $13
-       )
-       SELECT * FROM g`,
-      [
-        input.status === 'complete' ? 1 : 0,
-        version,
-        trajectory.channel,
-        trajectory.group_id,
-        input.status,
-        reward,
-        now,
-        trajectory.n_steps,
-        trajectory.max_index,
-        trajectory.last_index,
-        trajectory.prefix_breaks,
-        trajectory.min_policy_version,
-        trajectory.id,
-      ],
-    );
-    log.count(trajectory.channel, `trajectories_${input.status}`);
-    if (reason) log.count(trajectory.channel, `trajectories_${reason}_${input.status}`);
-    log.forgetTails.add(trajectory.id);
-    log.tails.delete(trajectory.id);
-    tx.emit(
-      'trajectory_completed',
-      trajectory.channel,
-      {
-        trajectory_uid: trajectory.id,
-        group_id: trajectory.group_id,
-        status: input.status,
-        reward,
-        ...(reason ? { reason } : {}),
-      },
-      now,
-    );
-    if (!group) {
-      if (versionLowered) await this.lowerGroupVersion(tx, trajectory);
-      log.count(trajectory.channel, 'late_trajectories_finished');
-      return;
-    }
-    await this.settleGroup(tx, group, await this.channelConfig(tx, group.channel), now, log);
-  }
-
   async completeTrajectory(id: string, input: CompleteInput, now: number): Promise<Trajectory> {
-    return this.write(async (tx) => {
-      const trajectory = await this.trajectoryRow(tx, id, true);
-      if (!trajectory) throw new NotFoundError(`trajectory ${id} does not exist`);
-      if (trajectory.status !== 'open') {
-        const sameReward = input.reward === null || input.reward === trajectory.reward;
-        if (trajectory.status === input.status && sameReward) return toTrajectory(trajectory); // a retry
-        if (trajectory.status === 'complete' && input.status === 'complete' && input.reward !== null) {
-          // The environment's reward may follow the last step, until the group is handed out.
-          const group = await this.lockGroup(tx, trajectory.channel, trajectory.group_id);
-          if (
-            group &&
-            (group.state === 'collecting' || group.state === 'ready' || group.state === 'pending_guidance')
-          ) {
-            trajectory.reward = input.reward;
-            await tx.run('UPDATE trajectories SET reward = $1 WHERE id = $2', [input.reward, id]);
-            tx.emit(
-              'trajectory_completed',
-              trajectory.channel,
-              {
-                trajectory_uid: id,
-                group_id: trajectory.group_id,
-                status: 'complete',
-                reward: input.reward,
-                update: true,
-              },
-              now,
-            );
-            return toTrajectory(trajectory);
-          }
-        }
-        throw new ConflictError(`trajectory ${id} is already ${trajectory.status}`, 'status');
-      }
-      await this.finishTrajectory(tx, trajectory, input, now, tx.log);
-      return toTrajectory(trajectory);
-    });
+    return this.write(async (tx) => toTrajectory(await runAsync(completeTrajectory(tx, id, input, now))));
   }
 
   async mergeTrajectoryMetadata(
@@ -1319,117 +1019,8 @@ export class PostgresStore implements Store {
 
   // ---- leases ---------------------------------------------------------------------------------
 
-  private async expireLeasesTx(tx: Tx, now: number): Promise<number> {
-    const overdue = await tx.rows<LeaseRow>(
-      "SELECT * FROM leases WHERE state = 'active' AND expires_at < $1 ORDER BY id FOR UPDATE SKIP LOCKED",
-      [now],
-    );
-    for (const lease of overdue) await this.expireLease(tx, lease, now);
-    return overdue.length;
-  }
-
-  private async expireLease(tx: Tx, lease: LeaseRow, now: number): Promise<void> {
-    await tx.run("UPDATE leases SET state = 'expired', ended_at = $1 WHERE id = $2", [now, lease.id]);
-    const back = await tx.run(
-      "UPDATE groups SET state = 'ready', lease_id = NULL WHERE lease_id = $1 AND state = 'leased'",
-      [lease.id],
-    );
-    tx.log.count(lease.channel, 'leases_expired');
-    tx.emit(
-      'lease_expired',
-      lease.channel,
-      { lease_id: lease.id, consumer: lease.consumer, groups_returned: back },
-      now,
-    );
-  }
-
-  private async sweepTimeoutsTx(tx: Tx, now: number): Promise<{ dropped: number; servedPartial: number }> {
-    let dropped = 0;
-    let servedPartial = 0;
-    const channels = await tx.rows<{ name: string; config: string }>(
-      'SELECT name, config FROM channels ORDER BY name',
-    );
-    for (const channel of channels) {
-      const config = this.parseConfig(channel);
-      tx.channels.set(channel.name, config);
-      if (config.group_timeout_ms === null) continue;
-      const stale = await tx.rows<GroupRow>(
-        `SELECT * FROM groups WHERE state = 'collecting' AND created_at < $1 AND channel = $2
-         ORDER BY created_at, seq FOR UPDATE SKIP LOCKED`,
-        [now - config.group_timeout_ms, channel.name],
-      );
-      for (const row of stale) {
-        // All rollouts in but not all their signals: never served half-scored.
-        if (row.expected !== null && row.n_finished >= row.expected && row.n_complete > 0) {
-          await this.dropGroup(tx, row, 'signals_missing', now);
-          dropped++;
-          continue;
-        }
-        if (config.incomplete_policy === 'serve_partial' && row.n_complete > 0) {
-          await this.markReady(tx, row, true, config, now);
-          servedPartial++;
-        } else {
-          await this.dropGroup(tx, row, 'incomplete_timeout', now);
-          dropped++;
-        }
-      }
-    }
-    return { dropped, servedPartial };
-  }
-
-  /** Closes open trajectories idle past their channel's idle_timeout_ms as aborted. */
-  private async abortIdleTx(tx: Tx, now: number): Promise<number> {
-    let aborted = 0;
-    const channels = await tx.rows<{ name: string; config: string }>(
-      'SELECT name, config FROM channels ORDER BY name',
-    );
-    for (const channel of channels) {
-      const { idle_timeout_ms: ttl } = this.parseConfig(channel);
-      if (ttl === null) continue;
-      const idle = await tx.rows<TrajectoryRow>(
-        `SELECT * FROM trajectories WHERE status = 'open' AND channel = $1 AND touched_at < $2
-         ORDER BY id FOR UPDATE SKIP LOCKED`,
-        [channel.name, now - ttl],
-      );
-      for (const trajectory of idle) {
-        await this.finishTrajectory(
-          tx,
-          trajectory,
-          { status: 'aborted', reward: null },
-          now,
-          tx.log,
-          undefined,
-          false,
-          'idle',
-        );
-        aborted++;
-      }
-    }
-    return aborted;
-  }
-
-  /** Releases groups held in pending_guidance past their channel's guidance_hold_timeout_ms. */
-  private async sweepGuidanceHoldsTx(tx: Tx, now: number): Promise<number> {
-    let released = 0;
-    const held = await tx.rows<GroupRow>(
-      `SELECT * FROM groups WHERE state = 'pending_guidance' ORDER BY pending_since, seq FOR UPDATE SKIP LOCKED`,
-    );
-    for (const row of held) {
-      const ttl = (await this.channelConfig(tx, row.channel)).guidance_hold_timeout_ms;
-      if (ttl === null || Number(row.pending_since ?? now) >= now - ttl) continue;
-      await this.releaseTx(tx, row, 'timeout', now);
-      released++;
-    }
-    return released;
-  }
-
   async sweep(now: number): Promise<GroupSweepResult> {
-    return this.write(async (tx) => {
-      const expiredLeases = await this.expireLeasesTx(tx, now);
-      const idleAborted = await this.abortIdleTx(tx, now);
-      const guidanceReleased = await this.sweepGuidanceHoldsTx(tx, now);
-      return { ...(await this.sweepTimeoutsTx(tx, now)), expiredLeases, idleAborted, guidanceReleased };
-    });
+    return this.write((tx) => runAsync(sweep(tx, now)));
   }
 
   // ---- guidance holds (ActGuide-RL) -----------------------------------------------------------
@@ -1455,55 +1046,11 @@ export class PostgresStore implements Store {
   }
 
   async holdGroupForGuidance(channel: string, id: string, now: number): Promise<Group> {
-    return this.write(async (tx) => {
-      const row = await this.lockGroup(tx, channel, id);
-      if (!row) throw new NotFoundError(`group ${id} does not exist in channel ${channel}`);
-      if (row.state === 'collecting' || row.state === 'ready') {
-        // Held whatever its rewards: the caller already knows it will be replaced.
-        await tx.run('UPDATE groups SET guidance_hold = $1 WHERE channel = $2 AND id = $3', [
-          Number.MAX_VALUE,
-          channel,
-          id,
-        ]);
-        row.guidance_hold = Number.MAX_VALUE;
-        if (row.state === 'ready') await this.markPending(tx, row, row.partial === 1, now);
-      } else if (row.state === 'pending_guidance') {
-        // Held again while the guide works on it: the timeout counts from now (the guide is alive).
-        await tx.run('UPDATE groups SET pending_since = $1 WHERE channel = $2 AND id = $3', [
-          now,
-          channel,
-          id,
-        ]);
-        row.pending_since = now;
-      } else {
-        throw new ConflictError(`group ${id} is already ${row.state}: it can no longer be held`, 'state');
-      }
-      return toGroup(row);
-    });
-  }
-
-  private async releaseTx(tx: Tx, row: GroupRow, why: GuidanceRelease, now: number): Promise<void> {
-    const wasPending = row.state === 'pending_guidance';
-    await tx.run(
-      'UPDATE groups SET guidance_hold = NULL, pending_since = NULL WHERE channel = $1 AND id = $2',
-      [row.channel, row.id],
-    );
-    row.guidance_hold = null;
-    row.pending_since = null;
-    if (!wasPending) return;
-    tx.log.count(row.channel, `guidance_released_${why}`);
-    tx.emit('group_guidance_released', row.channel, { group_id: row.id, reason: why }, now);
-    await this.markReady(tx, row, row.partial === 1, await this.channelConfig(tx, row.channel), now);
+    return this.write(async (tx) => toGroup(await runAsync(holdForGuidance(tx, channel, id, now))));
   }
 
   async releaseGuidanceHold(channel: string, id: string, why: GuidanceRelease, now: number): Promise<Group> {
-    return this.write(async (tx) => {
-      const row = await this.lockGroup(tx, channel, id);
-      if (!row) throw new NotFoundError(`group ${id} does not exist in channel ${channel}`);
-      if (row.state === 'collecting' || row.state === 'pending_guidance')
-        await this.releaseTx(tx, row, why, now);
-      return toGroup(row);
-    });
+    return this.write(async (tx) => toGroup(await runAsync(releaseGuidance(tx, channel, id, why, now))));
   }
 
   /**
@@ -1511,7 +1058,7 @@ export class PostgresStore implements Store {
    * another consumer is leasing right now are skipped, not waited for.
    */
   private async *readyGroups(
-    q: Tx,
+    q: PgTx,
     channel: string,
     batchSize: number,
     nRollouts: number | null,
@@ -1536,8 +1083,8 @@ export class PostgresStore implements Store {
 
   async leaseBatch(params: LeaseParams, now: number): Promise<LeasedBatch | null> {
     const leased = await this.write(async (tx) => {
-      await this.expireLeasesTx(tx, now);
-      await this.sweepTimeoutsTx(tx, now);
+      await runAsync(expireLeases(tx, now));
+      await runAsync(sweepCollecting(tx, now));
       let config = await this.channelConfig(tx, params.channel);
       if (params.nRollouts !== null && config.n_rollouts === null) {
         // The trainer's first lease declares the group size for groups nobody sized.
@@ -1551,7 +1098,7 @@ export class PostgresStore implements Store {
           config = { ...config, n_rollouts: params.nRollouts };
           await this.saveChannelConfig(tx, params.channel, config, now);
           tx.emit('channel_configured', params.channel, { config, by: 'lease' }, now);
-          await this.adoptGroupSize(tx, params.channel, params.nRollouts, config, now);
+          await runAsync(adoptGroupSize(tx, params.channel, params.nRollouts, config, now));
         }
       }
       const maxStaleness = params.maxStaleness ?? config.max_staleness;
@@ -1568,7 +1115,7 @@ export class PostgresStore implements Store {
       )) {
         const stale = maxStaleness !== null && staleness > maxStaleness;
         if (stale && config.stale_policy === 'drop') {
-          await this.dropGroup(tx, row, 'stale', now);
+          await runAsync(dropGroup(tx, row, 'stale', now));
           continue;
         }
         let curated: Curated | null = null;
@@ -1678,7 +1225,7 @@ export class PostgresStore implements Store {
 
   /** Curation inside the lease transaction (see SqliteStore.curate). */
   private async curate(
-    tx: Tx,
+    tx: PgTx,
     row: GroupRow,
     curation: ChannelCuration,
     now: number,
@@ -1700,14 +1247,14 @@ export class PostgresStore implements Store {
       drops,
     );
     if ('drop' in curated) {
-      await this.dropGroup(tx, row, curated.drop, now);
+      await runAsync(dropGroup(tx, row, curated.drop, now));
       return null;
     }
     return curated;
   }
 
   /** The rollouts a group is served with: those that completed while it collected. */
-  private async groupMembers(q: Tx, group: GroupRow): Promise<TrajectoryRow[]> {
+  private async groupMembers(q: PgTx, group: GroupRow): Promise<TrajectoryRow[]> {
     return q.rows<TrajectoryRow>(
       `SELECT * FROM trajectories WHERE group_id = $1 AND channel = $2 AND status = 'complete' AND counted = 1
        ORDER BY completed_at, seq`,
@@ -1746,52 +1293,7 @@ export class PostgresStore implements Store {
   }
 
   private async endLease(leaseId: string, outcome: 'acked' | 'nacked', now: number): Promise<Lease> {
-    const result = await this.write(async (tx): Promise<Lease | ConflictError> => {
-      const lease = await tx.row<LeaseRow>('SELECT * FROM leases WHERE id = $1 FOR UPDATE', [leaseId]);
-      if (!lease) throw new NotFoundError(`lease ${leaseId} does not exist`);
-      if (lease.state === outcome) return toLease(lease); // a retried ack or nack
-      if (lease.state === 'active' && lease.expires_at < now) {
-        // Every overdue lease goes, as at a sweep (this one is locked by us, so not skipped).
-        await this.expireLeasesTx(tx, now);
-        lease.state = 'expired';
-      }
-      if (lease.state !== 'active') {
-        // Returned, not thrown: the expiry just applied must commit before the caller hears no.
-        return new ConflictError(
-          `lease ${leaseId} is ${lease.state}; its groups may be served again`,
-          'lease_id',
-        );
-      }
-      await tx.run('UPDATE leases SET state = $1, ended_at = $2 WHERE id = $3', [outcome, now, leaseId]);
-      if (outcome === 'acked') {
-        const done = await tx.run(
-          "UPDATE groups SET state = 'consumed', consumed_at = $1, lease_id = NULL WHERE lease_id = $2 AND state = 'leased'",
-          [now, leaseId],
-        );
-        tx.log.count(lease.channel, 'groups_consumed', done);
-        tx.log.count(lease.channel, 'steps_consumed', lease.n_steps);
-        tx.log.count(lease.channel, 'batches_acked');
-        tx.emit(
-          'batch_acked',
-          lease.channel,
-          { lease_id: leaseId, consumer: lease.consumer, groups: done },
-          now,
-        );
-      } else {
-        const back = await tx.run(
-          "UPDATE groups SET state = 'ready', lease_id = NULL WHERE lease_id = $1 AND state = 'leased'",
-          [leaseId],
-        );
-        tx.log.count(lease.channel, 'batches_nacked');
-        tx.emit(
-          'batch_nacked',
-          lease.channel,
-          { lease_id: leaseId, consumer: lease.consumer, groups: back },
-          now,
-        );
-      }
-      return toLease({ ...lease, state: outcome, ended_at: now });
-    });
+    const result = await this.write((tx) => runAsync(endLease(tx, leaseId, outcome, now)));
     if (result instanceof ConflictError) throw result;
     return result;
   }
@@ -1960,7 +1462,7 @@ export class PostgresStore implements Store {
         const config = await this.channelConfig(tx, t.channel);
         if (!config.required_signals.some((n) => written.get(t.id)!.has(n))) continue;
         const group = await this.lockGroup(tx, t.channel, t.group_id);
-        if (group?.state === 'collecting') await this.settleGroup(tx, group, config, now);
+        if (group?.state === 'collecting') await runAsync(settleGroup(tx, group, config, now));
       }
       return added;
     });

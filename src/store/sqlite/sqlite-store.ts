@@ -9,7 +9,6 @@ import {
   ConflictError,
   currentSignals,
   DEFAULT_CHANNEL_CONFIG,
-  type DropReason,
   type EventType,
   type Group,
   type GroupState,
@@ -26,6 +25,18 @@ import {
   StepwiseError,
   type Trajectory,
 } from '../../domain/index.js';
+import {
+  adoptGroupSize,
+  dropGroup,
+  holdForGuidance,
+  releaseGuidance,
+  resettleFullGroups,
+  settleGroup,
+  sweepCollecting,
+} from '../../pool/groups.js';
+import { endLease, expireLeases } from '../../pool/leases.js';
+import { sweep } from '../../pool/sweep.js';
+import { completeTrajectory, finishTrajectory } from '../../pool/trajectories.js';
 import { ListQueries, type ListSchema } from '../list-queries.js';
 import {
   applyCuration,
@@ -106,8 +117,10 @@ import type {
   TrajectoryQuery,
   TrajectoryScan,
 } from '../store.js';
+import { runSync } from '../tx.js';
 import { sqliteMigrations } from './migrations.js';
 import { statementCache } from './statements.js';
+import { SqliteTx, type SqliteTxContext } from './tx.js';
 import { WalSync } from './wal-sync.js';
 
 export interface SqliteStoreOptions {
@@ -206,6 +219,17 @@ export class SqliteStore implements Store {
     this.path = options.path === '' || options.path === ':memory:' ? null : resolve(options.path);
   }
 
+  private readonly txContext: SqliteTxContext = {
+    stmt: (source) => this.stmt(source),
+    channelConfig: (channel) => this.channelConfig(channel),
+    emit: (type, channel, data, now) => this.emit(type, channel, data, now),
+  };
+
+  /** The pool rules' view of the open transaction, logging to `log`. */
+  private tx(log: TxLog): SqliteTx {
+    return new SqliteTx(this.txContext, log);
+  }
+
   /** Runs fn in a savepoint of the open transaction (better-sqlite3 nests transactions that way). */
   private readonly savepoint: <T>(fn: () => T) => T;
   /** Channel settings read during the open write transaction (settings change rarely; reads add up). */
@@ -293,12 +317,6 @@ export class SqliteStore implements Store {
     return Number(this.readMeta('policy_version') ?? 0);
   }
 
-  private nextReadySeq(): number {
-    const seq = Number(this.readMeta('ready_seq') ?? 0) + 1;
-    this.writeMeta('ready_seq', String(seq));
-    return seq;
-  }
-
   // ---- channels -------------------------------------------------------------------------------
 
   private channelConfig(channel: string): ChannelConfig {
@@ -345,34 +363,11 @@ export class SqliteStore implements Store {
       };
       this.saveChannelConfig(channel, config, now);
       this.emit('channel_configured', channel, { config }, now);
-      if (patch.n_rollouts != null) this.adoptGroupSize(channel, patch.n_rollouts, config, now, log);
-      if (patch.required_signals !== undefined) {
-        // Groups held back for signals no longer required (or already in) may be ready now.
-        const held = this.stmt(
-          "SELECT * FROM groups WHERE channel = ? AND state = 'collecting' AND expected IS NOT NULL AND n_finished >= expected",
-        ).all(channel) as GroupRow[];
-        for (const row of held) this.settleGroup(row, config, now, log);
-      }
+      const tx = this.tx(log);
+      if (patch.n_rollouts != null) runSync(adoptGroupSize(tx, channel, patch.n_rollouts, config, now));
+      if (patch.required_signals !== undefined) runSync(resettleFullGroups(tx, channel, config, now));
       return config;
     });
-  }
-
-  /** Gives groups that were created before their size was known the channel's size. */
-  private adoptGroupSize(
-    channel: string,
-    size: number,
-    config: ChannelConfig,
-    now: number,
-    log: TxLog,
-  ): void {
-    const rows = this.stmt(
-      "SELECT * FROM groups WHERE channel = ? AND state = 'collecting' AND expected IS NULL",
-    ).all(channel) as GroupRow[];
-    for (const row of rows) {
-      row.expected = size;
-      this.stmt('UPDATE groups SET expected = ? WHERE channel = ? AND id = ?').run(size, channel, row.id);
-      this.settleGroup(row, config, now, log);
-    }
   }
 
   // ---- policy version -------------------------------------------------------------------------
@@ -426,94 +421,9 @@ export class SqliteStore implements Store {
     if (row.expected === null && nRollouts !== null) {
       // Sized only now: it may already have all the rollouts it needs.
       row.expected = nRollouts;
-      this.settleGroup(row, this.channelConfig(channel), now, log);
+      runSync(settleGroup(this.tx(log), row, this.channelConfig(channel), now));
     }
     return row.state === 'collecting';
-  }
-
-  /** Moves a collecting group on once all its expected rollouts have finished. */
-  private settleGroup(row: GroupRow, config: ChannelConfig, now: number, log: TxLog): void {
-    if (row.state !== 'collecting' || row.expected === null || row.n_finished < row.expected) return;
-    if (row.n_complete === 0) {
-      this.dropGroup(row, 'no_complete_trajectories', now, log);
-      return;
-    }
-    // Every rollout is in; the group waits (still collecting) for its required signals.
-    if (!this.signalsIn(row, config)) return;
-    this.markReady(row, row.n_complete < row.expected, config, now, log);
-  }
-
-  /** Whether every complete rollout of the group has each of the channel's required signals (an agent's own never count). */
-  private signalsIn(row: GroupRow, config: ChannelConfig): boolean {
-    const names = config.required_signals;
-    if (names.length === 0) return true;
-    const { n } = this.stmt(
-      `SELECT count(*) AS n FROM trajectories t
-       WHERE t.group_id = ? AND t.channel = ? AND t.status = 'complete'
-         AND (SELECT count(DISTINCT s.name) FROM signals s
-              WHERE s.trajectory_id = t.id AND s.step_index IS NULL AND s.source != 'agent'
-                AND s.name IN (SELECT value FROM json_each(?))) < ?`,
-    ).get(row.id, row.channel, JSON.stringify(names), names.length) as { n: number };
-    return n === 0;
-  }
-
-  /** Whether a held group is hard: no complete rollout it counts scored above the hold's threshold. */
-  private heldHard(row: GroupRow): boolean {
-    if (row.guidance_hold === null || row.guidance_hold === undefined) return false;
-    const { n } = this.stmt(
-      `SELECT count(*) AS n FROM trajectories
-       WHERE group_id = ? AND channel = ? AND counted = 1 AND status = 'complete' AND reward > ?`,
-    ).get(row.id, row.channel, row.guidance_hold) as { n: number };
-    return n === 0;
-  }
-
-  /** A held group waits for its guided replacement instead of becoming ready (never leased there). */
-  private markPending(row: GroupRow, partial: boolean, now: number, log: TxLog): void {
-    this.stmt(
-      "UPDATE groups SET state = 'pending_guidance', pending_since = ?, partial = ?, ready_seq = NULL WHERE channel = ? AND id = ?",
-    ).run(now, partial ? 1 : 0, row.channel, row.id);
-    row.state = 'pending_guidance';
-    row.pending_since = now;
-    log.count(row.channel, 'groups_pending_guidance');
-    this.emit('group_pending_guidance', row.channel, { group_id: row.id, n_complete: row.n_complete }, now);
-  }
-
-  private markReady(row: GroupRow, partial: boolean, config: ChannelConfig, now: number, log: TxLog): void {
-    if (this.heldHard(row)) {
-      this.markPending(row, partial, now, log);
-      return;
-    }
-    const seq = this.nextReadySeq();
-    this.stmt(
-      "UPDATE groups SET state = 'ready', ready_at = ?, ready_seq = ?, partial = ? WHERE channel = ? AND id = ?",
-    ).run(now, seq, partial ? 1 : 0, row.channel, row.id);
-    row.state = 'ready';
-    log.count(row.channel, 'groups_ready');
-    if (partial) log.count(row.channel, 'groups_partial');
-    this.emit('group_ready', row.channel, { group_id: row.id, partial, n_complete: row.n_complete }, now);
-    if (config.max_queue_size !== null) this.enforceQueueLimit(row.channel, config.max_queue_size, now, log);
-  }
-
-  private enforceQueueLimit(channel: string, limit: number, now: number, log: TxLog): void {
-    const { n } = this.stmt("SELECT count(*) AS n FROM groups WHERE channel = ? AND state = 'ready'").get(
-      channel,
-    ) as {
-      n: number;
-    };
-    if (n <= limit) return;
-    const oldest = this.stmt(
-      "SELECT * FROM groups WHERE channel = ? AND state = 'ready' ORDER BY ready_seq LIMIT ?",
-    ).all(channel, n - limit) as GroupRow[];
-    for (const row of oldest) this.dropGroup(row, 'queue_full', now, log);
-  }
-
-  private dropGroup(row: GroupRow, reason: DropReason, now: number, log: TxLog): void {
-    this.stmt(
-      "UPDATE groups SET state = 'dropped', drop_reason = ?, lease_id = NULL WHERE channel = ? AND id = ?",
-    ).run(reason, row.channel, row.id);
-    row.state = 'dropped';
-    log.count(row.channel, `dropped_${reason}`);
-    this.emit('group_dropped', row.channel, { group_id: row.id, reason }, now);
   }
 
   // ---- ingestion ------------------------------------------------------------------------------
@@ -700,7 +610,12 @@ export class SqliteStore implements Store {
         // Completing now: finishTrajectory writes the trajectory's and the group's rows once.
         // Every step came in this submission: its rewards are known without reading them back.
         const known = trajectory.n_steps === added ? (rewardCount > 0 ? rewardSum : null) : undefined;
-        this.finishTrajectory(trajectory, { status: 'complete', reward: null }, now, local, known, lowered);
+        runSync(
+          finishTrajectory(this.tx(local), trajectory, { status: 'complete', reward: null }, now, {
+            stepRewardSum: known,
+            versionLowered: lowered,
+          }),
+        );
         completed.push(trajectoryId);
         continue;
       }
@@ -716,7 +631,7 @@ export class SqliteStore implements Store {
         now,
         trajectoryId,
       );
-      if (lowered) this.lowerGroupVersion(trajectory);
+      if (lowered) runSync(this.tx(local).lowerGroupVersion(trajectory));
     }
     for (const attachment of request.toolResults ?? []) this.attachToolResults(attachment);
     local.count(request.channel, 'steps_produced', inserted);
@@ -771,126 +686,8 @@ export class SqliteStore implements Store {
     });
   }
 
-  /** The group's oldest version can only fall when one of its trajectories' does. */
-  private lowerGroupVersion(trajectory: TrajectoryRow): void {
-    this.stmt(
-      'UPDATE groups SET min_policy_version = min(coalesce(min_policy_version, ?), ?) WHERE channel = ? AND id = ?',
-    ).run(
-      trajectory.min_policy_version,
-      trajectory.min_policy_version,
-      trajectory.channel,
-      trajectory.group_id,
-    );
-  }
-
-  private finishTrajectory(
-    trajectory: TrajectoryRow,
-    input: CompleteInput,
-    now: number,
-    log: TxLog,
-    stepRewardSum?: number | null,
-    versionLowered = false,
-    reason?: 'idle',
-  ): void {
-    let reward = input.reward ?? stepRewardSum ?? null;
-    if (reward === null && stepRewardSum === undefined) {
-      const sum = this.stmt(
-        'SELECT sum(reward) AS total, count(reward) AS n FROM steps WHERE key BETWEEN ? AND ?',
-      ).get(stepKey(trajectory.seq, 0), stepKey(trajectory.seq, STEP_KEY_SPAN - 1)) as {
-        total: number | null;
-        n: number;
-      };
-      reward = sum.n > 0 ? sum.total : null;
-    }
-    trajectory.status = input.status;
-    trajectory.reward = reward;
-    trajectory.completed_at = now;
-    const group = this.groupRow(trajectory.channel, trajectory.group_id);
-    // Only rollouts that finish while their group collects belong to it; later ones are never served.
-    const counted = group?.state === 'collecting' ? 1 : 0;
-    this.stmt(
-      `UPDATE trajectories SET status = ?, reward = ?, completed_at = ?, counted = ?, n_steps = ?, max_index = ?,
-         last_index = ?, prefix_breaks = ?, min_policy_version = ? WHERE id = ?`,
-    ).run(
-      input.status,
-      reward,
-      now,
-      counted,
-      trajectory.n_steps,
-      trajectory.max_index,
-      trajectory.last_index,
-      trajectory.prefix_breaks,
-      trajectory.min_policy_version,
-      trajectory.id,
-    );
-    log.count(trajectory.channel, `trajectories_${input.status}`);
-    if (reason) log.count(trajectory.channel, `trajectories_${reason}_${input.status}`);
-    log.forgetTails.add(trajectory.id);
-    log.tails.delete(trajectory.id);
-    this.emit(
-      'trajectory_completed',
-      trajectory.channel,
-      {
-        trajectory_uid: trajectory.id,
-        group_id: trajectory.group_id,
-        status: input.status,
-        reward,
-        ...(reason ? { reason } : {}),
-      },
-      now,
-    );
-    if (group?.state !== 'collecting') {
-      if (versionLowered) this.lowerGroupVersion(trajectory);
-      log.count(trajectory.channel, 'late_trajectories_finished');
-      return;
-    }
-    group.n_finished++;
-    if (input.status === 'complete') group.n_complete++;
-    const version = versionLowered ? trajectory.min_policy_version : null;
-    this.stmt(
-      `UPDATE groups SET n_finished = ?, n_complete = ?,
-         min_policy_version = CASE WHEN ? IS NULL THEN min_policy_version ELSE min(coalesce(min_policy_version, ?), ?) END
-       WHERE channel = ? AND id = ?`,
-    ).run(group.n_finished, group.n_complete, version, version, version, group.channel, group.id);
-    this.settleGroup(group, this.channelConfig(group.channel), now, log);
-  }
-
   async completeTrajectory(id: string, input: CompleteInput, now: number): Promise<Trajectory> {
-    return this.write((log) => {
-      const trajectory = this.trajectoryRow(id);
-      if (!trajectory) throw new NotFoundError(`trajectory ${id} does not exist`);
-      if (trajectory.status !== 'open') {
-        const sameReward = input.reward === null || input.reward === trajectory.reward;
-        if (trajectory.status === input.status && sameReward) return toTrajectory(trajectory); // a retry
-        if (trajectory.status === 'complete' && input.status === 'complete' && input.reward !== null) {
-          // The environment's reward may follow the last step, until the group is handed out.
-          const group = this.groupRow(trajectory.channel, trajectory.group_id);
-          if (
-            group &&
-            (group.state === 'collecting' || group.state === 'ready' || group.state === 'pending_guidance')
-          ) {
-            trajectory.reward = input.reward;
-            this.stmt('UPDATE trajectories SET reward = ? WHERE id = ?').run(input.reward, id);
-            this.emit(
-              'trajectory_completed',
-              trajectory.channel,
-              {
-                trajectory_uid: id,
-                group_id: trajectory.group_id,
-                status: 'complete',
-                reward: input.reward,
-                update: true,
-              },
-              now,
-            );
-            return toTrajectory(trajectory);
-          }
-        }
-        throw new ConflictError(`trajectory ${id} is already ${trajectory.status}`, 'status');
-      }
-      this.finishTrajectory(trajectory, input, now, log);
-      return toTrajectory(trajectory);
-    });
+    return this.write((log) => toTrajectory(runSync(completeTrajectory(this.tx(log), id, input, now))));
   }
 
   // ---- reads ----------------------------------------------------------------------------------
@@ -984,104 +781,8 @@ export class SqliteStore implements Store {
 
   // ---- leases ---------------------------------------------------------------------------------
 
-  private expireLeasesTx(now: number, log: TxLog): number {
-    const overdue = this.stmt("SELECT * FROM leases WHERE state = 'active' AND expires_at < ?").all(
-      now,
-    ) as LeaseRow[];
-    for (const lease of overdue) {
-      this.stmt("UPDATE leases SET state = 'expired', ended_at = ? WHERE id = ?").run(now, lease.id);
-      const back = this.stmt(
-        "UPDATE groups SET state = 'ready', lease_id = NULL WHERE lease_id = ? AND state = 'leased'",
-      ).run(lease.id);
-      log.count(lease.channel, 'leases_expired');
-      this.emit(
-        'lease_expired',
-        lease.channel,
-        { lease_id: lease.id, consumer: lease.consumer, groups_returned: back.changes },
-        now,
-      );
-    }
-    return overdue.length;
-  }
-
-  private sweepTimeoutsTx(now: number, log: TxLog): { dropped: number; servedPartial: number } {
-    let dropped = 0;
-    let servedPartial = 0;
-    const channels = this.stmt('SELECT name, config FROM channels').all() as {
-      name: string;
-      config: string;
-    }[];
-    for (const { name } of channels) {
-      const config = this.channelConfig(name);
-      if (config.group_timeout_ms === null) continue;
-      const stale = this.stmt(
-        "SELECT * FROM groups WHERE state = 'collecting' AND created_at < ? AND channel = ?",
-      ).all(now - config.group_timeout_ms, name) as GroupRow[];
-      for (const row of stale) {
-        // All rollouts in but not all their signals: never served half-scored.
-        if (row.expected !== null && row.n_finished >= row.expected && row.n_complete > 0) {
-          this.dropGroup(row, 'signals_missing', now, log);
-          dropped++;
-          continue;
-        }
-        if (config.incomplete_policy === 'serve_partial' && row.n_complete > 0) {
-          this.markReady(row, true, config, now, log);
-          servedPartial++;
-        } else {
-          this.dropGroup(row, 'incomplete_timeout', now, log);
-          dropped++;
-        }
-      }
-    }
-    return { dropped, servedPartial };
-  }
-
-  /** Closes open trajectories idle past their channel's idle_timeout_ms as aborted. */
-  private abortIdleTx(now: number, log: TxLog): number {
-    let aborted = 0;
-    const channels = this.stmt('SELECT name FROM channels').all() as { name: string }[];
-    for (const { name } of channels) {
-      const { idle_timeout_ms: ttl } = this.channelConfig(name);
-      if (ttl === null) continue;
-      const idle = this.stmt(
-        "SELECT * FROM trajectories WHERE status = 'open' AND channel = ? AND touched_at < ?",
-      ).all(name, now - ttl) as TrajectoryRow[];
-      for (const trajectory of idle) {
-        this.finishTrajectory(
-          trajectory,
-          { status: 'aborted', reward: null },
-          now,
-          log,
-          undefined,
-          false,
-          'idle',
-        );
-        aborted++;
-      }
-    }
-    return aborted;
-  }
-
-  /** Releases groups held in pending_guidance past their channel's guidance_hold_timeout_ms. */
-  private sweepGuidanceHoldsTx(now: number, log: TxLog): number {
-    let released = 0;
-    const held = this.stmt("SELECT * FROM groups WHERE state = 'pending_guidance'").all() as GroupRow[];
-    for (const row of held) {
-      const ttl = this.channelConfig(row.channel).guidance_hold_timeout_ms;
-      if (ttl === null || (row.pending_since ?? now) >= now - ttl) continue;
-      this.releaseTx(row, 'timeout', now, log);
-      released++;
-    }
-    return released;
-  }
-
   async sweep(now: number): Promise<GroupSweepResult> {
-    return this.write((log) => {
-      const expiredLeases = this.expireLeasesTx(now, log);
-      const idleAborted = this.abortIdleTx(now, log);
-      const guidanceReleased = this.sweepGuidanceHoldsTx(now, log);
-      return { ...this.sweepTimeoutsTx(now, log), expiredLeases, idleAborted, guidanceReleased };
-    });
+    return this.write((log) => runSync(sweep(this.tx(log), now)));
   }
 
   // ---- guidance holds (ActGuide-RL) -----------------------------------------------------------
@@ -1106,56 +807,11 @@ export class SqliteStore implements Store {
   }
 
   async holdGroupForGuidance(channel: string, id: string, now: number): Promise<Group> {
-    return this.write((log) => {
-      const row = this.groupRow(channel, id);
-      if (!row) throw new NotFoundError(`group ${id} does not exist in channel ${channel}`);
-      if (row.state === 'collecting') {
-        // Held whatever its rewards: the caller already knows it will be replaced.
-        this.stmt('UPDATE groups SET guidance_hold = ? WHERE channel = ? AND id = ?').run(
-          Number.MAX_VALUE,
-          channel,
-          id,
-        );
-        row.guidance_hold = Number.MAX_VALUE;
-      } else if (row.state === 'ready') {
-        this.stmt('UPDATE groups SET guidance_hold = ? WHERE channel = ? AND id = ?').run(
-          Number.MAX_VALUE,
-          channel,
-          id,
-        );
-        row.guidance_hold = Number.MAX_VALUE;
-        this.markPending(row, row.partial === 1, now, log);
-      } else if (row.state === 'pending_guidance') {
-        // Held again while the guide works on it: the timeout counts from now (the guide is alive).
-        this.stmt('UPDATE groups SET pending_since = ? WHERE channel = ? AND id = ?').run(now, channel, id);
-        row.pending_since = now;
-      } else {
-        throw new ConflictError(`group ${id} is already ${row.state}: it can no longer be held`, 'state');
-      }
-      return toGroup(row);
-    });
-  }
-
-  private releaseTx(row: GroupRow, why: GuidanceRelease, now: number, log: TxLog): void {
-    const wasPending = row.state === 'pending_guidance';
-    this.stmt(
-      'UPDATE groups SET guidance_hold = NULL, pending_since = NULL WHERE channel = ? AND id = ?',
-    ).run(row.channel, row.id);
-    row.guidance_hold = null;
-    row.pending_since = null;
-    if (!wasPending) return;
-    log.count(row.channel, `guidance_released_${why}`);
-    this.emit('group_guidance_released', row.channel, { group_id: row.id, reason: why }, now);
-    this.markReady(row, row.partial === 1, this.channelConfig(row.channel), now, log);
+    return this.write((log) => toGroup(runSync(holdForGuidance(this.tx(log), channel, id, now))));
   }
 
   async releaseGuidanceHold(channel: string, id: string, why: GuidanceRelease, now: number): Promise<Group> {
-    return this.write((log) => {
-      const row = this.groupRow(channel, id);
-      if (!row) throw new NotFoundError(`group ${id} does not exist in channel ${channel}`);
-      if (row.state === 'collecting' || row.state === 'pending_guidance') this.releaseTx(row, why, now, log);
-      return toGroup(row);
-    });
+    return this.write((log) => toGroup(runSync(releaseGuidance(this.tx(log), channel, id, why, now))));
   }
 
   async mergeTrajectoryMetadata(
@@ -1242,15 +898,16 @@ export class SqliteStore implements Store {
 
   async leaseBatch(params: LeaseParams, now: number): Promise<LeasedBatch | null> {
     const leased = await this.write((log) => {
-      this.expireLeasesTx(now, log);
-      this.sweepTimeoutsTx(now, log);
+      const tx = this.tx(log);
+      runSync(expireLeases(tx, now));
+      runSync(sweepCollecting(tx, now));
       let config = this.channelConfig(params.channel);
       if (params.nRollouts !== null && config.n_rollouts === null) {
         // The trainer's first lease declares the group size for groups nobody sized.
         config = { ...config, n_rollouts: params.nRollouts };
         this.saveChannelConfig(params.channel, config, now);
         this.emit('channel_configured', params.channel, { config, by: 'lease' }, now);
-        this.adoptGroupSize(params.channel, params.nRollouts, config, now, log);
+        runSync(adoptGroupSize(tx, params.channel, params.nRollouts, config, now));
       }
       const maxStaleness = params.maxStaleness ?? config.max_staleness;
       const policyVersion = this.policyVersionNow();
@@ -1269,7 +926,7 @@ export class SqliteStore implements Store {
       )) {
         const stale = maxStaleness !== null && staleness > maxStaleness;
         if (stale && config.stale_policy === 'drop') {
-          this.dropGroup(row, 'stale', now, log);
+          runSync(dropGroup(tx, row, 'stale', now));
           continue;
         }
         let curated: Curated | null = null;
@@ -1385,7 +1042,7 @@ export class SqliteStore implements Store {
       drops,
     );
     if ('drop' in curated) {
-      this.dropGroup(row, curated.drop, now, log);
+      runSync(dropGroup(this.tx(log), row, curated.drop, now));
       return null;
     }
     return curated;
@@ -1424,47 +1081,7 @@ export class SqliteStore implements Store {
   }
 
   private async endLease(leaseId: string, outcome: 'acked' | 'nacked', now: number): Promise<Lease> {
-    const result = await this.write((log): Lease | ConflictError => {
-      const lease = this.leaseRow(leaseId);
-      if (!lease) throw new NotFoundError(`lease ${leaseId} does not exist`);
-      if (lease.state === outcome) return toLease(lease); // a retried ack or nack
-      if (lease.state === 'active' && lease.expires_at < now) this.expireLeasesTx(now, log);
-      const current = this.leaseRow(leaseId)!;
-      if (current.state !== 'active') {
-        // Returned, not thrown: the expiry just applied must commit before the caller hears no.
-        return new ConflictError(
-          `lease ${leaseId} is ${current.state}; its groups may be served again`,
-          'lease_id',
-        );
-      }
-      this.stmt('UPDATE leases SET state = ?, ended_at = ? WHERE id = ?').run(outcome, now, leaseId);
-      if (outcome === 'acked') {
-        const done = this.stmt(
-          "UPDATE groups SET state = 'consumed', consumed_at = ?, lease_id = NULL WHERE lease_id = ? AND state = 'leased'",
-        ).run(now, leaseId);
-        log.count(lease.channel, 'groups_consumed', done.changes);
-        log.count(lease.channel, 'steps_consumed', lease.n_steps);
-        log.count(lease.channel, 'batches_acked');
-        this.emit(
-          'batch_acked',
-          lease.channel,
-          { lease_id: leaseId, consumer: lease.consumer, groups: done.changes },
-          now,
-        );
-      } else {
-        const back = this.stmt(
-          "UPDATE groups SET state = 'ready', lease_id = NULL WHERE lease_id = ? AND state = 'leased'",
-        ).run(leaseId);
-        log.count(lease.channel, 'batches_nacked');
-        this.emit(
-          'batch_nacked',
-          lease.channel,
-          { lease_id: leaseId, consumer: lease.consumer, groups: back.changes },
-          now,
-        );
-      }
-      return toLease({ ...current, state: outcome, ended_at: now });
-    });
+    const result = await this.write((log) => runSync(endLease(this.tx(log), leaseId, outcome, now)));
     if (result instanceof ConflictError) throw result;
     return result;
   }
@@ -1626,7 +1243,7 @@ export class SqliteStore implements Store {
         const config = this.channelConfig(t.channel);
         if (!config.required_signals.some((n) => written.get(t.id)!.has(n))) continue;
         const group = this.groupRow(t.channel, t.group_id);
-        if (group?.state === 'collecting') this.settleGroup(group, config, now, log);
+        if (group?.state === 'collecting') runSync(settleGroup(this.tx(log), group, config, now));
       }
       return added;
     });

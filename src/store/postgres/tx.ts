@@ -1,0 +1,283 @@
+import { createHash } from 'node:crypto';
+import type pg from 'pg';
+import type { ChannelConfig, EventType } from '../../domain/index.js';
+import { type GroupRow, type LeaseRow, type TrajectoryRow, TxLog } from '../rows.js';
+import { STEP_KEY_SPAN, type StepRow, stepKey } from '../step-codec.js';
+import type { GroupPatch, PoolTx, Rule } from '../tx.js';
+
+const statementNames = new Map<string, string>();
+
+/** A named (server-side prepared) statement per SQL text: parsed once per connection. */
+export function prepared(text: string, values: unknown[]): pg.QueryConfig {
+  let name = statementNames.get(text);
+  if (!name) {
+    name = `s${createHash('sha1').update(text).digest('hex').slice(0, 20)}`;
+    statementNames.set(text, name);
+  }
+  return { name, text, values };
+}
+
+export interface PgTxContext {
+  channelDefaults: ChannelConfig;
+  /** Writes the transaction's pending step rows (reads of steps must see them). */
+  flushSteps(tx: PgTx): Promise<void>;
+}
+
+/**
+ * One PostgreSQL transaction: its connection, the events and counters it writes at commit, and the
+ * pool rules' primitives, which lock the rows they read for change (others' locked rows are skipped
+ * where a sweep or a queue walk may pass them by).
+ */
+export class PgTx implements PoolTx {
+  readonly events: { ts: number; type: EventType; channel: string | null; data: string }[];
+  readonly channels: Map<string, ChannelConfig>;
+  /** Channels whose row this transaction made sure of. */
+  readonly ensured: Set<string>;
+  /** Step rows (and tool documents) encoded but not yet inserted: written in one statement. */
+  readonly pendingSteps: StepRow[];
+  readonly pendingDocs: Map<string, string>;
+
+  constructor(
+    readonly client: pg.PoolClient,
+    private readonly context?: PgTxContext,
+    readonly log = new TxLog(),
+    shared?: PgTx,
+  ) {
+    this.events = shared?.events ?? [];
+    this.channels = shared?.channels ?? new Map();
+    this.ensured = shared?.ensured ?? new Set();
+    this.pendingSteps = shared?.pendingSteps ?? [];
+    this.pendingDocs = shared?.pendingDocs ?? new Map();
+  }
+
+  /** The same transaction, counting into `log` (a submission's own, kept only if it commits). */
+  withLog(log: TxLog): PgTx {
+    return new PgTx(this.client, this.context, log, this);
+  }
+
+  async rows<T>(text: string, values: unknown[] = []): Promise<T[]> {
+    return (await this.client.query(prepared(text, values))).rows as T[];
+  }
+
+  async row<T>(text: string, values: unknown[] = []): Promise<T | undefined> {
+    return (await this.rows<T>(text, values))[0];
+  }
+
+  async run(text: string, values: unknown[] = []): Promise<number> {
+    return (await this.client.query(prepared(text, values))).rowCount ?? 0;
+  }
+
+  emit(type: EventType, channel: string | null, data: Record<string, unknown>, ts: number): void {
+    this.events.push({ ts, type, channel, data: JSON.stringify(data) });
+  }
+
+  // ---- PoolTx: each primitive yields its query and resumes with the rows ------------------------
+
+  private *select<T>(text: string, values: unknown[] = []): Rule<T[]> {
+    return (yield this.rows<T>(text, values)) as T[];
+  }
+
+  private *one<T>(text: string, values: unknown[] = []): Rule<T | undefined> {
+    return (yield* this.select<T>(text, values))[0];
+  }
+
+  private *update(text: string, values: unknown[] = []): Rule<number> {
+    return (yield this.run(text, values)) as number;
+  }
+
+  parseConfig(row: { config: string } | undefined): ChannelConfig {
+    const defaults = this.context!.channelDefaults;
+    return row ? { ...defaults, ...JSON.parse(row.config) } : defaults;
+  }
+
+  *channelConfig(channel: string): Rule<ChannelConfig> {
+    const cached = this.channels.get(channel);
+    if (cached) return cached;
+    const row = yield* this.one<{ config: string }>('SELECT config FROM channels WHERE name = $1', [channel]);
+    const config = this.parseConfig(row);
+    this.channels.set(channel, config);
+    return config;
+  }
+
+  *channelNames(): Rule<string[]> {
+    const rows = yield* this.select<{ name: string; config: string }>(
+      'SELECT name, config FROM channels ORDER BY name',
+    );
+    for (const row of rows) this.channels.set(row.name, this.channels.get(row.name) ?? this.parseConfig(row));
+    return rows.map((r) => r.name);
+  }
+
+  group(channel: string, id: string): Rule<GroupRow | undefined> {
+    return this.one<GroupRow>('SELECT * FROM groups WHERE channel = $1 AND id = $2 FOR UPDATE', [
+      channel,
+      id,
+    ]);
+  }
+
+  *updateGroup(row: GroupRow, patch: GroupPatch): Rule<void> {
+    const keys = Object.keys(patch) as (keyof GroupPatch)[];
+    const sets = keys.map((k, i) => `${k} = $${i + 3}`).join(', ');
+    yield* this.update(`UPDATE groups SET ${sets} WHERE channel = $1 AND id = $2`, [
+      row.channel,
+      row.id,
+      ...keys.map((k) => patch[k]),
+    ]);
+    Object.assign(row, patch);
+  }
+
+  *nextReadySeq(): Rule<number> {
+    return Number((yield* this.one<{ seq: string }>("SELECT nextval('ready_seq') AS seq"))!.seq);
+  }
+
+  *completeWithoutSignals(row: GroupRow, names: readonly string[]): Rule<number> {
+    const missing = yield* this.one<{ n: number }>(
+      `SELECT count(*) AS n FROM trajectories t
+       WHERE t.group_id = $1 AND t.channel = $2 AND t.status = 'complete'
+         AND (SELECT count(DISTINCT s.name) FROM signals s
+              WHERE s.trajectory_id = t.id AND s.step_index IS NULL AND s.source <> 'agent'
+                AND s.name = ANY($3::text[])) < $4`,
+      [row.id, row.channel, names, names.length],
+    );
+    return Number(missing!.n);
+  }
+
+  *completeAbove(row: GroupRow, threshold: number): Rule<number> {
+    const above = yield* this.one<{ n: number }>(
+      `SELECT count(*) AS n FROM trajectories
+       WHERE group_id = $1 AND channel = $2 AND counted = 1 AND status = 'complete' AND reward > $3`,
+      [row.id, row.channel, threshold],
+    );
+    return Number(above!.n);
+  }
+
+  *countReady(channel: string): Rule<number> {
+    const ready = yield* this.one<{ n: number }>(
+      "SELECT count(*) AS n FROM groups WHERE channel = $1 AND state = 'ready'",
+      [channel],
+    );
+    return Number(ready!.n);
+  }
+
+  oldestReady(channel: string, n: number): Rule<GroupRow[]> {
+    // Groups another transaction is leasing right now are not waiting in the queue: skip them.
+    return this.select<GroupRow>(
+      `SELECT * FROM groups WHERE channel = $1 AND state = 'ready' ORDER BY ready_seq LIMIT $2
+       FOR UPDATE SKIP LOCKED`,
+      [channel, n],
+    );
+  }
+
+  collecting(channel: string, which: 'unsized' | 'full'): Rule<GroupRow[]> {
+    const where =
+      which === 'unsized' ? 'expected IS NULL' : 'expected IS NOT NULL AND n_finished >= expected';
+    return this.select<GroupRow>(
+      `SELECT * FROM groups WHERE channel = $1 AND state = 'collecting' AND ${where} ORDER BY seq FOR UPDATE`,
+      [channel],
+    );
+  }
+
+  collectingSince(channel: string, before: number): Rule<GroupRow[]> {
+    return this.select<GroupRow>(
+      `SELECT * FROM groups WHERE state = 'collecting' AND created_at < $1 AND channel = $2
+       ORDER BY created_at, seq FOR UPDATE SKIP LOCKED`,
+      [before, channel],
+    );
+  }
+
+  pendingGuidance(): Rule<GroupRow[]> {
+    return this.select<GroupRow>(
+      `SELECT * FROM groups WHERE state = 'pending_guidance' ORDER BY pending_since, seq FOR UPDATE SKIP LOCKED`,
+    );
+  }
+
+  trajectory(id: string): Rule<TrajectoryRow | undefined> {
+    return this.one<TrajectoryRow>('SELECT * FROM trajectories WHERE id = $1 FOR UPDATE', [id]);
+  }
+
+  idleTrajectories(channel: string, before: number): Rule<TrajectoryRow[]> {
+    return this.select<TrajectoryRow>(
+      `SELECT * FROM trajectories WHERE status = 'open' AND channel = $1 AND touched_at < $2
+       ORDER BY id FOR UPDATE SKIP LOCKED`,
+      [channel, before],
+    );
+  }
+
+  *stepRewardSum(row: TrajectoryRow): Rule<number | null> {
+    yield this.context!.flushSteps(this);
+    const sum = (yield* this.one<{ total: number | null; n: number }>(
+      'SELECT sum(reward) AS total, count(reward) AS n FROM steps WHERE key BETWEEN $1 AND $2',
+      [stepKey(row.seq, 0), stepKey(row.seq, STEP_KEY_SPAN - 1)],
+    ))!;
+    return Number(sum.n) > 0 ? sum.total : null;
+  }
+
+  *finishTrajectoryRow(row: TrajectoryRow, lowerVersion: boolean): Rule<GroupRow | undefined> {
+    // The group's counts and the trajectory's row change in one statement.
+    return yield* this.one<GroupRow>(
+      `WITH g AS (
+         UPDATE groups SET n_finished = n_finished + 1, n_complete = n_complete + $1,
+           min_policy_version = CASE WHEN $2::int IS NULL THEN min_policy_version
+                                     ELSE least(coalesce(min_policy_version, $2), $2) END
+         WHERE channel = $3 AND id = $4 AND state = 'collecting' RETURNING *
+       ), t AS (
+         UPDATE trajectories SET status = $5, reward = $6, completed_at = $7,
+           counted = (SELECT count(*) FROM g), n_steps = $8, max_index = $9, last_index = $10,
+           prefix_breaks = $11, min_policy_version = $12 WHERE id = $13
+       )
+       SELECT * FROM g`,
+      [
+        row.status === 'complete' ? 1 : 0,
+        lowerVersion ? row.min_policy_version : null,
+        row.channel,
+        row.group_id,
+        row.status,
+        row.reward,
+        row.completed_at,
+        row.n_steps,
+        row.max_index,
+        row.last_index,
+        row.prefix_breaks,
+        row.min_policy_version,
+        row.id,
+      ],
+    );
+  }
+
+  *setTrajectoryReward(row: TrajectoryRow, reward: number): Rule<void> {
+    yield* this.update('UPDATE trajectories SET reward = $1 WHERE id = $2', [reward, row.id]);
+  }
+
+  *lowerGroupVersion(row: TrajectoryRow): Rule<void> {
+    yield* this.update(
+      'UPDATE groups SET min_policy_version = least(coalesce(min_policy_version, $1), $1) WHERE channel = $2 AND id = $3',
+      [row.min_policy_version, row.channel, row.group_id],
+    );
+  }
+
+  lease(id: string): Rule<LeaseRow | undefined> {
+    return this.one<LeaseRow>('SELECT * FROM leases WHERE id = $1 FOR UPDATE', [id]);
+  }
+
+  overdueLeases(now: number): Rule<LeaseRow[]> {
+    return this.select<LeaseRow>(
+      "SELECT * FROM leases WHERE state = 'active' AND expires_at < $1 ORDER BY id FOR UPDATE SKIP LOCKED",
+      [now],
+    );
+  }
+
+  *endLeaseRow(id: string, state: LeaseRow['state'], now: number): Rule<void> {
+    yield* this.update('UPDATE leases SET state = $1, ended_at = $2 WHERE id = $3', [state, now, id]);
+  }
+
+  releaseLeasedGroups(leaseId: string, to: 'consumed' | 'ready', now: number): Rule<number> {
+    return to === 'consumed'
+      ? this.update(
+          "UPDATE groups SET state = 'consumed', consumed_at = $1, lease_id = NULL WHERE lease_id = $2 AND state = 'leased'",
+          [now, leaseId],
+        )
+      : this.update(
+          "UPDATE groups SET state = 'ready', lease_id = NULL WHERE lease_id = $1 AND state = 'leased'",
+          [leaseId],
+        );
+  }
+}

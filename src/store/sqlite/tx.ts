@@ -1,0 +1,212 @@
+import type Database from 'better-sqlite3';
+import type { ChannelConfig, EventType } from '../../domain/index.js';
+import type { GroupRow, LeaseRow, TrajectoryRow, TxLog } from '../rows.js';
+import { STEP_KEY_SPAN, stepKey } from '../step-codec.js';
+import { done, type GroupPatch, type PoolTx, type Rule } from '../tx.js';
+
+/** What a SQLite transaction reads from its store: statements, settings, the event log. */
+export interface SqliteTxContext {
+  stmt(source: string): Database.Statement;
+  channelConfig(channel: string): ChannelConfig;
+  emit(type: EventType, channel: string | null, data: Record<string, unknown>, now: number): void;
+}
+
+/** PoolTx on one better-sqlite3 connection: every primitive runs synchronously in its transaction. */
+export class SqliteTx implements PoolTx {
+  constructor(
+    private readonly context: SqliteTxContext,
+    readonly log: TxLog,
+  ) {}
+
+  private stmt(source: string): Database.Statement {
+    return this.context.stmt(source);
+  }
+
+  emit(type: EventType, channel: string | null, data: Record<string, unknown>, now: number): void {
+    this.context.emit(type, channel, data, now);
+  }
+
+  channelConfig(channel: string): Rule<ChannelConfig> {
+    return done(this.context.channelConfig(channel));
+  }
+
+  channelNames(): Rule<string[]> {
+    return done((this.stmt('SELECT name FROM channels').all() as { name: string }[]).map((r) => r.name));
+  }
+
+  group(channel: string, id: string): Rule<GroupRow | undefined> {
+    return done(
+      this.stmt('SELECT * FROM groups WHERE channel = ? AND id = ?').get(channel, id) as GroupRow | undefined,
+    );
+  }
+
+  updateGroup(row: GroupRow, patch: GroupPatch): Rule<void> {
+    const keys = Object.keys(patch) as (keyof GroupPatch)[];
+    this.stmt(`UPDATE groups SET ${keys.map((k) => `${k} = ?`).join(', ')} WHERE channel = ? AND id = ?`).run(
+      ...keys.map((k) => patch[k]),
+      row.channel,
+      row.id,
+    );
+    Object.assign(row, patch);
+    return done(undefined);
+  }
+
+  nextReadySeq(): Rule<number> {
+    const row = this.stmt(
+      `INSERT INTO meta (key, value) VALUES ('ready_seq', '1')
+       ON CONFLICT (key) DO UPDATE SET value = CAST(CAST(value AS INTEGER) + 1 AS TEXT) RETURNING value`,
+    ).get() as { value: string };
+    return done(Number(row.value));
+  }
+
+  completeWithoutSignals(row: GroupRow, names: readonly string[]): Rule<number> {
+    const { n } = this.stmt(
+      `SELECT count(*) AS n FROM trajectories t
+       WHERE t.group_id = ? AND t.channel = ? AND t.status = 'complete'
+         AND (SELECT count(DISTINCT s.name) FROM signals s
+              WHERE s.trajectory_id = t.id AND s.step_index IS NULL AND s.source != 'agent'
+                AND s.name IN (SELECT value FROM json_each(?))) < ?`,
+    ).get(row.id, row.channel, JSON.stringify(names), names.length) as { n: number };
+    return done(n);
+  }
+
+  completeAbove(row: GroupRow, threshold: number): Rule<number> {
+    const { n } = this.stmt(
+      `SELECT count(*) AS n FROM trajectories
+       WHERE group_id = ? AND channel = ? AND counted = 1 AND status = 'complete' AND reward > ?`,
+    ).get(row.id, row.channel, threshold) as { n: number };
+    return done(n);
+  }
+
+  countReady(channel: string): Rule<number> {
+    const { n } = this.stmt("SELECT count(*) AS n FROM groups WHERE channel = ? AND state = 'ready'").get(
+      channel,
+    ) as { n: number };
+    return done(n);
+  }
+
+  oldestReady(channel: string, n: number): Rule<GroupRow[]> {
+    return done(
+      this.stmt("SELECT * FROM groups WHERE channel = ? AND state = 'ready' ORDER BY ready_seq LIMIT ?").all(
+        channel,
+        n,
+      ) as GroupRow[],
+    );
+  }
+
+  collecting(channel: string, which: 'unsized' | 'full'): Rule<GroupRow[]> {
+    const where =
+      which === 'unsized' ? 'expected IS NULL' : 'expected IS NOT NULL AND n_finished >= expected';
+    return done(
+      this.stmt(`SELECT * FROM groups WHERE channel = ? AND state = 'collecting' AND ${where}`).all(
+        channel,
+      ) as GroupRow[],
+    );
+  }
+
+  collectingSince(channel: string, before: number): Rule<GroupRow[]> {
+    return done(
+      this.stmt("SELECT * FROM groups WHERE state = 'collecting' AND created_at < ? AND channel = ?").all(
+        before,
+        channel,
+      ) as GroupRow[],
+    );
+  }
+
+  pendingGuidance(): Rule<GroupRow[]> {
+    return done(this.stmt("SELECT * FROM groups WHERE state = 'pending_guidance'").all() as GroupRow[]);
+  }
+
+  trajectory(id: string): Rule<TrajectoryRow | undefined> {
+    return done(this.stmt('SELECT * FROM trajectories WHERE id = ?').get(id) as TrajectoryRow | undefined);
+  }
+
+  idleTrajectories(channel: string, before: number): Rule<TrajectoryRow[]> {
+    return done(
+      this.stmt("SELECT * FROM trajectories WHERE status = 'open' AND channel = ? AND touched_at < ?").all(
+        channel,
+        before,
+      ) as TrajectoryRow[],
+    );
+  }
+
+  stepRewardSum(row: TrajectoryRow): Rule<number | null> {
+    const sum = this.stmt(
+      'SELECT sum(reward) AS total, count(reward) AS n FROM steps WHERE key BETWEEN ? AND ?',
+    ).get(stepKey(row.seq, 0), stepKey(row.seq, STEP_KEY_SPAN - 1)) as { total: number | null; n: number };
+    return done(sum.n > 0 ? sum.total : null);
+  }
+
+  finishTrajectoryRow(row: TrajectoryRow, lowerVersion: boolean): Rule<GroupRow | undefined> {
+    const group = this.stmt('SELECT * FROM groups WHERE channel = ? AND id = ?').get(
+      row.channel,
+      row.group_id,
+    ) as GroupRow | undefined;
+    const counted = group?.state === 'collecting';
+    this.stmt(
+      `UPDATE trajectories SET status = ?, reward = ?, completed_at = ?, counted = ?, n_steps = ?, max_index = ?,
+         last_index = ?, prefix_breaks = ?, min_policy_version = ? WHERE id = ?`,
+    ).run(
+      row.status,
+      row.reward,
+      row.completed_at,
+      counted ? 1 : 0,
+      row.n_steps,
+      row.max_index,
+      row.last_index,
+      row.prefix_breaks,
+      row.min_policy_version,
+      row.id,
+    );
+    if (!counted) return done(undefined);
+    group.n_finished++;
+    if (row.status === 'complete') group.n_complete++;
+    const version = lowerVersion ? row.min_policy_version : null;
+    this.stmt(
+      `UPDATE groups SET n_finished = ?, n_complete = ?,
+         min_policy_version = CASE WHEN ? IS NULL THEN min_policy_version ELSE min(coalesce(min_policy_version, ?), ?) END
+       WHERE channel = ? AND id = ?`,
+    ).run(group.n_finished, group.n_complete, version, version, version, group.channel, group.id);
+    if (version !== null) group.min_policy_version = Math.min(group.min_policy_version ?? version, version);
+    return done(group);
+  }
+
+  setTrajectoryReward(row: TrajectoryRow, reward: number): Rule<void> {
+    this.stmt('UPDATE trajectories SET reward = ? WHERE id = ?').run(reward, row.id);
+    return done(undefined);
+  }
+
+  lowerGroupVersion(row: TrajectoryRow): Rule<void> {
+    this.stmt(
+      'UPDATE groups SET min_policy_version = min(coalesce(min_policy_version, ?), ?) WHERE channel = ? AND id = ?',
+    ).run(row.min_policy_version, row.min_policy_version, row.channel, row.group_id);
+    return done(undefined);
+  }
+
+  lease(id: string): Rule<LeaseRow | undefined> {
+    return done(this.stmt('SELECT * FROM leases WHERE id = ?').get(id) as LeaseRow | undefined);
+  }
+
+  overdueLeases(now: number): Rule<LeaseRow[]> {
+    return done(
+      this.stmt("SELECT * FROM leases WHERE state = 'active' AND expires_at < ?").all(now) as LeaseRow[],
+    );
+  }
+
+  endLeaseRow(id: string, state: LeaseRow['state'], now: number): Rule<void> {
+    this.stmt('UPDATE leases SET state = ?, ended_at = ? WHERE id = ?').run(state, now, id);
+    return done(undefined);
+  }
+
+  releaseLeasedGroups(leaseId: string, to: 'consumed' | 'ready', now: number): Rule<number> {
+    const result =
+      to === 'consumed'
+        ? this.stmt(
+            "UPDATE groups SET state = 'consumed', consumed_at = ?, lease_id = NULL WHERE lease_id = ? AND state = 'leased'",
+          ).run(now, leaseId)
+        : this.stmt(
+            "UPDATE groups SET state = 'ready', lease_id = NULL WHERE lease_id = ? AND state = 'leased'",
+          ).run(leaseId);
+    return done(result.changes);
+  }
+}

@@ -1,0 +1,111 @@
+import type { ChannelConfig, EventType } from '../domain/index.js';
+import type { GroupRow, LeaseRow, TrajectoryRow, TxLog } from './rows.js';
+
+/**
+ * A pool rule, written once for both backends as a generator: each row primitive is `yield*`-ed.
+ * SQLite's primitives never yield, so a rule runs synchronously inside better-sqlite3's
+ * transaction; PostgreSQL's yield their query promise, which `runAsync` awaits.
+ */
+export type Rule<T> = Generator<Promise<unknown>, T, unknown>;
+
+/** A primitive's value as a rule that has nothing to wait for (SQLite's reads and writes). */
+// biome-ignore lint/correctness/useYield: a synchronous primitive has nothing to wait for.
+export function* done<T>(value: T): Rule<T> {
+  return value;
+}
+
+/** Runs a rule whose primitives are synchronous (SQLite), inside the caller's transaction. */
+export function runSync<T>(rule: Rule<T>): T {
+  const step = rule.next();
+  if (!step.done) throw new Error('a pool rule waited for I/O inside a synchronous transaction');
+  return step.value;
+}
+
+/** Runs a rule whose primitives wait for queries (PostgreSQL); errors reach the rule's own try blocks. */
+export async function runAsync<T>(rule: Rule<T>): Promise<T> {
+  let step = rule.next();
+  while (!step.done) {
+    let value: unknown;
+    try {
+      value = await step.value;
+    } catch (error) {
+      step = rule.throw(error);
+      continue;
+    }
+    step = rule.next(value);
+  }
+  return step.value;
+}
+
+/** Fields of a group row a rule may change (the primitive writes them and updates the row object). */
+export type GroupPatch = Partial<
+  Pick<
+    GroupRow,
+    | 'state'
+    | 'drop_reason'
+    | 'partial'
+    | 'ready_at'
+    | 'ready_seq'
+    | 'lease_id'
+    | 'consumed_at'
+    | 'guidance_hold'
+    | 'pending_since'
+    | 'expected'
+  >
+>;
+
+/**
+ * The row primitives the pool's rules run on, inside one transaction of a backend. They hold no
+ * pool rule: what a group's state means, when it moves on, is decided in pool/.
+ */
+export interface PoolTx {
+  /** Counters and step tails gathered by this transaction, written before it commits. */
+  readonly log: TxLog;
+  emit(type: EventType, channel: string | null, data: Record<string, unknown>, now: number): void;
+
+  /** A channel's settings (its row, else the defaults); read once per transaction. */
+  channelConfig(channel: string): Rule<ChannelConfig>;
+  /** Every channel with a row, by name. */
+  channelNames(): Rule<string[]>;
+
+  /** A group's row, locked for the rest of the transaction where the backend locks rows. */
+  group(channel: string, id: string): Rule<GroupRow | undefined>;
+  updateGroup(row: GroupRow, patch: GroupPatch): Rule<void>;
+  /** The next position in the ready queue (the order leases take ready groups in). */
+  nextReadySeq(): Rule<number>;
+  /** Complete rollouts of the group lacking any of `names` as a trajectory-level, non-agent signal. */
+  completeWithoutSignals(row: GroupRow, names: readonly string[]): Rule<number>;
+  /** The group's counted complete rollouts with a reward above `threshold`. */
+  completeAbove(row: GroupRow, threshold: number): Rule<number>;
+  countReady(channel: string): Rule<number>;
+  /** The `n` oldest ready groups, skipping those another transaction is leasing right now. */
+  oldestReady(channel: string, n: number): Rule<GroupRow[]>;
+  /** Collecting groups: not yet sized (`unsized`), or sized with every rollout finished (`full`). */
+  collecting(channel: string, which: 'unsized' | 'full'): Rule<GroupRow[]>;
+  /** Collecting groups created before `before`, oldest first (rows others hold are skipped). */
+  collectingSince(channel: string, before: number): Rule<GroupRow[]>;
+  /** Groups waiting for guidance, longest-waiting first (rows others hold are skipped). */
+  pendingGuidance(): Rule<GroupRow[]>;
+
+  trajectory(id: string): Rule<TrajectoryRow | undefined>;
+  /** Open trajectories of a channel untouched since `before` (rows others hold are skipped). */
+  idleTrajectories(channel: string, before: number): Rule<TrajectoryRow[]>;
+  /** The sum of the trajectory's step rewards, null when no step has one. */
+  stepRewardSum(row: TrajectoryRow): Rule<number | null>;
+  /**
+   * Writes a finished trajectory's row (status, reward, completed_at and its counts) and, when its
+   * group still collects, counts it there (n_finished, n_complete, the group's oldest version when
+   * `lowerVersion`) and marks it counted. Returns the collecting group's updated row, else undefined.
+   */
+  finishTrajectoryRow(row: TrajectoryRow, lowerVersion: boolean): Rule<GroupRow | undefined>;
+  setTrajectoryReward(row: TrajectoryRow, reward: number): Rule<void>;
+  /** Lowers the group's oldest policy version to the trajectory's. */
+  lowerGroupVersion(row: TrajectoryRow): Rule<void>;
+
+  lease(id: string): Rule<LeaseRow | undefined>;
+  /** Active leases past their expiry (rows others hold are skipped). */
+  overdueLeases(now: number): Rule<LeaseRow[]>;
+  endLeaseRow(id: string, state: LeaseRow['state'], now: number): Rule<void>;
+  /** Moves the lease's leased groups to `consumed` (ack) or back to `ready`; returns how many. */
+  releaseLeasedGroups(leaseId: string, to: 'consumed' | 'ready', now: number): Rule<number>;
+}
