@@ -1010,6 +1010,7 @@ async function main(): Promise<void> {
   if (quick) return;
   const row = {
     code: codeAtStart,
+    bench: 'gateway', // the file also holds rows of bench/stalls.ts probes
     store_thread: settings.storeThread,
     synchronous: settings.synchronous,
     sim_ttft_ms: simTtftMs,
