@@ -27,7 +27,8 @@
  *   npm run bench:curation -- --groups 800                serving: groups per channel
  *   npm run bench:curation -- --repeats 9                 cleaner and serving: repeats (medians reported)
  *
- * Prints a markdown report; does not write BENCHMARKS.md (run it on a quiet machine and paste).
+ * Prints a markdown report only: run it on a quiet machine, paste it into bench/results/curation.md and
+ * add its figures as a line of curation.jsonl.
  */
 import { copyFileSync, existsSync, mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';

@@ -6,6 +6,8 @@
  * the JSON list API (`GET /v1/trajectories`) is measured in the same run as the baseline.
  *
  *   npm run bench:dashboard [-- --steps N] [--requests N] [--write]
+ *
+ * `--write` records the run: its figures in bench/results/dashboard.jsonl, its report in dashboard.md.
  */
 import { existsSync, mkdirSync, renameSync, rmSync } from 'node:fs';
 import os from 'node:os';
@@ -24,8 +26,9 @@ import {
   log,
   machineInfo,
   percentile,
+  recordRun,
+  round,
   verdict,
-  writeBenchmarks,
 } from './support.js';
 
 exitOnHelp(import.meta.url);
@@ -253,8 +256,14 @@ async function main(): Promise<void> {
     const report = lines.join('\n');
     console.log(report);
     if (args.write) {
-      const path = writeBenchmarks('<!-- bench:dashboard -->', '<!-- /bench:dashboard -->', report);
-      log(`wrote ${path}`);
+      const each = (f: (r: ViewResult) => number) => Object.fromEntries(results.map((r) => [r.name, f(r)]));
+      const figures = {
+        code,
+        steps: stats.produced.steps,
+        view_p50_ms: each((r) => round(r.p50, 1)),
+        view_p95_ms: each((r) => round(r.p95, 1)),
+      };
+      log(`wrote ${recordRun('dashboard', figures, report).join(', ')}`);
     }
   } finally {
     await server.close();

@@ -2,13 +2,14 @@
  * Gateway benchmark: the latency the gateway adds to each LLM call, its throughput against a bare
  * HTTP pass-through proxy (every answer sent after its step commits), the server's memory with many
  * open trajectories, and its event loop under the largest requests (stalls.ts). Prints a markdown
- * report and writes it into BENCHMARKS.md between `<!-- bench:gateway -->` and `<!-- /bench:gateway -->`.
+ * report; records the run's figures in bench/results/gateway.jsonl and, with the default settings,
+ * its report in bench/results/gateway.md.
  *
- *   npm run bench:gateway               full run (~4-6 minutes), updates BENCHMARKS.md
+ *   npm run bench:gateway               full run (~4-6 minutes)
  *   npm run bench:gateway -- --quick    shorter phases, 1 rep, fewer trajectories, prints only
- *   ... -- --store-thread main / --sync NORMAL   the gateway with other settings (prints only)
+ *   ... -- --store-thread main / --sync NORMAL   the gateway with other settings (figures only)
  *   ... -- --sim-ttft-ms 6              the sim answers no sooner than 6 ms after each request,
- *                                       idle once its answer is computed (prints only)
+ *                                       idle once its answer is computed (figures only)
  *
  * BENCH_CPU_PROF=DIR writes a .cpuprofile of each gateway process into DIR.
  *
@@ -38,14 +39,13 @@ import {
   mib,
   nextMessage,
   percentile,
+  recordRun,
+  round,
   verdict,
-  writeBenchmarks,
 } from './support.js';
 
 const THIS_FILE = fileURLToPath(import.meta.url);
 const _REPO_ROOT = resolve(dirname(THIS_FILE), '..');
-const MARK_START = '<!-- bench:gateway -->';
-const MARK_END = '<!-- /bench:gateway -->';
 const HOST = '127.0.0.1';
 const MODEL = 'sim-qwen3'; // the sim's served model: the gateway forwards the name unchanged
 
@@ -905,6 +905,37 @@ function memoryReport(runs: MemoryRun[], promptTokens: Record<PromptKind, number
   return lines;
 }
 
+/** The headline figures of a run, one line of bench/results/gateway.jsonl. */
+function runFigures(s: LatencySection, memory: MemoryRun[], stalls: StallSection): Record<string, unknown> {
+  const p50 = (l: number[]) => median(l);
+  const p99 = (l: number[]) => percentile(l, 99);
+  const name = (c: Config) => `${c.prompt}${c.stream ? '_stream' : ''}`;
+  const each = (agents: number, f: (r: Record<Target, Phase[]>) => number) =>
+    Object.fromEntries(
+      s.configs.filter((c) => c.agents === agents).map((c) => [name(c), f(s.runs[configKey(c)]!)]),
+    );
+  const hopCpu = (phases: Phase[]) => summarize(phases).hopCpuUs ?? Number.NaN;
+  return {
+    added_p50_ms_1agent: each(1, (r) => round(added(r.gateway, r.direct, p50), 3)),
+    added_p99_ms_1agent: each(1, (r) => round(added(r.gateway, r.direct, p99), 3)),
+    proxy_added_p50_ms_1agent: each(1, (r) => round(added(r.proxy, r.direct, p50), 3)),
+    gateway_minus_proxy_p50_ms_1agent: each(1, (r) => round(added(r.gateway, r.proxy, p50), 3)),
+    gateway_minus_proxy_p99_ms_1agent: each(1, (r) => round(added(r.gateway, r.proxy, p99), 3)),
+    throughput_vs_bare_proxy_64: each(64, (r) =>
+      round(median(r.gateway.map((p, i) => p.callsPerSec / r.proxy[i]!.callsPerSec))),
+    ),
+    gateway_minus_proxy_cpu_us: each(64, (r) => round(hopCpu(r.gateway) - hopCpu(r.proxy), 0)),
+    sim_cpu_us: each(64, (r) => round(summarize(r.direct).simCpuUs, 0)),
+    rss_kib_per_open_trajectory: Object.fromEntries(
+      memory.map((m) => [m.prompt, round((m.afterCalls.rss - m.idle.rss) / m.trajectories / 1024, 1)]),
+    ),
+    event_loop_stall_ms: {
+      idle: round(stalls.idleMs, 1),
+      ...Object.fromEntries(stalls.stalls.map((x) => [x.key, round(x.stallMs, 1)])),
+    },
+  };
+}
+
 // ---- main ---------------------------------------------------------------------------------------
 
 async function main(): Promise<void> {
@@ -929,7 +960,7 @@ async function main(): Promise<void> {
   const gatewayDefaults =
     settings.storeThread === DEFAULT_SETTINGS.storeThread &&
     settings.synchronous === DEFAULT_SETTINGS.synchronous;
-  // Only a run with the defaults all round is written into BENCHMARKS.md.
+  // Only a run with the defaults all round becomes bench/results/gateway.md.
   const defaults = gatewayDefaults && simTtftMs === 0;
   const command =
     process.env.npm_lifecycle_event === 'bench:gateway'
@@ -976,7 +1007,16 @@ async function main(): Promise<void> {
   ];
   const report = lines.join('\n');
   process.stdout.write(`${report}\n`);
-  if (!quick && defaults) log(`wrote ${writeBenchmarks(MARK_START, MARK_END, report)}`);
+  if (quick) return;
+  const row = {
+    code: codeAtStart,
+    bench: 'gateway', // the file also holds rows of bench/stalls.ts probes
+    store_thread: settings.storeThread,
+    synchronous: settings.synchronous,
+    sim_ttft_ms: simTtftMs,
+    ...runFigures(calls, memory, stalls),
+  };
+  log(`wrote ${recordRun('gateway', row, defaults ? report : undefined).join(', ')}`);
 }
 
 /** The bodies this benchmark sends (for inspection: `node --import tsx -e` importing this module). */

@@ -3,7 +3,7 @@
  * the sim engine, and what the runner (agent loop + gateway + pool) costs over executing the same
  * tool calls directly.
  *
- *   npm run bench:gym              full run (~3-5 minutes), updates BENCHMARKS.md
+ *   npm run bench:gym              full run (~3-5 minutes), recorded in bench/results/gym.*
  *   npm run bench:gym -- --quick   fewer tasks and starts, prints only
  */
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
@@ -18,10 +18,7 @@ import { workspaceFor } from '../src/gym/tasks/index.js';
 import type { GymTask } from '../src/gym/tasks/schema.js';
 import { runTool } from '../src/gym/tools/index.js';
 import { verify } from '../src/gym/verify/index.js';
-import { codeVersion, fix, int, log, machineInfo, percentile, writeBenchmarks } from './support.js';
-
-const MARK_START = '<!-- bench:gym -->';
-const MARK_END = '<!-- /bench:gym -->';
+import { codeVersion, fix, int, log, machineInfo, percentile, recordRun, round } from './support.js';
 
 const median = (values: number[]) => {
   const s = [...values].sort((a, b) => a - b);
@@ -171,7 +168,19 @@ async function main(): Promise<void> {
     ];
     const report = lines.join('\n');
     process.stdout.write(`${report}\n`);
-    if (!quick) log(`wrote ${writeBenchmarks(MARK_START, MARK_END, report)}`);
+    if (quick) return;
+    const each = (f: (r: RunFigures) => number) => Object.fromEntries(runs.map((r) => [r.concurrency, f(r)]));
+    const figures = {
+      code: codeAtStart,
+      tasks: tasks.length,
+      sandbox_start_ms: { p50: round(median(starts), 1), p99: round(percentile(starts, 99), 1) },
+      samples_per_min: each((r) => round((60_000 * r.samples) / r.ms, 0)),
+      gym_wall_s: each((r) => round(r.ms / 1000, 1)),
+      direct_wall_s: each((r) => round(r.directMs / 1000, 1)),
+      gym_vs_direct: each((r) => round(r.ms / r.directMs)),
+      mean_score: each((r) => round(r.meanScore, 3)),
+    };
+    log(`wrote ${recordRun('gym', figures, report).join(', ')}`);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

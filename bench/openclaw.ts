@@ -4,7 +4,7 @@
  * directly on the host; and how many OpenClaw samples this machine runs at once before it stops
  * gaining (or starts failing).
  *
- *   npm run bench:openclaw              full run (~10 minutes), updates BENCHMARKS.md
+ *   npm run bench:openclaw              full run (~10 minutes), recorded in bench/results/openclaw.*
  *   npm run bench:openclaw -- --quick   fewer tasks and levels, prints only
  *
  * Needs `stepwise tools install openclaw` (or STEPWISE_TOOLS_DIR pointing at an install) and bubblewrap.
@@ -23,10 +23,8 @@ import { synthesize } from '../src/gym/synth/index.js';
 import { workspaceFor } from '../src/gym/tasks/index.js';
 import type { GymTask } from '../src/gym/tasks/schema.js';
 import { verify } from '../src/gym/verify/index.js';
-import { codeVersion, fix, int, log, machineInfo, writeBenchmarks } from './support.js';
+import { codeVersion, fix, int, log, machineInfo, recordRun, round } from './support.js';
 
-const MARK_START = '<!-- bench:openclaw -->';
-const MARK_END = '<!-- /bench:openclaw -->';
 const TIMEOUT_MS = 300_000;
 
 const median = (values: number[]) => {
@@ -182,7 +180,23 @@ async function main(): Promise<void> {
     ];
     const report = lines.join('\n');
     process.stdout.write(`${report}\n`);
-    if (!quick) log(`wrote ${writeBenchmarks(MARK_START, MARK_END, report)}`);
+    if (quick) return;
+    const modes = ['direct', 'gateway', 'sandbox+gateway'] as const;
+    const each = (f: (mode: Mode) => number) => Object.fromEntries(modes.map((mode) => [mode, f(mode)]));
+    const figures = {
+      code: codeAtStart,
+      openclaw: install.version,
+      task_wall_s_median: each((mode) => round(med(mode) / 1000)),
+      task_wall_vs_direct: each((mode) => round(med(mode) / base)),
+      peak_rss_mib_median: each((mode) => round(rss(mode) / 1024, 0)),
+      peak_rss_mib_max: each((mode) => round(maxRss(mode) / 1024, 0)),
+      samples_per_min_by_concurrency: Object.fromEntries(
+        sweep.map((s) => [s.concurrency, round((60_000 * s.samples) / s.ms, 1)]),
+      ),
+      not_solved_by_concurrency: Object.fromEntries(sweep.map((s) => [s.concurrency, s.failed])),
+      safe_concurrency: safe,
+    };
+    log(`wrote ${recordRun('openclaw', figures, report).join(', ')}`);
   } finally {
     await server.close();
     await sim.close();

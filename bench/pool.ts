@@ -1,11 +1,11 @@
 /**
  * DataPool benchmark: ingest throughput (in process and over HTTP), lease latency against pool size,
- * bytes on disk per step and server memory. Prints a markdown report and writes it into
- * BENCHMARKS.md between `<!-- bench:pool -->` and `<!-- /bench:pool -->`.
+ * bytes on disk per step and server memory. Prints a markdown report; records the run's figures in
+ * bench/results/pool.jsonl and a full run's report in bench/results/pool.md.
  *
- *   npm run bench:pool                 full run (~3-6 minutes), updates BENCHMARKS.md
+ *   npm run bench:pool                 full run (~3-6 minutes)
  *   npm run bench:pool -- --quick      smaller sizes, prints only
- *   npm run bench:pool -- --only http  some sections (ingest,http,lease,storage), prints only
+ *   npm run bench:pool -- --only http  some sections (ingest,http,lease,storage); records their figures
  *
  * BENCH_CPU_PROF=DIR writes a .cpuprofile of each HTTP server child process into DIR.
  */
@@ -43,14 +43,13 @@ import {
   mib,
   nextMessage,
   percentile,
+  recordRun,
+  round,
   verdict,
-  writeBenchmarks,
 } from './support.js';
 
 const THIS_FILE = fileURLToPath(import.meta.url);
 const _REPO_ROOT = resolve(dirname(THIS_FILE), '..');
-const MARK_START = '<!-- bench:pool -->';
-const MARK_END = '<!-- /bench:pool -->';
 
 type Sync = 'FULL' | 'NORMAL';
 
@@ -953,6 +952,63 @@ function memoryReport(http: HttpSection): string[] {
   ];
 }
 
+/** The headline figures of a run, one line of bench/results/pool.jsonl. */
+function runFigures(
+  ingest: IngestSection | null,
+  http: HttpSection | null,
+  lease: { sizes: LeaseSize[] } | null,
+  storage: StorageRun[] | null,
+): Record<string, unknown> {
+  const figures: Record<string, unknown> = {};
+  if (ingest) {
+    const raw = (key: string) => median(ingest.raw[key]!);
+    const rate = (key: string) => median(ingest.pool[key]!.map((r) => r.stepsPerSec));
+    figures.raw_insert_rows_per_s = {
+      full: round(raw('FULL/plain'), 0),
+      normal: round(raw('NORMAL/plain'), 0),
+      full_indexed: round(raw('FULL/indexed'), 0),
+      normal_indexed: round(raw('NORMAL/indexed'), 0),
+    };
+    const keys = {
+      trajectory_full: 'FULL/trajectory',
+      trajectory_normal: 'NORMAL/trajectory',
+      step_full: 'FULL/step',
+      step_normal: 'NORMAL/step',
+    };
+    const each = (f: (key: string) => number) =>
+      Object.fromEntries(Object.entries(keys).map(([name, key]) => [name, f(key)]));
+    figures.ingest_steps_per_s = each((key) => round(rate(key), 0));
+    figures.ingest_vs_raw = each((key) =>
+      round(rate(key) / raw(key.startsWith('FULL') ? 'FULL/plain' : 'NORMAL/plain'), 3),
+    );
+  }
+  if (http) {
+    const rates = Object.entries(http.runs).map(
+      ([mode, runs]) => [mode, median(runs.map((r) => r.stepsPerSec))] as const,
+    );
+    figures.http_steps_per_s = Object.fromEntries(rates.map(([mode, rate]) => [mode, round(rate, 0)]));
+    const stepRuns = http.runs.step ?? Object.values(http.runs).flat();
+    figures.server_rss_mib = round(median(stepRuns.map((r) => r.serverRss)) / 1024 / 1024, 1);
+  }
+  if (lease) {
+    const at = (f: (s: LeaseSize) => number) =>
+      Object.fromEntries(lease.sizes.map((s) => [String(s.steps), round(f(s))]));
+    figures.lease_p50_ms = at((s) => percentile(s.lease, 50));
+    figures.lease_p99_ms = at((s) => percentile(s.lease, 99));
+  }
+  if (storage) {
+    const key = (r: StorageRun) => (r.logprobs ? 'logprobs' : 'no_logprobs');
+    const each = (f: (r: StorageRun) => number) => Object.fromEntries(storage.map((r) => [key(r), f(r)]));
+    const logprobBytes = (r: StorageRun) => (r.logprobs ? r.steps * LONG.responseTokens * 4 : 0);
+    figures.disk_vs_distinct_token_bytes = each((r) => round(r.storeBytes / (r.distinctTokens * 4)));
+    figures.disk_vs_distinct_tokens_and_logprobs = each((r) =>
+      round(r.storeBytes / (r.distinctTokens * 4 + logprobBytes(r))),
+    );
+    figures.naive_vs_store = each((r) => round(r.naiveBytes / r.storeBytes, 1));
+  }
+  return figures;
+}
+
 // ---- main ---------------------------------------------------------------------------------------
 
 async function main(): Promise<void> {
@@ -1001,7 +1057,14 @@ async function main(): Promise<void> {
   if (http) lines.push(...memoryReport(http), '');
   const report = lines.join('\n');
   process.stdout.write(`${report}\n`);
-  if (!quick && only === null) log(`wrote ${writeBenchmarks(MARK_START, MARK_END, report)}`);
+  if (quick) return;
+  const figures = runFigures(ingest, http, lease, storage);
+  const written = recordRun(
+    'pool',
+    { code: codeAtStart, only: only && [...only], ...figures },
+    only ? undefined : report,
+  );
+  log(`wrote ${written.join(', ')}`);
 }
 
 main().catch((error) => {

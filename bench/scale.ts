@@ -4,9 +4,10 @@
  *   1. ingest: whole 8-step trajectories over `POST /v1/steps` from 32 concurrent clients, through
  *      1 vs 3 server processes sharing one database;
  *   2. leases: draining pre-filled ready groups (lease + ack over HTTP) with 1 vs 4 consumers.
- * Prints a markdown report and writes it into BENCHMARKS.md between `<!-- bench:scale -->` marks.
+ * Prints a markdown report; a full run is recorded in bench/results/scale.jsonl (figures) and
+ * scale.md (report).
  *
- *   npm run bench:scale              full run (~3 minutes), updates BENCHMARKS.md
+ *   npm run bench:scale              full run (~3 minutes)
  *   npm run bench:scale -- --quick   shorter runs, prints only
  *
  * PostgreSQL: STEPWISE_PG_URL (else STEPWISE_TEST_PG_URL, else postgres://postgres@127.0.0.1:5432/test);
@@ -25,10 +26,8 @@ import {
   type ServerProcess,
   startServerProcess,
 } from '../test/support/server-process.js';
-import { codeVersion, exitOnHelp, fix, int, log, machineInfo, writeBenchmarks } from './support.js';
+import { codeVersion, exitOnHelp, fix, int, log, machineInfo, recordRun, round } from './support.js';
 
-const MARK_START = '<!-- bench:scale -->';
-const MARK_END = '<!-- /bench:scale -->';
 const PG_URL =
   process.env.STEPWISE_PG_URL ??
   process.env.STEPWISE_TEST_PG_URL ??
@@ -298,7 +297,28 @@ async function main(): Promise<void> {
   }
   const report = `${lines.join('\n')}\n`;
   process.stdout.write(report);
-  if (!quick) log(`wrote ${writeBenchmarks(MARK_START, MARK_END, report)}`);
+  if (quick) return;
+  const figures = {
+    code: codeAtStart,
+    ingest_steps_per_s: Object.fromEntries(
+      ingestConfigs.map((c) => [
+        `${c.backend}_${c.servers}`,
+        round(ingestRate(`${c.backend}/${c.servers}`), 0),
+      ]),
+    ),
+    postgres_vs_sqlite_ingest: {
+      1: round(ingestRate('postgres/1') / ingestRate('sqlite/1')),
+      3: round(ingestRate('postgres/3') / ingestRate('sqlite/3')),
+    },
+    lease_groups_per_s: Object.fromEntries(
+      leaseConfigs.map((c) => {
+        const key = `${c.backend}/${c.servers}/${c.consumers}`;
+        return [key.replaceAll('/', '_'), round(leaseRate(key), 0)];
+      }),
+    ),
+    served_twice: [...leaseRuns.values()].flat().reduce((n, r) => n + r.duplicates, 0),
+  };
+  log(`wrote ${recordRun('scale', figures, report).join(', ')}`);
 }
 
 main().catch(async (error) => {

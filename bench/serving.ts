@@ -1,7 +1,7 @@
 /**
  * Serving benchmark: what it costs to hand a trainer a batch in each format, and prefix-tree packing.
  *
- *   npm run bench:serving              full run (~2-3 minutes), updates BENCHMARKS.md
+ *   npm run bench:serving              full run (~2-3 minutes), recorded in bench/results/serving.*
  *   npm run bench:serving -- --quick   8 groups, 2 reps, prints only
  *
  * A store is filled with 64 groups × 8 trajectories × 10 steps of realistic agent steps (~2k tokens
@@ -19,10 +19,8 @@ import { startServer } from '../src/gateway/server.js';
 import { type BatchRequest, renderBatch } from '../src/serving/batch.js';
 import { packPrefixTree } from '../src/serving/packing.js';
 import { seededRandom } from '../src/util/random.js';
-import { codeVersion, fix, int, log, machineInfo, mib, verdict, writeBenchmarks } from './support.js';
+import { codeVersion, fix, int, log, machineInfo, mib, recordRun, round, verdict } from './support.js';
 
-const MARK_START = '<!-- bench:serving -->';
-const MARK_END = '<!-- /bench:serving -->';
 const PACKING_TARGET = 20e6; // tokens/s
 const VOCAB = 151_000;
 
@@ -119,14 +117,20 @@ function benchPacking(
 
 interface FormatCase {
   name: string;
+  /** Its name in bench/results/serving.jsonl. */
+  key: string;
   body: Partial<BatchRequest>;
 }
 
 const CASES: FormatCase[] = [
-  { name: 'json', body: { format: 'json', advantage: 'grpo' } },
-  { name: 'json + prefix_tree packing', body: { format: 'json', advantage: 'grpo', pack: 'prefix_tree' } },
-  { name: 'arrow', body: { format: 'arrow', advantage: 'grpo' } },
-  { name: 'padded (.npz)', body: { format: 'padded', advantage: 'grpo' } },
+  { name: 'json', key: 'json', body: { format: 'json', advantage: 'grpo' } },
+  {
+    name: 'json + prefix_tree packing',
+    key: 'json_packed',
+    body: { format: 'json', advantage: 'grpo', pack: 'prefix_tree' },
+  },
+  { name: 'arrow', key: 'arrow', body: { format: 'arrow', advantage: 'grpo' } },
+  { name: 'padded (.npz)', key: 'padded', body: { format: 'padded', advantage: 'grpo' } },
 ];
 
 interface FormatResult {
@@ -144,7 +148,7 @@ async function main(): Promise<void> {
   const args = process.argv.slice(2);
   if (args.includes('--help') || args.includes('-h')) {
     process.stdout.write(
-      'usage: npm run bench:serving [-- --quick]\n  --quick  8 groups and 2 reps; prints the report without writing BENCHMARKS.md\n',
+      'usage: npm run bench:serving [-- --quick]\n  --quick  8 groups and 2 reps; prints the report without recording the run\n',
     );
     return;
   }
@@ -275,7 +279,23 @@ async function main(): Promise<void> {
   ];
   const report = lines.join('\n');
   process.stdout.write(`${report}\n`);
-  if (!quick) log(`wrote ${writeBenchmarks(MARK_START, MARK_END, report)}`);
+  if (quick) return;
+  const each = (f: (r: FormatResult, c: FormatCase) => number) =>
+    Object.fromEntries(results.map((r, i) => [CASES[i]!.key, f(r, CASES[i]!)]));
+  const figures = {
+    code: codeAtStart,
+    tokens: totalTokens,
+    bytes_mib: each((r) => round(r.bytes / 1024 / 1024, 1)),
+    bytes_vs_json: each((r) => round(r.bytes / jsonBytes)),
+    lease_to_last_byte_ms: each((r) => round(median(r.totalMs), 0)),
+    http_m_tokens_per_s: each((r) => round(totalTokens / (median(r.totalMs) / 1000) / 1e6, 1)),
+    store_lease_ms: each((r) => round(median(r.leaseMs), 0)),
+    layout_ms: each((r) => round(median(r.renderMs), 0)),
+    packing_m_tokens_per_s: round(packingRate / 1e6, 1),
+    packing_with_inputs_m_tokens_per_s: round(median(packRates) / 1e6, 1),
+    packed_vs_original_pct: round((100 * packed) / totalTokens, 1),
+  };
+  log(`wrote ${recordRun('serving', figures, report).join(', ')}`);
 }
 
 main().catch((error) => {

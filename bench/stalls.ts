@@ -14,6 +14,8 @@ import { MAX_PROMPT_TOKENS } from '../src/domain/index.js';
 import { startServer } from '../src/gateway/server.js';
 
 export interface Stall {
+  /** A short name for the results file (bench/results/gateway.jsonl). */
+  key: string;
   request: string;
   bodyBytes: number;
   status: number;
@@ -79,13 +81,14 @@ export async function benchStalls(quick: boolean): Promise<StallSection> {
       return 0;
     });
     const stalls: Stall[] = [];
-    const add = async (request: string, method: string, path: string, body?: string) => {
+    const add = async (key: string, request: string, method: string, path: string, body?: string) => {
       const m = await measure(() => send(method, path, body));
-      stalls.push({ request, bodyBytes: body === undefined ? 0 : Buffer.byteLength(body), ...m });
+      stalls.push({ key, request, bodyBytes: body === undefined ? 0 : Buffer.byteLength(body), ...m });
     };
 
     const t = await init();
     await add(
+      `generate_${MAX_PROMPT_TOKENS}_ids`,
       `/generate, ${MAX_PROMPT_TOKENS.toLocaleString('en-US')} prompt ids (MAX_PROMPT_TOKENS)`,
       'POST',
       '/generate',
@@ -98,6 +101,7 @@ export async function benchStalls(quick: boolean): Promise<StallSection> {
     const chat = await init();
     const words = 'alpha beta gamma delta epsilon '.repeat(quick ? 20_000 : 60_000);
     await add(
+      `chat_${Math.round(words.length / 1e6)}mb_message`,
       `chat call, one ${Math.round(words.length / 1e6)} MB user message (stored as its step)`,
       'POST',
       `${new URL(chat.base_url).pathname}/chat/completions`,
@@ -117,6 +121,7 @@ export async function benchStalls(quick: boolean): Promise<StallSection> {
       });
     const label = `/v1/steps, ${steps.toLocaleString('en-US')} steps × 4,096 prompt ids in one body`;
     await add(
+      'steps_batch_main_store',
       `${label} (parsed on the offload thread, stored here)`,
       'POST',
       '/v1/steps',
@@ -141,6 +146,7 @@ export async function benchStalls(quick: boolean): Promise<StallSection> {
         return res.status;
       });
       stalls.push({
+        key: 'steps_batch_worker_store',
         request: `${label}, \`--store-thread worker\``,
         bodyBytes: Buffer.byteLength(body),
         ...m,
@@ -165,11 +171,17 @@ export async function benchStalls(quick: boolean): Promise<StallSection> {
       }),
     );
     await add(
+      'dashboard_biggest_step_first_view',
       `dashboard page of a step with ${MAX_PROMPT_TOKENS.toLocaleString('en-US')} prompt ids (the most a step holds), first view`,
       'GET',
       `/dashboard/trajectories/${big.trajectory_uid}`,
     );
-    await add('its raw JSON (`GET /v1/trajectories/{id}`)', 'GET', `/v1/trajectories/${big.trajectory_uid}`);
+    await add(
+      'raw_json_biggest_step',
+      'its raw JSON (`GET /v1/trajectories/{id}`)',
+      'GET',
+      `/v1/trajectories/${big.trajectory_uid}`,
+    );
     return { idleMs: idle.stallMs, stalls };
   } finally {
     await server.close();

@@ -1,6 +1,6 @@
-/** Helpers shared by the benchmarks (bench/pool.ts, bench/gateway.ts, bench/serving.ts). */
+/** Helpers shared by the benchmarks (bench/*.ts). */
 import { type ChildProcess, execFileSync } from 'node:child_process';
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { appendFileSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -64,19 +64,22 @@ export function percentile(values: number[], p: number): number {
 
 export const verdict = (ok: boolean) => (ok ? 'meets' : '**misses**');
 
-export function writeBenchmarks(markStart: string, markEnd: string, report: string): string {
-  const path = join(REPO_ROOT, 'BENCHMARKS.md');
-  const section = `${markStart}\n${report.trimEnd()}\n${markEnd}`;
-  let text = existsSync(path) ? readFileSync(path, 'utf8') : '# Benchmarks\n\n';
-  const start = text.indexOf(markStart);
-  const end = text.indexOf(markEnd);
-  if (start >= 0 && end > start) {
-    text = text.slice(0, start) + section + text.slice(end + markEnd.length);
-  } else {
-    text = `${text.trimEnd()}\n\n${section}\n`;
-  }
-  writeFileSync(path, text);
-  return path;
+/** A figure rounded to `digits` decimals, for the results files. */
+export const round = (n: number, digits = 2) => Number(n.toFixed(digits));
+
+/**
+ * Records a run under bench/results/: `figures` as one more line of `<bench>.jsonl` (the history;
+ * BENCHMARKS.md shows only the latest) and, when given, `report` as `<bench>.md` (the latest full report).
+ */
+export function recordRun(bench: string, figures: Record<string, unknown>, report?: string): string[] {
+  const dir = join(REPO_ROOT, 'bench', 'results');
+  mkdirSync(dir, { recursive: true });
+  const history = join(dir, `${bench}.jsonl`);
+  appendFileSync(history, `${JSON.stringify({ date: new Date().toISOString(), ...figures })}\n`);
+  if (report === undefined) return [history];
+  const latest = join(dir, `${bench}.md`);
+  writeFileSync(latest, `${report.trimEnd()}\n`);
+  return [history, latest];
 }
 
 /** The next IPC message of `type` from a child process; rejects if the child exits first. */

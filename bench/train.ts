@@ -2,8 +2,9 @@
  * Trainer benchmark: what a training step costs on packed against padded batches, and whether
  * Stepwise (lease + tensors) is ever the bottleneck next to the model step.
  *
- *   npm run bench:train              2 groups × 8 rollouts × 6 steps, 3 reps; updates BENCHMARKS.md
- *   npm run bench:train -- --quick   1 group, 1 rep, prints only
+ *   npm run bench:train              2 groups × 8 rollouts × 6 steps, 3 reps; records the run in
+ *                                    bench/results/train.jsonl and its report in train.md
+ *   npm run bench:train -- --quick   1 group, 1 rep; its row in train.jsonl says quick
  *
  * The store holds agent-shaped steps (a shared system prompt, a per-group task, a history growing by
  * each response and tool result). The Python half (bench/train_step.py, the `train` extra) leases the
@@ -11,17 +12,15 @@
  * backward of the policy-gradient loss on the tiny Qwen3-architecture model, in the same process and
  * minute; tokens/s counts the batch's real (unpadded, unpacked) tokens per second of model step.
  */
-import { appendFileSync, mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
 import { type NewStep, newStep } from '../src/domain/index.js';
 import { startServer } from '../src/gateway/server.js';
 import { requireTrainPython, runPython } from '../src/train/python.js';
 import { seededRandom } from '../src/util/random.js';
-import { codeVersion, fix, int, log, machineInfo, REPO_ROOT, writeBenchmarks } from './support.js';
+import { codeVersion, fix, int, log, machineInfo, REPO_ROOT, recordRun } from './support.js';
 
-const MARK_START = '<!-- bench:train -->';
-const MARK_END = '<!-- /bench:train -->';
 const VOCAB = 151_669;
 
 const SHAPE = {
@@ -81,7 +80,7 @@ async function main(): Promise<void> {
   const args = process.argv.slice(2);
   if (args.includes('--help') || args.includes('-h')) {
     process.stdout.write(
-      'usage: npm run bench:train [-- --quick]\n  --quick  1 group and 1 rep; prints the report without writing BENCHMARKS.md\n',
+      'usage: npm run bench:train [-- --quick]\n  --quick  1 group and 1 rep; its row in bench/results/train.jsonl says quick\n',
     );
     return;
   }
@@ -145,11 +144,12 @@ async function main(): Promise<void> {
     }),
   ].join('\n');
   console.log(section);
-  appendFileSync(
-    join(REPO_ROOT, 'bench', 'results', 'train.jsonl'),
-    `${JSON.stringify({ date: new Date().toISOString(), code: codeAtStart, quick, shape, reps, report })}\n`,
+  const written = recordRun(
+    'train',
+    { code: codeAtStart, quick, shape, reps, report },
+    quick ? undefined : section,
   );
-  if (!quick) log(`updated ${writeBenchmarks(MARK_START, MARK_END, section)}`);
+  log(`wrote ${written.join(', ')}`);
 }
 
 main().catch((error) => {
