@@ -15,6 +15,7 @@ import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { type NewStep, newStep } from '../src/domain/index.js';
 import { startServer } from '../src/gateway/server.js';
+import { poolOps } from '../src/pool/core.js';
 import { openSqliteStore } from '../src/store/sqlite/sqlite-store.js';
 import type { SubmitRequest } from '../src/store/store.js';
 import { seededRandom } from '../src/util/random.js';
@@ -97,7 +98,7 @@ function trajectory(k: number, random: () => number): NewStep[] {
 async function fill(path: string): Promise<number> {
   const partial = `${path}.partial`;
   rmSync(partial, { force: true });
-  const store = await openSqliteStore({ path: partial, synchronous: 'NORMAL' });
+  const store = poolOps(await openSqliteStore({ path: partial, synchronous: 'NORMAL' }));
   const random = seededRandom('bench-dashboard');
   const trajectories = Math.ceil(STEPS / STEPS_PER_TRAJECTORY);
   const t0 = performance.now();

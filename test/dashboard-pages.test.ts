@@ -5,7 +5,8 @@ import type { Browser, Page } from 'playwright-core';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { NewStep } from '../src/domain/index.js';
 import { type RunningServer, startServer } from '../src/gateway/server.js';
-import { openSqliteStore, type SqliteStore } from '../src/store/sqlite/sqlite-store.js';
+import { type PoolOps, poolOps } from '../src/pool/core.js';
+import { openSqliteStore } from '../src/store/sqlite/sqlite-store.js';
 import type { LeaseParams } from '../src/store/store.js';
 import { chromiumReady, dashboardFixture, openPage, screenshot } from './support/browser.js';
 import { episode, makeStep } from './support/steps.js';
@@ -19,7 +20,7 @@ import { episode, makeStep } from './support/steps.js';
 
 describe('dashboard store reads (SQLite)', () => {
   let dir: string;
-  let store: SqliteStore;
+  let store: PoolOps;
   let now = 1_000_000;
   const tick = (ms = 1) => {
     now += ms;
@@ -46,7 +47,7 @@ describe('dashboard store reads (SQLite)', () => {
 
   beforeEach(async () => {
     dir = mkdtempSync(join(tmpdir(), 'stepwise-dash-store-'));
-    store = await openSqliteStore({ path: join(dir, 'store.db') });
+    store = poolOps(await openSqliteStore({ path: join(dir, 'store.db') }));
   });
   afterEach(async () => {
     await store.close();

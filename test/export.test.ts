@@ -2,6 +2,7 @@
  * Exports over a real SQLite file: each kind's lines or rows against what the store holds, the
  * filters, the manifest, and the full-fidelity round trip through `import`.
  */
+
 import { createHash } from 'node:crypto';
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -12,15 +13,15 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { checkImport, importTrajectories } from '../src/export/import.js';
 import { ExportRequest } from '../src/export/request.js';
 import { type RunExportOptions, runExport } from '../src/export/run-export.js';
+import { type PoolCore, type PoolOps, poolOps } from '../src/pool/core.js';
 import type { DataPool } from '../src/pool/data-pool.js';
 import { groupAdvantages } from '../src/serving/advantages.js';
 import { openSqliteStore, type SqliteStore } from '../src/store/sqlite/sqlite-store.js';
-import type { Store } from '../src/store/store.js';
 import { buildFixture, SYSTEM, TOOLS, task } from './export-fixture.js';
 
 let dir: string;
 let pool: DataPool;
-let store: Store;
+let store: PoolOps;
 let close: () => Promise<void>;
 let n = 0;
 
@@ -363,9 +364,9 @@ describe('rl export', () => {
 });
 
 describe('trajectories export and import', () => {
-  let imported: SqliteStore;
+  let imported: PoolOps;
   beforeAll(async () => {
-    imported = await openSqliteStore({ path: join(dir, 'imported.db') });
+    imported = poolOps(await openSqliteStore({ path: join(dir, 'imported.db') }));
   });
   afterAll(async () => {
     await imported.close();
@@ -433,7 +434,7 @@ describe('trajectories export and import', () => {
     broken.steps[1].prompt_ids[2] = -4;
     const bad = join(dir, 'bad.jsonl');
     writeFileSync(bad, [lines[0], JSON.stringify(broken), lines[2]].join('\n'));
-    const fresh = await openSqliteStore({ path: join(dir, 'fresh.db') });
+    const fresh = poolOps(await openSqliteStore({ path: join(dir, 'fresh.db') }));
     try {
       await expect(importTrajectories({ store: fresh, file: bad })).rejects.toMatchObject({
         message: 'line 2: steps.1.prompt_ids.2: must be >= 0',
@@ -460,7 +461,7 @@ describe('trajectories export and import', () => {
     const truncated = readFileSync(path, 'utf8').split('\n')[0]!;
     writeFileSync(path, `${truncated}\n`);
     await expect(checkImport(path, null)).rejects.toMatchObject({ field: 'file', message: /sha256/ });
-    const fresh = await openSqliteStore({ path: join(dir, 'digest.db') });
+    const fresh = poolOps(await openSqliteStore({ path: join(dir, 'digest.db') }));
     try {
       await expect(importTrajectories({ store: fresh, file: path })).rejects.toMatchObject({ field: 'file' });
       expect((await fresh.listTrajectories({ limit: 10, offset: 0 })).total).toBe(0);
@@ -497,7 +498,7 @@ describe('export requests', () => {
   });
 
   it('scan the store in storage order without sorting all matches for each page', async () => {
-    const sqlite = store as SqliteStore;
+    const sqlite = (store as PoolCore).store as SqliteStore;
     const sorts = (query: Parameters<SqliteStore['explainScan']>[0]) =>
       sqlite.explainScan(query).filter((d) => /TEMP B-TREE|^SCAN trajectories/.test(d));
     for (const query of [

@@ -3,9 +3,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ConflictError } from '../src/domain/index.js';
+import { type PoolOps, poolOps } from '../src/pool/core.js';
+import { WorkerPool } from '../src/pool/worker-pool.js';
 import { openPostgresStore } from '../src/store/postgres/postgres-store.js';
 import { openSqliteStore } from '../src/store/sqlite/sqlite-store.js';
-import { WorkerStore } from '../src/store/sqlite/worker-store.js';
 import type { LeaseParams, Store } from '../src/store/store.js';
 import { dropSchema, freshSchema, pgUrl } from './support/postgres.js';
 
@@ -16,8 +17,8 @@ import { dropSchema, freshSchema, pgUrl } from './support/postgres.js';
  */
 
 interface Harness {
-  store: Store;
-  reopen(): Promise<Store>;
+  store: Store | PoolOps;
+  reopen(): Promise<Store | PoolOps>;
   cleanup(): Promise<void>;
 }
 
@@ -49,12 +50,12 @@ const backends: [string, boolean, () => Promise<Harness>][] = [
     async () => {
       const dir = mkdtempSync(join(tmpdir(), 'stepwise-pending-w-'));
       const path = join(dir, 'pool.db');
-      let store: Store = await WorkerStore.open({ path });
+      let store: Store | PoolOps = await WorkerPool.open({ path });
       return {
         store,
         reopen: async () => {
           await store.close();
-          store = await WorkerStore.open({ path });
+          store = await WorkerPool.open({ path });
           return store;
         },
         cleanup: async () => {
@@ -90,12 +91,12 @@ const backends: [string, boolean, () => Promise<Harness>][] = [
 for (const [name, enabled, open] of backends) {
   describe.skipIf(!enabled)(`pending guidance: ${name}`, () => {
     let h: Harness;
-    let store: Store;
+    let store: PoolOps;
     let now = 1_000_000;
     const tick = () => ++now;
     beforeEach(async () => {
       h = await open();
-      store = h.store;
+      store = poolOps(h.store);
     });
     afterEach(async () => {
       await h.cleanup();
@@ -150,7 +151,7 @@ for (const [name, enabled, open] of backends) {
       expect(listed.items[0]!.pendingSince).not.toBeNull();
 
       // The hold survives a restart.
-      store = await h.reopen();
+      store = poolOps(await h.reopen());
       expect((await store.getGroup('train', 'run.t1'))!.state).toBe('pending_guidance');
       expect(await lease()).toBeNull();
 

@@ -1,4 +1,5 @@
 import { afterEach, describe, expect, it } from 'vitest';
+import { poolOps } from '../src/pool/core.js';
 import { DataPool } from '../src/pool/data-pool.js';
 import { openPostgresStore, type PostgresStore } from '../src/store/postgres/postgres-store.js';
 import type { StoreChange } from '../src/store/store.js';
@@ -74,7 +75,7 @@ describe.skipIf(!pgUrl)('PostgreSQL store shared by several processes', () => {
     const served: string[] = [];
     // Four consumers on each store, leasing until nothing is left.
     await Promise.all(
-      [a, b].flatMap((store, s) =>
+      [poolOps(a), poolOps(b)].flatMap((store, s) =>
         [0, 1, 2, 3].map(async (c) => {
           for (;;) {
             const batch = await store.leaseBatch(leaseParams(`c${s}.${c}`), 5_000);

@@ -1,20 +1,19 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { WorkerStore } from '../src/store/sqlite/worker-store.js';
-import type { Store } from '../src/store/store.js';
+import { WorkerPool } from '../src/pool/worker-pool.js';
 import { runStoreConformance } from './support/store-conformance.js';
 
 // The same behaviour when the SQLite store runs on a worker thread behind message passing.
 runStoreConformance('sqlite on a worker thread', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'stepwise-worker-'));
   const path = join(dir, 'pool.db');
-  let store: Store = await WorkerStore.open({ path });
+  let store = await WorkerPool.open({ path });
   return {
     store,
     async reopen() {
       await store.close();
-      store = await WorkerStore.open({ path });
+      store = await WorkerPool.open({ path });
       return store;
     },
     async cleanup() {

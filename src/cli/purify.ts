@@ -2,6 +2,7 @@ import { existsSync, statSync } from 'node:fs';
 import { type Command, InvalidArgumentError, Option } from 'commander';
 import { purifyStore } from '../curation/cleaner/derive.js';
 import { StepwiseError, ValidationError } from '../domain/index.js';
+import { poolOps } from '../pool/core.js';
 import { openSqliteStore } from '../store/sqlite/sqlite-store.js';
 import { progressReporter } from '../util/progress.js';
 
@@ -57,7 +58,7 @@ export function registerPurifyCommand(program: Command): void {
       const store = await openSqliteStore({ path: opts.db });
       const progress = progressReporter('purify', 'trajectories', process.stderr);
       try {
-        const summary = await purifyStore(store, {
+        const summary = await purifyStore(poolOps(store), {
           channel: opts.channel,
           trajectoryId: opts.trajectory,
           into: opts.into,

@@ -2,6 +2,7 @@ import { existsSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { type Command, InvalidArgumentError, Option } from 'commander';
 import { fromZodError, Quality, StepwiseError, TrajectoryStatus, ValidationError } from '../domain/index.js';
+import { poolOps } from '../pool/core.js';
 import { ADVANTAGE_ESTIMATORS } from '../serving/advantages.js';
 import { openSqliteStore } from '../store/sqlite/sqlite-store.js';
 import { progressReporter } from '../util/progress.js';
@@ -104,7 +105,7 @@ export function registerExportCommands(program: Command): void {
       let manifest: ExportManifest;
       try {
         manifest = await runExport({
-          store,
+          store: poolOps(store),
           request: parsed.data,
           outDir: opts.out,
           overwrite: opts.force === true,
@@ -147,7 +148,7 @@ export function registerExportCommands(program: Command): void {
       let result: ImportResult;
       try {
         result = await importTrajectories({
-          store,
+          store: poolOps(store),
           file,
           checked,
           onProgress: (done, total) => progress.update(done, total),

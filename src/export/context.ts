@@ -1,6 +1,7 @@
 import { trainingSteps } from '../curation/cleaner/graft.js';
 import { isStepTrainable, type Step, type Trajectory } from '../domain/index.js';
-import type { CurrentLabel, Store, TrajectoryScan } from '../store/store.js';
+import type { PoolOps } from '../pool/core.js';
+import type { CurrentLabel, TrajectoryScan } from '../store/store.js';
 
 /** What one export run reads from and tallies; each kind's writer gets it. */
 export class ExportContext {
@@ -11,7 +12,7 @@ export class ExportContext {
   readonly details: Record<string, number> = {};
 
   constructor(
-    readonly store: Store,
+    readonly store: PoolOps,
     readonly query: Omit<TrajectoryScan, 'after' | 'limit'>,
     readonly pageSize: number,
     /** Called after each trajectory the export has dealt with. */
@@ -50,13 +51,13 @@ export class ExportContext {
 }
 
 export async function* scanAll(
-  store: Store,
+  store: PoolOps,
   query: Omit<TrajectoryScan, 'after' | 'limit'>,
   pageSize: number,
 ): AsyncGenerator<Trajectory> {
   let after: string | null = null;
   do {
-    const page: Awaited<ReturnType<Store['scanTrajectories']>> = await store.scanTrajectories({
+    const page: Awaited<ReturnType<PoolOps['scanTrajectories']>> = await store.scanTrajectories({
       ...query,
       after,
       limit: pageSize,

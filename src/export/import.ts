@@ -13,12 +13,12 @@ import {
   stepFromWire,
   ValidationError,
 } from '../domain/index.js';
-import type { Store } from '../store/store.js';
+import type { PoolOps } from '../pool/core.js';
 import { MANIFEST_FILE } from './manifest.js';
 import { type ParsedTrajectoryLine, TrajectoryLineSchema } from './trajectories.js';
 
 export interface ImportOptions {
-  store: Store;
+  store: PoolOps;
   /** A `trajectories.jsonl` written by `stepwise export trajectories`. */
   file: string;
   /** Called after each trajectory is stored (done, total). */
@@ -65,7 +65,7 @@ export interface ImportCheck {
  * Checks a whole file before anything is written: every line parses, no trajectory repeats or
  * (given a store) already exists there, and the digest matches a manifest beside the file.
  */
-export async function checkImport(file: string, store: Store | null): Promise<ImportCheck> {
+export async function checkImport(file: string, store: PoolOps | null): Promise<ImportCheck> {
   const hash = createHash('sha256');
   const seen = new Set<string>();
   for await (const { n, text } of readLines(file, hash)) {
@@ -247,7 +247,7 @@ function labelReplay(line: ParsedTrajectoryLine): Plan['labels'] {
   return inputs;
 }
 
-async function apply(store: Store, plan: Plan): Promise<void> {
+async function apply(store: PoolOps, plan: Plan): Promise<void> {
   const { line } = plan;
   await store.createTrajectory(
     {

@@ -8,8 +8,8 @@ import { z } from 'zod';
 import { NotFoundError, parseOrThrow, StepwiseError } from '../domain/index.js';
 import { type AuthVariables, requireScope } from '../gateway/auth.js';
 import { readJsonBody } from '../gateway/json-body.js';
+import type { PoolOps } from '../pool/core.js';
 import type { DataPool } from '../pool/data-pool.js';
-import type { Store } from '../store/store.js';
 import { MANIFEST_FILE } from './manifest.js';
 import { EXPORT_KINDS, ExportRequest } from './request.js';
 import { dataFileName, runExport } from './run-export.js';
@@ -29,7 +29,7 @@ export interface ExportRoutesOptions {
   exportsDir?: string;
 }
 
-async function exportsDirOf(store: Store, options: ExportRoutesOptions): Promise<string> {
+async function exportsDirOf(store: PoolOps, options: ExportRoutesOptions): Promise<string> {
   if (options.exportsDir) return resolve(options.exportsDir);
   const { path } = await store.describe();
   if (path === null)

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { ConflictError } from '../domain/index.js';
-import type { Store } from '../store/store.js';
+import type { PoolOps } from '../pool/core.js';
 import { ExportContext } from './context.js';
 import { writeDpo } from './dpo.js';
 import {
@@ -19,7 +19,7 @@ import { FileSink } from './sink.js';
 import { writeTrajectories } from './trajectories.js';
 
 export interface RunExportOptions {
-  store: Store;
+  store: PoolOps;
   request: ExportRequest;
   /** Where `<kind>.jsonl` / `rl.parquet` and `manifest.json` go (created if missing). */
   outDir: string;

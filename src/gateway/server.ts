@@ -2,12 +2,13 @@ import type { Logger } from 'pino';
 import type { ChannelConfig } from '../domain/index.js';
 import { createEngineRouter } from '../engines/index.js';
 import type { SimServerOptions } from '../engines/sim/serve.js';
+import type { PoolOps } from '../pool/core.js';
 import { DataPool } from '../pool/data-pool.js';
+import { WorkerPool } from '../pool/worker-pool.js';
 import type { RewardsConfig } from '../rewards/config.js';
 import { RewardService } from '../rewards/service.js';
 import { openPostgresStore } from '../store/postgres/postgres-store.js';
 import { openSqliteStore } from '../store/sqlite/sqlite-store.js';
-import { WorkerStore } from '../store/sqlite/worker-store.js';
 import type { Store } from '../store/store.js';
 import { type Listening, listen } from '../util/http-server.js';
 import { createApp } from './app.js';
@@ -83,14 +84,14 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     channelDefaults: options.channelDefaults,
   };
   const onWorker = options.storeThread === 'worker' && !options.pg;
-  const store: Store = options.pg
+  const store: Store | PoolOps = options.pg
     ? await openPostgresStore({
         url: options.pg.url,
         schema: options.pg.schema,
         channelDefaults: options.channelDefaults,
       })
     : onWorker
-      ? await WorkerStore.open(storeOptions)
+      ? await WorkerPool.open(storeOptions)
       : await openSqliteStore(storeOptions);
   const pool = new DataPool({
     store,

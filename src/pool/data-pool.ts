@@ -34,10 +34,12 @@ import type {
   ToolResultAttachment,
   TrajectoryQuery,
 } from '../store/store.js';
+import { type PoolOps, poolOps } from './core.js';
 import { WriteCoalescer } from './write-coalescer.js';
 
 export interface DataPoolOptions {
-  store: Store;
+  /** A store (the pool's rules then run in this process) or the pool's operations bound to one (WorkerPool). */
+  store: Store | PoolOps;
   /** Where background failures (a sweep that could not run) are reported. */
   logger?: Pick<Logger, 'warn'>;
   clock?: () => number;
@@ -69,7 +71,7 @@ export interface SubmitResult {
  * periodic sweeps and a live event feed. All state lives in the store; this object only waits.
  */
 export class DataPool {
-  readonly store: Store;
+  readonly store: PoolOps;
   private readonly clock: () => number;
   private readonly logger?: Pick<Logger, 'warn'>;
   private readonly writer: WriteCoalescer<SubmitRequest, SubmitOutcome>;
@@ -84,7 +86,7 @@ export class DataPool {
   private closed = false;
 
   constructor(options: DataPoolOptions) {
-    this.store = options.store;
+    this.store = poolOps(options.store);
     this.clock = options.clock ?? Date.now;
     this.logger = options.logger;
     this.pollIntervalMs = options.pollIntervalMs ?? 200;

@@ -18,6 +18,7 @@ import type {
   Trajectory,
   TrajectoryStatus,
 } from '../domain/index.js';
+import type { PoolTx, Rule } from './tx.js';
 
 /** Tool outputs seen in a later request, for the stored step whose tool calls they answer. */
 export interface ToolResultAttachment {
@@ -339,6 +340,11 @@ export interface GroupQuery {
   offset: number;
 }
 
+export interface WriteOptions {
+  /** Wait until the commit would survive power loss (default). A lease needs no flush: it is soft state. */
+  durable?: boolean;
+}
+
 /**
  * Everything the DataPool persists, behind one database-agnostic interface. Every method is atomic
  * and safe to call from many processes sharing one database; nothing here relies on process memory
@@ -347,9 +353,11 @@ export interface GroupQuery {
 export interface Store {
   readonly kind: 'sqlite' | 'postgres';
 
+  /** Runs a pool rule (pool/) in one write transaction of its own, retried where the backend may. */
+  write<T>(rule: (tx: PoolTx) => Rule<T>, options?: WriteOptions): Promise<T>;
+
   submitBatch(requests: SubmitRequest[], now: number): Promise<SubmitOutcome[]>;
   createTrajectory(input: CreateTrajectoryInput, now: number): Promise<Trajectory>;
-  completeTrajectory(id: string, input: CompleteInput, now: number): Promise<Trajectory>;
   /** Merges keys into an open trajectory's metadata. */
   mergeTrajectoryMetadata(id: string, metadata: Record<string, unknown>, now: number): Promise<Trajectory>;
   /**
@@ -367,18 +375,6 @@ export interface Store {
   getGroup(channel: string, id: string): Promise<Group | null>;
   /** Groups by creation, newest first. */
   listGroups(query: GroupQuery): Promise<Page<Group>>;
-  /**
-   * Holds a group for guidance (ActGuide-RL): a ready one moves to `pending_guidance` (not leasable),
-   * a collecting one will whatever its rewards; a pending one stays, its timeout restarted (`pending_since`
-   * = now: the guide re-holds the groups it is still working on). A group already leased, consumed
-   * or dropped cannot be held (ConflictError on `state`).
-   */
-  holdGroupForGuidance(channel: string, id: string, now: number): Promise<Group>;
-  /**
-   * Ends a guidance hold: a pending group goes on to `ready` (as it would have), a collecting one
-   * is no longer held. Anything else is returned as it is.
-   */
-  releaseGuidanceHold(channel: string, id: string, why: GuidanceRelease, now: number): Promise<Group>;
   listSteps(query: StepQuery): Promise<Page<Step>>;
   listTrajectories(query: TrajectoryQuery): Promise<Page<Trajectory>>;
   /** Pages through every trajectory matching the filters without offsets (exports read it all). */
@@ -391,11 +387,7 @@ export interface Store {
 
   /** Leases up to batchSize ready groups FIFO; null (and nothing leased) when fewer are ready. */
   leaseBatch(params: LeaseParams, now: number): Promise<LeasedBatch | null>;
-  ackLease(leaseId: string, now: number): Promise<Lease>;
-  nackLease(leaseId: string, now: number): Promise<Lease>;
   getLease(leaseId: string): Promise<Lease | null>;
-  /** Expires overdue leases, applies incomplete-group timeouts and closes idle open trajectories. */
-  sweep(now: number): Promise<GroupSweepResult>;
 
   addLabels(labels: LabelInput[], now: number): Promise<Label[]>;
   getLabels(trajectoryId: string): Promise<Label[]>;

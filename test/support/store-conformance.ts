@@ -11,6 +11,7 @@ import {
   Step,
   Trajectory,
 } from '../../src/domain/index.js';
+import { type PoolOps, poolOps } from '../../src/pool/core.js';
 import type { LeaseParams, Store, TrajectoryQuery } from '../../src/store/store.js';
 import { episode, makeStep } from './steps.js';
 
@@ -18,8 +19,8 @@ export { episode, makeStep };
 
 /** How a backend under test is opened; `reopen` closes it and opens the same database again. */
 export interface StoreHarness {
-  store: Store;
-  reopen(): Promise<Store>;
+  store: Store | PoolOps;
+  reopen(): Promise<Store | PoolOps>;
   cleanup(): Promise<void>;
 }
 
@@ -30,7 +31,7 @@ export interface StoreHarness {
 export function runStoreConformance(name: string, open: () => Promise<StoreHarness>): void {
   describe(`Store conformance: ${name}`, () => {
     let h: StoreHarness;
-    let store: Store;
+    let store: PoolOps;
     let now = 1_000_000;
     const tick = (ms = 1) => {
       now += ms;
@@ -64,7 +65,7 @@ export function runStoreConformance(name: string, open: () => Promise<StoreHarne
 
     beforeEach(async () => {
       h = await open();
-      store = h.store;
+      store = poolOps(h.store);
     });
     afterEach(async () => {
       await h.cleanup();
@@ -238,7 +239,7 @@ export function runStoreConformance(name: string, open: () => Promise<StoreHarne
       it('survives closing and reopening the database', async () => {
         await submit(episode('t1', 'g1', 3, 1));
         await store.setPolicyVersion(3, tick());
-        store = await h.reopen();
+        store = poolOps(await h.reopen());
         expect((await store.getTrajectorySteps('t1')).map((s) => s.promptIds)).toEqual(
           episode('t1', 'g1', 3, 1).map((s) => s.promptIds),
         );
@@ -250,7 +251,7 @@ export function runStoreConformance(name: string, open: () => Promise<StoreHarne
         );
         const ep = episode('t9', 'g9', 3);
         await submit(ep.slice(0, 2));
-        store = await h.reopen();
+        store = poolOps(await h.reopen());
         await submit(ep.slice(2));
         expect((await store.getTrajectorySteps('t9')).map((s) => s.promptIds)).toEqual(
           ep.map((s) => s.promptIds),
@@ -925,7 +926,7 @@ export function runStoreConformance(name: string, open: () => Promise<StoreHarne
         expect(await store.getSignals('t')).toEqual(added);
         for (const signal of await store.getSignals('t')) Signal.parse(signal);
         expect(await store.getSignals('unknown')).toEqual([]);
-        store = await h.reopen();
+        store = poolOps(await h.reopen());
         expect(await store.getSignals('t', { current: true })).toEqual(added);
       });
 

@@ -9,7 +9,7 @@ import {
   ValidationError,
 } from '../../domain/index.js';
 import { retokenizeChat } from '../../engines/retokenize.js';
-import type { Store } from '../../store/store.js';
+import type { PoolOps } from '../../pool/core.js';
 import {
   type ChatMessageInput,
   type ChatTokenizer,
@@ -267,7 +267,7 @@ function copiedSteps(derivedId: string, original: readonly Step[]): NewStep[] {
   return original.map(({ channel: _c, createdAt: _t, ...s }) => ({ ...s, trajectoryId: derivedId }));
 }
 
-async function* candidates(store: Store, options: PurifyStoreOptions): AsyncGenerator<Trajectory> {
+async function* candidates(store: PoolOps, options: PurifyStoreOptions): AsyncGenerator<Trajectory> {
   if (options.trajectoryId !== undefined) {
     const t = await store.getTrajectory(options.trajectoryId);
     if (!t) throw new ValidationError(`trajectory: ${options.trajectoryId} does not exist`, 'trajectory');
@@ -292,7 +292,7 @@ async function* candidates(store: Store, options: PurifyStoreOptions): AsyncGene
   } while (after !== null);
 }
 
-async function countCandidates(store: Store, options: PurifyStoreOptions): Promise<number> {
+async function countCandidates(store: PoolOps, options: PurifyStoreOptions): Promise<number> {
   if (options.trajectoryId !== undefined) return 1;
   const page = await store.listTrajectories({
     ...(options.channel !== undefined ? { channel: options.channel } : {}),
@@ -304,7 +304,7 @@ async function countCandidates(store: Store, options: PurifyStoreOptions): Promi
 }
 
 /** Purifies stored trajectories into derived ones (see the module comment). */
-export async function purifyStore(store: Store, options: PurifyStoreOptions = {}): Promise<PurifySummary> {
+export async function purifyStore(store: PoolOps, options: PurifyStoreOptions = {}): Promise<PurifySummary> {
   const resolved = resolveCleanerOptions(options.cleaner ?? {});
   if (options.into !== undefined && options.channel !== undefined && options.into === options.channel)
     throw new ValidationError('into: derived trajectories go to another channel than --channel', 'into');

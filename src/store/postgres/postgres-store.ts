@@ -27,15 +27,12 @@ import {
 import {
   adoptGroupSize,
   dropGroup,
-  holdForGuidance,
-  releaseGuidance,
   resettleFullGroups,
   settleGroup,
   sweepCollecting,
 } from '../../pool/groups.js';
-import { endLease, expireLeases } from '../../pool/leases.js';
-import { sweep } from '../../pool/sweep.js';
-import { completeTrajectory, finishTrajectory } from '../../pool/trajectories.js';
+import { expireLeases } from '../../pool/leases.js';
+import { finishTrajectory } from '../../pool/trajectories.js';
 import { ListQueries, type ListSchema } from '../list-queries.js';
 import {
   applyCuration,
@@ -86,15 +83,12 @@ import {
 } from '../step-codec.js';
 import type {
   CallFailure,
-  CompleteInput,
   CreateTrajectoryInput,
   CurationDrop,
   CurrentLabel,
   DashboardSummary,
   EventQuery,
   GroupQuery,
-  GroupSweepResult,
-  GuidanceRelease,
   GymRunSummary,
   LeasedBatch,
   LeaseParams,
@@ -115,8 +109,9 @@ import type {
   ToolResultAttachment,
   TrajectoryQuery,
   TrajectoryScan,
+  WriteOptions,
 } from '../store.js';
-import { runAsync } from '../tx.js';
+import { type PoolTx, type Rule, runAsync } from '../tx.js';
 import { applicationName, inTransaction, openPostgresDatabase, redactUrl, unavailable } from './connect.js';
 import { PgTx, type PgTxContext, prepared } from './tx.js';
 
@@ -202,7 +197,7 @@ export class PostgresStore implements Store {
    * Runs fn in one transaction and commits it with its events and counters; a transaction that
    * lost a race (deadlock, serialization failure, a row another process created first) runs again.
    */
-  private async write<T>(fn: (tx: PgTx) => Promise<T>): Promise<T> {
+  private async transact<T>(fn: (tx: PgTx) => Promise<T>): Promise<T> {
     let tx = null as PgTx | null;
     const value = await inTransaction(
       this.pool,
@@ -217,6 +212,10 @@ export class PostgresStore implements Store {
     for (const [id, tail] of tx!.log.tails) this.tails.set(id, tail);
     for (const id of tx!.log.forgetTails) this.tails.delete(id);
     return value;
+  }
+
+  async write<T>(rule: (tx: PoolTx) => Rule<T>, _options?: WriteOptions): Promise<T> {
+    return this.transact((tx) => runAsync(rule(tx)));
   }
 
   private checkOpen(): void {
@@ -376,7 +375,7 @@ export class PostgresStore implements Store {
 
   async setChannelConfig(channel: string, raw: ChannelConfigPatch, now: number): Promise<ChannelConfig> {
     const patch = parseOrThrow(ChannelConfigPatch, raw);
-    return this.write(async (tx) => {
+    return this.transact(async (tx) => {
       // The channel's row is the lock: concurrent patches apply one after the other.
       await this.ensureChannel(tx, channel, now);
       const current = this.parseConfig(
@@ -403,7 +402,7 @@ export class PostgresStore implements Store {
   }
 
   async setPolicyVersion(version: number, now: number): Promise<void> {
-    await this.write(async (tx) => {
+    await this.transact(async (tx) => {
       await tx.run("INSERT INTO meta (key, value) VALUES ('policy_version', '0') ON CONFLICT DO NOTHING");
       const previous = await tx.row<{ value: string }>(
         "SELECT value FROM meta WHERE key = 'policy_version' FOR UPDATE",
@@ -509,7 +508,7 @@ export class PostgresStore implements Store {
   }
 
   async createTrajectory(input: CreateTrajectoryInput, now: number): Promise<Trajectory> {
-    return this.write(async (tx) => {
+    return this.transact(async (tx) => {
       if (await tx.row('SELECT 1 FROM trajectories WHERE id = $1', [input.id]))
         throw new ConflictError(`trajectory ${input.id} already exists`, 'trajectory_uid');
       if (
@@ -825,7 +824,7 @@ export class PostgresStore implements Store {
   async submitBatch(requests: SubmitRequest[], now: number): Promise<SubmitOutcome[]> {
     try {
       // Fast path: most batches hold no bad submission, so apply them all without savepoints.
-      return await this.write(async (tx) => {
+      return await this.transact(async (tx) => {
         const policyVersion = await this.policyVersionNow(tx);
         const out: SubmitOutcome[] = [];
         for (const request of requests)
@@ -837,7 +836,7 @@ export class PostgresStore implements Store {
     }
     // Something was rejected: redo the batch with one savepoint per submission, so a rejected
     // submission leaves no trace and the others still commit.
-    return this.write(async (tx) => {
+    return this.transact(async (tx) => {
       const policyVersion = await this.policyVersionNow(tx);
       const out: SubmitOutcome[] = [];
       for (const request of requests) {
@@ -856,16 +855,12 @@ export class PostgresStore implements Store {
   }
 
   /** The group's oldest version can only fall when one of its trajectories' does. */
-  async completeTrajectory(id: string, input: CompleteInput, now: number): Promise<Trajectory> {
-    return this.write(async (tx) => toTrajectory(await runAsync(completeTrajectory(tx, id, input, now))));
-  }
-
   async mergeTrajectoryMetadata(
     id: string,
     metadata: Record<string, unknown>,
     now: number,
   ): Promise<Trajectory> {
-    return this.write(async (tx) => {
+    return this.transact(async (tx) => {
       const trajectory = await this.trajectoryRow(tx, id, true);
       if (!trajectory) throw new NotFoundError(`trajectory ${id} does not exist`);
       if (trajectory.status !== 'open') {
@@ -887,7 +882,7 @@ export class PostgresStore implements Store {
     target: { groupId: string; channel: string },
     now: number,
   ): Promise<Trajectory> {
-    return this.write(async (tx) => {
+    return this.transact(async (tx) => {
       const trajectory = await this.trajectoryRow(tx, id, true);
       if (!trajectory) throw new NotFoundError(`trajectory ${id} does not exist`);
       if (trajectory.status !== 'open')
@@ -943,7 +938,7 @@ export class PostgresStore implements Store {
   }
 
   async recordCallFailure(failure: CallFailure, now: number): Promise<void> {
-    await this.write(async (tx) => {
+    await this.transact(async (tx) => {
       await this.ensureChannel(tx, failure.channel, now);
       tx.log.count(failure.channel, `calls_${failure.kind}`);
       tx.emit('call_failed', failure.channel, callFailedData(failure), now);
@@ -951,7 +946,7 @@ export class PostgresStore implements Store {
   }
 
   async recordRefusal(refusal: Refusal, now: number): Promise<void> {
-    await this.write(async (tx) => tx.emit('access_refused', refusal.channel, refusalData(refusal), now));
+    await this.transact(async (tx) => tx.emit('access_refused', refusal.channel, refusalData(refusal), now));
   }
 
   // ---- reads ----------------------------------------------------------------------------------
@@ -1019,10 +1014,6 @@ export class PostgresStore implements Store {
 
   // ---- leases ---------------------------------------------------------------------------------
 
-  async sweep(now: number): Promise<GroupSweepResult> {
-    return this.write((tx) => runAsync(sweep(tx, now)));
-  }
-
   // ---- guidance holds (ActGuide-RL) -----------------------------------------------------------
 
   async listGroups(query: GroupQuery): Promise<Page<Group>> {
@@ -1043,14 +1034,6 @@ export class PostgresStore implements Store {
       [...params, query.limit, query.offset],
     );
     return { items: rows.map(toGroup), total: Number(counted!.n) };
-  }
-
-  async holdGroupForGuidance(channel: string, id: string, now: number): Promise<Group> {
-    return this.write(async (tx) => toGroup(await runAsync(holdForGuidance(tx, channel, id, now))));
-  }
-
-  async releaseGuidanceHold(channel: string, id: string, why: GuidanceRelease, now: number): Promise<Group> {
-    return this.write(async (tx) => toGroup(await runAsync(releaseGuidance(tx, channel, id, why, now))));
   }
 
   /**
@@ -1082,7 +1065,7 @@ export class PostgresStore implements Store {
   }
 
   async leaseBatch(params: LeaseParams, now: number): Promise<LeasedBatch | null> {
-    const leased = await this.write(async (tx) => {
+    const leased = await this.transact(async (tx) => {
       await runAsync(expireLeases(tx, now));
       await runAsync(sweepCollecting(tx, now));
       let config = await this.channelConfig(tx, params.channel);
@@ -1292,24 +1275,10 @@ export class PostgresStore implements Store {
     return row ? toLease(row) : null;
   }
 
-  private async endLease(leaseId: string, outcome: 'acked' | 'nacked', now: number): Promise<Lease> {
-    const result = await this.write((tx) => runAsync(endLease(tx, leaseId, outcome, now)));
-    if (result instanceof ConflictError) throw result;
-    return result;
-  }
-
-  async ackLease(leaseId: string, now: number): Promise<Lease> {
-    return this.endLease(leaseId, 'acked', now);
-  }
-
-  async nackLease(leaseId: string, now: number): Promise<Lease> {
-    return this.endLease(leaseId, 'nacked', now);
-  }
-
   // ---- labels ---------------------------------------------------------------------------------
 
   async addLabels(labels: LabelInput[], now: number): Promise<Label[]> {
-    return this.write(async (tx) => {
+    return this.transact(async (tx) => {
       const out: Label[] = [];
       for (const [i, input] of labels.entries()) {
         // The trajectory's row is the lock: concurrent patches of one target fold one after the other.
@@ -1402,7 +1371,7 @@ export class PostgresStore implements Store {
   // ---- signals --------------------------------------------------------------------------------
 
   async addSignals(signals: SignalInput[], now: number): Promise<Signal[]> {
-    return this.write(async (tx) => {
+    return this.transact(async (tx) => {
       const trajectories = new Map<string, TrajectoryRow>();
       // Trajectory-level signal names written, by trajectory.
       const written = new Map<string, Set<string>>();

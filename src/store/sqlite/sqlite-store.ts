@@ -28,15 +28,12 @@ import {
 import {
   adoptGroupSize,
   dropGroup,
-  holdForGuidance,
-  releaseGuidance,
   resettleFullGroups,
   settleGroup,
   sweepCollecting,
 } from '../../pool/groups.js';
-import { endLease, expireLeases } from '../../pool/leases.js';
-import { sweep } from '../../pool/sweep.js';
-import { completeTrajectory, finishTrajectory } from '../../pool/trajectories.js';
+import { expireLeases } from '../../pool/leases.js';
+import { finishTrajectory } from '../../pool/trajectories.js';
 import { ListQueries, type ListSchema } from '../list-queries.js';
 import {
   applyCuration,
@@ -88,15 +85,12 @@ import {
 } from '../step-codec.js';
 import type {
   CallFailure,
-  CompleteInput,
   CreateTrajectoryInput,
   CurationDrop,
   CurrentLabel,
   DashboardSummary,
   EventQuery,
   GroupQuery,
-  GroupSweepResult,
-  GuidanceRelease,
   GymRunSummary,
   LeasedBatch,
   LeaseParams,
@@ -116,8 +110,9 @@ import type {
   ToolResultAttachment,
   TrajectoryQuery,
   TrajectoryScan,
+  WriteOptions,
 } from '../store.js';
-import { runSync } from '../tx.js';
+import { type PoolTx, type Rule, runSync } from '../tx.js';
 import { sqliteMigrations } from './migrations.js';
 import { statementCache } from './statements.js';
 import { SqliteTx, type SqliteTxContext } from './tx.js';
@@ -239,9 +234,15 @@ export class SqliteStore implements Store {
    * Runs fn in one IMMEDIATE transaction and resolves once the commit is durable: what a write
    * method returns is never acknowledged before it would survive power loss (see WalSync).
    */
-  private async write<T>(fn: (log: TxLog) => T): Promise<T> {
+  private async transact<T>(fn: (log: TxLog) => T): Promise<T> {
     const value = this.commit(fn);
     await this.wal?.durable();
+    return value;
+  }
+
+  async write<T>(rule: (tx: PoolTx) => Rule<T>, options: WriteOptions = {}): Promise<T> {
+    const value = this.commit((log) => runSync(rule(this.tx(log))));
+    if (options.durable !== false) await this.wal?.durable();
     return value;
   }
 
@@ -354,7 +355,7 @@ export class SqliteStore implements Store {
 
   async setChannelConfig(channel: string, raw: ChannelConfigPatch, now: number): Promise<ChannelConfig> {
     const patch = parseOrThrow(ChannelConfigPatch, raw);
-    return this.write((log) => {
+    return this.transact((log) => {
       const current = this.channelConfig(channel);
       const config: ChannelConfig = {
         ...current,
@@ -377,7 +378,7 @@ export class SqliteStore implements Store {
   }
 
   async setPolicyVersion(version: number, now: number): Promise<void> {
-    await this.write(() => {
+    await this.transact(() => {
       const previous = this.policyVersionNow();
       this.writeMeta('policy_version', String(version));
       this.emit('policy_version_changed', null, { previous, version }, now);
@@ -466,7 +467,7 @@ export class SqliteStore implements Store {
   }
 
   async createTrajectory(input: CreateTrajectoryInput, now: number): Promise<Trajectory> {
-    return this.write((log) => {
+    return this.transact((log) => {
       if (this.trajectoryRow(input.id))
         throw new ConflictError(`trajectory ${input.id} already exists`, 'trajectory_uid');
       if (input.newGroup && this.groupRow(input.channel, input.groupId))
@@ -670,7 +671,7 @@ export class SqliteStore implements Store {
     }
     // Something was rejected: redo the batch with one savepoint per submission, so a rejected
     // submission leaves no trace and the others still commit.
-    return this.write((log) => {
+    return this.transact((log) => {
       const policyVersion = this.policyVersionNow();
       return requests.map((request): SubmitOutcome => {
         try {
@@ -684,10 +685,6 @@ export class SqliteStore implements Store {
         }
       });
     });
-  }
-
-  async completeTrajectory(id: string, input: CompleteInput, now: number): Promise<Trajectory> {
-    return this.write((log) => toTrajectory(runSync(completeTrajectory(this.tx(log), id, input, now))));
   }
 
   // ---- reads ----------------------------------------------------------------------------------
@@ -781,10 +778,6 @@ export class SqliteStore implements Store {
 
   // ---- leases ---------------------------------------------------------------------------------
 
-  async sweep(now: number): Promise<GroupSweepResult> {
-    return this.write((log) => runSync(sweep(this.tx(log), now)));
-  }
-
   // ---- guidance holds (ActGuide-RL) -----------------------------------------------------------
 
   async listGroups(query: GroupQuery): Promise<Page<Group>> {
@@ -806,20 +799,12 @@ export class SqliteStore implements Store {
     return { items: rows.map(toGroup), total: n };
   }
 
-  async holdGroupForGuidance(channel: string, id: string, now: number): Promise<Group> {
-    return this.write((log) => toGroup(runSync(holdForGuidance(this.tx(log), channel, id, now))));
-  }
-
-  async releaseGuidanceHold(channel: string, id: string, why: GuidanceRelease, now: number): Promise<Group> {
-    return this.write((log) => toGroup(runSync(releaseGuidance(this.tx(log), channel, id, why, now))));
-  }
-
   async mergeTrajectoryMetadata(
     id: string,
     metadata: Record<string, unknown>,
     now: number,
   ): Promise<Trajectory> {
-    return this.write(() => {
+    return this.transact(() => {
       const trajectory = this.trajectoryRow(id);
       if (!trajectory) throw new NotFoundError(`trajectory ${id} does not exist`);
       if (trajectory.status !== 'open') {
@@ -841,7 +826,7 @@ export class SqliteStore implements Store {
     target: { groupId: string; channel: string },
     now: number,
   ): Promise<Trajectory> {
-    return this.write((log) => {
+    return this.transact((log) => {
       const trajectory = this.trajectoryRow(id);
       if (!trajectory) throw new NotFoundError(`trajectory ${id} does not exist`);
       if (trajectory.status !== 'open')
@@ -885,7 +870,7 @@ export class SqliteStore implements Store {
   }
 
   async recordCallFailure(failure: CallFailure, now: number): Promise<void> {
-    await this.write((log) => {
+    await this.transact((log) => {
       this.ensureChannel(failure.channel, now);
       log.count(failure.channel, `calls_${failure.kind}`);
       this.emit('call_failed', failure.channel, callFailedData(failure), now);
@@ -893,11 +878,11 @@ export class SqliteStore implements Store {
   }
 
   async recordRefusal(refusal: Refusal, now: number): Promise<void> {
-    await this.write(() => this.emit('access_refused', refusal.channel, refusalData(refusal), now));
+    await this.transact(() => this.emit('access_refused', refusal.channel, refusalData(refusal), now));
   }
 
   async leaseBatch(params: LeaseParams, now: number): Promise<LeasedBatch | null> {
-    const leased = await this.write((log) => {
+    const leased = await this.transact((log) => {
       const tx = this.tx(log);
       runSync(expireLeases(tx, now));
       runSync(sweepCollecting(tx, now));
@@ -1080,24 +1065,10 @@ export class SqliteStore implements Store {
     return row ? toLease(row) : null;
   }
 
-  private async endLease(leaseId: string, outcome: 'acked' | 'nacked', now: number): Promise<Lease> {
-    const result = await this.write((log) => runSync(endLease(this.tx(log), leaseId, outcome, now)));
-    if (result instanceof ConflictError) throw result;
-    return result;
-  }
-
-  async ackLease(leaseId: string, now: number): Promise<Lease> {
-    return this.endLease(leaseId, 'acked', now);
-  }
-
-  async nackLease(leaseId: string, now: number): Promise<Lease> {
-    return this.endLease(leaseId, 'nacked', now);
-  }
-
   // ---- labels ---------------------------------------------------------------------------------
 
   async addLabels(labels: LabelInput[], now: number): Promise<Label[]> {
-    return this.write(() => {
+    return this.transact(() => {
       const out: Label[] = [];
       labels.forEach((input, i) => {
         const trajectory = this.trajectoryRow(input.trajectory_uid);
@@ -1175,7 +1146,7 @@ export class SqliteStore implements Store {
   // ---- signals --------------------------------------------------------------------------------
 
   async addSignals(signals: SignalInput[], now: number): Promise<Signal[]> {
-    return this.write((log) => {
+    return this.transact((log) => {
       const insert = this.stmt(
         `INSERT INTO signals (trajectory_id, step_index, name, value, source, version, details, created_at)
          VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,

@@ -1,23 +1,24 @@
 /**
- * Runs a SqliteStore on its own thread; WorkerStore is its face on the main thread, so requests are
- * parsed while commits run.
+ * Runs the pool's operations over a SqliteStore on its own thread; WorkerPool is their face on the
+ * main thread, so requests are parsed while commits run.
  */
 import { parentPort, workerData } from 'node:worker_threads';
-import { serializeError } from '../../domain/errors.js';
-import type { SubmitOutcome } from '../store.js';
-import { openSqliteStore, type SqliteStoreOptions } from './sqlite-store.js';
+import { serializeError } from '../domain/errors.js';
+import { openSqliteStore, type SqliteStoreOptions } from '../store/sqlite/sqlite-store.js';
+import type { SubmitOutcome } from '../store/store.js';
+import { PoolCore } from './core.js';
 import type { WorkerReply, WorkerRequest } from './worker-protocol.js';
 
 const port = parentPort;
-if (!port) throw new Error('store-worker must run in a worker thread');
+if (!port) throw new Error('pool-worker must run in a worker thread');
 
 try {
-  const store = await openSqliteStore(workerData as SqliteStoreOptions);
+  const pool = new PoolCore(await openSqliteStore(workerData as SqliteStoreOptions));
   port.on('message', async (message: WorkerRequest) => {
     let reply: WorkerReply;
     try {
-      const method = store[message.method] as (...args: unknown[]) => Promise<unknown>;
-      let value = await method.apply(store, message.args);
+      const method = pool[message.method] as (...args: unknown[]) => Promise<unknown>;
+      let value = await method.apply(pool, message.args);
       if (message.method === 'submitBatch') {
         // Rejected submissions carry domain errors, which a structured clone would flatten.
         value = (value as SubmitOutcome[]).map((o) =>

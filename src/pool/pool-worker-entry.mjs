@@ -2,4 +2,4 @@
 import { register } from 'tsx/esm/api';
 
 register();
-await import('./store-worker.ts');
+await import('./pool-worker.ts');

@@ -1,0 +1,117 @@
+import type { Group, Lease, Trajectory } from '../domain/index.js';
+import { toGroup, toTrajectory } from '../store/rows.js';
+import type { CompleteInput, GroupSweepResult, GuidanceRelease, Store } from '../store/store.js';
+import { holdForGuidance, releaseGuidance } from './groups.js';
+import { endLease } from './leases.js';
+import { sweep } from './sweep.js';
+import { completeTrajectory } from './trajectories.js';
+
+/**
+ * The pool's operations: its rules, each run in one transaction of the store, and the store's reads.
+ * PoolCore runs them in this process; WorkerPool on the thread that owns a SQLite connection.
+ */
+export interface PoolOps extends Omit<Store, 'write'> {
+  completeTrajectory(id: string, input: CompleteInput, now: number): Promise<Trajectory>;
+  /**
+   * Holds a group for guidance (ActGuide-RL): a ready one moves to `pending_guidance` (not leasable),
+   * a collecting one will whatever its rewards; a pending one stays, its timeout restarted (the guide
+   * re-holds the groups it is still working on). A group already leased, consumed or dropped cannot
+   * be held (ConflictError on `state`).
+   */
+  holdGroupForGuidance(channel: string, id: string, now: number): Promise<Group>;
+  /** Ends a guidance hold: a pending group goes on to `ready`, a collecting one is no longer held. */
+  releaseGuidanceHold(channel: string, id: string, why: GuidanceRelease, now: number): Promise<Group>;
+  ackLease(leaseId: string, now: number): Promise<Lease>;
+  nackLease(leaseId: string, now: number): Promise<Lease>;
+  /** Expires overdue leases, applies incomplete-group timeouts and closes idle open trajectories. */
+  sweep(now: number): Promise<GroupSweepResult>;
+}
+
+/** The pool's operations: given, or run in this process over the given store. */
+export function poolOps(store: Store | PoolOps): PoolOps {
+  return 'write' in store ? new PoolCore(store) : store;
+}
+
+/** The pool's operations over a store in this process. */
+export class PoolCore implements PoolOps {
+  readonly kind: Store['kind'];
+
+  constructor(readonly store: Store) {
+    this.kind = store.kind;
+  }
+
+  async completeTrajectory(id: string, input: CompleteInput, now: number): Promise<Trajectory> {
+    return toTrajectory(await this.store.write((tx) => completeTrajectory(tx, id, input, now)));
+  }
+
+  async holdGroupForGuidance(channel: string, id: string, now: number): Promise<Group> {
+    return toGroup(await this.store.write((tx) => holdForGuidance(tx, channel, id, now)));
+  }
+
+  async releaseGuidanceHold(channel: string, id: string, why: GuidanceRelease, now: number): Promise<Group> {
+    return toGroup(await this.store.write((tx) => releaseGuidance(tx, channel, id, why, now)));
+  }
+
+  ackLease(leaseId: string, now: number): Promise<Lease> {
+    return this.endLease(leaseId, 'acked', now);
+  }
+
+  nackLease(leaseId: string, now: number): Promise<Lease> {
+    return this.endLease(leaseId, 'nacked', now);
+  }
+
+  private async endLease(leaseId: string, outcome: 'acked' | 'nacked', now: number): Promise<Lease> {
+    const result = await this.store.write((tx) => endLease(tx, leaseId, outcome, now));
+    if (result instanceof Error) throw result;
+    return result;
+  }
+
+  sweep(now: number): Promise<GroupSweepResult> {
+    return this.store.write((tx) => sweep(tx, now));
+  }
+
+  // ---- not yet rules of their own: the store's ------------------------------------------------
+
+  submitBatch: Store['submitBatch'] = (...a) => this.store.submitBatch(...a);
+  createTrajectory: Store['createTrajectory'] = (...a) => this.store.createTrajectory(...a);
+  mergeTrajectoryMetadata: Store['mergeTrajectoryMetadata'] = (...a) =>
+    this.store.mergeTrajectoryMetadata(...a);
+  moveTrajectory: Store['moveTrajectory'] = (...a) => this.store.moveTrajectory(...a);
+  recordCallFailure: Store['recordCallFailure'] = (...a) => this.store.recordCallFailure(...a);
+  recordRefusal: Store['recordRefusal'] = (...a) => this.store.recordRefusal(...a);
+  setPolicyVersion: Store['setPolicyVersion'] = (...a) => this.store.setPolicyVersion(...a);
+  setChannelConfig: Store['setChannelConfig'] = (...a) => this.store.setChannelConfig(...a);
+  leaseBatch: Store['leaseBatch'] = (...a) => this.store.leaseBatch(...a);
+  addLabels: Store['addLabels'] = (...a) => this.store.addLabels(...a);
+  addSignals: Store['addSignals'] = (...a) => this.store.addSignals(...a);
+  previewBatch: Store['previewBatch'] = (...a) => this.store.previewBatch(...a);
+  stats: Store['stats'] = (...a) => this.store.stats(...a);
+
+  // ---- reads ------------------------------------------------------------------------------------
+
+  getTrajectory: Store['getTrajectory'] = (...a) => this.store.getTrajectory(...a);
+  getTrajectorySteps: Store['getTrajectorySteps'] = (...a) => this.store.getTrajectorySteps(...a);
+  getStep: Store['getStep'] = (...a) => this.store.getStep(...a);
+  getGroup: Store['getGroup'] = (...a) => this.store.getGroup(...a);
+  listGroups: Store['listGroups'] = (...a) => this.store.listGroups(...a);
+  listSteps: Store['listSteps'] = (...a) => this.store.listSteps(...a);
+  listTrajectories: Store['listTrajectories'] = (...a) => this.store.listTrajectories(...a);
+  scanTrajectories: Store['scanTrajectories'] = (...a) => this.store.scanTrajectories(...a);
+  getPolicyVersion: Store['getPolicyVersion'] = (...a) => this.store.getPolicyVersion(...a);
+  getChannelConfig: Store['getChannelConfig'] = (...a) => this.store.getChannelConfig(...a);
+  getLease: Store['getLease'] = (...a) => this.store.getLease(...a);
+  getLabels: Store['getLabels'] = (...a) => this.store.getLabels(...a);
+  getCurrentLabels: Store['getCurrentLabels'] = (...a) => this.store.getCurrentLabels(...a);
+  getSignals: Store['getSignals'] = (...a) => this.store.getSignals(...a);
+  dashboardSummary: Store['dashboardSummary'] = (...a) => this.store.dashboardSummary(...a);
+  gymRuns: Store['gymRuns'] = (...a) => this.store.gymRuns(...a);
+  listLeases: Store['listLeases'] = (...a) => this.store.listLeases(...a);
+  readEvents: Store['readEvents'] = (...a) => this.store.readEvents(...a);
+  lastEventSeq: Store['lastEventSeq'] = (...a) => this.store.lastEventSeq(...a);
+  describe: Store['describe'] = (...a) => this.store.describe(...a);
+  close: Store['close'] = () => this.store.close();
+
+  subscribe(listener: Parameters<NonNullable<Store['subscribe']>>[0]): () => void {
+    return this.store.subscribe?.(listener) ?? (() => {});
+  }
+}
