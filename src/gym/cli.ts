@@ -1,6 +1,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { type Command, InvalidArgumentError } from 'commander';
+import { positiveInt, probability } from '../cli/flags.js';
 import type { ReferenceTask } from '../engines/sim/policies.js';
 import { type RunningServer, startServer } from '../gateway/server.js';
 import { progressReporter } from '../util/progress.js';
@@ -27,24 +28,6 @@ import type { GymTask } from './tasks/schema.js';
  * `stepwise gym ...`: run tasks through the gateway (`run`), gate a task set (`validate`) and
  * synthesize tasks (`synth`, registered by src/gym/synth/cli.ts).
  */
-
-export function positiveInt(flag: string, min = 1) {
-  return (value: string) => {
-    const n = Number(value);
-    if (!Number.isInteger(n) || n < min)
-      throw new InvalidArgumentError(`${flag} must be an integer >= ${min}`);
-    return n;
-  };
-}
-
-export function probability(flag: string) {
-  return (value: string) => {
-    const n = Number(value);
-    if (!Number.isFinite(n) || n < 0 || n > 1)
-      throw new InvalidArgumentError(`${flag} must be a number from 0 to 1`);
-    return n;
-  };
-}
 
 /** The reference actions of the tasks that have them, for the sim's `reference` policy. */
 export function referenceTasks(tasks: readonly GymTask[]): ReferenceTask[] {
