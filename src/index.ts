@@ -23,6 +23,8 @@ export { ChannelConfig, type ChannelCuration, DEFAULT_CHANNEL_CONFIG } from './d
 export {
   type BinaryBatch,
   type BinaryLeaseOptions,
+  type InitTrajectoryOptions,
+  type InitTrajectoryResult,
   type LeaseOptions,
   StepwiseClient,
   type StepwiseClientOptions,

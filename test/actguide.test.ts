@@ -22,7 +22,7 @@ import {
 } from '../src/curation/actguide/index.js';
 import { ValidationError } from '../src/domain/errors.js';
 import { assistantTurns, type PolicyContext, referencePolicy } from '../src/engines/sim/policies.js';
-import { readActionLogs } from '../src/gym/guide-cli.js';
+import { readActionLogs } from '../src/gym/guide-run.js';
 import { loadQwen3Tokenizer, tokenizeChat } from '../src/text/index.js';
 import { seededRandom } from '../src/util/random.js';
 

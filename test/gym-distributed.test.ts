@@ -6,7 +6,6 @@ import { join } from 'node:path';
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { type RunningServer, startServer } from '../src/gateway/server.js';
-import { referenceTasks } from '../src/gym/cli.js';
 import {
   enqueueRun,
   RolloutQueue,
@@ -16,7 +15,7 @@ import {
 } from '../src/gym/distributed.js';
 import { type GymRunOptions, runGym, type SampleResult } from '../src/gym/runner.js';
 import { checkSandbox } from '../src/gym/sandbox/index.js';
-import { taskToJsonLine } from '../src/gym/tasks/index.js';
+import { referenceTasks, taskToJsonLine } from '../src/gym/tasks/index.js';
 import { jsonTask, sumTask } from './support/gym-tasks.js';
 import { logLine, runCli, spawnCli, waitForExit } from './support/server-process.js';
 

@@ -1,9 +1,10 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { referenceTasks } from '../src/gym/cli.js';
+import { startServer } from '../src/gateway/server.js';
 import { type GymRunOptions, runGym } from '../src/gym/runner.js';
 import { checkSandbox } from '../src/gym/sandbox/index.js';
+import { referenceTasks } from '../src/gym/tasks/index.js';
 import { jsonTask, sumTask } from './support/gym-tasks.js';
 import { simServerFixture } from './support/sim-server.js';
 
@@ -124,6 +125,25 @@ describe.skipIf(!sandboxReady)('gym runner', () => {
     expect(results.every((r) => r.status === 'infra_failed')).toBe(true);
     expect(summary.infraFailed).toBe(6);
     expect(results[0]!.reason).toMatch(/unreachable/);
+  });
+
+  it("a gateway's refusal is an infrastructure failure that names the call and the answer", async () => {
+    const locked = await startServer({
+      dbPath: join(fx.dir, 'locked.db'),
+      port: 0,
+      apiKeys: ['sekret-agent-key-0001:agent'],
+    });
+    try {
+      const { results } = await runGym(
+        options({ runId: 'run-c', stateFile: join(fx.dir, 'state-c.jsonl'), gatewayUrl: locked.url }),
+      );
+      expect(results.every((r) => r.status === 'infra_failed' && r.trajectoryUid === null)).toBe(true);
+      expect(results[0]!.reason).toMatch(
+        new RegExp(`^InfraError: ${locked.url}/init_trajectory answered 401: \\{"error"`),
+      );
+    } finally {
+      await locked.close();
+    }
   });
 
   it('a command template runs as a shell script: `;`, `&&` and pipes all run, and a failing stage is an agent failure', async () => {

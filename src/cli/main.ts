@@ -1,19 +1,19 @@
 import { readFileSync } from 'node:fs';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { startSimServer } from '../engines/sim/serve.js';
-import { registerExportCommands } from '../export/cli.js';
 import { startServer } from '../gateway/server.js';
-import { registerBenchCommand } from '../gym/bench.js';
-import { referenceTasks, registerGymCommands } from '../gym/cli.js';
-import { loadTasks, TASK_SET_HELP } from '../gym/tasks/index.js';
+import { loadTasks, referenceTasks, TASK_SET_HELP } from '../gym/tasks/index.js';
 import { loadRewardsConfig } from '../rewards/config.js';
 import { redactUrl } from '../store/postgres/postgres-store.js';
-import { registerTrainCommand } from '../train/cli.js';
 import { createLogger } from '../util/logger.js';
+import { registerBenchCommand } from './bench.js';
 import { runDemo } from './demo.js';
+import { registerExportCommands } from './export.js';
+import { registerGymCommands } from './gym.js';
 import { registerOpenClawCommand } from './openclaw.js';
 import { registerPurifyCommand } from './purify.js';
 import { registerToolsCommand } from './tools.js';
+import { registerTrainCommand } from './train.js';
 import { registerWorkerCommands } from './worker.js';
 
 function int(name: string, min = 0) {

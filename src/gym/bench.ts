@@ -1,8 +1,6 @@
 import { createHash } from 'node:crypto';
 import { mkdirSync, writeFileSync } from 'node:fs';
-import { join, resolve } from 'node:path';
-import type { Command } from 'commander';
-import { addRunOptions, formatSummary, type RunCommandOptions, runCommand } from './cli.js';
+import { join } from 'node:path';
 import type { SampleResult } from './runner.js';
 import type { GymTask } from './tasks/schema.js';
 
@@ -193,44 +191,4 @@ export function writeReport(outDir: string, report: BenchReport): void {
   writeFileSync(join(outDir, 'report.json'), `${JSON.stringify(report, null, 2)}\n`);
   writeFileSync(join(outDir, 'report.md'), reportMarkdown(report));
   writeFileSync(join(outDir, 'report.html'), reportHtml(report));
-}
-
-export function registerBenchCommand(program: Command): void {
-  addRunOptions(
-    program
-      .command('bench')
-      .description(
-        'benchmark an agent on a task set: mean score, above 0.5, coverage and pass@k per category',
-      ),
-  )
-    .option(
-      '--pass-threshold <score>',
-      'a sample passes at this score or above',
-      (v) => {
-        const n = Number(v);
-        if (!(n > 0 && n <= 1)) throw new Error('--pass-threshold must be in (0, 1]');
-        return n;
-      },
-      1,
-    )
-    .action(async (opts: RunCommandOptions & { passThreshold: number }) => {
-      const { tasks, results, summary, runId } = await runCommand(opts, (line) => console.error(line));
-      const report = benchReport(results, tasks, {
-        agent: opts.agent,
-        model: opts.model,
-        engine: opts.gateway
-          ? `gateway ${opts.gateway}`
-          : (opts.engine.length > 0 ? opts.engine : ['sim']).join(', '),
-        samples_per_task: opts.samples,
-        pass_threshold: opts.passThreshold,
-        max_turns: opts.maxTurns,
-        sample_timeout_ms: opts.sampleTimeoutMs,
-        run_id: runId,
-      });
-      const out = resolve(opts.out);
-      writeReport(out, report);
-      console.log(
-        `${formatSummary(summary)}\n\n${reportMarkdown(report)}\nwrote ${join(out, 'report.{json,md,html}')}`,
-      );
-    });
 }

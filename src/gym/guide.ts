@@ -14,9 +14,9 @@ import {
   renderHint,
 } from '../curation/actguide/index.js';
 import { parseOrThrow } from '../domain/errors.js';
-import type { StepOut } from '../domain/step.js';
-import { apiUrl } from './gateway-urls.js';
+import { StepwiseHttpError } from '../sdk/client.js';
 import { type GymRunOptions, type GymSummary, runGym, type SampleResult } from './runner.js';
+import { serverClient } from './server-client.js';
 import type { GymTask } from './tasks/schema.js';
 
 /*
@@ -167,7 +167,6 @@ async function labelReplaced(
 ) {
   if (replaced.length === 0) return;
   const key = options.guide.adminApiKey ?? options.apiKey;
-  const url = apiUrl(options.gatewayUrl, '/v1/labels');
   const labels = replaced.map(({ trajectoryId, guidedGroup }) => ({
     trajectory_uid: trajectoryId,
     trainable: false,
@@ -175,15 +174,14 @@ async function labelReplaced(
     note: `ActGuide: a hard group, replaced by the guided group ${guidedGroup}`,
     author: 'actguide',
   }));
-  const res = await fetch(url, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', ...(key ? { authorization: `Bearer ${key}` } : {}) },
-    body: JSON.stringify({ labels }),
-  });
-  if (!res.ok) {
-    const scope = res.status === 401 || res.status === 403 ? ' (labels need a key with the admin scope)' : '';
+  try {
+    await serverClient(options.gatewayUrl, key).addLabels(labels);
+  } catch (error) {
+    if (!(error instanceof StepwiseHttpError)) throw error;
+    const scope =
+      error.status === 401 || error.status === 403 ? ' (labels need a key with the admin scope)' : '';
     throw new Error(
-      `labelling replaced rollouts failed: ${url} answered ${res.status}${scope}: ${await res.text()}`,
+      `labelling replaced rollouts failed: ${error.url} answered ${error.status}${scope}: ${error.responseBody ?? error.message}`,
     );
   }
 }
@@ -419,30 +417,32 @@ class Aborted extends Error {}
  * says that group was served as it was.
  */
 function groupHold(options: GuidedRunOptions, channel: string, groupId: string) {
-  const key = options.guide.adminApiKey ?? options.apiKey;
-  const post = async (body: Record<string, unknown>) => {
-    const url = apiUrl(options.gatewayUrl, '/v1/groups/guidance');
-    const res = await fetch(url, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', ...(key ? { authorization: `Bearer ${key}` } : {}) },
-      body: JSON.stringify({ channel, group_id: groupId, ...body }),
-    });
-    if (res.ok) return null;
-    const text = await res.text();
-    if (res.status === 409) return text;
-    const scope =
-      res.status === 401 || res.status === 403 ? ' (holding groups needs a key with the admin scope)' : '';
-    throw new Error(
-      `${body.action} of group ${groupId} failed: ${url} answered ${res.status}${scope}: ${text}`,
-    );
+  const server = serverClient(options.gatewayUrl, options.guide.adminApiKey ?? options.apiKey);
+  // null when done; the server's answer when it refused with a conflict (the group is leased).
+  const send = async (action: 'hold' | 'release', call: () => Promise<unknown>): Promise<string | null> => {
+    try {
+      await call();
+      return null;
+    } catch (error) {
+      if (!(error instanceof StepwiseHttpError)) throw error;
+      const text = error.responseBody ?? error.message;
+      if (error.status === 409) return text;
+      const scope =
+        error.status === 401 || error.status === 403
+          ? ' (holding groups needs a key with the admin scope)'
+          : '';
+      throw new Error(
+        `${action} of group ${groupId} failed: ${error.url} answered ${error.status}${scope}: ${text}`,
+      );
+    }
   };
   return {
     hold: async () => {
-      const refused = await post({ action: 'hold' });
+      const refused = await send('hold', () => server.holdForGuidance(channel, groupId));
       return refused === null ? null : `not held: ${refused}`;
     },
     release: async (reason: 'replaced' | 'abandoned') => {
-      await post({ action: 'release', reason });
+      await send('release', () => server.releaseGuidance(channel, groupId, reason));
     },
   };
 }
@@ -495,35 +495,28 @@ async function planFor(
   const logged = options.guide.actionLogs?.get(task.id);
   if (logged && logged.length > 0) return { actions: logged, source: 'action_log', from: null };
   if (options.guide.storedPlans === false) return null;
-  const key = options.guide.adminApiKey ?? options.apiKey;
-  const get = async (path: string) => {
-    const res = await fetch(apiUrl(options.gatewayUrl, path), {
-      headers: key ? { authorization: `Bearer ${key}` } : {},
-    });
-    if (!res.ok) {
+  const server = serverClient(options.gatewayUrl, options.guide.adminApiKey ?? options.apiKey);
+  const lookUp = async <T>(call: () => Promise<T>): Promise<T> => {
+    try {
+      return await call();
+    } catch (error) {
+      if (!(error instanceof StepwiseHttpError)) throw error;
+      const url = new URL(error.url ?? options.gatewayUrl);
+      const path = `${url.pathname}${url.search}`;
       const scope =
-        res.status === 401 || res.status === 403 ? ' (reading stored rollouts needs the trainer scope)' : '';
-      throw new Error(`looking up a plan for ${task.id}: ${path} answered ${res.status}${scope}`);
+        error.status === 401 || error.status === 403
+          ? ' (reading stored rollouts needs the trainer scope)'
+          : '';
+      throw new Error(`looking up a plan for ${task.id}: ${path} answered ${error.status}${scope}`);
     }
-    return res.json();
   };
-  const query = new URLSearchParams({
-    task_id: task.id,
-    status: 'complete',
-    reward_min: String(threshold),
-    limit: '50',
-    offset: '0',
-  });
-  const page = (await get(`/v1/trajectories?${query}`)) as {
-    items: { trajectory_uid: string; reward: number | null; probe: boolean; created_at: number }[];
-  };
+  const query = { taskId: task.id, status: 'complete', rewardMin: threshold, limit: 50, offset: 0 };
+  const page = await lookUp(() => server.listTrajectories(query));
   const solved = page.items
     .filter((t) => t.reward !== null && t.reward > threshold && !t.probe)
     .sort((a, b) => b.created_at - a.created_at);
   for (const t of solved) {
-    const full = (await get(`/v1/trajectories/${encodeURIComponent(t.trajectory_uid)}`)) as {
-      steps: StepOut[];
-    };
+    const full = await lookUp(() => server.getTrajectory(t.trajectory_uid));
     const actions = planFromSteps(
       full.steps.map((s) => ({
         index: s.step_index,

@@ -7,12 +7,15 @@ import type { InjectionMode } from '../curation/actguide/hint.js';
 import type { CleanerReport } from '../curation/cleaner/report.js';
 import { cleanerMetadata } from '../curation/cleaner/report.js';
 import type { CleanerOptions } from '../curation/cleaner/saar.js';
+import type { SignalWire } from '../domain/signal.js';
+import { type StepwiseClient, StepwiseHttpError } from '../sdk/client.js';
 import { type AgentOutcome, runBuiltinAgent } from './agent/builtin.js';
 import { AgentFailed, runExternalAgent, type SandboxedAgentOptions } from './agent/external.js';
 import type { OpenClawInstall } from './agent/openclaw/install.js';
 import { GatewayUnavailable, runOpenClawAgent } from './agent/openclaw/run.js';
-import { apiUrl, ownerUrl, trajectoryOfBaseUrl } from './gateway-urls.js';
+import { trajectoryOfBaseUrl } from './gateway-urls.js';
 import { SandboxError, type SandboxLimits } from './sandbox/index.js';
+import { serverClient } from './server-client.js';
 import { workspaceFor } from './tasks/index.js';
 import type { GymTask } from './tasks/schema.js';
 import { type JudgeConfig, verify } from './verify/index.js';
@@ -157,25 +160,22 @@ class InfraError extends Error {
   override readonly name = 'InfraError';
 }
 
-async function postJson(url: string, body: unknown, apiKey: string | undefined): Promise<unknown> {
-  let res: Response;
+/** A call to the server's own API; any failure of it is the infrastructure's, worded as where and what. */
+async function onServer<T>(
+  env: Pick<SampleEnv, 'gatewayUrl' | 'apiKey'>,
+  call: (server: StepwiseClient) => Promise<T>,
+): Promise<T> {
   try {
-    res = await fetch(url, {
-      method: 'POST',
-      headers: {
-        'content-type': 'application/json',
-        ...(apiKey ? { authorization: `Bearer ${apiKey}` } : {}),
-      },
-      body: JSON.stringify(body),
-    });
+    return await call(serverClient(env.gatewayUrl, env.apiKey));
   } catch (error) {
+    if (error instanceof StepwiseHttpError)
+      throw new InfraError(
+        `${error.url} answered ${error.status}: ${(error.responseBody ?? error.message).slice(0, 300)}`,
+      );
     throw new InfraError(
-      `the gateway at ${new URL(url).origin} is unreachable (${(error as Error).message})`,
+      `the gateway at ${new URL(env.gatewayUrl).origin} is unreachable (${(error as Error).message})`,
     );
   }
-  const text = await res.text();
-  if (!res.ok) throw new InfraError(`${url} answered ${res.status}: ${text.slice(0, 300)}`);
-  return text ? JSON.parse(text) : null;
 }
 
 /** Is this failure the infrastructure's (sandbox, gateway, engine) rather than the agent's? */
@@ -336,10 +336,10 @@ export async function runSample(
       await mergeMetadata(options, trajectory.base_url, { cleaner: cleanerMetadata(cleaner.report) });
   };
   // The runner owns the episode: it completes it and scores it by id, never under the agent's base_url.
-  const owned = (route: string) => ownerUrl(options.gatewayUrl, trajectory!.trajectory_uid, route);
   const complete = async (reward: number | null, status: 'complete' | 'infra_failed') => {
     if (!trajectory) return;
-    await postJson(owned('complete'), { reward, status }, options.apiKey);
+    const id = trajectory.trajectory_uid;
+    await onServer(options, (server) => server.completeTrajectory(id, { reward, status }));
   };
   // The outcome goes to the caller's records first, then into the trajectory.
   const finish = async (result: SampleResult): Promise<SampleResult> => {
@@ -348,21 +348,20 @@ export async function runSample(
     return result;
   };
   try {
-    trajectory = (await postJson(
-      apiUrl(options.gatewayUrl, '/init_trajectory'),
-      {
-        group_id: groupId,
-        n_rollouts: job.nRollouts,
+    trajectory = await onServer(options, (server) =>
+      server.initTrajectory({
+        groupId,
+        nRollouts: job.nRollouts,
         ...(job.channel ? { channel: job.channel } : {}),
         ...(job.guidance
           ? {
               [job.guidance.kind]: true,
-              guidance_k: job.guidance.k,
-              guidance_hint: job.guidance.hint,
-              ...(job.guidance.mode ? { guidance_mode: job.guidance.mode } : {}),
+              guidanceK: job.guidance.k,
+              guidanceHint: job.guidance.hint,
+              ...(job.guidance.mode ? { guidanceMode: job.guidance.mode } : {}),
             }
           : {}),
-        ...(job.holdForGuidance !== undefined ? { hold_for_guidance: job.holdForGuidance } : {}),
+        ...(job.holdForGuidance !== undefined ? { holdForGuidance: job.holdForGuidance } : {}),
         metadata: {
           ...job.metadata,
           task_id: task.id,
@@ -370,9 +369,8 @@ export async function runSample(
           category: task.category,
           run_id: job.runId,
         },
-      },
-      options.apiKey,
-    )) as { trajectory_uid: string; base_url: string };
+      }),
+    );
     base.trajectoryUid = trajectory.trajectory_uid;
     await hooks.onTrajectory?.({ trajectoryUid: trajectory.trajectory_uid, baseUrl: trajectory.base_url });
     await workspaceFor(task, workspace);
@@ -449,7 +447,7 @@ export async function runSample(
     });
     // The scores land as signals on the trajectory: the verifier's code score with its sub-scores,
     // the judge's rubric score when there is one, and the combined score (also the reward).
-    const signals: Record<string, unknown>[] = [
+    const signals: Omit<SignalWire, 'trajectory_uid'>[] = [
       {
         name: 'code',
         value: verdict.code,
@@ -465,20 +463,17 @@ export async function runSample(
     ];
     if (verdict.rubric !== null) signals.push({ name: 'rubric', value: verdict.rubric, source: 'judge' });
     const id = trajectory.trajectory_uid;
-    await postJson(
-      apiUrl(options.gatewayUrl, '/v1/signals'),
-      { signals: signals.map((s) => ({ ...s, trajectory_uid: id })) },
-      options.apiKey,
+    await onServer(options, (server) =>
+      server.addSignals(signals.map((s) => ({ ...s, trajectory_uid: id }))),
     );
-    if (outcome.gatewayRefused)
-      await postJson(
-        owned('refusals'),
-        {
-          attempts: outcome.gatewayRefused.slice(0, 100),
-          count: outcome.gatewayRefused.length,
+    const refused = outcome.gatewayRefused;
+    if (refused)
+      await onServer(options, (server) =>
+        server.reportRefusals(id, {
+          attempts: refused.slice(0, 100),
+          count: refused.length,
           reason: "outside the trajectory's LLM routes: refused by the sandbox's gateway bridge",
-        },
-        options.apiKey,
+        }),
       );
     return await finish({
       ...base,
@@ -514,8 +509,8 @@ export async function runSample(
 
 /** Merges metadata into the trajectory of `baseUrl` through the owner's route. */
 async function mergeMetadata(options: SampleEnv, baseUrl: string, metadata: Record<string, unknown>) {
-  const url = ownerUrl(options.gatewayUrl, trajectoryOfBaseUrl(baseUrl), 'metadata');
-  await postJson(url, { metadata }, options.apiKey);
+  const id = trajectoryOfBaseUrl(baseUrl);
+  await onServer(options, (server) => server.mergeTrajectoryMetadata(id, metadata));
 }
 
 /** OpenClaw in the sandbox; its envelope goes into the trajectory's metadata whatever the outcome. */

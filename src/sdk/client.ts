@@ -2,9 +2,12 @@ import { Agent, type Dispatcher, request } from 'undici';
 import type {
   ChannelConfig,
   ChannelConfigPatch,
+  Group,
   Label,
   LabelInput,
   PoolEvent,
+  SignalOut,
+  SignalWire,
   StepOut,
   StepWireInput,
   TrajectoryOut,
@@ -28,6 +31,9 @@ export class StepwiseHttpError extends Error {
     readonly code: string,
     message: string,
     readonly field?: string,
+    /** The request's URL and the response body as sent, for messages and debugging. */
+    readonly url?: string,
+    readonly responseBody?: string,
   ) {
     super(message);
   }
@@ -40,9 +46,9 @@ export class StepwiseHttpError extends Error {
 type ErrorBody = { error?: { code?: string; message?: string; field?: string } };
 
 /** The error a non-2xx answer becomes: the server's code, message and field when it sent them. */
-function httpError(status: number, data: ErrorBody | null, text: string): StepwiseHttpError {
+function httpError(status: number, data: ErrorBody | null, text: string, url: string): StepwiseHttpError {
   const err = data?.error ?? {};
-  return new StepwiseHttpError(status, err.code ?? 'http_error', err.message ?? text, err.field);
+  return new StepwiseHttpError(status, err.code ?? 'http_error', err.message ?? text, err.field, url, text);
 }
 
 export interface LeaseOptions {
@@ -111,6 +117,32 @@ export interface ListOptions {
   offset?: number;
 }
 
+export interface InitTrajectoryOptions {
+  /** Joins (or opens) this prompt group; the server names a new one when omitted. */
+  groupId?: string;
+  channel?: string;
+  nRollouts?: number;
+  metadata?: Record<string, unknown>;
+  /** ActGuide-RL: a guided rollout (trained off-policy) or a probe (never trained), not both. */
+  guided?: boolean;
+  probe?: boolean;
+  guidanceK?: number;
+  guidanceHint?: string;
+  guidanceMode?: 'user_prompt' | 'assistant_prefix';
+  /** The group waits in pending_guidance when none of its rollouts scores above this (runner scope). */
+  holdForGuidance?: number;
+  /** The agent reads tool calls from the raw `<tool_call>` text in content. */
+  rawToolCalls?: boolean;
+}
+
+/** An opened trajectory: the agent's LLM calls go to `base_url`. */
+export interface InitTrajectoryResult {
+  trajectory_uid: string;
+  group_id: string;
+  channel: string;
+  base_url: string;
+}
+
 /** A typed client for producers (agents) and consumers (trainers) of the Stepwise HTTP API. */
 export class StepwiseClient {
   private readonly baseUrl: string;
@@ -138,7 +170,8 @@ export class StepwiseClient {
     const headers: Record<string, string> = {};
     if (body !== undefined) headers['content-type'] = 'application/json';
     if (this.options.apiKey) headers.authorization = `Bearer ${this.options.apiKey}`;
-    const response = await request(`${this.baseUrl}${path}`, {
+    const url = `${this.baseUrl}${path}`;
+    const response = await request(url, {
       method: method as Dispatcher.HttpMethod,
       headers,
       body: body === undefined ? undefined : JSON.stringify(body),
@@ -159,9 +192,12 @@ export class StepwiseClient {
         response.statusCode,
         'bad_response',
         `unparseable response: ${text.slice(0, 200)}`,
+        undefined,
+        url,
+        text,
       );
     }
-    if (response.statusCode >= 400) throw httpError(response.statusCode, data, text);
+    if (response.statusCode >= 400) throw httpError(response.statusCode, data, text, url);
     return { status: response.statusCode, data: data as T };
   }
 
@@ -190,6 +226,55 @@ export class StepwiseClient {
     return data!;
   }
 
+  /** Opens a trajectory (POST /init_trajectory) for an agent to run under its base_url. */
+  async initTrajectory(options: InitTrajectoryOptions = {}): Promise<InitTrajectoryResult> {
+    const { data } = await this.request<InitTrajectoryResult>('POST', '/init_trajectory', {
+      group_id: options.groupId,
+      channel: options.channel,
+      n_rollouts: options.nRollouts,
+      metadata: options.metadata,
+      guided: options.guided,
+      probe: options.probe,
+      guidance_k: options.guidanceK,
+      guidance_hint: options.guidanceHint,
+      guidance_mode: options.guidanceMode,
+      hold_for_guidance: options.holdForGuidance,
+      raw_tool_calls: options.rawToolCalls,
+    });
+    return data!;
+  }
+
+  /** Merges keys into a trajectory's metadata (the owner's route: runner scope). */
+  async mergeTrajectoryMetadata(
+    trajectoryUid: string,
+    metadata: Record<string, unknown>,
+  ): Promise<TrajectoryOut> {
+    const { data } = await this.request<TrajectoryOut>(
+      'POST',
+      `/v1/trajectories/${encodeURIComponent(trajectoryUid)}/metadata`,
+      { metadata },
+    );
+    return data!;
+  }
+
+  /** Records what a trust boundary outside the server (the gym's sandbox bridge) refused, as events. */
+  async reportRefusals(
+    trajectoryUid: string,
+    refusals: { attempts: string[]; count?: number; reason: string },
+  ): Promise<{ trajectory_uid: string; recorded: number }> {
+    const { data } = await this.request<{ trajectory_uid: string; recorded: number }>(
+      'POST',
+      `/v1/trajectories/${encodeURIComponent(trajectoryUid)}/refusals`,
+      refusals,
+    );
+    return data!;
+  }
+
+  /** Adds reward or quality signals to trajectories or their steps (runner or trainer scope). */
+  async addSignals(signals: SignalWire[]): Promise<SignalOut[]> {
+    return (await this.request<{ signals: SignalOut[] }>('POST', '/v1/signals', { signals })).data!.signals;
+  }
+
   /** Leases a batch of ready groups; null when none became ready within waitMs. */
   async lease(options: LeaseOptions): Promise<BatchJson | null> {
     const waitMs = options.waitMs ?? 0;
@@ -208,7 +293,8 @@ export class StepwiseClient {
     const timeoutMs = waitMs + (this.options.timeoutMs ?? 30_000);
     const headers: Record<string, string> = { 'content-type': 'application/json' };
     if (this.options.apiKey) headers.authorization = `Bearer ${this.options.apiKey}`;
-    const response = await request(`${this.baseUrl}/v1/batches/lease`, {
+    const url = `${this.baseUrl}/v1/batches/lease`;
+    const response = await request(url, {
       method: 'POST',
       headers,
       body: JSON.stringify({
@@ -233,7 +319,7 @@ export class StepwiseClient {
       try {
         data = JSON.parse(text) as ErrorBody;
       } catch {}
-      throw httpError(response.statusCode, data, text);
+      throw httpError(response.statusCode, data, text, url);
     }
     const header = (name: string) => String(response.headers[name] ?? '');
     return {
@@ -308,6 +394,36 @@ export class StepwiseClient {
 
   async addLabels(labels: LabelInput[]): Promise<Label[]> {
     return (await this.request<{ labels: Label[] }>('POST', '/v1/labels', { labels })).data!.labels;
+  }
+
+  /**
+   * Holds a group back from trainers for ActGuide guidance (admin scope). A group already leased is
+   * refused with a 409 StepwiseHttpError.
+   */
+  async holdForGuidance(channel: string, groupId: string): Promise<Group> {
+    return (
+      await this.request<{ group: Group }>('POST', '/v1/groups/guidance', {
+        channel,
+        group_id: groupId,
+        action: 'hold',
+      })
+    ).data!.group;
+  }
+
+  /** Releases a guidance hold (admin scope): `replaced` by a guided group, `abandoned`, or by an `operator`. */
+  async releaseGuidance(
+    channel: string,
+    groupId: string,
+    reason: 'replaced' | 'abandoned' | 'operator',
+  ): Promise<Group> {
+    return (
+      await this.request<{ group: Group }>('POST', '/v1/groups/guidance', {
+        channel,
+        group_id: groupId,
+        action: 'release',
+        reason,
+      })
+    ).data!.group;
   }
 
   async configureChannel(channel: string, patch: ChannelConfigPatch): Promise<ChannelConfig> {

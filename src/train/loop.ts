@@ -6,9 +6,9 @@ import { ValidationError } from '../domain/errors.js';
 import { ExportRequest } from '../export/request.js';
 import { runExport } from '../export/run-export.js';
 import { type RunningServer, startServer } from '../gateway/server.js';
-import { referenceTasks } from '../gym/cli.js';
 import { type AgentSpec, runGym, type SampleResult } from '../gym/runner.js';
 import { checkSandbox } from '../gym/sandbox/index.js';
+import { referenceTasks } from '../gym/tasks/index.js';
 import type { GymTask } from '../gym/tasks/schema.js';
 import { seededRandom } from '../util/random.js';
 import {

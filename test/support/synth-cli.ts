@@ -1,6 +1,6 @@
 import { Command } from 'commander';
 import { vi } from 'vitest';
-import { registerSynthCommand } from '../../src/gym/synth/cli.js';
+import { registerSynthCommand } from '../../src/cli/gym-synth.js';
 
 /** Runs `stepwise gym synth ...` in process; returns what it printed, or the error it ended with. */
 export async function synthCli(...args: string[]): Promise<{ out: string; error: string | null }> {

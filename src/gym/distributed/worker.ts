@@ -1,10 +1,12 @@
 import { hostname } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseOrThrow } from '../../domain/errors.js';
+import { StepwiseHttpError } from '../../sdk/client.js';
 import { defaultToolsDir, findOpenClaw } from '../agent/openclaw/install.js';
-import { ownerUrl, trajectoryOfBaseUrl } from '../gateway-urls.js';
+import { trajectoryOfBaseUrl } from '../gateway-urls.js';
 import { type AgentSpec, runSample, type SampleEnv, type SampleJob, type SampleResult } from '../runner.js';
 import type { SandboxLimits } from '../sandbox/index.js';
+import { serverClient } from '../server-client.js';
 import { type AgentWire, RolloutJobData, rolloutJobKey } from './jobs.js';
 import { type AttemptRecord, AttemptSuperseded, type FetchedRollout, type RolloutQueue } from './queue.js';
 
@@ -108,19 +110,16 @@ export function startRolloutWorker(options: RolloutWorkerOptions): RolloutWorker
     baseUrl: string,
     body: { reward: number | null; status: 'complete' | 'infra_failed' },
   ) => {
-    const res = await fetch(ownerUrl(gateway, trajectoryOfBaseUrl(baseUrl), 'complete'), {
-      method: 'POST',
-      headers: {
-        'content-type': 'application/json',
-        ...(options.apiKey ? { authorization: `Bearer ${options.apiKey}` } : {}),
-      },
-      body: JSON.stringify(body),
-    });
-    const text = await res.text();
-    if (!res.ok && res.status !== 404 && res.status !== 409)
-      throw new Error(
-        `closing trajectory ${baseUrl}: the gateway answered ${res.status}: ${text.slice(0, 200)}`,
-      );
+    const server = serverClient(gateway, options.apiKey);
+    try {
+      await server.completeTrajectory(trajectoryOfBaseUrl(baseUrl), body);
+    } catch (error) {
+      if (!(error instanceof StepwiseHttpError)) throw error;
+      if (error.status !== 404 && error.status !== 409)
+        throw new Error(
+          `closing trajectory ${baseUrl}: the gateway answered ${error.status}: ${(error.responseBody ?? error.message).slice(0, 200)}`,
+        );
+    }
   };
 
   const handle = async (job: FetchedRollout) => {

@@ -22,6 +22,7 @@ export {
   taskToJsonLine,
   writeTasksJsonl,
 } from './jsonl.js';
+export { referenceTasks } from './reference.js';
 export * from './schema.js';
 
 /** What a task-set argument may name, for --help (every command reads it with loadTasks). */

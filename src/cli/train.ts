@@ -1,5 +1,5 @@
 import { type Command, InvalidArgumentError } from 'commander';
-import { DEFAULT_ADAM_EPS, DEFAULT_CLIP, DEFAULT_GROUPS, runTrain } from './loop.js';
+import { DEFAULT_ADAM_EPS, DEFAULT_CLIP, DEFAULT_GROUPS, runTrain } from '../train/loop.js';
 
 /** `stepwise train`: the RL loop on this machine (docs/trainers.md, "stepwise train"). */
 export function registerTrainCommand(program: Command): void {

@@ -2,14 +2,14 @@ import { existsSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { type Command, InvalidArgumentError, Option } from 'commander';
 import { fromZodError, Quality, StepwiseError, TrajectoryStatus, ValidationError } from '../domain/index.js';
+import { checkImport, type ImportResult, importTrajectories } from '../export/import.js';
+import { type ExportManifest, MANIFEST_FILE } from '../export/manifest.js';
+import { EXPORT_KINDS, ExportRequest } from '../export/request.js';
+import { runExport } from '../export/run-export.js';
 import { poolOps } from '../pool/core.js';
 import { ADVANTAGE_ESTIMATORS } from '../serving/advantages.js';
 import { openSqliteStore } from '../store/sqlite/sqlite-store.js';
 import { progressReporter } from '../util/progress.js';
-import { checkImport, type ImportResult, importTrajectories } from './import.js';
-import { type ExportManifest, MANIFEST_FILE } from './manifest.js';
-import { EXPORT_KINDS, ExportRequest } from './request.js';
-import { runExport } from './run-export.js';
 
 function finite(flag: string) {
   return (value: string) => {

@@ -1,11 +1,8 @@
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { type Command, InvalidArgumentError, Option } from 'commander';
 import { z } from 'zod';
 import {
-  GUIDE_STRATEGIES,
   type GuideStrategy,
-  INJECTION_MODES,
   type InjectionMode,
   jsonTextAt,
   type PlanAction,
@@ -14,7 +11,7 @@ import { parseOrThrow, ValidationError } from '../domain/errors.js';
 import { type GuideOptions, runGuided } from './guide.js';
 import type { GymRunOptions, GymSummary, runGym, SampleResult } from './runner.js';
 
-/* `stepwise gym run --guide ...`: the action logs a plan may come from, and the command's options. */
+/* `stepwise gym run --guide ...`: the action logs a plan may come from, and the runner the guide options make. */
 
 /**
  * Reads `--guide-actions FILE`: JSONL, one `{"task_id", "actions": [{"name", "arguments"}]}` a line;
@@ -103,9 +100,8 @@ const ActionLogLine = z.strictObject({
   actions: z.array(LoggedAction).min(1, 'must hold at least one action'),
 });
 
-// ---- CLI ----------------------------------------------------------------------------------------
-
-export interface GuideCliOptions {
+/** The `--guide*` options of `gym run` and `guide`, as parsed values. */
+export interface GuideCommandOptions {
   guide?: GuideStrategy | true;
   guideActions?: string;
   guideK?: number;
@@ -116,75 +112,12 @@ export interface GuideCliOptions {
   guideMode?: InjectionMode;
 }
 
-const integer = (flag: string, min: number) => (value: string) => {
-  const n = Number(value);
-  if (!Number.isInteger(n) || n < min) throw new InvalidArgumentError(`${flag} must be an integer >= ${min}`);
-  return n;
-};
-
-/** `stepwise gym run --guide [strategy] ...` (docs/actguide.md). */
-export function addGuideOptions(command: Command): Command {
-  return command
-    .addOption(
-      new Option(
-        '--guide [strategy]',
-        'ActGuide: replace hard groups by groups guided with reference actions',
-      )
-        .choices(GUIDE_STRATEGIES)
-        .preset('adaptive'),
-    )
-    .option('--guide-k <n>', '--guide fixed_k: actions revealed', integer('--guide-k', 0))
-    .option(
-      '--guide-ratio <r>',
-      '--guide fixed_ratio: share of the actions revealed, in (0, 1]',
-      (v: string) => {
-        const r = Number(v);
-        if (!(r > 0 && r <= 1)) throw new InvalidArgumentError('--guide-ratio must be a number in (0, 1]');
-        return r;
-      },
-    )
-    .option(
-      '--probe-rollouts <n>',
-      '--guide adaptive: rollouts per probed k (default 2)',
-      integer('--probe-rollouts', 1),
-    )
-    .option(
-      '--max-probe-steps <n>',
-      '--guide adaptive: probed k values at most (default 5)',
-      integer('--max-probe-steps', 0),
-    )
-    .option(
-      '--sim-needs-plan <share>',
-      "sim reference policy: share of a task's actions a reference plan in the prompt must show before it can finish (hard tasks for --guide)",
-      (v: string) => {
-        const r = Number(v);
-        if (!(r >= 0 && r <= 1))
-          throw new InvalidArgumentError('--sim-needs-plan must be a number from 0 to 1');
-        return r;
-      },
-    )
-    .option(
-      '--guide-actions <file>',
-      'action logs for tasks without reference actions: JSONL of {"task_id", "actions": [{"name", "arguments" or "args"}]}',
-    )
-    .addOption(
-      new Option('--guide-mode <mode>', 'where the hint goes: the user message, or an assistant prefix')
-        .choices(INJECTION_MODES)
-        .default('user_prompt'),
-    )
-    .option(
-      '--guide-api-key <key>',
-      'key with the admin scope for labelling replaced groups (default --api-key)',
-      process.env.STEPWISE_ADMIN_API_KEY,
-    );
-}
-
 /**
  * What `stepwise gym run` runs in place of `runGym` under `--guide` (undefined without it): the guided
  * run, with its summary printed and written to `<out>/guide-summary.json`.
  */
 export function guidedRunner(
-  opts: GuideCliOptions & { out: string },
+  opts: GuideCommandOptions & { out: string },
   print: (line: string) => void,
 ):
   | ((
@@ -195,9 +128,9 @@ export function guidedRunner(
   if (opts.guide === undefined) return undefined;
   const strategy: GuideStrategy = opts.guide === true ? 'adaptive' : opts.guide;
   if (strategy === 'fixed_k' && opts.guideK === undefined)
-    throw new InvalidArgumentError('--guide fixed_k needs --guide-k N');
+    throw new ValidationError('--guide fixed_k needs --guide-k N', 'guide-k');
   if (strategy === 'fixed_ratio' && opts.guideRatio === undefined)
-    throw new InvalidArgumentError('--guide fixed_ratio needs --guide-ratio R');
+    throw new ValidationError('--guide fixed_ratio needs --guide-ratio R', 'guide-ratio');
   const guide: GuideOptions = {
     strategy,
     ...(opts.guideK !== undefined ? { k: opts.guideK } : {}),

@@ -1,10 +1,8 @@
 import { join } from 'node:path';
 import { type Command, InvalidArgumentError, Option } from 'commander';
-import { StepwiseError, ValidationError } from '../../domain/errors.js';
-import { progressReporter } from '../../util/progress.js';
-import { CATEGORIES } from '../tasks/schema.js';
-import { MAX_TASKS, parseSeed, type SynthSeed, synthesize, TEMPLATES } from './index.js';
-import { llmManifestOf, synthesizeWithLlm, writeLlmManifest } from './llm.js';
+import { StepwiseError, ValidationError } from '../domain/errors.js';
+import { MAX_TASKS, parseSeed, type SynthSeed, synthesize, TEMPLATES } from '../gym/synth/index.js';
+import { llmManifestOf, synthesizeWithLlm, writeLlmManifest } from '../gym/synth/llm.js';
 import {
   checkOutDir,
   MANIFEST_FILE,
@@ -12,7 +10,9 @@ import {
   type SynthFormat,
   TASKS_FILE,
   writeSynthOutput,
-} from './output.js';
+} from '../gym/synth/output.js';
+import { CATEGORIES } from '../gym/tasks/schema.js';
+import { progressReporter } from '../util/progress.js';
 
 /*
  * `stepwise gym synth`: synthesize tasks and write them as tasks.jsonl or ClawGym folders, with a
