@@ -135,7 +135,11 @@ describe.skipIf(!sandboxReady)('gym runner', () => {
     });
     try {
       const { results } = await runGym(
-        options({ runId: 'run-c', stateFile: join(fx.dir, 'state-c.jsonl'), gatewayUrl: locked.url }),
+        options({
+          runId: 'run-locked',
+          stateFile: join(fx.dir, 'state-locked.jsonl'),
+          gatewayUrl: locked.url,
+        }),
       );
       expect(results.every((r) => r.status === 'infra_failed' && r.trajectoryUid === null)).toBe(true);
       expect(results[0]!.reason).toMatch(
