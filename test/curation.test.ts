@@ -4,9 +4,9 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { NewStep } from '../src/domain/index.js';
 import { startServer } from '../src/gateway/server.js';
+import { type PoolOps, poolOps } from '../src/pool/core.js';
 import { batchToJson } from '../src/serving/json-batch.js';
 import { openSqliteStore } from '../src/store/sqlite/sqlite-store.js';
-import type { Store } from '../src/store/store.js';
 import { episode } from './support/steps.js';
 
 /*
@@ -17,13 +17,13 @@ import { episode } from './support/steps.js';
 
 describe('curation at lease time', () => {
   let dir: string;
-  let store: Store;
+  let store: PoolOps;
   let now = 1_000_000;
   const tick = () => ++now;
 
   beforeEach(async () => {
     dir = mkdtempSync(join(tmpdir(), 'stepwise-curation-'));
-    store = await openSqliteStore({ path: join(dir, 'pool.db') });
+    store = poolOps(await openSqliteStore({ path: join(dir, 'pool.db') }));
   });
   afterEach(async () => {
     await store.close();

@@ -1,7 +1,16 @@
 import type { Group, Lease, Trajectory } from '../domain/index.js';
 import { toGroup, toTrajectory } from '../store/rows.js';
-import type { CompleteInput, GroupSweepResult, GuidanceRelease, Store } from '../store/store.js';
+import type {
+  CompleteInput,
+  GroupSweepResult,
+  GuidanceRelease,
+  LeasedBatch,
+  LeaseParams,
+  PreviewGroup,
+  Store,
+} from '../store/store.js';
 import { holdForGuidance, releaseGuidance } from './groups.js';
+import { leaseGroups, previewLease, serveLease } from './lease.js';
 import { endLease } from './leases.js';
 import { sweep } from './sweep.js';
 import { completeTrajectory } from './trajectories.js';
@@ -10,7 +19,7 @@ import { completeTrajectory } from './trajectories.js';
  * The pool's operations: its rules, each run in one transaction of the store, and the store's reads.
  * PoolCore runs them in this process; WorkerPool on the thread that owns a SQLite connection.
  */
-export interface PoolOps extends Omit<Store, 'write'> {
+export interface PoolOps extends Omit<Store, 'write' | 'read'> {
   completeTrajectory(id: string, input: CompleteInput, now: number): Promise<Trajectory>;
   /**
    * Holds a group for guidance (ActGuide-RL): a ready one moves to `pending_guidance` (not leasable),
@@ -25,11 +34,18 @@ export interface PoolOps extends Omit<Store, 'write'> {
   nackLease(leaseId: string, now: number): Promise<Lease>;
   /** Expires overdue leases, applies incomplete-group timeouts and closes idle open trajectories. */
   sweep(now: number): Promise<GroupSweepResult>;
+  /** Leases up to batchSize ready groups FIFO; null (and nothing leased) when fewer are ready. */
+  leaseBatch(params: LeaseParams, now: number): Promise<LeasedBatch | null>;
+  /**
+   * The groups the next lease of this shape would look at, in order, each with what curation,
+   * staleness and labels would make of it; stops after `batchSize` served groups. Changes nothing.
+   */
+  previewBatch(params: LeaseParams): Promise<PreviewGroup[]>;
 }
 
 /** The pool's operations: given, or run in this process over the given store. */
 export function poolOps(store: Store | PoolOps): PoolOps {
-  return 'write' in store ? new PoolCore(store) : store;
+  return 'write' in store ? new PoolCore(store as Store) : store;
 }
 
 /** The pool's operations over a store in this process. */
@@ -70,6 +86,17 @@ export class PoolCore implements PoolOps {
     return this.store.write((tx) => sweep(tx, now));
   }
 
+  async leaseBatch(params: LeaseParams, now: number): Promise<LeasedBatch | null> {
+    // A lease is soft state (lost, its groups are served again): its commit waits for no flush.
+    const leased = await this.store.write((tx) => leaseGroups(tx, params, now), { durable: false });
+    // The groups are ours now: their steps are read after the commit, holding no lock.
+    return leased && this.store.read((tx) => serveLease(tx, leased));
+  }
+
+  previewBatch(params: LeaseParams): Promise<PreviewGroup[]> {
+    return this.store.read((tx) => previewLease(tx, params));
+  }
+
   // ---- not yet rules of their own: the store's ------------------------------------------------
 
   submitBatch: Store['submitBatch'] = (...a) => this.store.submitBatch(...a);
@@ -81,10 +108,8 @@ export class PoolCore implements PoolOps {
   recordRefusal: Store['recordRefusal'] = (...a) => this.store.recordRefusal(...a);
   setPolicyVersion: Store['setPolicyVersion'] = (...a) => this.store.setPolicyVersion(...a);
   setChannelConfig: Store['setChannelConfig'] = (...a) => this.store.setChannelConfig(...a);
-  leaseBatch: Store['leaseBatch'] = (...a) => this.store.leaseBatch(...a);
   addLabels: Store['addLabels'] = (...a) => this.store.addLabels(...a);
   addSignals: Store['addSignals'] = (...a) => this.store.addSignals(...a);
-  previewBatch: Store['previewBatch'] = (...a) => this.store.previewBatch(...a);
   stats: Store['stats'] = (...a) => this.store.stats(...a);
 
   // ---- reads ------------------------------------------------------------------------------------

@@ -1,28 +1,16 @@
-import { onlineCleaner, trainingSteps } from '../curation/cleaner/graft.js';
+import type { ExclusionReason } from '../curation/pipeline.js';
 import {
-  type CurationDecision,
-  curateGroup,
-  type ExclusionReason,
-  isNoop,
-  needsSteps,
-} from '../curation/pipeline.js';
-import {
-  type ChannelConfig,
-  type ChannelCuration,
   ConflictError,
   currentSignals,
   type DropReason,
-  type EventType,
   type Group,
   type GroupState,
-  isStepTrainable,
   type Label,
   type LabelInput,
   type Lease,
   type LeaseState,
   type NewStep,
   type Signal,
-  type Step,
   type Trajectory,
   type TrajectoryStatus,
   ValidationError,
@@ -31,29 +19,15 @@ import { STEP_KEY_SPAN, type StepTail, stepFingerprint } from './step-codec.js';
 import type {
   CallFailure,
   CreateTrajectoryInput,
-  CurationDrop,
   CurrentLabel,
   DashboardSummary,
   GymRunSummary,
   PoolStats,
-  PreviewGroup,
   Refusal,
   RewardTally,
-  ServedGroup,
-  ServedTrajectory,
 } from './store.js';
 
 // Rows as every SQL backend stores them, and the pure logic both backends share around them.
-
-/** A ready group after curation: the members it is served with, what was left out, decoded steps. */
-export interface Curated {
-  members: TrajectoryRow[];
-  excluded: CurationDecision['excluded'];
-  /** The members' steps as captured (decoded once for the filters, reused to serve). */
-  steps: Map<string, Step[]>;
-  /** Rewards of the group's rollouts, excluded ones included. */
-  rewards: Map<string, number | null>;
-}
 
 export interface GroupRow {
   channel: string;
@@ -311,129 +285,6 @@ export function stalenessBucket(staleness: number): string {
   if (staleness <= 15) return '8-15';
   return '16+';
 }
-// ---- logic both SQL backends share ------------------------------------------------------------
-
-export type Emit = (type: EventType, channel: string | null, data: Record<string, unknown>) => void;
-
-/**
- * Applies a channel's curation to a ready group's members: exclusions and reward tallies are
- * counted and logged. Returns the curated group, or the reason to drop it (the caller drops it and
- * the next ready group takes its place; the drop is already appended to `drops`).
- */
-export function applyCuration(
-  row: GroupRow,
-  members: readonly TrajectoryRow[],
-  steps: Map<string, Step[]>,
-  curation: ChannelCuration,
-  log: TxLog,
-  emit: Emit,
-  drops: CurationDrop[],
-): Curated | { drop: DropReason } {
-  const decision = curateGroup(
-    members.map((m) => {
-      const captured = steps.get(m.id);
-      return { id: m.id, reward: m.reward, steps: captured && memberTrainingSteps(m, captured) };
-    }),
-    curation,
-  );
-  // Reward tallies over kept and dropped trajectories alike (stats().curation).
-  const tally = (kind: 'kept' | 'dropped', rows: readonly TrajectoryRow[]) => {
-    const rewarded = rows.filter((m) => m.reward !== null);
-    log.count(row.channel, `curation_${kind}_trajectories`, rows.length);
-    log.count(row.channel, `curation_${kind}_rewarded`, rewarded.length);
-    log.count(
-      row.channel,
-      `curation_${kind}_reward_sum`,
-      rewarded.reduce((sum, m) => sum + m.reward!, 0),
-    );
-  };
-  const excludedIds = new Set(decision.excluded.map((e) => e.id));
-  tally(
-    'dropped',
-    members.filter((m) => excludedIds.has(m.id)),
-  );
-  for (const { id, reason, detail } of decision.excluded) {
-    log.count(row.channel, `excluded_${reason}`);
-    emit('trajectory_excluded', row.channel, {
-      group_id: row.id,
-      trajectory_id: id,
-      reason,
-      ...(detail ? { detail } : {}),
-    });
-  }
-  const kept = members.filter((m) => !excludedIds.has(m.id));
-  if (decision.drop) {
-    tally('dropped', kept);
-    log.count(row.channel, 'curation_dropped_groups');
-    drops.push({ groupId: row.id, reason: decision.drop, rewards: members.map((m) => m.reward) });
-    return { drop: decision.drop };
-  }
-  tally('kept', kept);
-  log.count(row.channel, 'curation_kept_groups');
-  const keep = new Set(decision.keep);
-  return {
-    members: members.filter((m) => keep.has(m.id)),
-    excluded: decision.excluded,
-    steps,
-    rewards: new Map(members.map((m) => [m.id, m.reward])),
-  };
-}
-
-/** A served group as the lease answers it: trajectories, and what curation left out. */
-export function servedGroup(
-  row: GroupRow,
-  staleness: number,
-  stale: boolean,
-  trajectories: ServedTrajectory[],
-  curated: Curated | null,
-): ServedGroup {
-  return {
-    group: toGroup(row),
-    staleness,
-    stale,
-    trajectories,
-    ...(curated && curated.excluded.length > 0
-      ? {
-          excluded: curated.excluded.map(({ id, reason, detail }) => ({
-            trajectoryId: id,
-            reason,
-            reward: curated.rewards.get(id) ?? null,
-            ...(detail ? { detail } : {}),
-          })),
-        }
-      : {}),
-  };
-}
-
-/**
- * The steps of a member as curation judges it and a lease serves it: an online CLEANER run's
- * purified view (cleaner/graft.ts), so filters see the rows a trainer receives. Every path of the
- * store from captured steps to a trainer goes through here.
- */
-export function memberTrainingSteps(row: TrajectoryRow, captured: readonly Step[]): Step[] {
-  return trainingSteps(toTrajectory(row), captured);
-}
-
-/**
- * A trajectory with its trainable steps (labels applied), its labels and its current signals;
- * `steps` are as captured.
- */
-export function servedTrajectory(
-  row: TrajectoryRow,
-  steps: Step[],
-  labels: CurrentLabel[],
-  signals: Signal[],
-): ServedTrajectory {
-  const trajectory = toTrajectory(row);
-  const purified = trainingSteps(trajectory, steps);
-  return {
-    trajectory,
-    steps: labels.length > 0 ? purified.filter((s) => isStepTrainable(labels, s.index)) : purified,
-    labels,
-    signals,
-  };
-}
-
 /** Signal rows of many trajectories (ordered by trajectory, then time) folded to those in force. */
 export function currentSignalsByTrajectory(rows: readonly SignalRow[]): Map<string, Signal[]> {
   const byTrajectory = new Map<string, Signal[]>();
@@ -444,63 +295,6 @@ export function currentSignalsByTrajectory(rows: readonly SignalRow[]): Map<stri
   }
   for (const [id, history] of byTrajectory) byTrajectory.set(id, currentSignals(history));
   return byTrajectory;
-}
-
-/**
- * What the next lease would make of one ready group (read-only): `stepsOf` and `labelsOf` read a
- * member's steps and current labels, only when curation or labels need them.
- */
-export async function previewGroup(
-  row: GroupRow,
-  staleness: number,
-  members: readonly TrajectoryRow[],
-  config: ChannelConfig,
-  maxStaleness: number | null,
-  stepsOf: (m: TrajectoryRow) => Step[] | Promise<Step[]>,
-  labelsOf: (m: TrajectoryRow) => CurrentLabel[] | Promise<CurrentLabel[]>,
-): Promise<PreviewGroup> {
-  const base = { group: toGroup(row), staleness };
-  if (maxStaleness !== null && staleness > maxStaleness && config.stale_policy === 'drop')
-    return { ...base, decision: 'stale', served: [], excluded: [] };
-  const decoded = new Map<string, Step[]>();
-  const steps = async (m: TrajectoryRow) => {
-    let list = decoded.get(m.id);
-    if (!list) {
-      list = memberTrainingSteps(m, await stepsOf(m));
-      decoded.set(m.id, list);
-    }
-    return list;
-  };
-  const inputs = [];
-  for (const m of members) {
-    inputs.push({
-      id: m.id,
-      reward: m.reward,
-      steps: needsSteps(config.curation) ? await steps(m) : undefined,
-    });
-  }
-  const decision = isNoop(config.curation)
-    ? { keep: members.map((m) => m.id), excluded: [], drop: null }
-    : curateGroup(inputs, config.curation);
-  const excluded = decision.excluded.map((e) => ({
-    trajectoryId: e.id,
-    reason: e.reason,
-    reward: members.find((m) => m.id === e.id)?.reward ?? null,
-  }));
-  if (decision.drop) return { ...base, decision: decision.drop, served: [], excluded };
-  const keep = new Set(decision.keep);
-  const served: PreviewGroup['served'] = [];
-  for (const m of members) {
-    if (!keep.has(m.id)) continue;
-    const labels = await labelsOf(m);
-    // Counted on the served rows: an online CLEANER run serves fewer than it captured.
-    const trajectory = toTrajectory(m);
-    const rows = labels.length === 0 && onlineCleaner(trajectory) === null ? null : await steps(m);
-    const trainableSteps =
-      rows === null ? m.n_steps : rows.filter((s) => isStepTrainable(labels, s.index)).length;
-    served.push({ trajectory, steps: m.n_steps, trainableSteps });
-  }
-  return { ...base, decision: 'serve', excluded, served };
 }
 
 /** Equal-width bins over [lo, hi] (one bin when all rewards are equal). */

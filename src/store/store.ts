@@ -355,6 +355,8 @@ export interface Store {
 
   /** Runs a pool rule (pool/) in one write transaction of its own, retried where the backend may. */
   write<T>(rule: (tx: PoolTx) => Rule<T>, options?: WriteOptions): Promise<T>;
+  /** Runs a pool rule that only reads, on one consistent snapshot; it may not write or emit. */
+  read<T>(rule: (tx: PoolTx) => Rule<T>): Promise<T>;
 
   submitBatch(requests: SubmitRequest[], now: number): Promise<SubmitOutcome[]>;
   createTrajectory(input: CreateTrajectoryInput, now: number): Promise<Trajectory>;
@@ -385,8 +387,6 @@ export interface Store {
   getChannelConfig(channel: string): Promise<ChannelConfig>;
   setChannelConfig(channel: string, patch: ChannelConfigPatch, now: number): Promise<ChannelConfig>;
 
-  /** Leases up to batchSize ready groups FIFO; null (and nothing leased) when fewer are ready. */
-  leaseBatch(params: LeaseParams, now: number): Promise<LeasedBatch | null>;
   getLease(leaseId: string): Promise<Lease | null>;
 
   addLabels(labels: LabelInput[], now: number): Promise<Label[]>;
@@ -408,11 +408,6 @@ export interface Store {
   gymRuns(limit?: number): Promise<GymRunSummary[]>;
   /** Leases, newest first. */
   listLeases(query: LeaseQuery): Promise<Page<Lease>>;
-  /**
-   * The groups the next lease of this shape would look at, in order, each with what curation,
-   * staleness and labels would make of it; stops after `batchSize` served groups. Changes nothing.
-   */
-  previewBatch(params: LeaseParams): Promise<PreviewGroup[]>;
 
   readEvents(query: EventQuery): Promise<PoolEvent[]>;
   lastEventSeq(): Promise<number>;

@@ -1,5 +1,6 @@
-import type { ChannelConfig, EventType } from '../domain/index.js';
+import type { ChannelConfig, EventType, Signal, Step } from '../domain/index.js';
 import type { GroupRow, LeaseRow, TrajectoryRow, TxLog } from './rows.js';
+import type { CurrentLabel } from './store.js';
 
 /**
  * A pool rule, written once for both backends as a generator: each row primitive is `yield*`-ed.
@@ -67,6 +68,10 @@ export interface PoolTx {
   channelConfig(channel: string): Rule<ChannelConfig>;
   /** Every channel with a row, by name. */
   channelNames(): Rule<string[]>;
+  /** A channel's settings with its row created and locked (concurrent changes wait their turn). */
+  lockChannel(channel: string, now: number): Rule<ChannelConfig>;
+  saveChannelConfig(channel: string, config: ChannelConfig, now: number): Rule<void>;
+  policyVersion(): Rule<number>;
 
   /** A group's row, locked for the rest of the transaction where the backend locks rows. */
   group(channel: string, id: string): Rule<GroupRow | undefined>;
@@ -78,6 +83,10 @@ export interface PoolTx {
   /** The group's counted complete rollouts with a reward above `threshold`. */
   completeAbove(row: GroupRow, threshold: number): Rule<number>;
   countReady(channel: string): Rule<number>;
+  /** Up to `limit` ready groups after queue position `after`, in queue order (others' locked rows skipped). */
+  readyGroups(channel: string, after: number, limit: number): Rule<GroupRow[]>;
+  /** The rollouts a group is served with: those that completed while it collected, in completion order. */
+  groupMembers(row: GroupRow): Rule<TrajectoryRow[]>;
   /** The `n` oldest ready groups, skipping those another transaction is leasing right now. */
   oldestReady(channel: string, n: number): Rule<GroupRow[]>;
   /** Collecting groups: not yet sized (`unsized`), or sized with every rollout finished (`full`). */
@@ -102,7 +111,15 @@ export interface PoolTx {
   /** Lowers the group's oldest policy version to the trajectory's. */
   lowerGroupVersion(row: TrajectoryRow): Rule<void>;
 
+  /** The trajectories' steps as captured, decoded, by trajectory id. */
+  capturedSteps(rows: readonly TrajectoryRow[]): Rule<Map<string, Step[]>>;
+  /** The labels in force on the trajectories, by trajectory id (none: absent). */
+  currentLabels(ids: readonly string[]): Rule<Map<string, CurrentLabel[]>>;
+  /** The signals in force on the trajectories, by trajectory id (none: absent). */
+  currentSignals(ids: readonly string[]): Rule<Map<string, Signal[]>>;
+
   lease(id: string): Rule<LeaseRow | undefined>;
+  insertLease(row: LeaseRow): Rule<void>;
   /** Active leases past their expiry (rows others hold are skipped). */
   overdueLeases(now: number): Rule<LeaseRow[]>;
   endLeaseRow(id: string, state: LeaseRow['state'], now: number): Rule<void>;

@@ -1,10 +1,8 @@
 import type { Kysely } from 'kysely';
 import pg from 'pg';
-import { isNoop, needsSteps } from '../../curation/pipeline.js';
 import {
   type ChannelConfig,
   ChannelConfigPatch,
-  type ChannelCuration,
   ConflictError,
   currentSignals,
   DEFAULT_CHANNEL_CONFIG,
@@ -15,7 +13,6 @@ import {
   type LabelInput,
   type Lease,
   NotFoundError,
-  newLeaseId,
   type PoolEvent,
   parseOrThrow,
   type Signal,
@@ -24,26 +21,16 @@ import {
   StepwiseError,
   type Trajectory,
 } from '../../domain/index.js';
-import {
-  adoptGroupSize,
-  dropGroup,
-  resettleFullGroups,
-  settleGroup,
-  sweepCollecting,
-} from '../../pool/groups.js';
-import { expireLeases } from '../../pool/leases.js';
+import { adoptGroupSize, resettleFullGroups, settleGroup } from '../../pool/groups.js';
 import { finishTrajectory } from '../../pool/trajectories.js';
 import { ListQueries, type ListSchema } from '../list-queries.js';
 import {
-  applyCuration,
   assembleStats,
-  type Curated,
   callFailedData,
   checkAppend,
   checkMovable,
   checkRetry,
   checkStepTarget,
-  currentSignalsByTrajectory,
   declaredRollouts,
   foldLabel,
   type GroupRow,
@@ -54,12 +41,9 @@ import {
   labelChangedData,
   newTrajectoryRow,
   type PriorStep,
-  previewGroup,
   refusalData,
   rewardBins,
   type SignalRow,
-  servedGroup,
-  servedTrajectory,
   summarizeGymRuns,
   TRAJECTORY_LABEL,
   type TrajectoryRow,
@@ -84,21 +68,16 @@ import {
 import type {
   CallFailure,
   CreateTrajectoryInput,
-  CurationDrop,
   CurrentLabel,
   DashboardSummary,
   EventQuery,
   GroupQuery,
   GymRunSummary,
-  LeasedBatch,
-  LeaseParams,
   LeaseQuery,
   Page,
   PoolStats,
-  PreviewGroup,
   Refusal,
   ScanPage,
-  ServedGroup,
   SignalQuery,
   StepQuery,
   Store,
@@ -183,7 +162,11 @@ export class PostgresStore implements Store {
   ) {
     this.tails = new TailCache(options.tailCacheTokens);
     this.channelDefaults = { ...DEFAULT_CHANNEL_CONFIG, ...options.channelDefaults };
-    this.txContext = { channelDefaults: this.channelDefaults, flushSteps: (tx) => this.flushSteps(tx) };
+    this.txContext = {
+      channelDefaults: this.channelDefaults,
+      flushSteps: (tx) => this.flushSteps(tx),
+      decodeMany: (tx, ranges) => this.decodeMany(tx, ranges),
+    };
     this.queries = new ListQueries(kysely, 'postgres');
     this.channel = `stepwise_${schema}`;
     this.lockKey = `stepwise_events_${schema}`;
@@ -216,6 +199,18 @@ export class PostgresStore implements Store {
 
   async write<T>(rule: (tx: PoolTx) => Rule<T>, _options?: WriteOptions): Promise<T> {
     return this.transact((tx) => runAsync(rule(tx)));
+  }
+
+  read<T>(rule: (tx: PoolTx) => Rule<T>): Promise<T> {
+    return inTransaction(
+      this.pool,
+      (client) => runAsync(rule(new PgTx(client, this.txContext, undefined, undefined, true))),
+      {
+        begin: 'BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY',
+        retry: false,
+        check: () => this.checkOpen(),
+      },
+    );
   }
 
   private checkOpen(): void {
@@ -253,7 +248,7 @@ export class PostgresStore implements Store {
   }
 
   /** Reads outside a write transaction (each statement sees what was committed before it). */
-  private async read<T>(text: string, values: unknown[] = []): Promise<T[]> {
+  private async readRows<T>(text: string, values: unknown[] = []): Promise<T[]> {
     for (let attempt = 1; ; attempt++) {
       this.checkOpen();
       try {
@@ -268,7 +263,7 @@ export class PostgresStore implements Store {
   }
 
   private async readOne<T>(text: string, values: unknown[] = []): Promise<T | undefined> {
-    return (await this.read<T>(text, values))[0];
+    return (await this.readRows<T>(text, values))[0];
   }
 
   /** Runs reads on one connection in one snapshot (REPEATABLE READ, read only). */
@@ -543,7 +538,7 @@ export class PostgresStore implements Store {
   private async stepRows(q: PgTx | null, seq: number, maxIndex = STEP_KEY_SPAN - 1): Promise<StepRow[]> {
     const text = 'SELECT * FROM steps WHERE key BETWEEN $1 AND $2 ORDER BY key';
     const values = [stepKey(seq, 0), stepKey(seq, Math.min(maxIndex, STEP_KEY_SPAN - 1))];
-    return q ? q.rows<StepRow>(text, values) : this.read<StepRow>(text, values);
+    return q ? q.rows<StepRow>(text, values) : this.readRows<StepRow>(text, values);
   }
 
   private async docs(
@@ -561,7 +556,7 @@ export class PostgresStore implements Store {
     const text = 'SELECT hash, body FROM docs WHERE hash = ANY($1::text[])';
     const found = q
       ? await q.rows<{ hash: string; body: string }>(text, [[...hashes]])
-      : await this.read<{ hash: string; body: string }>(text, [[...hashes]]);
+      : await this.readRows<{ hash: string; body: string }>(text, [[...hashes]]);
     for (const d of found) out.set(d.hash, JSON.parse(d.body));
     return out;
   }
@@ -586,7 +581,7 @@ export class PostgresStore implements Store {
         stepKey(seq, 0),
         stepKey(seq, Math.min(ranges.get(seq)!, STEP_KEY_SPAN - 1)),
       ]);
-      rows.push(...(q ? await q.rows<StepRow>(text, values) : await this.read<StepRow>(text, values)));
+      rows.push(...(q ? await q.rows<StepRow>(text, values) : await this.readRows<StepRow>(text, values)));
     }
     const docs = await this.docs(q, rows);
     const bySeq = new Map<number, StepRow[]>(seqs.map((seq) => [seq, []]));
@@ -1004,7 +999,7 @@ export class PostgresStore implements Store {
 
   async scanTrajectories(query: TrajectoryScan): Promise<ScanPage<Trajectory>> {
     const c = this.queries.trajectoryScanQuery(query);
-    const rows = await this.read<TrajectoryRow>(c.sql, c.parameters as unknown[]);
+    const rows = await this.readRows<TrajectoryRow>(c.sql, c.parameters as unknown[]);
     const last = rows.at(-1);
     return {
       items: rows.map(toTrajectory),
@@ -1029,245 +1024,11 @@ export class PostgresStore implements Store {
     }
     const clause = where.length > 0 ? `WHERE ${where.join(' AND ')}` : '';
     const counted = await this.readOne<{ n: number }>(`SELECT count(*) AS n FROM groups ${clause}`, params);
-    const rows = await this.read<GroupRow>(
+    const rows = await this.readRows<GroupRow>(
       `SELECT * FROM groups ${clause} ORDER BY created_at DESC, id DESC LIMIT $${params.length + 1} OFFSET $${params.length + 2}`,
       [...params, query.limit, query.offset],
     );
     return { items: rows.map(toGroup), total: Number(counted!.n) };
-  }
-
-  /**
-   * Ready groups of a channel, oldest readiness first, locked for this transaction; groups that
-   * another consumer is leasing right now are skipped, not waited for.
-   */
-  private async *readyGroups(
-    q: PgTx,
-    channel: string,
-    batchSize: number,
-    nRollouts: number | null,
-    policyVersion: number,
-    lock: boolean,
-  ): AsyncGenerator<{ row: GroupRow; staleness: number }> {
-    const text = lock
-      ? `SELECT * FROM groups WHERE channel = $1 AND state = 'ready' AND ready_seq > $2 ORDER BY ready_seq LIMIT $3
-         FOR UPDATE SKIP LOCKED`
-      : "SELECT * FROM groups WHERE channel = $1 AND state = 'ready' AND ready_seq > $2 ORDER BY ready_seq LIMIT $3";
-    let after = 0;
-    for (;;) {
-      const rows = await q.rows<GroupRow>(text, [channel, after, batchSize * 2 + 16]);
-      if (rows.length === 0) return;
-      for (const row of rows) {
-        after = row.ready_seq!;
-        if (nRollouts !== null && row.expected !== nRollouts) continue;
-        yield { row, staleness: Math.max(0, policyVersion - (row.min_policy_version ?? policyVersion)) };
-      }
-    }
-  }
-
-  async leaseBatch(params: LeaseParams, now: number): Promise<LeasedBatch | null> {
-    const leased = await this.transact(async (tx) => {
-      await runAsync(expireLeases(tx, now));
-      await runAsync(sweepCollecting(tx, now));
-      let config = await this.channelConfig(tx, params.channel);
-      if (params.nRollouts !== null && config.n_rollouts === null) {
-        // The trainer's first lease declares the group size for groups nobody sized.
-        await this.ensureChannel(tx, params.channel, now);
-        config = this.parseConfig(
-          await tx.row<{ config: string }>('SELECT config FROM channels WHERE name = $1 FOR UPDATE', [
-            params.channel,
-          ]),
-        );
-        if (config.n_rollouts === null) {
-          config = { ...config, n_rollouts: params.nRollouts };
-          await this.saveChannelConfig(tx, params.channel, config, now);
-          tx.emit('channel_configured', params.channel, { config, by: 'lease' }, now);
-          await runAsync(adoptGroupSize(tx, params.channel, params.nRollouts, config, now));
-        }
-      }
-      const maxStaleness = params.maxStaleness ?? config.max_staleness;
-      const policyVersion = await this.policyVersionNow(tx);
-      const chosen: { row: GroupRow; staleness: number; stale: boolean; curated: Curated | null }[] = [];
-      const drops: CurationDrop[] = [];
-      for await (const { row, staleness } of this.readyGroups(
-        tx,
-        params.channel,
-        params.batchSize,
-        params.nRollouts,
-        policyVersion,
-        true,
-      )) {
-        const stale = maxStaleness !== null && staleness > maxStaleness;
-        if (stale && config.stale_policy === 'drop') {
-          await runAsync(dropGroup(tx, row, 'stale', now));
-          continue;
-        }
-        let curated: Curated | null = null;
-        if (!isNoop(config.curation)) {
-          curated = await this.curate(tx, row, config.curation, now, drops);
-          if (curated === null) continue; // dropped: the next ready group takes its place
-        }
-        chosen.push({ row, staleness, stale, curated });
-        if (chosen.length === params.batchSize) break;
-      }
-      if (chosen.length < params.batchSize) return null;
-
-      const leaseId = newLeaseId();
-      const picks: {
-        row: GroupRow;
-        staleness: number;
-        stale: boolean;
-        members: TrajectoryRow[];
-        curated: Curated | null;
-      }[] = [];
-      let nSteps = 0;
-      for (const { row, staleness, stale, curated } of chosen) {
-        await tx.run("UPDATE groups SET state = 'leased', lease_id = $1 WHERE channel = $2 AND id = $3", [
-          leaseId,
-          row.channel,
-          row.id,
-        ]);
-        row.state = 'leased';
-        row.lease_id = leaseId;
-        const members = curated?.members ?? (await this.groupMembers(tx, row));
-        for (const t of members) nSteps += t.n_steps;
-        if (stale) tx.log.count(params.channel, 'groups_served_stale');
-        picks.push({ row, staleness, stale, members, curated });
-      }
-      const lease: LeaseRow = {
-        id: leaseId,
-        channel: params.channel,
-        consumer: params.consumer,
-        state: 'active',
-        group_ids: JSON.stringify(chosen.map((c) => c.row.id)),
-        n_steps: nSteps,
-        created_at: now,
-        expires_at: now + params.ttlMs,
-        ended_at: null,
-      };
-      await tx.run(
-        `INSERT INTO leases (id, channel, consumer, state, group_ids, n_steps, created_at, expires_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
-        [
-          lease.id,
-          lease.channel,
-          lease.consumer,
-          lease.state,
-          lease.group_ids,
-          lease.n_steps,
-          lease.created_at,
-          lease.expires_at,
-        ],
-      );
-      tx.log.count(params.channel, 'batches_leased');
-      tx.log.count(params.channel, 'groups_leased', picks.length);
-      tx.emit(
-        'batch_leased',
-        params.channel,
-        {
-          lease_id: leaseId,
-          consumer: params.consumer,
-          group_ids: chosen.map((c) => c.row.id),
-          n_steps: nSteps,
-        },
-        now,
-      );
-      return { lease: toLease(lease), policyVersion, picks, drops };
-    });
-    if (!leased) return null;
-    // The groups are ours now: decode their steps after the commit, without holding any lock.
-    const ids = leased.picks.flatMap((p) => p.members.map((m) => m.id));
-    const signals = await this.currentSignalsOf(ids);
-    const labels = await this.currentLabelsOf(ids);
-    const toDecode = new Map<number, number>();
-    for (const { members, curated } of leased.picks)
-      for (const m of members) if (!curated?.steps.has(m.id)) toDecode.set(m.seq, STEP_KEY_SPAN - 1);
-    const decoded = await this.decodeMany(null, toDecode);
-    const groups: ServedGroup[] = leased.picks.map(({ row, staleness, stale, members, curated }) =>
-      servedGroup(
-        row,
-        staleness,
-        stale,
-        members.map((m) =>
-          servedTrajectory(
-            m,
-            curated?.steps.get(m.id) ?? decoded.get(m.seq)!,
-            labels.get(m.id) ?? [],
-            signals.get(m.id) ?? [],
-          ),
-        ),
-        curated,
-      ),
-    );
-    return {
-      lease: leased.lease,
-      policyVersion: leased.policyVersion,
-      groups,
-      ...(leased.drops.length > 0 ? { dropped: leased.drops } : {}),
-    };
-  }
-
-  /** Curation inside the lease transaction (see SqliteStore.curate). */
-  private async curate(
-    tx: PgTx,
-    row: GroupRow,
-    curation: ChannelCuration,
-    now: number,
-    drops: CurationDrop[],
-  ): Promise<Curated | null> {
-    const members = await this.groupMembers(tx, row);
-    const steps = new Map<string, Step[]>();
-    if (needsSteps(curation)) {
-      const decoded = await this.decodeMany(tx, new Map(members.map((m) => [m.seq, STEP_KEY_SPAN - 1])));
-      for (const m of members) steps.set(m.id, decoded.get(m.seq)!);
-    }
-    const curated = applyCuration(
-      row,
-      members,
-      steps,
-      curation,
-      tx.log,
-      (type, channel, data) => tx.emit(type, channel, data, now),
-      drops,
-    );
-    if ('drop' in curated) {
-      await runAsync(dropGroup(tx, row, curated.drop, now));
-      return null;
-    }
-    return curated;
-  }
-
-  /** The rollouts a group is served with: those that completed while it collected. */
-  private async groupMembers(q: PgTx, group: GroupRow): Promise<TrajectoryRow[]> {
-    return q.rows<TrajectoryRow>(
-      `SELECT * FROM trajectories WHERE group_id = $1 AND channel = $2 AND status = 'complete' AND counted = 1
-       ORDER BY completed_at, seq`,
-      [group.id, group.channel],
-    );
-  }
-
-  /** The signals in force for many trajectories, read with one query over the signals index. */
-  private async currentSignalsOf(trajectoryIds: string[]): Promise<Map<string, Signal[]>> {
-    if (trajectoryIds.length === 0) return new Map();
-    const rows = await this.read<SignalRow>(
-      'SELECT * FROM signals WHERE trajectory_id = ANY($1::text[]) ORDER BY trajectory_id, created_at, id',
-      [trajectoryIds],
-    );
-    return currentSignalsByTrajectory(rows);
-  }
-
-  private async currentLabelsOf(trajectoryIds: string[]): Promise<Map<string, CurrentLabel[]>> {
-    const out = new Map<string, CurrentLabel[]>();
-    if (trajectoryIds.length === 0) return out;
-    const rows = await this.read<LabelCurrentRow>(
-      'SELECT * FROM label_current WHERE trajectory_id = ANY($1::text[]) ORDER BY trajectory_id, step_index',
-      [trajectoryIds],
-    );
-    for (const row of rows) {
-      const list = out.get(row.trajectory_id);
-      if (list) list.push(toCurrentLabel(row));
-      else out.set(row.trajectory_id, [toCurrentLabel(row)]);
-    }
-    return out;
   }
 
   async getLease(leaseId: string): Promise<Lease | null> {
@@ -1355,7 +1116,7 @@ export class PostgresStore implements Store {
 
   async getCurrentLabels(trajectoryId: string): Promise<CurrentLabel[]> {
     return (
-      await this.read<LabelCurrentRow>(
+      await this.readRows<LabelCurrentRow>(
         'SELECT * FROM label_current WHERE trajectory_id = $1 ORDER BY step_index',
         [trajectoryId],
       )
@@ -1364,7 +1125,9 @@ export class PostgresStore implements Store {
 
   async getLabels(trajectoryId: string): Promise<Label[]> {
     return (
-      await this.read<LabelRow>('SELECT * FROM labels WHERE trajectory_id = $1 ORDER BY id', [trajectoryId])
+      await this.readRows<LabelRow>('SELECT * FROM labels WHERE trajectory_id = $1 ORDER BY id', [
+        trajectoryId,
+      ])
     ).map(toLabel);
   }
 
@@ -1439,9 +1202,10 @@ export class PostgresStore implements Store {
 
   async getSignals(trajectoryId: string, options: SignalQuery = {}): Promise<Signal[]> {
     const history = (
-      await this.read<SignalRow>('SELECT * FROM signals WHERE trajectory_id = $1 ORDER BY created_at, id', [
-        trajectoryId,
-      ])
+      await this.readRows<SignalRow>(
+        'SELECT * FROM signals WHERE trajectory_id = $1 ORDER BY created_at, id',
+        [trajectoryId],
+      )
     ).map(toSignal);
     return options.current ? currentSignals(history) : history;
   }
@@ -1449,7 +1213,7 @@ export class PostgresStore implements Store {
   // ---- events and stats -----------------------------------------------------------------------
 
   async readEvents(query: EventQuery): Promise<PoolEvent[]> {
-    const rows = await this.read<{
+    const rows = await this.readRows<{
       seq: number;
       ts: number;
       type: EventType;
@@ -1528,7 +1292,7 @@ export class PostgresStore implements Store {
   }
 
   async gymRuns(limit = 50): Promise<GymRunSummary[]> {
-    const rows = await this.read<GymTaskRow>(
+    const rows = await this.readRows<GymTaskRow>(
       `SELECT (metadata::jsonb) ->> 'run_id' AS run, channel,
               coalesce((metadata::jsonb) ->> 'category', '') AS category, coalesce(task_id, '') AS task,
               count(*) AS samples,
@@ -1551,50 +1315,11 @@ export class PostgresStore implements Store {
       'SELECT count(*) AS n FROM leases WHERE $1::text IS NULL OR channel = $1',
       [channel],
     ))!.n;
-    const rows = await this.read<LeaseRow>(
+    const rows = await this.readRows<LeaseRow>(
       `SELECT * FROM leases WHERE $1::text IS NULL OR channel = $1 ORDER BY created_at DESC, seq DESC LIMIT $2 OFFSET $3`,
       [channel, query.limit, query.offset],
     );
     return { total, items: rows.map(toLease) };
-  }
-
-  async previewBatch(params: LeaseParams): Promise<PreviewGroup[]> {
-    return this.snapshot(async (tx) => {
-      const config = this.parseConfig(
-        await tx.row<{ config: string }>('SELECT config FROM channels WHERE name = $1', [params.channel]),
-      );
-      const maxStaleness = params.maxStaleness ?? config.max_staleness;
-      const policyVersion = await this.policyVersionNow(tx);
-      const out: PreviewGroup[] = [];
-      let served = 0;
-      for await (const { row, staleness } of this.readyGroups(
-        tx,
-        params.channel,
-        params.batchSize,
-        params.nRollouts,
-        policyVersion,
-        false,
-      )) {
-        const preview = await previewGroup(
-          row,
-          staleness,
-          await this.groupMembers(tx, row),
-          config,
-          maxStaleness,
-          (m) => this.decodeRange(tx, m.seq),
-          async (m) =>
-            (
-              await tx.rows<LabelCurrentRow>(
-                'SELECT * FROM label_current WHERE trajectory_id = $1 ORDER BY step_index',
-                [m.id],
-              )
-            ).map(toCurrentLabel),
-        );
-        out.push(preview);
-        if (preview.decision === 'serve' && ++served === params.batchSize) break;
-      }
-      return out;
-    });
   }
 
   async stats(channel: string | null): Promise<PoolStats> {

@@ -1,8 +1,18 @@
 import { createHash } from 'node:crypto';
 import type pg from 'pg';
-import type { ChannelConfig, EventType } from '../../domain/index.js';
-import { type GroupRow, type LeaseRow, type TrajectoryRow, TxLog } from '../rows.js';
+import type { ChannelConfig, EventType, Signal, Step } from '../../domain/index.js';
+import {
+  currentSignalsByTrajectory,
+  type GroupRow,
+  type LabelCurrentRow,
+  type LeaseRow,
+  type SignalRow,
+  type TrajectoryRow,
+  TxLog,
+  toCurrentLabel,
+} from '../rows.js';
 import { STEP_KEY_SPAN, type StepRow, stepKey } from '../step-codec.js';
+import type { CurrentLabel } from '../store.js';
 import type { GroupPatch, PoolTx, Rule } from '../tx.js';
 
 const statementNames = new Map<string, string>();
@@ -21,6 +31,8 @@ export interface PgTxContext {
   channelDefaults: ChannelConfig;
   /** Writes the transaction's pending step rows (reads of steps must see them). */
   flushSteps(tx: PgTx): Promise<void>;
+  /** Steps of many trajectories (by seq, each up to its max index), decoded. */
+  decodeMany(tx: PgTx, ranges: Map<number, number>): Promise<Map<number, Step[]>>;
 }
 
 /**
@@ -37,12 +49,17 @@ export class PgTx implements PoolTx {
   readonly pendingSteps: StepRow[];
   readonly pendingDocs: Map<string, string>;
 
+  /** A read-only snapshot takes no row locks. */
+  readonly readOnly: boolean;
+
   constructor(
     readonly client: pg.PoolClient,
     private readonly context?: PgTxContext,
     readonly log = new TxLog(),
     shared?: PgTx,
+    readOnly = false,
   ) {
+    this.readOnly = shared?.readOnly ?? readOnly;
     this.events = shared?.events ?? [];
     this.channels = shared?.channels ?? new Map();
     this.ensured = shared?.ensured ?? new Set();
@@ -105,6 +122,51 @@ export class PgTx implements PoolTx {
     );
     for (const row of rows) this.channels.set(row.name, this.channels.get(row.name) ?? this.parseConfig(row));
     return rows.map((r) => r.name);
+  }
+
+  *lockChannel(channel: string, now: number): Rule<ChannelConfig> {
+    yield* this.update(
+      'INSERT INTO channels (name, config, created_at, updated_at) VALUES ($1, $2, $3, $3) ON CONFLICT DO NOTHING',
+      [channel, JSON.stringify(this.context!.channelDefaults), now],
+    );
+    const config = this.parseConfig(
+      yield* this.one<{ config: string }>('SELECT config FROM channels WHERE name = $1 FOR UPDATE', [
+        channel,
+      ]),
+    );
+    this.channels.set(channel, config);
+    return config;
+  }
+
+  *saveChannelConfig(channel: string, config: ChannelConfig, now: number): Rule<void> {
+    this.channels.set(channel, config);
+    yield* this.update(
+      `INSERT INTO channels (name, config, created_at, updated_at) VALUES ($1, $2, $3, $3)
+       ON CONFLICT (name) DO UPDATE SET config = excluded.config, updated_at = excluded.updated_at`,
+      [channel, JSON.stringify(config), now],
+    );
+  }
+
+  *policyVersion(): Rule<number> {
+    const row = yield* this.one<{ value: string }>("SELECT value FROM meta WHERE key = 'policy_version'");
+    return Number(row?.value ?? 0);
+  }
+
+  readyGroups(channel: string, after: number, limit: number): Rule<GroupRow[]> {
+    // Groups another consumer is leasing right now are skipped, not waited for.
+    return this.select<GroupRow>(
+      `SELECT * FROM groups WHERE channel = $1 AND state = 'ready' AND ready_seq > $2 ORDER BY ready_seq LIMIT $3
+       ${this.readOnly ? '' : 'FOR UPDATE SKIP LOCKED'}`,
+      [channel, after, limit],
+    );
+  }
+
+  groupMembers(row: GroupRow): Rule<TrajectoryRow[]> {
+    return this.select<TrajectoryRow>(
+      `SELECT * FROM trajectories WHERE group_id = $1 AND channel = $2 AND status = 'complete' AND counted = 1
+       ORDER BY completed_at, seq`,
+      [row.id, row.channel],
+    );
   }
 
   group(channel: string, id: string): Rule<GroupRow | undefined> {
@@ -254,8 +316,55 @@ export class PgTx implements PoolTx {
     );
   }
 
+  *capturedSteps(rows: readonly TrajectoryRow[]): Rule<Map<string, Step[]>> {
+    const ranges = new Map(rows.map((row) => [row.seq, STEP_KEY_SPAN - 1]));
+    const bySeq = (yield this.context!.decodeMany(this, ranges)) as Map<number, Step[]>;
+    return new Map(rows.map((row) => [row.id, bySeq.get(row.seq) ?? []]));
+  }
+
+  *currentLabels(ids: readonly string[]): Rule<Map<string, CurrentLabel[]>> {
+    const out = new Map<string, CurrentLabel[]>();
+    if (ids.length === 0) return out;
+    const rows = yield* this.select<LabelCurrentRow>(
+      'SELECT * FROM label_current WHERE trajectory_id = ANY($1::text[]) ORDER BY trajectory_id, step_index',
+      [ids],
+    );
+    for (const row of rows) {
+      const list = out.get(row.trajectory_id);
+      if (list) list.push(toCurrentLabel(row));
+      else out.set(row.trajectory_id, [toCurrentLabel(row)]);
+    }
+    return out;
+  }
+
+  *currentSignals(ids: readonly string[]): Rule<Map<string, Signal[]>> {
+    if (ids.length === 0) return new Map();
+    const rows = yield* this.select<SignalRow>(
+      'SELECT * FROM signals WHERE trajectory_id = ANY($1::text[]) ORDER BY trajectory_id, created_at, id',
+      [ids],
+    );
+    return currentSignalsByTrajectory(rows);
+  }
+
   lease(id: string): Rule<LeaseRow | undefined> {
     return this.one<LeaseRow>('SELECT * FROM leases WHERE id = $1 FOR UPDATE', [id]);
+  }
+
+  *insertLease(row: LeaseRow): Rule<void> {
+    yield* this.update(
+      `INSERT INTO leases (id, channel, consumer, state, group_ids, n_steps, created_at, expires_at)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+      [
+        row.id,
+        row.channel,
+        row.consumer,
+        row.state,
+        row.group_ids,
+        row.n_steps,
+        row.created_at,
+        row.expires_at,
+      ],
+    );
   }
 
   overdueLeases(now: number): Rule<LeaseRow[]> {

@@ -1,11 +1,9 @@
 import { resolve } from 'node:path';
 import Database from 'better-sqlite3';
 import { Kysely, Migrator, SqliteDialect } from 'kysely';
-import { isNoop, needsSteps } from '../../curation/pipeline.js';
 import {
   type ChannelConfig,
   ChannelConfigPatch,
-  type ChannelCuration,
   ConflictError,
   currentSignals,
   DEFAULT_CHANNEL_CONFIG,
@@ -16,7 +14,6 @@ import {
   type LabelInput,
   type Lease,
   NotFoundError,
-  newLeaseId,
   type PoolEvent,
   parseOrThrow,
   type Signal,
@@ -25,26 +22,16 @@ import {
   StepwiseError,
   type Trajectory,
 } from '../../domain/index.js';
-import {
-  adoptGroupSize,
-  dropGroup,
-  resettleFullGroups,
-  settleGroup,
-  sweepCollecting,
-} from '../../pool/groups.js';
-import { expireLeases } from '../../pool/leases.js';
+import { adoptGroupSize, resettleFullGroups, settleGroup } from '../../pool/groups.js';
 import { finishTrajectory } from '../../pool/trajectories.js';
 import { ListQueries, type ListSchema } from '../list-queries.js';
 import {
-  applyCuration,
   assembleStats,
-  type Curated,
   callFailedData,
   checkAppend,
   checkMovable,
   checkRetry,
   checkStepTarget,
-  currentSignalsByTrajectory,
   declaredRollouts,
   foldLabel,
   type GroupRow,
@@ -55,12 +42,9 @@ import {
   labelChangedData,
   newTrajectoryRow,
   type PriorStep,
-  previewGroup,
   refusalData,
   rewardBins,
   type SignalRow,
-  servedGroup,
-  servedTrajectory,
   summarizeGymRuns,
   TRAJECTORY_LABEL,
   type TrajectoryRow,
@@ -86,21 +70,16 @@ import {
 import type {
   CallFailure,
   CreateTrajectoryInput,
-  CurationDrop,
   CurrentLabel,
   DashboardSummary,
   EventQuery,
   GroupQuery,
   GymRunSummary,
-  LeasedBatch,
-  LeaseParams,
   LeaseQuery,
   Page,
   PoolStats,
-  PreviewGroup,
   Refusal,
   ScanPage,
-  ServedGroup,
   SignalQuery,
   StepQuery,
   Store,
@@ -217,6 +196,10 @@ export class SqliteStore implements Store {
   private readonly txContext: SqliteTxContext = {
     stmt: (source) => this.stmt(source),
     channelConfig: (channel) => this.channelConfig(channel),
+    saveChannelConfig: (channel, config, now) => this.saveChannelConfig(channel, config, now),
+    ensureChannel: (channel, now) => this.ensureChannel(channel, now),
+    policyVersion: () => this.policyVersionNow(),
+    decodeRange: (seq) => this.decodeRange(seq),
     emit: (type, channel, data, now) => this.emit(type, channel, data, now),
   };
 
@@ -244,6 +227,12 @@ export class SqliteStore implements Store {
     const value = this.commit((log) => runSync(rule(this.tx(log))));
     if (options.durable !== false) await this.wal?.durable();
     return value;
+  }
+
+  async read<T>(rule: (tx: PoolTx) => Rule<T>): Promise<T> {
+    if (this.closed) throw new StepwiseError('store is closed', 503, 'unavailable', undefined, true);
+    // Synchronous: no write can land between its statements.
+    return runSync(rule(this.tx(new TxLog())));
   }
 
   /** Runs fn in one IMMEDIATE transaction, writes its counters, then applies its cache effects. */
@@ -881,181 +870,6 @@ export class SqliteStore implements Store {
     await this.transact(() => this.emit('access_refused', refusal.channel, refusalData(refusal), now));
   }
 
-  async leaseBatch(params: LeaseParams, now: number): Promise<LeasedBatch | null> {
-    const leased = await this.transact((log) => {
-      const tx = this.tx(log);
-      runSync(expireLeases(tx, now));
-      runSync(sweepCollecting(tx, now));
-      let config = this.channelConfig(params.channel);
-      if (params.nRollouts !== null && config.n_rollouts === null) {
-        // The trainer's first lease declares the group size for groups nobody sized.
-        config = { ...config, n_rollouts: params.nRollouts };
-        this.saveChannelConfig(params.channel, config, now);
-        this.emit('channel_configured', params.channel, { config, by: 'lease' }, now);
-        runSync(adoptGroupSize(tx, params.channel, params.nRollouts, config, now));
-      }
-      const maxStaleness = params.maxStaleness ?? config.max_staleness;
-      const policyVersion = this.policyVersionNow();
-      const chosen: {
-        row: GroupRow;
-        staleness: number;
-        stale: boolean;
-        curated: Curated | null;
-      }[] = [];
-      const drops: CurationDrop[] = [];
-      for (const { row, staleness } of this.readyGroups(
-        params.channel,
-        params.batchSize,
-        params.nRollouts,
-        policyVersion,
-      )) {
-        const stale = maxStaleness !== null && staleness > maxStaleness;
-        if (stale && config.stale_policy === 'drop') {
-          runSync(dropGroup(tx, row, 'stale', now));
-          continue;
-        }
-        let curated: Curated | null = null;
-        if (!isNoop(config.curation)) {
-          curated = this.curate(row, config.curation, now, log, drops);
-          if (curated === null) continue; // dropped: the next ready group takes its place
-        }
-        chosen.push({ row, staleness, stale, curated });
-        if (chosen.length === params.batchSize) break;
-      }
-      if (chosen.length < params.batchSize) return null;
-
-      const leaseId = newLeaseId();
-      const picks: {
-        row: GroupRow;
-        staleness: number;
-        stale: boolean;
-        members: TrajectoryRow[];
-        curated: Curated | null;
-      }[] = [];
-      let nSteps = 0;
-      const markLeased = this.stmt(
-        "UPDATE groups SET state = 'leased', lease_id = ? WHERE channel = ? AND id = ?",
-      );
-      for (const { row, staleness, stale, curated } of chosen) {
-        markLeased.run(leaseId, row.channel, row.id);
-        row.state = 'leased';
-        row.lease_id = leaseId;
-        const members = curated?.members ?? this.groupMembers(row);
-        for (const t of members) nSteps += t.n_steps;
-        if (stale) log.count(params.channel, 'groups_served_stale');
-        picks.push({ row, staleness, stale, members, curated });
-      }
-      const lease: LeaseRow = {
-        id: leaseId,
-        channel: params.channel,
-        consumer: params.consumer,
-        state: 'active',
-        group_ids: JSON.stringify(chosen.map((c) => c.row.id)),
-        n_steps: nSteps,
-        created_at: now,
-        expires_at: now + params.ttlMs,
-        ended_at: null,
-      };
-      this.stmt(
-        `INSERT INTO leases (id, channel, consumer, state, group_ids, n_steps, created_at, expires_at)
-         VALUES (@id, @channel, @consumer, @state, @group_ids, @n_steps, @created_at, @expires_at)`,
-      ).run(lease);
-      log.count(params.channel, 'batches_leased');
-      log.count(params.channel, 'groups_leased', picks.length);
-      this.emit(
-        'batch_leased',
-        params.channel,
-        {
-          lease_id: leaseId,
-          consumer: params.consumer,
-          group_ids: chosen.map((c) => c.row.id),
-          n_steps: nSteps,
-        },
-        now,
-      );
-      return { lease: toLease(lease), policyVersion, picks, drops };
-    });
-    if (!leased) return null;
-    // The groups are ours now: decode their steps after the commit, without holding the write lock.
-    const signals = this.currentSignalsOf(leased.picks.flatMap((p) => p.members.map((m) => m.id)));
-    const groups: ServedGroup[] = leased.picks.map(({ row, staleness, stale, members, curated }) =>
-      servedGroup(
-        row,
-        staleness,
-        stale,
-        members.map((m) =>
-          servedTrajectory(
-            m,
-            curated?.steps.get(m.id) ?? this.decodeRange(m.seq),
-            this.currentLabels(m.id),
-            signals.get(m.id) ?? [],
-          ),
-        ),
-        curated,
-      ),
-    );
-    return {
-      lease: leased.lease,
-      policyVersion: leased.policyVersion,
-      groups,
-      ...(leased.drops.length > 0 ? { dropped: leased.drops } : {}),
-    };
-  }
-
-  /**
-   * Applies the channel's curation to a ready group inside the lease transaction: exclusions are
-   * recorded (event + counter) and a group the filters empty or flatten is dropped with its reason
-   * (null). Steps decoded for the filters are kept for serving.
-   */
-  private curate(
-    row: GroupRow,
-    curation: ChannelCuration,
-    now: number,
-    log: TxLog,
-    drops: CurationDrop[],
-  ): Curated | null {
-    const members = this.groupMembers(row);
-    const steps = new Map<string, Step[]>();
-    if (needsSteps(curation)) for (const m of members) steps.set(m.id, this.decodeRange(m.seq));
-    const curated = applyCuration(
-      row,
-      members,
-      steps,
-      curation,
-      log,
-      (type, channel, data) => this.emit(type, channel, data, now),
-      drops,
-    );
-    if ('drop' in curated) {
-      runSync(dropGroup(this.tx(log), row, curated.drop, now));
-      return null;
-    }
-    return curated;
-  }
-
-  /** The rollouts a group is served with: those that completed while it collected. */
-  private groupMembers(group: GroupRow): TrajectoryRow[] {
-    return this.stmt(
-      "SELECT * FROM trajectories WHERE group_id = ? AND channel = ? AND status = 'complete' AND counted = 1 ORDER BY completed_at, seq",
-    ).all(group.id, group.channel) as TrajectoryRow[];
-  }
-
-  /** The signals in force for many trajectories, read with one query over the signals index. */
-  private currentSignalsOf(trajectoryIds: string[]): Map<string, Signal[]> {
-    if (trajectoryIds.length === 0) return new Map();
-    const rows = this.stmt(
-      `SELECT * FROM signals WHERE trajectory_id IN (SELECT value FROM json_each(?))
-       ORDER BY trajectory_id, created_at, id`,
-    ).all(JSON.stringify(trajectoryIds)) as SignalRow[];
-    return currentSignalsByTrajectory(rows);
-  }
-
-  private currentLabels(trajectoryId: string): CurrentLabel[] {
-    return (
-      this.stmt('SELECT * FROM label_current WHERE trajectory_id = ?').all(trajectoryId) as LabelCurrentRow[]
-    ).map(toCurrentLabel);
-  }
-
   private leaseRow(id: string): LeaseRow | undefined {
     return this.stmt('SELECT * FROM leases WHERE id = ?').get(id) as LeaseRow | undefined;
   }
@@ -1134,7 +948,9 @@ export class SqliteStore implements Store {
   }
 
   async getCurrentLabels(trajectoryId: string): Promise<CurrentLabel[]> {
-    return this.currentLabels(trajectoryId);
+    return (
+      this.stmt('SELECT * FROM label_current WHERE trajectory_id = ?').all(trajectoryId) as LabelCurrentRow[]
+    ).map(toCurrentLabel);
   }
 
   async getLabels(trajectoryId: string): Promise<Label[]> {
@@ -1262,27 +1078,6 @@ export class SqliteStore implements Store {
    * size skipped), each with its staleness; paged, so a caller that stops early reads little. A
    * caller may drop the groups it is given as it goes.
    */
-  private *readyGroups(
-    channel: string,
-    batchSize: number,
-    nRollouts: number | null,
-    policyVersion: number,
-  ): Generator<{ row: GroupRow; staleness: number }> {
-    const page = this.stmt(
-      "SELECT * FROM groups WHERE channel = ? AND state = 'ready' AND ready_seq > ? ORDER BY ready_seq LIMIT ?",
-    );
-    let after = 0;
-    for (;;) {
-      const rows = page.all(channel, after, batchSize * 2 + 16) as GroupRow[];
-      if (rows.length === 0) return;
-      for (const row of rows) {
-        after = row.ready_seq!;
-        if (nRollouts !== null && row.expected !== nRollouts) continue;
-        yield { row, staleness: Math.max(0, policyVersion - (row.min_policy_version ?? policyVersion)) };
-      }
-    }
-  }
-
   async dashboardSummary(channel: string | null, bins = 10): Promise<DashboardSummary> {
     const where = channel === null ? '' : 'AND channel = ?';
     const args = channel === null ? [] : [channel];
@@ -1354,33 +1149,6 @@ export class SqliteStore implements Store {
       `SELECT * FROM leases ${where} ORDER BY created_at DESC, rowid DESC LIMIT ? OFFSET ?`,
     ).all(...args, query.limit, query.offset) as LeaseRow[];
     return { total: n, items: rows.map(toLease) };
-  }
-
-  async previewBatch(params: LeaseParams): Promise<PreviewGroup[]> {
-    const config = this.readChannelConfig(params.channel);
-    const maxStaleness = params.maxStaleness ?? config.max_staleness;
-    const policyVersion = this.policyVersionNow();
-    const out: PreviewGroup[] = [];
-    let served = 0;
-    for (const { row, staleness } of this.readyGroups(
-      params.channel,
-      params.batchSize,
-      params.nRollouts,
-      policyVersion,
-    )) {
-      const preview = await previewGroup(
-        row,
-        staleness,
-        this.groupMembers(row),
-        config,
-        maxStaleness,
-        (m) => this.decodeRange(m.seq),
-        (m) => this.currentLabels(m.id),
-      );
-      out.push(preview);
-      if (preview.decision === 'serve' && ++served === params.batchSize) break;
-    }
-    return out;
   }
 
   async lastEventSeq(): Promise<number> {

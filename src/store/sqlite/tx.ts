@@ -1,13 +1,29 @@
 import type Database from 'better-sqlite3';
-import type { ChannelConfig, EventType } from '../../domain/index.js';
-import type { GroupRow, LeaseRow, TrajectoryRow, TxLog } from '../rows.js';
+import type { ChannelConfig, EventType, Signal, Step } from '../../domain/index.js';
+import {
+  currentSignalsByTrajectory,
+  type GroupRow,
+  type LabelCurrentRow,
+  type LeaseRow,
+  type SignalRow,
+  type TrajectoryRow,
+  type TxLog,
+  toCurrentLabel,
+} from '../rows.js';
 import { STEP_KEY_SPAN, stepKey } from '../step-codec.js';
+import type { CurrentLabel } from '../store.js';
 import { done, type GroupPatch, type PoolTx, type Rule } from '../tx.js';
 
 /** What a SQLite transaction reads from its store: statements, settings, the event log. */
 export interface SqliteTxContext {
   stmt(source: string): Database.Statement;
   channelConfig(channel: string): ChannelConfig;
+  /** Writes a channel's settings (creating its row) and caches them for the transaction. */
+  saveChannelConfig(channel: string, config: ChannelConfig, now: number): void;
+  ensureChannel(channel: string, now: number): void;
+  policyVersion(): number;
+  /** A trajectory's steps as captured (by its seq). */
+  decodeRange(seq: number): Step[];
   emit(type: EventType, channel: string | null, data: Record<string, unknown>, now: number): void;
 }
 
@@ -32,6 +48,37 @@ export class SqliteTx implements PoolTx {
 
   channelNames(): Rule<string[]> {
     return done((this.stmt('SELECT name FROM channels').all() as { name: string }[]).map((r) => r.name));
+  }
+
+  lockChannel(channel: string, now: number): Rule<ChannelConfig> {
+    // One writer at a time: the IMMEDIATE transaction is the lock.
+    this.context.ensureChannel(channel, now);
+    return done(this.context.channelConfig(channel));
+  }
+
+  saveChannelConfig(channel: string, config: ChannelConfig, now: number): Rule<void> {
+    this.context.saveChannelConfig(channel, config, now);
+    return done(undefined);
+  }
+
+  policyVersion(): Rule<number> {
+    return done(this.context.policyVersion());
+  }
+
+  readyGroups(channel: string, after: number, limit: number): Rule<GroupRow[]> {
+    return done(
+      this.stmt(
+        "SELECT * FROM groups WHERE channel = ? AND state = 'ready' AND ready_seq > ? ORDER BY ready_seq LIMIT ?",
+      ).all(channel, after, limit) as GroupRow[],
+    );
+  }
+
+  groupMembers(row: GroupRow): Rule<TrajectoryRow[]> {
+    return done(
+      this.stmt(
+        "SELECT * FROM trajectories WHERE group_id = ? AND channel = ? AND status = 'complete' AND counted = 1 ORDER BY completed_at, seq",
+      ).all(row.id, row.channel) as TrajectoryRow[],
+    );
   }
 
   group(channel: string, id: string): Rule<GroupRow | undefined> {
@@ -183,8 +230,44 @@ export class SqliteTx implements PoolTx {
     return done(undefined);
   }
 
+  capturedSteps(rows: readonly TrajectoryRow[]): Rule<Map<string, Step[]>> {
+    return done(new Map(rows.map((row) => [row.id, this.context.decodeRange(row.seq)])));
+  }
+
+  currentLabels(ids: readonly string[]): Rule<Map<string, CurrentLabel[]>> {
+    const out = new Map<string, CurrentLabel[]>();
+    if (ids.length === 0) return done(out);
+    const rows = this.stmt(
+      `SELECT * FROM label_current WHERE trajectory_id IN (SELECT value FROM json_each(?))
+       ORDER BY trajectory_id, step_index`,
+    ).all(JSON.stringify(ids)) as LabelCurrentRow[];
+    for (const row of rows) {
+      const list = out.get(row.trajectory_id);
+      if (list) list.push(toCurrentLabel(row));
+      else out.set(row.trajectory_id, [toCurrentLabel(row)]);
+    }
+    return done(out);
+  }
+
+  currentSignals(ids: readonly string[]): Rule<Map<string, Signal[]>> {
+    if (ids.length === 0) return done(new Map());
+    const rows = this.stmt(
+      `SELECT * FROM signals WHERE trajectory_id IN (SELECT value FROM json_each(?))
+       ORDER BY trajectory_id, created_at, id`,
+    ).all(JSON.stringify(ids)) as SignalRow[];
+    return done(currentSignalsByTrajectory(rows));
+  }
+
   lease(id: string): Rule<LeaseRow | undefined> {
     return done(this.stmt('SELECT * FROM leases WHERE id = ?').get(id) as LeaseRow | undefined);
+  }
+
+  insertLease(row: LeaseRow): Rule<void> {
+    this.stmt(
+      `INSERT INTO leases (id, channel, consumer, state, group_ids, n_steps, created_at, expires_at)
+       VALUES (@id, @channel, @consumer, @state, @group_ids, @n_steps, @created_at, @expires_at)`,
+    ).run(row);
+    return done(undefined);
   }
 
   overdueLeases(now: number): Rule<LeaseRow[]> {
