@@ -3,7 +3,9 @@ import { type ChatMessageInput, type ChatToolInput, parseToolCalls } from '../..
 import { hashSeed, pick, type Random, randomInt, seededRandom } from '../../util/random.js';
 import type { SimToolChoice } from './controls.js';
 import { neededPlanSteps, shownPlanSteps } from './plan-hint.js';
-import { adaptCall } from './tool-adapter.js';
+import { adaptCall, type PolicyToolCall } from './tool-adapter.js';
+
+export type { PolicyToolCall } from './tool-adapter.js';
 
 /** What a policy sees: the conversation as the agent sent it, and its own seeded randomness. */
 export interface PolicyContext {
@@ -34,11 +36,6 @@ export interface PolicyContext {
   turn: number;
   /** Seeded from `seed`; a policy must draw all its randomness from here. */
   random: Random;
-}
-
-export interface PolicyToolCall {
-  name: string;
-  arguments: Record<string, unknown>;
 }
 
 /**

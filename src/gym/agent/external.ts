@@ -1,6 +1,6 @@
 import { basePathOf } from '../gateway-urls.js';
-import type { BridgeScope } from '../sandbox/gateway-bridge.js';
 import { runInSandbox, type SandboxOptions } from '../sandbox/index.js';
+import type { BridgeScope } from '../sandbox/types.js';
 import type { GymTask } from '../tasks/schema.js';
 import type { AgentOutcome } from './builtin.js';
 

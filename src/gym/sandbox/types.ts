@@ -1,5 +1,4 @@
 import { z } from 'zod';
-import type { BridgeScope } from './gateway-bridge.js';
 
 export interface SandboxLimits {
   /** CPU seconds per process (RLIMIT_CPU): SIGXCPU at the limit, SIGKILL one second later. */
@@ -28,6 +27,18 @@ export const DEFAULT_LIMITS: SandboxLimits = Object.freeze({
   wallMs: 120_000,
   diskMb: 256,
 });
+
+/**
+ * What the sandboxed agent may reach (docs/security.md): the LLM routes under one trajectory's
+ * base path, nothing else of the API. The runner's credential, when it has one, is added by the
+ * bridge; the agent never holds it.
+ */
+export interface BridgeScope {
+  /** The trajectory's base path on the gateway, e.g. `/<trajectory>/<group>/v1`. */
+  basePath: string;
+  /** Sent as `Authorization: Bearer ...` on every forwarded request, replacing the agent's. */
+  apiKey?: string;
+}
 
 export interface SandboxOptions {
   /** Host directory, mounted read-write at mountDir. */
