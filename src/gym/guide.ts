@@ -13,7 +13,7 @@ import {
   planFromSteps,
   renderHint,
 } from '../curation/actguide/index.js';
-import { parseOrThrow } from '../domain/errors.js';
+import { parseOrThrow, StepwiseError } from '../domain/errors.js';
 import type { StepOut } from '../domain/step.js';
 import { apiUrl } from './gateway-urls.js';
 import { type GymRunOptions, type GymSummary, runGym, type SampleResult } from './runner.js';
@@ -411,7 +411,13 @@ export async function runGuided(
   return { ...unguided, guidance: { ...guidanceSoFar(decisions, options.tasks), probes, guided } };
 }
 
-class Aborted extends Error {}
+/** A guided pass cut short by the run's signal: it decides nothing. */
+class Aborted extends StepwiseError {
+  override readonly name = 'Aborted';
+  constructor() {
+    super('the guided run was stopped', 499, 'aborted');
+  }
+}
 
 /**
  * Holds and releases a group for guidance (POST /v1/groups/guidance, admin scope). A hold refused

@@ -7,6 +7,7 @@ import type { InjectionMode } from '../curation/actguide/hint.js';
 import type { CleanerReport } from '../curation/cleaner/report.js';
 import { cleanerMetadata } from '../curation/cleaner/report.js';
 import type { CleanerOptions } from '../curation/cleaner/saar.js';
+import { StepwiseError } from '../domain/errors.js';
 import { type AgentOutcome, runBuiltinAgent } from './agent/builtin.js';
 import { AgentFailed, runExternalAgent, type SandboxedAgentOptions } from './agent/external.js';
 import type { OpenClawInstall } from './agent/openclaw/install.js';
@@ -153,8 +154,11 @@ export function readSampleState(path: string): Map<string, SampleResult> {
   return done;
 }
 
-class InfraError extends Error {
+class InfraError extends StepwiseError {
   override readonly name = 'InfraError';
+  constructor(message: string) {
+    super(message, 502, 'gateway_failed', undefined, true);
+  }
 }
 
 async function postJson(url: string, body: unknown, apiKey: string | undefined): Promise<unknown> {

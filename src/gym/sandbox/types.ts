@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { StepwiseError } from '../../domain/errors.js';
 
 export interface SandboxLimits {
   /** CPU seconds per process (RLIMIT_CPU): SIGXCPU at the limit, SIGKILL one second later. */
@@ -97,8 +98,11 @@ export interface RunSettings {
 }
 
 /** The sandbox itself failed (bwrap missing, could not start, could not set up): not the command's fault. */
-export class SandboxError extends Error {
+export class SandboxError extends StepwiseError {
   override readonly name = 'SandboxError';
+  constructor(message: string) {
+    super(message, 500, 'sandbox_failed', undefined, true);
+  }
 }
 
 const positive = z.number().finite().positive();
