@@ -13,7 +13,7 @@ import {
   PAGE_CAP_BYTES,
   TextBlock,
 } from '../src/dashboard/bounded.js';
-import { html } from '../src/dashboard/index.js';
+import { html } from '../src/dashboard/respond.js';
 import type { NewStep } from '../src/domain/index.js';
 import { type RunningServer, startServer } from '../src/gateway/server.js';
 import { chromiumReady, launchBrowser, openPage } from './support/browser.js';

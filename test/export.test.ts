@@ -456,6 +456,28 @@ describe('trajectories export and import', () => {
     }
   });
 
+  it('refuses a manifest beside the file whose file list is malformed, naming the field', async () => {
+    const { outDir, path } = await exportTo({ kind: 'trajectories', group: 'gB' });
+    const manifestPath = join(outDir, 'manifest.json');
+    const manifest = JSON.parse(readFileSync(manifestPath, 'utf8'));
+    // These were TypeErrors (`files.find`, a null entry's name).
+    for (const [files, field] of [
+      [{ [manifest.files[0].name]: manifest.files[0].sha256 }, 'manifest.files'],
+      [[null, ...manifest.files], 'manifest.files.0'],
+      [[{ ...manifest.files[0], sha256: 7 }], 'manifest.files.0.sha256'],
+    ] as const) {
+      writeFileSync(manifestPath, JSON.stringify({ ...manifest, files }));
+      await expect(checkImport(path, null)).rejects.toMatchObject({
+        name: 'ValidationError',
+        field,
+        message: expect.stringContaining(manifestPath),
+      });
+    }
+    // Another tool's manifest, with no file list, leaves the file unverified as before.
+    writeFileSync(manifestPath, JSON.stringify({ name: 'web-app', icons: [] }));
+    expect((await checkImport(path, null)).verified).toBe(false);
+  });
+
   it('refuses a file whose digest differs from its manifest', async () => {
     const { path } = await exportTo({ kind: 'trajectories', group: 'gB' });
     const truncated = readFileSync(path, 'utf8').split('\n')[0]!;

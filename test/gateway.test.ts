@@ -883,6 +883,46 @@ describe('gateway: bad input and failing engines', () => {
     expect(await server.pool.getTrajectorySteps(t.trajectory_uid)).toEqual([]);
   });
 
+  it('answers 502 naming the field to an answer whose ids are not token ids, whole or streamed, and stores no step', async () => {
+    const whole = JSON.stringify({
+      id: 'x',
+      object: 'chat.completion',
+      model: 'm',
+      prompt_token_ids: [1, 2],
+      choices: [
+        {
+          index: 0,
+          message: { role: 'assistant', content: 'hi' },
+          token_ids: [7, 'x'],
+          finish_reason: 'stop',
+        },
+      ],
+    });
+    const server = await serveOver('application/json', whole);
+    const t = await init(server);
+    const res = await post(`${t.base_url}/chat/completions`, {
+      model: 'm',
+      messages: [{ role: 'user', content: 'hi' }],
+    });
+    expect(res.status).toBe(502);
+    expect(res.json.error.message).toMatch(/malformed answer: choices\.0\.token_ids\.1: /);
+    const streamed = HI_CHUNK.replace('"token_ids":[7]', '"token_ids":[-7]');
+    const { server: held, end, stream } = await serveHeldStream(`data: ${streamed}\n\ndata: [DONE]\n\n`);
+    const u = await init(held);
+    const text = await (await stream(u)).text();
+    end();
+    expect(text).toMatch(/"message":"[^"]*malformed answer: choices\.0\.token_ids\.0: /);
+    expect(text).not.toMatch(/\[DONE\]/);
+    for (const [s, traj] of [
+      [server, t],
+      [held, u],
+    ] as const) {
+      await expect.poll(async () => (await s.pool.stats()).failedCalls.upstreamError).toBe(1);
+      await complete(traj);
+      expect(await s.pool.getTrajectorySteps(traj.trajectory_uid)).toEqual([]);
+    }
+  });
+
   it('an agent that disconnects mid-stream cancels the generation; the call is recorded as aborted', async () => {
     const server = await serve({ sim: { ttftMs: 10, tokensPerSecond: 50 } });
     const t = await init(server);

@@ -2,27 +2,19 @@ import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { Context, Hono } from 'hono';
+import type { Hono } from 'hono';
 import { setCookie } from 'hono/cookie';
-import { ValidationError } from '../domain/index.js';
-import {
-  type ApiKey,
-  type AuthVariables,
-  findKey,
-  isPublicDashboardPath,
-  KEY_COOKIE,
-  requireScope,
-} from '../gateway/auth.js';
-import type { Gateway } from '../gateway/gateway.js';
-import { nulRefused } from '../gateway/json-body.js';
-import type { DataPool } from '../pool/data-pool.js';
-import { PAGE_CAP_BYTES, tooLargeMessage } from './bounded.js';
+import { findKey, isPublicDashboardPath, KEY_COOKIE, requireScope } from '../gateway/auth.js';
 import { Page } from './layout.js';
+import type { DashboardEnv, DashboardOptions } from './options.js';
 import { mountBatchPages } from './pages/batches.js';
 import { mountEventPages } from './pages/events.js';
 import { mountGymPages } from './pages/gym.js';
 import { mountOverview } from './pages/overview.js';
 import { mountTrajectoryPages } from './pages/trajectories.js';
+import { html, readForm } from './respond.js';
+
+export type { DashboardEnv, DashboardOptions } from './options.js';
 
 /*
  * The dashboard (`/dashboard`, same port as the API): server-rendered pages over the real store, with
@@ -30,14 +22,6 @@ import { mountTrajectoryPages } from './pages/trajectories.js';
  * has API keys (a browser signs in once; the key travels as an HttpOnly, SameSite=Strict cookie);
  * on loopback without keys it is open like the rest of the API.
  */
-
-export type DashboardEnv = { Variables: AuthVariables };
-
-export interface DashboardOptions {
-  pool: DataPool;
-  gateway?: Gateway;
-  apiKeys: readonly ApiKey[];
-}
 
 const here = dirname(fileURLToPath(import.meta.url));
 const require = createRequire(import.meta.url);
@@ -62,57 +46,6 @@ const ASSETS: Record<string, { path: string; type: string }> = {
   },
 };
 const assetCache = new Map<string, string>();
-
-/** A form POST's fields (with `all`, repeated ones as arrays); files are not expected. */
-export type FormFields = Record<string, string | File | (string | File)[]>;
-
-/**
- * Reads a form POST's fields. A body that is no form (multipart without its boundary, a broken
- * part) is the sender's mistake: a 400 naming `body`, not the 500 the parser's TypeError would be;
- * a field holding NUL is a 400 naming it.
- */
-export async function readForm(c: Context, all = true): Promise<FormFields> {
-  let form: FormFields;
-  try {
-    form = await c.req.parseBody({ all });
-  } catch (error) {
-    throw new ValidationError(`body: not a form (${(error as Error).message})`, 'body');
-  }
-  // NUL is refused as in a JSON body: PostgreSQL cannot store it, SQLite would.
-  for (const [name, value] of Object.entries(form)) {
-    const texts = (Array.isArray(value) ? value : [value]).filter((v) => typeof v === 'string');
-    if (name.includes('\u0000') || texts.some((v) => v.includes('\u0000'))) throw nulRefused(name);
-  }
-  return form;
-}
-
-/**
- * Renders a page component as a full HTML document. Pages bound what they draw (bounded.tsx); a
- * page that still comes out over PAGE_CAP_BYTES is never sent: a short page says so, linking `raw`.
- */
-export function html(c: Context, page: unknown, status = 200, raw?: string): Response {
-  const body = `<!doctype html>${String(page)}`;
-  const bytes = Buffer.byteLength(body);
-  if (bytes <= PAGE_CAP_BYTES) return c.html(body, status as 200);
-  return c.html(`<!doctype html>${String(<TooLargePage bytes={bytes} raw={raw} />)}`, status as 200);
-}
-
-function TooLargePage({ bytes, raw }: { bytes: number; raw: string | undefined }) {
-  return (
-    <Page title="Page too large" current={null}>
-      <p class="error" role="alert">
-        {tooLargeMessage(bytes)}
-      </p>
-      {raw ? (
-        <p>
-          <a class="raw-link" href={raw}>
-            The full raw JSON
-          </a>
-        </p>
-      ) : null}
-    </Page>
-  );
-}
 
 export function mountDashboard(app: Hono<DashboardEnv>, options: DashboardOptions): void {
   app.get('/dashboard/assets/:name', (c) => {

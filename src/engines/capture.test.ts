@@ -153,6 +153,48 @@ describe('CompletionCapture: whole answers', () => {
   });
 });
 
+describe('CompletionCapture: malformed answers', () => {
+  it('names ids that are not token ids, in a whole answer, and keeps none of them', () => {
+    const capture = new CompletionCapture();
+    capture.addCompletion({
+      object: 'chat.completion',
+      prompt_token_ids: [1, 2],
+      choices: [{ index: 0, message: { content: 'hi' }, token_ids: [5, 'x'], finish_reason: 'stop' }],
+    });
+    const r = capture.result();
+    expect(r.malformed).toMatch(/^choices\.0\.token_ids\.1: /);
+    expect([r.promptIds, r.responseIds, r.logprobs]).toEqual([null, null, null]);
+    expect(r.content).toBe('hi');
+  });
+
+  it('names the first malformed field of a stream, even in a chunk that carries only ids', () => {
+    const capture = new CompletionCapture();
+    capture.addChunk(chunk({ delta: { content: 'a' }, token_ids: [10] }, { prompt_token_ids: [1] }));
+    capture.addChunk(chunk({ delta: {}, token_ids: [-1] }));
+    capture.addChunk(chunk({ delta: {}, token_ids: [1.5] }));
+    const r = capture.result();
+    expect(r.malformed).toMatch(/^choices\.0\.token_ids\.0: .*>=0/);
+    expect(r.responseIds).toBeNull();
+    expect(new CompletionCapture().result().malformed).toBeUndefined();
+  });
+
+  it('names malformed prompt ids at the top of an answer', () => {
+    const capture = new CompletionCapture();
+    capture.addCompletion({ prompt_token_ids: [1, null], choices: [{ text: 'x', token_ids: [3] }] });
+    expect(capture.result().malformed).toMatch(/^prompt_token_ids\.1: /);
+  });
+
+  it('keeps usage as it came but reads only numeric counts', () => {
+    const capture = new CompletionCapture();
+    capture.addChunk(chunk({ delta: { content: 'ok' }, token_ids: [10] }));
+    capture.addChunk({ choices: [], usage: { completion_tokens: '7', prompt_tokens: 3, total_tokens: 10 } });
+    const r = capture.result();
+    expect(r.usage).toEqual({ prompt_tokens: 3, total_tokens: 10 });
+    // A count that is no number says nothing about missing ids.
+    expect([r.responseIds, r.idsIncomplete]).toEqual([[10], false]);
+  });
+});
+
 describe('CompletionCapture: streams', () => {
   it('merges the recorded hermes tool-call stream and flags the ids vLLM dropped', () => {
     const chunks = sse('chat-stream-tools.sse');

@@ -1,3 +1,6 @@
+import { z } from 'zod';
+import { fromZodError } from '../domain/errors.js';
+
 /*
  * What an engine produced for one call, gathered from its OpenAI-compatible answer: a whole
  * `chat.completion` / `text_completion`, or the chunks of a stream. vLLM (and the sim) put exact ids
@@ -31,12 +34,25 @@ export interface Captured {
    * parser drops the chunks of the tokens it holds back (vLLM issue 27482), so the ids are unusable.
    */
   idsIncomplete: boolean;
+  /**
+   * The first field that broke the answer's format (ids that are not token ids), named by its path
+   * in the answer or chunk; absent when none did. The ids are then null: nothing of them is kept.
+   */
+  malformed?: string;
 }
 
 type Json = Record<string, unknown>;
 
 const isObject = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
-const ids = (v: unknown): number[] | null => (Array.isArray(v) ? (v as number[]) : null);
+
+/** Ids as an engine sends them; an absent or non-array field is no ids (a plain API sends none). */
+const TokenIds = z.array(z.number().int().min(0));
+
+/** The counts the gateway reads; other fields pass as they come, a count that is no number is absent. */
+const Usage = z.looseObject({
+  prompt_tokens: z.number().optional().catch(undefined),
+  completion_tokens: z.number().optional().catch(undefined),
+});
 
 /** Accumulates an answer; feed it whole (`addCompletion`) or chunk by chunk (`addChunk`). */
 export class CompletionCapture {
@@ -51,6 +67,7 @@ export class CompletionCapture {
   private finishReason: string | null = null;
   private usage: Captured['usage'] = null;
   private model: string | null = null;
+  private malformed: string | null = null;
   /** Time of the first chunk that carried generated tokens (for time to first token). */
   firstTokenAt: number | null = null;
 
@@ -62,7 +79,7 @@ export class CompletionCapture {
     this.readEnvelope(answer);
     const choice = Array.isArray(answer.choices) ? answer.choices[0] : undefined;
     if (!isObject(choice)) return;
-    this.readChoiceIds(choice);
+    this.readChoiceIds(choice, 'choices.0.');
     const message = isObject(choice.message) ? choice.message : null;
     if (message) {
       if (typeof message.content === 'string') this.content += message.content;
@@ -84,7 +101,7 @@ export class CompletionCapture {
     const choice = Array.isArray(chunk.choices) ? chunk.choices[0] : undefined;
     if (!isObject(choice)) return;
     const before = this.responseIds.length + this.content.length + this.calls.size;
-    this.readChoiceIds(choice);
+    this.readChoiceIds(choice, 'choices.0.');
     const delta = isObject(choice.delta) ? choice.delta : null;
     if (delta) {
       if (typeof delta.content === 'string') this.content += delta.content;
@@ -105,15 +122,25 @@ export class CompletionCapture {
 
   private readEnvelope(o: Json): void {
     if (typeof o.model === 'string') this.model ??= o.model;
-    const prompt = ids(o.prompt_token_ids);
+    const prompt = this.ids(o.prompt_token_ids, 'prompt_token_ids');
     if (prompt) this.promptIds ??= prompt;
-    if (isObject(o.usage)) this.usage = o.usage as Captured['usage'];
+    if (isObject(o.usage)) this.usage = Usage.parse(o.usage);
   }
 
-  private readChoiceIds(choice: Json): void {
-    const prompt = ids(choice.prompt_token_ids);
+  /** The ids of one field; null when absent, and when malformed (noted, and no ids are kept). */
+  private ids(value: unknown, field: string): number[] | null {
+    if (!Array.isArray(value)) return null;
+    const parsed = TokenIds.safeParse(value);
+    if (parsed.success) return parsed.data;
+    this.malformed ??= fromZodError(parsed.error, field).message;
+    this.idsMissing = true;
+    return null;
+  }
+
+  private readChoiceIds(choice: Json, at: string): void {
+    const prompt = this.ids(choice.prompt_token_ids, `${at}prompt_token_ids`);
     if (prompt) this.promptIds ??= prompt;
-    const out = ids(choice.token_ids);
+    const out = this.ids(choice.token_ids, `${at}token_ids`);
     const logprobs = isObject(choice.logprobs) ? choice.logprobs : null;
     // A chunk that only closes the stream (finish reason, usage) carries no tokens.
     const carriesTokens =
@@ -167,7 +194,7 @@ export class CompletionCapture {
       generated !== this.responseIds.length;
     const responseIds =
       this.idsMissing || idsIncomplete || this.responseIds.length === 0 ? null : this.responseIds;
-    return {
+    const captured: Captured = {
       promptIds: this.promptIds,
       responseIds,
       logprobs:
@@ -182,5 +209,7 @@ export class CompletionCapture {
       model: this.model,
       idsIncomplete,
     };
+    if (this.malformed === null) return captured;
+    return { ...captured, promptIds: null, malformed: this.malformed };
   }
 }

@@ -282,6 +282,31 @@ describe('EngineRouter', () => {
       expect(router.models('nope')).toEqual([]);
     });
 
+    it("reads the first model's max_model_len when it is a positive integer", async () => {
+      const { router, byName } = setup(2);
+      byName.A!.health = async () => reply(200, '{"data":[{"id":"m","max_model_len":32768},{"id":"n"}]}');
+      byName.B!.health = async () => reply(200, '{"data":[{"id":"m","max_model_len":"32k"}]}');
+      await router.checkHealth();
+      expect([router.maxModelLen('A'), router.maxModelLen('B')]).toEqual([32768, null]);
+      expect(router.models('B')).toEqual(['m']);
+    });
+
+    it('marks an engine whose model list is malformed unhealthy, naming the field', async () => {
+      const warn = vi.fn();
+      const { router, byName } = setup(3, { logger: { warn, info: vi.fn() } });
+      byName.A!.health = async () => reply(200, '{"object":"list","data":{"id":"m"}}');
+      byName.B!.health = async () => reply(200, 'null');
+      byName.C!.health = async () => reply(200, '{"data":[{"id":"m"},"n",null]}');
+      await router.checkHealth();
+      const why = Object.fromEntries(warn.mock.calls.map(([o]) => [o.engine, o.why]));
+      expect(why.A).toMatch(/^GET \/v1\/models: data: .*expected array/);
+      expect(why.B).toMatch(/^GET \/v1\/models: body: .*expected object/);
+      expect(router.models('A')).toEqual([]);
+      // Entries that are no objects are skipped, as ones without an id are.
+      expect(router.models('C')).toEqual(['m']);
+      expect((await post(router)).engine.id).toBe('C');
+    });
+
     it('marks an engine unhealthy on a non-200 answer or a failure, and healthy again on 200', async () => {
       const warn = vi.fn();
       const info = vi.fn();

@@ -1,5 +1,6 @@
 import type { Logger } from 'pino';
-import { StepwiseError } from '../domain/errors.js';
+import { z } from 'zod';
+import { fromZodError, StepwiseError } from '../domain/errors.js';
 import { type EngineKind, type Transport, UpstreamError, type UpstreamReply } from './upstream.js';
 
 /*
@@ -8,6 +9,24 @@ import { type EngineKind, type Transport, UpstreamError, type UpstreamReply } fr
  * outstanding requests. A call is retried on another engine only when no byte of it reached the
  * first (connection refused, unresolvable host): a generation that started is never run twice.
  */
+
+/**
+ * `GET /v1/models` as OpenAI-compatible engines answer it. An entry that is no object or has no string
+ * id is skipped, and a `max_model_len` (vLLM's) that is no positive integer is unknown.
+ */
+const ModelList = z.looseObject({
+  data: z
+    .array(
+      z
+        .looseObject({
+          id: z.string().optional().catch(undefined),
+          max_model_len: z.number().int().positive().optional().catch(undefined),
+        })
+        .nullable()
+        .catch(null),
+    )
+    .nullish(),
+});
 
 export interface Engine {
   id: string;
@@ -81,12 +100,15 @@ export class EngineRouter {
           const text = await reply.text();
           const ok = reply.status === 200;
           if (ok) {
-            const list = JSON.parse(text) as { data?: { id?: unknown; max_model_len?: unknown }[] };
-            const served = (list.data ?? []).filter((m) => typeof m.id === 'string');
-            engine.models = served.map((m) => m.id as string);
-            const length = served[0]?.max_model_len;
-            engine.maxModelLen =
-              Number.isSafeInteger(length) && (length as number) > 0 ? (length as number) : null;
+            const list = ModelList.safeParse(JSON.parse(text));
+            if (!list.success) {
+              return this.mark(engine, false, `GET /v1/models: ${fromZodError(list.error).message}`);
+            }
+            const served = (list.data.data ?? []).flatMap((m) =>
+              m?.id === undefined ? [] : [{ id: m.id, maxModelLen: m.max_model_len ?? null }],
+            );
+            engine.models = served.map((m) => m.id);
+            engine.maxModelLen = served[0]?.maxModelLen ?? null;
           }
           this.mark(engine, ok, ok ? '' : `GET /v1/models answered ${reply.status}`);
         } catch (error) {

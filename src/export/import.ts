@@ -14,7 +14,7 @@ import {
   ValidationError,
 } from '../domain/index.js';
 import type { PoolOps } from '../pool/core.js';
-import { MANIFEST_FILE } from './manifest.js';
+import { MANIFEST_FILE, ManifestFiles } from './manifest.js';
 import { type ParsedTrajectoryLine, TrajectoryLineSchema } from './trajectories.js';
 
 export interface ImportOptions {
@@ -138,17 +138,23 @@ async function* readLines(file: string, hash?: Hash): AsyncGenerator<{ n: number
 
 /** A manifest beside the file that lists it must agree with its digest. */
 function checkManifest(file: string, sha256: string): boolean {
-  let manifest: { files?: { name?: unknown; sha256?: unknown }[] };
+  const path = join(dirname(file), MANIFEST_FILE);
+  let raw: unknown;
   try {
-    manifest = JSON.parse(readFileSync(join(dirname(file), MANIFEST_FILE), 'utf8'));
+    raw = JSON.parse(readFileSync(path, 'utf8'));
   } catch {
     return false;
   }
-  const entry = manifest.files?.find((f) => f.name === basename(file));
+  const manifest = ManifestFiles.safeParse(raw);
+  if (!manifest.success) {
+    const error = fromZodError(manifest.error, 'manifest');
+    throw new ValidationError(`${error.message} (${path})`, error.field);
+  }
+  const entry = manifest.data.files?.find((f) => f.name === basename(file));
   if (!entry) return false;
   if (entry.sha256 !== sha256)
     throw new ValidationError(
-      `file: its sha256 ${sha256} differs from ${String(entry.sha256)} in ${MANIFEST_FILE} (changed or truncated)`,
+      `file: its sha256 ${sha256} differs from ${entry.sha256} in ${MANIFEST_FILE} (changed or truncated)`,
       'file',
     );
   return true;

@@ -1,6 +1,7 @@
 import { readFileSync, renameSync, statSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { z } from 'zod';
 import type { StoreInfo } from '../store/store.js';
 import type { ExportKind, ResolvedFilters } from './request.js';
 import type { WrittenFile } from './sink.js';
@@ -34,6 +35,11 @@ export interface ExportManifest {
   };
   files: WrittenFile[];
 }
+
+/** What `import` reads of a manifest: the files it lists, with their digests (other fields as they are). */
+export const ManifestFiles = z.looseObject({
+  files: z.array(z.looseObject({ name: z.string(), sha256: z.string() })).optional(),
+});
 
 export function writeManifest(dir: string, manifest: ExportManifest): void {
   const path = join(dir, MANIFEST_FILE);

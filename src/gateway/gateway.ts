@@ -633,7 +633,8 @@ export class Gateway {
       }
       const r = capture.result();
       if (!r.responseIds) {
-        throw new UpstreamError(`engine ${routed.engine.id} returned no token ids`, 502, true);
+        const why = r.malformed ? ` (${r.malformed})` : '';
+        throw new UpstreamError(`engine ${routed.engine.id} returned no token ids${why}`, 502, true);
       }
       return {
         prompt_ids: r.promptIds ?? input.promptIds,
@@ -996,6 +997,17 @@ export class Gateway {
     const { session, request, routed } = ctx;
     // Before this step becomes the session's last: the results answer the step before it.
     const toolResults = ctx.attachments();
+    if (captured.malformed) {
+      const message = `engine ${routed.engine.id} sent a malformed answer: ${captured.malformed}`;
+      this.record(session, () => toolResults, {
+        kind: 'upstream_error',
+        engineId: routed.engine.id,
+        status: 502,
+        message,
+        partial: null,
+      });
+      throw new CaptureFailed(message, 502);
+    }
     let promptIds = captured.promptIds;
     let responseIds = captured.responseIds;
     let logprobs = captured.logprobs;

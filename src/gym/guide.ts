@@ -1,21 +1,24 @@
 import { appendFileSync, existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { z } from 'zod';
 import {
   chooseGuidanceK,
+  GUIDE_STRATEGIES,
   GuidanceConfig,
   type GuidanceConfigInput,
   type GuidanceProbe,
   type GuideStrategy,
   guidedPrompt,
+  INJECTION_MODES,
   type InjectionMode,
   isHardGroup,
   type PlanAction,
   planFromSteps,
   renderHint,
 } from '../curation/actguide/index.js';
-import { parseOrThrow } from '../domain/errors.js';
+import { parseOrThrow, StepwiseError } from '../domain/errors.js';
 import { StepwiseHttpError } from '../sdk/client.js';
-import { type GymRunOptions, type GymSummary, runGym, type SampleResult } from './runner.js';
+import { type GymRunOptions, type GymSummary, runGym, type SampleResult, stateLineError } from './runner.js';
 import { serverClient } from './server-client.js';
 import type { GymTask } from './tasks/schema.js';
 
@@ -35,7 +38,8 @@ import type { GymTask } from './tasks/schema.js';
 export const REPLACED_TAG = 'actguide-replaced';
 
 /** Where a guided task's plan came from, in the order they are tried; `none`: no plan, hint `None`. */
-export type PlanSource = 'reference' | 'action_log' | 'stored' | 'none';
+export const PLAN_SOURCES = ['reference', 'action_log', 'stored', 'none'] as const;
+export type PlanSource = (typeof PLAN_SOURCES)[number];
 
 export interface GuideOptions extends GuidanceConfigInput {
   /** Imported action logs: a plan per task id, for tasks without reference actions. */
@@ -123,19 +127,51 @@ export interface GuidedRunResult {
   };
 }
 
+const rewards = z.array(z.number());
+const count = z.number().int().min(0);
+
+/** A line of the guide's decisions file, as the guide writes it. */
+const GuideDecisionLine: z.ZodType<GuideDecision> = z.object({
+  taskId: z.string(),
+  groupId: z.string(),
+  rewards,
+  hard: z.boolean(),
+  reason: z.string().nullable(),
+  guidance: z
+    .object({
+      k: count,
+      strategy: z.enum(GUIDE_STRATEGIES),
+      hint: z.string(),
+      planSource: z.enum(PLAN_SOURCES),
+      planFrom: z.string().nullable(),
+      actions: count,
+      probes: z.array(z.object({ k: count, rewards })),
+      groupId: z.string(),
+      rewards,
+      rescued: z.boolean(),
+      replaced: z.array(z.string()),
+      mode: z.enum(INJECTION_MODES),
+    })
+    .nullable(),
+});
+
 const defaultStateDir = (stateFile: string) => `${stateFile.replace(/\.jsonl$/, '')}.guide`;
 
-function readDecisions(path: string): Map<string, GuideDecision> {
+export function readDecisions(path: string): Map<string, GuideDecision> {
   const decisions = new Map<string, GuideDecision>();
   if (!existsSync(path)) return decisions;
-  for (const line of readFileSync(path, 'utf8').split('\n')) {
+  for (const [i, line] of readFileSync(path, 'utf8').split('\n').entries()) {
     if (line.trim() === '') continue;
+    let value: unknown;
     try {
-      const d = JSON.parse(line) as GuideDecision;
-      decisions.set(d.taskId, d);
+      value = JSON.parse(line);
     } catch {
       // Torn by a crash mid-write: that task is decided again (its samples resume from their state).
+      continue;
     }
+    const parsed = GuideDecisionLine.safeParse(value);
+    if (!parsed.success) throw stateLineError(path, i + 1, parsed.error);
+    decisions.set(parsed.data.taskId, parsed.data);
   }
   return decisions;
 }
@@ -409,7 +445,13 @@ export async function runGuided(
   return { ...unguided, guidance: { ...guidanceSoFar(decisions, options.tasks), probes, guided } };
 }
 
-class Aborted extends Error {}
+/** A guided pass cut short by the run's signal: it decides nothing. */
+class Aborted extends StepwiseError {
+  override readonly name = 'Aborted';
+  constructor() {
+    super('the guided run was stopped', 499, 'aborted');
+  }
+}
 
 /**
  * Holds and releases a group for guidance (POST /v1/groups/guidance, admin scope). A hold refused

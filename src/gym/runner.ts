@@ -3,10 +3,12 @@ import { setMaxListeners } from 'node:events';
 import { appendFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { APIConnectionError, APIError } from 'openai';
+import { z } from 'zod';
 import type { InjectionMode } from '../curation/actguide/hint.js';
 import type { CleanerReport } from '../curation/cleaner/report.js';
 import { cleanerMetadata } from '../curation/cleaner/report.js';
 import type { CleanerOptions } from '../curation/cleaner/saar.js';
+import { fromZodError, StepwiseError, ValidationError } from '../domain/errors.js';
 import type { SignalWire } from '../domain/signal.js';
 import { type StepwiseClient, StepwiseHttpError } from '../sdk/client.js';
 import { type AgentOutcome, runBuiltinAgent } from './agent/builtin.js';
@@ -107,6 +109,26 @@ export interface SampleResult {
   gatewayRefused?: string[];
 }
 
+/** A state file's line, as the runner writes it. */
+const SampleResultLine: z.ZodType<SampleResult> = z.object({
+  taskId: z.string(),
+  category: z.string(),
+  sample: z.number().int().min(0),
+  groupId: z.string(),
+  trajectoryUid: z.string().nullable(),
+  status: z.enum(['complete', 'infra_failed']),
+  score: z.number(),
+  code: z.number().nullable(),
+  rubric: z.number().nullable(),
+  verifierFailed: z.boolean(),
+  agent: z.enum(['finished', 'max_turns', 'failed']),
+  reason: z.string().nullable(),
+  toolCalls: z.number().int().min(0),
+  toolErrors: z.number().int().min(0),
+  durationMs: z.number().min(0),
+  gatewayRefused: z.array(z.string()).optional(),
+});
+
 export interface GymSummary {
   samples: number;
   skipped: number;
@@ -140,24 +162,39 @@ export const sampleSeed = (runId: string, taskId: string, sample: number) =>
 /** The key a sample's result is counted under: one result per (task, sample) of a run. */
 export const sampleKey = (taskId: string, sample: number) => `${taskId}\0${sample}`;
 
-/** The finished samples of a state file by `sampleKey`; the last line of a key wins. */
+/**
+ * The finished samples of a state file by `sampleKey`; the last line of a key wins. A line that is
+ * JSON but no sample's result (another file, another format) is refused, naming the line and field.
+ */
 export function readSampleState(path: string): Map<string, SampleResult> {
   const done = new Map<string, SampleResult>();
   if (!existsSync(path)) return done;
-  for (const line of readFileSync(path, 'utf8').split('\n')) {
+  for (const [i, line] of readFileSync(path, 'utf8').split('\n').entries()) {
     if (line.trim() === '') continue;
+    let value: unknown;
     try {
-      const r = JSON.parse(line) as SampleResult;
-      done.set(sampleKey(r.taskId, r.sample), r);
+      value = JSON.parse(line);
     } catch {
-      // A line torn by a crash mid-write: that sample runs again.
+      continue; // A line torn by a crash mid-write: that sample runs again.
     }
+    const parsed = SampleResultLine.safeParse(value);
+    if (!parsed.success) throw stateLineError(path, i + 1, parsed.error);
+    done.set(sampleKey(parsed.data.taskId, parsed.data.sample), parsed.data);
   }
   return done;
 }
 
-class InfraError extends Error {
+/** A state file's line that is no record of its kind: names the file, the line and the field. */
+export function stateLineError(path: string, line: number, error: z.ZodError): ValidationError {
+  const named = fromZodError(error);
+  return new ValidationError(`state file ${path} line ${line}: ${named.message}`, named.field);
+}
+
+class InfraError extends StepwiseError {
   override readonly name = 'InfraError';
+  constructor(message: string) {
+    super(message, 502, 'gateway_failed', undefined, true);
+  }
 }
 
 /** A call to the server's own API; any failure of it is the infrastructure's, worded as where and what. */

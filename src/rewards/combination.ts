@@ -1,4 +1,4 @@
-import { type Signal, SignalSource, ValidationError } from '../domain/index.js';
+import { type Signal, SignalSource, StepwiseError, ValidationError } from '../domain/index.js';
 
 /*
  * The combination language: how a channel's (or task's) reward is made of its signals.
@@ -61,8 +61,11 @@ export class CombinationSyntaxError extends ValidationError {
 }
 
 /** The expression cannot be computed from these inputs (division by zero, non-finite). */
-export class CombinationEvalError extends Error {
+export class CombinationEvalError extends StepwiseError {
   override readonly name = 'CombinationEvalError';
+  constructor(message: string) {
+    super(message, 422, 'combination_failed');
+  }
 }
 
 type Token =

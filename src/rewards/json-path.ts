@@ -4,10 +4,16 @@
  * No wildcards, filters or slices: a path names one value.
  */
 
+import { StepwiseError } from '../domain/errors.js';
+
 export type PathSegment = string | number;
 
-export class JsonPathError extends Error {
+/** A path that does not parse: the fault of whoever wrote it (a config, a request). */
+export class JsonPathError extends StepwiseError {
   override readonly name = 'JsonPathError';
+  constructor(message: string) {
+    super(message, 400, 'invalid_json_path');
+  }
 }
 
 export function parseJsonPath(path: string): PathSegment[] {

@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
+import { StepwiseError } from '../domain/errors.js';
 import type { JobRequest, RewardJob, RewardJobQueue } from './job-queue.js';
 import { errorMessage, isRetryable, RewardTimeoutError } from './plugin.js';
 
@@ -40,8 +41,12 @@ export interface RewardWorkersOptions {
 /** Extra lease beyond a job's time limit before another worker may take it over. */
 const LEASE_GRACE_MS = 5_000;
 
-class WorkersStopping extends Error {
+/** The abort reason of a job cut short by stop(): it is released to run again, not failed. */
+class WorkersStopping extends StepwiseError {
   override readonly name = 'WorkersStopping';
+  constructor(message: string) {
+    super(message, 503, 'workers_stopping', undefined, true);
+  }
 }
 
 export class RewardWorkers {

@@ -1,4 +1,5 @@
 import { Agent, type Dispatcher, request } from 'undici';
+import { StepwiseError } from '../domain/errors.js';
 import type {
   ChannelConfig,
   ChannelConfigPatch,
@@ -24,22 +25,19 @@ export interface StepwiseClientOptions {
   dispatcher?: Dispatcher;
 }
 
-export class StepwiseHttpError extends Error {
+/** A server's error answer, with its status, code and field; 5xx and 429 are worth a retry. */
+export class StepwiseHttpError extends StepwiseError {
   override readonly name = 'StepwiseHttpError';
   constructor(
-    readonly status: number,
-    readonly code: string,
+    status: number,
+    code: string,
     message: string,
-    readonly field?: string,
+    field?: string,
     /** The request's URL and the response body as sent, for messages and debugging. */
     readonly url?: string,
     readonly responseBody?: string,
   ) {
-    super(message);
-  }
-
-  get isRetryable(): boolean {
-    return this.status >= 500 || this.status === 429;
+    super(message, status, code, field, status >= 500 || status === 429);
   }
 }
 

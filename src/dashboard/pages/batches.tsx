@@ -3,9 +3,9 @@ import { z } from 'zod';
 import { type ChannelConfig, ChannelName, fromZodError, type Lease } from '../../domain/index.js';
 import type { PoolStats, PreviewGroup } from '../../store/store.js';
 import { formatTime } from '../assets/event-summary.js';
-import type { DashboardEnv, DashboardOptions } from '../index.js';
-import { html } from '../index.js';
 import { fmt, Page } from '../layout.js';
+import type { DashboardEnv, DashboardOptions } from '../options.js';
+import { html } from '../respond.js';
 
 /*
  * Batches: what the next lease of a given shape would get (the store's read-only rehearsal: every

@@ -3,9 +3,9 @@ import { z } from 'zod';
 import { ChannelName, EventType, fromZodError, type PoolEvent, SignalSource } from '../../domain/index.js';
 import type { DataPool } from '../../pool/data-pool.js';
 import { eventSource, eventSummary, formatTime, type SummarySegment } from '../assets/event-summary.js';
-import type { DashboardEnv, DashboardOptions } from '../index.js';
-import { html } from '../index.js';
 import { Page } from '../layout.js';
+import type { DashboardEnv, DashboardOptions } from '../options.js';
+import { html } from '../respond.js';
 
 /*
  * Events: the pool's event log as it happens. The server renders the latest events (the page shows

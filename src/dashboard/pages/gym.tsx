@@ -4,9 +4,9 @@ import { ChannelName, fromZodError, type Trajectory } from '../../domain/index.j
 import type { DataPool } from '../../pool/data-pool.js';
 import type { GymRunSummary } from '../../store/store.js';
 import { formatTime } from '../assets/event-summary.js';
-import type { DashboardEnv, DashboardOptions } from '../index.js';
-import { html } from '../index.js';
 import { fmt, Page } from '../layout.js';
+import type { DashboardEnv, DashboardOptions } from '../options.js';
+import { html } from '../respond.js';
 import { Bars } from './overview.js';
 
 /*

@@ -1,9 +1,9 @@
 import type { Hono } from 'hono';
 import { ChannelName, parseOrThrow } from '../../domain/index.js';
 import type { DashboardSummary, PoolStats } from '../../store/store.js';
-import type { DashboardEnv, DashboardOptions } from '../index.js';
-import { html } from '../index.js';
 import { fmt, Page, Stat } from '../layout.js';
+import type { DashboardEnv, DashboardOptions } from '../options.js';
+import { html } from '../respond.js';
 
 /*
  * Overview: the pool's counters as numbers, the live rates (steps in, groups served) as charts that

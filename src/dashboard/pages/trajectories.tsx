@@ -9,8 +9,8 @@ import {
   type Trajectory,
 } from '../../domain/index.js';
 import type { DataPool } from '../../pool/data-pool.js';
-import type { DashboardEnv, DashboardOptions } from '../index.js';
-import { html, readForm } from '../index.js';
+import type { DashboardEnv, DashboardOptions } from '../options.js';
+import { html, readForm } from '../respond.js';
 import { type GroupDetail, GroupPage, MAX_GROUP_TRAJECTORIES } from './group.js';
 import { errorPage, LIST_PATH, rawTrajectoryHref, trajectoryHref } from './trajectories/common.js';
 import { DetailPage, type TrajectoryDetail } from './trajectories/detail.js';

@@ -1,9 +1,12 @@
+import { z } from 'zod';
 import { ValidationError } from '../../domain/errors.js';
 import { type ChatMessageInput, type ChatToolInput, parseToolCalls } from '../../text/index.js';
 import { hashSeed, pick, type Random, randomInt, seededRandom } from '../../util/random.js';
 import type { SimToolChoice } from './controls.js';
 import { neededPlanSteps, shownPlanSteps } from './plan-hint.js';
-import { adaptCall } from './tool-adapter.js';
+import { adaptCall, type PolicyToolCall } from './tool-adapter.js';
+
+export type { PolicyToolCall } from './tool-adapter.js';
 
 /** What a policy sees: the conversation as the agent sent it, and its own seeded randomness. */
 export interface PolicyContext {
@@ -34,11 +37,6 @@ export interface PolicyContext {
   turn: number;
   /** Seeded from `seed`; a policy must draw all its randomness from here. */
   random: Random;
-}
-
-export interface PolicyToolCall {
-  name: string;
-  arguments: Record<string, unknown>;
 }
 
 /**
@@ -255,6 +253,30 @@ export function randomPolicy(options: RandomPolicyOptions = {}): Policy {
 
 /** One step of a script: a tool call (optionally with text before it) or a final answer. */
 export type ScriptStep = { toolCall: PolicyToolCall; text?: string } | { answer: string };
+
+const NON_EMPTY_SCRIPT = 'the scripted policy needs a non-empty JSON array of steps';
+
+/** A script as a `--script` file holds it: a bad step is named by its index and field. */
+export const SimScript = z
+  .array(
+    z
+      .looseObject({
+        answer: z.string().optional(),
+        toolCall: z
+          .looseObject({ name: z.string().min(1), arguments: z.record(z.string(), z.unknown()) })
+          .optional(),
+        text: z.string().optional(),
+      })
+      .transform((step, ctx): ScriptStep => {
+        // A step with both is an answer, as the policy reads it.
+        if (step.answer !== undefined) return { ...step, answer: step.answer };
+        if (step.toolCall !== undefined) return { ...step, toolCall: step.toolCall };
+        ctx.addIssue({ code: 'custom', message: 'each script step needs "answer" or "toolCall"' });
+        return z.NEVER;
+      }),
+    { error: NON_EMPTY_SCRIPT },
+  )
+  .min(1, NON_EMPTY_SCRIPT);
 
 export type InjectedErrorKind = 'wrong_argument' | 'unknown_tool' | 'malformed';
 

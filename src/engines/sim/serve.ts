@@ -1,5 +1,5 @@
 import type { Hono } from 'hono';
-import { ValidationError } from '../../domain/errors.js';
+import { parseOrThrow, ValidationError } from '../../domain/errors.js';
 import { listen } from '../../util/http-server.js';
 import { SimEngine } from './engine.js';
 import { instantLatency, latencyModel } from './latency.js';
@@ -8,7 +8,7 @@ import {
   type Policy,
   type ReferenceTask,
   referencePolicy,
-  type ScriptStep,
+  SimScript,
   scriptedPolicy,
 } from './policies.js';
 import { createSimApp, DEFAULT_SIM_MODEL } from './server.js';
@@ -53,14 +53,8 @@ function choosePolicy(options: SimServerOptions): Policy {
     });
   }
   if (name !== 'scripted') return namedPolicies[name]();
-  if (!Array.isArray(options.script) || options.script.length === 0) {
-    throw new ValidationError('the scripted policy needs a non-empty JSON array of steps', 'script');
-  }
-  for (const step of options.script as unknown[]) {
-    const ok = typeof step === 'object' && step !== null && ('answer' in step || 'toolCall' in step);
-    if (!ok) throw new ValidationError('each script step needs "answer" or "toolCall"', 'script');
-  }
-  return scriptedPolicy(options.script as ScriptStep[], { errorRate: options.errorRate ?? 0 });
+  const script = parseOrThrow(SimScript, options.script, 'script');
+  return scriptedPolicy(script, { errorRate: options.errorRate ?? 0 });
 }
 
 /** Throws the ValidationError these options would start with (a policy without its tasks or script). */

@@ -279,6 +279,25 @@ describe('startSimServer (stepwise sim)', () => {
       /answer/,
     );
   });
+
+  it('refuses a script step the policy could not play, naming its index and field', async () => {
+    const { checkSimOptions } = await import('./serve.js');
+    // These started, then failed each request (a 500, a 400) or said "5" for an answer.
+    const refused = (script: unknown) => {
+      try {
+        checkSimOptions({ policy: 'scripted', script });
+      } catch (error) {
+        return (error as { field?: string }).field;
+      }
+      return 'accepted';
+    };
+    expect(refused([{ answer: 'ok' }, { toolCall: { name: 'ls' } }])).toBe('script.1.toolCall.arguments');
+    expect(refused([{ toolCall: 'ls' }])).toBe('script.0.toolCall');
+    expect(refused([{ answer: 5 }])).toBe('script.0.answer');
+    expect(refused([{ toolCall: { name: 'ls', arguments: {} }, text: 'Listing.', note: 'kept' }])).toBe(
+      'accepted',
+    );
+  });
 });
 
 const tok = loadQwen3Tokenizer();

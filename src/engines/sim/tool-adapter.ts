@@ -1,5 +1,4 @@
 import type { ChatToolInput } from '../../text/index.js';
-import type { PolicyToolCall } from './policies.js';
 
 /*
  * Reference actions are written for our built-in tools (src/gym/tools: read, write, edit, exec, ls).
@@ -8,6 +7,12 @@ import type { PolicyToolCall } from './policies.js';
  * call in the offered schema so the harness runs what the action meant. The differences are data:
  * where each of our arguments may live in another schema, and how its value converts.
  */
+
+/** One tool call a policy makes; the adapter rewrites it into the schema the agent offered. */
+export interface PolicyToolCall {
+  name: string;
+  arguments: Record<string, unknown>;
+}
 
 type Schema = Record<string, unknown>;
 

@@ -3,6 +3,7 @@ import type {
   ChatCompletionMessageParam,
   ChatCompletionMessageToolCall,
 } from 'openai/resources/chat/completions';
+import { z } from 'zod';
 import { TOOL_CALL_TOKEN, toolCallStart } from '../../curation/cleaner/graft.js';
 import {
   type CleanerReport,
@@ -90,6 +91,9 @@ export const SYSTEM_PROMPT = (mountDir: string) =>
     'change anything, check your results, and fix mistakes when a tool reports an error.',
     'When the task is done, reply with a short summary of what you did and no tool call.',
   ].join(' ');
+
+/** The engine's response ids on a chat choice (`token_ids`, vLLM's and the sim's); absent from other APIs. */
+const ChoiceTokenIds = z.looseObject({ token_ids: z.array(z.number().int()) });
 
 /** The definitions of the named tools, in `TOOL_DEFINITIONS` order; an unknown name is an error. */
 export function offeredTools(
@@ -204,10 +208,11 @@ export async function runBuiltinAgent(options: BuiltinAgentOptions): Promise<Age
    */
   const callText = (choice: unknown): string | undefined => {
     if (!tokenizer || marker === null) return undefined;
-    const ids = (choice as { token_ids?: unknown } | undefined)?.token_ids;
-    if (!Array.isArray(ids) || !ids.every((x) => Number.isInteger(x))) return undefined;
-    const at = toolCallStart(ids as number[], marker);
-    return at === null ? undefined : tokenizer.decode((ids as number[]).slice(at));
+    const parsed = ChoiceTokenIds.safeParse(choice);
+    if (!parsed.success) return undefined;
+    const ids = parsed.data.token_ids;
+    const at = toolCallStart(ids, marker);
+    return at === null ? undefined : tokenizer.decode(ids.slice(at));
   };
   const execute = async (calls: readonly FunctionCall[]) => {
     const outcomes: ToolOutcome[] = [];

@@ -1,6 +1,7 @@
+import { StepwiseError } from '../../domain/errors.js';
 import { basePathOf } from '../gateway-urls.js';
-import type { BridgeScope } from '../sandbox/gateway-bridge.js';
 import { runInSandbox, type SandboxOptions } from '../sandbox/index.js';
+import type { BridgeScope } from '../sandbox/types.js';
 import type { GymTask } from '../tasks/schema.js';
 import type { AgentOutcome } from './builtin.js';
 
@@ -30,8 +31,11 @@ export interface ExternalAgentOptions extends SandboxedAgentOptions {
 }
 
 /** The agent process failed (non-zero exit, killed, timed out): the sample scores 0. */
-export class AgentFailed extends Error {
+export class AgentFailed extends StepwiseError {
   override readonly name = 'AgentFailed';
+  constructor(message: string) {
+    super(message, 502, 'agent_failed');
+  }
 }
 
 const PROMPT_PATH = '/tmp/stepwise-prompt.txt';

@@ -1,6 +1,6 @@
 import pg from 'pg';
 import PgBoss from 'pg-boss';
-import { ValidationError } from '../../domain/errors.js';
+import { StepwiseError, ValidationError } from '../../domain/errors.js';
 import type { SampleResult } from '../runner.js';
 import { GymTask } from '../tasks/schema.js';
 import { ROLLOUT_QUEUE, type RolloutJobData, SampleResultWire, taskSha256 } from './jobs.js';
@@ -127,8 +127,11 @@ export interface RolloutAttempt {
 export type AttemptRecord = Pick<RolloutAttempt, 'trajectoryUid' | 'baseUrl' | 'retryCount' | 'worker'>;
 
 /** Thrown by `recordResult` when another attempt recorded the job's result first, or took the job over. */
-export class AttemptSuperseded extends Error {
+export class AttemptSuperseded extends StepwiseError {
   override readonly name = 'AttemptSuperseded';
+  constructor(message: string) {
+    super(message, 409, 'attempt_superseded');
+  }
 }
 
 const UNIQUE_VIOLATION = '23505';

@@ -2,7 +2,7 @@ import { chmod } from 'node:fs/promises';
 import http from 'node:http';
 import https from 'node:https';
 import net from 'node:net';
-import type { RunResult } from './types.js';
+import type { BridgeScope, RunResult } from './types.js';
 
 /** The host end of the gateway bridge: a listener whose connections reach one gateway. */
 export interface Bridge {
@@ -16,18 +16,6 @@ export interface BridgeTarget {
   port: number;
   /** https targets are reached over TLS by the bridge; the agent inside speaks plain HTTP to it. */
   tls?: boolean;
-}
-
-/**
- * What the sandboxed agent may reach (docs/security.md): the LLM routes under one trajectory's
- * base path, nothing else of the API. The runner's credential, when it has one, is added by the
- * bridge; the agent never holds it.
- */
-export interface BridgeScope {
-  /** The trajectory's base path on the gateway, e.g. `/<trajectory>/<group>/v1`. */
-  basePath: string;
-  /** Sent as `Authorization: Bearer ...` on every forwarded request, replacing the agent's. */
-  apiKey?: string;
 }
 
 /** The bridge's refusals, on a sandbox run's result when there were any. */

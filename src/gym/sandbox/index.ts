@@ -19,13 +19,14 @@ import {
   sandboxEnv,
   sandboxHome,
 } from './environment.js';
-import { type Bridge, type BridgeScope, gatewayTarget, startBridge, withRefusals } from './gateway-bridge.js';
+import { type Bridge, gatewayTarget, startBridge, withRefusals } from './gateway-bridge.js';
 import { classifyLimitHit } from './limit-hit.js';
 import { runUnsafe } from './run-unsafe.js';
 import { noUserNamespaceFilter } from './seccomp.js';
 import { STATUS_FDS, type Supervised, supervise } from './supervise.js';
 import { SUPERVISOR_PY, type SupervisorConfig } from './supervisor.js';
 import {
+  type BridgeScope,
   MIB,
   type RunResult,
   type RunSettings,

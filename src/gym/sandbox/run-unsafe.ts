@@ -1,16 +1,10 @@
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { posix } from 'node:path';
-import {
-  type Bridge,
-  type BridgeScope,
-  type BridgeTarget,
-  startBridge,
-  withRefusals,
-} from './gateway-bridge.js';
+import { type Bridge, type BridgeTarget, startBridge, withRefusals } from './gateway-bridge.js';
 import { classifyLimitHit } from './limit-hit.js';
 import { OutputBuffer, settleWithin } from './output-buffer.js';
-import { MIB, type RunResult, SandboxError, type SandboxLimits } from './types.js';
+import { type BridgeScope, MIB, type RunResult, SandboxError, type SandboxLimits } from './types.js';
 
 export interface UnsafeRun {
   workspace: string;

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import type { BridgeScope } from './gateway-bridge.js';
+import { StepwiseError } from '../../domain/errors.js';
 
 export interface SandboxLimits {
   /** CPU seconds per process (RLIMIT_CPU): SIGXCPU at the limit, SIGKILL one second later. */
@@ -28,6 +28,18 @@ export const DEFAULT_LIMITS: SandboxLimits = Object.freeze({
   wallMs: 120_000,
   diskMb: 256,
 });
+
+/**
+ * What the sandboxed agent may reach (docs/security.md): the LLM routes under one trajectory's
+ * base path, nothing else of the API. The runner's credential, when it has one, is added by the
+ * bridge; the agent never holds it.
+ */
+export interface BridgeScope {
+  /** The trajectory's base path on the gateway, e.g. `/<trajectory>/<group>/v1`. */
+  basePath: string;
+  /** Sent as `Authorization: Bearer ...` on every forwarded request, replacing the agent's. */
+  apiKey?: string;
+}
 
 export interface SandboxOptions {
   /** Host directory, mounted read-write at mountDir. */
@@ -86,8 +98,11 @@ export interface RunSettings {
 }
 
 /** The sandbox itself failed (bwrap missing, could not start, could not set up): not the command's fault. */
-export class SandboxError extends Error {
+export class SandboxError extends StepwiseError {
   override readonly name = 'SandboxError';
+  constructor(message: string) {
+    super(message, 500, 'sandbox_failed', undefined, true);
+  }
 }
 
 const positive = z.number().finite().positive();

@@ -3,7 +3,7 @@ import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import { z } from 'zod';
-import { ValidationError } from '../../domain/errors.js';
+import { StepwiseError, ValidationError } from '../../domain/errors.js';
 import { hashSeed } from '../../util/random.js';
 import { checkSandbox } from '../sandbox/index.js';
 import { CATEGORIES, Check, GymTask, ReferenceAction } from '../tasks/schema.js';
@@ -605,8 +605,11 @@ function gateRepair(problems: readonly string[]): string {
 // ---- the model -------------------------------------------------------------------------------------------
 
 /** A request that failed after the client's retries (transport, HTTP error, empty answer). */
-export class LlmRequestError extends Error {
+export class LlmRequestError extends StepwiseError {
   override readonly name = 'LlmRequestError';
+  constructor(message: string) {
+    super(message, 502, 'llm_request_failed', undefined, true);
+  }
 }
 
 interface Conversation {

@@ -1,3 +1,5 @@
+import { StepwiseError } from '../../domain/errors.js';
+
 /** The errorType of a failed tool call. */
 export type ToolErrorType =
   | 'unknown_tool'
@@ -13,12 +15,12 @@ export type ToolErrorType =
   | 'sandbox_failed';
 
 /** A tool call that failed in a way the agent should be told about; `message` is what it reads. */
-export class ToolFailure extends Error {
+export class ToolFailure extends StepwiseError {
   override readonly name = 'ToolFailure';
   constructor(
     readonly errorType: ToolErrorType,
     message: string,
   ) {
-    super(message);
+    super(message, 422, errorType);
   }
 }

@@ -5,14 +5,16 @@
  * quote, is an error: a verifier must not guess what a broken file meant.
  */
 
-export class CsvError extends Error {
+import { StepwiseError } from '../../domain/errors.js';
+
+export class CsvError extends StepwiseError {
   override readonly name = 'CsvError';
   constructor(
     message: string,
     /** 1-based physical line where the problem is. */
     readonly line: number,
   ) {
-    super(`line ${line}: ${message}`);
+    super(`line ${line}: ${message}`, 422, 'invalid_csv');
   }
 }
 

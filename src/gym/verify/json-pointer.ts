@@ -3,8 +3,13 @@
  * `/` and `~0` is `~` inside a token.
  */
 
-export class JsonPointerError extends Error {
+import { StepwiseError } from '../../domain/errors.js';
+
+export class JsonPointerError extends StepwiseError {
   override readonly name = 'JsonPointerError';
+  constructor(message: string) {
+    super(message, 400, 'invalid_json_pointer');
+  }
 }
 
 /** The unescaped reference tokens of a pointer. */

@@ -1,7 +1,7 @@
 import type { Context } from 'hono';
 import type { Trajectory } from '../../../domain/index.js';
-import { html } from '../../index.js';
 import { fmt, Page } from '../../layout.js';
+import { html } from '../../respond.js';
 
 /* Small pieces the trajectory, group and curation pages share. */
 

@@ -19,6 +19,7 @@ import { hostname } from 'node:os';
 import { basename, delimiter, dirname, join, resolve, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { z } from 'zod';
+import { StepwiseError } from '../../../domain/errors.js';
 
 /*
  * `stepwise tools install openclaw`: OpenClaw (an agent we run as a black box) and the Node 24 it
@@ -69,14 +70,15 @@ export interface InstallOpenClawOptions {
 }
 
 /** Something an install needed failed: a command (with its stderr tail), a download, a check. */
-export class ToolInstallError extends Error {
+export class ToolInstallError extends StepwiseError {
   override readonly name: string = 'ToolInstallError';
   constructor(
     message: string,
     readonly command?: string,
     readonly stderrTail?: string,
+    code = 'tool_install_failed',
   ) {
-    super(message);
+    super(message, 500, code);
   }
 }
 
@@ -88,7 +90,12 @@ export class IntegrityError extends ToolInstallError {
     readonly expected: string,
     readonly actual: string,
   ) {
-    super(`integrity check failed for ${basename(file)}: expected ${expected}, got ${actual}`);
+    super(
+      `integrity check failed for ${basename(file)}: expected ${expected}, got ${actual}`,
+      undefined,
+      undefined,
+      'integrity_mismatch',
+    );
   }
 }
 

@@ -2,6 +2,7 @@ import { existsSync } from 'node:fs';
 import { mkdtemp, realpath, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, posix, relative, sep } from 'node:path';
+import { StepwiseError } from '../../../domain/errors.js';
 import { runInSandbox, type SandboxLimits } from '../../sandbox/index.js';
 import type { AgentOutcome } from '../builtin.js';
 import {
@@ -71,8 +72,11 @@ const TIME = '/usr/bin/time';
 const RSS_MARK = 'STEPWISE_PEAK_RSS_KB=';
 
 /** The gateway did not answer before the agent started: the infrastructure's fault, not the agent's. */
-export class GatewayUnavailable extends Error {
+export class GatewayUnavailable extends StepwiseError {
   override readonly name = 'GatewayUnavailable';
+  constructor(message: string) {
+    super(message, 503, 'gateway_unavailable', undefined, true);
+  }
 }
 
 /** One GET of `<base_url>/models`: OpenClaw would otherwise retry a dead gateway for ~80 s. */
