@@ -1,4 +1,4 @@
-import { type ChannelCuration, DEFAULT_CHANNEL_CONFIG } from '../domain/channel.js';
+import { type ChannelCuration, DEFAULT_CHANNEL_CONFIG, type ExclusionReason } from '../domain/channel.js';
 
 /*
  * Serve-time curation: what a lease hands a trainer out of a ready group. Trajectory filters run
@@ -12,7 +12,6 @@ import { type ChannelCuration, DEFAULT_CHANNEL_CONFIG } from '../domain/channel.
  * joining a served group, and untrainable steps left out.
  */
 
-export type ExclusionReason = 'truncated' | 'repetition' | 'duplicate';
 export type GroupDropReason = 'zero_variance' | 'too_few_after_curation';
 
 export interface CandidateStep {

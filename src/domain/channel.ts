@@ -1,6 +1,9 @@
 import { z } from 'zod';
 
 /** Serve-time curation of a channel's groups (src/curation/pipeline.ts); the default changes nothing. */
+/** Why serve-time curation leaves a trajectory out of its group (curation/pipeline.ts). */
+export type ExclusionReason = 'truncated' | 'repetition' | 'duplicate';
+
 export const ChannelCuration = z.strictObject({
   /** `drop`: a group whose served rewards are all equal (no GRPO signal) is dropped, the batch refilled. */
   zero_variance: z.enum(['keep', 'drop']),

@@ -1,4 +1,4 @@
-import type { ExclusionReason } from '../curation/pipeline.js';
+import type { ExclusionReason } from '../domain/index.js';
 import {
   ConflictError,
   currentSignals,
@@ -25,7 +25,7 @@ import type {
   PoolStats,
   Refusal,
   RewardTally,
-} from './store.js';
+} from './types.js';
 
 // Rows as every SQL backend stores them, and the pure logic both backends share around them.
 

@@ -1,6 +1,6 @@
 import type { ChannelConfig, EventType, Signal, Step } from '../domain/index.js';
 import type { GroupRow, LeaseRow, TrajectoryRow, TxLog } from './rows.js';
-import type { CurrentLabel } from './store.js';
+import type { CurrentLabel } from './types.js';
 
 /**
  * A pool rule, written once for both backends as a generator: each row primitive is `yield*`-ed.

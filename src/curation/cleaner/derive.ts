@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import {
+  type Group,
   type JsonObject,
   type NewStep,
   newStep,
@@ -9,7 +10,16 @@ import {
   ValidationError,
 } from '../../domain/index.js';
 import { retokenizeChat } from '../../engines/retokenize.js';
-import type { PoolOps } from '../../pool/core.js';
+import type {
+  CompleteInput,
+  CreateTrajectoryInput,
+  Page,
+  ScanPage,
+  SubmitOutcome,
+  SubmitRequest,
+  TrajectoryQuery,
+  TrajectoryScan,
+} from '../../store/store.js';
 import {
   type ChatMessageInput,
   type ChatTokenizer,
@@ -267,7 +277,19 @@ function copiedSteps(derivedId: string, original: readonly Step[]): NewStep[] {
   return original.map(({ channel: _c, createdAt: _t, ...s }) => ({ ...s, trajectoryId: derivedId }));
 }
 
-async function* candidates(store: PoolOps, options: PurifyStoreOptions): AsyncGenerator<Trajectory> {
+/** What purification reads and writes of a pool (the DataPool's operations). */
+export interface PurifyPool {
+  getTrajectory(id: string): Promise<Trajectory | null>;
+  getTrajectorySteps(id: string): Promise<Step[]>;
+  getGroup(channel: string, id: string): Promise<Group | null>;
+  listTrajectories(query: TrajectoryQuery): Promise<Page<Trajectory>>;
+  scanTrajectories(query: TrajectoryScan): Promise<ScanPage<Trajectory>>;
+  createTrajectory(input: CreateTrajectoryInput, now: number): Promise<Trajectory>;
+  submitBatch(requests: SubmitRequest[], now: number): Promise<SubmitOutcome[]>;
+  completeTrajectory(id: string, input: CompleteInput, now: number): Promise<Trajectory>;
+}
+
+async function* candidates(store: PurifyPool, options: PurifyStoreOptions): AsyncGenerator<Trajectory> {
   if (options.trajectoryId !== undefined) {
     const t = await store.getTrajectory(options.trajectoryId);
     if (!t) throw new ValidationError(`trajectory: ${options.trajectoryId} does not exist`, 'trajectory');
@@ -292,7 +314,7 @@ async function* candidates(store: PoolOps, options: PurifyStoreOptions): AsyncGe
   } while (after !== null);
 }
 
-async function countCandidates(store: PoolOps, options: PurifyStoreOptions): Promise<number> {
+async function countCandidates(store: PurifyPool, options: PurifyStoreOptions): Promise<number> {
   if (options.trajectoryId !== undefined) return 1;
   const page = await store.listTrajectories({
     ...(options.channel !== undefined ? { channel: options.channel } : {}),
@@ -304,7 +326,10 @@ async function countCandidates(store: PoolOps, options: PurifyStoreOptions): Pro
 }
 
 /** Purifies stored trajectories into derived ones (see the module comment). */
-export async function purifyStore(store: PoolOps, options: PurifyStoreOptions = {}): Promise<PurifySummary> {
+export async function purifyStore(
+  store: PurifyPool,
+  options: PurifyStoreOptions = {},
+): Promise<PurifySummary> {
   const resolved = resolveCleanerOptions(options.cleaner ?? {});
   if (options.into !== undefined && options.channel !== undefined && options.into === options.channel)
     throw new ValidationError('into: derived trajectories go to another channel than --channel', 'into');

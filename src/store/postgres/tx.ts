@@ -12,8 +12,8 @@ import {
   toCurrentLabel,
 } from '../rows.js';
 import { STEP_KEY_SPAN, type StepRow, stepKey } from '../step-codec.js';
-import type { CurrentLabel } from '../store.js';
 import type { GroupPatch, PoolTx, Rule } from '../tx.js';
+import type { CurrentLabel } from '../types.js';
 
 const statementNames = new Map<string, string>();
 

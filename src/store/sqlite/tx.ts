@@ -11,8 +11,8 @@ import {
   toCurrentLabel,
 } from '../rows.js';
 import { STEP_KEY_SPAN, stepKey } from '../step-codec.js';
-import type { CurrentLabel } from '../store.js';
 import { done, type GroupPatch, type PoolTx, type Rule } from '../tx.js';
+import type { CurrentLabel } from '../types.js';
 
 /** What a SQLite transaction reads from its store: statements, settings, the event log. */
 export interface SqliteTxContext {
