@@ -147,7 +147,7 @@ describe.skipIf(!pgUrl)('PostgreSQL store shared by several processes', () => {
     expect(performance.now() - started).toBeLessThan(5_000);
     expect(changes).toContain('ready');
 
-    await b.setPolicyVersion(7, Date.now());
+    await poolOps(b).setPolicyVersion(7, Date.now());
     await expect.poll(() => changes.includes('policy'), { timeout: 5_000 }).toBe(true);
     expect(await pool.policyVersion()).toBe(7);
     // The pool closes the store it was given.

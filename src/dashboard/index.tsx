@@ -67,7 +67,7 @@ export function mountDashboard(app: Hono<DashboardEnv>, options: DashboardOption
     const key = typeof form.key === 'string' ? form.key.trim() : '';
     const next = safeNext(typeof form.next === 'string' ? form.next : undefined);
     const match = key ? findKey(options.apiKeys, key) : null;
-    if (!match || !match.scopes.includes('admin'))
+    if (!match?.scopes.includes('admin'))
       return html(
         c,
         <LoginPage next={next} error={match ? 'This key lacks the admin scope.' : 'Unknown key.'} />,

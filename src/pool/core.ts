@@ -1,26 +1,57 @@
-import type { Group, Lease, Trajectory } from '../domain/index.js';
+import {
+  type ChannelConfig,
+  ChannelConfigPatch,
+  type Group,
+  type Lease,
+  parseOrThrow,
+  type Trajectory,
+} from '../domain/index.js';
 import { toGroup, toTrajectory } from '../store/rows.js';
 import type {
+  CallFailure,
   CompleteInput,
+  CreateTrajectoryInput,
   GroupSweepResult,
   GuidanceRelease,
   LeasedBatch,
   LeaseParams,
   PreviewGroup,
+  Refusal,
   Store,
 } from '../store/store.js';
+import { configureChannel, setPolicyVersion } from './channels.js';
 import { holdForGuidance, releaseGuidance } from './groups.js';
 import { leaseGroups, previewLease, serveLease } from './lease.js';
 import { endLease } from './leases.js';
 import { sweep } from './sweep.js';
-import { completeTrajectory } from './trajectories.js';
+import {
+  completeTrajectory,
+  createTrajectory,
+  mergeMetadata,
+  moveTrajectory,
+  recordCallFailure,
+  recordRefusal,
+} from './trajectories.js';
 
 /**
  * The pool's operations: its rules, each run in one transaction of the store, and the store's reads.
  * PoolCore runs them in this process; WorkerPool on the thread that owns a SQLite connection.
  */
 export interface PoolOps extends Omit<Store, 'write' | 'read'> {
+  createTrajectory(input: CreateTrajectoryInput, now: number): Promise<Trajectory>;
   completeTrajectory(id: string, input: CompleteInput, now: number): Promise<Trajectory>;
+  /** Merges keys into an open trajectory's metadata. */
+  mergeTrajectoryMetadata(id: string, metadata: Record<string, unknown>, now: number): Promise<Trajectory>;
+  /**
+   * Moves an open trajectory with no steps, alone in its group, into another group and/or channel
+   * (Claw-R1 names its GRPO group, the `prompt_uid`, in the base_url after init). Its old group,
+   * which held only it, is removed; the target group is joined or created as on creation.
+   */
+  moveTrajectory(id: string, target: { groupId: string; channel: string }, now: number): Promise<Trajectory>;
+  recordCallFailure(failure: CallFailure, now: number): Promise<void>;
+  recordRefusal(refusal: Refusal, now: number): Promise<void>;
+  setPolicyVersion(version: number, now: number): Promise<void>;
+  setChannelConfig(channel: string, patch: ChannelConfigPatch, now: number): Promise<ChannelConfig>;
   /**
    * Holds a group for guidance (ActGuide-RL): a ready one moves to `pending_guidance` (not leasable),
    * a collecting one will whatever its rewards; a pending one stays, its timeout restarted (the guide
@@ -54,6 +85,43 @@ export class PoolCore implements PoolOps {
 
   constructor(readonly store: Store) {
     this.kind = store.kind;
+  }
+
+  async createTrajectory(input: CreateTrajectoryInput, now: number): Promise<Trajectory> {
+    return toTrajectory(await this.store.write((tx) => createTrajectory(tx, input, now)));
+  }
+
+  async mergeTrajectoryMetadata(
+    id: string,
+    metadata: Record<string, unknown>,
+    now: number,
+  ): Promise<Trajectory> {
+    return toTrajectory(await this.store.write((tx) => mergeMetadata(tx, id, metadata, now)));
+  }
+
+  async moveTrajectory(
+    id: string,
+    target: { groupId: string; channel: string },
+    now: number,
+  ): Promise<Trajectory> {
+    return toTrajectory(await this.store.write((tx) => moveTrajectory(tx, id, target, now)));
+  }
+
+  recordCallFailure(failure: CallFailure, now: number): Promise<void> {
+    return this.store.write((tx) => recordCallFailure(tx, failure, now));
+  }
+
+  recordRefusal(refusal: Refusal, now: number): Promise<void> {
+    return this.store.write((tx) => recordRefusal(tx, refusal, now));
+  }
+
+  setPolicyVersion(version: number, now: number): Promise<void> {
+    return this.store.write((tx) => setPolicyVersion(tx, version, now));
+  }
+
+  setChannelConfig(channel: string, raw: ChannelConfigPatch, now: number): Promise<ChannelConfig> {
+    const patch = parseOrThrow(ChannelConfigPatch, raw);
+    return this.store.write((tx) => configureChannel(tx, channel, patch, now));
   }
 
   async completeTrajectory(id: string, input: CompleteInput, now: number): Promise<Trajectory> {
@@ -100,14 +168,6 @@ export class PoolCore implements PoolOps {
   // ---- not yet rules of their own: the store's ------------------------------------------------
 
   submitBatch: Store['submitBatch'] = (...a) => this.store.submitBatch(...a);
-  createTrajectory: Store['createTrajectory'] = (...a) => this.store.createTrajectory(...a);
-  mergeTrajectoryMetadata: Store['mergeTrajectoryMetadata'] = (...a) =>
-    this.store.mergeTrajectoryMetadata(...a);
-  moveTrajectory: Store['moveTrajectory'] = (...a) => this.store.moveTrajectory(...a);
-  recordCallFailure: Store['recordCallFailure'] = (...a) => this.store.recordCallFailure(...a);
-  recordRefusal: Store['recordRefusal'] = (...a) => this.store.recordRefusal(...a);
-  setPolicyVersion: Store['setPolicyVersion'] = (...a) => this.store.setPolicyVersion(...a);
-  setChannelConfig: Store['setChannelConfig'] = (...a) => this.store.setChannelConfig(...a);
   addLabels: Store['addLabels'] = (...a) => this.store.addLabels(...a);
   addSignals: Store['addSignals'] = (...a) => this.store.addSignals(...a);
   stats: Store['stats'] = (...a) => this.store.stats(...a);

@@ -1,8 +1,143 @@
 import { ConflictError, NotFoundError } from '../domain/index.js';
-import type { TrajectoryRow } from '../store/rows.js';
-import type { CompleteInput } from '../store/store.js';
-import type { PoolTx, Rule } from '../store/tx.js';
+import {
+  callFailedData,
+  checkMovable,
+  type GroupRow,
+  newTrajectoryRow,
+  refusalData,
+  type TrajectoryRow,
+} from '../store/rows.js';
+import type { CallFailure, CompleteInput, CreateTrajectoryInput, Refusal } from '../store/store.js';
+import { done, type PoolTx, type Rule } from '../store/tx.js';
 import { settleGroup } from './groups.js';
+
+/**
+ * A new member joined `group` (created by it, or not). A group sized only now may already have
+ * every rollout; one no longer collecting takes the member late (it is never served with it).
+ */
+function* joined(
+  tx: PoolTx,
+  group: GroupRow,
+  created: boolean,
+  nRollouts: number | null,
+  now: number,
+): Rule<boolean> {
+  if (created) {
+    tx.log.count(group.channel, 'groups_created');
+    return true;
+  }
+  if (nRollouts !== null && group.expected === nRollouts)
+    yield* settleGroup(tx, group, yield* tx.channelConfig(group.channel), now);
+  if (group.state === 'collecting') return true;
+  tx.log.count(group.channel, 'late_trajectories');
+  return false;
+}
+
+/** Inserts a trajectory into its group (created on first use); returns its row. */
+export function* insertTrajectory(
+  tx: PoolTx,
+  input: CreateTrajectoryInput,
+  now: number,
+): Rule<TrajectoryRow> {
+  const row = newTrajectoryRow(input, now);
+  const size = input.nRollouts ?? (yield* tx.channelConfig(input.channel)).n_rollouts;
+  const { group, created } = yield* tx.insertTrajectory(row, { nRollouts: input.nRollouts, size }, now);
+  const collecting = yield* joined(tx, group, created, input.nRollouts, now);
+  if (collecting && input.holdForGuidance != null)
+    yield* tx.updateGroup(group, { guidance_hold: input.holdForGuidance });
+  tx.log.count(input.channel, 'trajectories_created');
+  return row;
+}
+
+/** Creates a trajectory; its id, and with `newGroup` its group, must be new. */
+export function* createTrajectory(
+  tx: PoolTx,
+  input: CreateTrajectoryInput,
+  now: number,
+): Rule<TrajectoryRow> {
+  if (yield* tx.trajectory(input.id))
+    throw new ConflictError(`trajectory ${input.id} already exists`, 'trajectory_uid');
+  if (input.newGroup && (yield* tx.group(input.channel, input.groupId)))
+    throw new ConflictError(`group ${input.groupId} already exists in channel ${input.channel}`, 'group_id');
+  const row = yield* insertTrajectory(tx, input, now);
+  tx.emit('trajectory_created', input.channel, { trajectory_uid: input.id, group_id: input.groupId }, now);
+  return row;
+}
+
+function* openTrajectory(tx: PoolTx, id: string): Rule<TrajectoryRow> {
+  const trajectory = yield* tx.trajectory(id);
+  if (!trajectory) throw new NotFoundError(`trajectory ${id} does not exist`);
+  if (trajectory.status !== 'open')
+    throw new ConflictError(`trajectory ${id} is already ${trajectory.status}`, 'trajectory_uid');
+  return trajectory;
+}
+
+/** Merges keys into an open trajectory's metadata. */
+export function* mergeMetadata(
+  tx: PoolTx,
+  id: string,
+  metadata: Record<string, unknown>,
+  now: number,
+): Rule<TrajectoryRow> {
+  const trajectory = yield* openTrajectory(tx, id);
+  yield* tx.updateTrajectory(trajectory, {
+    metadata: JSON.stringify({ ...JSON.parse(trajectory.metadata), ...metadata }),
+    touched_at: now,
+  });
+  return trajectory;
+}
+
+/**
+ * Moves an open trajectory with no steps, alone in its group, into another group and/or channel.
+ * Its old group, which held only it, is removed; the target group is joined or created.
+ */
+export function* moveTrajectory(
+  tx: PoolTx,
+  id: string,
+  target: { groupId: string; channel: string },
+  now: number,
+): Rule<TrajectoryRow> {
+  const trajectory = yield* openTrajectory(tx, id);
+  if (trajectory.group_id === target.groupId && trajectory.channel === target.channel) return trajectory;
+  const old = yield* tx.group(trajectory.channel, trajectory.group_id);
+  checkMovable(trajectory, old?.n_trajectories ?? 0);
+  if (old) yield* tx.deleteGroup(old);
+  const sameChannel = trajectory.channel === target.channel;
+  const nRollouts = sameChannel ? (old?.expected ?? null) : null;
+  const size = nRollouts ?? (yield* tx.channelConfig(target.channel)).n_rollouts;
+  const { group, created } = yield* tx.joinGroup(target.channel, target.groupId, { nRollouts, size }, now);
+  yield* joined(tx, group, created, nRollouts, now);
+  if (!sameChannel) {
+    tx.log.count(trajectory.channel, 'trajectories_created', -1);
+    tx.log.count(target.channel, 'trajectories_created');
+  }
+  const from = { group_id: trajectory.group_id, channel: trajectory.channel };
+  yield* tx.updateTrajectory(trajectory, {
+    group_id: target.groupId,
+    channel: target.channel,
+    touched_at: now,
+  });
+  tx.emit(
+    'trajectory_created',
+    target.channel,
+    { trajectory_uid: id, group_id: target.groupId, moved_from: from },
+    now,
+  );
+  return trajectory;
+}
+
+/** An LLM call that failed before a step was stored: counted and logged on its channel. */
+export function* recordCallFailure(tx: PoolTx, failure: CallFailure, now: number): Rule<void> {
+  yield* tx.ensureChannel(failure.channel, now);
+  tx.log.count(failure.channel, `calls_${failure.kind}`);
+  tx.emit('call_failed', failure.channel, callFailedData(failure), now);
+}
+
+/** A request refused for its key's reach: logged, so an operator sees what an agent tried. */
+export function recordRefusal(tx: PoolTx, refusal: Refusal, now: number): Rule<void> {
+  tx.emit('access_refused', refusal.channel, refusalData(refusal), now);
+  return done(undefined);
+}
 
 /** How a trajectory came to finish, beyond its status (counted and reported). */
 export interface FinishOptions {
@@ -79,8 +214,7 @@ export function* completeTrajectory(
       group &&
       (group.state === 'collecting' || group.state === 'ready' || group.state === 'pending_guidance')
     ) {
-      trajectory.reward = input.reward;
-      yield* tx.setTrajectoryReward(trajectory, input.reward);
+      yield* tx.updateTrajectory(trajectory, { reward: input.reward });
       tx.emit(
         'trajectory_completed',
         trajectory.channel,

@@ -1,6 +1,5 @@
 import type {
   ChannelConfig,
-  ChannelConfigPatch,
   Group,
   Label,
   LabelInput,
@@ -13,8 +12,6 @@ import type {
 } from '../domain/index.js';
 import type { PoolTx, Rule } from './tx.js';
 import type {
-  CallFailure,
-  CreateTrajectoryInput,
   CurrentLabel,
   DashboardSummary,
   EventQuery,
@@ -23,7 +20,6 @@ import type {
   LeaseQuery,
   Page,
   PoolStats,
-  Refusal,
   ScanPage,
   SignalQuery,
   StepQuery,
@@ -56,17 +52,6 @@ export interface Store {
   read<T>(rule: (tx: PoolTx) => Rule<T>): Promise<T>;
 
   submitBatch(requests: SubmitRequest[], now: number): Promise<SubmitOutcome[]>;
-  createTrajectory(input: CreateTrajectoryInput, now: number): Promise<Trajectory>;
-  /** Merges keys into an open trajectory's metadata. */
-  mergeTrajectoryMetadata(id: string, metadata: Record<string, unknown>, now: number): Promise<Trajectory>;
-  /**
-   * Moves an open trajectory with no steps, alone in its group, into another group and/or channel
-   * (Claw-R1 names its GRPO group, the `prompt_uid`, in the base_url after init). Its old group,
-   * which held only it, is removed; the target group is joined or created as on creation.
-   */
-  moveTrajectory(id: string, target: { groupId: string; channel: string }, now: number): Promise<Trajectory>;
-  recordCallFailure(failure: CallFailure, now: number): Promise<void>;
-  recordRefusal(refusal: Refusal, now: number): Promise<void>;
 
   getTrajectory(id: string): Promise<Trajectory | null>;
   getTrajectorySteps(id: string): Promise<Step[]>;
@@ -80,9 +65,7 @@ export interface Store {
   scanTrajectories(query: TrajectoryScan): Promise<ScanPage<Trajectory>>;
 
   getPolicyVersion(): Promise<number>;
-  setPolicyVersion(version: number, now: number): Promise<void>;
   getChannelConfig(channel: string): Promise<ChannelConfig>;
-  setChannelConfig(channel: string, patch: ChannelConfigPatch, now: number): Promise<ChannelConfig>;
 
   getLease(leaseId: string): Promise<Lease | null>;
 

@@ -38,6 +38,17 @@ export async function runAsync<T>(rule: Rule<T>): Promise<T> {
   return step.value;
 }
 
+/** Fields of a trajectory row a rule may change (the primitive writes them and updates the row object). */
+export type TrajectoryPatch = Partial<
+  Pick<TrajectoryRow, 'metadata' | 'touched_at' | 'group_id' | 'channel' | 'reward'>
+>;
+
+/** How a new member joins its group: the size it declares, and the size a group it creates gets. */
+export interface Join {
+  nRollouts: number | null;
+  size: number | null;
+}
+
 /** Fields of a group row a rule may change (the primitive writes them and updates the row object). */
 export type GroupPatch = Partial<
   Pick<
@@ -68,14 +79,29 @@ export interface PoolTx {
   channelConfig(channel: string): Rule<ChannelConfig>;
   /** Every channel with a row, by name. */
   channelNames(): Rule<string[]>;
+  /** Creates the channel's row (with the defaults) if it has none. */
+  ensureChannel(channel: string, now: number): Rule<void>;
   /** A channel's settings with its row created and locked (concurrent changes wait their turn). */
   lockChannel(channel: string, now: number): Rule<ChannelConfig>;
   saveChannelConfig(channel: string, config: ChannelConfig, now: number): Rule<void>;
   policyVersion(): Rule<number>;
+  /** Sets the policy version; returns the one it replaces. */
+  setPolicyVersion(version: number): Rule<number>;
 
   /** A group's row, locked for the rest of the transaction where the backend locks rows. */
   group(channel: string, id: string): Rule<GroupRow | undefined>;
   updateGroup(row: GroupRow, patch: GroupPatch): Rule<void>;
+  /**
+   * Joins a group as a new member (n_trajectories + 1; sized by `join.nRollouts` if it had no
+   * size), creating it, collecting and sized `join.size`, if it does not exist.
+   */
+  joinGroup(
+    channel: string,
+    id: string,
+    join: Join,
+    now: number,
+  ): Rule<{ group: GroupRow; created: boolean }>;
+  deleteGroup(row: GroupRow): Rule<void>;
   /** The next position in the ready queue (the order leases take ready groups in). */
   nextReadySeq(): Rule<number>;
   /** Complete rollouts of the group lacking any of `names` as a trajectory-level, non-agent signal. */
@@ -97,6 +123,9 @@ export interface PoolTx {
   pendingGuidance(): Rule<GroupRow[]>;
 
   trajectory(id: string): Rule<TrajectoryRow | undefined>;
+  /** Inserts a trajectory row (setting its seq) and joins its group as joinGroup does. */
+  insertTrajectory(row: TrajectoryRow, join: Join, now: number): Rule<{ group: GroupRow; created: boolean }>;
+  updateTrajectory(row: TrajectoryRow, patch: TrajectoryPatch): Rule<void>;
   /** Open trajectories of a channel untouched since `before` (rows others hold are skipped). */
   idleTrajectories(channel: string, before: number): Rule<TrajectoryRow[]>;
   /** The sum of the trajectory's step rewards, null when no step has one. */
@@ -107,7 +136,6 @@ export interface PoolTx {
    * `lowerVersion`) and marks it counted. Returns the collecting group's updated row, else undefined.
    */
   finishTrajectoryRow(row: TrajectoryRow, lowerVersion: boolean): Rule<GroupRow | undefined>;
-  setTrajectoryReward(row: TrajectoryRow, reward: number): Rule<void>;
   /** Lowers the group's oldest policy version to the trajectory's. */
   lowerGroupVersion(row: TrajectoryRow): Rule<void>;
 

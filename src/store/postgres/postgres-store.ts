@@ -2,7 +2,6 @@ import type { Kysely } from 'kysely';
 import pg from 'pg';
 import {
   type ChannelConfig,
-  ChannelConfigPatch,
   ConflictError,
   currentSignals,
   DEFAULT_CHANNEL_CONFIG,
@@ -21,14 +20,12 @@ import {
   StepwiseError,
   type Trajectory,
 } from '../../domain/index.js';
-import { adoptGroupSize, resettleFullGroups, settleGroup } from '../../pool/groups.js';
+import { settleGroup } from '../../pool/groups.js';
 import { finishTrajectory } from '../../pool/trajectories.js';
 import { ListQueries, type ListSchema } from '../list-queries.js';
 import {
   assembleStats,
-  callFailedData,
   checkAppend,
-  checkMovable,
   checkRetry,
   checkStepTarget,
   declaredRollouts,
@@ -41,7 +38,6 @@ import {
   labelChangedData,
   newTrajectoryRow,
   type PriorStep,
-  refusalData,
   rewardBins,
   type SignalRow,
   summarizeGymRuns,
@@ -66,7 +62,6 @@ import {
   TailCache,
 } from '../step-codec.js';
 import type {
-  CallFailure,
   CreateTrajectoryInput,
   CurrentLabel,
   DashboardSummary,
@@ -76,7 +71,6 @@ import type {
   LeaseQuery,
   Page,
   PoolStats,
-  Refusal,
   ScanPage,
   SignalQuery,
   StepQuery,
@@ -348,63 +342,16 @@ export class PostgresStore implements Store {
     );
   }
 
-  private async saveChannelConfig(
-    tx: PgTx,
-    channel: string,
-    config: ChannelConfig,
-    now: number,
-  ): Promise<void> {
-    tx.channels.set(channel, config);
-    await tx.run(
-      `INSERT INTO channels (name, config, created_at, updated_at) VALUES ($1, $2, $3, $3)
-       ON CONFLICT (name) DO UPDATE SET config = excluded.config, updated_at = excluded.updated_at`,
-      [channel, JSON.stringify(config), now],
-    );
-  }
-
   async getChannelConfig(channel: string): Promise<ChannelConfig> {
     return this.parseConfig(
       await this.readOne<{ config: string }>('SELECT config FROM channels WHERE name = $1', [channel]),
     );
   }
 
-  async setChannelConfig(channel: string, raw: ChannelConfigPatch, now: number): Promise<ChannelConfig> {
-    const patch = parseOrThrow(ChannelConfigPatch, raw);
-    return this.transact(async (tx) => {
-      // The channel's row is the lock: concurrent patches apply one after the other.
-      await this.ensureChannel(tx, channel, now);
-      const current = this.parseConfig(
-        await tx.row<{ config: string }>('SELECT config FROM channels WHERE name = $1 FOR UPDATE', [channel]),
-      );
-      const config: ChannelConfig = {
-        ...current,
-        ...patch,
-        curation: { ...current.curation, ...patch.curation },
-      };
-      await this.saveChannelConfig(tx, channel, config, now);
-      tx.emit('channel_configured', channel, { config }, now);
-      if (patch.n_rollouts != null)
-        await runAsync(adoptGroupSize(tx, channel, patch.n_rollouts, config, now));
-      if (patch.required_signals !== undefined) await runAsync(resettleFullGroups(tx, channel, config, now));
-      return config;
-    });
-  }
-
   // ---- policy version -------------------------------------------------------------------------
 
   async getPolicyVersion(): Promise<number> {
     return this.policyVersionNow();
-  }
-
-  async setPolicyVersion(version: number, now: number): Promise<void> {
-    await this.transact(async (tx) => {
-      await tx.run("INSERT INTO meta (key, value) VALUES ('policy_version', '0') ON CONFLICT DO NOTHING");
-      const previous = await tx.row<{ value: string }>(
-        "SELECT value FROM meta WHERE key = 'policy_version' FOR UPDATE",
-      );
-      await tx.run("UPDATE meta SET value = $1 WHERE key = 'policy_version'", [String(version)]);
-      tx.emit('policy_version_changed', null, { previous: Number(previous?.value ?? 0), version }, now);
-    });
   }
 
   // ---- groups ---------------------------------------------------------------------------------
@@ -500,29 +447,6 @@ export class PostgresStore implements Store {
       ]);
     log.count(input.channel, 'trajectories_created');
     return row;
-  }
-
-  async createTrajectory(input: CreateTrajectoryInput, now: number): Promise<Trajectory> {
-    return this.transact(async (tx) => {
-      if (await tx.row('SELECT 1 FROM trajectories WHERE id = $1', [input.id]))
-        throw new ConflictError(`trajectory ${input.id} already exists`, 'trajectory_uid');
-      if (
-        input.newGroup &&
-        (await tx.row('SELECT 1 FROM groups WHERE channel = $1 AND id = $2', [input.channel, input.groupId]))
-      )
-        throw new ConflictError(
-          `group ${input.groupId} already exists in channel ${input.channel}`,
-          'group_id',
-        );
-      const row = await this.insertTrajectory(tx, input, now, tx.log);
-      tx.emit(
-        'trajectory_created',
-        input.channel,
-        { trajectory_uid: input.id, group_id: input.groupId },
-        now,
-      );
-      return toTrajectory(row);
-    });
   }
 
   private async trajectoryRow(tx: PgTx, id: string, lock = false): Promise<TrajectoryRow | undefined> {
@@ -847,101 +771,6 @@ export class PostgresStore implements Store {
       }
       return out;
     });
-  }
-
-  /** The group's oldest version can only fall when one of its trajectories' does. */
-  async mergeTrajectoryMetadata(
-    id: string,
-    metadata: Record<string, unknown>,
-    now: number,
-  ): Promise<Trajectory> {
-    return this.transact(async (tx) => {
-      const trajectory = await this.trajectoryRow(tx, id, true);
-      if (!trajectory) throw new NotFoundError(`trajectory ${id} does not exist`);
-      if (trajectory.status !== 'open') {
-        throw new ConflictError(`trajectory ${id} is already ${trajectory.status}`, 'trajectory_uid');
-      }
-      trajectory.metadata = JSON.stringify({ ...JSON.parse(trajectory.metadata), ...metadata });
-      trajectory.touched_at = now;
-      await tx.run('UPDATE trajectories SET metadata = $1, touched_at = $2 WHERE id = $3', [
-        trajectory.metadata,
-        now,
-        id,
-      ]);
-      return toTrajectory(trajectory);
-    });
-  }
-
-  async moveTrajectory(
-    id: string,
-    target: { groupId: string; channel: string },
-    now: number,
-  ): Promise<Trajectory> {
-    return this.transact(async (tx) => {
-      const trajectory = await this.trajectoryRow(tx, id, true);
-      if (!trajectory) throw new NotFoundError(`trajectory ${id} does not exist`);
-      if (trajectory.status !== 'open')
-        throw new ConflictError(`trajectory ${id} is already ${trajectory.status}`, 'trajectory_uid');
-      if (trajectory.group_id === target.groupId && trajectory.channel === target.channel)
-        return toTrajectory(trajectory);
-      const old = await tx.row<GroupRow>('SELECT * FROM groups WHERE channel = $1 AND id = $2 FOR UPDATE', [
-        trajectory.channel,
-        trajectory.group_id,
-      ]);
-      checkMovable(trajectory, old?.n_trajectories ?? 0);
-      if (old) await tx.run('DELETE FROM groups WHERE channel = $1 AND id = $2', [old.channel, old.id]);
-      const sameChannel = trajectory.channel === target.channel;
-      const config = await this.channelConfig(tx, target.channel);
-      await this.ensureChannel(tx, target.channel, now);
-      const joined = await tx.row<GroupRow>(
-        `INSERT INTO groups (channel, id, expected, n_trajectories, state, created_at)
-         VALUES ($1, $2, $3, 1, 'collecting', $4)
-         ON CONFLICT (channel, id) DO UPDATE
-           SET n_trajectories = groups.n_trajectories + 1, expected = coalesce(groups.expected, $5::int)
-         RETURNING *`,
-        [
-          target.channel,
-          target.groupId,
-          (sameChannel ? old?.expected : null) ?? config.n_rollouts,
-          now,
-          sameChannel ? (old?.expected ?? null) : null,
-        ],
-      );
-      if (joined?.state !== 'collecting') tx.log.count(target.channel, 'late_trajectories');
-      if (!sameChannel) {
-        tx.log.count(trajectory.channel, 'trajectories_created', -1);
-        tx.log.count(target.channel, 'trajectories_created');
-      }
-      const from = { group_id: trajectory.group_id, channel: trajectory.channel };
-      trajectory.group_id = target.groupId;
-      trajectory.channel = target.channel;
-      trajectory.touched_at = now;
-      await tx.run('UPDATE trajectories SET group_id = $1, channel = $2, touched_at = $3 WHERE id = $4', [
-        target.groupId,
-        target.channel,
-        now,
-        id,
-      ]);
-      tx.emit(
-        'trajectory_created',
-        target.channel,
-        { trajectory_uid: id, group_id: target.groupId, moved_from: from },
-        now,
-      );
-      return toTrajectory(trajectory);
-    });
-  }
-
-  async recordCallFailure(failure: CallFailure, now: number): Promise<void> {
-    await this.transact(async (tx) => {
-      await this.ensureChannel(tx, failure.channel, now);
-      tx.log.count(failure.channel, `calls_${failure.kind}`);
-      tx.emit('call_failed', failure.channel, callFailedData(failure), now);
-    });
-  }
-
-  async recordRefusal(refusal: Refusal, now: number): Promise<void> {
-    await this.transact(async (tx) => tx.emit('access_refused', refusal.channel, refusalData(refusal), now));
   }
 
   // ---- reads ----------------------------------------------------------------------------------

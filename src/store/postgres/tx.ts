@@ -12,7 +12,7 @@ import {
   toCurrentLabel,
 } from '../rows.js';
 import { STEP_KEY_SPAN, type StepRow, stepKey } from '../step-codec.js';
-import type { GroupPatch, PoolTx, Rule } from '../tx.js';
+import type { GroupPatch, Join, PoolTx, Rule, TrajectoryPatch } from '../tx.js';
 import type { CurrentLabel } from '../types.js';
 
 const statementNames = new Map<string, string>();
@@ -124,11 +124,17 @@ export class PgTx implements PoolTx {
     return rows.map((r) => r.name);
   }
 
-  *lockChannel(channel: string, now: number): Rule<ChannelConfig> {
+  *ensureChannel(channel: string, now: number): Rule<void> {
+    if (this.ensured.has(channel)) return;
     yield* this.update(
       'INSERT INTO channels (name, config, created_at, updated_at) VALUES ($1, $2, $3, $3) ON CONFLICT DO NOTHING',
       [channel, JSON.stringify(this.context!.channelDefaults), now],
     );
+    this.ensured.add(channel);
+  }
+
+  *lockChannel(channel: string, now: number): Rule<ChannelConfig> {
+    yield* this.ensureChannel(channel, now);
     const config = this.parseConfig(
       yield* this.one<{ config: string }>('SELECT config FROM channels WHERE name = $1 FOR UPDATE', [
         channel,
@@ -150,6 +156,15 @@ export class PgTx implements PoolTx {
   *policyVersion(): Rule<number> {
     const row = yield* this.one<{ value: string }>("SELECT value FROM meta WHERE key = 'policy_version'");
     return Number(row?.value ?? 0);
+  }
+
+  *setPolicyVersion(version: number): Rule<number> {
+    yield* this.update("INSERT INTO meta (key, value) VALUES ('policy_version', '0') ON CONFLICT DO NOTHING");
+    const previous = yield* this.one<{ value: string }>(
+      "SELECT value FROM meta WHERE key = 'policy_version' FOR UPDATE",
+    );
+    yield* this.update("UPDATE meta SET value = $1 WHERE key = 'policy_version'", [String(version)]);
+    return Number(previous?.value ?? 0);
   }
 
   readyGroups(channel: string, after: number, limit: number): Rule<GroupRow[]> {
@@ -185,6 +200,29 @@ export class PgTx implements PoolTx {
       ...keys.map((k) => patch[k]),
     ]);
     Object.assign(row, patch);
+  }
+
+  *joinGroup(
+    channel: string,
+    id: string,
+    join: Join,
+    now: number,
+  ): Rule<{ group: GroupRow; created: boolean }> {
+    yield* this.ensureChannel(channel, now);
+    const row = (yield* this.one<GroupRow & { inserted: boolean }>(
+      `INSERT INTO groups (channel, id, expected, n_trajectories, state, created_at)
+       VALUES ($1, $2, $3, 1, 'collecting', $4)
+       ON CONFLICT (channel, id) DO UPDATE
+         SET n_trajectories = groups.n_trajectories + 1, expected = coalesce(groups.expected, $5::int)
+       RETURNING *, (xmax = 0) AS inserted`,
+      [channel, id, join.size, now, join.nRollouts],
+    ))!;
+    const { inserted, ...group } = row;
+    return { group, created: inserted };
+  }
+
+  *deleteGroup(row: GroupRow): Rule<void> {
+    yield* this.update('DELETE FROM groups WHERE channel = $1 AND id = $2', [row.channel, row.id]);
   }
 
   *nextReadySeq(): Rule<number> {
@@ -256,6 +294,59 @@ export class PgTx implements PoolTx {
     return this.one<TrajectoryRow>('SELECT * FROM trajectories WHERE id = $1 FOR UPDATE', [id]);
   }
 
+  /** One statement: the group joined or created (its row locked by the upsert), the trajectory inserted. */
+  *insertTrajectory(
+    row: TrajectoryRow,
+    join: Join,
+    now: number,
+  ): Rule<{ group: GroupRow; created: boolean }> {
+    yield* this.ensureChannel(row.channel, now);
+    const joined = (yield* this.one<GroupRow & { inserted: boolean; trajectory_seq: number }>(
+      `WITH g AS (
+         INSERT INTO groups (channel, id, expected, n_trajectories, state, created_at)
+         VALUES ($1, $2, $3, 1, 'collecting', $4)
+         ON CONFLICT (channel, id) DO UPDATE
+           SET n_trajectories = groups.n_trajectories + 1, expected = coalesce(groups.expected, $5::int)
+         RETURNING *, (xmax = 0) AS inserted
+       ), t AS (
+         INSERT INTO trajectories (id, channel, group_id, task_id, status, metadata, created_at, touched_at,
+           guided, guidance_k, probe, derived_from, derivation)
+         VALUES ($6, $1, $2, $7, $8, $9, $4, $4, $10, $11, $12, $13, $14)
+         RETURNING seq
+       )
+       SELECT g.*, t.seq AS trajectory_seq FROM g, t`,
+      [
+        row.channel,
+        row.group_id,
+        join.size,
+        now,
+        join.nRollouts,
+        row.id,
+        row.task_id,
+        row.status,
+        row.metadata,
+        row.guided,
+        row.guidance_k,
+        row.probe,
+        row.derived_from,
+        row.derivation,
+      ],
+    ))!;
+    const { inserted, trajectory_seq, ...group } = joined;
+    row.seq = trajectory_seq;
+    return { group, created: inserted };
+  }
+
+  *updateTrajectory(row: TrajectoryRow, patch: TrajectoryPatch): Rule<void> {
+    const keys = Object.keys(patch) as (keyof TrajectoryPatch)[];
+    const sets = keys.map((k, i) => `${k} = $${i + 2}`).join(', ');
+    yield* this.update(`UPDATE trajectories SET ${sets} WHERE id = $1`, [
+      row.id,
+      ...keys.map((k) => patch[k]),
+    ]);
+    Object.assign(row, patch);
+  }
+
   idleTrajectories(channel: string, before: number): Rule<TrajectoryRow[]> {
     return this.select<TrajectoryRow>(
       `SELECT * FROM trajectories WHERE status = 'open' AND channel = $1 AND touched_at < $2
@@ -303,10 +394,6 @@ export class PgTx implements PoolTx {
         row.id,
       ],
     );
-  }
-
-  *setTrajectoryReward(row: TrajectoryRow, reward: number): Rule<void> {
-    yield* this.update('UPDATE trajectories SET reward = $1 WHERE id = $2', [reward, row.id]);
   }
 
   *lowerGroupVersion(row: TrajectoryRow): Rule<void> {

@@ -3,7 +3,6 @@ import Database from 'better-sqlite3';
 import { Kysely, Migrator, SqliteDialect } from 'kysely';
 import {
   type ChannelConfig,
-  ChannelConfigPatch,
   ConflictError,
   currentSignals,
   DEFAULT_CHANNEL_CONFIG,
@@ -22,14 +21,12 @@ import {
   StepwiseError,
   type Trajectory,
 } from '../../domain/index.js';
-import { adoptGroupSize, resettleFullGroups, settleGroup } from '../../pool/groups.js';
+import { settleGroup } from '../../pool/groups.js';
 import { finishTrajectory } from '../../pool/trajectories.js';
 import { ListQueries, type ListSchema } from '../list-queries.js';
 import {
   assembleStats,
-  callFailedData,
   checkAppend,
-  checkMovable,
   checkRetry,
   checkStepTarget,
   declaredRollouts,
@@ -42,7 +39,6 @@ import {
   labelChangedData,
   newTrajectoryRow,
   type PriorStep,
-  refusalData,
   rewardBins,
   type SignalRow,
   summarizeGymRuns,
@@ -68,7 +64,6 @@ import {
   TailCache,
 } from '../step-codec.js';
 import type {
-  CallFailure,
   CreateTrajectoryInput,
   CurrentLabel,
   DashboardSummary,
@@ -78,7 +73,6 @@ import type {
   LeaseQuery,
   Page,
   PoolStats,
-  Refusal,
   ScanPage,
   SignalQuery,
   StepQuery,
@@ -297,12 +291,6 @@ export class SqliteStore implements Store {
     return row?.value;
   }
 
-  private writeMeta(key: string, value: string): void {
-    this.stmt(
-      'INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value',
-    ).run(key, value);
-  }
-
   private policyVersionNow(): number {
     return Number(this.readMeta('policy_version') ?? 0);
   }
@@ -342,36 +330,10 @@ export class SqliteStore implements Store {
     return this.channelConfig(channel);
   }
 
-  async setChannelConfig(channel: string, raw: ChannelConfigPatch, now: number): Promise<ChannelConfig> {
-    const patch = parseOrThrow(ChannelConfigPatch, raw);
-    return this.transact((log) => {
-      const current = this.channelConfig(channel);
-      const config: ChannelConfig = {
-        ...current,
-        ...patch,
-        curation: { ...current.curation, ...patch.curation },
-      };
-      this.saveChannelConfig(channel, config, now);
-      this.emit('channel_configured', channel, { config }, now);
-      const tx = this.tx(log);
-      if (patch.n_rollouts != null) runSync(adoptGroupSize(tx, channel, patch.n_rollouts, config, now));
-      if (patch.required_signals !== undefined) runSync(resettleFullGroups(tx, channel, config, now));
-      return config;
-    });
-  }
-
   // ---- policy version -------------------------------------------------------------------------
 
   async getPolicyVersion(): Promise<number> {
     return this.policyVersionNow();
-  }
-
-  async setPolicyVersion(version: number, now: number): Promise<void> {
-    await this.transact(() => {
-      const previous = this.policyVersionNow();
-      this.writeMeta('policy_version', String(version));
-      this.emit('policy_version_changed', null, { previous, version }, now);
-    });
   }
 
   // ---- groups ---------------------------------------------------------------------------------
@@ -453,26 +415,6 @@ export class SqliteStore implements Store {
     row.seq = Number(info.lastInsertRowid);
     log.count(input.channel, 'trajectories_created');
     return row;
-  }
-
-  async createTrajectory(input: CreateTrajectoryInput, now: number): Promise<Trajectory> {
-    return this.transact((log) => {
-      if (this.trajectoryRow(input.id))
-        throw new ConflictError(`trajectory ${input.id} already exists`, 'trajectory_uid');
-      if (input.newGroup && this.groupRow(input.channel, input.groupId))
-        throw new ConflictError(
-          `group ${input.groupId} already exists in channel ${input.channel}`,
-          'group_id',
-        );
-      const row = this.insertTrajectory(input, now, log);
-      this.emit(
-        'trajectory_created',
-        input.channel,
-        { trajectory_uid: input.id, group_id: input.groupId },
-        now,
-      );
-      return toTrajectory(row);
-    });
   }
 
   /** The full sequence of the step a new step at `index` is encoded against (the highest below it). */
@@ -786,88 +728,6 @@ export class SqliteStore implements Store {
       `SELECT * FROM groups ${clause} ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?`,
     ).all(...params, query.limit, query.offset) as GroupRow[];
     return { items: rows.map(toGroup), total: n };
-  }
-
-  async mergeTrajectoryMetadata(
-    id: string,
-    metadata: Record<string, unknown>,
-    now: number,
-  ): Promise<Trajectory> {
-    return this.transact(() => {
-      const trajectory = this.trajectoryRow(id);
-      if (!trajectory) throw new NotFoundError(`trajectory ${id} does not exist`);
-      if (trajectory.status !== 'open') {
-        throw new ConflictError(`trajectory ${id} is already ${trajectory.status}`, 'trajectory_uid');
-      }
-      trajectory.metadata = JSON.stringify({ ...JSON.parse(trajectory.metadata), ...metadata });
-      trajectory.touched_at = now;
-      this.stmt('UPDATE trajectories SET metadata = ?, touched_at = ? WHERE id = ?').run(
-        trajectory.metadata,
-        now,
-        id,
-      );
-      return toTrajectory(trajectory);
-    });
-  }
-
-  async moveTrajectory(
-    id: string,
-    target: { groupId: string; channel: string },
-    now: number,
-  ): Promise<Trajectory> {
-    return this.transact((log) => {
-      const trajectory = this.trajectoryRow(id);
-      if (!trajectory) throw new NotFoundError(`trajectory ${id} does not exist`);
-      if (trajectory.status !== 'open')
-        throw new ConflictError(`trajectory ${id} is already ${trajectory.status}`, 'trajectory_uid');
-      if (trajectory.group_id === target.groupId && trajectory.channel === target.channel)
-        return toTrajectory(trajectory);
-      const old = this.groupRow(trajectory.channel, trajectory.group_id);
-      checkMovable(trajectory, old?.n_trajectories ?? 0);
-      if (old) this.stmt('DELETE FROM groups WHERE channel = ? AND id = ?').run(old.channel, old.id);
-      const sameChannel = trajectory.channel === target.channel;
-      const collecting = this.joinGroup(
-        target.channel,
-        target.groupId,
-        sameChannel ? (old?.expected ?? null) : null,
-        now,
-        log,
-      );
-      if (!collecting) log.count(target.channel, 'late_trajectories');
-      if (!sameChannel) {
-        log.count(trajectory.channel, 'trajectories_created', -1);
-        log.count(target.channel, 'trajectories_created');
-      }
-      const from = { group_id: trajectory.group_id, channel: trajectory.channel };
-      trajectory.group_id = target.groupId;
-      trajectory.channel = target.channel;
-      trajectory.touched_at = now;
-      this.stmt('UPDATE trajectories SET group_id = ?, channel = ?, touched_at = ? WHERE id = ?').run(
-        target.groupId,
-        target.channel,
-        now,
-        id,
-      );
-      this.emit(
-        'trajectory_created',
-        target.channel,
-        { trajectory_uid: id, group_id: target.groupId, moved_from: from },
-        now,
-      );
-      return toTrajectory(trajectory);
-    });
-  }
-
-  async recordCallFailure(failure: CallFailure, now: number): Promise<void> {
-    await this.transact((log) => {
-      this.ensureChannel(failure.channel, now);
-      log.count(failure.channel, `calls_${failure.kind}`);
-      this.emit('call_failed', failure.channel, callFailedData(failure), now);
-    });
-  }
-
-  async recordRefusal(refusal: Refusal, now: number): Promise<void> {
-    await this.transact(() => this.emit('access_refused', refusal.channel, refusalData(refusal), now));
   }
 
   private leaseRow(id: string): LeaseRow | undefined {

@@ -11,7 +11,15 @@ import {
   toCurrentLabel,
 } from '../rows.js';
 import { STEP_KEY_SPAN, stepKey } from '../step-codec.js';
-import { done, type GroupPatch, type PoolTx, type Rule } from '../tx.js';
+import {
+  done,
+  type GroupPatch,
+  type Join,
+  type PoolTx,
+  type Rule,
+  runSync,
+  type TrajectoryPatch,
+} from '../tx.js';
 import type { CurrentLabel } from '../types.js';
 
 /** What a SQLite transaction reads from its store: statements, settings, the event log. */
@@ -50,6 +58,11 @@ export class SqliteTx implements PoolTx {
     return done((this.stmt('SELECT name FROM channels').all() as { name: string }[]).map((r) => r.name));
   }
 
+  ensureChannel(channel: string, now: number): Rule<void> {
+    this.context.ensureChannel(channel, now);
+    return done(undefined);
+  }
+
   lockChannel(channel: string, now: number): Rule<ChannelConfig> {
     // One writer at a time: the IMMEDIATE transaction is the lock.
     this.context.ensureChannel(channel, now);
@@ -63,6 +76,14 @@ export class SqliteTx implements PoolTx {
 
   policyVersion(): Rule<number> {
     return done(this.context.policyVersion());
+  }
+
+  setPolicyVersion(version: number): Rule<number> {
+    const previous = this.context.policyVersion();
+    this.stmt(
+      "INSERT INTO meta (key, value) VALUES ('policy_version', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+    ).run(String(version));
+    return done(previous);
   }
 
   readyGroups(channel: string, after: number, limit: number): Rule<GroupRow[]> {
@@ -95,6 +116,38 @@ export class SqliteTx implements PoolTx {
       row.id,
     );
     Object.assign(row, patch);
+    return done(undefined);
+  }
+
+  joinGroup(
+    channel: string,
+    id: string,
+    join: Join,
+    now: number,
+  ): Rule<{ group: GroupRow; created: boolean }> {
+    const existing = this.stmt('SELECT * FROM groups WHERE channel = ? AND id = ?').get(channel, id) as
+      | GroupRow
+      | undefined;
+    if (existing) {
+      this.stmt(
+        'UPDATE groups SET n_trajectories = n_trajectories + 1, expected = coalesce(expected, ?) WHERE channel = ? AND id = ?',
+      ).run(join.nRollouts, channel, id);
+      existing.n_trajectories++;
+      existing.expected ??= join.nRollouts;
+      return done({ group: existing, created: false });
+    }
+    this.context.ensureChannel(channel, now);
+    this.stmt(
+      "INSERT INTO groups (channel, id, expected, n_trajectories, state, created_at) VALUES (?, ?, ?, 1, 'collecting', ?)",
+    ).run(channel, id, join.size, now);
+    return done({
+      group: this.stmt('SELECT * FROM groups WHERE channel = ? AND id = ?').get(channel, id) as GroupRow,
+      created: true,
+    });
+  }
+
+  deleteGroup(row: GroupRow): Rule<void> {
+    this.stmt('DELETE FROM groups WHERE channel = ? AND id = ?').run(row.channel, row.id);
     return done(undefined);
   }
 
@@ -168,6 +221,40 @@ export class SqliteTx implements PoolTx {
     return done(this.stmt('SELECT * FROM trajectories WHERE id = ?').get(id) as TrajectoryRow | undefined);
   }
 
+  insertTrajectory(row: TrajectoryRow, join: Join, now: number): Rule<{ group: GroupRow; created: boolean }> {
+    const joined = runSync(this.joinGroup(row.channel, row.group_id, join, now));
+    const info = this.stmt(
+      `INSERT INTO trajectories (id, channel, group_id, task_id, status, metadata, created_at, touched_at, guided,
+         guidance_k, probe, derived_from, derivation) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    ).run(
+      row.id,
+      row.channel,
+      row.group_id,
+      row.task_id,
+      row.status,
+      row.metadata,
+      row.created_at,
+      row.touched_at,
+      row.guided,
+      row.guidance_k,
+      row.probe,
+      row.derived_from,
+      row.derivation,
+    );
+    row.seq = Number(info.lastInsertRowid);
+    return done(joined);
+  }
+
+  updateTrajectory(row: TrajectoryRow, patch: TrajectoryPatch): Rule<void> {
+    const keys = Object.keys(patch) as (keyof TrajectoryPatch)[];
+    this.stmt(`UPDATE trajectories SET ${keys.map((k) => `${k} = ?`).join(', ')} WHERE id = ?`).run(
+      ...keys.map((k) => patch[k]),
+      row.id,
+    );
+    Object.assign(row, patch);
+    return done(undefined);
+  }
+
   idleTrajectories(channel: string, before: number): Rule<TrajectoryRow[]> {
     return done(
       this.stmt("SELECT * FROM trajectories WHERE status = 'open' AND channel = ? AND touched_at < ?").all(
@@ -216,11 +303,6 @@ export class SqliteTx implements PoolTx {
     ).run(group.n_finished, group.n_complete, version, version, version, group.channel, group.id);
     if (version !== null) group.min_policy_version = Math.min(group.min_policy_version ?? version, version);
     return done(group);
-  }
-
-  setTrajectoryReward(row: TrajectoryRow, reward: number): Rule<void> {
-    this.stmt('UPDATE trajectories SET reward = ? WHERE id = ?').run(reward, row.id);
-    return done(undefined);
   }
 
   lowerGroupVersion(row: TrajectoryRow): Rule<void> {

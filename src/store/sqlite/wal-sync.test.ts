@@ -2,6 +2,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
+import { poolOps } from '../../pool/core.js';
 import { openSqliteStore } from './sqlite-store.js';
 import { WalSync } from './wal-sync.js';
 
@@ -87,7 +88,7 @@ describe('SqliteStore durability settings', () => {
     const wal = walOf(store)!;
     expect(wal).not.toBeNull();
     const before = wal.flushes;
-    await store.setPolicyVersion(3, Date.now());
+    await poolOps(store).setPolicyVersion(3, Date.now());
     expect(wal.flushes).toBe(before + 1);
     expect(await store.getPolicyVersion()).toBe(3);
     await store.close();
