@@ -12,7 +12,7 @@ import os from 'node:os';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { type NewStep, newStep } from '../src/domain/index.js';
-import { startServer } from '../src/gateway/server.js';
+import { startServer } from '../src/server/server.js';
 import { openSqliteStore } from '../src/store/sqlite/sqlite-store.js';
 import type { SubmitRequest } from '../src/store/store.js';
 import { seededRandom } from '../src/util/random.js';

@@ -9,7 +9,6 @@
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
-import { startServer } from '../src/gateway/server.js';
 import { referenceTasks } from '../src/gym/cli.js';
 import { runGym } from '../src/gym/runner.js';
 import { checkSandbox, runInSandbox } from '../src/gym/sandbox/index.js';
@@ -18,6 +17,7 @@ import { workspaceFor } from '../src/gym/tasks/index.js';
 import type { GymTask } from '../src/gym/tasks/schema.js';
 import { runTool } from '../src/gym/tools/index.js';
 import { verify } from '../src/gym/verify/index.js';
+import { startServer } from '../src/server/server.js';
 import { codeVersion, fix, int, log, machineInfo, percentile, writeBenchmarks } from './support.js';
 
 const MARK_START = '<!-- bench:gym -->';

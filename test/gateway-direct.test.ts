@@ -3,10 +3,10 @@ import http from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { createApp } from '../src/gateway/app.js';
-import { parseApiKey } from '../src/gateway/auth.js';
 import { llmCallListener } from '../src/gateway/direct.js';
-import { type RunningServer, type ServerOptions, startServer } from '../src/gateway/server.js';
+import { parseApiKey } from '../src/http/auth.js';
+import { createApp } from '../src/server/app.js';
+import { type RunningServer, type ServerOptions, startServer } from '../src/server/server.js';
 import { type Listening, listen } from '../src/util/http-server.js';
 
 /*

@@ -5,7 +5,6 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { type RunningServer, startServer } from '../src/gateway/server.js';
 import { referenceTasks } from '../src/gym/cli.js';
 import {
   enqueueRun,
@@ -17,6 +16,7 @@ import {
 import { type GymRunOptions, runGym, type SampleResult } from '../src/gym/runner.js';
 import { checkSandbox } from '../src/gym/sandbox/index.js';
 import { taskToJsonLine } from '../src/gym/tasks/index.js';
+import { type RunningServer, startServer } from '../src/server/server.js';
 import { jsonTask, sumTask } from './support/gym-tasks.js';
 import { logLine, runCli, spawnCli, waitForExit } from './support/server-process.js';
 

@@ -12,9 +12,8 @@ import {
   isPublicDashboardPath,
   KEY_COOKIE,
   requireScope,
-} from '../gateway/auth.js';
-import type { Gateway } from '../gateway/gateway.js';
-import { nulRefused } from '../gateway/json-body.js';
+} from '../http/auth.js';
+import { nulRefused } from '../http/json-body.js';
 import type { DataPool } from '../pool/data-pool.js';
 import { PAGE_CAP_BYTES, tooLargeMessage } from './bounded.js';
 import { Page } from './layout.js';
@@ -35,7 +34,6 @@ export type DashboardEnv = { Variables: AuthVariables };
 
 export interface DashboardOptions {
   pool: DataPool;
-  gateway?: Gateway;
   apiKeys: readonly ApiKey[];
 }
 

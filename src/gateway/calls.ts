@@ -1,7 +1,7 @@
 import { ClientId, clientIdParam, parseOrThrow, ValidationError } from '../domain/index.js';
+import { parseJsonText } from '../http/json-body.js';
 import type { Answer } from './answer.js';
 import { type CallKind, checkCallRequest, type Gateway } from './gateway.js';
-import { parseJsonText } from './json-body.js';
 import { CHANNEL_HEADER, SESSION_HEADER, sessionOf } from './online-sessions.js';
 import { openaiError } from './openai-errors.js';
 

@@ -1,8 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { parse as parseCookies } from 'hono/utils/cookie';
 import { AuthError } from '../domain/index.js';
-import type { DirectListener } from '../util/http-server.js';
-import { type Answer, isStreamSource, JSON_HEADERS, type StreamSource } from './answer.js';
 import {
   type ApiKey,
   callerKey,
@@ -11,7 +9,9 @@ import {
   KEY_COOKIE,
   requestKey,
   type Scope,
-} from './auth.js';
+} from '../http/auth.js';
+import type { DirectListener } from '../util/http-server.js';
+import { type Answer, isStreamSource, JSON_HEADERS, type StreamSource } from './answer.js';
 import { fixedCall, trajectoryCall } from './calls.js';
 import type { CallKind, Gateway } from './gateway.js';
 import { errorAnswer } from './openai-errors.js';

@@ -14,12 +14,13 @@ import {
 import { type Captured, CompletionCapture } from '../engines/capture.js';
 import type { Engine, EngineRouter, RoutedReply } from '../engines/router.js';
 import { UpstreamError } from '../engines/upstream.js';
+import { type CaptureTokenizer, inThreadTokenizer } from '../http/capture-tokenizer.js';
+import { offThreadTokenizer } from '../http/offload.js';
 import type { DataPool } from '../pool/data-pool.js';
 import type { ToolResultAttachment } from '../store/store.js';
 import { type ChatTokenizer, SseDecoder } from '../text/index.js';
 import { renderCompletion, type ToolCall } from '../text/tool-calls.js';
 import { type Answer, JSON_HEADERS, type StreamSink, type StreamSource } from './answer.js';
-import { type CaptureTokenizer, inThreadTokenizer, offThreadTokenizer } from './capture-tokenizer.js';
 import { OnlineSessions, type SessionStats } from './online-sessions.js';
 import { normalizeUpstreamError, openaiError, openaiErrorBody } from './openai-errors.js';
 import { PolicyGate } from './policy-gate.js';
@@ -40,7 +41,7 @@ export interface GatewayOptions {
   router: EngineRouter | null;
   /**
    * For engines that return no ids, and ActGuide training prompts: Qwen3's by default, on a worker
-   * thread (capture-tokenizer.ts); one given here runs on the event loop.
+   * thread (http/offload.ts); one given here runs on the event loop.
    */
   tokenizer?: () => ChatTokenizer;
   logger?: Pick<Logger, 'warn' | 'info' | 'error'> & Partial<Pick<Logger, 'debug'>>;

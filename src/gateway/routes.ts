@@ -20,14 +20,14 @@ import {
   trajectoryToWire,
   ValidationError,
 } from '../domain/index.js';
+import { type AuthVariables, agentOnly, requireScope } from '../http/auth.js';
+import { readJsonBody } from '../http/json-body.js';
 import { computeRewardResponse, isSampleRewardBody, SampleRewardBody } from '../rewards/routes.js';
 import { scoreSample } from '../rewards/sample.js';
 import type { RewardService } from '../rewards/service.js';
 import { answerResponse } from './answer.js';
-import { type AuthVariables, agentOnly, requireScope } from './auth.js';
 import { fixedCall, trajectoryCall } from './calls.js';
 import { type CallKind, checkPromptLength, type Gateway } from './gateway.js';
-import { readJsonBody } from './json-body.js';
 import { openaiErrorResponse, toOpenAIError } from './openai-errors.js';
 
 /*

@@ -2,7 +2,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { type Command, InvalidArgumentError } from 'commander';
 import type { ReferenceTask } from '../engines/sim/policies.js';
-import { type RunningServer, startServer } from '../gateway/server.js';
+import { type RunningServer, startServer } from '../server/server.js';
 import { progressReporter } from '../util/progress.js';
 import { defaultToolsDir, findOpenClaw, OPENCLAW_VERSION } from './agent/openclaw/install.js';
 import { checkPgUrl, checkQueueSchema, DEFAULT_QUEUE_SCHEMA, RolloutQueue } from './distributed/queue.js';
