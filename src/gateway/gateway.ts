@@ -467,12 +467,12 @@ export class Gateway {
   }
 
   /** The models agents may name: the engines' served models (the sim's, or vLLM's). */
-  async models(): Promise<Response> {
+  async models(): Promise<Answer> {
     const router = this.requireRouter();
     const reply = await router.send(null, 'GET', '/v1/models', null, AbortSignal.timeout(10_000));
     try {
       const text = await reply.reply.text();
-      return new Response(text, { status: reply.reply.status, headers: JSON_HEADERS });
+      return { status: reply.reply.status, headers: JSON_HEADERS, body: text };
     } finally {
       reply.done();
     }
