@@ -2,7 +2,8 @@ import { z } from 'zod';
 import { ClientId, clientIdParam, parseOrThrow, TokenIds, ValidationError } from '../domain/index.js';
 import { parseJsonText } from '../http/json-body.js';
 import { type Answer, JSON_HEADERS } from './answer.js';
-import { type CallKind, checkCallRequest, checkPromptLength, type Gateway } from './gateway.js';
+import { type CallKind, checkCallRequest, checkPromptLength } from './call-request.js';
+import type { Gateway } from './gateway.js';
 import { CHANNEL_HEADER, SESSION_HEADER, sessionOf } from './online-sessions.js';
 import { openaiError } from './openai-errors.js';
 

@@ -14,8 +14,9 @@ import {
 import { refuseNulQuery } from '../http/json-body.js';
 import type { DirectListener } from '../util/http-server.js';
 import { type Answer, isStreamSource, JSON_HEADERS, type StreamSource } from './answer.js';
+import type { CallKind } from './call-request.js';
 import { fixedCall, generateCall, modelsCall, trajectoryCall } from './calls.js';
-import type { CallKind, Gateway } from './gateway.js';
+import type { Gateway } from './gateway.js';
 import { errorAnswer } from './openai-errors.js';
 
 /*
