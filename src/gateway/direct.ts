@@ -140,7 +140,7 @@ function admission(keys: readonly ApiKey[], target: string, req: IncomingMessage
     checkScope(key, AGENT);
     return null;
   } catch (error) {
-    if (!(error instanceof StepwiseError)) throw error;
+    if (!(error instanceof StepwiseError)) return errorAnswer(error);
     return { status: error.status, headers: JSON_HEADERS, body: JSON.stringify(error.toJSON()) };
   }
 }
