@@ -26,7 +26,7 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Agent, request } from 'undici';
 import { startSimServer } from '../src/engines/sim/serve.js';
-import { startServer } from '../src/gateway/server.js';
+import { startServer } from '../src/server/server.js';
 import { benchStalls, type StallSection, stallReport } from './stalls.js';
 import {
   codeVersion,

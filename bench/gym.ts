@@ -9,7 +9,6 @@
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
-import { startServer } from '../src/gateway/server.js';
 import { runGym } from '../src/gym/runner.js';
 import { checkSandbox, runInSandbox } from '../src/gym/sandbox/index.js';
 import { synthesize } from '../src/gym/synth/index.js';
@@ -17,6 +16,7 @@ import { referenceTasks, workspaceFor } from '../src/gym/tasks/index.js';
 import type { GymTask } from '../src/gym/tasks/schema.js';
 import { runTool } from '../src/gym/tools/index.js';
 import { verify } from '../src/gym/verify/index.js';
+import { startServer } from '../src/server/server.js';
 import { codeVersion, fix, int, log, machineInfo, percentile, recordRun, round } from './support.js';
 
 const median = (values: number[]) => {

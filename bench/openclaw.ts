@@ -13,7 +13,6 @@ import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
 import { startSimServer } from '../src/engines/sim/serve.js';
-import { startServer } from '../src/gateway/server.js';
 import { defaultToolsDir, installOpenClaw } from '../src/gym/agent/openclaw/install.js';
 import { runOpenClawAgent } from '../src/gym/agent/openclaw/run.js';
 import { runGym } from '../src/gym/runner.js';
@@ -22,6 +21,7 @@ import { synthesize } from '../src/gym/synth/index.js';
 import { referenceTasks, workspaceFor } from '../src/gym/tasks/index.js';
 import type { GymTask } from '../src/gym/tasks/schema.js';
 import { verify } from '../src/gym/verify/index.js';
+import { startServer } from '../src/server/server.js';
 import { codeVersion, fix, int, log, machineInfo, recordRun, round } from './support.js';
 
 const TIMEOUT_MS = 300_000;

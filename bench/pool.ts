@@ -18,9 +18,9 @@ import { fileURLToPath } from 'node:url';
 import Database from 'better-sqlite3';
 import { seededRandom, syntheticTrajectory } from '../src/cli/synthetic.js';
 import { LeaseRequest, type NewStep, type StepWireInput, stepFromWire } from '../src/domain/index.js';
-import { startServer } from '../src/gateway/server.js';
 import { DataPool } from '../src/pool/data-pool.js';
 import { StepwiseClient } from '../src/sdk/client.js';
+import { startServer } from '../src/server/server.js';
 import { openSqliteStore, type SqliteStore } from '../src/store/sqlite/sqlite-store.js';
 import {
   encodeStep,

@@ -15,7 +15,7 @@ import os from 'node:os';
 import { join } from 'node:path';
 import { Agent, request } from 'undici';
 import { type NewStep, newStep } from '../src/domain/index.js';
-import { startServer } from '../src/gateway/server.js';
+import { startServer } from '../src/server/server.js';
 import { type BatchRequest, renderBatch } from '../src/serving/batch.js';
 import { packPrefixTree } from '../src/serving/packing.js';
 import { seededRandom } from '../src/util/random.js';

@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { MAX_PROMPT_TOKENS } from '../src/domain/index.js';
-import { startServer } from '../src/gateway/server.js';
+import { startServer } from '../src/server/server.js';
 
 export interface Stall {
   /** A short name for the results file (bench/results/gateway.jsonl). */

@@ -16,7 +16,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
 import { type NewStep, newStep } from '../src/domain/index.js';
-import { startServer } from '../src/gateway/server.js';
+import { startServer } from '../src/server/server.js';
 import { requireTrainPython, runPython } from '../src/train/python.js';
 import { seededRandom } from '../src/util/random.js';
 import { codeVersion, fix, int, log, machineInfo, REPO_ROOT, recordRun } from './support.js';

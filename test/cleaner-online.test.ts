@@ -6,7 +6,7 @@ import { purifyStore } from '../src/curation/cleaner/derive.js';
 import { purifyTrajectory } from '../src/curation/cleaner/purify.js';
 import { sequenceRatio } from '../src/curation/cleaner/sequence-matcher.js';
 import type { Step } from '../src/domain/step.js';
-import { type RunningServer, startServer } from '../src/gateway/server.js';
+import { type RunningServer, startServer } from '../src/server/server.js';
 import { agentSpec } from '../src/gym/run.js';
 import { type AgentSpec, type GymRunOptions, runGym, type SampleResult } from '../src/gym/runner.js';
 import { checkSandbox } from '../src/gym/sandbox/index.js';

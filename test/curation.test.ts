@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { NewStep } from '../src/domain/index.js';
-import { startServer } from '../src/gateway/server.js';
+import { startServer } from '../src/server/server.js';
 import { type PoolOps, poolOps } from '../src/pool/core.js';
 import { batchToJson } from '../src/serving/json-batch.js';
 import { openSqliteStore } from '../src/store/sqlite/sqlite-store.js';

@@ -15,7 +15,7 @@ import {
 } from '../src/dashboard/bounded.js';
 import { html } from '../src/dashboard/respond.js';
 import type { NewStep } from '../src/domain/index.js';
-import { type RunningServer, startServer } from '../src/gateway/server.js';
+import { type RunningServer, startServer } from '../src/server/server.js';
 import { chromiumReady, launchBrowser, openPage } from './support/browser.js';
 import { makeStep } from './support/steps.js';
 

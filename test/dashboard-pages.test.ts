@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import type { Browser, Page } from 'playwright-core';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { NewStep } from '../src/domain/index.js';
-import { type RunningServer, startServer } from '../src/gateway/server.js';
+import { type RunningServer, startServer } from '../src/server/server.js';
 import { type PoolOps, poolOps } from '../src/pool/core.js';
 import { openSqliteStore } from '../src/store/sqlite/sqlite-store.js';
 import type { LeaseParams } from '../src/store/store.js';

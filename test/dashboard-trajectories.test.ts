@@ -9,7 +9,7 @@ import {
   safeListUrl,
 } from '../src/dashboard/pages/trajectories/label-forms.js';
 import type { Step, Trajectory } from '../src/domain/index.js';
-import type { RunningServer } from '../src/gateway/server.js';
+import type { RunningServer } from '../src/server/server.js';
 import { packPrefixTree } from '../src/serving/packing.js';
 import { contentText, loadQwen3Tokenizer } from '../src/text/index.js';
 import { chromiumReady, dashboardFixture, openPage, screenshot } from './support/browser.js';

@@ -5,7 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { runDemo } from '../src/cli/demo.js';
 import type { Step } from '../src/domain/step.js';
 import { neededPlanSteps } from '../src/engines/sim/plan-hint.js';
-import { startServer } from '../src/gateway/server.js';
+import { startServer } from '../src/server/server.js';
 
 type Message = { role: string; content?: unknown };
 

@@ -3,22 +3,21 @@ import http from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { createApp } from '../src/gateway/app.js';
-import { parseApiKey } from '../src/gateway/auth.js';
-import { llmCallListener } from '../src/gateway/direct.js';
-import { type RunningServer, type ServerOptions, startServer } from '../src/gateway/server.js';
-import { type Listening, listen } from '../src/util/http-server.js';
+import { parseApiKey } from '../src/http/auth.js';
+import { createApp } from '../src/server/app.js';
+import { type RunningServer, type ServerOptions, startServer } from '../src/server/server.js';
 
 /*
- * The LLM calls under a base_url are served by a node:http listener ahead of the Hono app
- * (src/gateway/direct.ts). Every answer it gives must be the one the Hono route gives for the same
- * request: the same request is sent over real HTTP to a server with the listener and, in process,
- * to the app's fetch handler over the same gateway and store.
+ * The LLM calls (chat/completions and completions under a base_url or at the fixed one, /generate,
+ * models) have one HTTP path: a node:http listener ahead of the Hono app (src/gateway/direct.ts).
+ * Each answer is checked over real HTTP against what the API promises: OpenAI's error shape for the
+ * call, the API's for a refused key or query, paths read as the app reads them.
  */
 
 const AGENT_KEY = 'agent-key-0123456789abcdef';
 const TRAINER_KEY = 'trainer-key-0123456789abcdef';
-const KEY_SPECS = [`${AGENT_KEY}:agent`, `${TRAINER_KEY}:trainer`];
+const ADMIN_KEY = 'admin-key-0123456789abcdefgh';
+const KEY_SPECS = [`${AGENT_KEY}:agent`, `${TRAINER_KEY}:trainer`, `${ADMIN_KEY}:admin`];
 
 let dir: string;
 const closing: (() => Promise<void>)[] = [];
@@ -42,64 +41,45 @@ async function serve(options: Partial<ServerOptions> = {}): Promise<RunningServe
   return server;
 }
 
-/**
- * A second listener over the server's gateway and store, built as startServer builds its own, that
- * counts the requests the direct listener took; and the Hono app alone, for the same requests.
- */
-async function twoWays(server: RunningServer, keySpecs: string[]) {
-  const apiKeys = keySpecs.map(parseApiKey);
-  const app = createApp({ pool: server.pool, gateway: server.gateway, apiKeys });
-  const direct = llmCallListener(server.gateway, apiKeys);
-  let taken = 0;
-  const listening: Listening = await listen(app.fetch, '127.0.0.1', 0, {
-    direct: (req, res) => {
-      const took = direct(req, res);
-      if (took) taken++;
-      return took;
-    },
-  });
-  closing.push(() => listening.close());
-  return { app, url: listening.url, taken: () => taken };
-}
-
 interface Sent {
+  method?: string;
   path: string;
   headers?: Record<string, string>;
-  body: string | Buffer;
+  body?: string | Buffer;
 }
 
-/** Status, content type and body of a request over HTTP. */
-function overHttp(origin: string, sent: Sent): Promise<{ status: number; type: string; body: string }> {
+interface Got {
+  status: number;
+  headers: http.IncomingHttpHeaders;
+  body: string;
+}
+
+/** A request over HTTP, its path sent exactly as given. */
+function overHttp(origin: string, sent: Sent): Promise<Got> {
   return new Promise((resolve, reject) => {
+    const { hostname, port } = new URL(origin);
     const req = http.request(
-      `${origin}${sent.path}`,
-      { method: 'POST', headers: { 'content-type': 'application/json', ...sent.headers } },
+      {
+        hostname,
+        port,
+        path: sent.path,
+        method: sent.method ?? 'POST',
+        headers: {
+          ...(sent.body !== undefined ? { 'content-type': 'application/json' } : {}),
+          ...sent.headers,
+        },
+      },
       (res) => {
         const chunks: Buffer[] = [];
         res.on('data', (c: Buffer) => chunks.push(c));
         res.on('end', () =>
-          resolve({
-            status: res.statusCode!,
-            type: String(res.headers['content-type']),
-            body: Buffer.concat(chunks).toString(),
-          }),
+          resolve({ status: res.statusCode!, headers: res.headers, body: Buffer.concat(chunks).toString() }),
         );
       },
     );
     req.on('error', reject);
     req.end(sent.body);
   });
-}
-
-async function inProcess(app: ReturnType<typeof createApp>, sent: Sent) {
-  const res = await app.fetch(
-    new Request(`http://127.0.0.1${sent.path}`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', ...sent.headers },
-      body: sent.body,
-    }),
-  );
-  return { status: res.status, type: String(res.headers.get('content-type')), body: await res.text() };
 }
 
 async function initTrajectory(url: string, key?: string) {
@@ -114,15 +94,33 @@ async function initTrajectory(url: string, key?: string) {
 const chat = (content: string, extra: Record<string, unknown> = {}) =>
   JSON.stringify({ model: 'm', messages: [{ role: 'user', content }], ...extra });
 
-describe('gateway: LLM calls served straight from node:http', () => {
-  it('answers every refused or bad call exactly as the Hono route does, and stores nothing', async () => {
+/** OpenAI's error body. */
+const openaiError = (status: number, message: string, param: string | null, code: string) => ({
+  error: {
+    message,
+    type: { 400: 'invalid_request_error', 404: 'not_found_error' }[status] ?? 'api_error',
+    param,
+    code,
+  },
+});
+
+describe('gateway: the one HTTP path of the LLM calls', () => {
+  it('answers every refused or bad call in its shape (a refused key in the API’s), and stores nothing', async () => {
     const server = await serve({ apiKeys: KEY_SPECS });
-    const { app, url, taken } = await twoWays(server, KEY_SPECS);
-    const t = await initTrajectory(url, AGENT_KEY);
+    const t = await initTrajectory(server.url, AGENT_KEY);
     const base = `/${t.trajectory_uid}/${t.group_id}/v1`;
     const agent = { authorization: `Bearer ${AGENT_KEY}` };
-    const cases: [string, Sent][] = [
-      ['no key', { path: `${base}/chat/completions`, body: chat('x') }],
+    const missingKey = {
+      error: { code: 'unauthorized', message: 'missing API key (Authorization: Bearer <key>)' },
+    };
+    const malformed = openaiError(
+      400,
+      'body: malformed JSON (Unexpected end of JSON input)',
+      'body',
+      'invalid_request',
+    );
+    const cases: [string, Sent, number, unknown][] = [
+      ['no key', { path: `${base}/chat/completions`, body: chat('x') }, 401, missingKey],
       [
         'a wrong key',
         {
@@ -130,42 +128,131 @@ describe('gateway: LLM calls served straight from node:http', () => {
           headers: { authorization: 'Bearer nope-0123456789abcdef' },
           body: chat('x'),
         },
+        401,
+        { error: { code: 'unauthorized', message: 'invalid API key' } },
       ],
       [
         'a trainer key',
         { path: `${base}/chat/completions`, headers: { 'x-api-key': TRAINER_KEY }, body: chat('x') },
+        403,
+        { error: { code: 'forbidden', message: 'this key lacks the agent scope' } },
       ],
-      ['malformed JSON', { path: `${base}/chat/completions`, headers: agent, body: '{"messages": [' }],
-      ['an empty body', { path: `${base}/completions`, headers: agent, body: '' }],
-      ['n = 2', { path: `${base}/chat/completions`, headers: agent, body: chat('x', { n: 2 }) }],
+      [
+        'a NUL in the query',
+        { path: `${base}/chat/completions?x=%00`, headers: agent, body: chat('x') },
+        400,
+        {
+          error: {
+            code: 'invalid_request',
+            message: 'x: text holds U+0000 (NUL), which cannot be stored',
+            field: 'x',
+          },
+        },
+      ],
+      [
+        'malformed JSON',
+        { path: `${base}/chat/completions`, headers: agent, body: '{"messages": [' },
+        400,
+        malformed,
+      ],
+      ['an empty body', { path: `${base}/completions`, headers: agent, body: '' }, 400, malformed],
+      [
+        'n = 2',
+        { path: `${base}/chat/completions`, headers: agent, body: chat('x', { n: 2 }) },
+        400,
+        openaiError(
+          400,
+          'n: only n=1 is supported (each choice would be its own step; send n separate requests, one trajectory each)',
+          'n',
+          'invalid_request',
+        ),
+      ],
       [
         'no messages',
         { path: `${base}/chat/completions`, headers: agent, body: JSON.stringify({ model: 'm' }) },
+        400,
+        openaiError(400, 'messages: must be a non-empty array of messages', 'messages', 'invalid_request'),
       ],
       [
         'an unknown trajectory',
         { path: `/${'0'.repeat(32)}/${t.group_id}/v1/chat/completions`, headers: agent, body: chat('x') },
+        404,
+        openaiError(
+          404,
+          `trajectory ${'0'.repeat(32)} does not exist (create one with POST /init_trajectory)`,
+          null,
+          'not_found',
+        ),
       ],
       [
-        'a wrong group',
-        { path: `/${t.trajectory_uid}/other/v1/chat/completions`, headers: agent, body: chat('x') },
+        'an id that is no id, once decoded',
+        { path: `/${t.trajectory_uid}/a%2Fb/v1/chat/completions`, headers: agent, body: chat('x') },
+        400,
+        openaiError(
+          400,
+          'group_id: may contain only letters, digits and . _ : -',
+          'group_id',
+          'invalid_request',
+        ),
+      ],
+      [
+        'no trajectory at the fixed base_url',
+        { path: '/v1/chat/completions', headers: agent, body: chat('x') },
+        400,
+        openaiError(
+          400,
+          'no trajectory named: send the header X-Stepwise-Trajectory, set model to "<trajectory>__<model>", or use the base_url from POST /init_trajectory',
+          'model',
+          'missing_trajectory',
+        ),
+      ],
+      [
+        '/generate without ids',
+        { path: '/generate', headers: agent, body: JSON.stringify({ prompt_ids: [] }) },
+        400,
+        openaiError(
+          400,
+          'prompt_ids: must be a non-empty array of token ids',
+          'prompt_ids',
+          'invalid_request',
+        ),
+      ],
+      [
+        '/generate with a NUL in the body',
+        { path: '/generate', headers: agent, body: JSON.stringify({ prompt_ids: [1], x: 'a\u0000b' }) },
+        400,
+        openaiError(400, 'x: text holds U+0000 (NUL), which cannot be stored', 'x', 'invalid_request'),
+      ],
+      [
+        '/generate without a key',
+        { path: '/generate', body: JSON.stringify({ prompt_ids: [1] }) },
+        401,
+        missingKey,
+      ],
+      [
+        'models of another group',
+        { method: 'GET', path: `/${t.trajectory_uid}/other/v1/models`, headers: agent },
+        404,
+        openaiError(
+          404,
+          `trajectory ${t.trajectory_uid} has no group other (check the base_url; a trajectory joins the group its base_url names, as Claw-R1's prompt_uid, at register_trajectory, where its channel sets trust_agent_reward)`,
+          null,
+          'not_found',
+        ),
       ],
     ];
-    for (const [what, sent] of cases) {
-      const direct = await overHttp(url, sent);
-      const hono = await inProcess(app, sent);
-      expect(direct, what).toEqual(hono);
-      expect(direct.status, what).toBeGreaterThanOrEqual(400);
-      expect(JSON.parse(direct.body).error.message, what).toEqual(expect.any(String));
+    for (const [what, sent, status, body] of cases) {
+      const got = await overHttp(server.url, sent);
+      expect(got.status, what).toBe(status);
+      expect(got.headers['content-type'], what).toBe('application/json');
+      expect(JSON.parse(got.body), what).toEqual(body);
     }
-    expect(taken()).toBe(cases.length);
     expect(await server.pool.getTrajectorySteps(t.trajectory_uid)).toEqual([]);
   });
 
-  it('takes the key from Authorization, X-Api-Key or the dashboard cookie, and answers as the Hono route', async () => {
+  it('takes the key from Authorization, X-Api-Key or the dashboard cookie', async () => {
     const server = await serve({ apiKeys: KEY_SPECS });
-    const { app, url, taken } = await twoWays(server, KEY_SPECS);
-    const t = await initTrajectory(url, AGENT_KEY);
+    const t = await initTrajectory(server.url, AGENT_KEY);
     const ways: [string, Record<string, string>][] = [
       [
         `/${t.trajectory_uid}/${t.group_id}/v1/chat/completions?trace=1`,
@@ -179,69 +266,124 @@ describe('gateway: LLM calls served straight from node:http', () => {
       ['/v1/chat/completions', { 'x-api-key': AGENT_KEY, 'x-stepwise-trajectory': t.trajectory_uid }],
     ];
     for (const [path, headers] of ways) {
-      // The sim's echo policy answers the last user message: the same request, the same answer.
-      const sent = { path, headers, body: chat('the same question') };
-      const direct = await overHttp(url, sent);
-      const hono = await inProcess(app, sent);
-      expect(direct.status).toBe(200);
-      expect(hono.status).toBe(200);
-      const content = (body: string) => JSON.parse(body).choices[0].message.content;
-      expect(content(direct.body)).toBe(content(hono.body));
-      expect(content(direct.body)).toContain('the same question');
+      // The sim's echo policy answers the last user message.
+      const got = await overHttp(server.url, { path, headers, body: chat('the same question') });
+      expect(got.status, path).toBe(200);
+      expect(JSON.parse(got.body).choices[0].message.content).toContain('the same question');
     }
-    expect(taken()).toBe(ways.length);
     await server.gateway.completeTrajectory(t.trajectory_uid, { reward: 1 });
-    const steps = await server.pool.getTrajectorySteps(t.trajectory_uid);
-    expect(steps).toHaveLength(ways.length * 2);
+    expect(await server.pool.getTrajectorySteps(t.trajectory_uid)).toHaveLength(ways.length);
   });
 
   it('reads a body as a fetch Request does (a leading byte-order mark is dropped)', async () => {
     const server = await serve();
-    const { url, taken } = await twoWays(server, []);
-    const t = await initTrajectory(url);
+    const t = await initTrajectory(server.url);
     const body = Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), Buffer.from(chat('héllo wörld'))]);
-    const direct = await overHttp(url, {
+    const got = await overHttp(server.url, {
       path: `/${t.trajectory_uid}/${t.group_id}/v1/chat/completions`,
       body,
     });
-    expect(direct.status).toBe(200);
-    expect(JSON.parse(direct.body).choices[0].message.content).toContain('héllo wörld');
-    expect(taken()).toBe(1);
+    expect(got.status).toBe(200);
+    expect(JSON.parse(got.body).choices[0].message.content).toContain('héllo wörld');
   });
 
-  it('leaves every other form of these paths, and every other route, to the Hono app', async () => {
+  it('reads paths as the app does: encoded ids are decoded; a trailing slash or another method is no route', async () => {
     const server = await serve();
-    const { url, taken } = await twoWays(server, []);
-    const t = await initTrajectory(url);
+    const t = await initTrajectory(server.url);
     const base = `/${t.trajectory_uid}/${t.group_id}/v1`;
-    const trailingSlash = await overHttp(url, { path: `${base}/chat/completions/`, body: chat('x') });
+    const noRoute = (method: string, path: string) => ({
+      error: { code: 'not_found', message: `no route for ${method} ${path}` },
+    });
+    const trailingSlash = await overHttp(server.url, { path: `${base}/chat/completions/`, body: chat('x') });
     expect(trailingSlash.status).toBe(404);
-    expect(JSON.parse(trailingSlash.body).error.message).toMatch(/no route/);
-    // A percent-encoded id is decoded by the Hono route: this one is the trajectory's own.
-    const encoded = await overHttp(url, {
-      path: `/${t.trajectory_uid}/%${t.group_id.charCodeAt(0).toString(16)}${t.group_id.slice(1)}/v1/chat/completions`,
+    expect(JSON.parse(trailingSlash.body)).toEqual(noRoute('POST', `${base}/chat/completions/`));
+    const get = await overHttp(server.url, { method: 'GET', path: `${base}/chat/completions` });
+    expect(JSON.parse(get.body)).toEqual(noRoute('GET', `${base}/chat/completions`));
+    const postModels = await overHttp(server.url, { path: '/v1/models', body: '{}' });
+    expect(JSON.parse(postModels.body)).toEqual(noRoute('POST', '/v1/models'));
+
+    const encodedGroup = `%${t.group_id.charCodeAt(0).toString(16)}${t.group_id.slice(1)}`;
+    const encoded = await overHttp(server.url, {
+      path: `/${t.trajectory_uid}/${encodedGroup}/v1/chat/completions`,
       body: chat('encoded'),
     });
     expect(encoded.status).toBe(200);
-    const models = await fetch(`${url}${base}/models`);
-    expect(models.status).toBe(200);
-    expect(taken()).toBe(0);
-    const direct = await overHttp(url, { path: `${base}/chat/completions`, body: chat('x') });
-    expect(direct.status).toBe(200);
-    expect(taken()).toBe(1);
+    expect(JSON.parse(encoded.body).choices[0].message.content).toContain('encoded');
+    const generate = await overHttp(server.url, {
+      path: '/%67enerate',
+      body: JSON.stringify({ prompt_ids: [1, 2], sampling_params: { max_new_tokens: 2 } }),
+    });
+    expect(generate.status).toBe(200);
+    expect(JSON.parse(generate.body)).toMatchObject({ prompt_ids: [1, 2], engine_id: expect.any(String) });
+    const dotted = await overHttp(server.url, {
+      path: `/x/..${base}/chat/completions`,
+      body: chat('dotted'),
+    });
+    expect(dotted.status).toBe(200);
+    await server.gateway.completeTrajectory(t.trajectory_uid, { reward: null });
+    expect(await server.pool.getTrajectorySteps(t.trajectory_uid)).toHaveLength(2);
   });
 
-  it('leaves paths under /dashboard to the Hono app: a caller without a key is sent to the login page', async () => {
+  it('answers models under a base_url and at the fixed one; a HEAD gets the headers alone', async () => {
+    const server = await serve();
+    const t = await initTrajectory(server.url);
+    for (const path of [`/${t.trajectory_uid}/${t.group_id}/v1/models`, '/v1/models']) {
+      const got = await overHttp(server.url, { method: 'GET', path });
+      expect(got.status).toBe(200);
+      expect(JSON.parse(got.body)).toMatchObject({ object: 'list', data: [{ object: 'model' }] });
+      const head = await overHttp(server.url, { method: 'HEAD', path });
+      expect(head.status).toBe(200);
+      expect(head.headers['content-type']).toBe('application/json');
+      expect(head.body).toBe('');
+    }
+  });
+
+  it('leaves paths under /dashboard to the app: sign-in, then its admin scope', async () => {
     const server = await serve({ apiKeys: KEY_SPECS });
-    const { app, url, taken } = await twoWays(server, KEY_SPECS);
     const path = '/dashboard/x/v1/chat/completions';
-    const direct = await overHttp(url, { path, body: chat('x') });
-    const hono = await inProcess(app, { path, body: chat('x') });
-    expect(direct.status).toBe(303);
-    expect(hono.status).toBe(303);
-    const keyed = { path, headers: { authorization: `Bearer ${AGENT_KEY}` }, body: chat('x') };
-    expect(await overHttp(url, keyed)).toEqual(await inProcess(app, keyed));
-    expect(taken()).toBe(0);
+    const anonymous = await overHttp(server.url, { path, body: chat('x') });
+    expect(anonymous.status).toBe(303);
+    expect(anonymous.headers.location).toBe(`/dashboard/login?next=${encodeURIComponent(path)}`);
+    const agent = await overHttp(server.url, { path, headers: { 'x-api-key': AGENT_KEY }, body: chat('x') });
+    expect(agent.status).toBe(403);
+    expect(JSON.parse(agent.body).error.message).toBe('this key lacks the admin scope');
+    const admin = await overHttp(server.url, { path, headers: { 'x-api-key': ADMIN_KEY }, body: chat('x') });
+    expect(admin.status).toBe(404);
+    expect(JSON.parse(admin.body).error.code).toBe('not_found');
+  });
+
+  it('is the only path: the app itself serves no LLM call', async () => {
+    const server = await serve({ apiKeys: KEY_SPECS });
+    const t = await initTrajectory(server.url, AGENT_KEY);
+    const app = createApp({
+      pool: server.pool,
+      gateway: server.gateway,
+      apiKeys: KEY_SPECS.map(parseApiKey),
+    });
+    const headers = { authorization: `Bearer ${AGENT_KEY}`, 'content-type': 'application/json' };
+    for (const [method, path] of [
+      ['POST', `/${t.trajectory_uid}/${t.group_id}/v1/chat/completions`],
+      ['POST', '/v1/completions'],
+      ['POST', '/generate'],
+      ['GET', '/v1/models'],
+    ] as const) {
+      const res = await app.request(path, {
+        method,
+        headers,
+        ...(method === 'POST' ? { body: chat('x') } : {}),
+      });
+      expect(res.status, path).toBe(404);
+      expect(((await res.json()) as { error: { message: string } }).error.message).toBe(
+        `no route for ${method} ${path}`,
+      );
+    }
+    // The same calls over the server's HTTP are answered.
+    const got = await overHttp(server.url, {
+      path: `/${t.trajectory_uid}/${t.group_id}/v1/chat/completions`,
+      headers: { authorization: `Bearer ${AGENT_KEY}` },
+      body: chat('served'),
+    });
+    expect(got.status).toBe(200);
   });
 
   it("sends a stream's status and headers as soon as the engine's, before its first event", async () => {

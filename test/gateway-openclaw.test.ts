@@ -6,7 +6,7 @@ import OpenAI from 'openai';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Step } from '../src/domain/index.js';
 import type { ReferenceTask } from '../src/engines/sim/policies.js';
-import { type RunningServer, startServer } from '../src/gateway/server.js';
+import { type RunningServer, startServer } from '../src/server/server.js';
 import { loadQwen3Tokenizer } from '../src/text/index.js';
 
 /*

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import fc from 'fast-check';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type RunningServer, startServer } from '../src/gateway/server.js';
+import { type RunningServer, startServer } from '../src/server/server.js';
 import { loadQwen3Tokenizer } from '../src/text/index.js';
 
 /*

@@ -6,7 +6,7 @@ import type { ChatCompletionMessageParam } from 'openai/resources/chat/completio
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Trajectory } from '../src/domain/index.js';
 import { OPENCLAW_INTERNAL_MARKER } from '../src/gateway/feedback.js';
-import { type RunningServer, type ServerOptions, startServer } from '../src/gateway/server.js';
+import { type RunningServer, type ServerOptions, startServer } from '../src/server/server.js';
 import { killAllServerProcesses, startServerProcess } from './support/server-process.js';
 
 /*

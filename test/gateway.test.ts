@@ -6,7 +6,7 @@ import OpenAI from 'openai';
 import { afterAll, afterEach, beforeAll, describe, expect, it, onTestFinished, vi } from 'vitest';
 import { HINT_HEADING } from '../src/curation/actguide/index.js';
 import type { Step } from '../src/domain/index.js';
-import { type RunningServer, type ServerOptions, startServer } from '../src/gateway/server.js';
+import { type RunningServer, type ServerOptions, startServer } from '../src/server/server.js';
 import { loadQwen3Tokenizer, renderChat } from '../src/text/index.js';
 
 /*

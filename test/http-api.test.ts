@@ -3,8 +3,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { StepWireInput } from '../src/domain/index.js';
-import { type RunningServer, startServer } from '../src/gateway/server.js';
 import { StepwiseClient, StepwiseHttpError } from '../src/sdk/client.js';
+import { type RunningServer, startServer } from '../src/server/server.js';
 
 function wireEpisode(trajectory: string, prompt: string, n: number, reward = 1): StepWireInput[] {
   const steps: StepWireInput[] = [];

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { StepWireInput } from '../src/domain/index.js';
-import { type RunningServer, startServer } from '../src/gateway/server.js';
+import { type RunningServer, startServer } from '../src/server/server.js';
 
 /*
  * The Python trainer client (clients/python) against a real server: python3 leases `padded` and

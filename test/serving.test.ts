@@ -5,8 +5,8 @@ import { join } from 'node:path';
 import { tableFromIPC } from 'apache-arrow';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { NewStep } from '../src/domain/index.js';
-import { type RunningServer, startServer } from '../src/gateway/server.js';
 import { StepwiseClient } from '../src/sdk/client.js';
+import { type RunningServer, startServer } from '../src/server/server.js';
 import type { BatchJson } from '../src/serving/json-batch.js';
 import { makeStep } from './support/steps.js';
 

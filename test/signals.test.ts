@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { SignalOut } from '../src/domain/index.js';
-import { type RunningServer, type ServerOptions, startServer } from '../src/gateway/server.js';
+import { type RunningServer, type ServerOptions, startServer } from '../src/server/server.js';
 import type { BatchJson } from '../src/serving/json-batch.js';
 import { callJson } from './support/http.js';
 import { episode } from './support/steps.js';

@@ -4,7 +4,6 @@ import { join, resolve } from 'node:path';
 import { HINT_HEADING } from '../curation/actguide/index.js';
 import { ExportRequest } from '../export/request.js';
 import { runExport } from '../export/run-export.js';
-import { startServer } from '../gateway/server.js';
 import { type GuideSummary, REPLACED_TAG, runGuided } from '../gym/guide.js';
 import { runGym, type SampleResult, summarize } from '../gym/runner.js';
 import { checkSandbox } from '../gym/sandbox/index.js';
@@ -12,6 +11,7 @@ import { synthesize } from '../gym/synth/index.js';
 import { referenceTasks } from '../gym/tasks/index.js';
 import type { GymTask } from '../gym/tasks/schema.js';
 import { StepwiseClient } from '../sdk/client.js';
+import { startServer } from '../server/server.js';
 import { contentText } from '../text/content.js';
 
 export interface DemoOptions {

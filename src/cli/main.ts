@@ -1,9 +1,9 @@
 import { readFileSync } from 'node:fs';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { startSimServer } from '../engines/sim/serve.js';
-import { startServer } from '../gateway/server.js';
 import { loadTasks, referenceTasks, TASK_SET_HELP } from '../gym/tasks/index.js';
 import { loadRewardsConfig } from '../rewards/config.js';
+import { startServer } from '../server/server.js';
 import { redactUrl } from '../store/postgres/postgres-store.js';
 import { createLogger } from '../util/logger.js';
 import { registerBenchCommand } from './bench.js';

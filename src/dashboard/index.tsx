@@ -4,7 +4,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Hono } from 'hono';
 import { setCookie } from 'hono/cookie';
-import { findKey, isPublicDashboardPath, KEY_COOKIE, requireScope } from '../gateway/auth.js';
+import { findKey, isPublicDashboardPath, KEY_COOKIE, requireScope } from '../http/auth.js';
 import { Page } from './layout.js';
 import type { DashboardEnv, DashboardOptions } from './options.js';
 import { mountBatchPages } from './pages/batches.js';

@@ -1,7 +1,4 @@
-/**
- * An answer for the agent before an HTTP layer frames it: the Hono routes wrap it in a Response
- * (`answerResponse`), the direct listener for LLM calls writes it to the socket (direct.ts).
- */
+/** An answer for the agent before an HTTP layer frames it: direct.ts writes it to the socket. */
 export interface Answer {
   status: number;
   headers: Readonly<Record<string, string>>;
@@ -29,22 +26,4 @@ export interface StreamSink {
 export const isStreamSource = (body: Answer['body']): body is StreamSource =>
   typeof body === 'object' && body !== null && 'pull' in body;
 
-const utf8 = new TextEncoder();
-
 export const JSON_HEADERS: Readonly<Record<string, string>> = { 'content-type': 'application/json' };
-
-export function answerResponse(answer: Answer): Response {
-  const { body } = answer;
-  const content = isStreamSource(body)
-    ? new ReadableStream<Uint8Array>({
-        pull: (controller) =>
-          body.pull({
-            enqueue: (text) => controller.enqueue(utf8.encode(text)),
-            close: () => controller.close(),
-            error: (error) => controller.error(error),
-          }),
-        cancel: () => body.cancel(),
-      })
-    : body;
-  return new Response(content, { status: answer.status, headers: answer.headers });
-}

@@ -1,18 +1,27 @@
-import { ClientId, clientIdParam, parseOrThrow, ValidationError } from '../domain/index.js';
-import type { Answer } from './answer.js';
-import { type CallKind, checkCallRequest, type Gateway } from './gateway.js';
-import { parseJsonText } from './json-body.js';
+import { z } from 'zod';
+import { ClientId, clientIdParam, parseOrThrow, TokenIds, ValidationError } from '../domain/index.js';
+import { parseJsonText } from '../http/json-body.js';
+import { type Answer, JSON_HEADERS } from './answer.js';
+import { type CallKind, checkCallRequest, checkPromptLength } from './call-request.js';
+import type { Gateway } from './gateway.js';
 import { CHANNEL_HEADER, SESSION_HEADER, sessionOf } from './online-sessions.js';
 import { openaiError } from './openai-errors.js';
 
 /*
- * The LLM calls (chat/completions and completions) independent of the HTTP layer: the Hono routes
- * (routes.ts) and the direct node:http listener (direct.ts) both answer them here, so the checks,
- * their order and the answers are the same whichever serves a request.
+ * The LLM calls (chat/completions, completions, /generate, models) independent of the HTTP layer:
+ * what the gateway's listener (direct.ts) answers for each, from the request's ids, headers and body.
  */
 
 export const TRAJECTORY_HEADER = 'x-stepwise-trajectory';
 const MODEL_SEPARATOR = '__';
+
+const GenerateBody = z.looseObject({
+  prompt_ids: TokenIds.optional(),
+  input_ids: TokenIds.optional(),
+  sampling_params: z.looseObject({}).optional(),
+  trajectory_uid: ClientId.optional(),
+  model: z.string().max(256).optional(),
+});
 
 /** A request header by lower-case name. */
 export type HeaderOf = (name: string) => string | undefined;
@@ -99,4 +108,41 @@ async function sessionCall(
   } finally {
     call.release();
   }
+}
+
+/**
+ * White-box token-in/token-out generation (`POST /generate`, Claw-R1's): prompt ids in, the engine's
+ * ids and logprobs out; nothing is recorded (the agent submits its steps).
+ */
+export async function generateCall(gateway: Gateway, text: string, signal: AbortSignal): Promise<Answer> {
+  const body = parseOrThrow(GenerateBody, parseJsonText(text, false, true).value);
+  const promptIds = body.prompt_ids ?? body.input_ids;
+  if (!promptIds || promptIds.length === 0) {
+    throw new ValidationError('prompt_ids: must be a non-empty array of token ids', 'prompt_ids');
+  }
+  checkPromptLength(promptIds.length, body.prompt_ids !== undefined ? 'prompt_ids' : 'input_ids');
+  const sampling = { ...(body.sampling_params ?? {}) };
+  // SGLang/verl name it max_new_tokens; the OpenAI-compatible API calls it max_tokens.
+  if (sampling.max_new_tokens !== undefined && sampling.max_tokens === undefined) {
+    sampling.max_tokens = sampling.max_new_tokens;
+    delete sampling.max_new_tokens;
+  }
+  const out = await gateway.generate(
+    { promptIds, sampling, trajectoryId: body.trajectory_uid ?? null, model: body.model },
+    signal,
+  );
+  return { status: 200, headers: JSON_HEADERS, body: JSON.stringify(out) };
+}
+
+/** The models agents may name, at the fixed base_url or under a trajectory's (which must exist). */
+export async function modelsCall(
+  gateway: Gateway,
+  ids: { trajectory: string; group: string } | null,
+): Promise<Answer> {
+  if (ids !== null)
+    await gateway.sessionAt(
+      clientIdParam(ids.trajectory, 'trajectory_uid'),
+      clientIdParam(ids.group, 'group_id'),
+    );
+  return gateway.models();
 }

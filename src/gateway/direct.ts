@@ -1,8 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { parse as parseCookies } from 'hono/utils/cookie';
-import { AuthError } from '../domain/index.js';
-import type { DirectListener } from '../util/http-server.js';
-import { type Answer, isStreamSource, JSON_HEADERS, type StreamSource } from './answer.js';
+import { getPath, getQueryParams, tryDecodeURIComponent } from 'hono/utils/url';
+import { StepwiseError } from '../domain/index.js';
 import {
   type ApiKey,
   callerKey,
@@ -11,33 +10,88 @@ import {
   KEY_COOKIE,
   requestKey,
   type Scope,
-} from './auth.js';
-import { fixedCall, trajectoryCall } from './calls.js';
-import type { CallKind, Gateway } from './gateway.js';
+} from '../http/auth.js';
+import { refuseNulQuery } from '../http/json-body.js';
+import type { DirectListener } from '../util/http-server.js';
+import { type Answer, isStreamSource, JSON_HEADERS, type StreamSource } from './answer.js';
+import type { CallKind } from './call-request.js';
+import { fixedCall, generateCall, modelsCall, trajectoryCall } from './calls.js';
+import type { Gateway } from './gateway.js';
 import { errorAnswer } from './openai-errors.js';
 
 /*
- * The LLM calls (`POST .../v1/chat/completions` and `.../v1/completions` under a trajectory's
- * base_url or at the fixed one: nearly every request an agent makes) served straight from
- * node:http, by the same handlers as their Hono routes (calls.ts), without a fetch Request and
- * Response built around each call: the gateway's answer is written to the socket as it comes.
- * Every other request, and these paths in any other form, goes on to the Hono app.
+ * The one HTTP path of the LLM calls: `POST .../v1/chat/completions` and `.../v1/completions` under a
+ * trajectory's base_url or at the fixed one, `POST /generate`, and `GET .../v1/models`. They are
+ * served straight from node:http, ahead of the Hono app and without a fetch Request and Response
+ * built around each call: the gateway's answer is written to the socket as it comes. Paths are read
+ * as the app reads them (percent-decoding included); every other request goes on to the app.
  */
 
-/** `/<trajectory>/<group>/v1/<call>` or `/v1/<call>`, with or without a query. */
-const CALL_PATH = /^\/(?:([^/?]+)\/([^/?]+)\/)?v1\/(chat\/completions|completions)(?:\?|$)/;
+/** `/<trajectory>/<group>/v1/<call>` or `/v1/<call>`, the query cut off. */
+const CALL_PATH = /^\/(?:([^/]+)\/([^/]+)\/)?v1\/(chat\/completions|completions|models)$/;
 const AGENT: readonly Scope[] = ['agent'];
+
+type Route =
+  | { kind: 'call'; call: CallKind; trajectory: string | undefined; group: string | undefined }
+  | { kind: 'generate' }
+  | { kind: 'models'; trajectory: string | undefined; group: string | undefined };
+
+/** The LLM call a request is, or null when it is the app's. */
+function routeOf(method: string, url: string): Route | null {
+  const end = url.search(/[?#]/);
+  let path = end === -1 ? url : url.slice(0, end);
+  // A percent-encoded path is decoded as Hono decodes it; ids never need encoding, so this is rare.
+  const encoded = path.includes('%');
+  if (encoded) path = getPath({ url: `http://host${url}` } as Request);
+  if (method === 'POST' && path === '/generate') return { kind: 'generate' };
+  const match = CALL_PATH.exec(path);
+  // The dashboard's paths are the app's (its login redirect, its admin scope), whatever follows.
+  if (match === null || isDashboardPath(path)) return null;
+  const id = (segment: string | undefined) =>
+    encoded && segment !== undefined ? tryDecodeURIComponent(segment) : segment;
+  const [, trajectory, group, call] = match;
+  if (call === 'models') {
+    if (method !== 'GET' && method !== 'HEAD') return null;
+    return { kind: 'models', trajectory: id(trajectory), group: id(group) };
+  }
+  if (method !== 'POST') return null;
+  return {
+    kind: 'call',
+    call: call === 'completions' ? 'text' : 'chat',
+    trajectory: id(trajectory),
+    group: id(group),
+  };
+}
+
+/** A request target the app reads as it comes (@hono/node-server's test); any other it parses first. */
+const PLAIN_TARGET = /^\/[!#$&-;=?-[\]_a-z~]*$/;
+const DOT_SEGMENT = /\/\.\.?(?:[/?#]|$)/;
+
+/**
+ * The path and query the app would see for a request target: dot segments resolved and odd
+ * characters encoded as the URL parser does, an absolute-form target reduced to its path. Null for
+ * one the app refuses (it answers that itself).
+ */
+function targetOf(url: string): string | null {
+  if (PLAIN_TARGET.test(url) && !DOT_SEGMENT.test(url)) return url;
+  if (url[0] !== '/' && !url.startsWith('http://') && !url.startsWith('https://')) return null;
+  const query = url.indexOf('?');
+  if (url.lastIndexOf('\\', query === -1 ? undefined : query) !== -1) return null;
+  try {
+    const parsed = new URL(url, 'http://host');
+    return parsed.pathname + parsed.search;
+  } catch {
+    return null;
+  }
+}
 
 export function llmCallListener(gateway: Gateway, keys: readonly ApiKey[]): DirectListener {
   return (req, res) => {
-    if (req.method !== 'POST' || req.url === undefined) return false;
-    const path = CALL_PATH.exec(req.url);
-    if (path === null) return false;
-    const kind: CallKind = path[3] === 'completions' ? 'text' : 'chat';
-    // Percent-encoded ids are for the Hono route (it decodes them); ids never need encoding. The
-    // dashboard's paths are the app's (its login redirect), whatever follows.
-    if (path[1]?.includes('%') || path[2]?.includes('%') || isDashboardPath(req.url)) return false;
-    void serve(gateway, keys, kind, path[1], path[2], req, res);
+    if (req.method === undefined || req.url === undefined) return false;
+    const target = targetOf(req.url);
+    const route = target === null ? null : routeOf(req.method, target);
+    if (route === null) return false;
+    void serve(gateway, keys, route, target!, req, res);
     return true;
   };
 }
@@ -45,9 +99,8 @@ export function llmCallListener(gateway: Gateway, keys: readonly ApiKey[]): Dire
 async function serve(
   gateway: Gateway,
   keys: readonly ApiKey[],
-  kind: CallKind,
-  trajectory: string | undefined,
-  group: string | undefined,
+  route: Route,
+  target: string,
   req: IncomingMessage & { rawBody?: Buffer },
   res: ServerResponse,
 ): Promise<void> {
@@ -56,29 +109,57 @@ async function serve(
   res.once('close', () => {
     if (!res.writableFinished) gone.abort(new Error('the agent went away'));
   });
+  // Refused before the call is read, in the app's error shape, as the app refuses any route.
+  const refused = admission(keys, target, req);
+  if (refused !== null) return write(refused, req, res);
   let answer: Answer;
   try {
-    if (keys.length > 0) {
-      const { authorization, cookie } = req.headers;
-      const presented = requestKey(authorization, header(req, 'x-api-key'), () =>
-        cookie === undefined ? undefined : parseCookies(cookie, KEY_COOKIE)[KEY_COOKIE],
-      );
-      checkScope(callerKey(keys, presented), AGENT);
-    }
-    const text = bodyText(req.rawBody);
-    answer =
-      trajectory === undefined
-        ? await fixedCall(gateway, kind, (name) => header(req, name), text, gone.signal)
-        : await trajectoryCall(gateway, kind, { trajectory, group }, text, gone.signal);
+    answer = await answerOf(gateway, route, req, gone.signal);
   } catch (error) {
     if (gone.signal.aborted) return;
-    // A missing or refused key is answered as on every route (the app's error shape).
-    answer =
-      error instanceof AuthError
-        ? { status: error.status, headers: JSON_HEADERS, body: JSON.stringify(error.toJSON()) }
-        : errorAnswer(error);
+    answer = errorAnswer(error);
   }
-  write(answer, res);
+  write(answer, req, res);
+}
+
+/** The caller's key (401, 403) and the query (a NUL in it is a 400), checked in the app's order. */
+function admission(keys: readonly ApiKey[], target: string, req: IncomingMessage): Answer | null {
+  try {
+    const key =
+      keys.length === 0
+        ? null
+        : callerKey(
+            keys,
+            requestKey(req.headers.authorization, header(req, 'x-api-key'), () => {
+              const { cookie } = req.headers;
+              return cookie === undefined ? undefined : parseCookies(cookie, KEY_COOKIE)[KEY_COOKIE];
+            }),
+          );
+    const url = `http://host${target}`;
+    refuseNulQuery(url, () => getQueryParams(url) as Record<string, string[]>);
+    checkScope(key, AGENT);
+    return null;
+  } catch (error) {
+    if (!(error instanceof StepwiseError)) return errorAnswer(error);
+    return { status: error.status, headers: JSON_HEADERS, body: JSON.stringify(error.toJSON()) };
+  }
+}
+
+function answerOf(
+  gateway: Gateway,
+  route: Route,
+  req: IncomingMessage & { rawBody?: Buffer },
+  signal: AbortSignal,
+): Promise<Answer> {
+  if (route.kind === 'models') {
+    const { trajectory, group } = route;
+    return modelsCall(gateway, trajectory === undefined ? null : { trajectory, group: group! });
+  }
+  const text = bodyText(req.rawBody);
+  if (route.kind === 'generate') return generateCall(gateway, text, signal);
+  return route.trajectory === undefined
+    ? fixedCall(gateway, route.call, (name) => header(req, name), text, signal)
+    : trajectoryCall(gateway, route.call, { trajectory: route.trajectory, group: route.group }, text, signal);
 }
 
 function header(req: IncomingMessage, name: string): string | undefined {
@@ -93,7 +174,7 @@ function bodyText(raw: Buffer | undefined): string {
   return text.charCodeAt(0) === 0xfeff ? text.slice(1) : text;
 }
 
-function write(answer: Answer, res: ServerResponse): void {
+function write(answer: Answer, req: IncomingMessage, res: ServerResponse): void {
   const { status, headers, body } = answer;
   if (isStreamSource(body)) {
     if (res.destroyed) return void body.cancel().catch(() => {});
@@ -102,6 +183,8 @@ function write(answer: Answer, res: ServerResponse): void {
     return;
   }
   if (res.destroyed) return;
+  // A HEAD is answered as the app answers it: the GET's status and headers, no body and no length.
+  if (req.method === 'HEAD') return void res.writeHead(status, headers).end();
   const length = body === null ? 0 : typeof body === 'string' ? Buffer.byteLength(body) : body.byteLength;
   res.writeHead(status, { ...headers, 'content-length': length });
   res.end(body ?? undefined);

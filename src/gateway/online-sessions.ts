@@ -10,7 +10,7 @@ import {
 } from '../domain/index.js';
 import type { DataPool } from '../pool/data-pool.js';
 import { classifyFeedback, excerpt, type FeedbackKind, latestUserTurn } from './feedback.js';
-import type { InitTrajectoryInput, Session } from './gateway.js';
+import type { InitTrajectoryInput, Session } from './session.js';
 
 /*
  * Online sessions ("deployment = training"): an everyday assistant calls the fixed base_url with a

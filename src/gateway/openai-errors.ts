@@ -1,5 +1,5 @@
 import { StepwiseError } from '../domain/errors.js';
-import { type Answer, answerResponse, JSON_HEADERS } from './answer.js';
+import { type Answer, JSON_HEADERS } from './answer.js';
 
 /** OpenAI's error body: what every OpenAI SDK turns into a typed exception. */
 export interface OpenAIErrorBody {
@@ -46,7 +46,7 @@ export function openaiErrorResponse(
   param: string | null = null,
   code: string | null = null,
 ): Response {
-  return answerResponse(openaiError(status, message, param, code));
+  return responseOf(openaiError(status, message, param, code));
 }
 
 /** Any thrown error as an OpenAI-style answer (unexpected ones as a bare 500). */
@@ -59,8 +59,12 @@ export function errorAnswer(error: unknown): Answer {
 
 /** Any thrown error as an OpenAI-style response (unexpected ones as a bare 500). */
 export function toOpenAIError(error: unknown): Response {
-  return answerResponse(errorAnswer(error));
+  return responseOf(errorAnswer(error));
 }
+
+/** A whole (not streamed) answer as a fetch Response, for the routes on the app. */
+const responseOf = (answer: Answer) =>
+  new Response(answer.body as string, { status: answer.status, headers: answer.headers });
 
 /**
  * An engine's error answer, as the agent should see it: kept when it already has OpenAI's shape,

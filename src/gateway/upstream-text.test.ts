@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { Engine } from '../engines/router.js';
-import { upstreamText } from './gateway.js';
+import { upstreamText } from './call-request.js';
 
 const vllm = { id: 'vllm@a', kind: 'vllm' } as Engine;
 const openai = { id: 'openai@b', kind: 'openai' } as Engine;

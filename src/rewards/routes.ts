@@ -10,8 +10,8 @@ import {
   parseOrThrow,
   TokenIds,
 } from '../domain/index.js';
-import { type AuthVariables, requireScope } from '../gateway/auth.js';
-import { readJsonBody } from '../gateway/json-body.js';
+import { type AuthVariables, requireScope } from '../http/auth.js';
+import { readJsonBody } from '../http/json-body.js';
 import { JOB_STATES, type RewardJob } from './job-queue.js';
 import type { RewardService } from './service.js';
 

@@ -24,7 +24,7 @@ export interface ListenOptions {
   maxBodyBytes?: number;
   /** Requests served without the fetch handler (the gateway's LLM calls: gateway/direct.ts). */
   direct?: DirectListener;
-  /** Runs first on every request: a refusal is answered at once, the body unread (gateway/request-guard.ts). */
+  /** Runs first on every request: a refusal is answered at once, the body unread (http/request-guard.ts). */
   guard?: (req: IncomingMessage) => { status: number; code: string; message: string } | null;
 }
 

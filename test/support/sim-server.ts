@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll } from 'vitest';
 import type { SimServerOptions } from '../../src/engines/sim/index.js';
-import { type RunningServer, startServer } from '../../src/gateway/server.js';
+import { type RunningServer, startServer } from '../../src/server/server.js';
 
 export interface SimServerFixture {
   /** A temporary folder, removed after the block: the store's file and anything else the tests write. */

@@ -1,4 +1,4 @@
-import { offload } from '../../../gateway/offload.js';
+import { offload } from '../../../http/offload.js';
 import { decodeWithTable, loadQwen3TokenTable, type TokenTable } from '../../../text/token-table.js';
 import { type Budget, htmlBytes, LIMITS, TextBlock, Truncated } from '../../bounded.js';
 import { fmt } from '../../layout.js';
@@ -16,7 +16,7 @@ let table: TokenTable | null = null;
 let loading: Promise<void> | null = null;
 
 /**
- * Gets Qwen3's decoding table from the gateway's offload thread, once per process: the tokenizer it
+ * Gets Qwen3's decoding table from the offload thread, once per process: the tokenizer it
  * comes from takes most of a second to load, which would hold the event loop (docs/security.md).
  * Pages that decode await it first (mountTrajectoryPages).
  */

@@ -1,5 +1,5 @@
 /**
- * The thread the gateway hands CPU-heavy request work to (offload.ts): the tokenising a capture may
+ * The thread CPU-heavy request work goes to (offload.ts): the tokenising a gateway's capture may
  * need, the parsing of big step batches, and the dashboard's decoding table.
  */
 import { loadQwen3TokenTable } from '../text/token-table.js';

@@ -3,12 +3,12 @@ import { type GuidedStep, trainingPromptOf } from '../curation/actguide/prompt-v
 import type { Captured } from '../engines/capture.js';
 import { type RetokenizeInput, retokenizeChat, retokenizeText } from '../engines/retokenize.js';
 import type { ChatTokenizer } from '../text/index.js';
-import { offload } from './offload.js';
 
 /*
  * The tokenising a capture may need: rebuilding ids for an engine that sent none, and an ActGuide
  * step's training prompt. Both render and encode the whole conversation (a 100k-token one is most of
- * a second of CPU), so by default they run on a worker thread and the event loop stays free.
+ * a second of CPU), so by default they run on the offload thread (offload.ts: offThreadTokenizer) and
+ * the event loop stays free.
  */
 
 type Ids = { promptIds: number[]; responseIds: number[] };
@@ -42,12 +42,3 @@ export function inThreadTokenizer(tokenizer: () => ChatTokenizer): CaptureTokeni
     },
   };
 }
-
-/** Qwen3's tokenizer on the gateway's offload thread. */
-export const offThreadTokenizer: CaptureTokenizer = {
-  retokenizeChat: (input, captured) => offload.call('retokenizeChat', input, captured),
-  retokenizeText: (prompt, captured) => offload.call('retokenizeText', prompt, captured),
-  trainingPromptOf: (step, hint, mode) => offload.call('trainingPromptOf', step, hint, mode),
-  decode: (ids) => offload.call('decode', ids),
-  decodeGenerated: (ids) => offload.call('decodeGenerated', ids),
-};

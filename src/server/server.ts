@@ -2,6 +2,10 @@ import type { Logger } from 'pino';
 import type { ChannelConfig } from '../domain/index.js';
 import { createEngineRouter } from '../engines/index.js';
 import type { SimServerOptions } from '../engines/sim/serve.js';
+import { llmCallListener } from '../gateway/direct.js';
+import { Gateway, type GatewayOptions } from '../gateway/gateway.js';
+import { isLoopback, parseApiKey } from '../http/auth.js';
+import { requestGuard } from '../http/request-guard.js';
 import type { PoolOps } from '../pool/core.js';
 import { DataPool } from '../pool/data-pool.js';
 import { WorkerPool } from '../pool/worker-pool.js';
@@ -12,10 +16,6 @@ import { openSqliteStore } from '../store/sqlite/sqlite-store.js';
 import type { Store } from '../store/store.js';
 import { type Listening, listen } from '../util/http-server.js';
 import { createApp } from './app.js';
-import { isLoopback, parseApiKey } from './auth.js';
-import { llmCallListener } from './direct.js';
-import { Gateway, type GatewayOptions } from './gateway.js';
-import { requestGuard } from './request-guard.js';
 
 export interface ServerOptions {
   /** SQLite database file (the default store); ignored with `pg`. */

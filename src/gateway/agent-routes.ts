@@ -15,32 +15,24 @@ import {
   StepwiseError,
   signalFromWire,
   signalToWire,
-  TokenIds,
   TrajectorySignalsBody,
   trajectoryToWire,
-  ValidationError,
 } from '../domain/index.js';
+import { type AuthVariables, agentOnly, requireScope } from '../http/auth.js';
+import { readJsonBody } from '../http/json-body.js';
 import { computeRewardResponse, isSampleRewardBody, SampleRewardBody } from '../rewards/routes.js';
 import { scoreSample } from '../rewards/sample.js';
 import type { RewardService } from '../rewards/service.js';
-import { answerResponse } from './answer.js';
-import { type AuthVariables, agentOnly, requireScope } from './auth.js';
-import { fixedCall, trajectoryCall } from './calls.js';
-import { type CallKind, checkPromptLength, type Gateway } from './gateway.js';
-import { readJsonBody } from './json-body.js';
+import type { Gateway } from './gateway.js';
 import { openaiErrorResponse, toOpenAIError } from './openai-errors.js';
 
 /*
- * The gateway's HTTP routes, mounted on the pool's app (one port):
- * - black-box agents: `POST /init_trajectory` mints a trajectory and its base_url
- *   `http://host:port/<trajectory>/<group>/v1`; under it the OpenAI routes (`chat/completions`,
- *   `completions`, `models`), `register_trajectory` / `complete_trajectory` and `signals` (scores
- *   for this trajectory only, also after it completed). Agents with a fixed base_url call
- *   `/v1/chat/completions` and name the trajectory in `X-Stepwise-Trajectory` or as the model
- *   prefix `<trajectory>__<model>`, or name a session in `X-Stepwise-Session` (online mode: one
- *   trajectory per session, opened on its first call; see online-sessions.ts).
- * - white-box agents: `POST /generate` (token ids in and out), `POST /compute_reward`.
- * Errors on these routes have OpenAI's shape, so every OpenAI SDK reports them properly.
+ * The gateway's routes other than the LLM calls (those are direct.ts's), mounted on the API's app
+ * (one port): `POST /init_trajectory` mints a trajectory and its base_url
+ * `http://host:port/<trajectory>/<group>/v1`; under it `register_trajectory` /
+ * `complete_trajectory` and `signals` (scores for this trajectory only, also after it completed);
+ * `POST /compute_reward` for white-box agents (Claw-R1's); this process's counters.
+ * Errors on the agent's routes have OpenAI's shape, so every OpenAI SDK reports them properly.
  */
 
 type Env = { Variables: AuthVariables };
@@ -87,14 +79,6 @@ const InitTrajectoryBody = z
 const RegisterTrajectoryBody = z.strictObject({
   channel: ChannelName.optional(),
   metadata: JsonObject.optional(),
-});
-
-const GenerateBody = z.looseObject({
-  prompt_ids: TokenIds.optional(),
-  input_ids: TokenIds.optional(),
-  sampling_params: z.looseObject({}).optional(),
-  trajectory_uid: ClientId.optional(),
-  model: z.string().max(256).optional(),
 });
 
 /** Runs a handler and answers any error in OpenAI's shape. */
@@ -249,29 +233,6 @@ export function mountGatewayRoutes(
 
   // ---- under a trajectory's base_url ----------------------------------------------------------
 
-  const call = (kind: CallKind) =>
-    openai(async (c) =>
-      answerResponse(
-        await trajectoryCall(
-          gateway,
-          kind,
-          { trajectory: c.req.param('traj'), group: c.req.param('group') },
-          await c.req.text(),
-          c.req.raw.signal,
-        ),
-      ),
-    );
-  app.post('/:traj/:group/v1/chat/completions', agent, call('chat'));
-  app.post('/:traj/:group/v1/completions', agent, call('text'));
-  app.get(
-    '/:traj/:group/v1/models',
-    agent,
-    openai(async (c) => {
-      const { trajectory, group } = ids(c);
-      await gateway.sessionAt(trajectory, group);
-      return gateway.models();
-    }),
-  );
   app.post(
     '/:traj/:group/v1/register_trajectory',
     agent,
@@ -350,49 +311,9 @@ export function mountGatewayRoutes(
     }),
   );
 
-  // ---- fixed base_url: the trajectory in a header or in the model name ------------------------
-
-  const fixed = (kind: CallKind) =>
-    openai(async (c) =>
-      answerResponse(
-        await fixedCall(gateway, kind, (name) => c.req.header(name), await c.req.text(), c.req.raw.signal),
-      ),
-    );
-  app.post('/v1/chat/completions', agent, fixed('chat'));
-  app.post('/v1/completions', agent, fixed('text'));
-  app.get(
-    '/v1/models',
-    agent,
-    openai(async () => gateway.models()),
-  );
   // This process's counters (a `stepwise gateway` has no /v1/stats).
   app.get('/v1/gateway/stats', requireScope('trainer'), async (c) => c.json(gateway.stats()));
 
-  // ---- white-box ------------------------------------------------------------------------------
-
-  app.post(
-    '/generate',
-    agent,
-    openai(async (c) => {
-      const body = parseOrThrow(GenerateBody, await readJsonBody(c, false));
-      const promptIds = body.prompt_ids ?? body.input_ids;
-      if (!promptIds || promptIds.length === 0) {
-        throw new ValidationError('prompt_ids: must be a non-empty array of token ids', 'prompt_ids');
-      }
-      checkPromptLength(promptIds.length, body.prompt_ids !== undefined ? 'prompt_ids' : 'input_ids');
-      const sampling = { ...(body.sampling_params ?? {}) };
-      // SGLang/verl name it max_new_tokens; the OpenAI-compatible API calls it max_tokens.
-      if (sampling.max_new_tokens !== undefined && sampling.max_tokens === undefined) {
-        sampling.max_tokens = sampling.max_new_tokens;
-        delete sampling.max_new_tokens;
-      }
-      const out = await gateway.generate(
-        { promptIds, sampling, trajectoryId: body.trajectory_uid ?? null, model: body.model },
-        c.req.raw.signal,
-      );
-      return c.json(out);
-    }),
-  );
   app.post(
     '/compute_reward',
     agent,

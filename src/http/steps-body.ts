@@ -1,14 +1,11 @@
-import type { Context } from 'hono';
 import { type NewStep, parseOrThrow, StepWire, SubmitStepsBody, stepFromWire } from '../domain/index.js';
-import { Transfer } from '../util/worker-rpc.js';
 import { parseJsonText } from './json-body.js';
-import { offload } from './offload.js';
 
 /*
  * A step batch (`POST /v1/steps`, `/submit_steps`) is the API's biggest body by design: thousands of
  * steps of token ids, up to --max-body-mb. Parsing and checking one is about 15 ms of CPU per MiB, so
- * a big one is parsed on the offload thread and its ids come back as moved Uint32Arrays (the stores
- * read token arrays as ArrayLike); a small one costs less than the hop and is parsed here.
+ * a big one is parsed on the offload thread (steps.ts) and its ids come back as moved Uint32Arrays
+ * (the stores read token arrays as ArrayLike); a small one costs less than the hop and is parsed here.
  */
 
 /** Bodies from this size on are parsed off the event loop. */
@@ -30,12 +27,4 @@ export function parseStepsBody(text: string): ParsedSteps {
     channel: envelope.channel,
     nRollouts: envelope.n_rollouts ?? null,
   };
-}
-
-/** Reads and parses a step batch, off the event loop when it is big. */
-export async function readStepsBody(c: Context): Promise<ParsedSteps> {
-  const length = Number(c.req.header('content-length') ?? Number.NaN);
-  if (!(length >= OFFLOAD_BODY_BYTES)) return parseStepsBody(await c.req.text());
-  const bytes = await c.req.arrayBuffer();
-  return offload.call('parseSteps', new Transfer(bytes, [bytes]));
 }

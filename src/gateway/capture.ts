@@ -1,0 +1,381 @@
+import type { Logger } from 'pino';
+import {
+  ConflictError,
+  type JsonObject,
+  type NewStep,
+  StepwiseError,
+  ValidationError,
+} from '../domain/index.js';
+import type { Captured, CompletionCapture } from '../engines/capture.js';
+import type { Engine, RoutedReply } from '../engines/router.js';
+import type { CaptureTokenizer } from '../http/capture-tokenizer.js';
+import type { DataPool } from '../pool/data-pool.js';
+import type { ToolResultAttachment } from '../store/store.js';
+import type { CallKind } from './call-request.js';
+import type { Session } from './session.js';
+import { toolResultsFor } from './tool-results.js';
+
+/*
+ * Capture: a finished generation becomes the session's next step, committed through the pool's group
+ * commit before the agent's answer ends; a call that failed is recorded as such; the tool results a
+ * request carries go with the step they answer.
+ */
+
+/** Tool results of a request for the step they answer. */
+export type Attachments = () => ToolResultAttachment[];
+
+/** A call's tool results: `take` them for the step they answer, or `drop` them unused. */
+export interface PendingResults {
+  take: Attachments;
+  /** The call ended before it could use them: a retry of the same messages brings them again. */
+  drop(): void;
+}
+
+/** A finished generation that could not become a stored step: the agent gets an error, not the answer. */
+class CaptureFailed extends StepwiseError {
+  constructor(message: string, status = 500) {
+    super(message, status, 'capture_failed', undefined, true);
+  }
+}
+
+/** Request fields kept with each step (what shaped the sampling), beside messages and tools. */
+const SAMPLING_FIELDS = [
+  'model',
+  'temperature',
+  'top_p',
+  'top_k',
+  'min_p',
+  'max_tokens',
+  'max_completion_tokens',
+  'seed',
+  'stop',
+  'presence_penalty',
+  'frequency_penalty',
+  'repetition_penalty',
+  'tool_choice',
+  'parallel_tool_calls',
+  'response_format',
+  'chat_template_kwargs',
+  // How the engine closed the prompt: a new assistant turn (the default) or the last message continued.
+  'add_generation_prompt',
+  'continue_final_message',
+] as const;
+
+/** One LLM call on its way from the engine to the agent. */
+export interface CallContext {
+  session: Session;
+  kind: CallKind;
+  request: Record<string, unknown>;
+  attachments: Attachments;
+  version: number;
+  started: number;
+  routed: RoutedReply;
+  clientGone(): boolean;
+  finish(): void;
+}
+
+export interface StepRecorderOptions {
+  pool: DataPool;
+  tokenizing: CaptureTokenizer;
+  logger?: Pick<Logger, 'warn' | 'error'>;
+  /** The session ran ahead of the store (a write failed): the next call reloads it. */
+  forget(session: Session): void;
+}
+
+/** Writes captured steps and failed calls of the gateway's sessions. */
+export class StepRecorder {
+  /** Steps whose write failed (logged; the agent got an error instead of the answer). */
+  lostSteps = 0;
+
+  constructor(private readonly options: StepRecorderOptions) {}
+
+  /**
+   * The tool results this request carries for the step they answer: the session's last step. Every
+   * step is stored, and becomes the last, before its answer goes out, so a request that answers it
+   * always finds it here.
+   */
+  toolResultsOf(session: Session, kind: CallKind, request: Record<string, unknown>): PendingResults {
+    let results: ToolResultAttachment[];
+    try {
+      results = this.pendingToolResults(session, kind, request);
+    } catch (error) {
+      // Never fatal to the call: its step is kept without them.
+      results = [];
+      this.options.logger?.error({ err: error, trajectory: session.id }, 'tool results could not be matched');
+    }
+    let taken = false;
+    return {
+      take: () => {
+        taken = true;
+        return results;
+      },
+      drop: () => {
+        // Matched but never written: the step they answer takes them from the retry.
+        const last = session.last;
+        if (!taken && last !== null && results.some((r) => r.index === last.index)) last.answered = false;
+      },
+    };
+  }
+
+  private pendingToolResults(
+    session: Session,
+    kind: CallKind,
+    request: Record<string, unknown>,
+  ): ToolResultAttachment[] {
+    const last = session.last;
+    if (kind !== 'chat' || !last || last.answered || last.calls.length === 0) return [];
+    const results = toolResultsFor(request.messages as Record<string, unknown>[], last.calls);
+    if (results.length === 0) return [];
+    last.answered = true;
+    return [{ trajectoryId: session.id, index: last.index, results }];
+  }
+
+  /**
+   * Turns a finished generation into the session's next step and commits it; the agent's answer
+   * waits for this. A step that cannot be stored is a CaptureFailed (or the ConflictError of a
+   * trajectory closed meanwhile), never a silent loss.
+   */
+  async capture(
+    ctx: CallContext,
+    captured: Captured,
+    firstTokenAt: number | null,
+  ): Promise<Pick<NewStep, 'responseIds' | 'tokenSource'>> {
+    const endedAt = performance.now();
+    const { session, request, routed } = ctx;
+    // Before this step becomes the session's last: the results answer the step before it.
+    const toolResults = ctx.attachments();
+    if (captured.malformed) {
+      const message = `engine ${routed.engine.id} sent a malformed answer: ${captured.malformed}`;
+      this.record(session, () => toolResults, {
+        kind: 'upstream_error',
+        engineId: routed.engine.id,
+        status: 502,
+        message,
+        partial: null,
+      });
+      throw new CaptureFailed(message, 502);
+    }
+    let promptIds = captured.promptIds;
+    let responseIds = captured.responseIds;
+    let logprobs = captured.logprobs;
+    let source: NewStep['tokenSource'] = 'engine';
+    if (!promptIds || !responseIds) {
+      try {
+        const rebuilt =
+          ctx.kind === 'chat'
+            ? await this.options.tokenizing.retokenizeChat(
+                {
+                  messages: request.messages as never,
+                  tools: (request.tools as never) ?? null,
+                  enableThinking: (request.chat_template_kwargs as { enable_thinking?: boolean } | undefined)
+                    ?.enable_thinking,
+                  continueFinalMessage: request.continue_final_message === true,
+                },
+                captured,
+              )
+            : await this.options.tokenizing.retokenizeText(promptText(request.prompt), captured);
+        promptIds = rebuilt.promptIds;
+        responseIds = rebuilt.responseIds;
+        logprobs = null;
+        source = 'retokenized';
+      } catch (error) {
+        const message = `engine ${routed.engine.id} answered without token ids, and they could not be rebuilt (${(error as Error).message})`;
+        this.record(session, () => toolResults, {
+          kind: 'upstream_error',
+          engineId: routed.engine.id,
+          status: 502,
+          message,
+          partial: null,
+        });
+        throw new CaptureFailed(message, 502);
+      }
+    }
+    const metadata: JsonObject = {};
+    for (const field of SAMPLING_FIELDS)
+      if (request[field] !== undefined) metadata[field] = request[field] as never;
+    if (captured.model) metadata.served_model = captured.model;
+    if (captured.reasoning !== null) metadata.reasoning = captured.reasoning;
+    if (captured.idsIncomplete) metadata.ids_incomplete = true;
+    if (source === 'retokenized') {
+      // How far the rebuilt ids are from what the engine counted: the drift of retokenizing.
+      const drift = retokenizeDrift(promptIds, responseIds, captured.usage);
+      if (drift) metadata.retokenize_drift = drift;
+    }
+    let trainingPromptIds: number[] | null = null;
+    if (session.hint !== null && ctx.kind === 'chat') {
+      const view = await this.options.tokenizing.trainingPromptOf(
+        {
+          trajectoryId: session.id,
+          index: session.nextIndex,
+          promptIds,
+          responseIds,
+          messages: request.messages as JsonObject[],
+          tools: Array.isArray(request.tools) ? (request.tools as JsonObject[]) : null,
+          metadata,
+        },
+        session.hint,
+        session.hintMode,
+      );
+      trainingPromptIds = view.ids;
+      if (view.problem !== null) metadata.training_prompt_unavailable = view.problem;
+    }
+    const index = session.nextIndex++;
+    const step: NewStep = {
+      trajectoryId: session.id,
+      groupId: session.groupId,
+      index,
+      promptIds,
+      responseIds,
+      responseLogprobs: logprobs,
+      reward: null,
+      policyVersion: ctx.version,
+      isLast: false,
+      metadata,
+      tokenSource: source,
+      finishReason: captured.finishReason,
+      messages: ctx.kind === 'chat' ? (request.messages as JsonObject[]) : null,
+      tools: ctx.kind === 'chat' && Array.isArray(request.tools) ? (request.tools as JsonObject[]) : null,
+      responseText: captured.content,
+      toolCalls: captured.toolCalls.length > 0 ? (captured.toolCalls as unknown as JsonObject[]) : null,
+      toolResults: null,
+      latencyMs: endedAt - ctx.started,
+      ttftMs: firstTokenAt !== null ? firstTokenAt - ctx.started : null,
+      engineId: routed.engine.id,
+      trainingPromptIds,
+      routedExperts: null,
+      multiModalData: null,
+    };
+    session.last = {
+      index,
+      calls: captured.toolCalls.map((c) => ({ id: c.id, name: c.function.name })),
+      answered: false,
+    };
+    try {
+      await this.write(session, [step], toolResults);
+    } catch (error) {
+      if (error instanceof ConflictError) throw error;
+      const message = `the step of this call could not be stored (${(error as Error).message}); its answer is withheld so that no answered call goes unrecorded: send the call again`;
+      void this.options.pool
+        .recordCallFailure({
+          channel: session.channel,
+          trajectoryId: session.id,
+          groupId: session.groupId,
+          kind: 'capture_failed',
+          engineId: routed.engine.id,
+          status: 503,
+          message,
+          partial: null,
+        })
+        .catch((err: unknown) =>
+          this.options.logger?.warn({ err }, 'a failed capture could not be recorded'),
+        );
+      throw new CaptureFailed(message, 503);
+    }
+    return step;
+  }
+
+  /** Commits steps and tool results through the pool's group commit; rejects when they are not stored. */
+  private async write(
+    session: Session,
+    steps: NewStep[],
+    toolResults: ToolResultAttachment[],
+  ): Promise<void> {
+    if (steps.length === 0 && toolResults.length === 0) return;
+    const write = this.options.pool.submitSteps(steps, { channel: session.channel, toolResults });
+    // Completing the trajectory waits for it, whatever its outcome.
+    const tracked: Promise<void> = write
+      .then(
+        () => {},
+        () => {},
+      )
+      .finally(() => session.writes.delete(tracked));
+    session.writes.add(tracked);
+    try {
+      await write;
+    } catch (error) {
+      this.lostSteps += steps.length;
+      if (error instanceof ConflictError) session.closed ??= 'closed';
+      // The cache ran ahead of the store: the next call starts again from what is stored.
+      else this.options.forget(session);
+      this.options.logger?.error(
+        { err: error, trajectory: session.id, steps: steps.map((s) => s.index) },
+        'a captured step could not be stored',
+      );
+      throw error;
+    }
+  }
+
+  record(
+    session: Session,
+    attachments: Attachments,
+    failure: {
+      kind: 'aborted' | 'upstream_error';
+      engineId: string | null;
+      status: number | null;
+      message: string;
+      partial: { promptTokens: number; responseIds: number[]; responseText: string } | null;
+    },
+  ): Promise<void> {
+    // Best effort: the call failed already, its tool results go with the next call when these do not.
+    const results = this.write(session, [], attachments()).catch(() => {});
+    const recorded = this.options.pool
+      .recordCallFailure({
+        channel: session.channel,
+        trajectoryId: session.id,
+        groupId: session.groupId,
+        ...failure,
+      })
+      .catch((err: unknown) => this.options.logger?.warn({ err }, 'a failed call could not be recorded'));
+    return Promise.all([results, recorded]).then(() => {});
+  }
+
+  fail(
+    session: Session,
+    attachments: Attachments,
+    error: unknown,
+    engine: Engine | null,
+    aborted: boolean,
+  ): void {
+    this.record(session, attachments, {
+      kind: aborted ? 'aborted' : 'upstream_error',
+      engineId: engine?.id ?? null,
+      status: aborted ? null : error instanceof StepwiseError ? error.status : 502,
+      message: aborted ? 'the agent went away before the engine answered' : (error as Error).message,
+      partial: null,
+    });
+  }
+}
+
+export function partialOf(
+  capture: CompletionCapture,
+): { promptTokens: number; responseIds: number[]; responseText: string } | null {
+  if (!capture.generated) return null;
+  const r = capture.result();
+  return {
+    promptTokens: r.promptIds?.length ?? 0,
+    responseIds: r.responseIds ?? [],
+    responseText: r.content,
+  };
+}
+
+function promptText(prompt: unknown): string {
+  if (typeof prompt === 'string') return prompt;
+  if (Array.isArray(prompt) && typeof prompt[0] === 'string') return prompt[0];
+  throw new ValidationError('prompt: a text prompt is needed to rebuild ids', 'prompt');
+}
+
+/**
+ * Rebuilt ids minus the engine's own counts (`usage`), for the prompt and the completion; null when
+ * the engine sent no usage. Non-zero: the template or tokenizer here is not what the engine used.
+ */
+export function retokenizeDrift(
+  promptIds: readonly number[],
+  responseIds: readonly number[],
+  usage: Captured['usage'],
+): { prompt_tokens: number; completion_tokens: number } | null {
+  if (typeof usage?.prompt_tokens !== 'number' || typeof usage.completion_tokens !== 'number') return null;
+  return {
+    prompt_tokens: promptIds.length - usage.prompt_tokens,
+    completion_tokens: responseIds.length - usage.completion_tokens,
+  };
+}

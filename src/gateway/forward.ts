@@ -1,0 +1,161 @@
+import { CompletionCapture } from '../engines/capture.js';
+import { UpstreamError } from '../engines/upstream.js';
+import type { CaptureTokenizer } from '../http/capture-tokenizer.js';
+import { renderCompletion, type ToolCall } from '../text/tool-calls.js';
+import { type Answer, JSON_HEADERS } from './answer.js';
+import { isObject } from './call-request.js';
+import type { CallContext, StepRecorder } from './capture.js';
+import { normalizeUpstreamError, openaiError } from './openai-errors.js';
+
+/*
+ * The engine's answer on its way to the agent: an error answer, or a whole (not streamed) completion
+ * whose step is committed before the agent gets a byte of it. Streams are forward-stream.ts's.
+ */
+
+/** What forwarding an answer needs beside the call itself. */
+export interface Forwarding {
+  recorder: StepRecorder;
+  tokenizing: CaptureTokenizer;
+  /** Engine bodies still being read after their [DONE] (each entry stops reading one). */
+  draining: Set<() => void>;
+}
+
+/** The engine's answer broke off while it was read whole: recorded, and raised for the agent. */
+function brokenAnswer(ctx: CallContext, f: Forwarding, error: unknown): never {
+  const { engine } = ctx.routed;
+  const aborted = ctx.clientGone();
+  f.recorder.fail(ctx.session, ctx.attachments, error, engine, aborted);
+  if (aborted) throw error;
+  throw new UpstreamError(
+    `engine ${engine.id} broke off its answer (${(error as Error).message})`,
+    error instanceof UpstreamError && error.status === 504 ? 504 : 502, // 504: its body timeout cut it
+    true,
+  );
+}
+
+export async function forwardError(ctx: CallContext, f: Forwarding): Promise<Answer> {
+  const { routed } = ctx;
+  try {
+    let text: string;
+    try {
+      text = await routed.reply.text();
+    } catch (error) {
+      return brokenAnswer(ctx, f, error);
+    }
+    const { body, message } = normalizeUpstreamError(routed.reply.status, text, routed.engine.id);
+    // Recorded before the agent sees the error: whoever reads the events after it finds the call.
+    await f.recorder.record(ctx.session, ctx.attachments, {
+      kind: 'upstream_error',
+      engineId: routed.engine.id,
+      status: routed.reply.status,
+      message,
+      partial: null,
+    });
+    return { status: routed.reply.status, headers: JSON_HEADERS, body };
+  } finally {
+    routed.done();
+    ctx.finish();
+  }
+}
+
+export async function forwardWhole(ctx: CallContext, f: Forwarding): Promise<Answer> {
+  const { routed } = ctx;
+  let bytes: Buffer;
+  try {
+    bytes = await routed.reply.bytes();
+  } catch (error) {
+    routed.done();
+    ctx.finish();
+    return brokenAnswer(ctx, f, error);
+  }
+  routed.done();
+  try {
+    const answer = completionOf(bytes);
+    if (answer === null) {
+      const message = `engine ${routed.engine.id} returned something that is not a completion`;
+      f.recorder.record(ctx.session, ctx.attachments, {
+        kind: 'upstream_error',
+        engineId: routed.engine.id,
+        status: 502,
+        message,
+        partial: null,
+      });
+      return openaiError(502, message, null, 'bad_upstream_answer');
+    }
+    if (ctx.clientGone()) {
+      f.recorder.record(ctx.session, ctx.attachments, {
+        kind: 'aborted',
+        engineId: routed.engine.id,
+        status: null,
+        message: 'the agent went away before the answer was sent',
+        partial: null,
+      });
+      return { status: 499, headers: {}, body: null };
+    }
+    const capture = new CompletionCapture();
+    capture.addCompletion(answer);
+    // Committed before the agent sees a byte of it: no answered call is ever without its step.
+    const step = await f.recorder.capture(ctx, capture.result(), null);
+    let raw: string | null = null;
+    if (ctx.session.rawToolCalls && ctx.kind === 'chat') {
+      // The text of the ids the step holds, as generated; rebuilt ids are no record of spacing.
+      const generated =
+        step.tokenSource === 'engine' ? await f.tokenizing.decodeGenerated(step.responseIds) : null;
+      raw = rawToolCallAnswer(answer, generated);
+    }
+    return { status: 200, headers: JSON_HEADERS, body: raw ?? bytes };
+  } finally {
+    ctx.finish();
+  }
+}
+
+/** The engine's answer parsed, when it is a completion (an object with choices); else null. */
+function completionOf(bytes: Buffer): Record<string, unknown> | null {
+  let answer: unknown;
+  try {
+    answer = JSON.parse(bytes.toString('utf8'));
+  } catch {
+    return null;
+  }
+  return isObject(answer) && Array.isArray(answer.choices) && answer.choices.length > 0 ? answer : null;
+}
+
+/**
+ * Claw-R1's form of a chat answer: the completion's text as the model wrote it in `content`, no
+ * `tool_calls`, and `stop` where the engine said `tool_calls` (Claw-R1's gateway answers vLLM's
+ * completion text). `generated` is that text (the response ids decoded); without it (an engine that
+ * sent no ids) the text is rendered from the parsed parts: reasoning, content, then each call as
+ * Qwen3's `<tool_call>` block. Null when the answer holds no tool call or reasoning to fold in, or
+ * (without `generated`) a call the template cannot render.
+ */
+export function rawToolCallAnswer(answer: Record<string, unknown>, generated: string | null): string | null {
+  const choices = answer.choices as Record<string, unknown>[];
+  let changed = false;
+  const out = choices.map((choice) => {
+    const message = isObject(choice.message) ? choice.message : null;
+    if (!message) return choice;
+    const calls = Array.isArray(message.tool_calls) ? (message.tool_calls as ToolCall[]) : [];
+    const reasoning = message.reasoning_content ?? message.reasoning;
+    if (calls.length === 0 && typeof reasoning !== 'string') return choice;
+    let text: string;
+    try {
+      text =
+        generated ??
+        renderCompletion({
+          content: typeof message.content === 'string' ? message.content : null,
+          ...(typeof reasoning === 'string' ? { reasoning } : {}),
+          toolCalls: calls,
+        });
+    } catch {
+      return choice;
+    }
+    changed = true;
+    const { tool_calls: _calls, reasoning_content: _rc, reasoning: _r, ...rest } = message;
+    return {
+      ...choice,
+      message: { ...rest, content: text },
+      finish_reason: choice.finish_reason === 'tool_calls' ? 'stop' : choice.finish_reason,
+    };
+  });
+  return changed ? JSON.stringify({ ...answer, choices: out }) : null;
+}

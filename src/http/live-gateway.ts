@@ -1,0 +1,17 @@
+import type { Trajectory } from '../domain/index.js';
+
+/**
+ * What the API asks of this process's LLM gateway (src/gateway), when it runs one: the gateway
+ * implements it, the server passes it in, and no API module depends on the gateway itself.
+ */
+export interface LiveGateway {
+  /** Completes a trajectory once its captured steps are written. */
+  completeTrajectory(
+    id: string,
+    input: { reward: number | null; status?: 'complete' | 'aborted' | 'infra_failed' },
+  ): Promise<Trajectory>;
+  /** Sets the policy version; with `drain`, once the running generations finish (or time out). */
+  setPolicyVersion(version: number, drain: boolean): Promise<{ waitedMs: number; timedOut: boolean }>;
+  /** This process's gateway counters. */
+  stats(): object;
+}
