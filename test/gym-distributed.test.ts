@@ -5,7 +5,6 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { type RunningServer, startServer } from '../src/server/server.js';
 import {
   enqueueRun,
   RolloutQueue,
@@ -16,6 +15,7 @@ import {
 import { type GymRunOptions, runGym, type SampleResult } from '../src/gym/runner.js';
 import { checkSandbox } from '../src/gym/sandbox/index.js';
 import { referenceTasks, taskToJsonLine } from '../src/gym/tasks/index.js';
+import { type RunningServer, startServer } from '../src/server/server.js';
 import { jsonTask, sumTask } from './support/gym-tasks.js';
 import { logLine, runCli, spawnCli, waitForExit } from './support/server-process.js';
 

@@ -1,7 +1,6 @@
 import { join } from 'node:path';
 import { type Command, InvalidArgumentError, Option } from 'commander';
 import { GUIDE_STRATEGIES, INJECTION_MODES } from '../curation/actguide/index.js';
-import { type RunningServer, startServer } from '../gateway/server.js';
 import { DEFAULT_QUEUE_SCHEMA } from '../gym/distributed/queue.js';
 import { DEFAULT_JOB_RETRIES } from '../gym/distributed.js';
 import { type GuideCommandOptions, guidedRunner } from '../gym/guide-run.js';
@@ -10,6 +9,7 @@ import type { GymRunOptions, GymSummary, SampleResult } from '../gym/runner.js';
 import { referenceTasks, TASK_SET_HELP } from '../gym/tasks/index.js';
 import type { GymTask } from '../gym/tasks/schema.js';
 import { type ValidateOptions, validateCommand } from '../gym/validate.js';
+import { type RunningServer, startServer } from '../server/server.js';
 import { positiveInt, probability } from './flags.js';
 import { registerSynthCommand } from './gym-synth.js';
 

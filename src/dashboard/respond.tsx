@@ -1,6 +1,6 @@
 import type { Context } from 'hono';
 import { ValidationError } from '../domain/index.js';
-import { nulRefused } from '../gateway/json-body.js';
+import { nulRefused } from '../http/json-body.js';
 import { PAGE_CAP_BYTES, tooLargeMessage } from './bounded.js';
 import { Page } from './layout.js';
 

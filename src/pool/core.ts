@@ -119,7 +119,7 @@ export class PoolCore implements PoolOps {
     return this.store.write((tx) => setPolicyVersion(tx, version, now));
   }
 
-  setChannelConfig(channel: string, raw: ChannelConfigPatch, now: number): Promise<ChannelConfig> {
+  async setChannelConfig(channel: string, raw: ChannelConfigPatch, now: number): Promise<ChannelConfig> {
     const patch = parseOrThrow(ChannelConfigPatch, raw);
     return this.store.write((tx) => configureChannel(tx, channel, patch, now));
   }

@@ -5,7 +5,6 @@ import { createInterface } from 'node:readline';
 import { ValidationError } from '../domain/errors.js';
 import { ExportRequest } from '../export/request.js';
 import { runExport } from '../export/run-export.js';
-import { type RunningServer, startServer } from '../server/server.js';
 import { type AgentSpec, runGym, type SampleResult } from '../gym/runner.js';
 import { checkSandbox } from '../gym/sandbox/index.js';
 import { referenceTasks } from '../gym/tasks/index.js';
