@@ -2,8 +2,12 @@ import {
   type ChannelConfig,
   ChannelConfigPatch,
   type Group,
+  type Label,
+  type LabelInput,
   type Lease,
   parseOrThrow,
+  type Signal,
+  type SignalInput,
   type Trajectory,
 } from '../domain/index.js';
 import { toGroup, toTrajectory } from '../store/rows.js';
@@ -20,6 +24,7 @@ import type {
   Store,
 } from '../store/store.js';
 import { configureChannel, setPolicyVersion } from './channels.js';
+import { addLabels, addSignals } from './feedback.js';
 import { holdForGuidance, releaseGuidance } from './groups.js';
 import { leaseGroups, previewLease, serveLease } from './lease.js';
 import { endLease } from './leases.js';
@@ -61,6 +66,12 @@ export interface PoolOps extends Omit<Store, 'write' | 'read'> {
   holdGroupForGuidance(channel: string, id: string, now: number): Promise<Group>;
   /** Ends a guidance hold: a pending group goes on to `ready`, a collecting one is no longer held. */
   releaseGuidanceHold(channel: string, id: string, why: GuidanceRelease, now: number): Promise<Group>;
+  addLabels(labels: LabelInput[], now: number): Promise<Label[]>;
+  /**
+   * Appends signals atomically (all or none): the trajectory, and the step when one is named, must
+   * exist. A newer signal with the same (step, name, source) supersedes an older one; both are kept.
+   */
+  addSignals(signals: SignalInput[], now: number): Promise<Signal[]>;
   ackLease(leaseId: string, now: number): Promise<Lease>;
   nackLease(leaseId: string, now: number): Promise<Lease>;
   /** Expires overdue leases, applies incomplete-group timeouts and closes idle open trajectories. */
@@ -136,6 +147,14 @@ export class PoolCore implements PoolOps {
     return toGroup(await this.store.write((tx) => releaseGuidance(tx, channel, id, why, now)));
   }
 
+  addLabels(labels: LabelInput[], now: number): Promise<Label[]> {
+    return this.store.write((tx) => addLabels(tx, labels, now));
+  }
+
+  addSignals(signals: SignalInput[], now: number): Promise<Signal[]> {
+    return this.store.write((tx) => addSignals(tx, signals, now));
+  }
+
   ackLease(leaseId: string, now: number): Promise<Lease> {
     return this.endLease(leaseId, 'acked', now);
   }
@@ -168,8 +187,6 @@ export class PoolCore implements PoolOps {
   // ---- not yet rules of their own: the store's ------------------------------------------------
 
   submitBatch: Store['submitBatch'] = (...a) => this.store.submitBatch(...a);
-  addLabels: Store['addLabels'] = (...a) => this.store.addLabels(...a);
-  addSignals: Store['addSignals'] = (...a) => this.store.addSignals(...a);
   stats: Store['stats'] = (...a) => this.store.stats(...a);
 
   // ---- reads ------------------------------------------------------------------------------------

@@ -2,11 +2,9 @@ import type {
   ChannelConfig,
   Group,
   Label,
-  LabelInput,
   Lease,
   PoolEvent,
   Signal,
-  SignalInput,
   Step,
   Trajectory,
 } from '../domain/index.js';
@@ -69,16 +67,10 @@ export interface Store {
 
   getLease(leaseId: string): Promise<Lease | null>;
 
-  addLabels(labels: LabelInput[], now: number): Promise<Label[]>;
   getLabels(trajectoryId: string): Promise<Label[]>;
   /** The curation state in force for a trajectory and its steps (labels folded). */
   getCurrentLabels(trajectoryId: string): Promise<CurrentLabel[]>;
 
-  /**
-   * Appends signals atomically (all or none): the trajectory, and the step when one is named, must
-   * exist. A newer signal with the same (step, name, source) supersedes an older one; both are kept.
-   */
-  addSignals(signals: SignalInput[], now: number): Promise<Signal[]>;
   /** A trajectory's signals by createdAt, then insertion; `current`: only the latest per key. */
   getSignals(trajectoryId: string, options?: SignalQuery): Promise<Signal[]>;
 

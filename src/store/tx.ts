@@ -1,5 +1,5 @@
-import type { ChannelConfig, EventType, Signal, Step } from '../domain/index.js';
-import type { GroupRow, LeaseRow, TrajectoryRow, TxLog } from './rows.js';
+import type { ChannelConfig, EventType, LabelInput, Signal, Step } from '../domain/index.js';
+import type { GroupRow, LabelCurrentRow, LabelRow, LeaseRow, TrajectoryRow, TxLog } from './rows.js';
 import type { CurrentLabel } from './types.js';
 
 /**
@@ -122,7 +122,9 @@ export interface PoolTx {
   /** Groups waiting for guidance, longest-waiting first (rows others hold are skipped). */
   pendingGuidance(): Rule<GroupRow[]>;
 
-  trajectory(id: string): Rule<TrajectoryRow | undefined>;
+  /** A trajectory's row; locked for the rest of the transaction unless `lock` is false. */
+  trajectory(id: string, lock?: boolean): Rule<TrajectoryRow | undefined>;
+  stepExists(row: TrajectoryRow, index: number): Rule<boolean>;
   /** Inserts a trajectory row (setting its seq) and joins its group as joinGroup does. */
   insertTrajectory(row: TrajectoryRow, join: Join, now: number): Rule<{ group: GroupRow; created: boolean }>;
   updateTrajectory(row: TrajectoryRow, patch: TrajectoryPatch): Rule<void>;
@@ -145,6 +147,13 @@ export interface PoolTx {
   currentLabels(ids: readonly string[]): Rule<Map<string, CurrentLabel[]>>;
   /** The signals in force on the trajectories, by trajectory id (none: absent). */
   currentSignals(ids: readonly string[]): Rule<Map<string, Signal[]>>;
+
+  insertLabel(trajectoryId: string, stepIndex: number | null, input: LabelInput, now: number): Rule<LabelRow>;
+  /** The label state in force for a trajectory (key TRAJECTORY_LABEL) or one of its steps. */
+  currentLabel(trajectoryId: string, key: number): Rule<LabelCurrentRow | undefined>;
+  /** Writes the label state in force; `tags`, when given, replace the target's tag index. */
+  setCurrentLabel(row: LabelCurrentRow, tags: readonly string[] | undefined): Rule<void>;
+  insertSignal(trajectoryId: string, signal: Omit<Signal, 'createdAt'>, now: number): Rule<void>;
 
   lease(id: string): Rule<LeaseRow | undefined>;
   insertLease(row: LeaseRow): Rule<void>;

@@ -9,13 +9,9 @@ import {
   type Group,
   type GroupState,
   type Label,
-  type LabelInput,
   type Lease,
-  NotFoundError,
   type PoolEvent,
-  parseOrThrow,
   type Signal,
-  SignalInput,
   type Step,
   StepwiseError,
   type Trajectory,
@@ -29,19 +25,16 @@ import {
   checkRetry,
   checkStepTarget,
   declaredRollouts,
-  foldLabel,
   type GroupRow,
   type GymTaskRow,
   type LabelCurrentRow,
   type LabelRow,
   type LeaseRow,
-  labelChangedData,
   newTrajectoryRow,
   type PriorStep,
   rewardBins,
   type SignalRow,
   summarizeGymRuns,
-  TRAJECTORY_LABEL,
   type TrajectoryRow,
   TxLog,
   toCurrentLabel,
@@ -364,11 +357,6 @@ export class PostgresStore implements Store {
     return row ? toGroup(row) : null;
   }
 
-  /** The group's row, locked for the rest of the transaction. */
-  private async lockGroup(tx: PgTx, channel: string, id: string): Promise<GroupRow | undefined> {
-    return tx.row<GroupRow>('SELECT * FROM groups WHERE channel = $1 AND id = $2 FOR UPDATE', [channel, id]);
-  }
-
   /**
    * Inserts a new trajectory and finds or creates the group it joins, in one statement (which also
    * locks the group's row); returns whether the group still collects.
@@ -447,15 +435,6 @@ export class PostgresStore implements Store {
       ]);
     log.count(input.channel, 'trajectories_created');
     return row;
-  }
-
-  private async trajectoryRow(tx: PgTx, id: string, lock = false): Promise<TrajectoryRow | undefined> {
-    return tx.row<TrajectoryRow>(
-      lock
-        ? 'SELECT * FROM trajectories WHERE id = $1 FOR UPDATE'
-        : 'SELECT * FROM trajectories WHERE id = $1',
-      [id],
-    );
   }
 
   /** A trajectory's stored step rows up to maxIndex, in index order: one key range. */
@@ -867,82 +846,6 @@ export class PostgresStore implements Store {
 
   // ---- labels ---------------------------------------------------------------------------------
 
-  async addLabels(labels: LabelInput[], now: number): Promise<Label[]> {
-    return this.transact(async (tx) => {
-      const out: Label[] = [];
-      for (const [i, input] of labels.entries()) {
-        // The trajectory's row is the lock: concurrent patches of one target fold one after the other.
-        const trajectory = await this.trajectoryRow(tx, input.trajectory_uid, true);
-        if (!trajectory)
-          throw new NotFoundError(
-            `labels.${i}.trajectory_uid: trajectory ${input.trajectory_uid} does not exist`,
-          );
-        const stepIndex = input.step_index ?? null;
-        if (stepIndex !== null) {
-          const step =
-            stepIndex < STEP_KEY_SPAN
-              ? await tx.row('SELECT 1 FROM steps WHERE key = $1', [stepKey(trajectory.seq, stepIndex)])
-              : undefined;
-          if (!step)
-            throw new NotFoundError(
-              `labels.${i}.step_index: step ${stepIndex} of ${trajectory.id} does not exist`,
-            );
-        }
-        const key = stepIndex ?? TRAJECTORY_LABEL;
-        const inserted = await tx.row<LabelRow>(
-          `INSERT INTO labels (trajectory_id, step_index, quality, trainable, tags, note, author, created_at)
-           VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING *`,
-          [
-            trajectory.id,
-            stepIndex,
-            input.quality ?? null,
-            input.trainable == null ? null : input.trainable ? 1 : 0,
-            input.tags ? JSON.stringify(input.tags) : null,
-            input.note ?? null,
-            input.author ?? null,
-            now,
-          ],
-        );
-        const prev = await tx.row<LabelCurrentRow>(
-          'SELECT * FROM label_current WHERE trajectory_id = $1 AND step_index = $2',
-          [trajectory.id, key],
-        );
-        const next = foldLabel(prev, input, trajectory.id, key, now);
-        await tx.run(
-          `INSERT INTO label_current (trajectory_id, step_index, quality, trainable, tags, note, updated_at)
-           VALUES ($1, $2, $3, $4, $5, $6, $7)
-           ON CONFLICT (trajectory_id, step_index) DO UPDATE SET quality = excluded.quality,
-             trainable = excluded.trainable, tags = excluded.tags, note = excluded.note, updated_at = excluded.updated_at`,
-          [
-            next.trajectory_id,
-            next.step_index,
-            next.quality,
-            next.trainable,
-            next.tags,
-            next.note,
-            next.updated_at,
-          ],
-        );
-        if (input.tags !== undefined) {
-          await tx.run('DELETE FROM label_tags WHERE trajectory_id = $1 AND step_index = $2', [
-            trajectory.id,
-            key,
-          ]);
-          if (input.tags.length > 0) {
-            await tx.run(
-              `INSERT INTO label_tags (tag, trajectory_id, step_index)
-               SELECT DISTINCT unnest($1::text[]), $2::text, $3::int ON CONFLICT DO NOTHING`,
-              [input.tags, trajectory.id, key],
-            );
-          }
-        }
-        tx.emit('label_changed', trajectory.channel, labelChangedData(trajectory.id, stepIndex, next), now);
-        out.push(toLabel(inserted!));
-      }
-      return out;
-    });
-  }
-
   async getCurrentLabels(trajectoryId: string): Promise<CurrentLabel[]> {
     return (
       await this.readRows<LabelCurrentRow>(
@@ -961,73 +864,6 @@ export class PostgresStore implements Store {
   }
 
   // ---- signals --------------------------------------------------------------------------------
-
-  async addSignals(signals: SignalInput[], now: number): Promise<Signal[]> {
-    return this.transact(async (tx) => {
-      const trajectories = new Map<string, TrajectoryRow>();
-      // Trajectory-level signal names written, by trajectory.
-      const written = new Map<string, Set<string>>();
-      const added: Signal[] = [];
-      for (const [i, raw] of signals.entries()) {
-        const input = parseOrThrow(SignalInput, raw, `signals.${i}`);
-        let trajectory = trajectories.get(input.trajectoryId);
-        if (!trajectory) {
-          trajectory = await this.trajectoryRow(tx, input.trajectoryId);
-          if (!trajectory) {
-            throw new NotFoundError(
-              `signals.${i}.trajectory_uid: trajectory ${input.trajectoryId} does not exist`,
-            );
-          }
-          trajectories.set(trajectory.id, trajectory);
-        }
-        const stepIndex = input.stepIndex;
-        if (
-          stepIndex !== null &&
-          (stepIndex >= STEP_KEY_SPAN ||
-            !(await tx.row('SELECT 1 FROM steps WHERE key = $1', [stepKey(trajectory.seq, stepIndex)])))
-        ) {
-          throw new NotFoundError(
-            `signals.${i}.step_index: step ${stepIndex} of trajectory ${trajectory.id} does not exist`,
-          );
-        }
-        const details = Object.keys(input.details).length > 0 ? JSON.stringify(input.details) : null;
-        await tx.run(
-          `INSERT INTO signals (trajectory_id, step_index, name, value, source, version, details, created_at)
-           VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
-          [trajectory.id, stepIndex, input.name, input.value, input.source, input.version, details, now],
-        );
-        added.push({ ...input, createdAt: now });
-        if (stepIndex === null) {
-          const names = written.get(trajectory.id) ?? new Set<string>();
-          names.add(input.name);
-          written.set(trajectory.id, names);
-        }
-        tx.emit(
-          'signal_added',
-          trajectory.channel,
-          {
-            trajectory_uid: trajectory.id,
-            step_index: stepIndex,
-            name: input.name,
-            value: input.value,
-            source: input.source,
-            version: input.version,
-          },
-          now,
-        );
-      }
-      // A group held back for its required signals may be complete now. Its row is locked before
-      // the check, so of two transactions adding the last two signals, the second sees the first's.
-      for (const t of trajectories.values()) {
-        if (t.status !== 'complete' || !written.has(t.id)) continue;
-        const config = await this.channelConfig(tx, t.channel);
-        if (!config.required_signals.some((n) => written.get(t.id)!.has(n))) continue;
-        const group = await this.lockGroup(tx, t.channel, t.group_id);
-        if (group?.state === 'collecting') await runAsync(settleGroup(tx, group, config, now));
-      }
-      return added;
-    });
-  }
 
   async getSignals(trajectoryId: string, options: SignalQuery = {}): Promise<Signal[]> {
     const history = (

@@ -1,10 +1,11 @@
 import { createHash } from 'node:crypto';
 import type pg from 'pg';
-import type { ChannelConfig, EventType, Signal, Step } from '../../domain/index.js';
+import type { ChannelConfig, EventType, LabelInput, Signal, Step } from '../../domain/index.js';
 import {
   currentSignalsByTrajectory,
   type GroupRow,
   type LabelCurrentRow,
+  type LabelRow,
   type LeaseRow,
   type SignalRow,
   type TrajectoryRow,
@@ -290,8 +291,19 @@ export class PgTx implements PoolTx {
     );
   }
 
-  trajectory(id: string): Rule<TrajectoryRow | undefined> {
-    return this.one<TrajectoryRow>('SELECT * FROM trajectories WHERE id = $1 FOR UPDATE', [id]);
+  trajectory(id: string, lock = true): Rule<TrajectoryRow | undefined> {
+    return this.one<TrajectoryRow>(
+      lock && !this.readOnly
+        ? 'SELECT * FROM trajectories WHERE id = $1 FOR UPDATE'
+        : 'SELECT * FROM trajectories WHERE id = $1',
+      [id],
+    );
+  }
+
+  *stepExists(row: TrajectoryRow, index: number): Rule<boolean> {
+    if (index >= STEP_KEY_SPAN) return false;
+    yield this.context!.flushSteps(this);
+    return (yield* this.one('SELECT 1 FROM steps WHERE key = $1', [stepKey(row.seq, index)])) !== undefined;
   }
 
   /** One statement: the group joined or created (its row locked by the upsert), the trajectory inserted. */
@@ -431,6 +443,74 @@ export class PgTx implements PoolTx {
       [ids],
     );
     return currentSignalsByTrajectory(rows);
+  }
+
+  *insertLabel(
+    trajectoryId: string,
+    stepIndex: number | null,
+    input: LabelInput,
+    now: number,
+  ): Rule<LabelRow> {
+    return (yield* this.one<LabelRow>(
+      `INSERT INTO labels (trajectory_id, step_index, quality, trainable, tags, note, author, created_at)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING *`,
+      [
+        trajectoryId,
+        stepIndex,
+        input.quality ?? null,
+        input.trainable == null ? null : input.trainable ? 1 : 0,
+        input.tags ? JSON.stringify(input.tags) : null,
+        input.note ?? null,
+        input.author ?? null,
+        now,
+      ],
+    ))!;
+  }
+
+  currentLabel(trajectoryId: string, key: number): Rule<LabelCurrentRow | undefined> {
+    return this.one<LabelCurrentRow>(
+      'SELECT * FROM label_current WHERE trajectory_id = $1 AND step_index = $2',
+      [trajectoryId, key],
+    );
+  }
+
+  *setCurrentLabel(row: LabelCurrentRow, tags: readonly string[] | undefined): Rule<void> {
+    yield* this.update(
+      `INSERT INTO label_current (trajectory_id, step_index, quality, trainable, tags, note, updated_at)
+       VALUES ($1, $2, $3, $4, $5, $6, $7)
+       ON CONFLICT (trajectory_id, step_index) DO UPDATE SET quality = excluded.quality,
+         trainable = excluded.trainable, tags = excluded.tags, note = excluded.note, updated_at = excluded.updated_at`,
+      [row.trajectory_id, row.step_index, row.quality, row.trainable, row.tags, row.note, row.updated_at],
+    );
+    if (tags === undefined) return;
+    yield* this.update('DELETE FROM label_tags WHERE trajectory_id = $1 AND step_index = $2', [
+      row.trajectory_id,
+      row.step_index,
+    ]);
+    if (tags.length > 0)
+      yield* this.update(
+        `INSERT INTO label_tags (tag, trajectory_id, step_index)
+         SELECT DISTINCT unnest($1::text[]), $2::text, $3::int ON CONFLICT DO NOTHING`,
+        [tags, row.trajectory_id, row.step_index],
+      );
+  }
+
+  *insertSignal(trajectoryId: string, signal: Omit<Signal, 'createdAt'>, now: number): Rule<void> {
+    const details = Object.keys(signal.details).length > 0 ? JSON.stringify(signal.details) : null;
+    yield* this.update(
+      `INSERT INTO signals (trajectory_id, step_index, name, value, source, version, details, created_at)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+      [
+        trajectoryId,
+        signal.stepIndex,
+        signal.name,
+        signal.value,
+        signal.source,
+        signal.version,
+        details,
+        now,
+      ],
+    );
   }
 
   lease(id: string): Rule<LeaseRow | undefined> {

@@ -10,13 +10,9 @@ import {
   type Group,
   type GroupState,
   type Label,
-  type LabelInput,
   type Lease,
-  NotFoundError,
   type PoolEvent,
-  parseOrThrow,
   type Signal,
-  SignalInput,
   type Step,
   StepwiseError,
   type Trajectory,
@@ -30,19 +26,16 @@ import {
   checkRetry,
   checkStepTarget,
   declaredRollouts,
-  foldLabel,
   type GroupRow,
   type GymTaskRow,
   type LabelCurrentRow,
   type LabelRow,
   type LeaseRow,
-  labelChangedData,
   newTrajectoryRow,
   type PriorStep,
   rewardBins,
   type SignalRow,
   summarizeGymRuns,
-  TRAJECTORY_LABEL,
   type TrajectoryRow,
   TxLog,
   toCurrentLabel,
@@ -741,72 +734,6 @@ export class SqliteStore implements Store {
 
   // ---- labels ---------------------------------------------------------------------------------
 
-  async addLabels(labels: LabelInput[], now: number): Promise<Label[]> {
-    return this.transact(() => {
-      const out: Label[] = [];
-      labels.forEach((input, i) => {
-        const trajectory = this.trajectoryRow(input.trajectory_uid);
-        if (!trajectory)
-          throw new NotFoundError(
-            `labels.${i}.trajectory_uid: trajectory ${input.trajectory_uid} does not exist`,
-          );
-        const stepIndex = input.step_index ?? null;
-        if (stepIndex !== null) {
-          const step =
-            stepIndex < STEP_KEY_SPAN
-              ? this.stmt('SELECT 1 FROM steps WHERE key = ?').get(stepKey(trajectory.seq, stepIndex))
-              : undefined;
-          if (!step)
-            throw new NotFoundError(
-              `labels.${i}.step_index: step ${stepIndex} of ${trajectory.id} does not exist`,
-            );
-        }
-        const key = stepIndex ?? TRAJECTORY_LABEL;
-        const info = this.stmt(
-          `INSERT INTO labels (trajectory_id, step_index, quality, trainable, tags, note, author, created_at)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-        ).run(
-          trajectory.id,
-          stepIndex,
-          input.quality ?? null,
-          input.trainable == null ? null : input.trainable ? 1 : 0,
-          input.tags ? JSON.stringify(input.tags) : null,
-          input.note ?? null,
-          input.author ?? null,
-          now,
-        );
-        // Fold the patch into the current state: given fields override, omitted ones stay.
-        const prev = this.stmt('SELECT * FROM label_current WHERE trajectory_id = ? AND step_index = ?').get(
-          trajectory.id,
-          key,
-        ) as LabelCurrentRow | undefined;
-        const next = foldLabel(prev, input, trajectory.id, key, now);
-        this.stmt(
-          `INSERT INTO label_current (trajectory_id, step_index, quality, trainable, tags, note, updated_at)
-           VALUES (@trajectory_id, @step_index, @quality, @trainable, @tags, @note, @updated_at)
-           ON CONFLICT (trajectory_id, step_index) DO UPDATE SET quality = excluded.quality,
-             trainable = excluded.trainable, tags = excluded.tags, note = excluded.note, updated_at = excluded.updated_at`,
-        ).run(next);
-        if (input.tags !== undefined) {
-          this.stmt('DELETE FROM label_tags WHERE trajectory_id = ? AND step_index = ?').run(
-            trajectory.id,
-            key,
-          );
-          const addTag = this.stmt(
-            'INSERT OR IGNORE INTO label_tags (tag, trajectory_id, step_index) VALUES (?, ?, ?)',
-          );
-          for (const tag of input.tags) addTag.run(tag, trajectory.id, key);
-        }
-        const label = toLabel(
-          this.stmt('SELECT * FROM labels WHERE id = ?').get(Number(info.lastInsertRowid)) as LabelRow,
-        );
-        this.emit('label_changed', trajectory.channel, labelChangedData(trajectory.id, stepIndex, next), now);
-        out.push(label);
-      });
-      return out;
-    });
-  }
-
   async getCurrentLabels(trajectoryId: string): Promise<CurrentLabel[]> {
     return (
       this.stmt('SELECT * FROM label_current WHERE trajectory_id = ?').all(trajectoryId) as LabelCurrentRow[]
@@ -820,81 +747,6 @@ export class SqliteStore implements Store {
   }
 
   // ---- signals --------------------------------------------------------------------------------
-
-  async addSignals(signals: SignalInput[], now: number): Promise<Signal[]> {
-    return this.transact((log) => {
-      const insert = this.stmt(
-        `INSERT INTO signals (trajectory_id, step_index, name, value, source, version, details, created_at)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-      );
-      const stepExists = this.stmt('SELECT 1 FROM steps WHERE key = ?');
-      const trajectories = new Map<string, TrajectoryRow>();
-      // Trajectory-level signal names written, by trajectory.
-      const written = new Map<string, Set<string>>();
-      const added = signals.map((raw, i) => {
-        const input = parseOrThrow(SignalInput, raw, `signals.${i}`);
-        let trajectory = trajectories.get(input.trajectoryId);
-        if (!trajectory) {
-          trajectory = this.trajectoryRow(input.trajectoryId);
-          if (!trajectory) {
-            throw new NotFoundError(
-              `signals.${i}.trajectory_uid: trajectory ${input.trajectoryId} does not exist`,
-            );
-          }
-          trajectories.set(trajectory.id, trajectory);
-        }
-        const stepIndex = input.stepIndex;
-        if (
-          stepIndex !== null &&
-          (stepIndex >= STEP_KEY_SPAN || !stepExists.get(stepKey(trajectory.seq, stepIndex)))
-        ) {
-          throw new NotFoundError(
-            `signals.${i}.step_index: step ${stepIndex} of trajectory ${trajectory.id} does not exist`,
-          );
-        }
-        const details = Object.keys(input.details).length > 0 ? JSON.stringify(input.details) : null;
-        insert.run(
-          trajectory.id,
-          stepIndex,
-          input.name,
-          input.value,
-          input.source,
-          input.version,
-          details,
-          now,
-        );
-        const signal: Signal = { ...input, createdAt: now };
-        if (stepIndex === null) {
-          const names = written.get(trajectory.id) ?? new Set<string>();
-          names.add(input.name);
-          written.set(trajectory.id, names);
-        }
-        this.emit(
-          'signal_added',
-          trajectory.channel,
-          {
-            trajectory_uid: trajectory.id,
-            step_index: stepIndex,
-            name: input.name,
-            value: input.value,
-            source: input.source,
-            version: input.version,
-          },
-          now,
-        );
-        return signal;
-      });
-      // A group held back for its required signals may be complete now.
-      for (const t of trajectories.values()) {
-        if (t.status !== 'complete' || !written.has(t.id)) continue;
-        const config = this.channelConfig(t.channel);
-        if (!config.required_signals.some((n) => written.get(t.id)!.has(n))) continue;
-        const group = this.groupRow(t.channel, t.group_id);
-        if (group?.state === 'collecting') runSync(settleGroup(this.tx(log), group, config, now));
-      }
-      return added;
-    });
-  }
 
   async getSignals(trajectoryId: string, options: SignalQuery = {}): Promise<Signal[]> {
     const history = (

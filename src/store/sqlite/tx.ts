@@ -1,9 +1,10 @@
 import type Database from 'better-sqlite3';
-import type { ChannelConfig, EventType, Signal, Step } from '../../domain/index.js';
+import type { ChannelConfig, EventType, LabelInput, Signal, Step } from '../../domain/index.js';
 import {
   currentSignalsByTrajectory,
   type GroupRow,
   type LabelCurrentRow,
+  type LabelRow,
   type LeaseRow,
   type SignalRow,
   type TrajectoryRow,
@@ -221,6 +222,11 @@ export class SqliteTx implements PoolTx {
     return done(this.stmt('SELECT * FROM trajectories WHERE id = ?').get(id) as TrajectoryRow | undefined);
   }
 
+  stepExists(row: TrajectoryRow, index: number): Rule<boolean> {
+    if (index >= STEP_KEY_SPAN) return done(false);
+    return done(this.stmt('SELECT 1 FROM steps WHERE key = ?').get(stepKey(row.seq, index)) !== undefined);
+  }
+
   insertTrajectory(row: TrajectoryRow, join: Join, now: number): Rule<{ group: GroupRow; created: boolean }> {
     const joined = runSync(this.joinGroup(row.channel, row.group_id, join, now));
     const info = this.stmt(
@@ -338,6 +344,76 @@ export class SqliteTx implements PoolTx {
        ORDER BY trajectory_id, created_at, id`,
     ).all(JSON.stringify(ids)) as SignalRow[];
     return done(currentSignalsByTrajectory(rows));
+  }
+
+  insertLabel(
+    trajectoryId: string,
+    stepIndex: number | null,
+    input: LabelInput,
+    now: number,
+  ): Rule<LabelRow> {
+    return done(
+      this.stmt(
+        `INSERT INTO labels (trajectory_id, step_index, quality, trainable, tags, note, author, created_at)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING *`,
+      ).get(
+        trajectoryId,
+        stepIndex,
+        input.quality ?? null,
+        input.trainable == null ? null : input.trainable ? 1 : 0,
+        input.tags ? JSON.stringify(input.tags) : null,
+        input.note ?? null,
+        input.author ?? null,
+        now,
+      ) as LabelRow,
+    );
+  }
+
+  currentLabel(trajectoryId: string, key: number): Rule<LabelCurrentRow | undefined> {
+    return done(
+      this.stmt('SELECT * FROM label_current WHERE trajectory_id = ? AND step_index = ?').get(
+        trajectoryId,
+        key,
+      ) as LabelCurrentRow | undefined,
+    );
+  }
+
+  setCurrentLabel(row: LabelCurrentRow, tags: readonly string[] | undefined): Rule<void> {
+    this.stmt(
+      `INSERT INTO label_current (trajectory_id, step_index, quality, trainable, tags, note, updated_at)
+       VALUES (@trajectory_id, @step_index, @quality, @trainable, @tags, @note, @updated_at)
+       ON CONFLICT (trajectory_id, step_index) DO UPDATE SET quality = excluded.quality,
+         trainable = excluded.trainable, tags = excluded.tags, note = excluded.note, updated_at = excluded.updated_at`,
+    ).run(row);
+    if (tags !== undefined) {
+      this.stmt('DELETE FROM label_tags WHERE trajectory_id = ? AND step_index = ?').run(
+        row.trajectory_id,
+        row.step_index,
+      );
+      const addTag = this.stmt(
+        'INSERT OR IGNORE INTO label_tags (tag, trajectory_id, step_index) VALUES (?, ?, ?)',
+      );
+      for (const tag of tags) addTag.run(tag, row.trajectory_id, row.step_index);
+    }
+    return done(undefined);
+  }
+
+  insertSignal(trajectoryId: string, signal: Omit<Signal, 'createdAt'>, now: number): Rule<void> {
+    const details = Object.keys(signal.details).length > 0 ? JSON.stringify(signal.details) : null;
+    this.stmt(
+      `INSERT INTO signals (trajectory_id, step_index, name, value, source, version, details, created_at)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+    ).run(
+      trajectoryId,
+      signal.stepIndex,
+      signal.name,
+      signal.value,
+      signal.source,
+      signal.version,
+      details,
+      now,
+    );
+    return done(undefined);
   }
 
   lease(id: string): Rule<LeaseRow | undefined> {
