@@ -30,6 +30,7 @@
  * Prints a markdown report only: run it on a quiet machine, paste it into bench/results/curation.md and
  * add its figures as a line of curation.jsonl.
  */
+
 import { copyFileSync, existsSync, mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
@@ -42,6 +43,7 @@ import {
   newStep,
   type ToolResult,
 } from '../src/domain/index.js';
+import { poolOps } from '../src/pool/core.js';
 import { DataPool } from '../src/pool/data-pool.js';
 import { RewardService, type RewardsConfigFile, resolveRewardsConfig } from '../src/rewards/index.js';
 import { openSqliteStore } from '../src/store/sqlite/sqlite-store.js';
@@ -577,7 +579,7 @@ async function fillServingTemplate(path: string, groups: number): Promise<void> 
         const requests: SubmitRequest[] = [];
         for (let g = g0; g < Math.min(n, g0 + 64); g++)
           for (const steps of groupSteps(channel, g)) requests.push({ channel, nRollouts: ROLLOUTS, steps });
-        const outcomes = await store.submitBatch(requests, Date.now());
+        const outcomes = await poolOps(store).submitBatch(requests, Date.now());
         for (const o of outcomes) if (!o.ok) throw o.error;
       }
     }

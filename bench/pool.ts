@@ -9,6 +9,7 @@
  *
  * BENCH_CPU_PROF=DIR writes a .cpuprofile of each HTTP server child process into DIR.
  */
+
 import { type ChildProcess, fork } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, rmSync, statSync } from 'node:fs';
 import http from 'node:http';
@@ -18,6 +19,7 @@ import { fileURLToPath } from 'node:url';
 import Database from 'better-sqlite3';
 import { seededRandom, syntheticTrajectory } from '../src/cli/synthetic.js';
 import { LeaseRequest, type NewStep, type StepWireInput, stepFromWire } from '../src/domain/index.js';
+import { poolOps } from '../src/pool/core.js';
 import { DataPool } from '../src/pool/data-pool.js';
 import { StepwiseClient } from '../src/sdk/client.js';
 import { startServer } from '../src/server/server.js';
@@ -214,7 +216,7 @@ async function poolIngest(
 ): Promise<IngestRun> {
   const dir = tempDir('ingest');
   try {
-    const store = await openSqliteStore({ path: join(dir, 'pool.db'), synchronous: sync });
+    const store = poolOps(await openSqliteStore({ path: join(dir, 'pool.db'), synchronous: sync }));
     let commits = 0;
     let committedSteps = 0;
     const submitBatch = store.submitBatch.bind(store);
@@ -597,7 +599,7 @@ async function benchHttp(quick: boolean): Promise<HttpSection> {
 
 /** Fills a store with complete groups (ROLLOUTS trajectories of SMALL.steps steps) straight through submitBatch. */
 async function fillStore(path: string, groups: number, tpls: NewStep[][], prefix: string): Promise<number> {
-  const store = await openSqliteStore({ path, synchronous: 'NORMAL' });
+  const store = poolOps(await openSqliteStore({ path, synchronous: 'NORMAL' }));
   const trajectories = groups * ROLLOUTS;
   const perBatch = 512;
   const t0 = performance.now();

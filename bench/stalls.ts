@@ -155,7 +155,7 @@ export async function benchStalls(quick: boolean): Promise<StallSection> {
       await onWorker.close();
     }
     const big = { trajectory_uid: `bench-${process.pid}-big` };
-    const stored = await send(
+    const _stored = await send(
       'POST',
       '/v1/steps',
       JSON.stringify({

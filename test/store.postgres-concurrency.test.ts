@@ -46,7 +46,7 @@ describe.skipIf(!pgUrl)('PostgreSQL store shared by several processes', () => {
     await Promise.all(
       [a, b].map(async (store, r) => {
         for (let g = 0; g < groups; g++) {
-          const [outcome] = await store.submitBatch(
+          const [outcome] = await poolOps(store).submitBatch(
             [{ channel: 'train', nRollouts: 2, steps: episode(`t${g}-${r}`, `g${g}`, 3, r) }],
             1_000 + g,
           );
@@ -67,7 +67,7 @@ describe.skipIf(!pgUrl)('PostgreSQL store shared by several processes', () => {
     const [a, b] = await twoStores();
     const groups = 30;
     for (let g = 0; g < groups; g++) {
-      await a.submitBatch(
+      await poolOps(a).submitBatch(
         [0, 1].map((r) => ({ channel: 'train', nRollouts: 2, steps: episode(`t${g}-${r}`, `g${g}`, 2, r) })),
         1_000 + g,
       );
@@ -110,7 +110,7 @@ describe.skipIf(!pgUrl)('PostgreSQL store shared by several processes', () => {
     await Promise.all(
       [a, b].map(async (store, s) => {
         for (let i = 0; i < 40; i++) {
-          await store.submitBatch(
+          await poolOps(store).submitBatch(
             [{ channel: 'train', nRollouts: 1, steps: episode(`s${s}-${i}`, `s${s}-g${i}`, 2, 1) }],
             2_000 + i,
           );
@@ -141,7 +141,10 @@ describe.skipIf(!pgUrl)('PostgreSQL store shared by several processes', () => {
     });
     await new Promise((r) => setTimeout(r, 200));
     const started = performance.now();
-    await b.submitBatch([{ channel: 'train', nRollouts: 1, steps: episode('late', 'gl', 2, 1) }], Date.now());
+    await poolOps(b).submitBatch(
+      [{ channel: 'train', nRollouts: 1, steps: episode('late', 'gl', 2, 1) }],
+      Date.now(),
+    );
     const batch = await waiting;
     expect(batch?.groups[0]?.group.id).toBe('gl');
     expect(performance.now() - started).toBeLessThan(5_000);
@@ -175,7 +178,10 @@ describe.skipIf(!pgUrl)('PostgreSQL store: first start', () => {
       Array.from({ length: 4 }, () => openPostgresStore({ url: pgUrl!, schema, poolSize: 2 })),
     );
     opened.push(...stores);
-    await stores[0]!.submitBatch([{ channel: 'train', nRollouts: 1, steps: episode('t', 'g', 2, 1) }], 1_000);
+    await poolOps(stores[0]!).submitBatch(
+      [{ channel: 'train', nRollouts: 1, steps: episode('t', 'g', 2, 1) }],
+      1_000,
+    );
     for (const store of stores) expect((await store.getGroup('train', 'g'))?.state).toBe('ready');
   });
 });

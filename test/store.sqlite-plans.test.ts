@@ -2,6 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { poolOps } from '../src/pool/core.js';
 import { openSqliteStore, type SqliteStore } from '../src/store/sqlite/sqlite-store.js';
 import type { StepQuery, TrajectoryQuery } from '../src/store/store.js';
 import { episode } from './support/store-conformance.js';
@@ -16,7 +17,7 @@ describe('SQLite list queries are served by indexes', () => {
     dir = mkdtempSync(join(tmpdir(), 'stepwise-plans-'));
     store = await openSqliteStore({ path: join(dir, 'pool.db') });
     for (let t = 0; t < 40; t++) {
-      const [outcome] = await store.submitBatch(
+      const [outcome] = await poolOps(store).submitBatch(
         [{ channel: t % 2 ? 'train' : 'val', nRollouts: 4, steps: episode(`t${t}`, `g${t >> 2}`, 3, t % 3) }],
         1_000 + t,
       );

@@ -22,10 +22,13 @@ import type {
   PreviewGroup,
   Refusal,
   Store,
+  SubmitOutcome,
+  SubmitRequest,
 } from '../store/store.js';
 import { configureChannel, setPolicyVersion } from './channels.js';
 import { addLabels, addSignals } from './feedback.js';
 import { holdForGuidance, releaseGuidance } from './groups.js';
+import { isRefusal, submitAll, submitEach } from './ingest.js';
 import { leaseGroups, previewLease, serveLease } from './lease.js';
 import { endLease } from './leases.js';
 import { sweep } from './sweep.js';
@@ -43,6 +46,11 @@ import {
  * PoolCore runs them in this process; WorkerPool on the thread that owns a SQLite connection.
  */
 export interface PoolOps extends Omit<Store, 'write' | 'read'> {
+  /**
+   * Stores submissions in one commit, each all or nothing: a refused one (outcome `ok: false`)
+   * leaves no trace and the others still commit.
+   */
+  submitBatch(requests: SubmitRequest[], now: number): Promise<SubmitOutcome[]>;
   createTrajectory(input: CreateTrajectoryInput, now: number): Promise<Trajectory>;
   completeTrajectory(id: string, input: CompleteInput, now: number): Promise<Trajectory>;
   /** Merges keys into an open trajectory's metadata. */
@@ -96,6 +104,17 @@ export class PoolCore implements PoolOps {
 
   constructor(readonly store: Store) {
     this.kind = store.kind;
+  }
+
+  async submitBatch(requests: SubmitRequest[], now: number): Promise<SubmitOutcome[]> {
+    try {
+      // Most commits hold no refused submission: all of them at once, without savepoints.
+      return await this.store.write((tx) => submitAll(tx, requests, now));
+    } catch (error) {
+      if (!isRefusal(error)) throw error;
+    }
+    // Something was refused: the commit was rolled back; again, with a savepoint per submission.
+    return this.store.write((tx) => submitEach(tx, requests, now));
   }
 
   async createTrajectory(input: CreateTrajectoryInput, now: number): Promise<Trajectory> {
@@ -186,7 +205,6 @@ export class PoolCore implements PoolOps {
 
   // ---- not yet rules of their own: the store's ------------------------------------------------
 
-  submitBatch: Store['submitBatch'] = (...a) => this.store.submitBatch(...a);
   stats: Store['stats'] = (...a) => this.store.stats(...a);
 
   // ---- reads ------------------------------------------------------------------------------------

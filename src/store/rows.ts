@@ -142,6 +142,14 @@ export class TxLog {
   readonly submitted = new Map<string, Map<string, { group_id: string; count: number; created: boolean }>>();
   submittedAt = 0;
 
+  /** A savepoint's log reads step tails through to its transaction's. */
+  constructor(readonly parent?: TxLog) {}
+
+  /** The newest step tail this transaction (or the one around its savepoint) wrote for a trajectory. */
+  tail(trajectoryId: string): StepTail | undefined {
+    return this.tails.get(trajectoryId) ?? this.parent?.tail(trajectoryId);
+  }
+
   count(channel: string, name: string, delta = 1): void {
     const key = `${channel}\u0000${name}`;
     this.counters.set(key, (this.counters.get(key) ?? 0) + delta);

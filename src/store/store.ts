@@ -23,8 +23,6 @@ import type {
   StepQuery,
   StoreChange,
   StoreInfo,
-  SubmitOutcome,
-  SubmitRequest,
   TrajectoryQuery,
   TrajectoryScan,
 } from './types.js';
@@ -48,8 +46,6 @@ export interface Store {
   write<T>(rule: (tx: PoolTx) => Rule<T>, options?: WriteOptions): Promise<T>;
   /** Runs a pool rule that only reads, on one consistent snapshot; it may not write or emit. */
   read<T>(rule: (tx: PoolTx) => Rule<T>): Promise<T>;
-
-  submitBatch(requests: SubmitRequest[], now: number): Promise<SubmitOutcome[]>;
 
   getTrajectory(id: string): Promise<Trajectory | null>;
   getTrajectorySteps(id: string): Promise<Step[]>;

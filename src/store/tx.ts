@@ -1,6 +1,14 @@
-import type { ChannelConfig, EventType, LabelInput, Signal, Step } from '../domain/index.js';
-import type { GroupRow, LabelCurrentRow, LabelRow, LeaseRow, TrajectoryRow, TxLog } from './rows.js';
-import type { CurrentLabel } from './types.js';
+import type { ChannelConfig, EventType, LabelInput, NewStep, Signal, Step } from '../domain/index.js';
+import type {
+  GroupRow,
+  LabelCurrentRow,
+  LabelRow,
+  LeaseRow,
+  PriorStep,
+  TrajectoryRow,
+  TxLog,
+} from './rows.js';
+import type { CurrentLabel, ToolResultAttachment } from './types.js';
 
 /**
  * A pool rule, written once for both backends as a generator: each row primitive is `yield*`-ed.
@@ -40,7 +48,19 @@ export async function runAsync<T>(rule: Rule<T>): Promise<T> {
 
 /** Fields of a trajectory row a rule may change (the primitive writes them and updates the row object). */
 export type TrajectoryPatch = Partial<
-  Pick<TrajectoryRow, 'metadata' | 'touched_at' | 'group_id' | 'channel' | 'reward'>
+  Pick<
+    TrajectoryRow,
+    | 'metadata'
+    | 'touched_at'
+    | 'group_id'
+    | 'channel'
+    | 'reward'
+    | 'n_steps'
+    | 'max_index'
+    | 'last_index'
+    | 'prefix_breaks'
+    | 'min_policy_version'
+  >
 >;
 
 /** How a new member joins its group: the size it declares, and the size a group it creates gets. */
@@ -121,6 +141,29 @@ export interface PoolTx {
   collectingSince(channel: string, before: number): Rule<GroupRow[]>;
   /** Groups waiting for guidance, longest-waiting first (rows others hold are skipped). */
   pendingGuidance(): Rule<GroupRow[]>;
+
+  /** Savepoint: `rule` runs on a view of this transaction whose log joins this one only if it succeeds. */
+  savepoint<T>(rule: (tx: PoolTx) => Rule<T>): Rule<T>;
+
+  /** The trajectories that exist among `ids`, locked in one order (concurrent submissions never deadlock). */
+  lockTrajectories(ids: readonly string[]): Rule<Map<string, TrajectoryRow>>;
+  /** What identifies a stored step (a retry must match it), if there is one at `index`. */
+  priorStep(row: TrajectoryRow, index: number): Rule<PriorStep | undefined>;
+  /**
+   * Encodes a new step against the trajectory's step below it and stores it (PostgreSQL: at the next
+   * flush). Returns whether its prompt breaks the prefix of the step before.
+   */
+  appendStep(
+    row: TrajectoryRow,
+    step: NewStep,
+    channel: string,
+    policyVersion: number,
+    now: number,
+  ): Rule<boolean>;
+  /** Writes the steps appended so far (a backend that batches them). */
+  flushSteps(): Rule<void>;
+  /** Sets a stored step's tool results (the outputs of its tool calls, seen in the next request). */
+  attachToolResults(attachment: ToolResultAttachment): Rule<void>;
 
   /** A trajectory's row; locked for the rest of the transaction unless `lock` is false. */
   trajectory(id: string, lock?: boolean): Rule<TrajectoryRow | undefined>;

@@ -2,7 +2,6 @@ import type { Kysely } from 'kysely';
 import pg from 'pg';
 import {
   type ChannelConfig,
-  ConflictError,
   currentSignals,
   DEFAULT_CHANNEL_CONFIG,
   type EventType,
@@ -16,27 +15,18 @@ import {
   StepwiseError,
   type Trajectory,
 } from '../../domain/index.js';
-import { settleGroup } from '../../pool/groups.js';
-import { finishTrajectory } from '../../pool/trajectories.js';
 import { ListQueries, type ListSchema } from '../list-queries.js';
 import {
   assembleStats,
-  checkAppend,
-  checkRetry,
-  checkStepTarget,
-  declaredRollouts,
   type GroupRow,
   type GymTaskRow,
   type LabelCurrentRow,
   type LabelRow,
   type LeaseRow,
-  newTrajectoryRow,
-  type PriorStep,
   rewardBins,
   type SignalRow,
   summarizeGymRuns,
   type TrajectoryRow,
-  TxLog,
   toCurrentLabel,
   toGroup,
   toLabel,
@@ -44,18 +34,8 @@ import {
   toSignal,
   toTrajectory,
 } from '../rows.js';
-import {
-  decodeSteps,
-  encodeStep,
-  STEP_COLUMNS,
-  STEP_KEY_SPAN,
-  type StepRow,
-  type StepTail,
-  stepKey,
-  TailCache,
-} from '../step-codec.js';
+import { decodeSteps, STEP_COLUMNS, STEP_KEY_SPAN, type StepRow, stepKey, TailCache } from '../step-codec.js';
 import type {
-  CreateTrajectoryInput,
   CurrentLabel,
   DashboardSummary,
   EventQuery,
@@ -70,9 +50,6 @@ import type {
   Store,
   StoreChange,
   StoreInfo,
-  SubmitOutcome,
-  SubmitRequest,
-  ToolResultAttachment,
   TrajectoryQuery,
   TrajectoryScan,
   WriteOptions,
@@ -153,6 +130,9 @@ export class PostgresStore implements Store {
       channelDefaults: this.channelDefaults,
       flushSteps: (tx) => this.flushSteps(tx),
       decodeMany: (tx, ranges) => this.decodeMany(tx, ranges),
+      decodeTail: async (tx, seq, index) =>
+        (await this.decode(tx, await this.stepRows(tx, seq, index))).tails.get(index) ?? null,
+      cachedTail: (id) => this.tails.get(id),
     };
     this.queries = new ListQueries(kysely, 'postgres');
     this.channel = `stepwise_${schema}`;
@@ -328,13 +308,6 @@ export class PostgresStore implements Store {
     return runAsync(tx.channelConfig(channel));
   }
 
-  private async ensureChannel(tx: PgTx, channel: string, now: number): Promise<void> {
-    await tx.run(
-      'INSERT INTO channels (name, config, created_at, updated_at) VALUES ($1, $2, $3, $3) ON CONFLICT DO NOTHING',
-      [channel, JSON.stringify(this.channelDefaults), now],
-    );
-  }
-
   async getChannelConfig(channel: string): Promise<ChannelConfig> {
     return this.parseConfig(
       await this.readOne<{ config: string }>('SELECT config FROM channels WHERE name = $1', [channel]),
@@ -355,86 +328,6 @@ export class PostgresStore implements Store {
       id,
     ]);
     return row ? toGroup(row) : null;
-  }
-
-  /**
-   * Inserts a new trajectory and finds or creates the group it joins, in one statement (which also
-   * locks the group's row); returns whether the group still collects.
-   */
-  private async joinGroup(
-    tx: PgTx,
-    trajectory: TrajectoryRow,
-    nRollouts: number | null,
-    now: number,
-    log: TxLog,
-  ): Promise<boolean> {
-    const channel = trajectory.channel;
-    const config = await this.channelConfig(tx, channel);
-    if (!tx.ensured.has(channel)) {
-      await this.ensureChannel(tx, channel, now);
-      tx.ensured.add(channel);
-    }
-    const row = (await tx.row<GroupRow & { inserted: boolean; trajectory_seq: number }>(
-      `WITH g AS (
-         INSERT INTO groups (channel, id, expected, n_trajectories, state, created_at)
-         VALUES ($1, $2, $3, 1, 'collecting', $4)
-         ON CONFLICT (channel, id) DO UPDATE
-           SET n_trajectories = groups.n_trajectories + 1, expected = coalesce(groups.expected, $5::int)
-         RETURNING *, (xmax = 0) AS inserted
-       ), t AS (
-         INSERT INTO trajectories (id, channel, group_id, task_id, status, metadata, created_at, touched_at,
-           guided, guidance_k, probe, derived_from, derivation)
-         VALUES ($6, $1, $2, $7, $8, $9, $4, $4, $10, $11, $12, $13, $14)
-         RETURNING seq
-       )
-       SELECT g.*, t.seq AS trajectory_seq FROM g, t`,
-      [
-        channel,
-        trajectory.group_id,
-        nRollouts ?? config.n_rollouts,
-        now,
-        nRollouts,
-        trajectory.id,
-        trajectory.task_id,
-        trajectory.status,
-        trajectory.metadata,
-        trajectory.guided,
-        trajectory.guidance_k,
-        trajectory.probe,
-        trajectory.derived_from,
-        trajectory.derivation,
-      ],
-    ))!;
-    trajectory.seq = row.trajectory_seq;
-    if (row.inserted) {
-      log.count(channel, 'groups_created');
-      return true;
-    }
-    // Sized now (or before): it may already have all the rollouts it needs.
-    if (nRollouts !== null && row.expected === nRollouts)
-      await runAsync(settleGroup(tx.withLog(log), row, config, now));
-    return row.state === 'collecting';
-  }
-
-  // ---- ingestion ------------------------------------------------------------------------------
-
-  private async insertTrajectory(
-    tx: PgTx,
-    input: CreateTrajectoryInput,
-    now: number,
-    log: TxLog,
-  ): Promise<TrajectoryRow> {
-    const row = newTrajectoryRow(input, now);
-    const collecting = await this.joinGroup(tx, row, input.nRollouts, now, log);
-    if (!collecting) log.count(input.channel, 'late_trajectories');
-    if (collecting && input.holdForGuidance != null)
-      await tx.run('UPDATE groups SET guidance_hold = $1 WHERE channel = $2 AND id = $3', [
-        input.holdForGuidance,
-        input.channel,
-        input.groupId,
-      ]);
-    log.count(input.channel, 'trajectories_created');
-    return row;
   }
 
   /** A trajectory's stored step rows up to maxIndex, in index order: one key range. */
@@ -497,175 +390,6 @@ export class PostgresStore implements Store {
     return (await this.decode(q, await this.stepRows(q, seq, maxIndex))).steps;
   }
 
-  /** The full sequence of the step a new step at `index` is encoded against (the highest below it). */
-  private async baseTail(
-    tx: PgTx,
-    trajectory: TrajectoryRow,
-    index: number,
-    local: TxLog,
-  ): Promise<StepTail | null> {
-    const id = trajectory.id;
-    const known = local.tails.get(id) ?? tx.log.tails.get(id) ?? this.tails.get(id);
-    if (known && known.index === index - 1) return known;
-    await this.flushSteps(tx);
-    const first = stepKey(trajectory.seq, 0);
-    const below = await tx.row<{ key: number | null }>(
-      'SELECT max(key) AS key FROM steps WHERE key >= $1 AND key < $2',
-      [first, first + index],
-    );
-    if (below?.key == null) return null;
-    const belowIndex = below.key - first;
-    if (known && known.index === belowIndex) return known;
-    return (
-      (await this.decode(tx, await this.stepRows(tx, trajectory.seq, belowIndex))).tails.get(belowIndex) ??
-      null
-    );
-  }
-
-  private async applySubmission(
-    tx: PgTx,
-    request: SubmitRequest,
-    policyVersion: number,
-    now: number,
-  ): Promise<{ inserted: number; duplicates: number; completed: string[] }> {
-    const local = new TxLog();
-    const events = tx.events.length;
-    const byTrajectory = new Map<string, number[]>();
-    request.steps.forEach((step, i) => {
-      const positions = byTrajectory.get(step.trajectoryId);
-      if (positions) positions.push(i);
-      else byTrajectory.set(step.trajectoryId, [i]);
-    });
-    let inserted = 0;
-    let duplicates = 0;
-    const completed: string[] = [];
-    try {
-      // Lock every trajectory of the submission first, in one order, so submissions never deadlock.
-      const locked = new Map(
-        (
-          await tx.rows<TrajectoryRow>(
-            'SELECT * FROM trajectories WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE',
-            [[...byTrajectory.keys()]],
-          )
-        ).map((r) => [r.id, r]),
-      );
-      for (const [trajectoryId, positions] of byTrajectory) {
-        positions.sort((a, b) => request.steps[a]!.index - request.steps[b]!.index);
-        const first = request.steps[positions[0]!]!;
-        let trajectory = locked.get(trajectoryId);
-        const created = !trajectory;
-        if (!trajectory) {
-          const nRollouts = request.nRollouts ?? declaredRollouts(first);
-          trajectory = await this.insertTrajectory(
-            tx,
-            { id: trajectoryId, groupId: first.groupId, channel: request.channel, nRollouts, metadata: {} },
-            now,
-            local,
-          );
-        } else if (trajectory.channel !== request.channel) {
-          throw new ConflictError(
-            `trajectory ${trajectoryId} belongs to channel '${trajectory.channel}', not '${request.channel}'`,
-            'channel',
-          );
-        }
-        let added = 0;
-        let rewardSum = 0;
-        let rewardCount = 0;
-        let breaks = 0;
-        let minVersion: number | null = null;
-        for (const position of positions) {
-          const step = request.steps[position]!;
-          const field = `steps.${position}`;
-          checkStepTarget(step, field, trajectory);
-          // Only an index at or below the highest stored one can be a retry: skip the lookup otherwise.
-          if (step.index <= (trajectory.max_index ?? -1)) await this.flushSteps(tx);
-          const prior =
-            step.index <= (trajectory.max_index ?? -1)
-              ? await tx.row<PriorStep>(
-                  'SELECT content_hash, prompt_len, response_len, is_last, reward FROM steps WHERE key = $1',
-                  [stepKey(trajectory.seq, step.index)],
-                )
-              : undefined;
-          if (prior) {
-            checkRetry(prior, step, field, trajectoryId);
-            duplicates++;
-            continue;
-          }
-          checkAppend(step, field, trajectory);
-          const version = step.policyVersion ?? policyVersion;
-          const base = await this.baseTail(tx, trajectory, step.index, local);
-          const encoded = encodeStep(
-            step,
-            stepKey(trajectory.seq, step.index),
-            request.channel,
-            version,
-            base,
-            now,
-          );
-          tx.pendingSteps.push(encoded.row);
-          if (encoded.toolsDoc) tx.pendingDocs.set(encoded.toolsDoc.hash, encoded.toolsDoc.body);
-          const current =
-            local.tails.get(trajectoryId) ?? tx.log.tails.get(trajectoryId) ?? this.tails.get(trajectoryId);
-          if (!current || current.index < step.index) local.tails.set(trajectoryId, encoded.tail);
-          if (encoded.prefixBreak) breaks++;
-          minVersion = minVersion === null ? version : Math.min(minVersion, version);
-          trajectory.n_steps++;
-          trajectory.max_index = Math.max(trajectory.max_index ?? -1, step.index);
-          if (step.isLast) trajectory.last_index = step.index;
-          if (step.reward !== null) {
-            rewardSum += step.reward;
-            rewardCount++;
-          }
-          added++;
-        }
-        if (added === 0) continue;
-        inserted += added;
-        trajectory.prefix_breaks += breaks;
-        // The group's oldest version can only fall when this trajectory's does (group min <= trajectory min).
-        const lowered = trajectory.min_policy_version === null || minVersion! < trajectory.min_policy_version;
-        if (lowered) trajectory.min_policy_version = minVersion;
-        if (breaks > 0) local.count(request.channel, 'prefix_breaks', breaks);
-        local.noteSubmitted(request.channel, trajectoryId, trajectory.group_id, added, now, created);
-        if (trajectory.last_index !== null && trajectory.n_steps === trajectory.last_index + 1) {
-          const known = trajectory.n_steps === added ? (rewardCount > 0 ? rewardSum : null) : undefined;
-          await runAsync(
-            finishTrajectory(tx.withLog(local), trajectory, { status: 'complete', reward: null }, now, {
-              stepRewardSum: known,
-              versionLowered: lowered,
-            }),
-          );
-          completed.push(trajectoryId);
-          continue;
-        }
-        await tx.run(
-          `UPDATE trajectories SET n_steps = $1, max_index = $2, last_index = $3, prefix_breaks = $4,
-             min_policy_version = $5, touched_at = $6 WHERE id = $7`,
-          [
-            trajectory.n_steps,
-            trajectory.max_index,
-            trajectory.last_index,
-            trajectory.prefix_breaks,
-            trajectory.min_policy_version,
-            now,
-            trajectoryId,
-          ],
-        );
-        if (lowered) await runAsync(tx.lowerGroupVersion(trajectory));
-      }
-      await this.flushSteps(tx);
-      for (const attachment of request.toolResults ?? []) await this.attachToolResults(tx, attachment);
-    } catch (error) {
-      tx.events.length = events; // a refused submission leaves no event behind
-      tx.pendingSteps.length = 0;
-      tx.pendingDocs.clear();
-      throw error;
-    }
-    local.count(request.channel, 'steps_produced', inserted);
-    if (duplicates > 0) local.count(request.channel, 'duplicate_steps', duplicates);
-    tx.log.absorb(local);
-    return { inserted, duplicates, completed };
-  }
-
   /** Inserts the pending step rows (and the tool documents they refer to): one statement each. */
   private async flushSteps(tx: PgTx): Promise<void> {
     const docs = tx.pendingDocs;
@@ -702,54 +426,6 @@ export class PostgresStore implements Store {
       `INSERT INTO steps (${STEP_COLUMNS.join(', ')}) SELECT * FROM unnest(${columns.join(', ')})`,
       STEP_COLUMNS.map((c) => rows.map((r) => r[c])),
     );
-  }
-
-  /** Sets a stored step's tool results (the outputs of its tool calls, seen in the next request). */
-  private async attachToolResults(tx: PgTx, attachment: ToolResultAttachment): Promise<void> {
-    const row = await tx.row<{ seq: number }>('SELECT seq FROM trajectories WHERE id = $1', [
-      attachment.trajectoryId,
-    ]);
-    if (!row || attachment.index >= STEP_KEY_SPAN) return;
-    const key = stepKey(row.seq, attachment.index);
-    await this.flushSteps(tx);
-    const step = await tx.row<{ view: string | null }>('SELECT view FROM steps WHERE key = $1', [key]);
-    if (!step) return;
-    const view = step.view ? JSON.parse(step.view) : {};
-    view.tr = attachment.results;
-    await tx.run('UPDATE steps SET view = $1 WHERE key = $2', [JSON.stringify(view), key]);
-  }
-
-  async submitBatch(requests: SubmitRequest[], now: number): Promise<SubmitOutcome[]> {
-    try {
-      // Fast path: most batches hold no bad submission, so apply them all without savepoints.
-      return await this.transact(async (tx) => {
-        const policyVersion = await this.policyVersionNow(tx);
-        const out: SubmitOutcome[] = [];
-        for (const request of requests)
-          out.push({ ok: true, ...(await this.applySubmission(tx, request, policyVersion, now)) });
-        return out;
-      });
-    } catch (error) {
-      if (!(error instanceof StepwiseError) || this.closed) throw error;
-    }
-    // Something was rejected: redo the batch with one savepoint per submission, so a rejected
-    // submission leaves no trace and the others still commit.
-    return this.transact(async (tx) => {
-      const policyVersion = await this.policyVersionNow(tx);
-      const out: SubmitOutcome[] = [];
-      for (const request of requests) {
-        await tx.client.query('SAVEPOINT submission');
-        try {
-          out.push({ ok: true, ...(await this.applySubmission(tx, request, policyVersion, now)) });
-          await tx.client.query('RELEASE SAVEPOINT submission');
-        } catch (error) {
-          await tx.client.query('ROLLBACK TO SAVEPOINT submission');
-          if (!(error instanceof StepwiseError)) throw error;
-          out.push({ ok: false, error });
-        }
-      }
-      return out;
-    });
   }
 
   // ---- reads ----------------------------------------------------------------------------------

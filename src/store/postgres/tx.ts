@@ -1,20 +1,21 @@
 import { createHash } from 'node:crypto';
 import type pg from 'pg';
-import type { ChannelConfig, EventType, LabelInput, Signal, Step } from '../../domain/index.js';
+import type { ChannelConfig, EventType, LabelInput, NewStep, Signal, Step } from '../../domain/index.js';
 import {
   currentSignalsByTrajectory,
   type GroupRow,
   type LabelCurrentRow,
   type LabelRow,
   type LeaseRow,
+  type PriorStep,
   type SignalRow,
   type TrajectoryRow,
   TxLog,
   toCurrentLabel,
 } from '../rows.js';
-import { STEP_KEY_SPAN, type StepRow, stepKey } from '../step-codec.js';
+import { encodeStep, STEP_KEY_SPAN, type StepRow, type StepTail, stepKey } from '../step-codec.js';
 import type { GroupPatch, Join, PoolTx, Rule, TrajectoryPatch } from '../tx.js';
-import type { CurrentLabel } from '../types.js';
+import type { CurrentLabel, ToolResultAttachment } from '../types.js';
 
 const statementNames = new Map<string, string>();
 
@@ -34,6 +35,10 @@ export interface PgTxContext {
   flushSteps(tx: PgTx): Promise<void>;
   /** Steps of many trajectories (by seq, each up to its max index), decoded. */
   decodeMany(tx: PgTx, ranges: Map<number, number>): Promise<Map<number, Step[]>>;
+  /** The full sequence of a stored step (what the next step is encoded against). */
+  decodeTail(tx: PgTx, seq: number, index: number): Promise<StepTail | null>;
+  /** The step tail the store keeps for a trajectory between transactions. */
+  cachedTail(trajectoryId: string): StepTail | undefined;
 }
 
 /**
@@ -71,6 +76,91 @@ export class PgTx implements PoolTx {
   /** The same transaction, counting into `log` (a submission's own, kept only if it commits). */
   withLog(log: TxLog): PgTx {
     return new PgTx(this.client, this.context, log, this);
+  }
+
+  *savepoint<T>(rule: (tx: PoolTx) => Rule<T>): Rule<T> {
+    const events = this.events.length;
+    yield this.client.query('SAVEPOINT submission');
+    const inner = this.withLog(new TxLog(this.log));
+    try {
+      const value = yield* rule(inner);
+      yield this.client.query('RELEASE SAVEPOINT submission');
+      this.log.absorb(inner.log);
+      return value;
+    } catch (error) {
+      // A refused submission leaves no row, event or pending step behind.
+      yield this.client.query('ROLLBACK TO SAVEPOINT submission');
+      this.events.length = events;
+      this.pendingSteps.length = 0;
+      this.pendingDocs.clear();
+      throw error;
+    }
+  }
+
+  *lockTrajectories(ids: readonly string[]): Rule<Map<string, TrajectoryRow>> {
+    const rows = yield* this.select<TrajectoryRow>(
+      'SELECT * FROM trajectories WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE',
+      [ids],
+    );
+    return new Map(rows.map((r) => [r.id, r]));
+  }
+
+  *priorStep(row: TrajectoryRow, index: number): Rule<PriorStep | undefined> {
+    yield* this.flushSteps();
+    return yield* this.one<PriorStep>(
+      'SELECT content_hash, prompt_len, response_len, is_last, reward FROM steps WHERE key = $1',
+      [stepKey(row.seq, index)],
+    );
+  }
+
+  *appendStep(
+    row: TrajectoryRow,
+    step: NewStep,
+    channel: string,
+    policyVersion: number,
+    now: number,
+  ): Rule<boolean> {
+    const base = yield* this.baseTail(row, step.index);
+    const encoded = encodeStep(step, stepKey(row.seq, step.index), channel, policyVersion, base, now);
+    this.pendingSteps.push(encoded.row);
+    if (encoded.toolsDoc) this.pendingDocs.set(encoded.toolsDoc.hash, encoded.toolsDoc.body);
+    const current = this.log.tail(row.id) ?? this.context!.cachedTail(row.id);
+    if (!current || current.index < step.index) this.log.tails.set(row.id, encoded.tail);
+    return encoded.prefixBreak;
+  }
+
+  /** The full sequence of the step a new step at `index` is encoded against (the highest below it). */
+  private *baseTail(row: TrajectoryRow, index: number): Rule<StepTail | null> {
+    const known = this.log.tail(row.id) ?? this.context!.cachedTail(row.id);
+    if (known && known.index === index - 1) return known;
+    yield* this.flushSteps();
+    const first = stepKey(row.seq, 0);
+    const below = yield* this.one<{ key: number | null }>(
+      'SELECT max(key) AS key FROM steps WHERE key >= $1 AND key < $2',
+      [first, first + index],
+    );
+    if (below?.key == null) return null;
+    const belowIndex = below.key - first;
+    if (known && known.index === belowIndex) return known;
+    return (yield this.context!.decodeTail(this, row.seq, belowIndex)) as StepTail | null;
+  }
+
+  *flushSteps(): Rule<void> {
+    if (this.pendingSteps.length > 0 || this.pendingDocs.size > 0) yield this.context!.flushSteps(this);
+  }
+
+  *attachToolResults(attachment: ToolResultAttachment): Rule<void> {
+    const row = yield* this.one<{ seq: number }>('SELECT seq FROM trajectories WHERE id = $1', [
+      attachment.trajectoryId,
+    ]);
+    if (!row || attachment.index >= STEP_KEY_SPAN) return;
+    const key = stepKey(row.seq, attachment.index);
+    yield* this.flushSteps();
+    const step = yield* this.one<{ view: string | null }>('SELECT view FROM steps WHERE key = $1', [key]);
+    if (!step) return;
+    const view = step.view ? JSON.parse(step.view) : {};
+    view.tr = attachment.results;
+    yield* this.update('UPDATE steps SET view = $1 WHERE key = $2', [JSON.stringify(view), key]);
   }
 
   async rows<T>(text: string, values: unknown[] = []): Promise<T[]> {
@@ -302,7 +392,7 @@ export class PgTx implements PoolTx {
 
   *stepExists(row: TrajectoryRow, index: number): Rule<boolean> {
     if (index >= STEP_KEY_SPAN) return false;
-    yield this.context!.flushSteps(this);
+    yield* this.flushSteps();
     return (yield* this.one('SELECT 1 FROM steps WHERE key = $1', [stepKey(row.seq, index)])) !== undefined;
   }
 
@@ -368,7 +458,7 @@ export class PgTx implements PoolTx {
   }
 
   *stepRewardSum(row: TrajectoryRow): Rule<number | null> {
-    yield this.context!.flushSteps(this);
+    yield* this.flushSteps();
     const sum = (yield* this.one<{ total: number | null; n: number }>(
       'SELECT sum(reward) AS total, count(reward) AS n FROM steps WHERE key BETWEEN $1 AND $2',
       [stepKey(row.seq, 0), stepKey(row.seq, STEP_KEY_SPAN - 1)],

@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import type Database from 'better-sqlite3';
 import { afterEach, describe, expect, it } from 'vitest';
 import { newStep } from '../../domain/index.js';
+import { poolOps } from '../../pool/core.js';
 import { openSqliteStore } from './sqlite-store.js';
 
 /*
@@ -36,7 +37,7 @@ describe('SQLite on a full disk', () => {
     const db = (store as unknown as { db: Database.Database }).db;
     db.pragma(`max_page_count = ${db.pragma('page_count', { simple: true })}`);
     const request = { channel: 'train', nRollouts: null, steps: steps('t1') };
-    await expect(store.submitBatch([request], 1)).rejects.toMatchObject({
+    await expect(poolOps(store).submitBatch([request], 1)).rejects.toMatchObject({
       status: 503,
       code: 'disk_full',
       message: expect.stringMatching(/the disk holding .*pool\.db is full \(SQLITE_FULL\)/),
@@ -44,7 +45,7 @@ describe('SQLite on a full disk', () => {
     expect(await store.getTrajectory('t1')).toBeNull();
     // Space again: the same store, without reopening, takes the same write.
     db.pragma('max_page_count = 1073741823');
-    const [outcome] = await store.submitBatch([request], 2);
+    const [outcome] = await poolOps(store).submitBatch([request], 2);
     expect(outcome).toMatchObject({ ok: true, inserted: 2, duplicates: 0 });
     expect(await store.getTrajectorySteps('t1')).toHaveLength(2);
     await store.close();

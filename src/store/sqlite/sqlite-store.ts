@@ -3,7 +3,6 @@ import Database from 'better-sqlite3';
 import { Kysely, Migrator, SqliteDialect } from 'kysely';
 import {
   type ChannelConfig,
-  ConflictError,
   currentSignals,
   DEFAULT_CHANNEL_CONFIG,
   type EventType,
@@ -17,22 +16,14 @@ import {
   StepwiseError,
   type Trajectory,
 } from '../../domain/index.js';
-import { settleGroup } from '../../pool/groups.js';
-import { finishTrajectory } from '../../pool/trajectories.js';
 import { ListQueries, type ListSchema } from '../list-queries.js';
 import {
   assembleStats,
-  checkAppend,
-  checkRetry,
-  checkStepTarget,
-  declaredRollouts,
   type GroupRow,
   type GymTaskRow,
   type LabelCurrentRow,
   type LabelRow,
   type LeaseRow,
-  newTrajectoryRow,
-  type PriorStep,
   rewardBins,
   type SignalRow,
   summarizeGymRuns,
@@ -45,19 +36,8 @@ import {
   toSignal,
   toTrajectory,
 } from '../rows.js';
-import {
-  decodeSteps,
-  encodeStep,
-  INSERT_STEP_SQL,
-  STEP_KEY_SPAN,
-  type StepRow,
-  type StepTail,
-  stepKey,
-  stepRowValues,
-  TailCache,
-} from '../step-codec.js';
+import { decodeSteps, STEP_KEY_SPAN, type StepRow, stepKey, TailCache } from '../step-codec.js';
 import type {
-  CreateTrajectoryInput,
   CurrentLabel,
   DashboardSummary,
   EventQuery,
@@ -71,9 +51,6 @@ import type {
   StepQuery,
   Store,
   StoreInfo,
-  SubmitOutcome,
-  SubmitRequest,
-  ToolResultAttachment,
   TrajectoryQuery,
   TrajectoryScan,
   WriteOptions,
@@ -115,13 +92,6 @@ export async function openSqliteStore(options: SqliteStoreOptions): Promise<Sqli
   const wal = synchronous === 'FULL' && journal === 'wal' ? WalSync.open(`${db.name}-wal`) : null;
   if (wal) db.pragma('synchronous = NORMAL');
   return new SqliteStore(db, kysely, options, wal);
-}
-
-/** Codes of the errors storageFailure names: the disk, not a submission, refused the write. */
-const STORAGE_CODES = new Set(['disk_full', 'storage_error']);
-
-function isStorageFailure(error: StepwiseError): boolean {
-  return STORAGE_CODES.has(error.code);
 }
 
 /**
@@ -187,6 +157,10 @@ export class SqliteStore implements Store {
     ensureChannel: (channel, now) => this.ensureChannel(channel, now),
     policyVersion: () => this.policyVersionNow(),
     decodeRange: (seq) => this.decodeRange(seq),
+    decodeTail: (seq, index) =>
+      decodeSteps(this.stepRows(seq, index), (hash) => this.doc(hash)).tails.get(index) ?? null,
+    cachedTail: (id) => this.tails.get(id),
+    savepoint: (fn) => this.savepoint(fn),
     emit: (type, channel, data, now) => this.emit(type, channel, data, now),
   };
 
@@ -199,16 +173,6 @@ export class SqliteStore implements Store {
   private readonly savepoint: <T>(fn: () => T) => T;
   /** Channel settings read during the open write transaction (settings change rarely; reads add up). */
   private txChannels: Map<string, ChannelConfig> | null = null;
-
-  /**
-   * Runs fn in one IMMEDIATE transaction and resolves once the commit is durable: what a write
-   * method returns is never acknowledged before it would survive power loss (see WalSync).
-   */
-  private async transact<T>(fn: (log: TxLog) => T): Promise<T> {
-    const value = this.commit(fn);
-    await this.wal?.durable();
-    return value;
-  }
 
   async write<T>(rule: (tx: PoolTx) => Rule<T>, options: WriteOptions = {}): Promise<T> {
     const value = this.commit((log) => runSync(rule(this.tx(log))));
@@ -342,92 +306,10 @@ export class SqliteStore implements Store {
     return row ? toGroup(row) : null;
   }
 
-  /** Finds or creates the group a new trajectory joins; returns whether the group still collects. */
-  private joinGroup(
-    channel: string,
-    groupId: string,
-    nRollouts: number | null,
-    now: number,
-    log: TxLog,
-  ): boolean {
-    const row = this.groupRow(channel, groupId);
-    if (!row) {
-      this.ensureChannel(channel, now);
-      const expected = nRollouts ?? this.channelConfig(channel).n_rollouts;
-      this.stmt(
-        "INSERT INTO groups (channel, id, expected, n_trajectories, state, created_at) VALUES (?, ?, ?, 1, 'collecting', ?)",
-      ).run(channel, groupId, expected, now);
-      log.count(channel, 'groups_created');
-      return true;
-    }
-    this.stmt(
-      'UPDATE groups SET n_trajectories = n_trajectories + 1, expected = coalesce(expected, ?) WHERE channel = ? AND id = ?',
-    ).run(nRollouts, channel, groupId);
-    if (row.expected === null && nRollouts !== null) {
-      // Sized only now: it may already have all the rollouts it needs.
-      row.expected = nRollouts;
-      runSync(settleGroup(this.tx(log), row, this.channelConfig(channel), now));
-    }
-    return row.state === 'collecting';
-  }
-
   // ---- ingestion ------------------------------------------------------------------------------
 
   private trajectoryRow(id: string): TrajectoryRow | undefined {
     return this.stmt('SELECT * FROM trajectories WHERE id = ?').get(id) as TrajectoryRow | undefined;
-  }
-
-  private insertTrajectory(input: CreateTrajectoryInput, now: number, log: TxLog): TrajectoryRow {
-    const collecting = this.joinGroup(input.channel, input.groupId, input.nRollouts, now, log);
-    if (!collecting) log.count(input.channel, 'late_trajectories');
-    if (collecting && input.holdForGuidance != null)
-      this.stmt('UPDATE groups SET guidance_hold = ? WHERE channel = ? AND id = ?').run(
-        input.holdForGuidance,
-        input.channel,
-        input.groupId,
-      );
-    const row = newTrajectoryRow(input, now);
-    const info = this.stmt(
-      `INSERT INTO trajectories (id, channel, group_id, task_id, status, metadata, created_at, touched_at, guided,
-         guidance_k, probe, derived_from, derivation) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-    ).run(
-      row.id,
-      row.channel,
-      row.group_id,
-      row.task_id,
-      row.status,
-      row.metadata,
-      row.created_at,
-      row.touched_at,
-      row.guided,
-      row.guidance_k,
-      row.probe,
-      row.derived_from,
-      row.derivation,
-    );
-    row.seq = Number(info.lastInsertRowid);
-    log.count(input.channel, 'trajectories_created');
-    return row;
-  }
-
-  /** The full sequence of the step a new step at `index` is encoded against (the highest below it). */
-  private baseTail(trajectory: TrajectoryRow, index: number, log: TxLog, local: TxLog): StepTail | null {
-    const id = trajectory.id;
-    const known = local.tails.get(id) ?? log.tails.get(id) ?? this.tails.get(id);
-    if (known && known.index === index - 1) return known;
-    const first = stepKey(trajectory.seq, 0);
-    const below = this.stmt('SELECT max(key) AS key FROM steps WHERE key >= ? AND key < ?').get(
-      first,
-      first + index,
-    ) as { key: number | null };
-    if (below.key === null) return null;
-    const belowIndex = below.key - first;
-    if (known && known.index === belowIndex) return known;
-    return (
-      decodeSteps(this.stepRows(trajectory.seq, belowIndex), (hash) => this.doc(hash)).tails.get(
-        belowIndex,
-      ) ?? null
-    );
   }
 
   /** A trajectory's stored step rows up to maxIndex, in index order: one rowid range. */
@@ -441,174 +323,6 @@ export class SqliteStore implements Store {
   private doc(hash: string): Record<string, unknown>[] | null {
     const row = this.stmt('SELECT body FROM docs WHERE hash = ?').get(hash) as { body: string } | undefined;
     return row ? JSON.parse(row.body) : null;
-  }
-
-  private applySubmission(
-    request: SubmitRequest,
-    policyVersion: number,
-    now: number,
-    log: TxLog,
-  ): { inserted: number; duplicates: number; completed: string[] } {
-    const local = new TxLog();
-    const byTrajectory = new Map<string, number[]>();
-    request.steps.forEach((step, i) => {
-      const positions = byTrajectory.get(step.trajectoryId);
-      if (positions) positions.push(i);
-      else byTrajectory.set(step.trajectoryId, [i]);
-    });
-    let inserted = 0;
-    let duplicates = 0;
-    const completed: string[] = [];
-    const insertStep = this.stmt(INSERT_STEP_SQL);
-    const existing = this.stmt(
-      'SELECT content_hash, prompt_len, response_len, is_last, reward FROM steps WHERE key = ?',
-    );
-    const insertDoc = this.stmt('INSERT INTO docs (hash, body) VALUES (?, ?) ON CONFLICT DO NOTHING');
-
-    for (const [trajectoryId, positions] of byTrajectory) {
-      positions.sort((a, b) => request.steps[a]!.index - request.steps[b]!.index);
-      const first = request.steps[positions[0]!]!;
-      let trajectory = this.trajectoryRow(trajectoryId);
-      const created = !trajectory;
-      if (!trajectory) {
-        const nRollouts = request.nRollouts ?? declaredRollouts(first);
-        trajectory = this.insertTrajectory(
-          { id: trajectoryId, groupId: first.groupId, channel: request.channel, nRollouts, metadata: {} },
-          now,
-          local,
-        );
-      } else if (trajectory.channel !== request.channel) {
-        throw new ConflictError(
-          `trajectory ${trajectoryId} belongs to channel '${trajectory.channel}', not '${request.channel}'`,
-          'channel',
-        );
-      }
-      let added = 0;
-      let rewardSum = 0;
-      let rewardCount = 0;
-      let breaks = 0;
-      let minVersion: number | null = null;
-      for (const position of positions) {
-        const step = request.steps[position]!;
-        const field = `steps.${position}`;
-        checkStepTarget(step, field, trajectory);
-        // Only an index at or below the highest stored one can be a retry: skip the lookup otherwise.
-        const prior =
-          step.index <= (trajectory.max_index ?? -1)
-            ? (existing.get(stepKey(trajectory.seq, step.index)) as PriorStep | undefined)
-            : undefined;
-        if (prior) {
-          checkRetry(prior, step, field, trajectoryId);
-          duplicates++;
-          continue;
-        }
-        checkAppend(step, field, trajectory);
-        const version = step.policyVersion ?? policyVersion;
-        const base = this.baseTail(trajectory, step.index, log, local);
-        const key = stepKey(trajectory.seq, step.index);
-        const encoded = encodeStep(step, key, request.channel, version, base, now);
-        insertStep.run(stepRowValues(encoded.row));
-        if (encoded.toolsDoc) insertDoc.run(encoded.toolsDoc.hash, encoded.toolsDoc.body);
-        const current =
-          local.tails.get(trajectoryId) ?? log.tails.get(trajectoryId) ?? this.tails.get(trajectoryId);
-        if (!current || current.index < step.index) local.tails.set(trajectoryId, encoded.tail);
-        if (encoded.prefixBreak) breaks++;
-        minVersion = minVersion === null ? version : Math.min(minVersion, version);
-        trajectory.n_steps++;
-        trajectory.max_index = Math.max(trajectory.max_index ?? -1, step.index);
-        if (step.isLast) trajectory.last_index = step.index;
-        if (step.reward !== null) {
-          rewardSum += step.reward;
-          rewardCount++;
-        }
-        added++;
-      }
-      if (added === 0) continue;
-      inserted += added;
-      trajectory.prefix_breaks += breaks;
-      // The group's oldest version can only fall when this trajectory's does (group min <= trajectory min).
-      const lowered = trajectory.min_policy_version === null || minVersion! < trajectory.min_policy_version;
-      if (lowered) trajectory.min_policy_version = minVersion;
-      if (breaks > 0) local.count(request.channel, 'prefix_breaks', breaks);
-      local.noteSubmitted(request.channel, trajectoryId, trajectory.group_id, added, now, created);
-      if (trajectory.last_index !== null && trajectory.n_steps === trajectory.last_index + 1) {
-        // Completing now: finishTrajectory writes the trajectory's and the group's rows once.
-        // Every step came in this submission: its rewards are known without reading them back.
-        const known = trajectory.n_steps === added ? (rewardCount > 0 ? rewardSum : null) : undefined;
-        runSync(
-          finishTrajectory(this.tx(local), trajectory, { status: 'complete', reward: null }, now, {
-            stepRewardSum: known,
-            versionLowered: lowered,
-          }),
-        );
-        completed.push(trajectoryId);
-        continue;
-      }
-      this.stmt(
-        `UPDATE trajectories SET n_steps = ?, max_index = ?, last_index = ?, prefix_breaks = ?, min_policy_version = ?,
-           touched_at = ? WHERE id = ?`,
-      ).run(
-        trajectory.n_steps,
-        trajectory.max_index,
-        trajectory.last_index,
-        trajectory.prefix_breaks,
-        trajectory.min_policy_version,
-        now,
-        trajectoryId,
-      );
-      if (lowered) runSync(this.tx(local).lowerGroupVersion(trajectory));
-    }
-    for (const attachment of request.toolResults ?? []) this.attachToolResults(attachment);
-    local.count(request.channel, 'steps_produced', inserted);
-    if (duplicates > 0) local.count(request.channel, 'duplicate_steps', duplicates);
-    log.absorb(local);
-    return { inserted, duplicates, completed };
-  }
-
-  /** Sets a stored step's tool results (the outputs of its tool calls, seen in the next request). */
-  private attachToolResults(attachment: ToolResultAttachment): void {
-    const row = this.stmt('SELECT seq FROM trajectories WHERE id = ?').get(attachment.trajectoryId) as
-      | { seq: number }
-      | undefined;
-    if (!row || attachment.index >= STEP_KEY_SPAN) return;
-    this.stmt(`UPDATE steps SET view = json_set(coalesce(view, '{}'), '$.tr', json(?)) WHERE key = ?`).run(
-      JSON.stringify(attachment.results),
-      stepKey(row.seq, attachment.index),
-    );
-  }
-
-  async submitBatch(requests: SubmitRequest[], now: number): Promise<SubmitOutcome[]> {
-    try {
-      // Fast path: most batches hold no bad submission, so apply them all without savepoints.
-      const outcomes = this.commit((log) => {
-        const policyVersion = this.policyVersionNow();
-        return requests.map((request) => ({
-          ok: true as const,
-          ...this.applySubmission(request, policyVersion, now, log),
-        }));
-      });
-      await this.wal?.durable();
-      return outcomes;
-    } catch (error) {
-      if (!(error instanceof StepwiseError) || isStorageFailure(error) || this.closed || this.wal?.failed)
-        throw error;
-    }
-    // Something was rejected: redo the batch with one savepoint per submission, so a rejected
-    // submission leaves no trace and the others still commit.
-    return this.transact((log) => {
-      const policyVersion = this.policyVersionNow();
-      return requests.map((request): SubmitOutcome => {
-        try {
-          return {
-            ok: true,
-            ...this.savepoint(() => this.applySubmission(request, policyVersion, now, log)),
-          };
-        } catch (error) {
-          if (!(error instanceof StepwiseError)) throw error;
-          return { ok: false, error };
-        }
-      });
-    });
   }
 
   // ---- reads ----------------------------------------------------------------------------------

@@ -1,17 +1,25 @@
 import type Database from 'better-sqlite3';
-import type { ChannelConfig, EventType, LabelInput, Signal, Step } from '../../domain/index.js';
+import type { ChannelConfig, EventType, LabelInput, NewStep, Signal, Step } from '../../domain/index.js';
 import {
   currentSignalsByTrajectory,
   type GroupRow,
   type LabelCurrentRow,
   type LabelRow,
   type LeaseRow,
+  type PriorStep,
   type SignalRow,
   type TrajectoryRow,
-  type TxLog,
+  TxLog,
   toCurrentLabel,
 } from '../rows.js';
-import { STEP_KEY_SPAN, stepKey } from '../step-codec.js';
+import {
+  encodeStep,
+  INSERT_STEP_SQL,
+  STEP_KEY_SPAN,
+  type StepTail,
+  stepKey,
+  stepRowValues,
+} from '../step-codec.js';
 import {
   done,
   type GroupPatch,
@@ -21,7 +29,7 @@ import {
   runSync,
   type TrajectoryPatch,
 } from '../tx.js';
-import type { CurrentLabel } from '../types.js';
+import type { CurrentLabel, ToolResultAttachment } from '../types.js';
 
 /** What a SQLite transaction reads from its store: statements, settings, the event log. */
 export interface SqliteTxContext {
@@ -33,6 +41,12 @@ export interface SqliteTxContext {
   policyVersion(): number;
   /** A trajectory's steps as captured (by its seq). */
   decodeRange(seq: number): Step[];
+  /** The full sequence of a stored step (what the next step is encoded against). */
+  decodeTail(seq: number, index: number): StepTail | null;
+  /** The step tail the store keeps for a trajectory between transactions. */
+  cachedTail(trajectoryId: string): StepTail | undefined;
+  /** Runs fn in a savepoint of the open transaction. */
+  savepoint<T>(fn: () => T): T;
   emit(type: EventType, channel: string | null, data: Record<string, unknown>, now: number): void;
 }
 
@@ -57,6 +71,83 @@ export class SqliteTx implements PoolTx {
 
   channelNames(): Rule<string[]> {
     return done((this.stmt('SELECT name FROM channels').all() as { name: string }[]).map((r) => r.name));
+  }
+
+  savepoint<T>(rule: (tx: PoolTx) => Rule<T>): Rule<T> {
+    const inner = new SqliteTx(this.context, new TxLog(this.log));
+    const value = this.context.savepoint(() => runSync(rule(inner)));
+    this.log.absorb(inner.log);
+    return done(value);
+  }
+
+  lockTrajectories(ids: readonly string[]): Rule<Map<string, TrajectoryRow>> {
+    // One writer at a time: the IMMEDIATE transaction is the lock.
+    const get = this.stmt('SELECT * FROM trajectories WHERE id = ?');
+    const out = new Map<string, TrajectoryRow>();
+    for (const id of ids) {
+      const row = get.get(id) as TrajectoryRow | undefined;
+      if (row) out.set(id, row);
+    }
+    return done(out);
+  }
+
+  priorStep(row: TrajectoryRow, index: number): Rule<PriorStep | undefined> {
+    return done(
+      this.stmt(
+        'SELECT content_hash, prompt_len, response_len, is_last, reward FROM steps WHERE key = ?',
+      ).get(stepKey(row.seq, index)) as PriorStep | undefined,
+    );
+  }
+
+  appendStep(
+    row: TrajectoryRow,
+    step: NewStep,
+    channel: string,
+    policyVersion: number,
+    now: number,
+  ): Rule<boolean> {
+    const base = this.baseTail(row, step.index);
+    const encoded = encodeStep(step, stepKey(row.seq, step.index), channel, policyVersion, base, now);
+    this.stmt(INSERT_STEP_SQL).run(stepRowValues(encoded.row));
+    if (encoded.toolsDoc)
+      this.stmt('INSERT INTO docs (hash, body) VALUES (?, ?) ON CONFLICT DO NOTHING').run(
+        encoded.toolsDoc.hash,
+        encoded.toolsDoc.body,
+      );
+    const current = this.log.tail(row.id) ?? this.context.cachedTail(row.id);
+    if (!current || current.index < step.index) this.log.tails.set(row.id, encoded.tail);
+    return done(encoded.prefixBreak);
+  }
+
+  /** The full sequence of the step a new step at `index` is encoded against (the highest below it). */
+  private baseTail(row: TrajectoryRow, index: number): StepTail | null {
+    const known = this.log.tail(row.id) ?? this.context.cachedTail(row.id);
+    if (known && known.index === index - 1) return known;
+    const first = stepKey(row.seq, 0);
+    const below = this.stmt('SELECT max(key) AS key FROM steps WHERE key >= ? AND key < ?').get(
+      first,
+      first + index,
+    ) as { key: number | null };
+    if (below.key === null) return null;
+    const belowIndex = below.key - first;
+    if (known && known.index === belowIndex) return known;
+    return this.context.decodeTail(row.seq, belowIndex);
+  }
+
+  flushSteps(): Rule<void> {
+    return done(undefined);
+  }
+
+  attachToolResults(attachment: ToolResultAttachment): Rule<void> {
+    const row = this.stmt('SELECT seq FROM trajectories WHERE id = ?').get(attachment.trajectoryId) as
+      | { seq: number }
+      | undefined;
+    if (!row || attachment.index >= STEP_KEY_SPAN) return done(undefined);
+    this.stmt(`UPDATE steps SET view = json_set(coalesce(view, '{}'), '$.tr', json(?)) WHERE key = ?`).run(
+      JSON.stringify(attachment.results),
+      stepKey(row.seq, attachment.index),
+    );
+    return done(undefined);
   }
 
   ensureChannel(channel: string, now: number): Rule<void> {
