@@ -897,10 +897,10 @@ async function checkFinalState(store: Store, model: Model, events: PoolEvent[]):
     distinct[pt.channel] += steps.length;
   }
 
-  const total = await store.stats(null);
+  const total = await store.views.stats(null);
   expect(total.produced.steps, 'stats produced.steps (all channels)').toBe(distinct.train + distinct.val);
   for (const c of CHANNELS) {
-    const stats = await store.stats(c);
+    const stats = await store.views.stats(c);
     const k = model.s.counters[c];
     const groups = { collecting: 0, pending_guidance: 0, ready: 0, leased: 0, consumed: 0, dropped: 0 };
     for (const [, g] of model.groupsOf(c)) if (g.created) groups[g.state]++;

@@ -58,7 +58,7 @@ describe.skipIf(!pgUrl)('PostgreSQL store shared by several processes', () => {
       const group = await a.getGroup('train', `g${g}`);
       expect(group).toMatchObject({ state: 'ready', nTrajectories: 2, nFinished: 2, nComplete: 2 });
     }
-    const stats = await b.stats('train');
+    const stats = await b.views.stats('train');
     expect(stats.groups.ready).toBe(groups);
     expect(stats.produced).toEqual({ steps: groups * 2 * 3, trajectories: groups * 2 });
   });
@@ -88,7 +88,7 @@ describe.skipIf(!pgUrl)('PostgreSQL store shared by several processes', () => {
     );
     expect(served).toHaveLength(groups);
     expect(new Set(served).size).toBe(groups);
-    expect((await b.stats('train')).consumed.groups).toBe(groups);
+    expect((await b.views.stats('train')).consumed.groups).toBe(groups);
   });
 
   it('numbers events in commit order: a reader following the log while two stores write misses none', async () => {

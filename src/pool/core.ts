@@ -10,6 +10,7 @@ import {
   type SignalInput,
   type Trajectory,
 } from '../domain/index.js';
+import type { ReadModels } from '../store/read-models.js';
 import { toGroup, toTrajectory } from '../store/rows.js';
 import type {
   CallFailure,
@@ -45,7 +46,7 @@ import {
  * The pool's operations: its rules, each run in one transaction of the store, and the store's reads.
  * PoolCore runs them in this process; WorkerPool on the thread that owns a SQLite connection.
  */
-export interface PoolOps extends Omit<Store, 'write' | 'read'> {
+export interface PoolOps extends Omit<Store, 'write' | 'read' | 'views'>, ReadModels {
   /**
    * Stores submissions in one commit, each all or nothing: a refused one (outcome `ok: false`)
    * leaves no trace and the others still commit.
@@ -205,7 +206,7 @@ export class PoolCore implements PoolOps {
 
   // ---- not yet rules of their own: the store's ------------------------------------------------
 
-  stats: Store['stats'] = (...a) => this.store.stats(...a);
+  stats: ReadModels['stats'] = (...a) => this.store.views.stats(...a);
 
   // ---- reads ------------------------------------------------------------------------------------
 
@@ -223,9 +224,9 @@ export class PoolCore implements PoolOps {
   getLabels: Store['getLabels'] = (...a) => this.store.getLabels(...a);
   getCurrentLabels: Store['getCurrentLabels'] = (...a) => this.store.getCurrentLabels(...a);
   getSignals: Store['getSignals'] = (...a) => this.store.getSignals(...a);
-  dashboardSummary: Store['dashboardSummary'] = (...a) => this.store.dashboardSummary(...a);
-  gymRuns: Store['gymRuns'] = (...a) => this.store.gymRuns(...a);
-  listLeases: Store['listLeases'] = (...a) => this.store.listLeases(...a);
+  dashboardSummary: ReadModels['dashboardSummary'] = (...a) => this.store.views.dashboardSummary(...a);
+  gymRuns: ReadModels['gymRuns'] = (...a) => this.store.views.gymRuns(...a);
+  listLeases: ReadModels['listLeases'] = (...a) => this.store.views.listLeases(...a);
   readEvents: Store['readEvents'] = (...a) => this.store.readEvents(...a);
   lastEventSeq: Store['lastEventSeq'] = (...a) => this.store.lastEventSeq(...a);
   describe: Store['describe'] = (...a) => this.store.describe(...a);

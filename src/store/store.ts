@@ -8,16 +8,13 @@ import type {
   Step,
   Trajectory,
 } from '../domain/index.js';
+import type { ReadModels } from './read-models.js';
 import type { PoolTx, Rule } from './tx.js';
 import type {
   CurrentLabel,
-  DashboardSummary,
   EventQuery,
   GroupQuery,
-  GymRunSummary,
-  LeaseQuery,
   Page,
-  PoolStats,
   ScanPage,
   SignalQuery,
   StepQuery,
@@ -70,16 +67,10 @@ export interface Store {
   /** A trajectory's signals by createdAt, then insertion; `current`: only the latest per key. */
   getSignals(trajectoryId: string, options?: SignalQuery): Promise<Signal[]>;
 
-  /** Reward histogram and group outcome mix (dashboard). */
-  dashboardSummary(channel: string | null, bins?: number): Promise<DashboardSummary>;
-  /** Gym runs found in the trajectories' metadata, newest first. */
-  gymRuns(limit?: number): Promise<GymRunSummary[]>;
-  /** Leases, newest first. */
-  listLeases(query: LeaseQuery): Promise<Page<Lease>>;
-
   readEvents(query: EventQuery): Promise<PoolEvent[]>;
   lastEventSeq(): Promise<number>;
-  stats(channel: string | null): Promise<PoolStats>;
+  /** The dashboard's and the gym's views. */
+  readonly views: ReadModels;
   describe(): Promise<StoreInfo>;
   /**
    * Calls back when a process sharing the database commits a change (the store's own included);

@@ -7,7 +7,6 @@ import {
   DEFAULT_CHANNEL_CONFIG,
   type EventType,
   type Group,
-  type GroupState,
   type Label,
   type Lease,
   type PoolEvent,
@@ -18,15 +17,11 @@ import {
 } from '../../domain/index.js';
 import { ListQueries, type ListSchema } from '../list-queries.js';
 import {
-  assembleStats,
   type GroupRow,
-  type GymTaskRow,
   type LabelCurrentRow,
   type LabelRow,
   type LeaseRow,
-  rewardBins,
   type SignalRow,
-  summarizeGymRuns,
   type TrajectoryRow,
   TxLog,
   toCurrentLabel,
@@ -39,13 +34,9 @@ import {
 import { decodeSteps, STEP_KEY_SPAN, type StepRow, stepKey, TailCache } from '../step-codec.js';
 import type {
   CurrentLabel,
-  DashboardSummary,
   EventQuery,
   GroupQuery,
-  GymRunSummary,
-  LeaseQuery,
   Page,
-  PoolStats,
   ScanPage,
   SignalQuery,
   StepQuery,
@@ -57,6 +48,7 @@ import type {
 } from '../store.js';
 import { type PoolTx, type Rule, runSync } from '../tx.js';
 import { sqliteMigrations } from './migrations.js';
+import { SqliteReadModels } from './read-models.js';
 import { statementCache } from './statements.js';
 import { SqliteTx, type SqliteTxContext } from './tx.js';
 import { WalSync } from './wal-sync.js';
@@ -499,131 +491,18 @@ export class SqliteStore implements Store {
     }));
   }
 
-  /**
-   * The ready groups a lease of this shape considers, oldest readiness first (groups of another
-   * size skipped), each with its staleness; paged, so a caller that stops early reads little. A
-   * caller may drop the groups it is given as it goes.
-   */
-  async dashboardSummary(channel: string | null, bins = 10): Promise<DashboardSummary> {
-    const where = channel === null ? '' : 'AND channel = ?';
-    const args = channel === null ? [] : [channel];
-    const range = this.stmt(
-      `SELECT min(reward) AS lo, max(reward) AS hi FROM trajectories WHERE status = 'complete' AND reward IS NOT NULL ${where}`,
-    ).get(...args) as { lo: number | null; hi: number | null };
-    let histogram: DashboardSummary['rewards']['bins'] = [];
-    if (range.lo !== null && range.hi !== null) {
-      histogram = rewardBins(range.lo, range.hi, bins);
-      const n = histogram.length;
-      const width = histogram[0]!.to - histogram[0]!.from;
-      const rows = this.stmt(
-        `SELECT min(CAST((reward - ?) / ? AS INTEGER), ?) AS bin, count(*) AS n
-         FROM trajectories WHERE status = 'complete' AND reward IS NOT NULL ${where} GROUP BY bin`,
-      ).all(range.lo, width, n - 1, ...args) as { bin: number; n: number }[];
-      for (const r of rows) histogram[r.bin]!.count = r.n;
-    }
-    // Per group from the covering group index alone (in its order: no sort), then joined to the
-    // settled groups.
-    const outcome = this.stmt(
-      `SELECT
-         sum(CASE WHEN t.unscored > 0 THEN 0 WHEN t.hi <= 0 THEN 1 ELSE 0 END) AS all_zero,
-         sum(CASE WHEN t.unscored > 0 THEN 0 WHEN t.lo >= 1 THEN 1 ELSE 0 END) AS all_one,
-         sum(CASE WHEN t.unscored > 0 THEN 0 WHEN t.hi > 0 AND t.lo < 1 THEN 1 ELSE 0 END) AS mixed,
-         sum(CASE WHEN t.unscored > 0 THEN 1 ELSE 0 END) AS unscored
-       FROM (
-         SELECT group_id, channel, min(reward) AS lo, max(reward) AS hi,
-                sum(CASE WHEN reward IS NULL THEN 1 ELSE 0 END) AS unscored
-         FROM trajectories INDEXED BY trajectories_group
-         WHERE status = 'complete' AND counted = 1 ${where}
-         GROUP BY group_id, channel
-       ) t JOIN groups g ON g.channel = t.channel AND g.id = t.group_id
-       WHERE g.state IN ('ready', 'leased', 'consumed')`,
-    ).get(...args) as Record<string, number | null>;
-    return {
-      rewards: { min: range.lo, max: range.hi, bins: histogram },
-      outcomes: {
-        allZero: outcome.all_zero ?? 0,
-        allOne: outcome.all_one ?? 0,
-        mixed: outcome.mixed ?? 0,
-        unscored: outcome.unscored ?? 0,
-      },
-    };
-  }
-
-  async gymRuns(limit = 50): Promise<GymRunSummary[]> {
-    const rows = this.stmt(
-      `SELECT json_extract(metadata, '$.run_id') AS run, channel,
-              coalesce(json_extract(metadata, '$.category'), '') AS category, coalesce(task_id, '') AS task,
-              count(*) AS samples,
-              sum(CASE WHEN status = 'infra_failed' THEN 1 ELSE 0 END) AS infra,
-              sum(CASE WHEN status = 'complete' AND reward IS NOT NULL THEN 1 ELSE 0 END) AS scored,
-              sum(CASE WHEN status = 'complete' THEN reward ELSE 0 END) AS score_sum,
-              sum(CASE WHEN status = 'complete' AND reward >= 1 THEN 1 ELSE 0 END) AS passed,
-              min(created_at) AS started, max(completed_at) AS finished,
-              sum(CASE WHEN status = 'open' THEN 1 ELSE 0 END) AS open
-       FROM trajectories INDEXED BY trajectories_gym_run
-       WHERE json_extract(metadata, '$.run_id') IS NOT NULL AND probe = 0 AND derived_from IS NULL
-       GROUP BY json_extract(metadata, '$.run_id'), channel, json_extract(metadata, '$.category'), task_id`,
-    ).all() as GymTaskRow[];
-    return summarizeGymRuns(rows, limit);
-  }
-
-  async listLeases(query: LeaseQuery): Promise<Page<Lease>> {
-    const where = query.channel === undefined ? '' : 'WHERE channel = ?';
-    const args = query.channel === undefined ? [] : [query.channel];
-    const { n } = this.stmt(`SELECT count(*) AS n FROM leases ${where}`).get(...args) as { n: number };
-    const rows = this.stmt(
-      `SELECT * FROM leases ${where} ORDER BY created_at DESC, rowid DESC LIMIT ? OFFSET ?`,
-    ).all(...args, query.limit, query.offset) as LeaseRow[];
-    return { total: n, items: rows.map(toLease) };
-  }
-
   async lastEventSeq(): Promise<number> {
     const row = this.stmt('SELECT max(seq) AS seq FROM events').get() as { seq: number | null };
     return row.seq ?? 0;
   }
 
-  async stats(channel: string | null): Promise<PoolStats> {
-    const counterRows = (
-      channel === null
-        ? this.stmt('SELECT name, sum(value) AS value FROM counters GROUP BY name').all()
-        : this.stmt('SELECT name, value FROM counters WHERE channel = ?').all(channel)
-    ) as { name: string; value: number }[];
-    const stateRows = (
-      channel === null
-        ? this.stmt('SELECT state, count(*) AS n FROM groups GROUP BY state').all()
-        : this.stmt('SELECT state, count(*) AS n FROM groups WHERE channel = ? GROUP BY state').all(channel)
-    ) as { state: GroupState; n: number }[];
-    const { n: activeLeases } = (
-      channel === null
-        ? this.stmt("SELECT count(*) AS n FROM leases WHERE state = 'active'").get()
-        : this.stmt("SELECT count(*) AS n FROM leases WHERE state = 'active' AND channel = ?").get(channel)
-    ) as { n: number };
-    const awaiting = "state = 'collecting' AND expected IS NOT NULL AND n_finished >= expected";
-    const { n: awaitingSignals } = (
-      channel === null
-        ? this.stmt(`SELECT count(*) AS n FROM groups WHERE ${awaiting}`).get()
-        : this.stmt(`SELECT count(*) AS n FROM groups WHERE channel = ? AND ${awaiting}`).get(channel)
-    ) as { n: number };
-    const policyVersion = this.policyVersionNow();
-    const versionRows = (
-      channel === null
-        ? this.stmt(
-            "SELECT min_policy_version AS v, count(*) AS n FROM groups WHERE state = 'ready' GROUP BY min_policy_version",
-          ).all()
-        : this.stmt(
-            "SELECT min_policy_version AS v, count(*) AS n FROM groups WHERE channel = ? AND state = 'ready' GROUP BY min_policy_version",
-          ).all(channel)
-    ) as { v: number | null; n: number }[];
-    return assembleStats(channel, {
-      counters: counterRows,
-      groupStates: stateRows,
-      activeLeases,
-      awaitingSignals,
-      policyVersion,
-      readyVersions: versionRows,
-      lastEventSeq: await this.lastEventSeq(),
-    });
-  }
+  /** The dashboard's and the gym's views (store/read-models.ts). */
+  readonly views = new SqliteReadModels({
+    stmt: (source) => this.stmt(source),
+    policyVersion: () => this.policyVersionNow(),
+    lastEventSeq: () =>
+      (this.stmt('SELECT max(seq) AS seq FROM events').get() as { seq: number | null }).seq ?? 0,
+  });
 
   async describe(): Promise<StoreInfo> {
     return { kind: 'sqlite', path: this.path };
