@@ -144,8 +144,8 @@ export class StepRecorder {
     const { session, request, routed } = ctx;
     // Before this step becomes the session's last: the results answer the step before it.
     const toolResults = ctx.attachments();
-    if (captured.malformed) {
-      const message = `engine ${routed.engine.id} sent a malformed answer: ${captured.malformed}`;
+    // An engine answer no step can be made of: recorded as the engine's failure, answered 502.
+    const refuse = (message: string) => {
       this.record(session, () => toolResults, {
         kind: 'upstream_error',
         engineId: routed.engine.id,
@@ -153,8 +153,10 @@ export class StepRecorder {
         message,
         partial: null,
       });
-      throw new CaptureFailed(message, 502);
-    }
+      return new CaptureFailed(message, 502);
+    };
+    if (captured.malformed)
+      throw refuse(`engine ${routed.engine.id} sent a malformed answer: ${captured.malformed}`);
     let promptIds = captured.promptIds;
     let responseIds = captured.responseIds;
     let logprobs = captured.logprobs;
@@ -179,15 +181,9 @@ export class StepRecorder {
         logprobs = null;
         source = 'retokenized';
       } catch (error) {
-        const message = `engine ${routed.engine.id} answered without token ids, and they could not be rebuilt (${(error as Error).message})`;
-        this.record(session, () => toolResults, {
-          kind: 'upstream_error',
-          engineId: routed.engine.id,
-          status: 502,
-          message,
-          partial: null,
-        });
-        throw new CaptureFailed(message, 502);
+        throw refuse(
+          `engine ${routed.engine.id} answered without token ids, and they could not be rebuilt (${(error as Error).message})`,
+        );
       }
     }
     const metadata: JsonObject = {};

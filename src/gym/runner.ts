@@ -109,8 +109,8 @@ export interface SampleResult {
   gatewayRefused?: string[];
 }
 
-/** A state file's line, as the runner writes it. */
-const SampleResultLine: z.ZodType<SampleResult> = z.object({
+/** A sample's result as the runner writes it (a state file's line; a rollout job's output). */
+export const SampleResultLine = z.object({
   taskId: z.string(),
   category: z.string(),
   sample: z.number().int().min(0),
@@ -127,7 +127,7 @@ const SampleResultLine: z.ZodType<SampleResult> = z.object({
   toolErrors: z.number().int().min(0),
   durationMs: z.number().min(0),
   gatewayRefused: z.array(z.string()).optional(),
-});
+}) satisfies z.ZodType<SampleResult>;
 
 export interface GymSummary {
   samples: number;

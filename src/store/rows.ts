@@ -305,6 +305,23 @@ export function currentSignalsByTrajectory(rows: readonly SignalRow[]): Map<stri
   return byTrajectory;
 }
 
+/** The dashboard summary from its reward range, filled histogram and group outcome counts. */
+export function dashboardSummaryOf(
+  range: { lo: number | null; hi: number | null },
+  bins: DashboardSummary['rewards']['bins'],
+  outcome: Record<string, number | null>,
+): DashboardSummary {
+  return {
+    rewards: { min: range.lo, max: range.hi, bins },
+    outcomes: {
+      allZero: Number(outcome.all_zero ?? 0),
+      allOne: Number(outcome.all_one ?? 0),
+      mixed: Number(outcome.mixed ?? 0),
+      unscored: Number(outcome.unscored ?? 0),
+    },
+  };
+}
+
 /** Equal-width bins over [lo, hi] (one bin when all rewards are equal). */
 export function rewardBins(lo: number, hi: number, bins: number): DashboardSummary['rewards']['bins'] {
   const width = hi > lo ? (hi - lo) / bins : 1;

@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { z } from 'zod';
 import { CleanerOptions } from '../../curation/cleaner/saar.js';
 import { JsonObject } from '../../domain/json.js';
-import type { AgentSpec, SampleResult } from '../runner.js';
+import { type AgentSpec, SampleResultLine } from '../runner.js';
 import { GymTask } from '../tasks/schema.js';
 
 /*
@@ -76,23 +76,7 @@ export const RolloutJobData = z.strictObject({
 export type RolloutJobData = z.infer<typeof RolloutJobData>;
 
 /** A SampleResult as it comes back in a job's output or from the attempt table. */
-export const SampleResultWire = z.looseObject({
-  taskId: z.string(),
-  category: z.string(),
-  sample: z.number().int().min(0),
-  groupId: z.string(),
-  trajectoryUid: z.string().nullable(),
-  status: z.enum(['complete', 'infra_failed']),
-  score: z.number(),
-  code: z.number().nullable(),
-  rubric: z.number().nullable(),
-  verifierFailed: z.boolean(),
-  agent: z.enum(['finished', 'max_turns', 'failed']),
-  reason: z.string().nullable(),
-  toolCalls: z.number().int(),
-  toolErrors: z.number().int(),
-  durationMs: z.number(),
-}) satisfies z.ZodType<SampleResult>;
+export const SampleResultWire = SampleResultLine.loose();
 
 /** sha256 of a task's canonical JSON: the task's address in the queue's task table. */
 export function taskSha256(task: GymTask): string {

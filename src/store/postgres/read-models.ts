@@ -2,6 +2,7 @@ import type { GroupState, Lease } from '../../domain/index.js';
 import type { ReadModels } from '../read-models.js';
 import {
   assembleStats,
+  dashboardSummaryOf,
   type GymTaskRow,
   type LeaseRow,
   rewardBins,
@@ -60,15 +61,7 @@ export class PgReadModels implements ReadModels {
          WHERE g.state IN ('ready', 'leased', 'consumed')`,
         [channel],
       ))!;
-      return {
-        rewards: { min: range.lo, max: range.hi, bins: histogram },
-        outcomes: {
-          allZero: outcome.all_zero ?? 0,
-          allOne: outcome.all_one ?? 0,
-          mixed: outcome.mixed ?? 0,
-          unscored: outcome.unscored ?? 0,
-        },
-      };
+      return dashboardSummaryOf(range, histogram, outcome);
     });
   }
 

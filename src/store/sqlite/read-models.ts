@@ -3,6 +3,7 @@ import type { GroupState, Lease } from '../../domain/index.js';
 import type { ReadModels } from '../read-models.js';
 import {
   assembleStats,
+  dashboardSummaryOf,
   type GymTaskRow,
   type LeaseRow,
   rewardBins,
@@ -67,15 +68,7 @@ export class SqliteReadModels implements ReadModels {
        WHERE g.state IN ('ready', 'leased', 'consumed')`,
       )
       .get(...args) as Record<string, number | null>;
-    return {
-      rewards: { min: range.lo, max: range.hi, bins: histogram },
-      outcomes: {
-        allZero: outcome.all_zero ?? 0,
-        allOne: outcome.all_one ?? 0,
-        mixed: outcome.mixed ?? 0,
-        unscored: outcome.unscored ?? 0,
-      },
-    };
+    return dashboardSummaryOf(range, histogram, outcome);
   }
 
   async gymRuns(limit = 50): Promise<GymRunSummary[]> {
