@@ -129,21 +129,10 @@ export interface ActGuideDemoResult extends GuideSummary {
   };
 }
 
-/*
- * The main job, end to end on the embedded default (SQLite + the built-in sim engine):
- * 1. `stepwise serve` in process, its sim playing the `reference` policy over a synthesized task set
- *    (it follows each task's reference actions, with mistakes it then corrects, and sometimes gives
- *    up part way);
- * 2. the gym runs the built-in Claw agent on every task × N samples through the gateway, each sample
- *    in a sandboxed workspace, and verifies it: every LLM call is a step, every score a reward, every
- *    task a prompt group;
- * 3. a trainer leases the groups with GRPO advantages (nacks one batch to show it comes back first),
- *    acks them and advances the policy version after each simulated weight sync;
- * 4. the verified successes are exported as an SFT dataset;
- * 5. CLEANER: a few tasks with injected tool errors, without and with rollback, compared from the store;
- * 6. ActGuide-RL: tasks the sim cannot finish without a plan, guided with the k chosen by probes.
- * Parts 5 and 6 run on servers and stores of their own, whose sims play by other rules.
- */
+// The main job on the embedded default (SQLite + the sim): 1. serve in process, the sim playing
+// `reference`; 2. the gym runs the built-in agent on every task × N, sandboxed and verified; 3. a trainer
+// leases with GRPO advantages (nacks one batch), acks, advances the version; 4. SFT export; 5. CLEANER
+// without and with rollback; 6. ActGuide-RL, k chosen by probes. 5 and 6 use servers of their own.
 export async function runDemo(o: DemoOptions): Promise<DemoResult> {
   const say = o.print;
   const tempDir = o.out ? null : mkdtempSync(join(tmpdir(), 'stepwise-demo-'));

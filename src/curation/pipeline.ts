@@ -1,16 +1,7 @@
 import { type ChannelCuration, DEFAULT_CHANNEL_CONFIG, type ExclusionReason } from '../domain/channel.js';
 
-/*
- * Serve-time curation: what a lease hands a trainer out of a ready group. Trajectory filters run
- * first — a trajectory that hit the length limit, whose output degenerated into repetition, or that
- * repeats another of its group token for token is excluded — then group filters: a group whose kept
- * rewards are all equal carries no GRPO signal (zero variance) and is dropped, as is one left with
- * fewer than `min_trajectories`. The store applies the decision inside the lease transaction, drops
- * groups with their reason (and refills the batch from the next ready groups), and records every
- * exclusion as an event and a counter. Staleness, infrastructure failures and human labels are
- * applied where they were before: the lease's staleness rule, `infra_failed` trajectories never
- * joining a served group, and untrainable steps left out.
- */
+// Serve-time curation: trajectory filters, then group filters, applied by the store inside the lease
+// transaction. docs/datapool.md#curation-at-lease-time
 
 export type GroupDropReason = 'zero_variance' | 'too_few_after_curation';
 

@@ -1,14 +1,8 @@
 import { z } from 'zod';
 import { fromZodError } from '../domain/errors.js';
 
-/*
- * What an engine produced for one call, gathered from its OpenAI-compatible answer: a whole
- * `chat.completion` / `text_completion`, or the chunks of a stream. vLLM (and the sim) put exact ids
- * in the answer when asked (`return_token_ids`): `prompt_token_ids` at the top of a chat answer and of
- * its first chunk, or in the first choice of a completions answer; `token_ids` in each choice or
- * chunk. Logprobs come as `logprobs.content[].logprob` (chat) or `logprobs.token_logprobs`
- * (completions). A plain OpenAI-compatible API sends neither: the ids are then rebuilt (retokenize.ts).
- */
+// What an engine produced for one call, from its OpenAI-compatible answer (whole or streamed): exact ids
+// and logprobs where vLLM or the sim send them, else rebuilt (retokenize.ts). docs/gateway.md#capture
 
 export interface CapturedToolCall {
   id: string;

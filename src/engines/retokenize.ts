@@ -7,14 +7,8 @@ import {
 } from '../text/index.js';
 import type { Captured } from './capture.js';
 
-/*
- * For engines that return text but no ids (any OpenAI-compatible API): the ids are rebuilt with the
- * policy's tokenizer and chat template (Qwen3's by default). The prompt is the conversation rendered
- * with the generation prompt; the response is the assistant turn the template would write for the
- * answer (reasoning, content, tool calls) plus the end-of-turn token. Such steps are marked
- * `token_source: retokenized`: they are what the template says the model saw, not what it sampled,
- * and the engine's logprobs (if any) belong to its own tokens, so none are kept.
- */
+// For engines that send text but no ids: rebuild them with the policy's tokenizer and chat template, marked
+// `retokenized`, without logprobs (the engine's belong to its own tokens). docs/gateway.md#capture
 
 export interface RetokenizeInput {
   messages: readonly ChatMessageInput[];

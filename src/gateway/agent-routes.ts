@@ -26,14 +26,8 @@ import type { RewardService } from '../rewards/service.js';
 import type { Gateway } from './gateway.js';
 import { openaiErrorResponse, toOpenAIError } from './openai-errors.js';
 
-/*
- * The gateway's routes other than the LLM calls (those are direct.ts's), mounted on the API's app
- * (one port): `POST /init_trajectory` mints a trajectory and its base_url
- * `http://host:port/<trajectory>/<group>/v1`; under it `register_trajectory` /
- * `complete_trajectory` and `signals` (scores for this trajectory only, also after it completed);
- * `POST /compute_reward` for white-box agents (Claw-R1's); this process's counters.
- * Errors on the agent's routes have OpenAI's shape, so every OpenAI SDK reports them properly.
- */
+// The gateway's routes other than the LLM calls (direct.ts's); errors on the agent's routes have OpenAI's
+// shape, so every OpenAI SDK reports them. docs/gateway.md#protocol
 
 type Env = { Variables: AuthVariables };
 

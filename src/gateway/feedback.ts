@@ -1,17 +1,7 @@
 import { contentText } from '../text/content.js';
 
-/*
- * Implicit feedback: in an online session the user's next message often says what they thought of
- * the agent's last answer ("thanks!", "no, that's wrong"). This module finds that message in a
- * request and classifies it with a small set of documented rules; the gateway records the verdict as
- * a `user_feedback` signal on the step the user is reacting to. It is a heuristic, deliberately
- * narrow: a message that matches nothing is neutral and records nothing.
- *
- * Precedence: phrases that look negative but are not ("no problem", "no worries", "not bad", "no
- * thanks", "nothing wrong") are removed first; then any correction rule beats any thanks rule in the
- * same message, because "thanks" is a common softener before a complaint ("thanks, but that's
- * wrong") while a complaint is rarely a softener before praise.
- */
+// Implicit feedback: the user's next message read as thanks or a correction, deliberately narrow (no match
+// records nothing). Rules and precedence: docs/gateway.md#implicit-feedback
 
 export type FeedbackKind = 'thanks' | 'correction';
 

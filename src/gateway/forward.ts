@@ -121,12 +121,9 @@ function completionOf(bytes: Buffer): Record<string, unknown> | null {
 }
 
 /**
- * Claw-R1's form of a chat answer: the completion's text as the model wrote it in `content`, no
- * `tool_calls`, and `stop` where the engine said `tool_calls` (Claw-R1's gateway answers vLLM's
- * completion text). `generated` is that text (the response ids decoded); without it (an engine that
- * sent no ids) the text is rendered from the parsed parts: reasoning, content, then each call as
- * Qwen3's `<tool_call>` block. Null when the answer holds no tool call or reasoning to fold in, or
- * (without `generated`) a call the template cannot render.
+ * Claw-R1's form of a chat answer: the text in `content`, no `tool_calls`, `stop` for `tool_calls`.
+ * The text is `generated` (the decoded ids), else rendered from the parsed parts as Qwen3's template.
+ * Null with no tool call or reasoning to fold in, or (without `generated`) a call it cannot render.
  */
 export function rawToolCallAnswer(answer: Record<string, unknown>, generated: string | null): string | null {
   const choices = answer.choices as Record<string, unknown>[];

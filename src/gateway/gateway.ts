@@ -31,14 +31,8 @@ import {
   settle,
 } from './session.js';
 
-/*
- * The gateway's core, independent of HTTP: trajectory sessions, forwarding a call to an engine
- * (forward.ts, forward-stream.ts), capturing what the engine produced as a step (capture.ts), and
- * the policy version gate. The agent gets the engine's bytes as they arrive, but the end of its
- * answer only once the step is committed (through the pool's group commit): an answered call always
- * has its step. Sessions are a cache: everything they hold can be rebuilt from the store, so another
- * gateway process (or this one after a restart) continues a trajectory.
- */
+// The gateway's core, independent of HTTP. An answer ends only once its step is committed, and sessions
+// are a cache of the store, so another process continues a trajectory. docs/gateway.md#capture
 
 export interface GatewayOptions {
   pool: DataPool;

@@ -12,19 +12,8 @@ import type { DataPool } from '../pool/data-pool.js';
 import { classifyFeedback, excerpt, type FeedbackKind, latestUserTurn } from './feedback.js';
 import type { InitTrajectoryInput, Session } from './session.js';
 
-/*
- * Online sessions ("deployment = training"): an everyday assistant calls the fixed base_url with a
- * static `X-Stepwise-Session` header, and each of its conversations becomes one trajectory. The
- * session key comes from the header or, with `auto`, from the request body (OpenClaw sends
- * `prompt_cache_key: "<sessionId>:<n>"`). A session idle for `idleMs` is completed (a session ending
- * is normal, not an abort); its next call opens a new trajectory linked by `previous_trajectory`.
- *
- * The key → trajectory map is a bounded cache of the store: on the first call in a channel the open
- * session trajectories of that channel are read back (one indexed scan), so a restarted gateway goes
- * on appending to them. Past `maxSessions` the least recently used session is completed early.
- * Every state change of one key (open, restore, close) runs under that key's lock, so concurrent
- * first calls open one trajectory.
- */
+// Online sessions ("deployment = training"): each conversation of an assistant on a fixed base_url becomes
+// one trajectory; the key map is a bounded cache of the store. docs/gateway.md#sessions-online-mode
 
 export const SESSION_HEADER = 'x-stepwise-session';
 export const CHANNEL_HEADER = 'x-stepwise-channel';

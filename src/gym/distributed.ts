@@ -19,15 +19,8 @@ import {
 } from './runner.js';
 import type { GymTask } from './tasks/schema.js';
 
-/*
- * `stepwise gym run --distributed`: the same run as runGym (same groups, seeds, state file, results
- * and summary), but its samples run on rollout workers (`stepwise worker rollouts`, on any machine)
- * through a pg-boss queue. This process is the coordinator: it enqueues one job per (task, sample)
- * not in the state file (job ids derived from the sample: enqueuing twice adds nothing), waits for
- * the jobs to end, and takes each sample's result once — the result recorded for the job (one per
- * job, see distributed/queue.ts), else the completed job's output, else an infrastructure failure
- * for a job that failed for good. A killed worker's job is failed over to a retry after its lease.
- */
+// `stepwise gym run --distributed`: runGym's run with its samples on rollout workers through a pg-boss
+// queue; this process enqueues, waits and takes each result once. docs/distributed.md#how-it-works
 
 export { DEFAULT_QUEUE_SCHEMA, RolloutQueue, type RolloutQueueOptions } from './distributed/queue.js';
 export {

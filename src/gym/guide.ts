@@ -22,18 +22,8 @@ import { type GymRunOptions, type GymSummary, runGym, type SampleResult, stateLi
 import { serverClient } from './server-client.js';
 import type { GymTask } from './tasks/schema.js';
 
-/*
- * ActGuide-RL on a gym run. The tasks run unguided first (a plain `runGym`), their groups held for
- * guidance: a hard one (no rollout scored above the threshold) waits in `pending_guidance`, never
- * leased. Every hard group is guided, as in the paper: k is chosen (by probe rollouts for `adaptive`),
- * and n guided rollouts with a hint of the first k actions (the hint `None` for a task without a
- * plan) form the group `<group>.guided`, served in its place; then the hard group's rollouts are
- * labelled untrainable (kept for inspection) and its hold is released. Probes run in their own group
- * `<group>.probe-<k>` in the channel `<channel>-probe`, which no trainer leases. Guided and probe
- * trajectories carry `guidance: {k, strategy, hint, ...}` in their metadata: the guided ones are
- * off-policy (the hint shaped the behaviour), and the hint is what serving strips to rebuild the
- * training prompt (src/curation/actguide/prompt-views.ts).
- */
+// ActGuide-RL on a gym run: unguided first, then every hard group held, guided (k chosen by probes for
+// `adaptive`) and replaced. docs/actguide.md#a-gym-run-with-guidance
 
 export const REPLACED_TAG = 'actguide-replaced';
 

@@ -22,16 +22,9 @@ import { workspaceFor } from './tasks/index.js';
 import type { GymTask } from './tasks/schema.js';
 import { type JudgeConfig, verify } from './verify/index.js';
 
-/*
- * `stepwise gym run`: every task × N samples through the gateway, each sample one trajectory, the N
- * samples of a task one group (what GRPO compares). Per sample: init a trajectory, materialize a
- * fresh workspace, run the agent (built-in or a command) in the sandbox, verify, and complete the
- * trajectory with the score as its reward. Failures are split by whose they are: the agent's (its
- * process failed or ran out of time: score 0, a real training signal) or the infrastructure's
- * (sandbox, gateway, engine: the trajectory is closed `infra_failed`, which serving never hands out).
- * Finished samples are appended to a state file, so a re-run skips them. One sample is `runSample`:
- * the distributed rollout workers (distributed/worker.ts) run exactly that on jobs from a queue.
- */
+// `stepwise gym run`: every task × N samples through the gateway, a task's samples one group; failures are
+// the agent's or the infrastructure's. docs/gym.md#running-tasks-stepwise-gym-run
+// `runSample` is one sample: the distributed workers (distributed/worker.ts) run exactly that.
 
 export type AgentSpec =
   | {

@@ -1,21 +1,8 @@
 import type { IncomingMessage } from 'node:http';
 import { isDashboardPath, isLoopback } from './auth.js';
 
-/*
- * Browsers (docs/security.md): a web page the operator opens must not drive a server on their
- * machine. Two checks run on every request, before its body is read or any route runs:
- * - `Host` must name the server: a loopback name when it listens on loopback, or --public-url's
- *   host. A DNS-rebinding page reaches 127.0.0.1 under its own name, and is refused here; base_urls
- *   are built from that checked Host or from --public-url, never from an arbitrary one.
- * - A state-changing request (any method but GET, HEAD, OPTIONS) that carries `Origin`, which
- *   browsers send, must come from the server's own origin or --public-url's. A cross-origin form
- *   or `text/plain` fetch is refused before it does anything.
- * - A state-changing request with a body must send it as `application/json` (or `…+json`): the
- *   content types a page may post cross-origin without a preflight are never read as JSON (415).
- *   The dashboard's own forms (under /dashboard/) are exempt.
- * A server on all interfaces without --public-url cannot know its names: it takes any Host, and
- * needs API keys anyway (a browser cannot add them cross-origin without a preflight we never allow).
- */
+// Browsers (docs/security.md#what-every-request-may-cost): a page the operator opens must not drive a server
+// on their machine, so Host, Origin and content type are checked before a body is read or a route runs.
 
 const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
 

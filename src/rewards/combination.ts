@@ -1,29 +1,7 @@
 import { type Signal, SignalSource, StepwiseError, ValidationError } from '../domain/index.js';
 
-/*
- * The combination language: how a channel's (or task's) reward is made of its signals.
- *
- *   expr     := additive ('??' additive)*           a ?? b: a when a's inputs are in, else b
- *   additive := product (('+' | '-') product)*
- *   product  := unary (('*' | '/') unary)*
- *   unary    := '-' unary | primary
- *   primary  := number | ref | call | '(' expr ')'
- *   call     := ('min' | 'max') '(' expr (',' expr)* ')'
- *             | ('mean' | 'sum' | 'count') '(' ref ')'
- *   ref      := name | source ':' name | '"' any name '"' | source ':' '"' any name '"'
- *   name     := [A-Za-z_][A-Za-z0-9_.]*    source := rule | verifier | judge | rm | human | env | agent
- *
- * Precedence, loosest first: `??`, then `+ -`, then `* /`, then unary minus; all left-associative.
- * A bare `name` is the trajectory-level signal of that name (the current one; with several sources,
- * the most recent) from any source but `agent`: what the agent declared counts only where the
- * expression names it (`agent:done`). `judge:rubric` picks the source. `mean`, `sum` and `count` aggregate every current
- * signal of that name on the trajectory and its steps (implicit `user_feedback` is step-level).
- *
- * Missing inputs never become 0: an expression whose inputs are not all in has no value ("waiting"),
- * unless the author said what to use (`judge ?? 0`). `sum` and `count` of nothing are 0 (nothing to
- * add is an answer), `mean` of nothing is missing. Division by zero or a non-finite result is an
- * error. The text is tokenized and parsed here; nothing is ever evaluated as JavaScript.
- */
+// The combination language (grammar, precedence, missing inputs): docs/rewards.md#combinations.
+// The text is tokenized and parsed here; nothing is ever evaluated as JavaScript.
 
 export const MAX_EXPRESSION_CHARS = 2_000;
 const MAX_DEPTH = 64;

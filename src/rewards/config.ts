@@ -13,32 +13,8 @@ import { safeJsonParse } from './json-path.js';
 import type { RewardHandler, RewardManifest, RewardPlugin } from './plugin.js';
 import { builtinPlugins } from './plugins/index.js';
 
-/*
- * The rewards configuration (`stepwise serve --rewards rewards.json`):
- *
- *   {
- *     "functions": {                       // reward functions: a plugin with its parameters
- *       "exact": { "plugin": "rule", "params": { "kind": "exact", "expected_key": "answer" } },
- *       "judge": { "plugin": "judge", "version": "2", "params": { "base_url": "...", ... },
- *                  "timeout_ms": 60000, "max_attempts": 4 }
- *     },
- *     "channels": {                        // what scores each channel, and how it combines
- *       "train": { "functions": ["exact", "judge"],
- *                  "combination": "0.7*exact + 0.3*judge" }
- *     },
- *     "tasks": { "<task_id>": { ... } },   // per gym task, instead of its channel's entry
- *     "default": { ... },                  // channels not listed
- *     "workers": { "concurrency": 4, "timeout_ms": 60000, "max_attempts": 3,
- *                  "backoff_ms": 1000, "backoff_max_ms": 60000, "poll_ms": 250 },
- *     "backfill": true                     // on first start, score trajectories finished before
- *   }
- *
- * A function's signals are named after the function (`exact`, `judge`), carry its plugin's source
- * and its `version` (default: the plugin version and a hash of the params, so changing the params
- * is a new version). A combination is a string or `{"expression", "signal": "reward",
- * "write_reward": true}`: it is written as a signal (source `rule`, version `c-<hash>`) and, with
- * write_reward, as the trajectory's reward.
- */
+// The rewards configuration (`stepwise serve --rewards rewards.json`), its fields and signal versions:
+// docs/rewards.md#configuration
 
 /** Function names are signal names and must be usable in expressions. */
 const FunctionName = z

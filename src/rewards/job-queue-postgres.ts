@@ -19,25 +19,8 @@ import {
   UNFINISHED_SUFFIX,
 } from './job-queue.js';
 
-/*
- * The reward job queue on PostgreSQL, with the SQLite queue's semantics (src/rewards/job-queue.ts:
- * states, leases, retries, supersede, dedup, cursors), in the store's schema (table `reward_jobs`,
- * migration 0002_reward_jobs of the Postgres store) through a pool of its own, for many processes
- * sharing one database.
- *
- * Where SQLite serializes every transition (IMMEDIATE), here transactions run at READ COMMITTED and:
- * - claim picks jobs with FOR UPDATE SKIP LOCKED: claimers never wait for each other or for any
- *   other transition, and never take the same job;
- * - a transition of one job (complete, retry, fail, release) locks its row first, so it waits only
- *   for a claim or transition of that same job, and sees the row as that one left it;
- * - an enqueue holds its targets (transaction advisory locks, taken all at once in one order), so
- *   processes queueing the same targets take turns instead of deadlocking;
- * - "at most one pending job per (kind, function, target)" is a unique partial index: a retry or
- *   release racing an enqueue of its twin fails with 23505 and its transaction runs again (now
- *   seeing the twin), or the enqueue's insert finds the twin and uses it.
- * Two jobs of one target and function never run at once: a claim skips a pending job whose twin is
- * running, and the only pending job of a target is the row the claim holds locked.
- */
+// The reward job queue on PostgreSQL, with the SQLite queue's semantics (job-queue.ts), for many processes
+// sharing one database. Its locks and races: docs/rewards.md#reward-jobs ("On PostgreSQL").
 
 export interface PostgresRewardJobQueueOptions {
   /** `postgres://user@host:port/database` */

@@ -4,21 +4,8 @@ import { StepwiseError } from '../domain/index.js';
 import { sqliteMigrations } from '../store/sqlite/migrations.js';
 import { statementCache } from '../store/sqlite/statements.js';
 
-/*
- * The reward job queue, persisted in the store's SQLite file (table `reward_jobs`, migration
- * 0003_reward_jobs) through a connection of its own, so queued and failed jobs survive a restart and
- * several processes sharing the file share the queue (every transition is one IMMEDIATE transaction).
- *
- * A job is one reward function for one trajectory (`step`/`trajectory` targets) or one group
- * (`group` target), or the combination of one trajectory (`kind: 'combine'`). States:
- *   pending -> running -> done
- *                      -> pending (retry after backoff) ... -> failed (the errors are the record)
- *   pending/running -> superseded (an equal job queued later runs instead)
- * A running job holds a lease (`lease_until`); if its process dies, the job is claimed again once the
- * lease has passed, and that lost attempt counts. A function job is not queued again for a target
- * whose job with the same version is running, done or failed unless forced (recompute); at most one
- * job per (kind, function, target) is pending.
- */
+// The reward job queue in the store's SQLite file, through a connection of its own, so jobs survive a
+// restart and processes sharing the file share it. States, leases, dedup: docs/rewards.md#reward-jobs
 
 export type JobKind = 'function' | 'combine';
 

@@ -15,16 +15,8 @@ import { readJsonBody } from '../http/json-body.js';
 import { JOB_STATES, type RewardJob } from './job-queue.js';
 import type { RewardService } from './service.js';
 
-/*
- * HTTP routes of the rewards module (thin: parse, call the service, shape the answer):
- *   POST /compute_reward                 (agent; gateway routes, Claw-R1 white-box) and
- *   POST /v1/rewards/compute             (trainer): compute a trajectory's reward now
- *   POST /v1/rewards/recompute           (admin): queue jobs again, forced
- *   GET  /v1/rewards                     (trainer): plugins (manifests), functions, scorings, job counts
- *   GET  /v1/rewards/jobs[?state&kind&channel&trajectory_uid&prompt_uid&function&before&limit]
- *   GET  /v1/rewards/jobs/:id            (trainer)
- *   GET  /v1/rewards/status/:trajectory_uid (trainer): are the signals its reward needs all in?
- */
+// HTTP routes of the rewards module (thin: parse, call the service, shape the answer).
+// Routes and scopes: docs/rewards.md#http-api
 
 type Env = { Variables: AuthVariables };
 

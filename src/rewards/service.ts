@@ -31,22 +31,8 @@ import {
 } from './plugin.js';
 import { type JobOutcome, RewardWorkers } from './workers.js';
 
-/*
- * The rewards module at run time: a scheduler that follows the pool's event log and queues reward
- * jobs, workers that run them, and the entry points the HTTP API calls (compute_reward, recompute,
- * job listings, the "are the required signals in" check).
- *
- * When jobs are queued:
- * - `trajectory_completed` (status complete): the trajectory's function jobs (step and trajectory
- *   targets), its combination, and the group's group-target jobs once all its expected rollouts have
- *   finished; aborted and infra-failed trajectories are not scored;
- * - `group_ready`: the group-target jobs (for groups without a known size, or served partially);
- * - `signal_added` of a signal a combination reads and no configured function writes (human
- *   feedback, env rewards, late scores from elsewhere): that trajectory's combination again;
- * - a finished function job: the combination of every trajectory it scored.
- * The scheduler's place in the event log is saved with the jobs it queued (one transaction), so a
- * restart continues where it stopped, and with `backfill` a first start scores what finished before.
- */
+// The rewards module at run time: a scheduler following the pool's event log, the workers, and the entry
+// points the HTTP API calls. When jobs are queued: docs/rewards.md#reward-jobs
 
 const CURSOR = 'scheduler';
 const SCHEDULED_EVENTS = ['trajectory_completed', 'group_ready', 'signal_added'] as const;

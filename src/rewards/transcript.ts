@@ -1,14 +1,8 @@
 import type { Step } from '../domain/index.js';
 import { contentText } from '../text/content.js';
 
-/*
- * What reward functions read from a trajectory's stored steps:
- * - the final answer: the response text of the trajectory's last step (highest index);
- * - tool results: the outputs that followed the steps' tool calls, in step order;
- * - the conversation: the last step's request messages (the agent resends its history with every
- *   call) followed by that step's response and the tool results that answered it.
- * Token-only steps (white-box agents that sent no text) have none of these.
- */
+// What reward functions read from a trajectory's stored steps (final answer, tool results, conversation):
+// docs/rewards.md#plugins
 
 export interface ChatMessage {
   role: string;

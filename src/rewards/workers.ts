@@ -4,14 +4,8 @@ import { StepwiseError } from '../domain/errors.js';
 import type { JobRequest, RewardJob, RewardJobQueue } from './job-queue.js';
 import { errorMessage, isRetryable, RewardTimeoutError } from './plugin.js';
 
-/*
- * Reward workers: `concurrency` jobs at a time, off the request path. One loop claims due jobs from
- * the queue (a batch per free slot, in one transaction) and runs each with its own time limit. A
- * failed attempt is retried after an exponential backoff with jitter while it is retryable and
- * attempts remain; after that the job is marked failed with every attempt's error (no signal is
- * written: a failure never turns into a 0). Stopping aborts running jobs and gives them back to the
- * queue without counting the attempt.
- */
+// Reward workers: `concurrency` jobs at a time, off the request path; a failure never turns into a 0.
+// Claims, backoff and stopping: docs/rewards.md#reward-jobs ("Workers").
 
 export interface JobOutcome {
   result: Record<string, unknown>;

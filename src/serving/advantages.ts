@@ -1,15 +1,5 @@
-/*
- * Group-relative advantages, computed when a batch is served (never stored: they depend on the
- * whole group and on the estimator the trainer asks for).
- *
- * Each trajectory's outcome is its reward: the sum of its step rewards unless `complete_trajectory`
- * set one (a trajectory with neither counts as 0, and is reported). Within a prompt group:
- * - `grpo`   (Claw-R1, DeepSeekMath): (r - mean) / (std + eps), std unbiased (n - 1), eps 1e-6;
- * - `drgrpo` (Dr. GRPO): r - mean, no division by std;
- * - `rloo`   (leave-one-out): r - mean of the other trajectories = n / (n - 1) * (r - mean).
- * A group of one trajectory has no baseline: its advantage is 0. The trajectory's advantage is
- * broadcast to every step and every response token; step-level rewards stay beside it.
- */
+// Group-relative advantages, computed when a batch is served (never stored: they depend on the whole group
+// and on the estimator the trainer asks for). Formulas: docs/serving.md#advantages
 
 export const ADVANTAGE_ESTIMATORS = ['grpo', 'drgrpo', 'rloo'] as const;
 export type AdvantageEstimator = (typeof ADVANTAGE_ESTIMATORS)[number];

@@ -1,32 +1,6 @@
-/**
- * Prefix-tree packing of trainer batches (Claw-R1's prefix-tree merge, done in the middleware): the
- * steps of a batch share long prefixes (system prompt, task, earlier turns), so they are merged into
- * one compressed trie whose tokens are sent once, with a tree attention mask (`parents`) and
- * per-token position ids that make each path compute exactly what its sequence alone would.
- *
- * Merge rule. A packed position is the response token of at most one sequence, so merging never mixes
- * up training targets (advantage, logprob):
- * - a prompt token may follow any existing position with the same token id;
- * - a response token may follow an existing position with the same id only if that position has no
- *   owner yet, and then claims it; otherwise the sequence branches.
- * Two rollouts with the same prompt and identical responses therefore keep separate response tokens,
- * while a later step whose prompt contains an earlier step's prompt + response shares it fully (in
- * either insertion order: a prompt-only position is claimed by the response that reaches it later).
- * Where several positions qualify (rollouts whose responses start alike), a sequence takes the one
- * along which it matches longest, the earliest created on a tie, so step k+1 of a trajectory finds
- * step k's own response rather than a sibling's.
- *
- * Nodes are maximal runs without a branch; a sequence that ends inside a run splits it, so every
- * sequence ends at the end of its last node. Output is deterministic for a given input order: nodes in
- * depth-first pre-order, children in creation order.
- *
- * With `shareResponses` (Claw-R1's own rule) response tokens merge like prompt tokens: rollouts whose
- * responses start alike share those positions, and a position may be the response token of several
- * sequences (`owners`; the trainer weighs its loss once per owner). Fewer tokens, but a shared position
- * carries several training targets.
- *
- * Token ids are compared and stored as int32 (ids of 2^31 and above wrap, as in an Int32Array).
- */
+// Prefix-tree packing (Claw-R1's prefix-tree merge): a batch's steps share long prefixes, so they are merged
+// into one trie sent once, with a tree attention mask (`parents`) and per-path position ids.
+// The merge rule, node order and `shareResponses`: docs/serving.md#packing
 
 export interface PackInput {
   /** prompt + response token ids of one step (a "sequence") */

@@ -21,24 +21,8 @@ import {
 import { rewardCurveHtml } from './report.js';
 import { COPY_TARGETS, copyTasks } from './tasks.js';
 
-/*
- * `stepwise train`: the RL loop on one machine, end to end.
- *
- * 1. Warm-up data: the built-in sim plays the reference agent on copy tasks (src/train/tasks.ts)
- *    through a gateway; the verified rollouts are exported with the `sft` exporter.
- * 2. The reference engine (Python, the tiny Qwen3-architecture model) serves behind a second
- *    gateway as `vllm=URL`; the trainer process (`python -m stepwise_client.rl`) warms the model up
- *    on part of that export and pushes the weights to the engine.
- * 3. Rollouts: round after round, the built-in agent runs every task of a fresh copy-task set N
- *    times through the gateway, in the sandbox, verified; each task's N samples are one group.
- *    Round r starts once the policy version is at least r - max_staleness, so rollouts go on
- *    while the trainer steps and no group is staler than the channel allows.
- * 4. The trainer leases each round's groups (prefix-tree packed), updates, acks, pushes weights to
- *    the engine and bumps the policy version with drain. After the last version one more round
- *    measures the final policy.
- * 5. Each rollout's reward is booked to the policy version that generated its first step;
- *    `train.json` and `reward.html` hold the mean reward per version.
- */
+// `stepwise train`: the RL loop on one machine, end to end (warm-up data, engine, rollouts, updates):
+// docs/trainers.md#stepwise-train-the-loop-as-one-command
 
 export interface TrainOptions {
   /** Where the stores, the SFT export, the manifest and the curve go. */

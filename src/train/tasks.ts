@@ -1,25 +1,8 @@
 import { GymTask } from '../gym/tasks/schema.js';
 import type { Random } from '../util/random.js';
 
-/*
- * The gym task `stepwise train` teaches a tiny model: copy a file with one shell command.
- *
- * The workspace holds `input.txt`, one word. The prompt asks to copy it to a file it names; the
- * agent has one tool, `exec` (bash in the sandbox), and must run `cp input.txt <file>`, then answer
- * without a tool call (two turns). The verifier scores 1 when the named file holds exactly the word.
- * Each prompt carries a ticket number drawn at random, so no two tasks read the same.
- *
- * The warm-up's reference rollouts copy to any of `COPY_TARGETS`, a few of each. A 2-layer,
- * 64-wide model with random weights learns from them, in a few minutes on CPU, every token of both
- * turns but one: which file the command names. Copying that name from the prompt is an attention
- * pattern such a model does not pick up in a short warm-up, so it names one of the files it has
- * seen and is right about 1 time in |targets|. The tasks RL trains on all name `answer.md`: that
- * the command must name it is the one thing the verifier's reward teaches, through the rollouts
- * that happened to. The choice is one token (` answer` is one id of Qwen3's vocabulary, as is
- * each target's stem) after a prefix all rollouts share, so the policy gradient on it is strong
- * from the first update: RL through Stepwise lifts the reward from about 0.1 past 0.8 within 12
- * policy versions, and the control run (no updates) stays where it started (docs/trainers.md).
- */
+// The copy task `stepwise train` teaches a tiny model, and why the file to name is the one thing RL has
+// to learn: docs/trainers.md#stepwise-train-the-loop-as-one-command ("The task", "Why a tiny model").
 
 /** Words input.txt may hold; one token each in Qwen3's vocabulary. */
 export const COPY_WORDS = ['red', 'blue', 'green', 'black', 'white', 'pink', 'gray', 'gold'] as const;

@@ -36,13 +36,9 @@ export function actionArguments(action: PlanAction, index = 0): unknown {
 }
 
 /**
- * JSON as Python's `json.dumps(value, ensure_ascii=False)` writes it: `", "` between items, `": "`
- * after keys, non-ASCII characters as themselves. Strings are escaped as `JSON.stringify` does, which
- * matches Python for `"`, `\\` and control characters (lone surrogates aside: JavaScript escapes
- * them, Python would write them raw). Numbers are written as JavaScript prints them (a parsed `1.0`
- * is `1`); `undefined` values and functions inside objects are left out, as in JSON. A parsed object
- * has lost its source order (integer-like keys first) and its big integers: render from the text
- * (`pythonJsonOfText`, an action's `argumentsJson`) when it is at hand.
+ * JSON as Python's `json.dumps(value, ensure_ascii=False)` writes it (`", "`, `": "`, non-ASCII raw).
+ * A parsed object has lost its key order and big integers: render from the text (`pythonJsonOfText`)
+ * when it is at hand. Numbers, surrogates: docs/actguide.md#what-still-differs-from-the-paper
  */
 export function pythonJson(value: unknown): string {
   if (value === null || value === undefined) return 'null';
@@ -117,12 +113,9 @@ function contentText(content: unknown): string | null {
 }
 
 /**
- * The conversation the engine gets in `assistant_prefix` mode, and whether the engine must continue its
- * last message (vLLM's `continue_final_message`). As in the paper's code, the prefix and the model's
- * first reply are one assistant turn: on the first call (no assistant message after the first user
- * message yet) the prefix is the last message, left open; on later calls it opens the first assistant
- * message's content, where the model's reply continued it. The hint `None` adds nothing (there too);
- * a message that already opens with the prefix is left as it is (an agent sends its history again).
+ * The conversation for `assistant_prefix` mode, and whether the engine must continue its last message
+ * (vLLM's `continue_final_message`): the prefix and the first reply are one assistant turn, as in the
+ * paper's code. The hint `None` adds nothing. docs/actguide.md#where-it-goes
  */
 export function withAssistantPrefix<M extends { role: string; content?: unknown }>(
   messages: readonly M[],

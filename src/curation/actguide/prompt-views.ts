@@ -8,14 +8,8 @@ import {
 } from '../../text/index.js';
 import { assistantPrefix, EMPTY_HINT, type InjectionMode, stripHint } from './hint.js';
 
-/*
- * A guided step has two prompts. The behaviour prompt is what the engine saw (the task with the hint),
- * captured by the gateway as the step's prompt ids. The training prompt is the same conversation
- * without the hint: ActGuide-RL trains the unguided policy on the guided rollout's tokens, off-policy
- * (the hint shaped the behaviour; the trainer weighs it with the importance ratio). It is rebuilt from
- * the step's stored messages with the hint section removed and rendered with the chat template, as the
- * engine rendered the original; the response ids are the generated ones, untouched.
- */
+// A guided step's two prompts: the behaviour prompt (with the hint, what the engine saw) and the training
+// prompt (rebuilt without it, off-policy). docs/actguide.md#two-prompt-views
 
 export interface StepPromptViews {
   /** What the engine saw: the stored prompt ids, hint included. */

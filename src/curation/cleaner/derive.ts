@@ -30,19 +30,9 @@ import { onlineCleaner, type TrainingView, trainingView } from './graft.js';
 import { type PurifiedDerivation, purifyTrajectory } from './purify.js';
 import { type CleanerMetrics, type CleanerOptions, resolveCleanerOptions } from './saar.js';
 
-/*
- * Offline CLEANER over a store (`stepwise purify`). Each complete trajectory is purified
- * (purify.ts) and written as a derived trajectory into a separate channel (default
- * `<channel>-purified`), in a group of the same id, so the derived channel mirrors the original's
- * groups: a trajectory with nothing to roll back is copied as it is (on-policy, its logprobs kept),
- * one with repairs becomes a new trajectory whose steps are the purified conversation re-rendered
- * with the chat template: `token_source: retokenized`, no rollout logprobs (the context is one the
- * model never saw as a whole, so the trainer recomputes them), and `derivation.purified_offline`.
- * Originals are never changed. Derived ids are a hash of the source id, so a second run skips what
- * the first wrote, and a crash mid-run loses nothing but the trajectory being written (a derived
- * trajectory is completed only after its steps are in; an open one left by a crash is finished on
- * the next run).
- */
+// Offline CLEANER over a store (`stepwise purify`): derived trajectories in a channel of their own,
+// originals never changed, ids hashed from the source so a re-run resumes.
+// docs/cleaner.md#stepwise-purify-derived-trajectories-in-the-store
 
 export interface PurifyStoreOptions {
   /** Only this channel (default: every channel, derived ones excepted). */

@@ -3,33 +3,9 @@ import type { JsonObject, Step, Trajectory } from '../../domain/index.js';
 import { loadQwen3Tokenizer } from '../../text/tokenizer.js';
 import type { RepairMode } from './saar.js';
 
-/*
- * What a trainer receives from a trajectory CLEANER rolled back online (`gym run --cleaner`). The
- * store keeps every LLM call as captured (the failed attempts, and the regenerations asked with the
- * error in view), so the dashboard can show what happened; a lease serves this purified view
- * instead, built at the token level as the authors' loop builds its training sequence:
- *
- * - each chain of rollbacks (failed attempt -> regeneration -> failed retry -> regeneration ...)
- *   becomes one step at the first failed attempt's index, with that attempt's prompt ids (the
- *   context before the failure: no failed call, no error);
- * - its response is grafted rollback by rollback: shallow keeps the current response's ids before
- *   its first `<tool_call>` token (P) and takes the regeneration's ids from its `<tool_call>` token
- *   to the end (K′, `</tool_call>` and the EOS included); deep takes the regeneration's ids whole
- *   (P′ + K′), also when a response lacks the marker, as the authors fall back;
- * - the failed attempts and regenerations themselves are not served, nor is a regeneration the
- *   agent asked for and never received (the sample timed out, the engine failed): its prompt holds
- *   the error;
- * - a shallow rollback whose responses cannot be split at the marker is left out whole: the agent
- *   continued from P + K′, which no captured ids hold, so serving P′ + K′ would contradict the
- *   prompts that follow.
- *
- * The grafted response was not sampled from the prompt it is served with (K′, or all of P′ + K′, was
- * generated with the failure in view), so its rollout log-probs are not its old log-probs: it is
- * served without them and the batch says to recompute them, which is what the authors' trainer
- * does for every token (`calculate_log_probs=False`: the actor recomputes old log-probs over the
- * purified sequence). The steps around the grafts were sampled from their purified prompts and keep
- * theirs.
- */
+// What a lease serves for a trajectory CLEANER rolled back online: the token-level graft, and why grafted
+// rows carry no rollout log-probs (recomputed, as the authors' trainer does).
+// docs/cleaner.md#what-a-lease-serves
 
 /** The token a Hermes-format turn's calls begin with, looked up in the model's tokenizer. */
 export const TOOL_CALL_TOKEN = '<tool_call>';

@@ -23,16 +23,9 @@ import {
   type ToolAttempt,
 } from './saar.js';
 
-/*
- * Offline CLEANER: SAAR replayed over a stored trajectory. The conversation is the last step's
- * messages and its answer; a failed tool turn (the gateway flagged its result as an error) followed
- * directly by another assistant turn is read as a failure and its regeneration T', and the same state
- * machine the online loop uses decides what the context would have been: self-corrected failures are
- * rolled out (shallow or deep by similarity), everything else stays. The stored steps are not
- * touched; the result is a new message list and what was done, ready to become a derived trajectory.
- * Unlike online, the turns after a repair were generated with the errors in view, and no retry note
- * is added (the model never read one): purified offline data is for SFT-style use or re-scoring.
- */
+// Offline CLEANER: SAAR replayed over a stored trajectory into a new message list, the steps untouched.
+// The turns after a repair saw the errors, so the result is for SFT-style use or re-scoring.
+// docs/cleaner.md#offline-purifying-stored-trajectories
 
 /** The fields of a stored step the purification reads (a domain `Step` has them all). */
 export interface PurifiableStep {

@@ -4,15 +4,9 @@ import { toTemplateJson } from '../../text/tool-calls.js';
 import type { Random } from '../../util/random.js';
 import { sequenceRatio } from './sequence-matcher.js';
 
-/*
- * CLEANER's Similarity-Aware Adaptive Rollback (SAAR, arXiv 2601.15141) as a pure state machine.
- * A turn is reasoning P (the assistant's text) and tool calls K. When K fails, the error is shown to
- * the model, which regenerates T' = P' + K'; the failed turn and its error are then rolled back out
- * of the context and the turn becomes P + K' when K' is close to K (a shallow repair: the reasoning
- * was right, the call had a slip) or P' + K' when it is not (a deep repair: the reasoning changed).
- * The caller owns the conversation and the model; this module only decides, so the same rules drive
- * the built-in agent loop (online) and a replay of stored turns (offline, see purify.ts).
- */
+// CLEANER's Similarity-Aware Adaptive Rollback (SAAR, arXiv 2601.15141) as a pure state machine
+// (docs/cleaner.md#the-rules): it only decides, so the same rules drive the online agent loop and the
+// offline replay (purify.ts).
 
 export const CleanerOptions = z.strictObject({
   /** Chance that rollback is on for a trajectory, drawn once at its start (default 1). */

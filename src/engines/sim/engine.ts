@@ -21,22 +21,8 @@ import {
 } from './controls.js';
 import { assistantTurns, assistantTurnsInPrompt, type Policy, type PolicyOutput } from './policies.js';
 
-/*
- * Wire-format decisions (vLLM OpenAI-compatible server, checked against vLLM's protocol models):
- * - vLLM returns ids when the request sets `return_token_ids`: `prompt_token_ids` at the top level of
- *   the response (and of the first streamed chunk), `token_ids` in each choice (and in each streamed
- *   chunk's choice, covering the tokens that chunk carries). The sim returns them unless the request
- *   says `return_token_ids: false`: capturing ids is what it exists for.
- * - `token_ids` include the final `<|im_end|>` (vLLM keeps the EOS id in the output ids and counts it
- *   in `completion_tokens`); the text does not. Logprobs cover every id, EOS included.
- * - A stop string ends the text before it; the stop string and EOS are then not in the ids.
- * - Streaming: one chunk per content token; each tool call arrives whole in one chunk (id, name and
- *   full arguments), carrying the ids of its `<tool_call>` block. OpenAI clients accumulate either way.
- * - Fields vLLM always serialises as null (`system_fingerprint`, `stop_reason`, ...) are written too.
- * - `/v1/completions` continues the prompt as given (no chat template); the policy sees no messages,
- *   only the raw prompt, and its output is rendered as the same Qwen3 text a chat turn would be, ended
- *   by `<|im_end|>` in the ids.
- */
+// The wire format follows vLLM's OpenAI-compatible server (checked against its protocol models): ids, EOS,
+// stop strings, streamed chunks, null fields: docs/engines.md#the-built-in-sim
 
 /** The subset of an OpenAI chat.completions body the sim reads; extra fields are ignored. */
 export interface SimChatRequest {

@@ -331,14 +331,10 @@ function canonicalJson(value: unknown): string {
 }
 
 /**
- * Where the conversation stands in the script, read from the calls its assistant turns made. Every
- * turn completes the step it reached, except the first turn at a step whose wrong call is planned:
- * that turn is the wrong call, unless it is the step's own call (`isStepCall`) — then the wrong call
- * was rolled out of the history (CLEANER) and the step is done, not repeated. In a history the sim
- * wrote itself that never happens, so each turn lands where counting turns put it; a turn the script
- * cannot explain (a harness that rewrote a call) still completes its step, so nothing repeats forever.
- * Tool results are not read: a wrong call never equals its step's call, and telling an error from
- * an output is a guess (a file read may well start with "Error:").
+ * Where the conversation stands in the script: every assistant turn completes its step, except the turn of
+ * a planned wrong call; a step's own call there instead means it was rolled back (CLEANER) and is done.
+ * A turn the script cannot explain still completes its step, so nothing repeats forever. Tool results
+ * are not read: telling an error from an output is a guess (a file may start with "Error:").
  */
 function locate(
   script: readonly ScriptStep[],
@@ -443,14 +439,9 @@ export function injectError(
 const CORRECTION_TEXT = 'That call was wrong; retrying with the correct one.';
 
 /**
- * Follows a per-task script. The step is found from the calls already in the conversation (`locate`):
- * each assistant turn takes a step; with `errorRate`, a tool-call step first gets a wrong call (wrong
- * argument, unknown tool or malformed block) and the correct call on the next turn — deterministic for
- * the episode seed. A history that holds the step's correct call without the wrong one before it (the
- * failed turn was rolled back, as CLEANER does) has the step done, so the sim goes on from there.
- * Calls to our built-in tools are written in the schema of the tools the request offers (`adaptCall`).
- * With `toolChoice: "none"` a tool-call step answers instead (the script's final answer); "required"
- * and a named function change nothing: the script decides.
+ * Follows a per-task script, finding its step from the calls already in the conversation (`locate`); with
+ * `errorRate` a tool-call step first gets a wrong call, deterministic per episode seed.
+ * With `toolChoice: "none"` a tool-call step answers instead. docs/engines.md#the-built-in-sim
  */
 export function scriptedPolicy(source: ScriptSource, options: ScriptedPolicyOptions = {}): Policy {
   const errorRate = options.errorRate ?? 0;
@@ -517,12 +508,9 @@ function firstUserText(messages: readonly ChatMessageInput[]): string | undefine
 }
 
 /**
- * Follows the reference actions of the task whose prompt opens the conversation (the first user
- * message equals or contains it, so a harness may wrap the prompt in its own text), with injected
- * errors and self-corrections as `scriptedPolicy`, in the schema of the tools the request offers.
- * The error plan and the give-up draw come from `episodeSeed`: an agent that sends one seed per
- * episode gets one plan per episode, one that sends none gets the plan of its conversation's opening;
- * rollouts with different seeds (or openings) differ. A conversation about no known task gets "Done.".
+ * Follows the reference actions of the task whose prompt opens the conversation (equal or contained, so a
+ * harness may wrap it), with `scriptedPolicy`'s errors. The error plan and give-up draw come from
+ * `episodeSeed` (else the opening), so rollouts with other seeds differ. An unknown task gets "Done.".
  */
 export function referencePolicy(
   tasks: readonly ReferenceTask[],

@@ -18,17 +18,8 @@ import type { SandboxOptions } from '../sandbox/index.js';
 import type { GymTask } from '../tasks/schema.js';
 import { runTool, TOOL_DEFINITIONS, type ToolDefinition, type ToolOutcome } from '../tools/index.js';
 
-/*
- * The built-in Claw-style agent: the official `openai` client pointed at a trajectory's base_url, a
- * system prompt, the workspace tools, and a loop of model turns until the model answers without a
- * tool call (or the turn budget runs out). Tool results go back as `tool` messages in the next
- * request, which is how the gateway attaches them to the step that asked for them.
- *
- * With `cleaner`, failed tool calls go through CLEANER's SAAR (src/curation/cleaner/saar.ts): the
- * model sees the error and regenerates the turn, and the failed call and its error are rewritten out
- * of the history before the next generation. Every LLM call, regenerations included, still goes
- * through the gateway as a step; the outcome says what CLEANER did.
- */
+// The built-in Claw-style agent: the `openai` client on a trajectory's base_url, the workspace tools, model
+// turns until an answer without a tool call. With `cleaner`: docs/cleaner.md#online-the-built-in-agent
 
 export interface BuiltinAgentOptions {
   /** The trajectory's base_url (`http://host:port/<trajectory>/<group>/v1`). */

@@ -5,17 +5,9 @@ import type { SampleResult } from '../runner.js';
 import { GymTask } from '../tasks/schema.js';
 import { ROLLOUT_QUEUE, type RolloutJobData, SampleResultWire, taskSha256 } from './jobs.js';
 
-/*
- * The rollout queue: pg-boss (jobs, leases, retries) in one PostgreSQL schema, and beside pg-boss's
- * tables two of ours in the same schema:
- * - `stepwise_gym_task`: task definitions by sha256, written once by the coordinator, read by workers;
- * - `stepwise_rollout_attempt`: one row per attempt at a job (the trajectory it opened) and, on at
- *   most one row per job (a unique index), the sample's result. That row is the sample's one result:
- *   a retried or duplicated job replays it instead of running again. An attempt taken over by a
- *   retry is marked abandoned first and can record nothing after that (a worker that outlived its
- *   lease); its trajectory is closed `infra_failed`.
- * Dropping the schema removes all of it.
- */
+// The rollout queue: pg-boss in one PostgreSQL schema, beside two tables of ours (task definitions by
+// sha256; attempts, with one result per job). Dropping the schema removes all of it.
+// Why one result per job: docs/distributed.md#how-it-works
 
 export const DEFAULT_QUEUE_SCHEMA = 'stepwise_queue';
 

@@ -10,20 +10,8 @@ import { serverClient } from '../server-client.js';
 import { type AgentWire, RolloutJobData, rolloutJobKey } from './jobs.js';
 import { type AttemptRecord, AttemptSuperseded, type FetchedRollout, type RolloutQueue } from './queue.js';
 
-/*
- * `stepwise worker rollouts`: N slots, each leasing one job at a time from the rollout queue and
- * running its sample with the runner's own `runSample`. Per attempt, before anything else:
- * - the job's result is already recorded (an earlier attempt finished the sample and died before the
- *   job completed): complete that trajectory if it is still open and the job with that result;
- *   nothing runs again;
- * - earlier attempts opened trajectories (their workers died): close them `infra_failed`, so the
- *   group holds one trained-on trajectory per sample, then run the sample.
- * Taking a job over marks the earlier attempts without a result abandoned: a worker that outlived its
- * lease can record nothing after that, its trajectory is closed `infra_failed` and it leaves the job
- * alone. The result is recorded before the trajectory is completed, at most one per job. The job is
- * completed with the recorded result, whichever attempt made it. An infrastructure failure fails the
- * attempt (pg-boss retries it, maybe elsewhere) until the last one, whose failure is then the result.
- */
+// `stepwise worker rollouts`: N slots, each running one leased job's sample with the runner's `runSample`.
+// How attempts and takeovers count each sample once: docs/distributed.md#how-it-works
 
 export interface RolloutWorkerOptions {
   queue: RolloutQueue;

@@ -57,12 +57,9 @@ export function allowedByScope(scope: BridgeScope, method: string, rawPath: stri
 }
 
 /**
- * Listens on `listen` (a unix socket path, or a TCP port on 127.0.0.1) and forwards to `target`.
- * With a `scope`, it is an HTTP proxy that forwards only the trajectory's LLM routes and answers
- * anything else 403 (OpenAI's error shape); without one, each connection is piped as it is (for a
- * trusted command, e.g. a verifier that calls an LLM judge). A unix socket is made connectable by
- * anyone who can reach it: it lives in a private directory, and only the sandbox it is bind-mounted
- * into can see it.
+ * Forwards `listen` (a unix socket, or a 127.0.0.1 port) to `target`: with a `scope` only the trajectory's
+ * LLM routes (else 403), without one piped as is (a trusted command). A unix socket is connectable by
+ * anyone who reaches it: it lives in a private directory, seen only by the sandbox it is mounted into.
  */
 export async function startBridge(
   listen: string | number,

@@ -6,14 +6,8 @@ import { fileURLToPath } from 'node:url';
 import { z } from 'zod';
 import { defaultToolsDir, installOnce, runCommand, ToolInstallError } from '../agent/openclaw/install.js';
 
-/*
- * The hermetic sandbox root filesystem: a /usr (and the /etc entries programs read) built from the
- * Debian packages pinned in ./rootfs/debian-bookworm.lock, shown to bwrap in place of the host's /usr.
- * Every host that uses it runs verifiers on the same CPython, coreutils and pytest, so their scores do
- * not depend on the host. It is content-addressed: its id is the sha256 of the lock's package lines
- * (name, version, architecture, sha256 of the .deb) and of the recipe version, and it lives in
- * `<tools dir>/rootfs-<id>`; every .deb is checked against its pinned sha256 before it is unpacked.
- */
+// The hermetic sandbox /usr from pinned Debian packages, so verifier scores do not depend on the host;
+// content-addressed, every .deb checked. docs/gym-sandbox.md#the-hermetic-root-filesystem-rootfs---rootfs
 
 export const ROOTFS_LOCK_FILE = fileURLToPath(new URL('./rootfs/debian-bookworm.lock', import.meta.url));
 /** Bump when the build steps below change what a lock turns into. */

@@ -1,14 +1,6 @@
-/*
- * The seccomp filter bwrap loads (`--seccomp FD`) just before it starts the supervisor: no process in
- * the sandbox can create a user namespace. Without one of its own (the root path of bwrap-args.ts) a
- * sandbox would otherwise let `unshare -Ur` make the command uid 0 with every capability in a new
- * namespace. Classic BPF over struct seccomp_data, built here so nothing native is needed.
- *
- * For every ABI the host's kernel runs (x86_64 with x32 and i386; aarch64 with 32-bit arm):
- * unshare and clone with CLONE_NEWUSER fail with EPERM; clone3, whose flags sit in memory a filter
- * cannot read, fails with ENOSYS, so glibc falls back to clone (as under Docker's default profile).
- * A syscall from any other ABI fails with ENOSYS.
- */
+// The seccomp filter bwrap loads: no process in the sandbox may create a user namespace (else `unshare -Ur`
+// gives uid 0 with every capability). Classic BPF built here, so nothing native is needed.
+// Per-ABI rules: docs/gym-sandbox.md#how-it-is-isolated
 
 const CLONE_NEWUSER = 0x1000_0000;
 const EPERM = 1;

@@ -1,15 +1,5 @@
-/*
- * The first process inside the sandbox (under bwrap's own pid-1 reaper). It is Python because the
- * sandbox is certain to have it (ClawGym's verifiers need it) and it can do, in one small process, what
- * no shell can: serve the gateway bridge, drop to the sandbox uid, report the command's exact wait
- * status and CPU time, count the sandbox's tasks, and forward a graceful stop to every process.
- *
- * Protocol: argv[1] is the JSON config (SupervisorConfig), argv[2] the command for `bash -c`. The
- * status fd gets JSON lines: {"event":"started"} once the bridge listens and just before the command
- * starts, {"event":"exit",...} when it ends, or {"event":"failed","reason":...} when the sandbox could
- * not be set up. A "T" on the control fd sends SIGTERM to every process in the sandbox. When the
- * supervisor exits, bwrap's pid 1 exits and the kernel kills whatever is left in the pid namespace.
- */
+// The first process inside the sandbox. Python: the sandbox is certain to have it, and one small process
+// does what no shell can. Its duties and protocol: docs/gym-sandbox.md#how-it-is-isolated ("The supervisor").
 
 export interface SupervisorConfig {
   statusFd: number;

@@ -16,14 +16,8 @@ import { PERSONAS, type Persona } from './personas.js';
 import { Rng } from './rng.js';
 import type { Category } from './template.js';
 
-/*
- * LLM task synthesis, after ClawGym's pipeline: for each task a seeded persona × category, then an
- * OpenAI-compatible model writes (1) the user's request, (2) the input files, (3) a check-DSL verifier
- * with reference actions; the candidate goes through the validation gate (no-op 0, scaffold 0,
- * reference 1) with repair rounds that send the problems back; near-duplicates are dropped. Every
- * reply is parsed leniently but validated strictly; a candidate that still fails is dropped with a
- * reason, never emitted.
- */
+// LLM task synthesis after ClawGym's pipeline: replies parsed leniently, validated strictly; a candidate
+// that still fails is dropped with a reason. docs/gym-synth.md#llm-synthesis---mode-llm
 
 /** Bumped whenever a change to the prompts or the pipeline changes what a seed asks the model. */
 export const LLM_SYNTH_VERSION = 1;

@@ -4,14 +4,8 @@ import type { ClawGymProvenance } from './clawgym.js';
 import { DEFAULT_MOUNT_DIR, GymTask, type TaskFile, type Verifier } from './schema.js';
 import { rubricOf, validationModeOf, weightsOf } from './syn-rules.js';
 
-/*
- * ClawGym-SynData's single-file task item (skill2task's JSONL / JSON form, dataset_io.py):
- * `{task_id, prompt, validation_mode, reward_aggregation, rules, hook_code, hook_lang, input_files,
- * reward_files, input_mount_dir?, metadata?, data_entry_extra?}`, files as `{file_path, file_format,
- * content}`. It becomes the task bundle SynData's own conversion makes of it: `data_entry.json`, the
- * input files under `input_files/`, the reward files under `reward/` and, for code validation, a
- * `reward/reward.sh` that is `#!/bin/bash` and the hook.
- */
+// ClawGym-SynData's single-file task item (skill2task's JSONL form), made into the bundle SynData's own
+// conversion makes: docs/gym-tasks.md#two-forms-on-disk
 
 const ItemFile = z.looseObject({
   file_path: z.string().trim().min(1),

@@ -4,14 +4,8 @@ import type { ClawGymProvenance } from './clawgym.js';
 import { DEFAULT_MOUNT_DIR, GymTask, type TaskFile } from './schema.js';
 import { rubricOf, validationModeOf, weightsOf } from './syn-rules.js';
 
-/*
- * ClawGym-SynData's Hugging Face form (`syn_task.jsonl` of RUC-AIBOX/ClawGym-Task): one task per line,
- * `{prompt, hook_code, input_files: [{file_path, content}], rule, origin_template}`. It becomes the
- * same GymTask ClawGym's own converter (RL/data/build_dataset_from_hf.py) makes a task folder of: the
- * id from the template's `id:` line (else `task_<line index, 5 digits>`), `reward/...` files as the
- * verifier (`reward/test.py` renamed `reward/check.py`), the rest as the workspace, and a
- * `reward/reward.sh` that runs the hook and averages the JSON dict it prints.
- */
+// ClawGym-SynData's Hugging Face form (`syn_task.jsonl`), made into the task ClawGym's own converter
+// makes: docs/gym-tasks.md#two-forms-on-disk
 
 const SynTaskFile = z.looseObject({ file_path: z.string().min(1), content: z.string() });
 

@@ -3,18 +3,8 @@ import type { Signal } from '../../domain/index.js';
 import type { DataPool } from '../../pool/data-pool.js';
 import { definePlugin } from '../plugin.js';
 
-/*
- * Human feedback computes nothing: people write it, as signals with source `human`, through
- * `POST /v1/signals` (or an agent's `<base_url>/signals`, or this helper). Two families:
- * - `user_feedback`: +1 / -1 on the step (or trajectory) the person reacted to. The gateway writes it
- *   implicitly in online sessions (a "thanks" or a correction in the user's next message,
- *   `details.implicit: true`, see src/gateway/feedback.ts); explicit thumbs and corrections use the
- *   same name (`details.implicit: false`), so a later explicit verdict on the same step supersedes the
- *   heuristic one.
- * - `human_score`: a rating in [0, 1] of the step or trajectory.
- * Combinations read them like any signal, usually through an aggregate that tolerates their absence:
- * `0.8*judge + 0.2*((mean(user_feedback) + 1) / 2 ?? 0.5)`.
- */
+// Human feedback computes nothing: people (and the gateway's implicit feedback) write `user_feedback` and
+// `human_score` signals. docs/rewards.md#human-trajectory-source-human
 
 export const USER_FEEDBACK_SIGNAL = 'user_feedback';
 export const HUMAN_SCORE_SIGNAL = 'human_score';

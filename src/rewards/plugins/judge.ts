@@ -20,22 +20,8 @@ import {
   taskPrompt,
 } from '../transcript.js';
 
-/*
- * The LLM judge: any OpenAI-compatible endpoint grades a trajectory against a rubric in one of five
- * bands, 1 (fails) to 5 (excellent), mapped to [0, 1] as (band - 1) / 4. It is shown the task (the
- * first user message), the rubric with the band descriptions, and either the conversation or only the
- * final answer (`show`), clipped to `max_chars` (head and tail kept).
- *
- * The reply is read leniently but never guessed: `<think>` blocks and code fences are ignored; the
- * band comes from a JSON object's `band` (a number or numeric string), else from a `band: N` line,
- * else from a reply that is only the digit. Anything else (no band, a band outside 1-5, a fraction)
- * is an unparseable verdict: the attempt fails and is retried; after the last attempt the job
- * records a failure. No default score is ever written.
- *
- * `judge_group` (group-relative) shows all trajectories of a prompt group in one request, as numbered
- * candidates, and expects `{"bands": [b1, ..., bn]}`: exactly one integer band per candidate, in
- * order. A reply of any other shape fails the attempt the same way.
- */
+// The LLM judge: bands 1-5 scored (band - 1) / 4; a reply without a clear band fails the attempt, never a
+// default score. Prompt and parsing: docs/rewards.md#judge-trajectory-source-judge (and judge_group)
 
 export const DEFAULT_BANDS = [
   'fails: wrong, off-task, harmful, or no real attempt',

@@ -11,18 +11,8 @@ import {
 } from '../plugin.js';
 import { clip, conversation, finalAnswer } from '../transcript.js';
 
-/*
- * A scoring endpoint (a served reward model, a remote verifier): Stepwise POSTs one trajectory as
- * JSON and expects a number back.
- *
- * Request body: {"trajectory_uid", "channel", "task_id", "messages": [{role, content, ...}],
- * "final_answer", "metadata"}; headers: `content-type: application/json`, the configured `headers`,
- * and `authorization: Bearer <key>` when `api_key_env` names a set variable.
- * Response: a JSON number, or an object with the number at `score_path` (default: `score`, else
- * `reward`). A non-2xx answer, a body that is not JSON or holds no finite number, a refused
- * connection or a timeout fails the attempt (5xx, 408, 429, connection errors and timeouts are
- * retried; other 4xx are not). Nothing is ever scored by default.
- */
+// A scoring endpoint (a served reward model, a remote verifier): one trajectory POSTed as JSON, a number
+// back; nothing is scored by default. docs/rewards.md#rm-trajectory-source-rm
 
 export const RmParams = z.strictObject({
   url: z.url().describe('the scoring endpoint (POST)'),

@@ -4,26 +4,8 @@ import { extractJson, JsonPathError, jsonEqual, parseJsonPath, readJsonPath } fr
 import { definePlugin, NotApplicableError, type RewardScore, type TrajectoryView } from '../plugin.js';
 import { finalAnswer, toolResultTexts } from '../transcript.js';
 
-/*
- * Rule rewards: deterministic checks of a text, scoring 1 (match) or 0 (no match).
- *
- * Inputs (`input`):
- * - `rule` (one score per trajectory): `final_answer` (the last step's response text),
- *   `tool_results` (every tool output, joined by newlines) or `last_tool_result`.
- * - `rule_step` (one score per step): `response` (the step's response text) or `tool_results` (the
- *   outputs that followed that step's tool calls).
- *
- * Matches (`kind`):
- * - `exact`: the text equals `expected` (trimmed unless `trim: false`; `case_sensitive: false`);
- * - `regex`: `pattern` (with `flags` from i, m, s, u) matches somewhere in the text;
- * - `numeric`: the last number in the text is within `tolerance` of `expected` (absolute, or a
- *   fraction of |expected| with `relative: true`); commas between digit groups are ignored;
- * - `json_path`: the text (or the JSON in it) has `expected` at `path` (structural equality).
- * The expected value is either literal (`expected`) or read from the trajectory's metadata at a JSON
- * path (`expected_key`, e.g. `answer` or `$.gold.value`), for datasets whose answer differs per
- * prompt. An answer that does not match scores 0 (that is the agent's outcome); a missing expected
- * value or a trajectory without text is "not applicable" (a recorded failure, never a 0).
- */
+// Rule rewards: deterministic checks of a text, 1 (match) or 0; a missing expected value is "not
+// applicable", never a 0. Inputs and kinds: docs/rewards.md#rule-trajectory-and-rule_step-step-source-rule
 
 const ExpectedKey = z
   .string()

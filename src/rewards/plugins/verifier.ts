@@ -11,19 +11,8 @@ import {
   type TrajectoryView,
 } from '../plugin.js';
 
-/*
- * The gym's verifier as a reward: for a trajectory that carries a gym task (`task_id`, or
- * `metadata.task_id` as the gym runner records it) whose task is in the configured task set, run the
- * task's verifier (check DSL or ClawGym script, in the sandbox) over the workspace the agent left, and
- * score the verifier's combined score (code, plus the rubric when the task has one and a judge is
- * configured).
- *
- * The workspace must still exist: its path is read from `metadata.<workspace_key>` (absolute, or
- * relative to `workspace_root`) and must lie inside `workspace_root` (metadata is written by agents;
- * nothing outside that root is ever verified). Everything else is "not applicable" (recorded, never
- * retried): no task id, a task not in the set, no recorded workspace, a workspace that is gone. A
- * verifier or judge that itself failed is a retryable failure, not a 0.
- */
+// The gym's verifier as a reward, over the workspace the agent left, which must lie inside `workspace_root`
+// (agents write metadata). docs/rewards.md#verifier-trajectory-source-verifier
 
 export const VerifierParams = z.strictObject({
   tasks: z.string().min(1).describe(TASK_SET_HELP),

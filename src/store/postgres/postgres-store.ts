@@ -90,13 +90,8 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
 export { redactUrl };
 
 /**
- * The Store on PostgreSQL: every process that shares the database sees one pool. Transactions run
- * at READ COMMITTED and lock what they change (trajectories, groups, leases) row by row, so
- * concurrent writers only wait for each other on the same trajectory or group; leases pick ready
- * groups with FOR UPDATE SKIP LOCKED, so consumers never wait for each other or get the same group.
- * Events are appended under one short advisory lock at the end of each transaction, so their
- * sequence numbers follow commit order and a reader's cursor never skips one. Commits that make
- * work available are announced with NOTIFY.
+ * The Store on PostgreSQL: one pool for every process on the database. Row locks, SKIP LOCKED leases,
+ * events in commit order, NOTIFY: docs/datapool.md#postgresql
  */
 export class PostgresStore implements Store {
   readonly kind = 'postgres' as const;

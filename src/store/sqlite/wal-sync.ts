@@ -2,21 +2,9 @@ import { closeSync, fdatasync, openSync } from 'node:fs';
 import { StepwiseError } from '../../domain/errors.js';
 
 /**
- * synchronous=FULL's guarantee without its stall. FULL makes SQLite fsync the write-ahead log inside
- * every COMMIT, blocking the thread that serves HTTP for the length of a disk flush (0.3-1 ms here,
- * far more on a busy disk). Instead the connection commits with synchronous=NORMAL (the WAL is
- * written, not flushed) and a write is acknowledged only after an `fdatasync` of the WAL that began
- * after its commit has finished. The flush runs on libuv's thread pool, so the event loop keeps
- * parsing requests meanwhile, and one flush covers every commit made before it started (group
- * commit). A process crash loses nothing either way (written WAL frames are in the OS page cache);
- * what the flush adds is surviving power loss, as FULL does.
- *
- * Other work on the thread may read a commit during its flush; what leaves the store as a promise
- * (a lease, an event a cursor moves past) waits for the flush like an acknowledgement does.
- *
- * Writes made by other processes sharing the file are flushed by their own syncs; fsync is per file,
- * so ours flushes theirs too. SQLite keeps the WAL file (and so this descriptor's inode) while any
- * connection is open: a checkpoint rewrites or truncates it in place.
+ * synchronous=FULL's guarantee without its stall: commit with NORMAL, acknowledge a write after an
+ * fdatasync of the WAL (on libuv's pool) that began after its commit.
+ * Why, and what else it covers: docs/datapool.md#group-commit-and-durability
  */
 export class WalSync {
   private committed = 0;

@@ -21,14 +21,8 @@ import { fileURLToPath } from 'node:url';
 import { z } from 'zod';
 import { StepwiseError } from '../../../domain/errors.js';
 
-/*
- * `stepwise tools install openclaw`: OpenClaw (an agent we run as a black box) and the Node 24 it
- * needs, in a project-local tools folder, never touching the system Node. Everything downloaded is
- * checked against a pinned hash: Node's tarball by us (sha512), OpenClaw and its dependency tree by
- * `npm ci` against the committed lockfile in ./lock. An install is built in a staging folder beside
- * its final place and renamed into place with its stamp, so a crash never leaves a half install that
- * findOpenClaw accepts; a lock folder keeps concurrent installers from doing the work twice.
- */
+// `stepwise tools install openclaw`: OpenClaw and its Node in a project-local folder, every download checked
+// against a pinned hash, staged then renamed so a crash leaves no half install. docs/openclaw-install.md
 
 export const OPENCLAW_VERSION = '2026.9.6';
 export const NODE_VERSION = '24.22.3';
