@@ -45,11 +45,16 @@ def _chunk_logprobs(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.
 
 
 def target_logprobs(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """log p(target) for each hidden state, in chunks recomputed on backward (never N×V logits at once)."""
+    """log p(target) for each hidden state, in chunks recomputed on backward (never N×V logits at once).
+
+    Recomputing saves memory only across chunks (one chunk's logits exist at once either way), so a
+    batch of one chunk keeps them: a fourth pass over the LM head less (every warm-up step).
+    """
+    recompute = torch.is_grad_enabled() and hidden.requires_grad and hidden.shape[0] > LOGIT_CHUNK
     out = []
     for start in range(0, hidden.shape[0], LOGIT_CHUNK):
         h, y = hidden[start : start + LOGIT_CHUNK], targets[start : start + LOGIT_CHUNK]
-        if torch.is_grad_enabled() and h.requires_grad:
+        if recompute:
             out.append(torch.utils.checkpoint.checkpoint(_chunk_logprobs, head, h, y, use_reentrant=False))
         else:
             out.append(_chunk_logprobs(head, h, y))
