@@ -14,9 +14,9 @@ import { findTrainPython } from '../src/train/python.js';
  *
  * Two runs from one warm-up, with the settings `stepwise train` defaults to, but for staleness:
  * - RL, synchronous (`--max-staleness 0`: each round waits for the version before it), so the fixed
- *   seed fixes the whole run: the learning invariant (mean reward at most 0.2 at version 0, 0.8
- *   reached within VERSIONS versions) and the loop's bookkeeping (versions, the store, train.json,
- *   the curve).
+ *   seed fixes the whole run (up to float noise late in it: docs/trainers.md): the learning
+ *   invariant (mean reward at most 0.2 at version 0, 0.8 reached within VERSIONS versions) and the
+ *   loop's bookkeeping (versions, the store, train.json, the curve).
  *   With rounds one version ahead (the default) the split of rollouts between versions depends on
  *   timing, and so does the curve (docs/trainers.md has both kinds).
  * - The control, asynchronous (`--max-staleness 1`): `--init` from the RL run's warm-up,

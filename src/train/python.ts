@@ -11,6 +11,11 @@ import { StepwiseError } from '../domain/errors.js';
 
 export const PYTHON_CLIENT_DIR = fileURLToPath(new URL('../../clients/python', import.meta.url));
 const TRAIN_MODULES = 'import torch, transformers, safetensors, numpy';
+/**
+ * glibc maps each block over 32 MB fresh and unmaps it on free, so the kernel zeroes its pages on
+ * every use: the trainer's logits (75–310 MB) cost as much CPU in the kernel as in torch. Keep them.
+ */
+const ALLOCATOR_ENV = { MALLOC_MMAP_THRESHOLD_: String(2 ** 30), MALLOC_TRIM_THRESHOLD_: String(2 ** 32) };
 
 /** The interpreter or its packages are missing: says how to install them. */
 export class TrainPythonMissingError extends StepwiseError {
@@ -69,7 +74,13 @@ export function spawnPython(
     stdio: ['ignore', 'pipe', 'pipe'],
     // STEPWISE_PARENT_PID: a long-running module exits once we are gone, even killed outright
     // (stepwise_client/lifeline.py), when process.once('exit') below never runs.
-    env: { ...process.env, PYTHONUNBUFFERED: '1', STEPWISE_PARENT_PID: String(process.pid), ...env },
+    env: {
+      ...ALLOCATOR_ENV,
+      ...process.env,
+      PYTHONUNBUFFERED: '1',
+      STEPWISE_PARENT_PID: String(process.pid),
+      ...env,
+    },
   });
   let tail = '';
   const keep = (chunk: Buffer) => {

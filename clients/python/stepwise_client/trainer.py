@@ -44,12 +44,51 @@ def _chunk_logprobs(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.
     return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
 
 
+class _HeadLogprobs(torch.autograd.Function):
+    """`_chunk_logprobs` through a bias-free linear head, its backward written out: bit for bit
+    autograd's gradients, but made in place in the chunk's logits (autograd's logsumexp and gather
+    backwards allocate and fill several more chunk-sized tensors). `keep`: keep the logits for
+    backward instead of recomputing them from the hidden states."""
+
+    @staticmethod
+    def forward(ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, keep: bool) -> torch.Tensor:
+        logits = torch.nn.functional.linear(hidden, weight).float()
+        lse = torch.logsumexp(logits, dim=-1)
+        ctx.save_for_backward(hidden, weight, targets, lse)
+        ctx.logits = logits if keep else None
+        return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        hidden, weight, targets, lse = ctx.saved_tensors
+        logits, ctx.logits = ctx.logits, None  # a second backward (retain_graph) recomputes them
+        if logits is None:
+            logits = torch.nn.functional.linear(hidden, weight).float()
+        # d/dlogits (logits[target] - logsumexp) = onehot(target) - softmax, in autograd's order of operations.
+        grad = logits.sub_(lse.unsqueeze(-1)).exp_().mul_((-grad_out).unsqueeze(-1))
+        grad = grad.scatter_add_(-1, targets.unsqueeze(-1), grad_out.unsqueeze(-1)).to(hidden.dtype)
+        grad_hidden = grad.mm(weight) if ctx.needs_input_grad[0] else None
+        grad_weight = grad.t().mm(hidden) if ctx.needs_input_grad[1] else None
+        return grad_hidden, grad_weight, None, None
+
+
 def target_logprobs(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """log p(target) for each hidden state, in chunks recomputed on backward (never N×V logits at once)."""
+    """log p(target) for each hidden state, in chunks recomputed on backward (never N×V logits at once).
+
+    Recomputing saves memory only across chunks (one chunk's logits exist at once either way), so a
+    batch of one chunk keeps them: a fourth pass over the LM head less (every warm-up step). A head
+    that is not a bias-free `nn.Linear` goes through autograd (checkpointed when in several chunks).
+    """
+    grad = torch.is_grad_enabled() and (hidden.requires_grad or any(p.requires_grad for p in head.parameters()))
+    linear = isinstance(head, torch.nn.Linear) and head.bias is None
+    keep = hidden.shape[0] <= LOGIT_CHUNK
     out = []
     for start in range(0, hidden.shape[0], LOGIT_CHUNK):
         h, y = hidden[start : start + LOGIT_CHUNK], targets[start : start + LOGIT_CHUNK]
-        if torch.is_grad_enabled() and h.requires_grad:
+        if grad and linear:
+            out.append(_HeadLogprobs.apply(h, head.weight, y, keep))
+        elif grad and h.requires_grad and not keep:
             out.append(torch.utils.checkpoint.checkpoint(_chunk_logprobs, head, h, y, use_reentrant=False))
         else:
             out.append(_chunk_logprobs(head, h, y))
