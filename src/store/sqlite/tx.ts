@@ -229,13 +229,10 @@ export class SqliteTx implements PoolTx {
       return done({ group: existing, created: false });
     }
     this.context.ensureChannel(channel, now);
-    this.stmt(
-      "INSERT INTO groups (channel, id, expected, n_trajectories, state, created_at) VALUES (?, ?, ?, 1, 'collecting', ?)",
-    ).run(channel, id, join.size, now);
-    return done({
-      group: this.stmt('SELECT * FROM groups WHERE channel = ? AND id = ?').get(channel, id) as GroupRow,
-      created: true,
-    });
+    const group = this.stmt(
+      "INSERT INTO groups (channel, id, expected, n_trajectories, state, created_at) VALUES (?, ?, ?, 1, 'collecting', ?) RETURNING *",
+    ).get(channel, id, join.size, now) as GroupRow;
+    return done({ group, created: true });
   }
 
   deleteGroup(row: GroupRow): Rule<void> {
