@@ -10,6 +10,7 @@ import {
   encodeTokens,
   hashTokens,
   joinPrompt,
+  toNumbers,
 } from './token-codec.js';
 
 /** A step as any backend stores it: tokens as blobs relative to a base step, views as JSON. */
@@ -87,6 +88,40 @@ export function stepRowValues(row: StepRow): unknown[] {
   return STEP_COLUMNS.map((column) => row[column]);
 }
 
+/**
+ * A step row from its values in STEP_COLUMNS order. Drivers build a row object column by column,
+ * several times slower than this literal of one fixed shape (a lease decodes 100+ rows).
+ */
+export function stepRowFromValues(v: readonly unknown[]): StepRow {
+  return {
+    key: v[0] as number,
+    trajectory_id: v[1] as string,
+    idx: v[2] as number,
+    channel: v[3] as string,
+    group_id: v[4] as string,
+    base_idx: v[5] as number | null,
+    prefix_len: v[6] as number,
+    prompt_suffix: v[7] as Uint8Array,
+    response: v[8] as Uint8Array,
+    logprobs: v[9] as Uint8Array | null,
+    prompt_len: v[10] as number,
+    response_len: v[11] as number,
+    content_hash: v[12] as number,
+    reward: v[13] as number | null,
+    policy_version: v[14] as number,
+    is_last: v[15] as number,
+    finish_reason: v[16] as string | null,
+    token_source: v[17] as string,
+    metadata: v[18] as string | null,
+    view: v[19] as string | null,
+    latency_ms: v[20] as number | null,
+    ttft_ms: v[21] as number | null,
+    engine_id: v[22] as string | null,
+    created_at: v[23] as number,
+    routed_experts: v[24] as Uint8Array | null,
+  };
+}
+
 /** What the next step of a trajectory is encoded against: its predecessor's full sequence. */
 export interface StepTail {
   index: number;
@@ -130,7 +165,7 @@ function promptEdit(from: readonly number[], to: readonly number[]): PromptEdit 
 }
 
 function applyEdit(from: ArrayLike<number>, edit: PromptEdit): number[] {
-  const out = Array.from(from);
+  const out = toNumbers(from);
   out.splice(edit.at, edit.cut, ...edit.ins);
   return out;
 }
@@ -314,8 +349,8 @@ export function decodeSteps(
       groupId: row.group_id,
       channel: row.channel,
       index: row.idx,
-      promptIds: Array.from(prompt),
-      responseIds: Array.from(response),
+      promptIds: toNumbers(prompt),
+      responseIds: toNumbers(response),
       responseLogprobs: decodeFloats(row.logprobs),
       reward: row.reward,
       policyVersion: row.policy_version,

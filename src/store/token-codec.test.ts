@@ -7,6 +7,7 @@ import {
   encodeTokens,
   hashTokens,
   joinPrompt,
+  toNumbers,
 } from './token-codec.js';
 
 describe('token codec', () => {
@@ -32,6 +33,20 @@ describe('token codec', () => {
     const values = [-0.125, -3.5, 0, -12.75];
     expect(decodeFloats(encodeFloats(values))).toEqual(values);
     expect(decodeFloats(null)).toBeNull();
+  });
+
+  it('decodes logprobs from an unaligned blob as from an aligned one', () => {
+    const blob = encodeFloats([-0.5, -1.25, -7]);
+    const shifted = Buffer.alloc(blob.length + 2);
+    blob.copy(shifted, 2);
+    expect(decodeFloats(shifted.subarray(2))).toEqual([-0.5, -1.25, -7]);
+  });
+
+  it('copies a typed array into a plain array of the same numbers', () => {
+    const out = toNumbers(new Uint32Array([7, 0, 0xffffffff]));
+    expect(Array.isArray(out)).toBe(true);
+    expect(out).toEqual([7, 0, 0xffffffff]);
+    expect(toNumbers(new Float32Array([-0.5]))).toEqual([-0.5]);
   });
 
   it('finds the longest common prefix', () => {
