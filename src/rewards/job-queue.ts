@@ -2,7 +2,7 @@ import Database from 'better-sqlite3';
 import { Kysely, Migrator, SqliteDialect } from 'kysely';
 import { StepwiseError } from '../domain/index.js';
 import { sqliteMigrations } from '../store/sqlite/migrations.js';
-import { statementCache } from '../store/sqlite/statements.js';
+import { type Statement, statementCache } from '../store/sqlite/statements.js';
 
 // The reward job queue in the store's SQLite file, through a connection of its own, so jobs survive a
 // restart and processes sharing the file share it. States, leases, dedup: docs/rewards.md#reward-jobs
@@ -220,7 +220,7 @@ export class SqliteRewardJobQueue implements RewardJobQueue {
   private closed = false;
 
   /** Prepared statements, one per SQL text. */
-  private readonly stmt: (source: string) => Database.Statement;
+  private readonly stmt: (source: string) => Statement;
 
   constructor(
     private readonly db: Database.Database,

@@ -1,4 +1,3 @@
-import type Database from 'better-sqlite3';
 import type { GroupState, Lease } from '../../domain/index.js';
 import type { ReadModels } from '../read-models.js';
 import {
@@ -11,10 +10,11 @@ import {
   toLease,
 } from '../rows.js';
 import type { DashboardSummary, GymRunSummary, LeaseQuery, Page, PoolStats } from '../types.js';
+import type { Statement } from './statements.js';
 
 /** What the views read of a SQLite store. */
 export interface SqliteReads {
-  stmt(source: string): Database.Statement;
+  stmt(source: string): Statement;
   policyVersion(): number;
   lastEventSeq(): number;
 }

@@ -57,7 +57,7 @@ import type {
 import { type PoolTx, type Rule, runSync } from '../tx.js';
 import { sqliteMigrations } from './migrations.js';
 import { SqliteReadModels } from './read-models.js';
-import { statementCache } from './statements.js';
+import { type Statement, statementCache } from './statements.js';
 import { SqliteTx, type SqliteTxContext } from './tx.js';
 import { WalSync } from './wal-sync.js';
 
@@ -135,7 +135,7 @@ export class SqliteStore implements Store {
 
   private readonly queries: ListQueries;
   /** Prepared statements, one per SQL text. */
-  private readonly stmt: (source: string) => Database.Statement;
+  private readonly stmt: (source: string) => Statement;
 
   constructor(
     private readonly db: Database.Database,
@@ -316,10 +316,9 @@ export class SqliteStore implements Store {
 
   /** A trajectory's stored step rows up to maxIndex, in index order: one rowid range. */
   private stepRows(seq: number, maxIndex = STEP_KEY_SPAN - 1): StepRow[] {
-    const values = this.stmt(SELECT_STEP_RANGE)
-      .raw(true)
-      .all(stepKey(seq, 0), stepKey(seq, Math.min(maxIndex, STEP_KEY_SPAN - 1))) as unknown[][];
-    return values.map(stepRowFromValues);
+    return this.stmt(SELECT_STEP_RANGE)
+      .values(stepKey(seq, 0), stepKey(seq, Math.min(maxIndex, STEP_KEY_SPAN - 1)))
+      .map(stepRowFromValues);
   }
 
   private doc(hash: string): Record<string, unknown>[] | null {

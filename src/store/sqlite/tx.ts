@@ -1,4 +1,3 @@
-import type Database from 'better-sqlite3';
 import type { ChannelConfig, EventType, LabelInput, NewStep, Signal, Step } from '../../domain/index.js';
 import {
   currentSignalsByTrajectory,
@@ -30,10 +29,11 @@ import {
   type TrajectoryPatch,
 } from '../tx.js';
 import type { CurrentLabel, ToolResultAttachment } from '../types.js';
+import type { Statement } from './statements.js';
 
 /** What a SQLite transaction reads from its store: statements, settings, the event log. */
 export interface SqliteTxContext {
-  stmt(source: string): Database.Statement;
+  stmt(source: string): Statement;
   channelConfig(channel: string): ChannelConfig;
   /** Writes a channel's settings (creating its row) and caches them for the transaction. */
   saveChannelConfig(channel: string, config: ChannelConfig, now: number): void;
@@ -57,7 +57,7 @@ export class SqliteTx implements PoolTx {
     readonly log: TxLog,
   ) {}
 
-  private stmt(source: string): Database.Statement {
+  private stmt(source: string): Statement {
     return this.context.stmt(source);
   }
 
