@@ -333,6 +333,37 @@ describe('Responses API: the official openai client through the gateway', () => 
     expect(steps[0]!.metadata.reasoning).toBe('plan it');
   });
 
+  it('developer messages are system messages, and text parts are joined, as the step stores them', async () => {
+    const server = await serve();
+    const t = await init(server);
+    const answer = await client(t).responses.create({
+      model: 'm',
+      instructions: 'Be brief.',
+      top_logprobs: 0,
+      input: [
+        { role: 'developer', content: 'Sandbox: read-only.' },
+        {
+          type: 'message',
+          role: 'user',
+          content: [
+            { type: 'input_text', text: 'two ' },
+            { type: 'input_text', text: 'parts' },
+          ],
+        },
+      ],
+    });
+    expect(answer.output_text).toBe('two parts');
+    await complete(t);
+    const [step] = await server.pool.getTrajectorySteps(t.trajectory_uid);
+    const messages = [
+      { role: 'system' as const, content: 'Be brief.' },
+      { role: 'system' as const, content: 'Sandbox: read-only.' },
+      { role: 'user' as const, content: 'two parts' },
+    ];
+    expect(step!.messages).toEqual(messages);
+    expect(tokenizer.decode(step!.promptIds)).toBe(renderChat({ messages, addGenerationPrompt: true }));
+  });
+
   it('the terminal event of a streamed call leaves only after its step is stored', async () => {
     const server = await serve();
     const t = await init(server);
@@ -508,6 +539,8 @@ describe('Responses API: the official openai client through the gateway', () => 
       [{ model: 'm', input: [] }, 400, 'input'],
       [{ model: 'm', input: 'x', conversation: 'conv_1' }, 400, 'conversation'],
       [{ model: 'm', input: 'x', background: true }, 400, 'background'],
+      [{ model: 'm', input: 'x', top_logprobs: 2 }, 400, 'top_logprobs'],
+      [{ model: 'm', input: 'x', metadata: { k: 1 } }, 400, 'metadata.k'],
       [{ model: 'm', input: 'x', n: 2 }, 400, 'n'],
       [{ model: 'm', input: 'x', tool_choice: { type: 'web_search' } }, 400, 'tool_choice'],
       [

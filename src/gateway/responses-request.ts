@@ -93,9 +93,12 @@ const REFUSED: Record<string, string> = {
 /** Checks a Responses request; a bad or unsupported field is a 400 naming it. */
 export function checkResponsesRequest(body: unknown): ResponsesBody {
   if (!isObject(body)) throw new ValidationError('body: must be a JSON object', 'body');
-  for (const [field, why] of Object.entries(REFUSED))
-    if (body[field] !== undefined && body[field] !== null)
+  for (const [field, why] of Object.entries(REFUSED)) {
+    const value = body[field];
+    // top_logprobs: 0 asks for nothing, and is accepted.
+    if (value !== undefined && value !== null && !(field === 'top_logprobs' && value === 0))
       throw new ValidationError(`${field}: ${why}`, field);
+  }
   if (body.background === true)
     throw new ValidationError(
       'background: background responses are not offered by this gateway',
