@@ -6,11 +6,18 @@ import { type CallKind, checkCallRequest, checkPromptLength } from './call-reque
 import type { Gateway } from './gateway.js';
 import { CHANNEL_HEADER, SESSION_HEADER, sessionOf } from './online-sessions.js';
 import { openaiError } from './openai-errors.js';
+import { responsesCall } from './responses.js';
+import { checkResponsesRequest } from './responses-request.js';
+import type { Session } from './session.js';
 
 /*
- * The LLM calls (chat/completions, completions, /generate, models) independent of the HTTP layer:
- * what the gateway's listener (direct.ts) answers for each, from the request's ids, headers and body.
+ * The LLM calls (chat/completions, completions, responses, /generate, models) independent of the
+ * HTTP layer: what the gateway's listener (direct.ts) answers for each, from the request's ids,
+ * headers and body.
  */
+
+/** The LLM call a request makes: a chat or text completion, or a Responses API call (responses.ts). */
+export type LlmCall = CallKind | 'responses';
 
 export const TRAJECTORY_HEADER = 'x-stepwise-trajectory';
 const MODEL_SEPARATOR = '__';
@@ -26,10 +33,24 @@ const GenerateBody = z.looseObject({
 /** A request header by lower-case name. */
 export type HeaderOf = (name: string) => string | undefined;
 
+/** Forwards and captures one call of a session: a Responses call through its translation to chat. */
+function callOn(
+  gateway: Gateway,
+  session: Session,
+  kind: LlmCall,
+  body: unknown,
+  signal: AbortSignal,
+  raw: string | null,
+  size: number,
+): Promise<Answer> {
+  if (kind !== 'responses') return gateway.call(session, kind, body, signal, raw);
+  return responsesCall(gateway, session, checkResponsesRequest(body), signal, size);
+}
+
 /** A call under a trajectory's base_url (`/<trajectory>/<group>/v1/...`). */
 export async function trajectoryCall(
   gateway: Gateway,
-  kind: CallKind,
+  kind: LlmCall,
   ids: { trajectory: string | undefined; group: string | undefined },
   text: string,
   signal: AbortSignal,
@@ -38,7 +59,7 @@ export async function trajectoryCall(
   const group = clientIdParam(ids.group, 'group_id');
   const session = await gateway.sessionAt(trajectory, group);
   const { value } = parseJsonText(text, false);
-  return gateway.call(session, kind, value, signal, text);
+  return callOn(gateway, session, kind, value, signal, text, text.length);
 }
 
 /**
@@ -47,7 +68,7 @@ export async function trajectoryCall(
  */
 export async function fixedCall(
   gateway: Gateway,
-  kind: CallKind,
+  kind: LlmCall,
   header: HeaderOf,
   text: string,
   signal: AbortSignal,
@@ -75,13 +96,13 @@ export async function fixedCall(
     );
   }
   const session = await gateway.session(parseOrThrow(ClientId, trajectory, 'trajectory_uid'));
-  return gateway.call(session, kind, body, signal, raw);
+  return callOn(gateway, session, kind, body, signal, raw, text.length);
 }
 
 /** A call of an online session: its trajectory is found (or opened) by session key. */
 async function sessionCall(
   gateway: Gateway,
-  kind: CallKind,
+  kind: LlmCall,
   header: HeaderOf,
   body: unknown,
   raw: string,
@@ -95,13 +116,14 @@ async function sessionCall(
     );
   }
   // Checked before the session is found or opened: a call refused for its body opens no trajectory.
-  const request = checkCallRequest(kind, body);
+  const request: Record<string, unknown> =
+    kind === 'responses' ? checkResponsesRequest(body) : checkCallRequest(kind, body);
   const { key, channel } = sessionOf(sessionHeader, header(CHANNEL_HEADER), request);
   const call = await gateway.online.acquire(key, channel, header('user-agent') ?? null);
   try {
     // Feedback is judged against the session's last step (stored before its answer went out).
     const feedback = kind === 'chat' ? call.feedbackFor(request) : null;
-    const answer = await gateway.call(call.session, kind, request, signal, raw);
+    const answer = await callOn(gateway, call.session, kind, request, signal, raw, raw.length);
     // Only for a call the gateway accepted: a rejected one is sent again, and judged then.
     if (feedback) call.recordFeedback(feedback);
     return answer;

@@ -14,25 +14,25 @@ import {
 import { refuseNulQuery } from '../http/json-body.js';
 import type { DirectListener } from '../util/http-server.js';
 import { type Answer, isStreamSource, JSON_HEADERS, type StreamSource } from './answer.js';
-import type { CallKind } from './call-request.js';
-import { fixedCall, generateCall, modelsCall, trajectoryCall } from './calls.js';
+import { fixedCall, generateCall, type LlmCall, modelsCall, trajectoryCall } from './calls.js';
 import type { Gateway } from './gateway.js';
 import { errorAnswer } from './openai-errors.js';
 
 /*
- * The one HTTP path of the LLM calls: `POST .../v1/chat/completions` and `.../v1/completions` under a
- * trajectory's base_url or at the fixed one, `POST /generate`, and `GET .../v1/models`. They are
- * served straight from node:http, ahead of the Hono app and without a fetch Request and Response
- * built around each call: the gateway's answer is written to the socket as it comes. Paths are read
- * as the app reads them (percent-decoding included); every other request goes on to the app.
+ * The one HTTP path of the LLM calls: `POST .../v1/chat/completions`, `.../v1/completions` and
+ * `.../v1/responses` under a trajectory's base_url or at the fixed one, `POST /generate`, and
+ * `GET .../v1/models`. They are served straight from node:http, ahead of the Hono app and without
+ * a fetch Request and Response built around each call: the gateway's answer is written to the
+ * socket as it comes. Paths are read as the app reads them (percent-decoding included); every other
+ * request goes on to the app.
  */
 
 /** `/<trajectory>/<group>/v1/<call>` or `/v1/<call>`, the query cut off. */
-const CALL_PATH = /^\/(?:([^/]+)\/([^/]+)\/)?v1\/(chat\/completions|completions|models)$/;
+const CALL_PATH = /^\/(?:([^/]+)\/([^/]+)\/)?v1\/(chat\/completions|completions|responses|models)$/;
 const AGENT: readonly Scope[] = ['agent'];
 
 type Route =
-  | { kind: 'call'; call: CallKind; trajectory: string | undefined; group: string | undefined }
+  | { kind: 'call'; call: LlmCall; trajectory: string | undefined; group: string | undefined }
   | { kind: 'generate' }
   | { kind: 'models'; trajectory: string | undefined; group: string | undefined };
 
@@ -57,7 +57,7 @@ function routeOf(method: string, url: string): Route | null {
   if (method !== 'POST') return null;
   return {
     kind: 'call',
-    call: call === 'completions' ? 'text' : 'chat',
+    call: call === 'completions' ? 'text' : call === 'responses' ? 'responses' : 'chat',
     trajectory: id(trajectory),
     group: id(group),
   };

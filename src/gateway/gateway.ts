@@ -21,6 +21,7 @@ import { forwardStream } from './forward-stream.js';
 import { type GenerateInput, type GenerateOutput, generate } from './generate.js';
 import { OnlineSessions, type SessionStats } from './online-sessions.js';
 import { PolicyGate } from './policy-gate.js';
+import { ResponseStore } from './response-store.js';
 import {
   callsOf,
   type InitTrajectoryInput,
@@ -86,6 +87,8 @@ export class Gateway {
   private readonly forwarding: Forwarding;
   /** Online sessions on the fixed base_url (`X-Stepwise-Session`). */
   readonly online: OnlineSessions;
+  /** Stored Responses API conversations, for `previous_response_id` (responses.ts). */
+  readonly responseStore = new ResponseStore();
 
   constructor(options: GatewayOptions) {
     this.pool = options.pool;
@@ -284,6 +287,7 @@ export class Gateway {
     });
     if (session) session.closed = trajectory.status;
     this.sessions.delete(id);
+    this.responseStore.drop(id);
     this.router?.release(id);
     return trajectory;
   }
