@@ -66,6 +66,8 @@ function upstreamFields(
     out.model = served[0];
   if (engine.kind !== 'openai') {
     out.return_token_ids = true;
+    // SGLang's chat answer holds the prompt's ids only when asked apart (its ChatCompletionRequest).
+    if (engine.kind === 'sglang' && kind === 'chat') out.return_prompt_token_ids = true;
     if (kind === 'chat') out.logprobs = true;
     else if (typeof request.logprobs !== 'number') out.logprobs = 0;
   }
