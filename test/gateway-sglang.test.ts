@@ -50,6 +50,17 @@ async function fakeSglang() {
       }
       const body = text ? JSON.parse(text) : null;
       received.push({ path, body });
+      // SGLang's serving_chat refuses its id switches in a stream (_convert_to_internal_request).
+      if (
+        path === '/v1/chat/completions' &&
+        body?.stream &&
+        (body.return_token_ids || body.return_prompt_token_ids)
+      ) {
+        res.writeHead(400, { 'content-type': 'application/json' });
+        const message = 'return_prompt_token_ids is not supported with streaming.';
+        res.end(JSON.stringify({ object: 'error', message, type: 'BadRequest', param: null, code: 400 }));
+        return;
+      }
       const answer = answers[path];
       if (!answer) return void res.writeHead(404).end();
       const reply = answer(body);
@@ -409,6 +420,12 @@ describe("sglang engine: chat calls go to SGLang's OpenAI-compatible API", () =>
     let text = '';
     for await (const c of stream) text += c.choices[0]?.delta?.content ?? '';
     expect(text).toBe('Hi!');
+    // Neither id switch nor logprobs, which SGLang's streamed chat cannot honour; the usage chunk, yes.
+    const sent = engine.received[0]!.body;
+    expect(sent).not.toHaveProperty('return_token_ids');
+    expect(sent).not.toHaveProperty('return_prompt_token_ids');
+    expect(sent).not.toHaveProperty('logprobs');
+    expect(sent.stream_options).toEqual({ include_usage: true });
     const [step] = await server.pool.getTrajectorySteps(t.trajectory_uid);
     expect(step).toMatchObject({ tokenSource: 'retokenized', responseLogprobs: null, responseText: 'Hi!' });
     expect(step!.responseIds.at(-1)).toBe(IM_END);
