@@ -4,7 +4,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { startSimServer } from '../src/engines/sim/serve.js';
 import { type RunningServer, startServer } from '../src/server/server.js';
+import { loadQwen3Tokenizer, renderChat } from '../src/text/index.js';
 import { callJson, type Json } from './support/http.js';
 
 /*
@@ -76,7 +78,14 @@ async function fakeSglang() {
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   const url = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
-  return { url, received, answers, close: () => server.close() };
+  return {
+    url,
+    received,
+    answers,
+    close: () => {
+      server.close();
+    },
+  };
 }
 
 /** SGLang's whole /generate answer for `ids` with `logprobs`, finished as `finish`. */
@@ -429,5 +438,50 @@ describe("sglang engine: chat calls go to SGLang's OpenAI-compatible API", () =>
     const [step] = await server.pool.getTrajectorySteps(t.trajectory_uid);
     expect(step).toMatchObject({ tokenSource: 'retokenized', responseLogprobs: null, responseText: 'Hi!' });
     expect(step!.responseIds.at(-1)).toBe(IM_END);
+  });
+});
+
+describe("sglang engine over the sim's native /generate", () => {
+  it('generates through /generate: the ids the sim generates for the same prompt and seed, decoding to its text', async () => {
+    const sim = await startSimServer({ port: 0, policy: 'echo' });
+    engine = {
+      url: sim.url,
+      received: [],
+      answers: {},
+      close: () => {
+        void sim.close();
+      },
+    };
+    server = await startServer({
+      dbPath: join(dir, `s${dbCount++}.db`),
+      port: 0,
+      engines: [`sglang=${sim.url}`],
+    });
+    const tokenizer = loadQwen3Tokenizer();
+    const prompt = renderChat({
+      messages: [{ role: 'user', content: 'Echo me, please.' }],
+      enableThinking: false,
+    });
+    const promptIds = tokenizer.encode(prompt);
+    const { status, json } = await generate({ prompt_ids: promptIds, sampling_params: { seed: 11 } });
+    expect(status).toBe(200);
+    expect(json.text).toBe('Echo me, please.');
+    // The sim's vLLM-style completions for the same prompt and seed: the same generation.
+    const vllm = await callJson('POST', `${sim.url}/v1/completions`, {
+      prompt: promptIds,
+      max_tokens: null,
+      seed: 11,
+      logprobs: 0,
+      return_token_ids: true,
+    });
+    const choice = vllm.json.choices[0];
+    expect(json.response_ids).toEqual(choice.token_ids);
+    expect(json.logprobs).toEqual(choice.logprobs.token_logprobs);
+    expect(tokenizer.decode(json.response_ids)).toBe('Echo me, please.<|im_end|>');
+    expect(json).toMatchObject({
+      finish_reason: 'stop',
+      prompt_ids: promptIds,
+      engine_id: expect.stringMatching(/^sglang@/),
+    });
   });
 });

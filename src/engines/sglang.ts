@@ -13,7 +13,7 @@ import { fromZodError, StepwiseError, ValidationError } from '../domain/errors.j
  * The names SamplingParams takes (a msgspec struct: any other name fails the whole request), and
  * the OpenAI/vLLM names the gateway's `/generate` uses for some of them.
  */
-const SAMPLING_NAMES = new Set([
+export const SGLANG_SAMPLING_NAMES: ReadonlySet<string> = new Set([
   'max_new_tokens',
   'min_new_tokens',
   'stop',
@@ -63,9 +63,9 @@ export function sglangGenerateBody(
   for (const [name, value] of Object.entries(sampling)) {
     if (value === undefined || GATEWAY_FIELDS.has(name)) continue;
     const native = RENAMED[name] ?? name;
-    if (!SAMPLING_NAMES.has(native))
+    if (!SGLANG_SAMPLING_NAMES.has(native))
       throw new ValidationError(
-        `${field}.${name}: not a sampling parameter of SGLang (it takes ${[...SAMPLING_NAMES].join(', ')})`,
+        `${field}.${name}: not a sampling parameter of SGLang (it takes ${[...SGLANG_SAMPLING_NAMES].join(', ')})`,
         `${field}.${name}`,
       );
     params[native] = value;
