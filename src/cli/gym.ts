@@ -101,7 +101,7 @@ export function addRunOptions(command: Command): Command {
     )
     .option(
       '--engine <spec>',
-      'engine of an in-process gateway: sim (default), vllm=URL, openai=URL (repeatable)',
+      'engine of an in-process gateway: sim (default), vllm=URL, sglang=URL, openai=URL (repeatable)',
       (v: string, p: string[]) => p.concat(v),
       [] as string[],
     )

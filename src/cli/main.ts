@@ -147,7 +147,7 @@ function addServerOptions(command: Command, role: 'all' | 'gateway'): void {
     .option('--api-key <key:scopes>', 'API key with scopes agent,trainer,admin (repeatable)', collect, [])
     .option(
       '--engine <spec>',
-      'inference engine: sim (built in), vllm=http://host:8000 or openai=https://host/v1 (repeatable)',
+      'inference engine: sim (built in), vllm=http://host:8000, sglang=http://host:30000 or openai=https://host/v1 (repeatable)',
       collect,
       [],
     )

@@ -20,7 +20,7 @@ export {
 } from './upstream.js';
 
 export interface EnginesOptions {
-  /** `sim`, `vllm=URL`, `openai=URL` (parsed with parseEngineSpec). */
+  /** `sim`, `vllm=URL`, `sglang=URL`, `openai=URL` (parsed with parseEngineSpec). */
   engines: readonly (string | EngineSpec)[];
   /** Settings of the built-in sim (policy, seed, latency). */
   sim?: SimServerOptions;

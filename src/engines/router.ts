@@ -167,12 +167,13 @@ export class EngineRouter {
 
   /**
    * Sends a call; `key` (a trajectory) keeps related calls on one engine. `prepare` builds the body
-   * for the engine chosen (model names differ between engines) and overrides `body`.
+   * for the engine chosen (model names differ between engines) and overrides `body`; a `path`
+   * function picks the route by engine (SGLang's native `/generate` beside vLLM's completions).
    */
   async send(
     key: string | null,
     method: 'GET' | 'POST',
-    path: string,
+    path: string | ((engine: Engine) => string),
     body: string | null,
     signal: AbortSignal,
     prepare?: (engine: Engine) => string,
@@ -191,7 +192,8 @@ export class EngineRouter {
         engine.outstanding--;
       };
       try {
-        const reply = await engine.transport.send(method, path, prepare ? prepare(engine) : body, signal);
+        const route = typeof path === 'string' ? path : path(engine);
+        const reply = await engine.transport.send(method, route, prepare ? prepare(engine) : body, signal);
         if (key !== null) this.pin(key, engine);
         if (!engine.healthy && reply.status < 500) this.mark(engine, true, '');
         return { engine, reply, done };

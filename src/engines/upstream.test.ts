@@ -53,10 +53,19 @@ describe('parseEngineSpec', () => {
     expect(parseEngineSpec(' openai = https://api.example.com ').url).toBe('https://api.example.com');
   });
 
+  it('parses an sglang URL (its native routes sit beside /v1)', () => {
+    expect(parseEngineSpec('sglang=http://10.0.0.5:30000/v1')).toEqual({
+      kind: 'sglang',
+      url: 'http://10.0.0.5:30000',
+      id: 'sglang@10.0.0.5:30000',
+    });
+    expect(specError('sglang').message).toMatch(/sglang needs a URL/);
+  });
+
   it('rejects an unknown kind', () => {
     const e = specError('tgi=http://127.0.0.1:8080');
     expect(e.field).toBe('engine');
-    expect(e.message).toMatch(/sim, vllm or openai/);
+    expect(e.message).toMatch(/sim, vllm, sglang or openai/);
     expect(specError('').field).toBe('engine');
   });
 

@@ -7,7 +7,10 @@ import { StepwiseError, ValidationError } from '../domain/errors.js';
  * fetch for the built-in sim, so the sim is driven through exactly the same wire code as vLLM.
  */
 
-export type EngineKind = 'vllm' | 'openai' | 'sim';
+export type EngineKind = 'vllm' | 'sglang' | 'openai' | 'sim';
+
+const KINDS: readonly string[] = ['sim', 'vllm', 'sglang', 'openai'] satisfies EngineKind[];
+const isKind = (kind: string): kind is EngineKind => KINDS.includes(kind);
 
 export interface EngineSpec {
   kind: EngineKind;
@@ -17,14 +20,14 @@ export interface EngineSpec {
   id: string;
 }
 
-/** `sim`, `vllm=http://host:8000` or `openai=https://api.example.com/v1`. */
+/** `sim`, `vllm=http://host:8000`, `sglang=http://host:30000` or `openai=https://api.example.com/v1`. */
 export function parseEngineSpec(text: string): EngineSpec {
   const at = text.indexOf('=');
   const kind = (at < 0 ? text : text.slice(0, at)).trim();
   const url = at < 0 ? null : text.slice(at + 1).trim();
-  if (kind !== 'vllm' && kind !== 'openai' && kind !== 'sim') {
+  if (!isKind(kind)) {
     throw new ValidationError(
-      `engine '${text}': the kind must be sim, vllm or openai (e.g. --engine vllm=http://127.0.0.1:8000)`,
+      `engine '${text}': the kind must be sim, vllm, sglang or openai (e.g. --engine vllm=http://127.0.0.1:8000)`,
       'engine',
     );
   }

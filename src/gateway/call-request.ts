@@ -64,8 +64,14 @@ function upstreamFields(
   const out: Record<string, unknown> = {};
   if (served.length > 0 && (typeof request.model !== 'string' || !served.includes(request.model)))
     out.model = served[0];
-  if (engine.kind !== 'openai') {
+  // SGLang's chat refuses its id switches in a stream (a 400), whose chunks have no place for ids:
+  // such a call is rebuilt as from a plain API, and asks for no logprobs it could not keep.
+  const idless =
+    engine.kind === 'openai' || (engine.kind === 'sglang' && kind === 'chat' && request.stream === true);
+  if (!idless) {
     out.return_token_ids = true;
+    // SGLang's whole chat answer holds the prompt's ids when asked apart (its ChatCompletionRequest).
+    if (engine.kind === 'sglang' && kind === 'chat') out.return_prompt_token_ids = true;
     if (kind === 'chat') out.logprobs = true;
     else if (typeof request.logprobs !== 'number') out.logprobs = 0;
   }

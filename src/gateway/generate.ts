@@ -1,6 +1,7 @@
 import { NotFoundError, StepwiseError } from '../domain/index.js';
 import { CompletionCapture } from '../engines/capture.js';
 import type { Engine, EngineRouter } from '../engines/router.js';
+import { readSglangGenerate, sglangGenerateBody } from '../engines/sglang.js';
 import { UpstreamError } from '../engines/upstream.js';
 import type { DataPool } from '../pool/data-pool.js';
 import { normalizeUpstreamError } from './openai-errors.js';
@@ -50,15 +51,19 @@ export async function generate(
   if (input.trajectoryId !== null && !(await on.pool.getTrajectory(input.trajectoryId)))
     throw new NotFoundError(`trajectory_uid: no trajectory ${input.trajectoryId}`);
   const version = await on.pool.policyVersion();
-  const routed = await router.send(input.trajectoryId, 'POST', '/v1/completions', null, signal, (engine) => {
+  // SGLang's own /generate takes ids and answers them; vLLM and the sim answer ids on completions.
+  const path = (engine: Engine) => (engine.kind === 'sglang' ? '/generate' : '/v1/completions');
+  const routed = await router.send(input.trajectoryId, 'POST', path, null, signal, (engine) => {
     if (engine.kind === 'openai') {
       throw new StepwiseError(
-        `engine ${engine.id} is an OpenAI-compatible API without token-id prompts: /generate needs vllm or sim`,
+        `engine ${engine.id} is an OpenAI-compatible API without token-id prompts: /generate needs vllm, sglang or sim`,
         501,
         'not_supported',
       );
     }
     const maxTokens = input.sampling.max_tokens ?? defaultMaxTokens(on, engine, input.promptIds.length);
+    if (engine.kind === 'sglang')
+      return sglangGenerateBody(input.promptIds, input.sampling, maxTokens as number | null);
     return JSON.stringify({
       ...input.sampling,
       max_tokens: maxTokens,
@@ -75,6 +80,7 @@ export async function generate(
       const { message } = normalizeUpstreamError(routed.reply.status, text, routed.engine.id);
       throw new StepwiseError(message, routed.reply.status, 'upstream_error');
     }
+    if (routed.engine.kind === 'sglang') return fromSglang(text, input, routed.engine.id, version);
     const capture = new CompletionCapture();
     try {
       capture.addCompletion(JSON.parse(text));
@@ -107,6 +113,29 @@ export async function generate(
   } finally {
     routed.done();
   }
+}
+
+/** The gateway's answer from SGLang's native one (checked in readSglangGenerate). */
+function fromSglang(text: string, input: GenerateInput, engineId: string, version: number): GenerateOutput {
+  let answer: unknown;
+  try {
+    answer = JSON.parse(text);
+  } catch {
+    throw new UpstreamError(`engine ${engineId} returned something that is not JSON`, 502, true);
+  }
+  const g = readSglangGenerate(answer, input.promptIds.length, engineId);
+  return {
+    prompt_ids: input.promptIds,
+    response_ids: g.responseIds,
+    text: g.text,
+    logprobs: g.logprobs,
+    finish_reason: g.finishReason,
+    token_ids: g.responseIds,
+    log_probs: input.sampling.logprobs === false ? null : g.logprobs,
+    stop_reason: g.finishReason,
+    engine_id: engineId,
+    policy_version: version,
+  };
 }
 
 /**

@@ -33,7 +33,7 @@ export interface ServerOptions {
   /** Where SQLite runs: the event-loop thread (default) or its own worker thread. */
   storeThread?: 'main' | 'worker';
   logger?: Logger;
-  /** Inference engines behind the gateway: `sim`, `vllm=URL`, `openai=URL`; none: LLM routes answer 503. */
+  /** Inference engines behind the gateway: `sim`, `vllm=URL`, `sglang=URL`, `openai=URL`; none: LLM routes answer 503. */
   engines?: readonly string[];
   /** Settings of the built-in sim engine. */
   sim?: SimServerOptions;

@@ -562,3 +562,67 @@ describe('/v1/completions with the official openai client', () => {
     expect((error as InstanceType<typeof OpenAI.BadRequestError>).param).toBe('prompt');
   });
 });
+
+describe("sim HTTP server: SGLang's native /generate", () => {
+  const tokenizer = loadQwen3Tokenizer();
+  const prompt = tokenizer.encode('<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n');
+  const post = async (url: string, body: unknown) => {
+    const res = await fetch(`${url}/generate`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    });
+    // biome-ignore lint/suspicious/noExplicitAny: the answer is checked field by field
+    return { status: res.status, json: (await res.json()) as any };
+  };
+
+  it('answers {text, output_ids, meta_info} as SGLang does, the same generation as /v1/completions', async () => {
+    const { url, client } = await start(echoPolicy);
+    const sampling = { max_new_tokens: 50, sampling_seed: 4, temperature: 0.5 };
+    const { status, json } = await post(url, {
+      input_ids: prompt,
+      sampling_params: sampling,
+      return_logprob: true,
+    });
+    expect(status).toBe(200);
+    const vllm = (await client.completions.create({
+      model: 'sim-qwen3',
+      prompt,
+      max_tokens: 50,
+      seed: 4,
+      logprobs: 0,
+      return_token_ids: true,
+    } as never)) as unknown as TextCompletion;
+    const choice = vllm.choices[0]!;
+    expect(json.text).toBe('Hello there');
+    expect(json.output_ids).toEqual(choice.token_ids);
+    expect(json.output_ids.at(-1)).toBe(tokenizer.tokenId('<|im_end|>'));
+    expect(json.meta_info).toMatchObject({
+      finish_reason: { type: 'stop', matched: tokenizer.tokenId('<|im_end|>') },
+      prompt_tokens: prompt.length,
+      completion_tokens: json.output_ids.length,
+    });
+    expect(json.meta_info.output_token_logprobs).toEqual(
+      json.output_ids.map((id: number, i: number) => [choice.logprobs!.token_logprobs[i], id, null]),
+    );
+  });
+
+  it("cuts at max_new_tokens with SGLang's length reason, and sends logprobs only when asked", async () => {
+    const { url } = await start(echoPolicy);
+    const { json } = await post(url, { input_ids: prompt, sampling_params: { max_new_tokens: 2 } });
+    expect(json.output_ids).toHaveLength(2);
+    expect(json.meta_info.finish_reason).toEqual({ type: 'length', length: 2 });
+    expect(json.meta_info).not.toHaveProperty('output_token_logprobs');
+  });
+
+  it('refuses what SGLang refuses: an unknown sampling name, no ids; and a stream, which it does not serve', async () => {
+    const { url } = await start(echoPolicy);
+    const unknown = await post(url, { input_ids: prompt, sampling_params: { max_tokens: 5 } });
+    expect(unknown.status).toBe(400);
+    expect(unknown.json.error.message).toMatch(/^sampling_params\.max_tokens: not a sampling parameter/);
+    expect((await post(url, { input_ids: [] })).status).toBe(400);
+    const streamed = await post(url, { input_ids: prompt, stream: true });
+    expect(streamed.status).toBe(400);
+    expect(streamed.json.error.message).toMatch(/answers whole/);
+  });
+});

@@ -6,6 +6,7 @@ import { z } from 'zod';
 import { fromZodError, StepwiseError, ValidationError } from '../../domain/errors.js';
 import { ChatMessage, ChatTool } from '../../text/index.js';
 import { encodeSseDone, encodeSseEvent } from '../../text/sse.js';
+import { SGLANG_SAMPLING_NAMES } from '../sglang.js';
 import { ResponseFormat, ToolChoice } from './controls.js';
 import {
   SIM_MAX_MODEL_LEN,
@@ -26,7 +27,7 @@ import { instantLatency, type LatencyModel } from './latency.js';
 /*
  * The HTTP face of the sim engine: the subset of vLLM's OpenAI-compatible server that agents and the
  * gateway use (`/v1/models`, `/v1/chat/completions` and `/v1/completions` with SSE streaming,
- * `/health`). Errors use the
+ * `/health`), and SGLang's native `/generate` (answered whole). Errors use the
  * OpenAI shape `{error: {message, type, param, code}}`. The served model is always named `sim-*` so
  * nobody mistakes it for a real model; the request's `model` is not checked (any name is answered).
  */
@@ -95,6 +96,27 @@ const Prompt = z
     }
     return value[0] as string | number[];
   });
+
+/**
+ * SGLang's native `/generate` as the sim serves it (GenerateReqInput, python/sglang/srt/managers/
+ * io_struct.py): one prompt of ids, SamplingParams by their own names (any other name is refused,
+ * as SGLang's msgspec struct refuses it), answered whole.
+ */
+const NativeGenerateBody = z.looseObject({
+  input_ids: z.array(z.number().int().min(0)).min(1, 'must be a non-empty array of token ids'),
+  sampling_params: nullable(
+    z.record(z.string(), z.unknown()).superRefine((params, ctx) => {
+      for (const name of Object.keys(params))
+        if (!SGLANG_SAMPLING_NAMES.has(name))
+          ctx.addIssue({ code: 'custom', path: [name], message: 'not a sampling parameter' });
+      if (params.n != null && params.n !== 1)
+        ctx.addIssue({ code: 'custom', path: ['n'], message: 'the sim supports only n=1' });
+    }),
+  ),
+  return_logprob: nullable(z.boolean()),
+  logprob_start_len: nullable(z.number().int()),
+  stream: nullable(z.literal(false, "the sim's /generate answers whole (stream: false)")),
+});
 
 const CompletionBody = z.looseObject({
   model: nullable(z.string()),
@@ -258,6 +280,41 @@ export function createSimApp(options: SimAppOptions): Hono {
       return respond(c, started, result, toTextCompletion(result, id, engine.tokenizer));
     }
     return sendStream(c, started, result, toTextCompletionChunks(result, id, engine.tokenizer));
+  });
+
+  // SGLang's /generate over the same engine as /v1/completions: the answer TokenizerManager builds
+  // (python/sglang/srt/managers/tokenizer_manager.py), finish reasons as SGLang's FINISH_* objects.
+  app.post('/generate', async (c) => {
+    const started = performance.now();
+    const parsed = NativeGenerateBody.safeParse(await jsonBody(c));
+    if (!parsed.success) throw fromZodError(parsed.error);
+    const { input_ids: prompt, sampling_params: params, return_logprob } = parsed.data;
+    const result = engine.completeText({
+      prompt,
+      // SGLang's default is 128 new tokens; null is up to the context (the engine's default here).
+      max_tokens: params?.max_new_tokens === undefined ? 128 : (params.max_new_tokens as number | null),
+      seed: (params?.sampling_seed as number | null | undefined) ?? null,
+      stop: (params?.stop as string | string[] | null | undefined) ?? null,
+    });
+    const eos = engine.tokenizer.tokenId('<|im_end|>');
+    const finish =
+      result.finishReason === 'length'
+        ? { type: 'length', length: result.tokenIds.length }
+        : { type: 'stop', matched: result.stopReason ?? eos };
+    return respond(c, started, result, {
+      text: result.text,
+      output_ids: result.tokenIds,
+      meta_info: {
+        id: randomBytes(16).toString('hex'),
+        finish_reason: finish,
+        prompt_tokens: result.promptTokenIds.length,
+        completion_tokens: result.tokenIds.length,
+        cached_tokens: 0,
+        ...(return_logprob
+          ? { output_token_logprobs: result.tokenIds.map((id, i) => [result.logprobs[i], id, null]) }
+          : {}),
+      },
+    });
   });
 
   return app;
