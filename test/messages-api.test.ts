@@ -1,8 +1,9 @@
 import { mkdtempSync, rmSync } from 'node:fs';
+import http from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Anthropic, { type APIError } from '@anthropic-ai/sdk';
-import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it, onTestFinished, vi } from 'vitest';
 import type { Step } from '../src/domain/index.js';
 import { type RunningServer, type ServerOptions, startServer } from '../src/server/server.js';
 import { loadQwen3Tokenizer } from '../src/text/index.js';
@@ -285,6 +286,90 @@ describe('gateway: Anthropic Messages API with the official SDK', () => {
     });
   });
 
+  it('streams a vLLM answer that builds two tool calls piece by piece: the SDK assembles both inputs', async () => {
+    // vLLM's streaming tool parser: a call's id and name first, its arguments in later deltas.
+    const chunk = (delta: Record<string, unknown>, ids: number[], extra: Record<string, unknown> = {}) =>
+      `data: ${JSON.stringify({
+        id: 'c',
+        object: 'chat.completion.chunk',
+        model: 'qwen3-vllm',
+        ...extra,
+        choices: [{ index: 0, delta, token_ids: ids, finish_reason: null }],
+      })}\n\n`;
+    const call = (index: number, fn: Record<string, unknown>, id?: string) => ({
+      tool_calls: [{ index, ...(id ? { id, type: 'function' } : {}), function: fn }],
+    });
+    const body = [
+      chunk({ role: 'assistant', content: '' }, [], { prompt_token_ids: [1, 2, 3, 4] }),
+      chunk({ content: 'Let me ' }, [10]),
+      chunk({ content: 'check.' }, [11]),
+      chunk(call(0, { name: 'read_file', arguments: '' }, 'chatcmpl-tool-a'), [12]),
+      chunk(call(0, { arguments: '{"path": ' }), [13]),
+      chunk(call(0, { arguments: '"a.txt"}' }), [14]),
+      chunk(call(1, { name: 'read_file', arguments: '{"path": "b.txt"}' }, 'chatcmpl-tool-b'), [15, 16]),
+      `data: ${JSON.stringify({
+        id: 'c',
+        object: 'chat.completion.chunk',
+        model: 'qwen3-vllm',
+        choices: [{ index: 0, delta: {}, token_ids: [17], finish_reason: 'tool_calls', stop_reason: null }],
+      })}\n\n`,
+      `data: ${JSON.stringify({
+        id: 'c',
+        object: 'chat.completion.chunk',
+        model: 'qwen3-vllm',
+        choices: [],
+        usage: { prompt_tokens: 4, completion_tokens: 8, total_tokens: 12 },
+      })}\n\n`,
+      'data: [DONE]\n\n',
+    ].join('');
+    const engine = http.createServer((req, res) => {
+      if (req.method !== 'POST') {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        return void res.end(
+          JSON.stringify({ object: 'list', data: [{ id: 'qwen3-vllm', object: 'model' }] }),
+        );
+      }
+      req.resume();
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.end(body);
+    });
+    await new Promise<void>((r) => engine.listen(0, '127.0.0.1', r));
+    onTestFinished(() => void engine.close());
+    const server = await serve({
+      engines: [`vllm=http://127.0.0.1:${(engine.address() as { port: number }).port}`],
+    });
+    const t = await init(server);
+    const message = await anthropic(t)
+      .messages.stream({
+        model: 'm',
+        max_tokens: 64,
+        tools,
+        messages: [{ role: 'user', content: 'read both' }],
+      })
+      .finalMessage();
+    expect(message.content).toEqual([
+      { type: 'text', text: 'Let me check.' },
+      { type: 'tool_use', id: 'toolu_chatcmpl-tool-a', name: 'read_file', input: { path: 'a.txt' } },
+      { type: 'tool_use', id: 'toolu_chatcmpl-tool-b', name: 'read_file', input: { path: 'b.txt' } },
+    ]);
+    expect(message).toMatchObject({
+      model: 'qwen3-vllm',
+      stop_reason: 'tool_use',
+      usage: { input_tokens: 4, output_tokens: 8 },
+    });
+    const [step] = await server.pool.getTrajectorySteps(t.trajectory_uid);
+    expect(step).toMatchObject({
+      tokenSource: 'engine',
+      promptIds: [1, 2, 3, 4],
+      responseIds: [10, 11, 12, 13, 14, 15, 16, 17],
+      responseText: 'Let me check.',
+      toolCalls: [
+        { id: 'chatcmpl-tool-a', function: { name: 'read_file', arguments: '{"path": "a.txt"}' } },
+        { id: 'chatcmpl-tool-b', function: { name: 'read_file', arguments: '{"path": "b.txt"}' } },
+      ],
+    });
+  });
+
   it('stop reasons: max_tokens and a stop sequence, whole and streamed', async () => {
     const server = await serve({
       sim: { policy: 'scripted', script: [{ answer: 'The notes say: ship it.' }] },
@@ -327,7 +412,8 @@ describe('gateway: Anthropic Messages API with the official SDK', () => {
     const session = fixed({ 'X-Stepwise-Session': 'auto' });
     const user = 'user_abc_account_def_session_0f9e';
     await session.messages.create({ model: 'm', ...ask, metadata: { user_id: user } });
-    await session.messages.create({ model: 'm', ...ask, metadata: { user_id: user }, stream: true });
+    const stream = session.messages.stream({ model: 'm', ...ask, metadata: { user_id: user } });
+    expect((await stream.finalMessage()).stop_reason).toBe('end_turn');
     const page = await server.pool.listTrajectories({ channel: 'online', limit: 10, offset: 0 });
     const opened = page.items.filter((x) => x.metadata.session_key === user);
     expect(opened).toHaveLength(1);

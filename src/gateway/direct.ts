@@ -21,10 +21,11 @@ import { errorAnswer } from './openai-errors.js';
 
 /*
  * The one HTTP path of the LLM calls: `POST .../v1/chat/completions`, `.../v1/completions` and
- * `.../v1/messages` (Anthropic's) under a trajectory's base_url or at the fixed one, `POST /generate`, and `GET .../v1/models`. They are
- * served straight from node:http, ahead of the Hono app and without a fetch Request and Response
- * built around each call: the gateway's answer is written to the socket as it comes. Paths are read
- * as the app reads them (percent-decoding included); every other request goes on to the app.
+ * `.../v1/messages` (Anthropic's) under a trajectory's base_url or at the fixed one, `POST /generate`,
+ * and `GET .../v1/models`. They are served straight from node:http, ahead of the Hono app and without
+ * a fetch Request and Response built around each call: the gateway's answer is written to the socket
+ * as it comes. Paths are read as the app reads them (percent-decoding included); every other request
+ * goes on to the app.
  */
 
 /** `/<trajectory>/<group>/v1/<call>` or `/v1/<call>`, the query cut off. */
@@ -111,7 +112,8 @@ async function serve(
   });
   // Anthropic's SDKs read errors in Anthropic's shape, OpenAI's in OpenAI's.
   const anthropic = route.kind === 'call' && route.call === 'messages';
-  // Refused before the call is read, in the app's error shape, as the app refuses any route.
+  // Refused before the call is read, in the app's error shape as the app refuses any route (a
+  // Messages API call in Anthropic's).
   const refused = admission(keys, target, req, anthropic);
   if (refused !== null) return write(refused, req, res);
   let answer: Answer;
