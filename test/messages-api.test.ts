@@ -7,11 +7,13 @@ import { afterAll, afterEach, beforeAll, describe, expect, it, onTestFinished, v
 import type { Step } from '../src/domain/index.js';
 import { type RunningServer, type ServerOptions, startServer } from '../src/server/server.js';
 import { loadQwen3Tokenizer } from '../src/text/index.js';
+import { dropSchema, freshSchema, pgUrl } from './support/postgres.js';
 
 /*
  * Anthropic's Messages API on the gateway (`POST /v1/messages`, src/gateway/messages*.ts): the
- * official @anthropic-ai/sdk client as the agent, real HTTP on loopback, a real SQLite file, the sim
- * as the engine. What the client received is compared with the steps the store holds.
+ * official @anthropic-ai/sdk client as the agent, real HTTP on loopback, a real SQLite file (and,
+ * with STEPWISE_TEST_PG_URL, PostgreSQL for the tool loop), the sim as the engine. What the client
+ * received is compared with the steps the store holds.
  */
 
 const tokenizer = loadQwen3Tokenizer();
@@ -28,6 +30,7 @@ interface Init {
 
 let dir: string;
 const servers: RunningServer[] = [];
+const schemas: string[] = [];
 beforeAll(() => {
   dir = mkdtempSync(join(tmpdir(), 'stepwise-messages-'));
 });
@@ -35,16 +38,26 @@ afterEach(async () => {
   vi.restoreAllMocks();
   await Promise.all(servers.splice(0).map((s) => s.close()));
 });
-afterAll(() => rmSync(dir, { recursive: true, force: true }));
+afterAll(async () => {
+  rmSync(dir, { recursive: true, force: true });
+  for (const schema of schemas) await dropSchema(schema);
+});
+
+type StoreKind = 'SQLite' | 'PostgreSQL';
+const STORES: StoreKind[] = pgUrl ? ['SQLite', 'PostgreSQL'] : ['SQLite'];
 
 let dbCount = 0;
-async function serve(options: Partial<ServerOptions> = {}): Promise<RunningServer> {
-  const server = await startServer({
-    dbPath: join(dir, `m${dbCount++}.db`),
-    port: 0,
-    engines: ['sim'],
-    ...options,
-  });
+async function serve(
+  options: Partial<ServerOptions> = {},
+  store: StoreKind = 'SQLite',
+): Promise<RunningServer> {
+  let where: Pick<ServerOptions, 'dbPath' | 'pg'> = { dbPath: join(dir, `m${dbCount++}.db`) };
+  if (store === 'PostgreSQL') {
+    const schema = freshSchema('stepwise_messages');
+    schemas.push(schema);
+    where = { dbPath: '', pg: { url: pgUrl!, schema } };
+  }
+  const server = await startServer({ ...where, port: 0, engines: ['sim'], ...options });
   servers.push(server);
   return server;
 }
@@ -90,116 +103,122 @@ const textOf = (m: Anthropic.Message) =>
 const toolUses = (m: Anthropic.Message) => m.content.filter((b) => b.type === 'tool_use');
 
 describe('gateway: Anthropic Messages API with the official SDK', () => {
-  it('a tool loop, whole and streamed: each call a step with the engine ids, tool results on the step they answer', async () => {
-    const script = [
-      { toolCall: { name: 'read_file', arguments: { path: 'missing.txt' } } },
-      { toolCall: { name: 'read_file', arguments: { path: 'notes.txt' } } },
-      { answer: 'The notes say: ship it.' },
-    ];
-    const server = await serve({ sim: { policy: 'scripted', script } });
-    const t = await init(server);
-    const client = anthropic(t);
-    const messages: Anthropic.MessageParam[] = [{ role: 'user', content: 'What do my notes say?' }];
-    const system = [
-      { type: 'text' as const, text: 'You read files.', cache_control: { type: 'ephemeral' as const } },
-    ];
-    const answers: Anthropic.Message[] = [];
-    const streamed = [false, true, false];
-    for (let turn = 0; turn < 3; turn++) {
-      const params = { model: 'claude-test', max_tokens: 256, system, messages, tools };
-      let message: Anthropic.Message;
-      if (streamed[turn]) {
-        const stream = client.messages.stream(params);
-        let storedAtDelta: number | null = null;
-        for await (const event of stream) {
-          // The call's end (its stop reason) reaches the agent only after its step is stored.
-          if (event.type === 'message_delta')
-            storedAtDelta = (await server.pool.getTrajectorySteps(t.trajectory_uid)).length;
+  it.each(STORES)(
+    'a tool loop, whole and streamed: each call a step with the engine ids, tool results on the step they answer (%s)',
+    async (store) => {
+      const script = [
+        { toolCall: { name: 'read_file', arguments: { path: 'missing.txt' } } },
+        { toolCall: { name: 'read_file', arguments: { path: 'notes.txt' } } },
+        { answer: 'The notes say: ship it.' },
+      ];
+      const server = await serve({ sim: { policy: 'scripted', script } }, store);
+      const t = await init(server);
+      const client = anthropic(t);
+      const messages: Anthropic.MessageParam[] = [{ role: 'user', content: 'What do my notes say?' }];
+      const system = [
+        { type: 'text' as const, text: 'You read files.', cache_control: { type: 'ephemeral' as const } },
+      ];
+      const answers: Anthropic.Message[] = [];
+      const streamed = [false, true, false];
+      for (let turn = 0; turn < 3; turn++) {
+        const params = { model: 'claude-test', max_tokens: 256, system, messages, tools };
+        let message: Anthropic.Message;
+        if (streamed[turn]) {
+          const stream = client.messages.stream(params);
+          let storedAtDelta: number | null = null;
+          for await (const event of stream) {
+            // The call's end (its stop reason) reaches the agent only after its step is stored.
+            if (event.type === 'message_delta')
+              storedAtDelta = (await server.pool.getTrajectorySteps(t.trajectory_uid)).length;
+          }
+          expect(storedAtDelta).toBe(turn + 1);
+          message = await stream.finalMessage();
+        } else {
+          message = await client.messages.create(params);
         }
-        expect(storedAtDelta).toBe(turn + 1);
-        message = await stream.finalMessage();
-      } else {
-        message = await client.messages.create(params);
+        answers.push(message);
+        messages.push({ role: 'assistant', content: message.content });
+        const results: Anthropic.ToolResultBlockParam[] = toolUses(message).map((use) =>
+          (use.input as { path: string }).path === 'notes.txt'
+            ? { type: 'tool_result', tool_use_id: use.id, content: [{ type: 'text', text: 'ship it' }] }
+            : {
+                type: 'tool_result',
+                tool_use_id: use.id,
+                content: "ENOENT: no such file or directory, open 'missing.txt'",
+                is_error: true,
+              },
+        );
+        if (results.length > 0) messages.push({ role: 'user', content: results });
       }
-      answers.push(message);
-      messages.push({ role: 'assistant', content: message.content });
-      const results: Anthropic.ToolResultBlockParam[] = toolUses(message).map((use) =>
-        (use.input as { path: string }).path === 'notes.txt'
-          ? { type: 'tool_result', tool_use_id: use.id, content: [{ type: 'text', text: 'ship it' }] }
-          : {
-              type: 'tool_result',
-              tool_use_id: use.id,
-              content: "ENOENT: no such file or directory, open 'missing.txt'",
-              is_error: true,
-            },
-      );
-      if (results.length > 0) messages.push({ role: 'user', content: results });
-    }
-    await complete(server, t);
-    const steps = await server.pool.getTrajectorySteps(t.trajectory_uid);
-    expect(steps).toHaveLength(3);
+      await complete(server, t);
+      const steps = await server.pool.getTrajectorySteps(t.trajectory_uid);
+      expect(steps).toHaveLength(3);
 
-    expect(answers.map((m) => m.stop_reason)).toEqual(['tool_use', 'tool_use', 'end_turn']);
-    expect(steps.map((s) => s.finishReason)).toEqual(['tool_calls', 'tool_calls', 'stop']);
-    expect(new Set(answers.map((m) => m.id)).size).toBe(3);
-    for (const [i, m] of answers.entries()) {
-      const step = steps[i]!;
-      expect(m).toMatchObject({
-        type: 'message',
-        role: 'assistant',
-        model: 'sim-qwen3',
-        stop_sequence: null,
-      });
-      expect(m.id).toMatch(/^msg_[0-9a-f]{32}$/);
-      // Usage counts the engine's ids the step holds.
-      expect(m.usage).toMatchObject({
-        input_tokens: step.promptIds.length,
-        output_tokens: step.responseIds.length,
-      });
-      expect(step.tokenSource).toBe('engine');
-      expect(step.responseLogprobs).toHaveLength(step.responseIds.length);
-      expect(step.metadata).toMatchObject({ model: 'claude-test', max_tokens: 256 });
-      // A tool_use is the engine's call: its id with Anthropic's prefix, its arguments as input.
-      const calls = (step.toolCalls ?? []) as { id: string; function: { name: string; arguments: string } }[];
-      expect(toolUses(m).map((u) => ({ id: u.id, name: u.name, input: u.input }))).toEqual(
-        calls.map((c) => ({
-          id: `toolu_${c.id}`,
-          name: c.function.name,
-          input: JSON.parse(c.function.arguments),
-        })),
-      );
-    }
-    expect(toolUses(answers[0]!)[0]!.input).toEqual({ path: 'missing.txt' });
-    expect(toolUses(answers[1]!)[0]!.input).toEqual({ path: 'notes.txt' });
-    // The last answer's text is the text of the ids the engine generated.
-    expect(textOf(answers[2]!)).toBe('The notes say: ship it.');
-    expect(responseText(steps[2]!)).toBe(textOf(answers[2]!));
-    expect(steps[2]!.responseText).toBe(textOf(answers[2]!));
+      expect(answers.map((m) => m.stop_reason)).toEqual(['tool_use', 'tool_use', 'end_turn']);
+      expect(steps.map((s) => s.finishReason)).toEqual(['tool_calls', 'tool_calls', 'stop']);
+      expect(new Set(answers.map((m) => m.id)).size).toBe(3);
+      for (const [i, m] of answers.entries()) {
+        const step = steps[i]!;
+        expect(m).toMatchObject({
+          type: 'message',
+          role: 'assistant',
+          model: 'sim-qwen3',
+          stop_sequence: null,
+        });
+        expect(m.id).toMatch(/^msg_[0-9a-f]{32}$/);
+        // Usage counts the engine's ids the step holds.
+        expect(m.usage).toMatchObject({
+          input_tokens: step.promptIds.length,
+          output_tokens: step.responseIds.length,
+        });
+        expect(step.tokenSource).toBe('engine');
+        expect(step.responseLogprobs).toHaveLength(step.responseIds.length);
+        expect(step.metadata).toMatchObject({ model: 'claude-test', max_tokens: 256 });
+        // A tool_use is the engine's call: its id with Anthropic's prefix, its arguments as input.
+        const calls = (step.toolCalls ?? []) as {
+          id: string;
+          function: { name: string; arguments: string };
+        }[];
+        expect(toolUses(m).map((u) => ({ id: u.id, name: u.name, input: u.input }))).toEqual(
+          calls.map((c) => ({
+            id: `toolu_${c.id}`,
+            name: c.function.name,
+            input: JSON.parse(c.function.arguments),
+          })),
+        );
+      }
+      expect(toolUses(answers[0]!)[0]!.input).toEqual({ path: 'missing.txt' });
+      expect(toolUses(answers[1]!)[0]!.input).toEqual({ path: 'notes.txt' });
+      // The last answer's text is the text of the ids the engine generated.
+      expect(textOf(answers[2]!)).toBe('The notes say: ship it.');
+      expect(responseText(steps[2]!)).toBe(textOf(answers[2]!));
+      expect(steps[2]!.responseText).toBe(textOf(answers[2]!));
 
-    // tool_result blocks reach the step whose call they answer; is_error marks a failure.
-    const callId = (s: Step) => (s.toolCalls![0] as { id: string }).id;
-    expect(steps[0]!.toolResults).toEqual([
-      {
-        tool_call_id: callId(steps[0]!),
-        name: 'read_file',
-        content: "ENOENT: no such file or directory, open 'missing.txt'",
-        error: true,
-        error_type: 'not_found',
-      },
-    ]);
-    expect(steps[1]!.toolResults).toEqual([
-      { tool_call_id: callId(steps[1]!), name: 'read_file', content: 'ship it', error: false },
-    ]);
-    expect(steps[2]!.toolResults).toBeNull();
-    // The turns sent back render to the tokens generated: each prompt extends the last prompt + response.
-    expect(await server.pool.getTrajectory(t.trajectory_uid)).toMatchObject({ nSteps: 3, prefixBreaks: 0 });
-    for (let i = 1; i < 3; i++) {
-      const before = steps[i - 1]!.promptIds.concat(steps[i - 1]!.responseIds);
-      expect(steps[i]!.promptIds.slice(0, before.length)).toEqual(before);
-    }
-    // The system prompt is the chat system message; the stored messages are the chat view.
-    expect(steps[0]!.messages![0]).toEqual({ role: 'system', content: 'You read files.' });
-  });
+      // tool_result blocks reach the step whose call they answer; is_error marks a failure.
+      const callId = (s: Step) => (s.toolCalls![0] as { id: string }).id;
+      expect(steps[0]!.toolResults).toEqual([
+        {
+          tool_call_id: callId(steps[0]!),
+          name: 'read_file',
+          content: "ENOENT: no such file or directory, open 'missing.txt'",
+          error: true,
+          error_type: 'not_found',
+        },
+      ]);
+      expect(steps[1]!.toolResults).toEqual([
+        { tool_call_id: callId(steps[1]!), name: 'read_file', content: 'ship it', error: false },
+      ]);
+      expect(steps[2]!.toolResults).toBeNull();
+      // The turns sent back render to the tokens generated: each prompt extends the last prompt + response.
+      expect(await server.pool.getTrajectory(t.trajectory_uid)).toMatchObject({ nSteps: 3, prefixBreaks: 0 });
+      for (let i = 1; i < 3; i++) {
+        const before = steps[i - 1]!.promptIds.concat(steps[i - 1]!.responseIds);
+        expect(steps[i]!.promptIds.slice(0, before.length)).toEqual(before);
+      }
+      // The system prompt is the chat system message; the stored messages are the chat view.
+      expect(steps[0]!.messages![0]).toEqual({ role: 'system', content: 'You read files.' });
+    },
+  );
 
   it('is_error alone marks a result an error whose text names no kind', async () => {
     const script = [{ toolCall: { name: 'read_file', arguments: { path: 'a' } } }, { answer: 'ok' }];
@@ -434,7 +453,11 @@ describe('gateway: Anthropic Messages API with the official SDK', () => {
     const server = await serve({ apiKeys: [`${AGENT_KEY}:agent`, `${TRAINER_KEY}:trainer`] });
     const t = await init(server, AGENT_KEY);
     const ask = { model: 'm', max_tokens: 16, messages: [{ role: 'user' as const, content: 'hi' }] };
-    const answer = await anthropic(t, { apiKey: AGENT_KEY }).messages.create(ask);
+    // As Claude Code calls: `?beta=true` and an anthropic-beta header.
+    const answer = await anthropic(t, { apiKey: AGENT_KEY }).messages.create(ask, {
+      query: { beta: 'true' },
+      headers: { 'anthropic-beta': 'interleaved-thinking-2025-05-14' },
+    });
     expect(answer.stop_reason).toBe('end_turn');
     const refused = async (apiKey: string) =>
       anthropic(t, { apiKey })
