@@ -1,23 +1,31 @@
 import { z } from 'zod';
-import { ClientId, clientIdParam, parseOrThrow, TokenIds, ValidationError } from '../domain/index.js';
+import {
+  ClientId,
+  clientIdParam,
+  parseOrThrow,
+  StepwiseError,
+  TokenIds,
+  ValidationError,
+} from '../domain/index.js';
 import { parseJsonText } from '../http/json-body.js';
 import { type Answer, JSON_HEADERS } from './answer.js';
 import { type CallKind, checkCallRequest, checkPromptLength } from './call-request.js';
 import type { Gateway } from './gateway.js';
+import { messageAnswer } from './messages.js';
+import { chatRequestOf } from './messages-request.js';
 import { CHANNEL_HEADER, SESSION_HEADER, sessionOf } from './online-sessions.js';
-import { openaiError } from './openai-errors.js';
 import { responsesCall } from './responses.js';
 import { checkResponsesRequest } from './responses-request.js';
 import type { Session } from './session.js';
 
 /*
- * The LLM calls (chat/completions, completions, responses, /generate, models) independent of the
- * HTTP layer: what the gateway's listener (direct.ts) answers for each, from the request's ids,
- * headers and body.
+ * The LLM calls (chat/completions, completions, responses, messages, /generate, models) independent
+ * of the HTTP layer: what the gateway's listener (direct.ts) answers for each, from the request's
+ * ids, headers and body.
  */
 
-/** The LLM call a request makes: a chat or text completion, or a Responses API call (responses.ts). */
-export type LlmCall = CallKind | 'responses';
+/** The LLM call a request makes: a chat or text completion, or a Responses or Messages API call (as chat). */
+export type LlmCall = CallKind | 'responses' | 'messages';
 
 export const TRAJECTORY_HEADER = 'x-stepwise-trajectory';
 const MODEL_SEPARATOR = '__';
@@ -33,8 +41,17 @@ const GenerateBody = z.looseObject({
 /** A request header by lower-case name. */
 export type HeaderOf = (name: string) => string | undefined;
 
-/** Forwards and captures one call of a session: a Responses call through its translation to chat. */
-function callOn(
+/** The body the chat path takes: a Messages API body is translated (its own text is not chat's). */
+function bodyOf(kind: LlmCall, text: string): { body: unknown; raw: string | null } {
+  const { value } = parseJsonText(text, false);
+  return kind === 'messages' ? { body: chatRequestOf(value), raw: null } : { body: value, raw: text };
+}
+
+/**
+ * Forwards and captures one call of a session. Responses and Messages API calls go as chat and are
+ * answered in their own shape; `size` (the request's length) is what keeping a response costs.
+ */
+async function callOn(
   gateway: Gateway,
   session: Session,
   kind: LlmCall,
@@ -43,8 +60,10 @@ function callOn(
   raw: string | null,
   size: number,
 ): Promise<Answer> {
-  if (kind !== 'responses') return gateway.call(session, kind, body, signal, raw);
-  return responsesCall(gateway, session, checkResponsesRequest(body), signal, size);
+  if (kind === 'responses') return responsesCall(gateway, session, checkResponsesRequest(body), signal, size);
+  if (kind !== 'messages') return gateway.call(session, kind, body, signal, raw);
+  const answer = await gateway.call(session, 'chat', body, signal, null);
+  return messageAnswer(answer, (body as { model?: unknown }).model);
 }
 
 /** A call under a trajectory's base_url (`/<trajectory>/<group>/v1/...`). */
@@ -58,8 +77,8 @@ export async function trajectoryCall(
   const trajectory = clientIdParam(ids.trajectory, 'trajectory_uid');
   const group = clientIdParam(ids.group, 'group_id');
   const session = await gateway.sessionAt(trajectory, group);
-  const { value } = parseJsonText(text, false);
-  return callOn(gateway, session, kind, value, signal, text, text.length);
+  const { body, raw } = bodyOf(kind, text);
+  return callOn(gateway, session, kind, body, signal, raw, text.length);
 }
 
 /**
@@ -73,12 +92,13 @@ export async function fixedCall(
   text: string,
   signal: AbortSignal,
 ): Promise<Answer> {
-  const { value: body } = parseJsonText(text, false);
   // The agent's text goes to the engine unless the gateway changes the body (see upstreamText).
-  let raw: string | null = text;
+  const parsed = bodyOf(kind, text);
+  const { body } = parsed;
+  let { raw } = parsed;
   const sessionHeader = header(SESSION_HEADER);
   if (sessionHeader !== undefined)
-    return sessionCall(gateway, kind, header, body, text, sessionHeader, signal);
+    return sessionCall(gateway, kind, header, body, raw, sessionHeader, signal, text.length);
   let trajectory = header(TRAJECTORY_HEADER) ?? null;
   const model = (body as { model?: unknown } | null)?.model;
   if (trajectory === null && typeof model === 'string' && model.includes(MODEL_SEPARATOR)) {
@@ -88,11 +108,12 @@ export async function fixedCall(
     raw = null;
   }
   if (trajectory === null) {
-    return openaiError(
-      400,
+    // Thrown, so that each API's listener answers it in its own error shape.
+    throw new StepwiseError(
       `no trajectory named: send the header X-Stepwise-Trajectory, set model to "<trajectory>${MODEL_SEPARATOR}<model>", or use the base_url from POST /init_trajectory`,
-      'model',
+      400,
       'missing_trajectory',
+      'model',
     );
   }
   const session = await gateway.session(parseOrThrow(ClientId, trajectory, 'trajectory_uid'));
@@ -105,9 +126,10 @@ async function sessionCall(
   kind: LlmCall,
   header: HeaderOf,
   body: unknown,
-  raw: string,
+  raw: string | null,
   sessionHeader: string,
   signal: AbortSignal,
+  size: number,
 ): Promise<Answer> {
   if (header(TRAJECTORY_HEADER) !== undefined) {
     throw new ValidationError(
@@ -117,13 +139,16 @@ async function sessionCall(
   }
   // Checked before the session is found or opened: a call refused for its body opens no trajectory.
   const request: Record<string, unknown> =
-    kind === 'responses' ? checkResponsesRequest(body) : checkCallRequest(kind, body);
+    kind === 'responses'
+      ? checkResponsesRequest(body)
+      : checkCallRequest(kind === 'messages' ? 'chat' : kind, body);
   const { key, channel } = sessionOf(sessionHeader, header(CHANNEL_HEADER), request);
   const call = await gateway.online.acquire(key, channel, header('user-agent') ?? null);
   try {
     // Feedback is judged against the session's last step (stored before its answer went out).
-    const feedback = kind === 'chat' ? call.feedbackFor(request) : null;
-    const answer = await callOn(gateway, call.session, kind, request, signal, raw, raw.length);
+    // (Chat messages: a Messages call was translated to chat; a Responses call has none.)
+    const feedback = kind === 'chat' || kind === 'messages' ? call.feedbackFor(request) : null;
+    const answer = await callOn(gateway, call.session, kind, request, signal, raw, size);
     // Only for a call the gateway accepted: a rejected one is sent again, and judged then.
     if (feedback) call.recordFeedback(feedback);
     return answer;

@@ -16,19 +16,20 @@ import type { DirectListener } from '../util/http-server.js';
 import { type Answer, isStreamSource, JSON_HEADERS, type StreamSource } from './answer.js';
 import { fixedCall, generateCall, type LlmCall, modelsCall, trajectoryCall } from './calls.js';
 import type { Gateway } from './gateway.js';
+import { anthropicErrorAnswer } from './messages-answer.js';
 import { errorAnswer } from './openai-errors.js';
 
 /*
- * The one HTTP path of the LLM calls: `POST .../v1/chat/completions`, `.../v1/completions` and
- * `.../v1/responses` under a trajectory's base_url or at the fixed one, `POST /generate`, and
- * `GET .../v1/models`. They are served straight from node:http, ahead of the Hono app and without
- * a fetch Request and Response built around each call: the gateway's answer is written to the
- * socket as it comes. Paths are read as the app reads them (percent-decoding included); every other
- * request goes on to the app.
+ * The one HTTP path of the LLM calls: `POST .../v1/chat/completions`, `.../v1/completions`,
+ * `.../v1/responses` and `.../v1/messages` (Anthropic's) under a trajectory's base_url or at the fixed one, `POST /generate`,
+ * and `GET .../v1/models`. They are served straight from node:http, ahead of the Hono app and without
+ * a fetch Request and Response built around each call: the gateway's answer is written to the socket
+ * as it comes. Paths are read as the app reads them (percent-decoding included); every other request
+ * goes on to the app.
  */
 
 /** `/<trajectory>/<group>/v1/<call>` or `/v1/<call>`, the query cut off. */
-const CALL_PATH = /^\/(?:([^/]+)\/([^/]+)\/)?v1\/(chat\/completions|completions|responses|models)$/;
+const CALL_PATH = /^\/(?:([^/]+)\/([^/]+)\/)?v1\/(chat\/completions|completions|responses|messages|models)$/;
 const AGENT: readonly Scope[] = ['agent'];
 
 type Route =
@@ -57,7 +58,7 @@ function routeOf(method: string, url: string): Route | null {
   if (method !== 'POST') return null;
   return {
     kind: 'call',
-    call: call === 'completions' ? 'text' : call === 'responses' ? 'responses' : 'chat',
+    call: call === 'completions' ? 'text' : call === 'responses' || call === 'messages' ? call : 'chat',
     trajectory: id(trajectory),
     group: id(group),
   };
@@ -109,21 +110,32 @@ async function serve(
   res.once('close', () => {
     if (!res.writableFinished) gone.abort(new Error('the agent went away'));
   });
-  // Refused before the call is read, in the app's error shape, as the app refuses any route.
-  const refused = admission(keys, target, req);
+  // Anthropic's SDKs read errors in Anthropic's shape, OpenAI's in OpenAI's.
+  const anthropic = route.kind === 'call' && route.call === 'messages';
+  // Refused before the call is read, in the app's error shape as the app refuses any route (a
+  // Messages API call in Anthropic's).
+  const refused = admission(keys, target, req, anthropic);
   if (refused !== null) return write(refused, req, res);
   let answer: Answer;
   try {
     answer = await answerOf(gateway, route, req, gone.signal);
   } catch (error) {
     if (gone.signal.aborted) return;
-    answer = errorAnswer(error);
+    answer = anthropic ? anthropicErrorAnswer(error) : errorAnswer(error);
   }
   write(answer, req, res);
 }
 
-/** The caller's key (401, 403) and the query (a NUL in it is a 400), checked in the app's order. */
-function admission(keys: readonly ApiKey[], target: string, req: IncomingMessage): Answer | null {
+/**
+ * The caller's key (401, 403) and the query (a NUL in it is a 400), checked in the app's order;
+ * refused in the app's shape, or Anthropic's for a Messages API call.
+ */
+function admission(
+  keys: readonly ApiKey[],
+  target: string,
+  req: IncomingMessage,
+  anthropic: boolean,
+): Answer | null {
   try {
     const key =
       keys.length === 0
@@ -140,7 +152,8 @@ function admission(keys: readonly ApiKey[], target: string, req: IncomingMessage
     checkScope(key, AGENT);
     return null;
   } catch (error) {
-    if (!(error instanceof StepwiseError)) return errorAnswer(error);
+    if (anthropic || !(error instanceof StepwiseError))
+      return anthropic ? anthropicErrorAnswer(error) : errorAnswer(error);
     return { status: error.status, headers: JSON_HEADERS, body: JSON.stringify(error.toJSON()) };
   }
 }

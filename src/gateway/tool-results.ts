@@ -56,6 +56,12 @@ export function detectToolError(content: string): { error: boolean; errorType?: 
   return { error: false };
 }
 
+/**
+ * Set (a symbol key, so no JSON carries it) on a `tool` message whose tool said it failed: Anthropic's
+ * `tool_result.is_error` (messages-request.ts). Such a result is an error whatever its text says.
+ */
+export const REPORTED_ERROR: unique symbol = Symbol('tool result reported as an error');
+
 /** An id as harnesses rewrite it (OpenClaw sends `call_1` back as `call1`): letters and digits, one case. */
 const normalizedId = (id: string) => id.replace(/[^0-9a-z]/gi, '').toLowerCase();
 
@@ -97,12 +103,15 @@ export function toolResultsFor(
     const call = id !== undefined && idsMatch ? byId : calls[position];
     if (!call) return;
     const content = contentText(m.content);
-    const { error, errorType } = detectToolError(content);
+    const detected = detectToolError(content);
+    const reported = (m as { [REPORTED_ERROR]?: unknown })[REPORTED_ERROR] === true;
+    // The kind is read from the text where it tells one; the flag alone says only "error".
+    const errorType = detected.errorType ?? (reported ? 'error' : undefined);
     results.push({
       tool_call_id: call.id,
       name: call.name,
       content,
-      error,
+      error: detected.error || reported,
       ...(errorType ? { error_type: errorType } : {}),
     });
   });
