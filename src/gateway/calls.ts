@@ -3,6 +3,7 @@ import { ClientId, clientIdParam, parseOrThrow, TokenIds, ValidationError } from
 import { parseJsonText } from '../http/json-body.js';
 import { type Answer, JSON_HEADERS } from './answer.js';
 import { type CallKind, checkCallRequest, checkPromptLength } from './call-request.js';
+import type { CallOrigin } from './call-trace.js';
 import type { Gateway } from './gateway.js';
 import { CHANNEL_HEADER, SESSION_HEADER, sessionOf } from './online-sessions.js';
 import { openaiError } from './openai-errors.js';
@@ -33,12 +34,13 @@ export async function trajectoryCall(
   ids: { trajectory: string | undefined; group: string | undefined },
   text: string,
   signal: AbortSignal,
+  origin?: CallOrigin,
 ): Promise<Answer> {
   const trajectory = clientIdParam(ids.trajectory, 'trajectory_uid');
   const group = clientIdParam(ids.group, 'group_id');
   const session = await gateway.sessionAt(trajectory, group);
   const { value } = parseJsonText(text, false);
-  return gateway.call(session, kind, value, signal, text);
+  return gateway.call(session, kind, value, signal, text, origin);
 }
 
 /**
@@ -51,13 +53,14 @@ export async function fixedCall(
   header: HeaderOf,
   text: string,
   signal: AbortSignal,
+  origin?: CallOrigin,
 ): Promise<Answer> {
   const { value: body } = parseJsonText(text, false);
   // The agent's text goes to the engine unless the gateway changes the body (see upstreamText).
   let raw: string | null = text;
   const sessionHeader = header(SESSION_HEADER);
   if (sessionHeader !== undefined)
-    return sessionCall(gateway, kind, header, body, text, sessionHeader, signal);
+    return sessionCall(gateway, kind, header, body, text, sessionHeader, signal, origin);
   let trajectory = header(TRAJECTORY_HEADER) ?? null;
   const model = (body as { model?: unknown } | null)?.model;
   if (trajectory === null && typeof model === 'string' && model.includes(MODEL_SEPARATOR)) {
@@ -75,7 +78,7 @@ export async function fixedCall(
     );
   }
   const session = await gateway.session(parseOrThrow(ClientId, trajectory, 'trajectory_uid'));
-  return gateway.call(session, kind, body, signal, raw);
+  return gateway.call(session, kind, body, signal, raw, origin);
 }
 
 /** A call of an online session: its trajectory is found (or opened) by session key. */
@@ -87,6 +90,7 @@ async function sessionCall(
   raw: string,
   sessionHeader: string,
   signal: AbortSignal,
+  origin: CallOrigin | undefined,
 ): Promise<Answer> {
   if (header(TRAJECTORY_HEADER) !== undefined) {
     throw new ValidationError(
@@ -101,7 +105,7 @@ async function sessionCall(
   try {
     // Feedback is judged against the session's last step (stored before its answer went out).
     const feedback = kind === 'chat' ? call.feedbackFor(request) : null;
-    const answer = await gateway.call(call.session, kind, request, signal, raw);
+    const answer = await gateway.call(call.session, kind, request, signal, raw, origin);
     // Only for a call the gateway accepted: a rejected one is sent again, and judged then.
     if (feedback) call.recordFeedback(feedback);
     return answer;
