@@ -93,15 +93,15 @@ async function complete(t: Init, body: Record<string, unknown>): Promise<void> {
   expect(status).toBe(200);
 }
 
-/** Two calls of an agent: one whole, one streamed. */
-async function agentCalls(t: Init, headers: Record<string, string> = {}): Promise<void> {
+/** Two calls of an agent, one whole and one streamed; the ids of the answers it got. */
+async function agentCalls(t: Init, headers: Record<string, string> = {}): Promise<string[]> {
   const client = new OpenAI({
     baseURL: t.base_url,
     apiKey: 'unused',
     maxRetries: 0,
     defaultHeaders: headers,
   });
-  await client.chat.completions.create({
+  const whole = await client.chat.completions.create({
     model: 'sim-qwen3',
     messages: [{ role: 'user', content: SECRET }],
     max_tokens: 12,
@@ -118,7 +118,10 @@ async function agentCalls(t: Init, headers: Record<string, string> = {}): Promis
     max_tokens: 8,
     stream: true,
   });
-  for await (const _ of stream);
+  const chunkIds = new Set<string>();
+  for await (const chunk of stream) chunkIds.add(chunk.id);
+  expect(chunkIds.size).toBe(1);
+  return [whole.id, ...chunkIds];
 }
 
 const stepSpans = (spans: Json[], trajectory: string) =>
@@ -194,8 +197,10 @@ describe.skipIf(!hasProto)('OpenTelemetry export (OTLP/HTTP, GenAI spans)', () =
       try {
         const traced = await init(server.url, { channel: 'train' });
         const plain = await init(server.url, { channel: 'train' });
-        await agentCalls(traced, { traceparent: `00-${AGENT_TRACE}-${AGENT_SPAN}-01` });
-        await agentCalls(plain);
+        const answered = new Map([
+          [traced, await agentCalls(traced, { traceparent: `00-${AGENT_TRACE}-${AGENT_SPAN}-01` })],
+          [plain, await agentCalls(plain)],
+        ]);
         await complete(traced, { reward: 1 });
         await complete(plain, { reward: 0, status: 'infra_failed' });
 
@@ -218,6 +223,7 @@ describe.skipIf(!hasProto)('OpenTelemetry export (OTLP/HTTP, GenAI spans)', () =
           expect(spansOfSteps[0].attributes['gen_ai.request.temperature']).toBe(0.7);
           expect(spansOfSteps[0].attributes['gen_ai.request.top_p']).toBe(0.9);
           expectStepSpan(spansOfSteps[1], steps[1]!, { max_tokens: 8, stream: true });
+          expect(spansOfSteps.map((s) => s.attributes['gen_ai.response.id'])).toEqual(answered.get(t));
 
           const stored = (await server.pool.getTrajectory(t.trajectory_uid))!;
           const trajectory = trajectorySpanOf(spans, t.trajectory_uid);
@@ -281,6 +287,39 @@ describe.skipIf(!hasProto)('OpenTelemetry export (OTLP/HTTP, GenAI spans)', () =
           finish_reason: steps[0]!.finishReason,
         },
       ]);
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('reads the traceparent of a call at the fixed base_url (X-Stepwise-Trajectory, X-Stepwise-Session)', async () => {
+    const receiver = await startReceiver();
+    const server = await startServer({
+      dbPath: join(dir, 'fixed.db'),
+      port: 0,
+      engines: ['sim'],
+      telemetry: { endpoint: receiver.url, scheduledDelayMs: 20 },
+    });
+    try {
+      const t = await init(server.url);
+      const traceparent = (span: string) => `00-${AGENT_TRACE}-${span}-01`;
+      const fixed = (headers: Record<string, string>) =>
+        new OpenAI({ baseURL: `${server.url}/v1`, apiKey: 'unused', maxRetries: 0, defaultHeaders: headers });
+      const ask = { model: 'sim-qwen3', messages: [{ role: 'user' as const, content: 'hi' }] };
+      await fixed({
+        'x-stepwise-trajectory': t.trajectory_uid,
+        traceparent: traceparent('1111111111111111'),
+      }).chat.completions.create(ask);
+      await fixed({
+        'x-stepwise-session': 'session-1',
+        traceparent: traceparent('2222222222222222'),
+      }).chat.completions.create(ask);
+      const spans = await receiver.until((s) => s.filter((x) => x.kind === SPAN_KIND_CLIENT).length === 2);
+      const named = stepSpans(spans, t.trajectory_uid);
+      expect(named.map((s) => [s.traceId, s.parentSpanId])).toEqual([[AGENT_TRACE, '1111111111111111']]);
+      const online = spans.find((s) => s.attributes['stepwise.trajectory.id'] !== t.trajectory_uid);
+      expect([online.traceId, online.parentSpanId]).toEqual([AGENT_TRACE, '2222222222222222']);
+      expect(online.attributes['stepwise.channel']).toBe('online');
     } finally {
       await server.close();
     }

@@ -25,6 +25,8 @@ export interface StoredCall {
   /** Epoch milliseconds when its commit was durable. */
   storedAt: number;
   engineKind: EngineKind;
+  /** The engine's id of its answer (`chatcmpl-...`), when it sent one. */
+  responseId: string | null;
 }
 
 /** Told of every step the gateway stores; must not throw or block (the agent's answer waits). */

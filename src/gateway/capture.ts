@@ -271,12 +271,12 @@ export class StepRecorder {
         );
       throw new CaptureFailed(message, 503);
     }
-    this.traced(ctx, step);
+    this.traced(ctx, step, captured.id ?? null);
     return step;
   }
 
   /** Tells the tracer of a stored step; its failure is logged, never the call's. */
-  private traced(ctx: CallContext, step: NewStep): void {
+  private traced(ctx: CallContext, step: NewStep, responseId: string | null): void {
     const { tracer } = this.options;
     if (!tracer) return;
     const storedAt = epochNow();
@@ -291,6 +291,7 @@ export class StepRecorder {
         origin,
         storedAt,
         engineKind: ctx.routed.engine.kind,
+        responseId,
       });
     } catch (error) {
       this.options.logger?.warn({ err: error }, 'a stored step could not be traced');

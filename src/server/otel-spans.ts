@@ -131,6 +131,7 @@ export function stepSpan(source: SpanSource, call: StoredCall): ReadableSpan {
   set('gen_ai.request.model', model);
   const served = step.metadata.served_model;
   set('gen_ai.response.model', typeof served === 'string' ? served : undefined);
+  set('gen_ai.response.id', call.responseId);
   set('gen_ai.request.max_tokens', number(request.max_tokens) ?? number(request.max_completion_tokens));
   set('gen_ai.request.temperature', number(request.temperature));
   set('gen_ai.request.top_p', number(request.top_p));

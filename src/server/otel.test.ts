@@ -78,6 +78,7 @@ describe('stepSpan content (opt-in)', () => {
     origin: { receivedAt: 1000, traceparent: null },
     storedAt: 1010,
     engineKind: 'sim',
+    responseId: null,
   });
 
   it('keeps the latest messages of a long conversation, as valid JSON of bounded size', () => {
