@@ -32,8 +32,6 @@ export interface TelemetryOptions {
   /** Longest one export takes, its retries included (default 10 s). */
   exportTimeoutMs?: number;
   logger?: Pick<Logger, 'warn' | 'info'>;
-  /** Stands in for the OTLP exporter (tests). */
-  exporter?: SpanExporter;
 }
 
 /** What the exporter did so far. */
@@ -163,13 +161,11 @@ export class Telemetry implements CallTracer {
       scope: { name: 'stepwise' },
       content: options.content ?? false,
     };
-    const exporter =
-      options.exporter ??
-      new OTLPTraceExporter({
-        // Unset: the exporter reads the OTEL_EXPORTER_OTLP_* variables (endpoint, headers, compression).
-        ...(options.endpoint ? { url: tracesUrl(options.endpoint) } : {}),
-        ...(options.exportTimeoutMs !== undefined ? { timeoutMillis: options.exportTimeoutMs } : {}),
-      });
+    const exporter = new OTLPTraceExporter({
+      // Unset: the exporter reads the OTEL_EXPORTER_OTLP_* variables (endpoint, headers, compression).
+      ...(options.endpoint ? { url: tracesUrl(options.endpoint) } : {}),
+      ...(options.exportTimeoutMs !== undefined ? { timeoutMillis: options.exportTimeoutMs } : {}),
+    });
     this.batcher = new SpanBatcher(
       exporter,
       {
@@ -215,8 +211,14 @@ export class Telemetry implements CallTracer {
     const id = event.data.trajectory_uid;
     // A later reward for a finished trajectory (`update`) changes no span already sent.
     if (typeof id !== 'string' || event.data.update === true || !this.open.delete(id)) return;
-    const trajectory = await this.pool!.getTrajectory(id);
-    if (trajectory !== null) this.batcher.add(trajectorySpan(this.source, trajectory));
+    try {
+      const trajectory = await this.pool!.getTrajectory(id);
+      if (trajectory !== null) this.batcher.add(trajectorySpan(this.source, trajectory));
+    } catch (error) {
+      // One unreadable trajectory costs its span, not the watch.
+      this.batcher.dropped++;
+      this.options.logger?.warn({ err: error, trajectory: id }, 'a trajectory span could not be made');
+    }
   }
 
   /** Sends what is queued (at most `timeoutMs`) and stops; the pool must still be open. */
