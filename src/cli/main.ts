@@ -3,6 +3,7 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import { startSimServer } from '../engines/sim/serve.js';
 import { loadTasks, referenceTasks, TASK_SET_HELP } from '../gym/tasks/index.js';
 import { loadRewardsConfig } from '../rewards/config.js';
+import { otlpEndpointFromEnv, tracesUrl } from '../server/otel.js';
 import { startServer } from '../server/server.js';
 import { redactUrl } from '../store/postgres/postgres-store.js';
 import { createLogger } from '../util/logger.js';
@@ -32,6 +33,18 @@ function rate(value: string): number {
 }
 
 const collect = (value: string, previous: string[]) => previous.concat(value);
+
+function httpUrl(value: string): string {
+  let url: URL;
+  try {
+    url = new URL(tracesUrl(value));
+  } catch {
+    throw new InvalidArgumentError('must be an http:// or https:// URL');
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:')
+    throw new InvalidArgumentError('must be an http:// or https:// URL');
+  return value;
+}
 
 export function buildCli(): Command {
   const program = new Command('stepwise')
@@ -243,6 +256,16 @@ function addServerOptions(command: Command, role: 'all' | 'gateway'): void {
         .choices(['main', 'worker'])
         .default('worker'),
     )
+    .option(
+      '--otlp-endpoint <url>',
+      'send steps and trajectories as OpenTelemetry GenAI spans to this OTLP/HTTP collector (http://host:4318; default: $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or $OTEL_EXPORTER_OTLP_ENDPOINT, none if unset)',
+      httpUrl,
+    )
+    .option(
+      '--otlp-content',
+      'put prompts and answers on the spans too (gen_ai.input/output.messages)',
+      false,
+    )
     .action(async (opts) => {
       if (opts.simPolicy === 'scripted' && !opts.simScript)
         throw new InvalidArgumentError('--sim-policy scripted needs --sim-script FILE');
@@ -295,6 +318,10 @@ function addServerOptions(command: Command, role: 'all' | 'gateway'): void {
         },
         rewards: opts.rewards ? await loadRewardsConfig(opts.rewards) : undefined,
         rewardWorkers: opts.rewardWorkers,
+        telemetry:
+          opts.otlpEndpoint || otlpEndpointFromEnv()
+            ? { endpoint: opts.otlpEndpoint, content: opts.otlpContent }
+            : undefined,
       });
       logger.info(
         {

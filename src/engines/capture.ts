@@ -23,6 +23,8 @@ export interface Captured {
   finishReason: string | null;
   usage: { prompt_tokens?: number; completion_tokens?: number } | null;
   model: string | null;
+  /** The answer's `id` (`chatcmpl-...`), as the engine named it. */
+  id?: string;
   /**
    * The engine sent ids, but fewer than it generated (its usage says more): vLLM's streaming tool
    * parser drops the chunks of the tokens it holds back (vLLM issue 27482), so the ids are unusable.
@@ -61,6 +63,7 @@ export class CompletionCapture {
   private finishReason: string | null = null;
   private usage: Captured['usage'] = null;
   private model: string | null = null;
+  private id: string | null = null;
   private malformed: string | null = null;
   /** Time of the first chunk that carried generated tokens (for time to first token). */
   firstTokenAt: number | null = null;
@@ -116,6 +119,8 @@ export class CompletionCapture {
 
   private readEnvelope(o: Json): void {
     if (typeof o.model === 'string') this.model ??= o.model;
+    // Bounded: it goes on a span as it came.
+    if (typeof o.id === 'string' && o.id.length <= 256) this.id ??= o.id;
     const prompt = this.ids(o.prompt_token_ids, 'prompt_token_ids');
     if (prompt) this.promptIds ??= prompt;
     if (isObject(o.usage)) this.usage = Usage.parse(o.usage);
@@ -201,6 +206,7 @@ export class CompletionCapture {
       finishReason: this.finishReason,
       usage: this.usage,
       model: this.model,
+      ...(this.id !== null ? { id: this.id } : {}),
       idsIncomplete,
     };
     if (this.malformed === null) return captured;

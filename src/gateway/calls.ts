@@ -10,6 +10,7 @@ import {
 import { parseJsonText } from '../http/json-body.js';
 import { type Answer, JSON_HEADERS } from './answer.js';
 import { type CallKind, checkCallRequest, checkPromptLength } from './call-request.js';
+import type { CallOrigin } from './call-trace.js';
 import type { Gateway } from './gateway.js';
 import { messageAnswer } from './messages.js';
 import { chatRequestOf } from './messages-request.js';
@@ -59,10 +60,12 @@ async function callOn(
   signal: AbortSignal,
   raw: string | null,
   size: number,
+  origin: CallOrigin | undefined,
 ): Promise<Answer> {
-  if (kind === 'responses') return responsesCall(gateway, session, checkResponsesRequest(body), signal, size);
-  if (kind !== 'messages') return gateway.call(session, kind, body, signal, raw);
-  const answer = await gateway.call(session, 'chat', body, signal, null);
+  if (kind === 'responses')
+    return responsesCall(gateway, session, checkResponsesRequest(body), signal, size, origin);
+  if (kind !== 'messages') return gateway.call(session, kind, body, signal, raw, origin);
+  const answer = await gateway.call(session, 'chat', body, signal, null, origin);
   return messageAnswer(answer, (body as { model?: unknown }).model);
 }
 
@@ -73,12 +76,13 @@ export async function trajectoryCall(
   ids: { trajectory: string | undefined; group: string | undefined },
   text: string,
   signal: AbortSignal,
+  origin?: CallOrigin,
 ): Promise<Answer> {
   const trajectory = clientIdParam(ids.trajectory, 'trajectory_uid');
   const group = clientIdParam(ids.group, 'group_id');
   const session = await gateway.sessionAt(trajectory, group);
   const { body, raw } = bodyOf(kind, text);
-  return callOn(gateway, session, kind, body, signal, raw, text.length);
+  return callOn(gateway, session, kind, body, signal, raw, text.length, origin);
 }
 
 /**
@@ -91,6 +95,7 @@ export async function fixedCall(
   header: HeaderOf,
   text: string,
   signal: AbortSignal,
+  origin?: CallOrigin,
 ): Promise<Answer> {
   // The agent's text goes to the engine unless the gateway changes the body (see upstreamText).
   const parsed = bodyOf(kind, text);
@@ -98,7 +103,7 @@ export async function fixedCall(
   let { raw } = parsed;
   const sessionHeader = header(SESSION_HEADER);
   if (sessionHeader !== undefined)
-    return sessionCall(gateway, kind, header, body, raw, sessionHeader, signal, text.length);
+    return sessionCall(gateway, kind, header, body, raw, sessionHeader, signal, text.length, origin);
   let trajectory = header(TRAJECTORY_HEADER) ?? null;
   const model = (body as { model?: unknown } | null)?.model;
   if (trajectory === null && typeof model === 'string' && model.includes(MODEL_SEPARATOR)) {
@@ -117,7 +122,7 @@ export async function fixedCall(
     );
   }
   const session = await gateway.session(parseOrThrow(ClientId, trajectory, 'trajectory_uid'));
-  return callOn(gateway, session, kind, body, signal, raw, text.length);
+  return callOn(gateway, session, kind, body, signal, raw, text.length, origin);
 }
 
 /** A call of an online session: its trajectory is found (or opened) by session key. */
@@ -130,6 +135,7 @@ async function sessionCall(
   sessionHeader: string,
   signal: AbortSignal,
   size: number,
+  origin: CallOrigin | undefined,
 ): Promise<Answer> {
   if (header(TRAJECTORY_HEADER) !== undefined) {
     throw new ValidationError(
@@ -148,7 +154,7 @@ async function sessionCall(
     // Feedback is judged against the session's last step (stored before its answer went out).
     // (Chat messages: a Messages call was translated to chat; a Responses call has none.)
     const feedback = kind === 'chat' || kind === 'messages' ? call.feedbackFor(request) : null;
-    const answer = await callOn(gateway, call.session, kind, request, signal, raw, size);
+    const answer = await callOn(gateway, call.session, kind, request, signal, raw, size, origin);
     // Only for a call the gateway accepted: a rejected one is sent again, and judged then.
     if (feedback) call.recordFeedback(feedback);
     return answer;

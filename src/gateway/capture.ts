@@ -12,6 +12,7 @@ import type { CaptureTokenizer } from '../http/capture-tokenizer.js';
 import type { DataPool } from '../pool/data-pool.js';
 import type { ToolResultAttachment } from '../store/store.js';
 import type { CallKind } from './call-request.js';
+import { type CallOrigin, type CallTracer, epochNow } from './call-trace.js';
 import type { Session } from './session.js';
 import { toolResultsFor } from './tool-results.js';
 
@@ -69,6 +70,8 @@ export interface CallContext {
   attachments: Attachments;
   version: number;
   started: number;
+  /** The agent's request as it arrived (null: a call not made over HTTP). */
+  origin: CallOrigin | null;
   routed: RoutedReply;
   clientGone(): boolean;
   finish(): void;
@@ -78,6 +81,7 @@ export interface StepRecorderOptions {
   pool: DataPool;
   tokenizing: CaptureTokenizer;
   logger?: Pick<Logger, 'warn' | 'error'>;
+  tracer?: CallTracer;
   /** The session ran ahead of the store (a write failed): the next call reloads it. */
   forget(session: Session): void;
 }
@@ -267,7 +271,31 @@ export class StepRecorder {
         );
       throw new CaptureFailed(message, 503);
     }
+    this.traced(ctx, step, captured.id ?? null);
     return step;
+  }
+
+  /** Tells the tracer of a stored step; its failure is logged, never the call's. */
+  private traced(ctx: CallContext, step: NewStep, responseId: string | null): void {
+    const { tracer } = this.options;
+    if (!tracer) return;
+    const storedAt = epochNow();
+    // A call not made over HTTP has no arrival time of its own: its span starts when it was sent on.
+    const origin = ctx.origin ?? { receivedAt: storedAt - (step.latencyMs ?? 0), traceparent: null };
+    try {
+      tracer.stepStored({
+        step,
+        channel: ctx.session.channel,
+        kind: ctx.kind,
+        request: ctx.request,
+        origin,
+        storedAt,
+        engineKind: ctx.routed.engine.kind,
+        responseId,
+      });
+    } catch (error) {
+      this.options.logger?.warn({ err: error }, 'a stored step could not be traced');
+    }
   }
 
   /** Commits steps and tool results through the pool's group commit; rejects when they are not stored. */

@@ -14,6 +14,7 @@ import {
 import { refuseNulQuery } from '../http/json-body.js';
 import type { DirectListener } from '../util/http-server.js';
 import { type Answer, isStreamSource, JSON_HEADERS, type StreamSource } from './answer.js';
+import { epochNow } from './call-trace.js';
 import { fixedCall, generateCall, type LlmCall, modelsCall, trajectoryCall } from './calls.js';
 import type { Gateway } from './gateway.js';
 import { anthropicErrorAnswer } from './messages-answer.js';
@@ -168,11 +169,19 @@ function answerOf(
     const { trajectory, group } = route;
     return modelsCall(gateway, trajectory === undefined ? null : { trajectory, group: group! });
   }
+  const origin = { receivedAt: epochNow(), traceparent: header(req, 'traceparent') ?? null };
   const text = bodyText(req.rawBody);
   if (route.kind === 'generate') return generateCall(gateway, text, signal);
   return route.trajectory === undefined
-    ? fixedCall(gateway, route.call, (name) => header(req, name), text, signal)
-    : trajectoryCall(gateway, route.call, { trajectory: route.trajectory, group: route.group }, text, signal);
+    ? fixedCall(gateway, route.call, (name) => header(req, name), text, signal, origin)
+    : trajectoryCall(
+        gateway,
+        route.call,
+        { trajectory: route.trajectory, group: route.group },
+        text,
+        signal,
+        origin,
+      );
 }
 
 function header(req: IncomingMessage, name: string): string | undefined {

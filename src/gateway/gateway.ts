@@ -15,6 +15,7 @@ import type { DataPool } from '../pool/data-pool.js';
 import type { ChatTokenizer } from '../text/index.js';
 import { type Answer, JSON_HEADERS } from './answer.js';
 import { type CallKind, checkCallRequest, upstreamText } from './call-request.js';
+import type { CallOrigin, CallTracer } from './call-trace.js';
 import { type CallContext, StepRecorder } from './capture.js';
 import { type Forwarding, forwardError, forwardWhole } from './forward.js';
 import { forwardStream } from './forward-stream.js';
@@ -66,6 +67,8 @@ export interface GatewayOptions {
    * the engine's context. Unset: the rest of the context (vLLM's own default would be 16 tokens).
    */
   generateMaxTokens?: number;
+  /** Told of each stored step with its call's origin (OpenTelemetry export, server/otel.ts). */
+  tracer?: CallTracer;
 }
 
 export class Gateway {
@@ -105,6 +108,7 @@ export class Gateway {
       pool: this.pool,
       tokenizing: this.tokenizing,
       logger: options.logger,
+      tracer: options.tracer,
       forget: (session) => {
         if (this.sessions.get(session.id) === session) this.sessions.delete(session.id);
       },
@@ -345,6 +349,7 @@ export class Gateway {
     body: unknown,
     signal: AbortSignal,
     raw: string | null = null,
+    origin: CallOrigin | null = null,
   ): Promise<Answer> {
     const router = this.requireRouter();
     const request = checkCallRequest(kind, body);
@@ -407,6 +412,7 @@ export class Gateway {
         attachments,
         version,
         started,
+        origin,
         routed,
         clientGone: () => signal.aborted,
         finish,

@@ -1,5 +1,6 @@
 import { StepwiseError } from '../domain/index.js';
 import { type Answer, isStreamSource, JSON_HEADERS } from './answer.js';
+import type { CallOrigin } from './call-trace.js';
 import type { Gateway } from './gateway.js';
 import { newResponseId, type OutputItem, type ResponseFrame, wholeResponse } from './responses-output.js';
 import { type ChatMessage, chatMessagesOf, chatRequestOf, type ResponsesBody } from './responses-request.js';
@@ -34,6 +35,7 @@ export async function responsesCall(
   request: ResponsesBody,
   signal: AbortSignal,
   size: number,
+  origin?: CallOrigin,
 ): Promise<Answer> {
   let history: readonly ChatMessage[] = [];
   if (request.previous_response_id != null) {
@@ -48,7 +50,7 @@ export async function responsesCall(
     const messages = [...conversation, ...chatMessagesOf(output, 'output')];
     gateway.responseStore.put(session.id, frame.id, messages, size + JSON.stringify(output).length);
   };
-  const answer = await gateway.call(session, 'chat', chat, signal, null);
+  const answer = await gateway.call(session, 'chat', chat, signal, null, origin);
   // An error (already in OpenAI's shape) or an agent gone: as the chat call answered it.
   if (answer.status !== 200) return answer;
   const { body } = answer;

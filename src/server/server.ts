@@ -16,6 +16,7 @@ import { openSqliteStore } from '../store/sqlite/sqlite-store.js';
 import type { Store } from '../store/store.js';
 import { type Listening, listen } from '../util/http-server.js';
 import { createApp } from './app.js';
+import { Telemetry, type TelemetryOptions } from './otel.js';
 
 export interface ServerOptions {
   /** SQLite database file (the default store); ignored with `pg`. */
@@ -58,6 +59,8 @@ export interface ServerOptions {
   rewards?: RewardsConfig;
   /** Overrides the config's worker count (0: queue reward jobs here, run them elsewhere). */
   rewardWorkers?: number;
+  /** Steps and trajectories as OpenTelemetry spans over OTLP/HTTP (docs/telemetry.md); unset: none. */
+  telemetry?: TelemetryOptions;
 }
 
 export interface RunningServer {
@@ -66,6 +69,7 @@ export interface RunningServer {
   pool: DataPool;
   gateway: Gateway;
   rewards: RewardService | null;
+  telemetry: Telemetry | null;
   close(): Promise<void>;
 }
 
@@ -104,7 +108,10 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   let gateway: Gateway;
   let listening: Listening;
   let rewards: RewardService | null = null;
+  let telemetry: Telemetry | null = null;
   try {
+    if (options.telemetry)
+      telemetry = await new Telemetry({ logger: options.logger, ...options.telemetry }).start(pool);
     if (options.rewards) {
       rewards = (
         await RewardService.open({
@@ -132,6 +139,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       pool,
       router,
       logger: options.logger,
+      ...(telemetry ? { tracer: telemetry } : {}),
     });
     const app = createApp({
       pool,
@@ -149,6 +157,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     });
   } catch (error) {
     await rewards?.close();
+    await telemetry?.close(0);
     await pool.close(); // e.g. the port is taken: leave no store or timer behind
     throw error;
   }
@@ -158,12 +167,14 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     pool,
     gateway,
     rewards,
+    telemetry,
     // Captured steps are written and the pool commits queued submissions and releases long-polls
     // before connections close; running reward jobs go back to the queue.
     close: () =>
       listening.close(async () => {
         await gateway.close();
         await rewards?.close();
+        await telemetry?.close();
         await pool.close();
       }),
   };
