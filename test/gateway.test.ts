@@ -1,13 +1,11 @@
-import { mkdtempSync, rmSync } from 'node:fs';
 import http from 'node:http';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import OpenAI from 'openai';
-import { afterAll, afterEach, beforeAll, describe, expect, it, onTestFinished, vi } from 'vitest';
+import { describe, expect, it, onTestFinished, vi } from 'vitest';
 import { HINT_HEADING } from '../src/curation/actguide/index.js';
 import type { Step } from '../src/domain/index.js';
-import { type RunningServer, type ServerOptions, startServer } from '../src/server/server.js';
+import type { RunningServer } from '../src/server/server.js';
 import { loadQwen3Tokenizer, renderChat } from '../src/text/index.js';
+import { testServers } from './support/test-servers.js';
 
 /*
  * The gateway end to end: the official openai client as the agent, real HTTP on loopback, a real
@@ -25,28 +23,7 @@ interface Init {
   base_url: string;
 }
 
-let dir: string;
-const servers: RunningServer[] = [];
-
-beforeAll(() => {
-  dir = mkdtempSync(join(tmpdir(), 'stepwise-gateway-'));
-});
-afterEach(async () => {
-  await Promise.all(servers.splice(0).map((s) => s.close()));
-});
-afterAll(() => rmSync(dir, { recursive: true, force: true }));
-
-let dbCount = 0;
-async function serve(options: Partial<ServerOptions> = {}): Promise<RunningServer> {
-  const server = await startServer({
-    dbPath: join(dir, `g${dbCount++}.db`),
-    port: 0,
-    engines: ['sim'],
-    ...options,
-  });
-  servers.push(server);
-  return server;
-}
+const { serve } = testServers('gateway', { engines: ['sim'] });
 
 /** A gateway over an engine that answers every request 200 with `body` (for answers the sim never gives). */
 async function serveOver(contentType: string, body: string): Promise<RunningServer> {

@@ -1,12 +1,10 @@
-import { mkdtempSync, rmSync } from 'node:fs';
 import http from 'node:http';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import OpenAI from 'openai';
-import { afterAll, afterEach, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
+import { describe, expect, it, onTestFinished } from 'vitest';
 import type { Step } from '../src/domain/index.js';
-import { type RunningServer, type ServerOptions, startServer } from '../src/server/server.js';
+import type { RunningServer } from '../src/server/server.js';
 import { loadQwen3Tokenizer, renderChat } from '../src/text/index.js';
+import { testServers } from './support/test-servers.js';
 
 /*
  * The Responses API (`POST …/v1/responses`, Codex CLI's protocol) end to end: the official openai
@@ -24,27 +22,7 @@ interface Init {
   base_url: string;
 }
 
-let dir: string;
-const servers: RunningServer[] = [];
-beforeAll(() => {
-  dir = mkdtempSync(join(tmpdir(), 'stepwise-responses-'));
-});
-afterEach(async () => {
-  await Promise.all(servers.splice(0).map((s) => s.close()));
-});
-afterAll(() => rmSync(dir, { recursive: true, force: true }));
-
-let dbCount = 0;
-async function serve(options: Partial<ServerOptions> = {}): Promise<RunningServer> {
-  const server = await startServer({
-    dbPath: join(dir, `r${dbCount++}.db`),
-    port: 0,
-    engines: ['sim'],
-    ...options,
-  });
-  servers.push(server);
-  return server;
-}
+const { serve } = testServers('responses', { engines: ['sim'] });
 
 async function post(url: string, body: unknown, headers: Record<string, string> = {}) {
   const res = await fetch(url, {

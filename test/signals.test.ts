@@ -1,35 +1,17 @@
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { SignalOut } from '../src/domain/index.js';
-import { type RunningServer, type ServerOptions, startServer } from '../src/server/server.js';
+import type { RunningServer } from '../src/server/server.js';
 import type { BatchJson } from '../src/serving/json-batch.js';
 import { callJson } from './support/http.js';
 import { episode } from './support/steps.js';
+import { testServers } from './support/test-servers.js';
 
 /*
  * Signals over real HTTP on loopback and a real SQLite file: the trainer routes, the capability route
  * under a trajectory's base_url, scopes with API keys, and the `json` batch carrying current signals.
  */
 
-let dir: string;
-const servers: RunningServer[] = [];
-let dbCount = 0;
-
-beforeAll(() => {
-  dir = mkdtempSync(join(tmpdir(), 'stepwise-signals-'));
-});
-afterEach(async () => {
-  await Promise.all(servers.splice(0).map((s) => s.close()));
-});
-afterAll(() => rmSync(dir, { recursive: true, force: true }));
-
-async function serve(options: Partial<ServerOptions> = {}): Promise<RunningServer> {
-  const server = await startServer({ dbPath: join(dir, `s${dbCount++}.db`), port: 0, ...options });
-  servers.push(server);
-  return server;
-}
+const { serve } = testServers('signals');
 
 const request = callJson;
 const post = (url: string, body: unknown, key?: string) => request('POST', url, body, key);
