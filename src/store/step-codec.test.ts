@@ -1,15 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { makeStep } from '../../test/support/steps.js';
 import type { NewStep } from '../domain/index.js';
-import {
-  decodeSteps,
-  encodeStep,
-  type StepRow,
-  type StepTail,
-  stepRowFromValues,
-  stepRowValues,
-  TailCache,
-} from './step-codec.js';
+import { decodeSteps, encodeStep, type StepRow, type StepTail, TailCache } from './step-codec.js';
 
 function step(
   index: number,
@@ -91,13 +83,6 @@ describe('step codec', () => {
     expect(decoded[1]!.messages).toEqual(m1);
     expect(decoded[1]!.tools).toEqual(tools);
     expect(decoded[1]!.toolResults).toEqual([{ content: 'T', error: true, error_type: 'exit' }]);
-  });
-
-  it('rebuilds a row from its values in column order (a raw database row)', () => {
-    const { rows } = encodeAll([
-      step(0, [1, 2], [3], { reward: 0.5, finishReason: 'stop', metadata: { k: 1 }, latencyMs: 12 }),
-    ]);
-    expect(stepRowFromValues(stepRowValues(rows[0]!))).toEqual(rows[0]);
   });
 
   it('refuses rows whose base step is missing', () => {

@@ -88,40 +88,6 @@ export function stepRowValues(row: StepRow): unknown[] {
   return STEP_COLUMNS.map((column) => row[column]);
 }
 
-/**
- * A step row from its values in STEP_COLUMNS order. Drivers build a row object column by column,
- * several times slower than this literal of one fixed shape (a lease decodes 100+ rows).
- */
-export function stepRowFromValues(v: readonly unknown[]): StepRow {
-  return {
-    key: v[0] as number,
-    trajectory_id: v[1] as string,
-    idx: v[2] as number,
-    channel: v[3] as string,
-    group_id: v[4] as string,
-    base_idx: v[5] as number | null,
-    prefix_len: v[6] as number,
-    prompt_suffix: v[7] as Uint8Array,
-    response: v[8] as Uint8Array,
-    logprobs: v[9] as Uint8Array | null,
-    prompt_len: v[10] as number,
-    response_len: v[11] as number,
-    content_hash: v[12] as number,
-    reward: v[13] as number | null,
-    policy_version: v[14] as number,
-    is_last: v[15] as number,
-    finish_reason: v[16] as string | null,
-    token_source: v[17] as string,
-    metadata: v[18] as string | null,
-    view: v[19] as string | null,
-    latency_ms: v[20] as number | null,
-    ttft_ms: v[21] as number | null,
-    engine_id: v[22] as string | null,
-    created_at: v[23] as number,
-    routed_experts: v[24] as Uint8Array | null,
-  };
-}
-
 /** What the next step of a trajectory is encoded against: its predecessor's full sequence. */
 export interface StepTail {
   index: number;

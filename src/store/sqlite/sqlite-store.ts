@@ -31,15 +31,7 @@ import {
   toSignal,
   toTrajectory,
 } from '../rows.js';
-import {
-  decodeSteps,
-  STEP_COLUMNS,
-  STEP_KEY_SPAN,
-  type StepRow,
-  stepKey,
-  stepRowFromValues,
-  TailCache,
-} from '../step-codec.js';
+import { decodeSteps, STEP_KEY_SPAN, type StepRow, stepKey, TailCache } from '../step-codec.js';
 import type {
   CurrentLabel,
   EventQuery,
@@ -70,8 +62,6 @@ export interface SqliteStoreOptions {
   tailCacheTokens?: number;
   busyTimeoutMs?: number;
 }
-
-const SELECT_STEP_RANGE = `SELECT ${STEP_COLUMNS.join(', ')} FROM steps WHERE key BETWEEN ? AND ? ORDER BY key`;
 
 export async function openSqliteStore(options: SqliteStoreOptions): Promise<SqliteStore> {
   const db = new Database(options.path);
@@ -316,9 +306,10 @@ export class SqliteStore implements Store {
 
   /** A trajectory's stored step rows up to maxIndex, in index order: one rowid range. */
   private stepRows(seq: number, maxIndex = STEP_KEY_SPAN - 1): StepRow[] {
-    return this.stmt(SELECT_STEP_RANGE)
-      .values(stepKey(seq, 0), stepKey(seq, Math.min(maxIndex, STEP_KEY_SPAN - 1)))
-      .map(stepRowFromValues);
+    return this.stmt('SELECT * FROM steps WHERE key BETWEEN ? AND ? ORDER BY key').all(
+      stepKey(seq, 0),
+      stepKey(seq, Math.min(maxIndex, STEP_KEY_SPAN - 1)),
+    ) as StepRow[];
   }
 
   private doc(hash: string): Record<string, unknown>[] | null {

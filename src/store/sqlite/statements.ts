@@ -5,8 +5,6 @@ export interface Statement {
   run(...params: unknown[]): Database.RunResult;
   get(...params: unknown[]): unknown;
   all(...params: unknown[]): unknown[];
-  /** Rows as arrays in column order (a reader only). */
-  values(...params: unknown[]): unknown[][];
 }
 
 /** `prepare` with a cache: each SQL text is compiled once per connection and reused. */
@@ -28,7 +26,7 @@ function prepare(db: Database.Database, source: string): Statement {
     const refuse = () => {
       throw new Error(`statement returns no rows: ${source}`);
     };
-    return { run: (...p) => prepared.run(...p), get: refuse, all: refuse, values: refuse };
+    return { run: (...p) => prepared.run(...p), get: refuse, all: refuse };
   }
   // The driver builds a row object column by column; rows read as arrays and made by one compiled
   // literal of the statement's columns come out ~2x faster (rows are read on every ingest and lease).
@@ -44,6 +42,5 @@ function prepare(db: Database.Database, source: string): Statement {
       return values === undefined ? undefined : row(values);
     },
     all: (...p) => (raw.all(...p) as unknown[][]).map(row),
-    values: (...p) => raw.all(...p) as unknown[][],
   };
 }
