@@ -1,7 +1,9 @@
-import { execFileSync } from 'node:child_process';
+import { execFile, execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import { tableFromIPC } from 'apache-arrow';
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { StepWireInput } from '../src/domain/index.js';
@@ -134,6 +136,7 @@ if (pgUrl) {
   ]);
 }
 
+const CLIENT_DIR = fileURLToPath(new URL('../clients/python', import.meta.url));
 const scratch = mkdtempSync(join(tmpdir(), 'stepwise-trajectory-rows-npz-'));
 afterAll(() => rmSync(scratch, { recursive: true, force: true }));
 
@@ -309,6 +312,42 @@ print(json.dumps({k: z[k].tolist() for k in z.files} | {'_dtypes': {k: str(z[k].
         { encoding: 'utf8' },
       );
       expect(out.trim()).toBe('[0]');
+    });
+
+    it('the Python client leases trajectory rows (padded and json) and counts them', async () => {
+      const script = `
+import json, sys
+from stepwise_client import StepwiseClient
+client = StepwiseClient(sys.argv[1])
+padded = client.lease(1, n_rollouts=2, rows="trajectory", format="padded")
+a = padded.arrays
+out = {"padded_rows": padded.rows, "spans": sorted([int(f), int(l)] for f, l in zip(a["first_step"], a["last_step"]))}
+padded.nack()
+batch = client.lease(1, n_rollouts=2, rows="trajectory", format="json")
+out["json_rows"] = batch.rows
+out["mask"] = {t["trajectory_uid"]: [r["loss_mask"] for r in t["rows"]] for t in batch.data["groups"][0]["trajectories"]}
+batch.ack()
+print(json.dumps(out))`;
+      // Asynchronously: the server answers on this process's event loop.
+      const { stdout } = await promisify(execFile)('python3', ['-B', '-c', script, server.url], {
+        cwd: CLIENT_DIR,
+        encoding: 'utf8',
+        timeout: 60_000,
+        env: { ...process.env, PYTHONDONTWRITEBYTECODE: '1' },
+      });
+      expect(JSON.parse(stdout)).toEqual({
+        padded_rows: 3,
+        spans: [
+          [0, 1],
+          [0, 2],
+          [2, 2],
+        ],
+        json_rows: 3,
+        mask: {
+          ta: EXPECTED.ta.map((r) => r.loss_mask),
+          tb: EXPECTED.tb.map((r) => r.loss_mask),
+        },
+      });
     });
 
     it('refuses a bad rows value, and packing with trajectory rows, naming the field', async () => {
