@@ -287,6 +287,28 @@ print(json.dumps({k: z[k].tolist() for k in z.files} | {'_dtypes': {k: str(z[k].
       expect(seen.sort()).toEqual(['ta:0-2', 'tb:0-1', 'tb:2-2']);
     });
 
+    it('padded truncate cuts a row from the right: a step cut inside its response keeps its reward on its last kept token', async () => {
+      const res = await lease({ format: 'padded', response_length: 7, overlong: 'truncate' });
+      expect(res.headers.get('x-stepwise-truncated-steps')).toBe('1');
+      const file = join(scratch, `${name}-cut.npz`);
+      writeFileSync(file, Buffer.from(await res.arrayBuffer()));
+      const script = `
+import json, sys
+import numpy as np
+z = np.load(sys.argv[1])
+b = [i for i in range(len(z['truncated'])) if z['trajectory_uids'][z['trajectory_index'][i]] == 'ta'][0]
+print(json.dumps({k: z[k][b].tolist() for k in ['responses', 'response_mask', 'rm_scores', 'truncated', 'last_step']}))`;
+      const a = JSON.parse(execFileSync('python3', ['-c', script, file], { encoding: 'utf8' }));
+      // ta's rest is 10 11 | 20 21 | 12 | 22 | 13 14: the last token (14) is cut; step 2 keeps its reward on 13.
+      expect(a).toEqual({
+        responses: [10, 11, 20, 21, 12, 22, 13],
+        response_mask: [1, 1, 0, 0, 1, 0, 1],
+        rm_scores: [0, 0, 0, 0, 0, 0, 1],
+        truncated: 1,
+        last_step: 2,
+      });
+    });
+
     it('a step without rollout logprobs leaves its row without them in every format', async () => {
       const steps = [
         step('nl', 0, [5, 6], [7], { prompt_uid: 'g-nl', rollout_log_probs: [-0.5] }),

@@ -46,8 +46,9 @@ interface Row {
   logprobs: ArrayLike<number> | null;
   /** Loss mask over `response`; null: every response token is trained on (a step row). */
   mask: Uint8Array | null;
-  /** Rewards at response offsets (a step's reward on its last response token). */
-  scores: { at: number; reward: number }[];
+  /** Per step: its response's offsets in `response` [start, end) and its reward, which goes on its
+   * last response token (the last one kept when truncation cuts it). */
+  scores: { start: number; end: number; reward: number }[];
   outcome: number;
   advantage: number;
 }
@@ -92,7 +93,7 @@ export function batchToPadded(batch: LeasedBatch, options: PaddedOptions): Padde
             mask: row.lossMask.subarray(p),
             scores: row.spans
               .filter((s) => s.responseEnd > s.responseStart)
-              .map((s) => ({ at: s.responseEnd - 1 - p, reward: s.reward ?? 0 })),
+              .map((s) => ({ start: s.responseStart - p, end: s.responseEnd - p, reward: s.reward ?? 0 })),
             outcome: outcomes[i]!,
             advantage,
           });
@@ -113,7 +114,7 @@ export function batchToPadded(batch: LeasedBatch, options: PaddedOptions): Padde
           response: step.responseIds,
           logprobs: step.responseLogprobs,
           mask: null,
-          scores: rl > 0 ? [{ at: rl - 1, reward: step.reward ?? 0 }] : [],
+          scores: rl > 0 ? [{ start: 0, end: rl, reward: step.reward ?? 0 }] : [],
           outcome: outcomes[i]!,
           advantage,
         });
@@ -215,8 +216,9 @@ export function batchToPadded(batch: LeasedBatch, options: PaddedOptions): Padde
     trainingPromptLengths[b] = r.training.length;
     offPolicy[b] = r.offPolicy ? 1 : 0;
     responses.set(inputIds.subarray(row + P, row + L), b * R);
-    // A truncated row loses the rewards of the steps cut off its end (the row is flagged).
-    for (const { at, reward } of r.scores) if (at < rl) scores[b * R + at] = reward;
+    // A truncated row loses the rewards of steps cut off entirely (the row is flagged).
+    for (const { start, end, reward } of r.scores)
+      if (start < rl) scores[b * R + Math.min(end, rl) - 1] = reward;
     promptLengths[b] = pl;
     responseLengths[b] = rl;
     cut[b] = r.cut ? 1 : 0;
