@@ -1,5 +1,6 @@
 /**
- * Serving benchmark: what it costs to hand a trainer a batch in each format, and prefix-tree packing.
+ * Serving benchmark: what it costs to hand a trainer a batch in each format (step rows and trajectory
+ * rows), and prefix-tree packing.
  *
  *   npm run bench:serving              full run (~2-3 minutes), recorded in bench/results/serving.*
  *   npm run bench:serving -- --quick   8 groups, 2 reps, prints only
@@ -18,6 +19,7 @@ import { type NewStep, newStep } from '../src/domain/index.js';
 import { startServer } from '../src/server/server.js';
 import { type BatchRequest, renderBatch } from '../src/serving/batch.js';
 import { packPrefixTree } from '../src/serving/packing.js';
+import { stitchTrajectory } from '../src/serving/trajectory-rows.js';
 import { seededRandom } from '../src/util/random.js';
 import { codeVersion, fix, int, log, machineInfo, mib, recordRun, round, verdict } from './support.js';
 
@@ -131,6 +133,22 @@ const CASES: FormatCase[] = [
   },
   { name: 'arrow', key: 'arrow', body: { format: 'arrow', advantage: 'grpo' } },
   { name: 'padded (.npz)', key: 'padded', body: { format: 'padded', advantage: 'grpo' } },
+  // One stitched sequence per trajectory (docs/serving.md#trajectory-rows).
+  {
+    name: 'json, trajectory rows',
+    key: 'json_trajectory_rows',
+    body: { format: 'json', advantage: 'grpo', rows: 'trajectory' },
+  },
+  {
+    name: 'arrow, trajectory rows',
+    key: 'arrow_trajectory_rows',
+    body: { format: 'arrow', advantage: 'grpo', rows: 'trajectory' },
+  },
+  {
+    name: 'padded (.npz), trajectory rows',
+    key: 'padded_trajectory_rows',
+    body: { format: 'padded', advantage: 'grpo', rows: 'trajectory' },
+  },
 ];
 
 interface FormatResult {
@@ -169,6 +187,16 @@ async function main(): Promise<void> {
   log(
     `${int(allSteps.length)} steps, ${int(totalTokens)} tokens (${fix(totalTokens / allSteps.length, 0)} per step)`,
   );
+  // What the trajectory rows hold: each trajectory's history once (no prefix breaks in this workload).
+  const stitchedTokens = groups
+    .flat()
+    .flatMap((t) =>
+      stitchTrajectory(
+        { id: t[0]!.trajectoryId, guided: false },
+        t.map((s) => ({ ...s, channel: 'train', policyVersion: 0, createdAt: 0 })),
+      ),
+    )
+    .reduce((n, row) => n + row.tokens.length, 0);
 
   // ---- packing, in process --------------------------------------------------------------------
   const { packRates, packOnlyRates, packed } = benchPacking(groups, totalTokens, reps);
@@ -264,7 +292,9 @@ async function main(): Promise<void> {
       return `| ${r.name} | ${mib(r.bytes)} | ${fix(r.bytes / jsonBytes, 2)}× | ${fix(total, 0)} ms | ${fix(totalTokens / (total / 1000) / 1e6, 1)}M | ${fix(median(r.leaseMs), 0)} ms | ${fix(median(r.renderMs), 0)} ms |`;
     }),
     '',
-    'Tokens/s counts every prompt and response token of the batch (the tokens a trainer receives). "Store lease" is the pool handing out the groups (reading and decoding their steps); "layout" is building the response body from them; the rest of the HTTP time is moving the bytes. The padded layout is the largest (every row padded to the longest prompt and response, plus `prompts`/`responses` copies and float32 arrays of the response width) but is ready for `numpy.frombuffer` without parsing.',
+    `Tokens/s counts every prompt and response token of the batch's steps (the tokens a trainer receives as step rows), for every row kind, so the rates compare. Trajectory rows (\`rows: trajectory\`) send each trajectory's history once: ${int(stitchedTokens)} tokens, ${fix((100 * stitchedTokens) / totalTokens, 1)}% of the step rows' ${int(totalTokens)}.`,
+    '',
+    '"Store lease" is the pool handing out the groups (reading and decoding their steps); "layout" is building the response body from them; the rest of the HTTP time is moving the bytes. The padded layout is the largest (every row padded to the longest prompt and response, plus `prompts`/`responses` copies and float32 arrays of the response width) but is ready for `numpy.frombuffer` without parsing.',
     '',
     '### Prefix-tree packing',
     '',
@@ -294,6 +324,8 @@ async function main(): Promise<void> {
     packing_m_tokens_per_s: round(packingRate / 1e6, 1),
     packing_with_inputs_m_tokens_per_s: round(median(packRates) / 1e6, 1),
     packed_vs_original_pct: round((100 * packed) / totalTokens, 1),
+    trajectory_row_tokens: stitchedTokens,
+    trajectory_rows_vs_step_tokens_pct: round((100 * stitchedTokens) / totalTokens, 1),
   };
   log(`wrote ${recordRun('serving', figures, report).join(', ')}`);
 }

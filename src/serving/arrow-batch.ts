@@ -1,8 +1,9 @@
 import { Worker } from 'node:worker_threads';
 import type { Step } from '../domain/index.js';
-import type { LeasedBatch } from '../store/store.js';
+import type { LeasedBatch, ServedTrajectory } from '../store/store.js';
 import { type AdvantageEstimator, groupAdvantages } from './advantages.js';
 import { isOffPolicy } from './off-policy.js';
+import { type RowKind, stitchTrajectory, type TrajectoryRow } from './trajectory-rows.js';
 
 /*
  * The `arrow` batch format: an Arrow IPC stream, one row per step (docs/serving.md). The columns are
@@ -18,9 +19,9 @@ export type ArrowColumn = { name: string } & (
   | { kind: 'float32'; values: Float32Array }
   | { kind: 'float64'; values: (number | null)[] }
   | {
-      kind: 'list_int32' | 'list_float32';
+      kind: 'list_int32' | 'list_float32' | 'list_uint8';
       offsets: Int32Array;
-      values: Int32Array | Float32Array;
+      values: Int32Array | Float32Array | Uint8Array;
       validity: Uint8Array;
       nullCount: number;
     }
@@ -29,8 +30,8 @@ export type ArrowColumn = { name: string } & (
 /** A List column over per-row arrays (a null row where the array is null). */
 function listColumn(
   name: string,
-  kind: 'list_int32' | 'list_float32',
-  rows: readonly (readonly number[] | null)[],
+  kind: 'list_int32' | 'list_float32' | 'list_uint8',
+  rows: readonly (ArrayLike<number> | null)[],
 ): ArrowColumn {
   const offsets = new Int32Array(rows.length + 1);
   const validity = new Uint8Array((rows.length + 7) >> 3);
@@ -42,49 +43,102 @@ function listColumn(
     if (row === null) nullCount++;
     else validity[i >> 3]! |= 1 << (i & 7);
   }
-  const values = kind === 'list_int32' ? new Int32Array(total) : new Float32Array(total);
+  const values =
+    kind === 'list_int32'
+      ? new Int32Array(total)
+      : kind === 'list_float32'
+        ? new Float32Array(total)
+        : new Uint8Array(total);
   for (const [i, row] of rows.entries()) if (row) values.set(row, offsets[i]!);
   return { name, kind, offsets, values, validity, nullCount };
 }
 
-export function arrowColumns(batch: LeasedBatch, options: { advantage?: AdvantageEstimator }): ArrowColumn[] {
-  const steps: Step[] = [];
-  const rowGroup: string[] = [];
-  const trajectoryReward: (number | null)[] = [];
-  const advantage: number[] = [];
-  const guided: boolean[] = [];
-  const guidanceK: (number | null)[] = [];
-  const probe: boolean[] = [];
-  const derivedFrom: (string | null)[] = [];
-  const offPolicy: boolean[] = [];
-  const stale: boolean[] = [];
-  const staleness: number[] = [];
-  const partial: boolean[] = [];
+/** What every row of a trajectory repeats: its group's and its own fields. */
+interface SharedColumns {
+  group: string[];
+  trajectoryReward: (number | null)[];
+  advantage: number[];
+  guided: boolean[];
+  guidanceK: (number | null)[];
+  probe: boolean[];
+  derivedFrom: (string | null)[];
+  offPolicy: boolean[];
+  stale: boolean[];
+  staleness: number[];
+  partial: boolean[];
+}
+
+/** Walks the batch's trajectories; `rowsOf` lays out one trajectory's rows, and the shared columns
+ * get one entry per row it returns. */
+function eachTrajectory(
+  batch: LeasedBatch,
+  estimator: AdvantageEstimator,
+  rowsOf: (t: ServedTrajectory) => number,
+): SharedColumns {
+  const shared: SharedColumns = {
+    group: [],
+    trajectoryReward: [],
+    advantage: [],
+    guided: [],
+    guidanceK: [],
+    probe: [],
+    derivedFrom: [],
+    offPolicy: [],
+    stale: [],
+    staleness: [],
+    partial: [],
+  };
   for (const served of batch.groups) {
     const { advantages } = groupAdvantages(
       served.trajectories.map((t) => t.trajectory.reward),
-      options.advantage ?? 'grpo',
+      estimator,
     );
     served.trajectories.forEach((t, i) => {
       const off = isOffPolicy(t.trajectory);
-      for (const step of t.steps) {
-        steps.push(step);
-        rowGroup.push(served.group.id);
-        trajectoryReward.push(t.trajectory.reward);
-        advantage.push(advantages[i]!);
-        guided.push(t.trajectory.guided);
-        guidanceK.push(t.trajectory.guidanceK);
-        probe.push(t.trajectory.probe);
-        derivedFrom.push(t.trajectory.derivedFrom);
-        offPolicy.push(off);
-        stale.push(served.stale);
-        staleness.push(served.staleness);
-        partial.push(served.group.partial);
+      const n = rowsOf(t);
+      for (let r = 0; r < n; r++) {
+        shared.group.push(served.group.id);
+        shared.trajectoryReward.push(t.trajectory.reward);
+        shared.advantage.push(advantages[i]!);
+        shared.guided.push(t.trajectory.guided);
+        shared.guidanceK.push(t.trajectory.guidanceK);
+        shared.probe.push(t.trajectory.probe);
+        shared.derivedFrom.push(t.trajectory.derivedFrom);
+        shared.offPolicy.push(off);
+        shared.stale.push(served.stale);
+        shared.staleness.push(served.staleness);
+        shared.partial.push(served.group.partial);
       }
     });
   }
+  return shared;
+}
+
+function sharedTail(shared: SharedColumns): ArrowColumn[] {
+  return [
+    { name: 'guided', kind: 'bool', values: shared.guided },
+    { name: 'guidance_k', kind: 'int32', values: shared.guidanceK },
+    { name: 'probe', kind: 'bool', values: shared.probe },
+    { name: 'derived_from', kind: 'utf8', values: shared.derivedFrom },
+    { name: 'off_policy', kind: 'bool', values: shared.offPolicy },
+    { name: 'stale', kind: 'bool', values: shared.stale },
+    { name: 'staleness', kind: 'int32', values: Int32Array.from(shared.staleness) },
+    { name: 'partial', kind: 'bool', values: shared.partial },
+  ];
+}
+
+export function arrowColumns(
+  batch: LeasedBatch,
+  options: { advantage?: AdvantageEstimator; rows?: RowKind },
+): ArrowColumn[] {
+  if (options.rows === 'trajectory') return trajectoryRowColumns(batch, options);
+  const steps: Step[] = [];
+  const shared = eachTrajectory(batch, options.advantage ?? 'grpo', (t) => {
+    for (const step of t.steps) steps.push(step);
+    return t.steps.length;
+  });
   const columns: ArrowColumn[] = [
-    { name: 'group_id', kind: 'utf8', values: rowGroup },
+    { name: 'group_id', kind: 'utf8', values: shared.group },
     { name: 'trajectory_uid', kind: 'utf8', values: steps.map((s) => s.trajectoryId) },
     { name: 'step_index', kind: 'int32', values: Int32Array.from(steps, (s) => s.index) },
     listColumn(
@@ -108,23 +162,72 @@ export function arrowColumns(batch: LeasedBatch, options: { advantage?: Advantag
       steps.map((s) => s.trainingPromptIds),
     ),
     { name: 'reward', kind: 'float64', values: steps.map((s) => s.reward) },
-    { name: 'trajectory_reward', kind: 'float64', values: trajectoryReward },
+    { name: 'trajectory_reward', kind: 'float64', values: shared.trajectoryReward },
   ];
   if (options.advantage)
-    columns.push({ name: 'advantage', kind: 'float32', values: Float32Array.from(advantage) });
+    columns.push({ name: 'advantage', kind: 'float32', values: Float32Array.from(shared.advantage) });
   columns.push(
     { name: 'policy_version', kind: 'int32', values: Int32Array.from(steps, (s) => s.policyVersion) },
     { name: 'is_last', kind: 'bool', values: steps.map((s) => s.isLast) },
     { name: 'token_source', kind: 'utf8', values: steps.map((s) => s.tokenSource) },
     { name: 'finish_reason', kind: 'utf8', values: steps.map((s) => s.finishReason) },
-    { name: 'guided', kind: 'bool', values: guided },
-    { name: 'guidance_k', kind: 'int32', values: guidanceK },
-    { name: 'probe', kind: 'bool', values: probe },
-    { name: 'derived_from', kind: 'utf8', values: derivedFrom },
-    { name: 'off_policy', kind: 'bool', values: offPolicy },
-    { name: 'stale', kind: 'bool', values: stale },
-    { name: 'staleness', kind: 'int32', values: Int32Array.from(staleness) },
-    { name: 'partial', kind: 'bool', values: partial },
+    ...sharedTail(shared),
+  );
+  return columns;
+}
+
+/** `rows: "trajectory"`: one row per stitched sequence (trajectory-rows.ts). */
+function trajectoryRowColumns(
+  batch: LeasedBatch,
+  options: { advantage?: AdvantageEstimator },
+): ArrowColumn[] {
+  const rows: TrajectoryRow[] = [];
+  const uids: string[] = [];
+  const isLast: boolean[] = [];
+  const finishReason: (string | null)[] = [];
+  const shared = eachTrajectory(batch, options.advantage ?? 'grpo', (t) => {
+    const stitched = stitchTrajectory(t.trajectory, t.steps);
+    const byIndex = new Map(t.steps.map((s) => [s.index, s]));
+    for (const row of stitched) {
+      const last = byIndex.get(row.lastStep)!;
+      rows.push(row);
+      uids.push(t.trajectory.id);
+      isLast.push(last.isLast);
+      finishReason.push(last.finishReason);
+    }
+    return stitched.length;
+  });
+  const columns: ArrowColumn[] = [
+    { name: 'group_id', kind: 'utf8', values: shared.group },
+    { name: 'trajectory_uid', kind: 'utf8', values: uids },
+    { name: 'first_step', kind: 'int32', values: Int32Array.from(rows, (r) => r.firstStep) },
+    { name: 'last_step', kind: 'int32', values: Int32Array.from(rows, (r) => r.lastStep) },
+    listColumn(
+      'input_ids',
+      'list_int32',
+      rows.map((r) => r.tokens),
+    ),
+    listColumn(
+      'loss_mask',
+      'list_uint8',
+      rows.map((r) => r.lossMask),
+    ),
+    listColumn(
+      'logprobs',
+      'list_float32',
+      rows.map((r) => (r.hasLogprobs ? r.logprobs : null)),
+    ),
+    { name: 'prompt_length', kind: 'int32', values: Int32Array.from(rows, (r) => r.promptLength) },
+    { name: 'reward', kind: 'float64', values: rows.map((r) => r.reward) },
+    { name: 'trajectory_reward', kind: 'float64', values: shared.trajectoryReward },
+  ];
+  if (options.advantage)
+    columns.push({ name: 'advantage', kind: 'float32', values: Float32Array.from(shared.advantage) });
+  columns.push(
+    { name: 'policy_version', kind: 'int32', values: Int32Array.from(rows, (r) => r.policyVersion) },
+    { name: 'is_last', kind: 'bool', values: isLast },
+    { name: 'finish_reason', kind: 'utf8', values: finishReason },
+    ...sharedTail(shared),
   );
   return columns;
 }
@@ -143,7 +246,7 @@ class ArrowEncoder {
     const id = this.nextId++;
     const transfer: ArrayBuffer[] = [];
     for (const c of columns) {
-      if (c.kind === 'list_int32' || c.kind === 'list_float32')
+      if (c.kind === 'list_int32' || c.kind === 'list_float32' || c.kind === 'list_uint8')
         transfer.push(
           c.offsets.buffer as ArrayBuffer,
           c.values.buffer as ArrayBuffer,
@@ -183,9 +286,14 @@ class ArrowEncoder {
 
 const encoder = new ArrowEncoder();
 
-export function batchToArrow(
-  batch: LeasedBatch,
-  options: { advantage?: AdvantageEstimator },
-): Promise<Uint8Array> {
-  return encoder.encode(arrowColumns(batch, options));
+/** Encodes laid-out columns as an Arrow IPC stream (their buffers move to the worker). */
+export function encodeArrow(columns: ArrowColumn[]): Promise<Uint8Array> {
+  return encoder.encode(columns);
+}
+
+/** How many rows the columns hold (read before encoding: the buffers are transferred). */
+export function arrowRows(columns: readonly ArrowColumn[]): number {
+  const first = columns[0];
+  if (!first) return 0;
+  return 'offsets' in first ? first.offsets.length - 1 : first.values.length;
 }

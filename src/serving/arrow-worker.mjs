@@ -14,6 +14,7 @@ import {
   makeVector,
   Table,
   tableToIPC,
+  Uint8,
   Utf8,
   vectorFromArray,
 } from 'apache-arrow';
@@ -49,6 +50,8 @@ function vectorOf(column) {
       return listVector(new Int32(), column);
     case 'list_float32':
       return listVector(new Float32(), column);
+    case 'list_uint8':
+      return listVector(new Uint8(), column);
     default:
       throw new Error(`unknown Arrow column kind ${column.kind}`);
   }

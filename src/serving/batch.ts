@@ -2,15 +2,18 @@ import { z } from 'zod';
 import { LeaseRequest, ValidationError } from '../domain/index.js';
 import type { LeasedBatch } from '../store/store.js';
 import { ADVANTAGE_ESTIMATORS } from './advantages.js';
-import { batchToArrow } from './arrow-batch.js';
-import { batchCuration, batchToJson } from './json-batch.js';
+import { arrowColumns, arrowRows, encodeArrow } from './arrow-batch.js';
+import { batchCuration, batchToJson, batchToTrajectoryRowsJson } from './json-batch.js';
 import { npzParts } from './npz.js';
 import { withoutUntrainableSteps } from './off-policy.js';
 import { batchToPadded } from './padded-batch.js';
+import { ROW_KINDS } from './trajectory-rows.js';
 
 /** `POST /v1/batches/lease`: the pool's lease fields plus how the batch is laid out (docs/serving.md). */
 export const BatchRequest = LeaseRequest.extend({
   format: z.enum(['json', 'arrow', 'padded']).default('json'),
+  /** `trajectory`: each trajectory stitched into one sequence with a loss mask (trajectory-rows.ts) */
+  rows: z.enum(ROW_KINDS).default('step'),
   advantage: z.enum(ADVANTAGE_ESTIMATORS).optional(),
   pack: z.enum(['prefix_tree']).optional(),
   share_responses: z.boolean().optional(),
@@ -30,6 +33,11 @@ export type BatchRequest = z.infer<typeof BatchRequest>;
 export function checkBatchRequest(request: BatchRequest, raw: Record<string, unknown>): void {
   if (request.pack !== undefined && request.format !== 'json')
     throw new ValidationError(`pack: prefix-tree packing comes with format "json" only`, 'pack');
+  if (request.pack !== undefined && request.rows !== 'step')
+    throw new ValidationError(
+      `pack: prefix-tree packing packs step rows only (rows "trajectory" already sends a trajectory's shared history once)`,
+      'pack',
+    );
   if (request.share_responses !== undefined && request.pack === undefined)
     throw new ValidationError(`share_responses: applies to pack "prefix_tree" only`, 'share_responses');
   if (request.format !== 'padded') {
@@ -62,8 +70,14 @@ export async function renderBatch(leased: LeasedBatch, request: BatchRequest): P
     const { dropped_groups, metrics } = batchCuration(batch);
     lease['x-stepwise-curation'] = JSON.stringify({ dropped_groups: dropped_groups.length, metrics });
   }
-  const steps = batch.groups.reduce((n, g) => n + g.trajectories.reduce((m, t) => m + t.steps.length, 0), 0);
   if (request.format === 'json') {
+    if (request.rows === 'trajectory') {
+      const json = batchToTrajectoryRowsJson(batch, {
+        advantage: request.advantage,
+        untrainableSteps: untrainable,
+      });
+      return { contentType: 'application/json', body: JSON.stringify(json), headers: lease };
+    }
     const json = batchToJson(batch, {
       advantage: request.advantage,
       pack: request.pack,
@@ -73,12 +87,13 @@ export async function renderBatch(leased: LeasedBatch, request: BatchRequest): P
     return { contentType: 'application/json', body: JSON.stringify(json), headers: lease };
   }
   if (request.format === 'arrow') {
+    const columns = arrowColumns(batch, { advantage: request.advantage, rows: request.rows });
     return {
       contentType: 'application/vnd.apache.arrow.stream',
-      body: [await batchToArrow(batch, { advantage: request.advantage })],
+      body: [await encodeArrow(columns)],
       headers: {
         ...lease,
-        'x-stepwise-rows': String(steps),
+        'x-stepwise-rows': String(arrowRows(columns)),
         'x-stepwise-truncated-steps': '0',
         'x-stepwise-dropped-steps': '0',
       },
@@ -90,6 +105,7 @@ export async function renderBatch(leased: LeasedBatch, request: BatchRequest): P
     overlong: request.overlong,
     padTokenId: request.pad_token_id,
     advantage: request.advantage,
+    rows: request.rows,
   });
   return {
     contentType: 'application/zip',

@@ -3,6 +3,7 @@ import type { CurrentLabel, LeasedBatch } from '../store/store.js';
 import { type AdvantageEstimator, groupAdvantages } from './advantages.js';
 import { isOffPolicy, needsLogprobRecompute, trainingPrompt } from './off-policy.js';
 import { type PackingWire, packingToWire, packPrefixTree } from './packing.js';
+import { stitchTrajectory, type TrajectoryRow } from './trajectory-rows.js';
 
 export interface StepLabelOut {
   quality: CurrentLabel['quality'];
@@ -57,6 +58,49 @@ export interface BatchJson {
   }[];
 }
 
+type TrajectoryJson = BatchJson['groups'][number]['trajectories'][number];
+
+type GroupJson<Row> = Omit<BatchJson['groups'][number], 'trajectories'> & {
+  trajectories: (Omit<TrajectoryJson, 'steps'> & { steps: Row[] })[];
+};
+
+/** One stitched row on the wire (`rows: "trajectory"`, docs/serving.md#trajectory-rows). */
+export interface TrajectoryRowJson {
+  first_step: number;
+  last_step: number;
+  /** The first step's prompt, then each step's new prompt tokens and its response. */
+  input_ids: number[];
+  /** 1 on the policy's response tokens, 0 on prompt tokens. */
+  loss_mask: number[];
+  /** Aligned to `input_ids`: the engine's logprob on response tokens, null where the mask is 0; the
+   * whole array is null when some covered step came without logprobs. */
+  logprobs: (number | null)[] | null;
+  /** `input_ids[:prompt_length]` is the first step's prompt (no response token before it). */
+  prompt_length: number;
+  /** Sum of the covered steps' rewards (null when none has one). */
+  reward: number | null;
+  /** The oldest policy version among the covered steps. */
+  policy_version: number;
+  advantage?: number;
+  /** Where each covered step sits in `input_ids`: its new prompt tokens from `prompt_start`, its
+   * response in [`response_start`, `response_end`). */
+  spans: {
+    step_index: number;
+    prompt_start: number;
+    response_start: number;
+    response_end: number;
+    reward: number | null;
+  }[];
+}
+
+/** `rows: "trajectory"`: as BatchJson, with each trajectory's stitched `rows` in place of `steps`. */
+export interface TrajectoryRowsBatchJson extends Omit<BatchJson, 'groups'> {
+  rows: 'trajectory';
+  groups: (Omit<BatchJson['groups'][number], 'trajectories' | 'packing'> & {
+    trajectories: (Omit<TrajectoryJson, 'steps'> & { rows: TrajectoryRowJson[] })[];
+  })[];
+}
+
 export interface BatchCurationWire {
   /** Groups curation dropped while this lease was filled (their places were refilled). */
   dropped_groups: { group_id: string; reason: string; rewards: (number | null)[] }[];
@@ -107,6 +151,60 @@ function labelOut(label: CurrentLabel | undefined): StepLabelOut | null {
  * trajectories' current signals and, when asked, advantages and each group's prefix-tree packing.
  */
 export function batchToJson(batch: LeasedBatch, options: JsonBatchOptions = {}): BatchJson {
+  return buildJson(batch, options, (t, advantage) => {
+    const byStep = new Map(t.labels.map((l) => [l.stepIndex, l]));
+    return t.steps.map((s) => ({
+      ...stepToWire(s),
+      label: labelOut(byStep.get(s.index)),
+      ...(advantage === undefined ? {} : { advantage }),
+    }));
+  });
+}
+
+function trajectoryRowToWire(row: TrajectoryRow, advantage: number | undefined): TrajectoryRowJson {
+  return {
+    first_step: row.firstStep,
+    last_step: row.lastStep,
+    input_ids: row.tokens,
+    loss_mask: Array.from(row.lossMask),
+    logprobs: row.hasLogprobs ? Array.from(row.logprobs, (lp, i) => (row.lossMask[i] ? lp : null)) : null,
+    prompt_length: row.promptLength,
+    reward: row.reward,
+    policy_version: row.policyVersion,
+    ...(advantage === undefined ? {} : { advantage }),
+    spans: row.spans.map((s) => ({
+      step_index: s.stepIndex,
+      prompt_start: s.promptStart,
+      response_start: s.responseStart,
+      response_end: s.responseEnd,
+      reward: s.reward,
+    })),
+  };
+}
+
+/** The `json` format with `rows: "trajectory"`: each trajectory's steps stitched into rows. */
+export function batchToTrajectoryRowsJson(
+  batch: LeasedBatch,
+  options: Omit<JsonBatchOptions, 'pack' | 'shareResponses'> = {},
+): TrajectoryRowsBatchJson {
+  const json = buildJson(batch, options, (t, advantage) =>
+    stitchTrajectory(t.trajectory, t.steps).map((row) => trajectoryRowToWire(row, advantage)),
+  );
+  return {
+    ...json,
+    rows: 'trajectory',
+    groups: json.groups.map(({ packing: _, ...g }) => ({
+      ...g,
+      trajectories: g.trajectories.map(({ steps, ...t }) => ({ ...t, rows: steps })),
+    })),
+  };
+}
+
+function buildJson<Row>(
+  batch: LeasedBatch,
+  options: JsonBatchOptions,
+  rowsOf: (t: LeasedBatch['groups'][number]['trajectories'][number], advantage: number | undefined) => Row[],
+): Omit<BatchJson, 'groups'> & { groups: GroupJson<Row>[] } {
   return {
     lease_id: batch.lease.id,
     expires_at: batch.lease.expiresAt,
@@ -122,7 +220,7 @@ export function batchToJson(batch: LeasedBatch, options: JsonBatchOptions = {}):
             options.advantage,
           ).advantages
         : null;
-      const group: BatchJson['groups'][number] = {
+      const group: GroupJson<Row> = {
         group_id: g.group.id,
         expected: g.group.expected,
         partial: g.group.partial,
@@ -151,11 +249,7 @@ export function batchToJson(batch: LeasedBatch, options: JsonBatchOptions = {}):
             label: labelOut(byStep.get(null)),
             signals: t.signals.map(signalToWire),
             ...(advantage === undefined ? {} : { advantage }),
-            steps: t.steps.map((s) => ({
-              ...stepToWire(s),
-              label: labelOut(byStep.get(s.index)),
-              ...(advantage === undefined ? {} : { advantage }),
-            })),
+            steps: rowsOf(t, advantage),
           };
         }),
       };

@@ -3,6 +3,7 @@ import type { LeasedBatch } from '../store/store.js';
 import { type AdvantageEstimator, groupAdvantages } from './advantages.js';
 import type { NpyArray } from './npz.js';
 import { isOffPolicy, trainingPrompt } from './off-policy.js';
+import { type RowKind, stitchTrajectory } from './trajectory-rows.js';
 
 /*
  * verl's padded layout: one row per step, the prompt left-padded to P and the response right-padded
@@ -17,6 +18,8 @@ export interface PaddedOptions {
   overlong: OverlongPolicy;
   padTokenId: number;
   advantage?: AdvantageEstimator;
+  /** `trajectory`: stitched rows (trajectory-rows.ts) split as verl's multi-turn agent loop does */
+  rows?: RowKind;
 }
 
 export interface PaddedBatch {
@@ -32,14 +35,20 @@ interface Row {
   group: number;
   trajectory: number;
   step: number;
+  /** The last step the row covers (= step for step rows). */
+  lastStep: number;
   version: number;
   prompt: number[];
   /** A guided step's prompt without the hint; the prompt itself for every other step. */
   training: number[];
   offPolicy: boolean;
   response: number[];
-  logprobs: number[] | null;
-  reward: number;
+  logprobs: ArrayLike<number> | null;
+  /** Loss mask over `response`; null: every response token is trained on (a step row). */
+  mask: Uint8Array | null;
+  /** Per step: its response's offsets in `response` [start, end) and its reward, which goes on its
+   * last response token (the last one kept when truncation cuts it). */
+  scores: { start: number; end: number; reward: number }[];
   outcome: number;
   advantage: number;
 }
@@ -63,20 +72,51 @@ export function batchToPadded(batch: LeasedBatch, options: PaddedOptions): Padde
     served.trajectories.forEach((t, i) => {
       const ti = trajectoryUids.push(t.trajectory.id) - 1;
       const offPolicy = isOffPolicy(t.trajectory);
+      const advantage = options.advantage ? advantages[i]! : 0;
+      if (options.rows === 'trajectory') {
+        // verl's multi-turn split: the first prompt, then everything after it as the "response" with
+        // its loss mask; the sequence is already the training view (hint-free prompts).
+        for (const row of stitchTrajectory(t.trajectory, t.steps)) {
+          const prompt = row.tokens.slice(0, row.promptLength);
+          const p = row.promptLength;
+          rows.push({
+            group: g,
+            trajectory: ti,
+            step: row.firstStep,
+            lastStep: row.lastStep,
+            version: row.policyVersion,
+            prompt,
+            training: prompt,
+            offPolicy,
+            response: row.tokens.slice(p),
+            logprobs: row.hasLogprobs ? row.logprobs.subarray(p) : null,
+            mask: row.lossMask.subarray(p),
+            scores: row.spans
+              .filter((s) => s.responseEnd > s.responseStart)
+              .map((s) => ({ start: s.responseStart - p, end: s.responseEnd - p, reward: s.reward ?? 0 })),
+            outcome: outcomes[i]!,
+            advantage,
+          });
+        }
+        return;
+      }
       for (const step of t.steps) {
+        const rl = step.responseIds.length;
         rows.push({
           group: g,
           trajectory: ti,
           step: step.index,
+          lastStep: step.index,
           version: step.policyVersion,
           prompt: step.promptIds,
           training: trainingPrompt(t.trajectory, step),
           offPolicy,
           response: step.responseIds,
           logprobs: step.responseLogprobs,
-          reward: step.reward ?? 0,
+          mask: null,
+          scores: rl > 0 ? [{ start: 0, end: rl, reward: step.reward ?? 0 }] : [],
           outcome: outcomes[i]!,
-          advantage: options.advantage ? advantages[i]! : 0,
+          advantage,
         });
       }
     });
@@ -103,8 +143,9 @@ export function batchToPadded(batch: LeasedBatch, options: PaddedOptions): Padde
     else if (options.overlong === 'reject') {
       const length =
         over === 'prompt_length' ? Math.max(r.prompt.length, r.training.length) : r.response.length;
+      const which = r.lastStep === r.step ? `step ${r.step}` : `the row of steps ${r.step}-${r.lastStep}`;
       throw new OverlongError(
-        `${over}: step ${r.step} of trajectory ${trajectoryUids[r.trajectory]} has ${length} ${over === 'prompt_length' ? 'prompt' : 'response'} tokens, more than ${over === 'prompt_length' ? P : R} (ask for overlong "truncate" or "drop", or a larger ${over})`,
+        `${over}: ${which} of trajectory ${trajectoryUids[r.trajectory]} has ${length} ${over === 'prompt_length' ? 'prompt' : 'response'} tokens, more than ${over === 'prompt_length' ? P : R} (ask for overlong "truncate" or "drop", or a larger ${over})`,
         over,
       );
     } else if (options.overlong === 'drop') dropped++;
@@ -116,7 +157,8 @@ export function batchToPadded(batch: LeasedBatch, options: PaddedOptions): Padde
         prompt: r.prompt.length > P ? r.prompt.slice(r.prompt.length - P) : r.prompt,
         training: r.training.length > P ? r.training.slice(r.training.length - P) : r.training,
         response: r.response.slice(0, R),
-        logprobs: r.logprobs ? r.logprobs.slice(0, R) : null,
+        logprobs: r.logprobs ? Array.prototype.slice.call(r.logprobs, 0, R) : null,
+        mask: r.mask ? r.mask.subarray(0, R) : null,
       });
     }
   }
@@ -141,6 +183,7 @@ export function batchToPadded(batch: LeasedBatch, options: PaddedOptions): Padde
   const groupIndex = new Int32Array(B);
   const trajectoryIndex = new Int32Array(B);
   const stepIndex = new Int32Array(B);
+  const lastStep = new Int32Array(B);
   const versions = new Int32Array(B);
   const outcomes = new Float32Array(B);
   kept.forEach((r, b) => {
@@ -151,9 +194,18 @@ export function batchToPadded(batch: LeasedBatch, options: PaddedOptions): Padde
     inputIds.set(r.prompt, row + start);
     inputIds.set(r.response, row + P);
     attention.fill(1, row + start, row + P + rl);
-    responseMask.fill(1, b * R, b * R + rl);
-    advantages.fill(r.advantage, b * R, b * R + rl);
-    if (r.logprobs) logprobs.set(r.logprobs.length > rl ? r.logprobs.slice(0, rl) : r.logprobs, b * R);
+    if (r.mask) {
+      responseMask.set(r.mask, b * R);
+      for (let j = 0; j < rl; j++) if (r.mask[j]) advantages[b * R + j] = r.advantage;
+    } else {
+      responseMask.fill(1, b * R, b * R + rl);
+      advantages.fill(r.advantage, b * R, b * R + rl);
+    }
+    if (r.logprobs)
+      logprobs.set(
+        r.logprobs.length > rl ? Array.prototype.slice.call(r.logprobs, 0, rl) : r.logprobs,
+        b * R,
+      );
     // verl's position ids: clip(cumsum(mask) - 1, 0). Real tokens count 0, 1, 2, ... from the first
     // prompt token; left padding reads 0, right padding repeats the last position.
     const last = Math.max(0, pl + rl - 1);
@@ -164,7 +216,9 @@ export function batchToPadded(batch: LeasedBatch, options: PaddedOptions): Padde
     trainingPromptLengths[b] = r.training.length;
     offPolicy[b] = r.offPolicy ? 1 : 0;
     responses.set(inputIds.subarray(row + P, row + L), b * R);
-    if (rl > 0) scores[b * R + rl - 1] = r.reward;
+    // A truncated row loses the rewards of steps cut off entirely (the row is flagged).
+    for (const { start, end, reward } of r.scores)
+      if (start < rl) scores[b * R + Math.min(end, rl) - 1] = reward;
     promptLengths[b] = pl;
     responseLengths[b] = rl;
     cut[b] = r.cut ? 1 : 0;
@@ -172,6 +226,7 @@ export function batchToPadded(batch: LeasedBatch, options: PaddedOptions): Padde
     groupIndex[b] = r.group;
     trajectoryIndex[b] = r.trajectory;
     stepIndex[b] = r.step;
+    lastStep[b] = r.lastStep;
     versions[b] = r.version;
     outcomes[b] = r.outcome;
   });
@@ -197,7 +252,12 @@ export function batchToPadded(batch: LeasedBatch, options: PaddedOptions): Padde
     off_policy: { dtype: '|u1', shape: [B], data: offPolicy },
     group_index: { dtype: '<i4', shape: [B], data: groupIndex },
     trajectory_index: { dtype: '<i4', shape: [B], data: trajectoryIndex },
-    step_index: { dtype: '<i4', shape: [B], data: stepIndex },
+    ...(options.rows === 'trajectory'
+      ? {
+          first_step: { dtype: '<i4', shape: [B], data: stepIndex },
+          last_step: { dtype: '<i4', shape: [B], data: lastStep },
+        }
+      : { step_index: { dtype: '<i4', shape: [B], data: stepIndex } }),
     policy_version: { dtype: '<i4', shape: [B], data: versions },
     trajectory_rewards: { dtype: '<f4', shape: [B], data: outcomes },
     group_ids: { dtype: '<U', shape: [groupIds.length], data: groupIds },

@@ -213,6 +213,7 @@ class StepwiseClient:
         consumer: str | None = None,
         ttl_ms: int | None = None,
         format: BatchFormat = "padded",
+        rows: Literal["step", "trajectory"] | None = None,
         advantage: Advantage | None = None,
         pack: Literal["prefix_tree"] | None = None,
         share_responses: bool | None = None,
@@ -234,6 +235,7 @@ class StepwiseClient:
             "max_staleness": max_staleness,
             "consumer": consumer if consumer is not None else self.consumer,
             "ttl_ms": ttl_ms,
+            "rows": rows,
             "advantage": advantage,
             "pack": pack,
             "share_responses": share_responses,
@@ -310,8 +312,10 @@ class StepwiseClient:
                 policy_version=data.get("policy_version"),
                 _client=self,
             )
-            steps = sum(len(t["steps"]) for g in data["groups"] for t in g["trajectories"])
-            batch.rows = _int_header(answer, "X-Stepwise-Rows") or steps
+            # `rows: "trajectory"` batches carry stitched `rows` in place of `steps`.
+            key = "rows" if data.get("rows") == "trajectory" else "steps"
+            served_rows = sum(len(t[key]) for g in data["groups"] for t in g["trajectories"])
+            batch.rows = _int_header(answer, "X-Stepwise-Rows") or served_rows
         else:
             lease_id = answer.header("X-Lease-Id")
             if not lease_id:
