@@ -7,6 +7,7 @@ import { promisify } from 'node:util';
 import { tableFromIPC } from 'apache-arrow';
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { StepWireInput } from '../src/domain/index.js';
+import { StepwiseClient } from '../src/sdk/client.js';
 import { type RunningServer, startServer } from '../src/server/server.js';
 import type { TrajectoryRowsBatchJson } from '../src/serving/json-batch.js';
 import { dropSchema, freshSchema, pgUrl } from './support/postgres.js';
@@ -197,6 +198,32 @@ for (const [name, start] of stores) {
         prefix_breaks: number;
       };
       expect(tb.prefix_breaks).toBe(1);
+    });
+
+    it('the TypeScript SDK leases trajectory rows as JSON and as Arrow', async () => {
+      const client = new StepwiseClient({ baseUrl: server.url });
+      const batch = await client.leaseTrajectoryRows({ batchSize: 1, nRollouts: 2 });
+      expect(batch!.rows).toBe('trajectory');
+      for (const t of batch!.groups[0]!.trajectories) {
+        expect(t.rows.map((r) => r.input_ids)).toEqual(
+          expectedRows(t.trajectory_uid).map((e) => e.input_ids),
+        );
+        expect(t.rows.map((r) => r.loss_mask)).toEqual(
+          expectedRows(t.trajectory_uid).map((e) => e.loss_mask),
+        );
+      }
+      await client.nack(batch!.lease_id);
+      const arrow = await client.leaseBinary({
+        batchSize: 1,
+        nRollouts: 2,
+        format: 'arrow',
+        rows: 'trajectory',
+      });
+      expect(arrow!.rows).toBe(3);
+      const table = tableFromIPC(arrow!.body);
+      expect(table.toArray().map((r) => Array.from(r.loss_mask as Uint8Array).join(''))).toEqual(
+        expect.arrayContaining(['00011001011', '0001011', '000001']),
+      );
     });
 
     it('arrow: one row per stitched sequence, read back by apache-arrow', async () => {

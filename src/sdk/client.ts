@@ -13,7 +13,7 @@ import type {
   StepWireInput,
   TrajectoryOut,
 } from '../domain/index.js';
-import type { BatchJson } from '../serving/json-batch.js';
+import type { BatchJson, TrajectoryRowsBatchJson } from '../serving/json-batch.js';
 import type { PoolStats } from '../store/store.js';
 
 export interface StepwiseClientOptions {
@@ -81,6 +81,8 @@ function leaseFields(options: Omit<LeaseOptions, 'pack' | 'shareResponses'>): Re
 
 export interface BinaryLeaseOptions extends Omit<LeaseOptions, 'pack' | 'shareResponses'> {
   format: 'arrow' | 'padded';
+  /** `trajectory`: each trajectory stitched into one sequence with a loss mask (docs/serving.md#trajectory-rows). */
+  rows?: 'step' | 'trajectory';
   /** `padded`: widths (default: the longest in the batch), what to do with longer steps, pad id. */
   promptLength?: number;
   responseLength?: number;
@@ -285,6 +287,23 @@ export class StepwiseClient {
     return data;
   }
 
+  /**
+   * Leases a batch with each trajectory stitched into rows (one token sequence with a loss mask,
+   * split at prefix breaks); null when none became ready within waitMs.
+   */
+  async leaseTrajectoryRows(
+    options: Omit<LeaseOptions, 'pack' | 'shareResponses'>,
+  ): Promise<TrajectoryRowsBatchJson | null> {
+    const waitMs = options.waitMs ?? 0;
+    const { data } = await this.request<TrajectoryRowsBatchJson>(
+      'POST',
+      '/v1/batches/lease',
+      { ...leaseFields(options), rows: 'trajectory' },
+      waitMs + (this.options.timeoutMs ?? 30_000),
+    );
+    return data;
+  }
+
   /** Leases a batch as Arrow or verl's padded layout; null when none became ready within waitMs. */
   async leaseBinary(options: BinaryLeaseOptions): Promise<BinaryBatch | null> {
     const waitMs = options.waitMs ?? 0;
@@ -298,6 +317,7 @@ export class StepwiseClient {
       body: JSON.stringify({
         ...leaseFields(options),
         format: options.format,
+        rows: options.rows,
         prompt_length: options.promptLength,
         response_length: options.responseLength,
         overlong: options.overlong,
