@@ -46,8 +46,6 @@ export interface InstallCodexOptions {
   force?: boolean;
   onProgress?: (message: string) => void;
   signal?: AbortSignal;
-  /** The package tarball's pinned integrity (tests check a mismatch). */
-  integrity?: string;
 }
 
 const Stamp = z.object({
@@ -107,7 +105,7 @@ export async function installCodex(
     parent: toolsDir,
     name: INSTALL_NAME,
     find: () => findCodex(toolsDir),
-    build: (staging) => buildCodex(staging, options.integrity ?? CODEX_INTEGRITY, progress, options.signal),
+    build: (staging) => buildCodex(staging, progress, options.signal),
     force: options.force,
     signal: options.signal,
     onProgress: progress,
@@ -117,7 +115,6 @@ export async function installCodex(
 
 async function buildCodex(
   staging: string,
-  integrity: string,
   progress: (m: string) => void,
   signal?: AbortSignal,
 ): Promise<void> {
@@ -135,9 +132,9 @@ async function buildCodex(
   if (tarballs.length !== 1)
     throw new ToolInstallError(`npm pack ${CODEX_PACKAGE} left ${tarballs.length} tarballs, expected one`);
   const tarball = join(download, tarballs[0]!);
-  await unpackCodex(tarball, staging, integrity);
+  await unpackCodex(tarball, staging);
   await rm(download, { recursive: true, force: true });
-  progress(`verified ${CODEX_PACKAGE} (${integrity.slice(0, 20)}...) and unpacked bin/codex and rg`);
+  progress(`verified ${CODEX_PACKAGE} (${CODEX_INTEGRITY.slice(0, 20)}...) and unpacked bin/codex and rg`);
   const reported = (
     await runCommand(paths.codex, ['--version'], {
       signal,
