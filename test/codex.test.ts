@@ -3,6 +3,8 @@ import { type AddressInfo, createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { codexOnlineConfig } from '../src/cli/codex.js';
+import { runCodexAgent } from '../src/gym/agent/codex/run.js';
 import { type GymRunOptions, runGym } from '../src/gym/runner.js';
 import { checkSandbox } from '../src/gym/sandbox/index.js';
 import { synthesize } from '../src/gym/synth/index.js';
@@ -215,5 +217,46 @@ describe.skipIf(skip !== null)('Codex CLI in the gym', () => {
     expect(report.host_listener).not.toBe('connected');
     // Only the trajectory's own LLM routes pass the bridge (docs/security.md).
     expect(report.bridge_models).toBe(403);
+  }, 300_000);
+
+  it('online: `stepwise codex config` turns each Codex session into its own trajectory', async () => {
+    // The printed config as a person would use it; inside the sandbox the gateway is the bridge.
+    const configText = codexOnlineConfig({
+      url: 'http://127.0.0.1:8100',
+      model: 'sim-qwen3',
+      channel: 'codex-online',
+    });
+    const threads: string[] = [];
+    for (const n of [1, 2]) {
+      const run = await runCodexAgent({
+        install: codex.install!,
+        baseUrl: `${server.url}/v1`,
+        model: 'sim-qwen3',
+        task: GymTask.parse({
+          id: `chat-${n}`,
+          prompt: `Hello number ${n}, what can you do?`,
+          verifier: { kind: 'checks', checks: [{ kind: 'file_exists', name: 'x', path: 'x' }] },
+          category: 'Productivity & Collaboration',
+        }),
+        workspace: mkdtempSync(join(dir, 'online-')),
+        timeoutMs: 150_000,
+        configText,
+      });
+      expect(run.ok, run.reason ?? '').toBe(true);
+      threads.push(run.metadata.thread_id!);
+    }
+    const { items } = await server.pool.store.listTrajectories({
+      channel: 'codex-online',
+      limit: 10,
+      offset: 0,
+    });
+    // One trajectory per Codex session, keyed by the thread id Codex sent as prompt_cache_key.
+    expect(items.map((t) => t.metadata.session_key).sort()).toEqual([...threads].sort());
+    for (const t of items) {
+      expect(t.metadata).toMatchObject({ source: 'session' });
+      const steps = await server.pool.getTrajectorySteps(t.id);
+      expect(steps).toHaveLength(1);
+      expect(steps[0]!.tokenSource).toBe('engine');
+    }
   }, 300_000);
 });
