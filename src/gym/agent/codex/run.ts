@@ -28,11 +28,12 @@ import type { CodexInstall } from './install.js';
 const INSIDE_ROOT = '/opt/stepwise/codex';
 
 /**
- * Limits that fit Codex: a 290 MB static binary with a Tokio runtime (its threads' stacks count
- * toward RLIMIT_AS), and the shells it starts count as processes.
+ * Limits that fit Codex: it starts in ~140 MB (measured, 0.169.0) but lives for the whole sample, so
+ * RLIMIT_CPU counts all of its CPU time; its Tokio threads and the shells it starts count as processes;
+ * RLIMIT_AS is per process and leaves room for a long conversation.
  */
 export const CODEX_LIMITS: Readonly<Partial<SandboxLimits>> = Object.freeze({
-  memoryMb: 8_192,
+  memoryMb: 4_096,
   cpuSeconds: 600,
   processes: 512,
 });
