@@ -14,6 +14,7 @@ import { runCli } from './support/server-process.js';
  */
 
 /** config.toml as TOML's reference parser (Python's tomllib) reads it. */
+// biome-ignore lint/suspicious/noExplicitAny: the parsed TOML is read loosely
 function parseToml(text: string): Record<string, any> {
   const script = 'import json, sys, tomllib; print(json.dumps(tomllib.loads(sys.stdin.read())))';
   return JSON.parse(execFileSync('python3', ['-c', script], { input: text, encoding: 'utf8' }));

@@ -157,6 +157,37 @@ describe.skipIf(skip !== null)('Codex CLI in the gym', () => {
     }
   }, 600_000);
 
+  it('injected tool errors reach Codex as real failures, which it gets past; the gateway flags them', async () => {
+    // Every reference action is first tried wrongly (a wrong path or an unknown tool), then right.
+    const noisy = await startServer({
+      dbPath: join(dir, 'noisy.db'),
+      port: 0,
+      engines: ['sim'],
+      sim: { policy: 'reference', tasks: referenceTasks([tasks[1]!]), errorRate: 1 },
+    });
+    try {
+      const { results } = await runGym(
+        options({
+          tasks: [tasks[1]!],
+          gatewayUrl: noisy.url,
+          runId: 'cx-noisy',
+          stateFile: join(dir, 'state-noisy.jsonl'),
+        }),
+      );
+      expect(results[0], JSON.stringify(results)).toMatchObject({ status: 'complete', score: 1 });
+      const actions = tasks[1]!.referenceActions!.length;
+      const steps = await noisy.pool.getTrajectorySteps(results[0]!.trajectoryUid!);
+      // Each action took two calls, the wrong one and the right one, then the answer.
+      expect(steps).toHaveLength(2 * actions + 1);
+      const t = await noisy.pool.store.getTrajectory(results[0]!.trajectoryUid!);
+      expect((t!.metadata.codex as Record<string, number>).command_failures).toBeGreaterThanOrEqual(1);
+      const flagged = steps.flatMap((s) => s.toolResults ?? []).filter((r) => r.error);
+      expect(flagged.length).toBeGreaterThanOrEqual(1);
+    } finally {
+      await noisy.close();
+    }
+  }, 300_000);
+
   it("Codex's apply_patch helper works inside the sandbox (what real models call through the shell)", async () => {
     const patch = [
       "apply_patch <<'PATCH'",

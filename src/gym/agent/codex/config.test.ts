@@ -3,6 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { CODEX_KEY_ENV, CODEX_PROVIDER, renderCodexConfig } from './config.js';
 
 /** The config as TOML's reference parser (Python's tomllib) reads it. */
+// biome-ignore lint/suspicious/noExplicitAny: the parsed TOML is read loosely
 function parseToml(text: string): Record<string, any> {
   const script = 'import json, sys, tomllib; print(json.dumps(tomllib.loads(sys.stdin.read())))';
   return JSON.parse(execFileSync('python3', ['-c', script], { input: text, encoding: 'utf8' }));
