@@ -7,12 +7,14 @@ import { codexOnlineConfig } from '../src/cli/codex.js';
 import { runCodexAgent } from '../src/gym/agent/codex/run.js';
 import { type GymRunOptions, runGym } from '../src/gym/runner.js';
 import { checkSandbox } from '../src/gym/sandbox/index.js';
+import { findRootfs } from '../src/gym/sandbox/rootfs.js';
 import { synthesize } from '../src/gym/synth/index.js';
 import { referenceTasks } from '../src/gym/tasks/index.js';
 import { GymTask } from '../src/gym/tasks/schema.js';
 import { type RunningServer, startServer } from '../src/server/server.js';
 import { loadQwen3Tokenizer } from '../src/text/index.js';
 import { testCodex } from './support/codex.js';
+import { TEST_TOOLS_DIR } from './support/openclaw.js';
 
 /*
  * The stock Codex CLI (pinned, its binary from the npm registry) working synthesized gym tasks through
@@ -234,6 +236,22 @@ describe.skipIf(skip !== null)('Codex CLI in the gym', () => {
       await patched.close();
     }
   }, 300_000);
+
+  it.skipIf(!findRootfs(TEST_TOOLS_DIR))(
+    'solves a task in the hermetic rootfs too (the static binary needs nothing of the host)',
+    async () => {
+      const { results } = await runGym(
+        options({
+          tasks: [tasks[1]!],
+          runId: 'cx-rootfs',
+          stateFile: join(dir, 'state-rootfs.jsonl'),
+          rootfs: findRootfs(TEST_TOOLS_DIR)!.root,
+        }),
+      );
+      expect(results[0], JSON.stringify(results)).toMatchObject({ status: 'complete', score: 1 });
+    },
+    300_000,
+  );
 
   it("Codex's commands reach nothing but the bridged gateway port", async () => {
     const { results } = await runGym(
