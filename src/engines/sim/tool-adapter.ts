@@ -54,7 +54,7 @@ const ARGUMENTS: Readonly<Record<string, Readonly<Record<string, { names: string
     ls: { path: { names: ['path', 'directory', 'dir', 'dir_path', 'dirPath', 'folder'], essential: true } },
   };
 
-/** Names under which a harness may offer a shell tool that takes a command (Codex: exec_command, shell_command, shell). */
+/** Names under which a harness may offer a shell tool that takes a command (Codex: exec_command, ...). */
 const SHELL_TOOLS = ['exec', 'bash', 'shell', 'exec_command', 'shell_command'];
 
 function propertiesOf(tool: ChatToolInput | undefined): Schema | undefined {
@@ -208,7 +208,8 @@ function asCommand(call: PolicyToolCall): PolicyToolCall | undefined {
  * A call to one of our built-in tools, written for the tools the request offers: in the offered
  * tool's parameter schema when it has the same name; as an equivalent shell command through an
  * offered shell tool (`exec`, `bash`, Codex's `exec_command`, ...) when it is not offered or its
- * schema has no place for an essential argument; otherwise unchanged. Calls to other tools, and requests that offer no tools, are unchanged.
+ * schema has no place for an essential argument; otherwise unchanged. Calls to other tools, and
+ * requests that offer no tools, are unchanged.
  */
 export function adaptCall(call: PolicyToolCall, offered: readonly ChatToolInput[]): PolicyToolCall {
   if (!Object.hasOwn(ARGUMENTS, call.name) || offered.length === 0) return call;

@@ -19,7 +19,7 @@ export const CODEX_VERSION = '0.169.0';
  * platform; the linux-x64 one holds the binary, so it is the only package fetched.
  */
 export const CODEX_PACKAGE = `@openai/codex@${CODEX_VERSION}-linux-x64`;
-/** The registry's sha512 of codex-0.169.0-linux-x64.tgz (`npm view @openai/codex@0.169.0-linux-x64 dist.integrity`). */
+/** The registry's sha512 of codex-0.169.0-linux-x64.tgz (`npm view <CODEX_PACKAGE> dist.integrity`). */
 export const CODEX_INTEGRITY =
   'sha512-o05NyAOCDygSPRo1yinzxvkRSdmsZyBD9E7mbpmjRanSfM8lypqWtQgEo4XfNkwhuCR2aFu8mlGOsQGFXVbVww==';
 /** The binaries taken from the tarball: Codex, and the ripgrep it expects on PATH. */
