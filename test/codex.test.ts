@@ -124,6 +124,8 @@ describe.skipIf(skip !== null)('Codex CLI in the gym', () => {
     for (const r of results) {
       const t = await server.pool.store.getTrajectory(r.trajectoryUid!);
       expect(t).toMatchObject({ status: 'complete', reward: 1, groupId: `cx.${r.taskId}` });
+      // Codex sends its whole history each call (store: false): every prompt extends the last step token for token.
+      expect(t!.prefixBreaks).toBe(0);
       const meta = t!.metadata.codex as Record<string, unknown>;
       const task = tasks.find((x) => x.id === r.taskId)!;
       const actions = task.referenceActions!;
