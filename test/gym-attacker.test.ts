@@ -38,6 +38,7 @@ def call(method, url, body=None):
 got = {"key": key}
 got["chat"] = call("POST", base + "/chat/completions", {"model": os.environ["OPENAI_MODEL"], "messages": [{"role": "user", "content": "hi"}]})
 got["models"] = call("GET", base + "/models")
+got["responses"] = call("POST", base + "/responses", {"model": os.environ["OPENAI_MODEL"], "input": "hi", "store": False})
 got["complete_under_base"] = call("POST", base + "/complete_trajectory", {"reward": 1})
 got["complete_by_id"] = call("POST", root + "/complete_trajectory/" + traj, {"reward": 1})
 got["complete_v1"] = call("POST", root + "/v1/trajectories/" + traj + "/complete", {"reward": 1})
@@ -112,6 +113,8 @@ describe.skipIf(!sandboxReady)('a sandboxed agent cannot reach its reward or the
       expect(got.key).not.toBe(RUNNER_KEY);
       expect(got.chat).toBe(200);
       expect(got.models).toBe(200);
+      // The Responses API (Codex CLI's) is an LLM route too.
+      expect(got.responses).toBe(200);
       for (const attempt of [
         'complete_under_base',
         'complete_by_id',

@@ -8,6 +8,7 @@ import { startServer } from '../server/server.js';
 import { redactUrl } from '../store/postgres/postgres-store.js';
 import { createLogger } from '../util/logger.js';
 import { registerBenchCommand } from './bench.js';
+import { registerCodexCommand } from './codex.js';
 import { runDemo } from './demo.js';
 import { registerExportCommands } from './export.js';
 import { registerGymCommands } from './gym.js';
@@ -137,6 +138,7 @@ export function buildCli(): Command {
   registerBenchCommand(program);
   registerToolsCommand(program);
   registerOpenClawCommand(program);
+  registerCodexCommand(program);
   registerPurifyCommand(program);
   registerWorkerCommands(program);
   registerTrainCommand(program);

@@ -42,7 +42,7 @@ export function onlineConfig(o: OnlineConfigOptions): string {
 }
 
 /** The first model the gateway lists, for when --model is not given. */
-async function servedModel(origin: string, apiKey: string): Promise<string> {
+export async function servedModel(origin: string, apiKey: string): Promise<string> {
   const url = `${origin.replace(/\/+$/, '').replace(/\/v1$/, '')}/v1/models`;
   let res: Response;
   try {

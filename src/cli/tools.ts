@@ -1,4 +1,5 @@
 import type { Command } from 'commander';
+import { CODEX_VERSION, findCodex, installCodex } from '../gym/agent/codex/install.js';
 import {
   defaultToolsDir,
   findOpenClaw,
@@ -10,7 +11,8 @@ import { findRootfs, installRootfs, readRootfsLock, rootfsId } from '../gym/sand
 
 /*
  * `stepwise tools install|path <tool>`: the external programs Stepwise runs as black boxes,
- * installed into a project-local tools folder (src/gym/agent/openclaw/install.ts for OpenClaw).
+ * installed into a project-local tools folder (src/gym/agent/openclaw/install.ts for OpenClaw,
+ * src/gym/agent/codex/install.ts for Codex).
  */
 
 interface ToolInstaller<T extends { dir: string } = { dir: string }> {
@@ -37,6 +39,17 @@ const TOOLS: Record<string, ToolInstaller> = {
       `openclaw ${r.version} (Node ${r.nodeVersion}) ${how}: ${r.dir}`,
       `  node:  ${r.node}`,
       `  entry: ${r.entry}`,
+    ],
+  }),
+  // OpenAI's Codex CLI, one static binary (src/gym/agent/codex/install.ts); `gym run --agent codex`.
+  codex: installer({
+    pinned: `codex ${CODEX_VERSION} (linux-x64)`,
+    find: findCodex,
+    install: installCodex,
+    describe: (r, how) => [
+      `codex ${r.version} ${how}: ${r.dir}`,
+      `  codex: ${r.codex}`,
+      `  path:  ${r.pathDir}`,
     ],
   }),
   // The hermetic sandbox root (src/gym/sandbox/rootfs.ts); the gym uses it with --rootfs.

@@ -2,6 +2,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { ValidationError } from '../domain/errors.js';
 import { progressReporter } from '../util/progress.js';
+import { CODEX_VERSION, findCodex } from './agent/codex/install.js';
 import { defaultToolsDir, findOpenClaw, OPENCLAW_VERSION } from './agent/openclaw/install.js';
 import { checkPgUrl, checkQueueSchema, DEFAULT_QUEUE_SCHEMA, RolloutQueue } from './distributed/queue.js';
 import { defaultLeaseSeconds, distributedRunner } from './distributed.js';
@@ -24,7 +25,7 @@ import type { GymTask } from './tasks/schema.js';
  * Errors name the flags, as the commands print them.
  */
 
-/** `--agent`: the built-in agent, the installed OpenClaw, or a command template. */
+/** `--agent`: the built-in agent, the installed OpenClaw or Codex, or a command template. */
 export function agentSpec(opts: {
   agent: string;
   maxTurns: number;
@@ -50,6 +51,15 @@ export function agentSpec(opts: {
         `OpenClaw ${OPENCLAW_VERSION} is not installed in ${dir}: run \`stepwise tools install openclaw${opts.toolsDir ? ` --dir ${opts.toolsDir}` : ''}\` first`,
       );
     return { kind: 'openclaw', install };
+  }
+  if (opts.agent === 'codex') {
+    const dir = opts.toolsDir ?? defaultToolsDir();
+    const install = findCodex(dir);
+    if (!install)
+      throw new Error(
+        `Codex ${CODEX_VERSION} is not installed in ${dir}: run \`stepwise tools install codex${opts.toolsDir ? ` --dir ${opts.toolsDir}` : ''}\` first`,
+      );
+    return { kind: 'codex', install };
   }
   return { kind: 'command', template: opts.agent };
 }

@@ -385,6 +385,18 @@ describe('reference policy', () => {
     });
   });
 
+  it("finds the task in a later user message when the harness opens with its own (Codex's environment)", () => {
+    const policy = referencePolicy(tasks);
+    const messages: PolicyContext['messages'][number][] = [
+      { role: 'system', content: 'You are a coding agent.' },
+      { role: 'user', content: '<environment_context>\n  <cwd>/w</cwd>\n</environment_context>' },
+      { role: 'user', content: 'List the files.' },
+    ];
+    expect(policy(ctx({ messages })).toolCalls).toEqual([{ name: 'ls', arguments: { path: '.' } }]);
+    // Without the prompt anywhere: no task, a plain answer.
+    expect(policy(ctx({ messages: messages.slice(0, 2) }))).toEqual({ text: 'Done.' });
+  });
+
   it('injects wrong calls followed by the correct one, per episode seed', () => {
     const policy = referencePolicy(tasks, { errorRate: 1 });
     const run = episode(policy, 'Write the total to output/total.txt.', 3);

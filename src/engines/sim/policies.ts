@@ -502,14 +502,26 @@ export interface ReferencePolicyOptions {
   needsPlan?: number;
 }
 
-function firstUserText(messages: readonly ChatMessageInput[]): string | undefined {
-  const first = messages.find((m) => m.role === 'user');
-  return first ? contentText(first.content).trim() : undefined;
+/**
+ * The first user message that names a task, and the task: a harness may open with a user message
+ * of its own (Codex CLI's `<environment_context>`) before the prompt.
+ */
+function taskMessage<T>(
+  messages: readonly ChatMessageInput[],
+  find: (text: string) => T | undefined,
+): { text: string; task: T } | undefined {
+  for (const m of messages) {
+    if (m.role !== 'user') continue;
+    const text = contentText(m.content).trim();
+    const task = find(text);
+    if (task) return { text, task };
+  }
+  return undefined;
 }
 
 /**
- * Follows the reference actions of the task whose prompt opens the conversation (equal or contained, so a
- * harness may wrap it), with `scriptedPolicy`'s errors. The error plan and give-up draw come from
+ * Follows the reference actions of the task whose prompt is the first user message that holds one
+ * (equal or contained, so a harness may wrap it or open with a message of its own), with `scriptedPolicy`'s errors. The error plan and give-up draw come from
  * `episodeSeed` (else the opening), so rollouts with other seeds differ. An unknown task gets "Done.".
  */
 export function referencePolicy(
@@ -529,9 +541,9 @@ export function referencePolicy(
     byPrompt.get(text) ?? byLength.find((t) => t.prompt.trim() !== '' && text.includes(t.prompt.trim()));
   return scriptedPolicy(
     (ctx) => {
-      const text = firstUserText(ctx.messages);
-      const task = text === undefined ? undefined : find(text);
-      if (!task) return undefined;
+      const found = taskMessage(ctx.messages, find);
+      if (!found) return undefined;
+      const { text, task } = found;
       let actions = task.actions;
       const r = seededRandom('reference-give-up', episodeSeed(ctx));
       if (giveUpRate > 0 && actions.length > 0 && r() < giveUpRate)
@@ -541,7 +553,7 @@ export function referencePolicy(
         const prefixes = ctx.messages.flatMap((m) =>
           m.role === 'assistant' && typeof m.content === 'string' ? [m.content] : [],
         );
-        const shown = shownPlanSteps([text!, ...prefixes].join('\n'), task.actions);
+        const shown = shownPlanSteps([text, ...prefixes].join('\n'), task.actions);
         if (shown < neededPlanSteps(task.actions.length, needsPlan)) actions = actions.slice(0, shown);
       }
       const answer =

@@ -1,4 +1,6 @@
-import { readFileSync } from 'node:fs';
+import { execFileSync, spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { TOOL_DEFINITIONS } from '../../gym/tools/definitions.js';
@@ -7,6 +9,10 @@ import { adaptCall } from './tool-adapter.js';
 
 const openclaw: ChatToolInput[] = JSON.parse(
   readFileSync(join(import.meta.dirname, '../../../test/fixtures/openclaw/tools.json'), 'utf8'),
+);
+// Codex CLI 0.169's tools as the gateway hands them on (test/fixtures/codex/README.md).
+const codex: ChatToolInput[] = JSON.parse(
+  readFileSync(join(import.meta.dirname, '../../../test/fixtures/codex/tools.json'), 'utf8'),
 );
 // Our built-in agent's tools, as a request carries them.
 const builtIn: ChatToolInput[] = TOOL_DEFINITIONS.map((t) => ({ type: t.type, function: { ...t.function } }));
@@ -105,9 +111,86 @@ describe('adaptCall: our actions in the offered schema', () => {
     });
   });
 
-  it('keeps a call as is when nothing offered can do it safely', () => {
-    // No shell command edits exactly once and fails otherwise.
-    expect(adaptCall(ours.edit, only('exec', 'read'))).toBe(ours.edit);
+  it('keeps a call as is when nothing offered can do it', () => {
+    expect(adaptCall(ours.edit, only('read'))).toBe(ours.edit);
     expect(adaptCall(ours.ls, only('read', 'write'))).toBe(ours.ls);
+    // An empty old text has no single occurrence to replace.
+    const empty = { name: 'edit', arguments: { path: 'a.txt', oldText: '', newText: 'x' } };
+    expect(adaptCall(empty, only('exec'))).toBe(empty);
+  });
+});
+
+describe("adaptCall: Codex CLI's shell tools", () => {
+  it('writes exec as exec_command{cmd, workdir}; the timeout has no place there and is dropped', () => {
+    expect(adaptCall(ours.exec, codex)).toEqual({
+      name: 'exec_command',
+      arguments: { cmd: 'make test', workdir: 'src' },
+    });
+    expect(adaptCall({ name: 'exec', arguments: { command: 'ls' } }, codex)).toEqual({
+      name: 'exec_command',
+      arguments: { cmd: 'ls' },
+    });
+  });
+
+  it('writes read, write and ls as shell commands through exec_command', () => {
+    expect(adaptCall(ours.ls, codex)).toEqual({
+      name: 'exec_command',
+      arguments: { cmd: "ls -la -- 'data'" },
+    });
+    expect(adaptCall(ours.read, codex)).toEqual({
+      name: 'exec_command',
+      arguments: { cmd: "sed -n '3,4p' -- 'notes.txt'" },
+    });
+    expect(adaptCall(ours.write, codex).name).toBe('exec_command');
+  });
+
+  it("runs a command given as an argv array (Codex's legacy shell tool) through bash", () => {
+    const shell = tool('shell', { command: { type: 'array', items: { type: 'string' } }, workdir: {} });
+    expect(adaptCall(ours.exec, [shell])).toEqual({
+      name: 'shell',
+      arguments: { command: ['bash', '-lc', 'make test'], workdir: 'src' },
+    });
+  });
+
+  describe('an edit as a shell command', () => {
+    const run = (dir: string, call: { name: string; arguments: Record<string, unknown> }) => {
+      const adapted = adaptCall(call, codex);
+      expect(adapted.name).toBe('exec_command');
+      return spawnSync('bash', ['-c', adapted.arguments.cmd as string], { cwd: dir, encoding: 'utf8' });
+    };
+    const edit = (path: string, oldText: string, newText: string) => ({
+      name: 'edit',
+      arguments: { path, oldText, newText },
+    });
+
+    it('replaces the one occurrence, bytes and quotes kept', () => {
+      const dir = mkdtempSync(join(tmpdir(), 'sim-edit-'));
+      try {
+        writeFileSync(join(dir, 'a.txt'), "x = 'it''s'\r\ny = $HOME\r\n");
+        const result = run(dir, edit('a.txt', 'y = $HOME\r\n', "y = 'don'''t' `x`\r\nz\r\n"));
+        expect(result.status, result.stderr).toBe(0);
+        expect(readFileSync(join(dir, 'a.txt'), 'utf8')).toBe("x = 'it''s'\r\ny = 'don'''t' `x`\r\nz\r\n");
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    });
+
+    it('fails, changing nothing, when the text is missing or not unique, or the file is not there', () => {
+      const dir = mkdtempSync(join(tmpdir(), 'sim-edit-'));
+      try {
+        writeFileSync(join(dir, 'a.txt'), 'ab ab\n');
+        const missing = run(dir, edit('a.txt', 'cd', 'x'));
+        expect(missing.status).not.toBe(0);
+        expect(missing.stderr).toContain('occurs 0 times');
+        const twice = run(dir, edit('a.txt', 'ab', 'x'));
+        expect(twice.status).not.toBe(0);
+        expect(twice.stderr).toContain('occurs 2 times');
+        expect(readFileSync(join(dir, 'a.txt'), 'utf8')).toBe('ab ab\n');
+        expect(run(dir, edit('a.txt_wrong', 'ab', 'x')).status).not.toBe(0);
+        expect(execFileSync('ls', [dir], { encoding: 'utf8' }).trim()).toBe('a.txt');
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    });
   });
 });

@@ -3,8 +3,9 @@ import type { ChatToolInput } from '../../text/index.js';
 /*
  * Reference actions are written for our built-in tools (src/gym/tools: read, write, edit, exec, ls).
  * An agent harness may offer a tool of the same name with other parameters (OpenClaw's edit takes
- * `edits: [{oldText, newText}]`, Claude-style tools take `file_path`, ...). The sim then writes the
- * call in the offered schema so the harness runs what the action meant. The differences are data:
+ * `edits: [{oldText, newText}]`, Claude-style tools take `file_path`, ...), or only a shell (Codex
+ * CLI's `exec_command` takes `cmd` and `workdir`). The sim then writes the call in the offered schema,
+ * or as a shell command, so the harness runs what the action meant. The differences are data:
  * where each of our arguments may live in another schema, and how its value converts.
  */
 
@@ -53,8 +54,8 @@ const ARGUMENTS: Readonly<Record<string, Readonly<Record<string, { names: string
     ls: { path: { names: ['path', 'directory', 'dir', 'dir_path', 'dirPath', 'folder'], essential: true } },
   };
 
-/** Names under which a harness may offer a shell tool that takes a command. */
-const SHELL_TOOLS = ['exec', 'bash', 'shell'];
+/** Names under which a harness may offer a shell tool that takes a command (Codex: exec_command, ...). */
+const SHELL_TOOLS = ['exec', 'bash', 'shell', 'exec_command', 'shell_command'];
 
 function propertiesOf(tool: ChatToolInput | undefined): Schema | undefined {
   const params = tool ? (tool.function as Schema).parameters : undefined;
@@ -70,6 +71,15 @@ const isMilliseconds = (name: string, schema: unknown) =>
 
 /** Our value of `arg` as the offered property `name` expects it (units, line base). */
 function convert(tool: string, arg: string, value: unknown, name: string, schema: unknown): unknown {
+  // A command as an argv array (Codex's legacy `shell` tool): run by bash, as a string one is.
+  if (
+    tool === 'exec' &&
+    arg === 'command' &&
+    typeof value === 'string' &&
+    isObject(schema) &&
+    schema.type === 'array'
+  )
+    return ['bash', '-lc', value];
   if (typeof value !== 'number') return value;
   if (tool === 'read' && arg === 'offset' && describes(schema, /\b(?:0|zero)[- ](?:based|indexed)\b/i))
     return value - 1;
@@ -129,9 +139,19 @@ function mapArguments(call: PolicyToolCall, properties: Schema): Record<string, 
 const quote = (s: string) => `'${s.replaceAll("'", `'\\''`)}'`;
 
 /**
- * The action as a shell command, where one does exactly the same thing and touches nothing else
- * (an `edit` has no such command: it must fail when the text is missing or not unique).
+ * Replaces the one occurrence of argv[2] in the file argv[1] by argv[3], bytes kept as they are
+ * (newline=''), and fails naming the count when the text is missing or not unique, as our edit does.
  */
+const EDIT_SCRIPT = [
+  'import sys',
+  'p, old, new = sys.argv[1:4]',
+  "t = open(p, newline='').read()",
+  'n = t.count(old)',
+  "n == 1 or sys.exit(f'edit: {p}: the text to replace occurs {n} times, not once')",
+  "open(p, 'w', newline='').write(t.replace(old, new, 1))",
+].join('; ');
+
+/** The action as a shell command, where one does exactly the same thing and touches nothing else. */
 function asCommand(call: PolicyToolCall): PolicyToolCall | undefined {
   const a = call.arguments;
   const str = (key: string) => (typeof a[key] === 'string' ? (a[key] as string) : undefined);
@@ -161,6 +181,15 @@ function asCommand(call: PolicyToolCall): PolicyToolCall | undefined {
       command = `mkdir -p -- "$(dirname -- ${quote(path)})" && printf '%s' ${quote(content)} > ${quote(path)}`;
       break;
     }
+    case 'edit': {
+      const path = str('path');
+      const oldText = str('oldText');
+      const newText = str('newText');
+      if (path === undefined || oldText === undefined || newText === undefined || oldText === '')
+        return undefined;
+      command = `python3 -c ${quote(EDIT_SCRIPT)} ${quote(path)} ${quote(oldText)} ${quote(newText)}`;
+      break;
+    }
     case 'exec': {
       // Only reached when the offered shell tool has no working-directory parameter.
       const cmd = str('command');
@@ -178,8 +207,9 @@ function asCommand(call: PolicyToolCall): PolicyToolCall | undefined {
 /**
  * A call to one of our built-in tools, written for the tools the request offers: in the offered
  * tool's parameter schema when it has the same name; as an equivalent shell command through an
- * offered `exec` (or `bash`) when it is not offered or its schema has no place for an essential
- * argument; otherwise unchanged. Calls to other tools, and requests that offer no tools, are unchanged.
+ * offered shell tool (`exec`, `bash`, Codex's `exec_command`, ...) when it is not offered or its
+ * schema has no place for an essential argument; otherwise unchanged. Calls to other tools, and
+ * requests that offer no tools, are unchanged.
  */
 export function adaptCall(call: PolicyToolCall, offered: readonly ChatToolInput[]): PolicyToolCall {
   if (!Object.hasOwn(ARGUMENTS, call.name) || offered.length === 0) return call;
@@ -191,9 +221,15 @@ export function adaptCall(call: PolicyToolCall, offered: readonly ChatToolInput[
     if (args) return { name: call.name, arguments: args };
   }
   const shell = offered.find((t) => SHELL_TOOLS.includes(t.function.name) && propertiesOf(t));
-  const command = shell ? asCommand(call) : undefined;
-  if (!shell || !command) return call;
+  if (!shell) return call;
   const properties = propertiesOf(shell)!;
+  // A shell command of ours, in a shell tool of another name that has a place for each argument.
+  if (call.name === 'exec') {
+    const direct = mapArguments(call, properties);
+    if (direct) return { name: shell.function.name, arguments: direct };
+  }
+  const command = asCommand(call);
+  if (!command) return call;
   const args = mapArguments(command, properties);
   return args ? { name: shell.function.name, arguments: args } : call;
 }

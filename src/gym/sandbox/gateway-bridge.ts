@@ -44,6 +44,9 @@ export function gatewayTarget(url: string): BridgeTarget {
 const LLM_ROUTES: Record<string, string> = {
   '/chat/completions': 'POST',
   '/completions': 'POST',
+  // The Responses API (Codex CLI): a stateless call with `store: false`; a stored response is this
+  // trajectory's own (an id from another is a 404, docs/gateway.md).
+  '/responses': 'POST',
   '/models': 'GET',
 };
 
@@ -131,7 +134,7 @@ function scopedProxy(target: BridgeTarget, scope: BridgeScope, refused: string[]
       req.resume();
       const message =
         `the sandbox's gateway bridge forwards only this trajectory's LLM routes ` +
-        `(POST chat/completions, POST completions, GET models under ${scope.basePath}), not ${attempt}`;
+        `(POST chat/completions, POST completions, POST responses, GET models under ${scope.basePath}), not ${attempt}`;
       res.writeHead(403, { 'content-type': 'application/json' });
       res.end(
         JSON.stringify({ error: { message, type: 'permission_error', param: null, code: 'forbidden' } }),
