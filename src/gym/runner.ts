@@ -12,6 +12,8 @@ import { fromZodError, StepwiseError, ValidationError } from '../domain/errors.j
 import type { SignalWire } from '../domain/signal.js';
 import { type StepwiseClient, StepwiseHttpError } from '../sdk/client.js';
 import { type AgentOutcome, runBuiltinAgent } from './agent/builtin.js';
+import type { ClaudeCodeInstall } from './agent/claude-code/install.js';
+import { runClaudeCodeAgent } from './agent/claude-code/run.js';
 import { AgentFailed, runExternalAgent, type SandboxedAgentOptions } from './agent/external.js';
 import type { OpenClawInstall } from './agent/openclaw/install.js';
 import { GatewayUnavailable, runOpenClawAgent } from './agent/openclaw/run.js';
@@ -41,7 +43,8 @@ export type AgentSpec =
       maxTokens?: number;
     }
   | { kind: 'command'; template: string }
-  | { kind: 'openclaw'; install: OpenClawInstall; allowTools?: readonly string[] };
+  | { kind: 'openclaw'; install: OpenClawInstall; allowTools?: readonly string[] }
+  | { kind: 'claude-code'; install: ClaudeCodeInstall };
 
 export interface GymRunOptions {
   tasks: readonly GymTask[];
@@ -139,8 +142,8 @@ export function defaultRunId(tasks: readonly GymTask[], samples: number, agent: 
   const agentKey =
     agent.kind === 'command'
       ? agent.template
-      : agent.kind === 'openclaw'
-        ? `openclaw@${agent.install.version}`
+      : agent.kind === 'openclaw' || agent.kind === 'claude-code'
+        ? `${agent.kind}@${agent.install.version}`
         : agent.cleaner
           ? `builtin+cleaner${JSON.stringify(agent.cleaner)}`
           : 'builtin';
@@ -428,25 +431,27 @@ export async function runSample(
       outcome =
         agent.kind === 'openclaw'
           ? await runOpenClaw(options, agent, run)
-          : agent.kind === 'builtin'
-            ? await runBuiltinAgent({
-                ...run,
-                onCleanerReport: (report) => {
-                  cleaner.report = report;
-                },
-                maxTurns: agent.maxTurns,
-                turnTimeoutMs: agent.turnTimeoutMs,
-                tools: agent.tools,
-                toolDescriptions: agent.toolDescriptions,
-                systemPrompt: agent.systemPrompt,
-                chatTemplateKwargs: agent.chatTemplateKwargs,
-                temperature: agent.temperature,
-                maxTokens: agent.maxTokens,
-                seed: job.seed,
-                signal: timeout,
-                cleaner: agent.cleaner,
-              })
-            : await runExternalAgent({ ...run, template: agent.template });
+          : agent.kind === 'claude-code'
+            ? await runClaudeCode(options, agent, run)
+            : agent.kind === 'builtin'
+              ? await runBuiltinAgent({
+                  ...run,
+                  onCleanerReport: (report) => {
+                    cleaner.report = report;
+                  },
+                  maxTurns: agent.maxTurns,
+                  turnTimeoutMs: agent.turnTimeoutMs,
+                  tools: agent.tools,
+                  toolDescriptions: agent.toolDescriptions,
+                  systemPrompt: agent.systemPrompt,
+                  chatTemplateKwargs: agent.chatTemplateKwargs,
+                  temperature: agent.temperature,
+                  maxTokens: agent.maxTokens,
+                  seed: job.seed,
+                  signal: timeout,
+                  cleaner: agent.cleaner,
+                })
+              : await runExternalAgent({ ...run, template: agent.template });
     } catch (error) {
       if (isInfra(error) && !timeout.aborted) throw error;
       agentError =
@@ -552,6 +557,18 @@ async function runOpenClaw(
   const result = await runOpenClawAgent({ ...run, install: agent.install, allowTools: agent.allowTools });
   await mergeMetadata(options, run.baseUrl, { openclaw: result.metadata });
   if (!result.ok) throw new AgentFailed(result.reason ?? 'OpenClaw failed');
+  return result.outcome;
+}
+
+/** Claude Code in the sandbox; its JSON result goes into the trajectory's metadata whatever the outcome. */
+async function runClaudeCode(
+  options: SampleEnv,
+  agent: Extract<AgentSpec, { kind: 'claude-code' }>,
+  run: SandboxedAgentOptions,
+): Promise<AgentOutcome> {
+  const result = await runClaudeCodeAgent({ ...run, install: agent.install });
+  await mergeMetadata(options, run.baseUrl, { claude_code: result.metadata });
+  if (!result.ok) throw new AgentFailed(result.reason ?? 'Claude Code failed');
   return result.outcome;
 }
 

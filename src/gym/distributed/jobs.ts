@@ -16,7 +16,7 @@ import { GymTask } from '../tasks/schema.js';
 /** pg-boss queue of gym samples. */
 export const ROLLOUT_QUEUE = 'stepwise-gym-rollouts';
 
-/** The agent as a job names it: OpenClaw by version, each worker runs its own install of it. */
+/** The agent as a job names it: OpenClaw and Claude Code by version, each worker runs its own install. */
 export const AgentWire = z.discriminatedUnion('kind', [
   z.strictObject({
     kind: z.literal('builtin'),
@@ -30,6 +30,7 @@ export const AgentWire = z.discriminatedUnion('kind', [
     version: z.string().min(1),
     allowTools: z.array(z.string()).optional(),
   }),
+  z.strictObject({ kind: z.literal('claude-code'), version: z.string().min(1) }),
 ]);
 export type AgentWire = z.infer<typeof AgentWire>;
 
@@ -40,6 +41,7 @@ export function agentWire(agent: AgentSpec): AgentWire {
       version: agent.install.version,
       ...(agent.allowTools ? { allowTools: [...agent.allowTools] } : {}),
     };
+  if (agent.kind === 'claude-code') return { kind: 'claude-code', version: agent.install.version };
   if (agent.kind === 'command') return { kind: 'command', template: agent.template };
   return {
     kind: 'builtin',

@@ -2,6 +2,7 @@ import { hostname } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseOrThrow } from '../../domain/errors.js';
 import { StepwiseHttpError } from '../../sdk/client.js';
+import { findClaudeCode } from '../agent/claude-code/install.js';
 import { defaultToolsDir, findOpenClaw } from '../agent/openclaw/install.js';
 import { trajectoryOfBaseUrl } from '../gateway-urls.js';
 import { type AgentSpec, runSample, type SampleEnv, type SampleJob, type SampleResult } from '../runner.js';
@@ -71,6 +72,19 @@ export interface RolloutWorker {
 }
 
 function resolveAgent(agent: AgentWire, toolsDir: string | undefined): AgentSpec {
+  if (agent.kind === 'claude-code') {
+    const dir = toolsDir ?? defaultToolsDir();
+    const install = findClaudeCode(dir);
+    if (!install)
+      throw new Error(
+        `this worker has no Claude Code install in ${dir} (stepwise tools install claude-code)`,
+      );
+    if (install.version !== agent.version)
+      throw new Error(
+        `the job wants Claude Code ${agent.version}; this worker has ${install.version} in ${dir}`,
+      );
+    return { kind: 'claude-code', install };
+  }
   if (agent.kind !== 'openclaw') return agent;
   const dir = toolsDir ?? defaultToolsDir();
   const install = findOpenClaw(dir);

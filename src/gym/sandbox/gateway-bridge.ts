@@ -44,6 +44,8 @@ export function gatewayTarget(url: string): BridgeTarget {
 const LLM_ROUTES: Record<string, string> = {
   '/chat/completions': 'POST',
   '/completions': 'POST',
+  // Anthropic's Messages API (Claude Code), `?beta=true` and all.
+  '/messages': 'POST',
   '/models': 'GET',
 };
 
@@ -117,6 +119,8 @@ const DROPPED = new Set([
   'upgrade',
   'host',
   'authorization',
+  // Claude Code's placeholder key: the bridge's Authorization is the only credential that goes on.
+  'x-api-key',
 ]);
 
 function scopedProxy(target: BridgeTarget, scope: BridgeScope, refused: string[]): http.Server {
@@ -131,7 +135,7 @@ function scopedProxy(target: BridgeTarget, scope: BridgeScope, refused: string[]
       req.resume();
       const message =
         `the sandbox's gateway bridge forwards only this trajectory's LLM routes ` +
-        `(POST chat/completions, POST completions, GET models under ${scope.basePath}), not ${attempt}`;
+        `(POST chat/completions, POST completions, POST messages, GET models under ${scope.basePath}), not ${attempt}`;
       res.writeHead(403, { 'content-type': 'application/json' });
       res.end(
         JSON.stringify({ error: { message, type: 'permission_error', param: null, code: 'forbidden' } }),

@@ -1,0 +1,218 @@
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { type AddressInfo, createServer, type Server } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { ClaudeCodeInstall } from '../src/gym/agent/claude-code/install.js';
+import { defaultToolsDir } from '../src/gym/agent/openclaw/install.js';
+import { type GymRunOptions, runGym } from '../src/gym/runner.js';
+import { checkSandbox } from '../src/gym/sandbox/index.js';
+import { findRootfs } from '../src/gym/sandbox/rootfs.js';
+import { synthesize } from '../src/gym/synth/index.js';
+import { referenceTasks } from '../src/gym/tasks/index.js';
+import { GymTask } from '../src/gym/tasks/schema.js';
+import { type RunningServer, startServer } from '../src/server/server.js';
+import { loadQwen3Tokenizer } from '../src/text/index.js';
+import { claudeCodeSkip, requireClaudeCode } from './support/claude-code.js';
+
+/*
+ * Anthropic's Claude Code (pinned, its native binary from the npm registry) working synthesized gym
+ * tasks through the gateway's Messages API and the sim, inside the real bubblewrap sandbox: its own
+ * Bash, Read, Edit and Write make the outputs, verifiers score them, each of its model calls is a
+ * step with the engine's ids, and its Bash reaches nothing but the bridged gateway port.
+ */
+
+const sandboxReady = checkSandbox().ok;
+
+// Three synthesized tasks: ls/read/exec ones, and one that fixes a bug with Claude Code's Edit.
+const synthesized = synthesize({ n: 30, seed: 1 });
+const tasks = [synthesized[0]!, synthesized[1]!, synthesized[5]!];
+const CLAUDE_TOOLS: Record<string, string> = { read: 'Read', write: 'Write', edit: 'Edit' };
+
+/** Reaches for the world from inside the sandbox with a shell command; the verifier reads the report. */
+const NET_PROBE = `python3 - <<'EOF'
+import json, socket, urllib.request
+def tcp(host, port):
+    try:
+        socket.create_connection((host, port), timeout=3).close()
+        return "connected"
+    except OSError as e:
+        return type(e).__name__
+def http(url):
+    try:
+        urllib.request.urlopen(url, timeout=3).read()
+        return "ok"
+    except urllib.error.HTTPError as e:
+        return e.code
+    except Exception as e:
+        return type(e).__name__
+report = {
+    "public_ip": tcp("1.1.1.1", 443),
+    "anthropic": http("https://api.anthropic.com/"),
+    "host_listener": tcp("127.0.0.1", HOST_PORT),
+    "bridge_models": http("http://127.0.0.1:8100/v1/models"),
+}
+json.dump(report, open("net.json", "w"))
+EOF`;
+
+describe.skipIf(!sandboxReady || claudeCodeSkip)('Claude Code in the gym', () => {
+  let install: ClaudeCodeInstall;
+  let dir: string;
+  let server: RunningServer;
+  let probe: GymTask;
+  let hostListener: Server;
+  const qwen3 = loadQwen3Tokenizer();
+
+  beforeAll(async () => {
+    install = requireClaudeCode();
+    dir = mkdtempSync(join(tmpdir(), 'stepwise-claude-code-'));
+    hostListener = createServer((socket) => socket.end());
+    await new Promise<void>((resolve) => hostListener.listen(0, '127.0.0.1', resolve));
+    probe = GymTask.parse({
+      id: 'net-probe',
+      prompt: 'Probe the network from the workspace and write the report to net.json.',
+      verifier: {
+        kind: 'checks',
+        checks: [{ kind: 'parses', name: 'report', path: 'net.json', format: 'json' }],
+      },
+      referenceActions: [
+        {
+          name: 'exec',
+          arguments: {
+            command: NET_PROBE.replace('HOST_PORT', String((hostListener.address() as AddressInfo).port)),
+          },
+        },
+      ],
+    });
+    server = await startServer({
+      dbPath: join(dir, 'pool.db'),
+      port: 0,
+      engines: ['sim'],
+      sim: { policy: 'reference', tasks: referenceTasks([...tasks, probe]) },
+    });
+  }, 120_000);
+  afterAll(async () => {
+    await server?.close();
+    hostListener?.close();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  const options = (over: Partial<GymRunOptions>): GymRunOptions => ({
+    tasks,
+    samples: 1,
+    concurrency: 2,
+    gatewayUrl: server.url,
+    model: 'sim-qwen3',
+    agent: { kind: 'claude-code', install },
+    runId: 'cc',
+    stateFile: join(dir, 'state.jsonl'),
+    workDir: join(dir, 'work'),
+    keepWorkspaces: true,
+    sampleTimeoutMs: 150_000,
+    ...over,
+  });
+
+  it('3 synthesized tasks: Claude Code solves them with its own tools, every model call a step', async () => {
+    const { results, summary } = await runGym(options({}));
+    expect(summary, JSON.stringify(results)).toMatchObject({
+      samples: 3,
+      infraFailed: 0,
+      agentFailed: 0,
+      meanScore: 1,
+    });
+    for (const r of results) {
+      // Claude Code asked the bridge for nothing but its model calls (no telemetry, no update check).
+      expect(r.gatewayRefused).toBeUndefined();
+      const t = await server.pool.store.getTrajectory(r.trajectoryUid!);
+      expect(t).toMatchObject({ status: 'complete', reward: 1, groupId: `cc.${r.taskId}` });
+      const meta = t!.metadata.claude_code as Record<string, unknown>;
+      expect(meta).toMatchObject({ status: 'ok', subtype: 'success', exit_code: 0, permission_denials: 0 });
+      const task = tasks.find((x) => x.id === r.taskId)!;
+      const steps = await server.pool.getTrajectorySteps(r.trajectoryUid!);
+      // One step per model call Claude Code made (its num_turns): no side call reached the gateway
+      // unrecorded, and none was made besides the loop: each reference action, then the answer.
+      expect(steps).toHaveLength(meta.num_turns as number);
+      expect(steps).toHaveLength(task.referenceActions!.length + 1);
+      for (const [i, step] of steps.entries()) {
+        expect(step.tokenSource).toBe('engine');
+        expect(step.responseLogprobs).toHaveLength(step.responseIds.length);
+        // The prompt is the chat template over Claude Code's own messages: the task text is there.
+        expect(qwen3.decode(step.promptIds)).toContain(task.prompt.slice(0, 60));
+        const action = task.referenceActions![i];
+        if (action) {
+          // The call is written in Claude Code's own tool schema: ls and exec go through Bash.
+          const name = CLAUDE_TOOLS[action.name] ?? 'Bash';
+          expect(step.toolCalls?.[0]).toMatchObject({ function: { name } });
+          expect(qwen3.decode(step.responseIds)).toContain(`"name": "${name}"`);
+          // Claude Code ran the call itself; its result, no error, is kept on the step that made it.
+          const results = step.toolResults ?? [];
+          expect(results, JSON.stringify(steps[i + 1]?.messages?.at(-1))).toHaveLength(1);
+          expect(results[0]!.error).toBe(false);
+        }
+      }
+    }
+  }, 600_000);
+
+  it('injected tool errors reach Claude Code as real errors, which it gets past; the gateway flags them', async () => {
+    // Every reference action is first tried wrongly (a wrong path or an unknown tool), then right.
+    const noisy = await startServer({
+      dbPath: join(dir, 'noisy.db'),
+      port: 0,
+      engines: ['sim'],
+      sim: { policy: 'reference', tasks: referenceTasks([tasks[2]!]), errorRate: 1 },
+    });
+    try {
+      const { results } = await runGym(
+        options({
+          tasks: [tasks[2]!],
+          gatewayUrl: noisy.url,
+          runId: 'cc-noisy',
+          stateFile: join(dir, 'state-noisy.jsonl'),
+        }),
+      );
+      expect(results[0]).toMatchObject({ status: 'complete', score: 1 });
+      const t = await noisy.pool.store.getTrajectory(results[0]!.trajectoryUid!);
+      const actions = tasks[2]!.referenceActions!.length;
+      // Each action took two calls, the wrong one and the right one, then the answer.
+      expect((t!.metadata.claude_code as Record<string, number>).num_turns).toBe(2 * actions + 1);
+      const steps = await noisy.pool.getTrajectorySteps(results[0]!.trajectoryUid!);
+      expect(steps).toHaveLength(2 * actions + 1);
+      const flagged = steps.flatMap((s) => s.toolResults ?? []).filter((r) => r.error);
+      expect(flagged).toHaveLength(actions);
+    } finally {
+      await noisy.close();
+    }
+  }, 300_000);
+
+  it("Claude Code's Bash reaches nothing but the bridged gateway port", async () => {
+    const { results } = await runGym(
+      options({ tasks: [probe], runId: 'cc-net', stateFile: join(dir, 'state-net.jsonl') }),
+    );
+    expect(results[0]).toMatchObject({ status: 'complete', score: 1 });
+    const workspaces = join(dir, 'work');
+    const probeDir = readdirSync(workspaces).find((d) => d.startsWith('net-probe-'))!;
+    const report = JSON.parse(readFileSync(join(workspaces, probeDir, 'workspace', 'net.json'), 'utf8'));
+    expect(report.public_ip).not.toBe('connected');
+    expect(report.anthropic).not.toBe('ok');
+    expect(report.host_listener).not.toBe('connected');
+    // The bridged port answers only the trajectory's own LLM routes: the API's root is refused.
+    expect(report.bridge_models).toBe(403);
+  }, 300_000);
+
+  const rootfs = findRootfs(defaultToolsDir());
+  it.skipIf(!rootfs)(
+    'in the hermetic rootfs too (its glibc runs the binary)',
+    async () => {
+      const { results } = await runGym(
+        options({
+          tasks: [tasks[2]!],
+          runId: 'cc-rootfs',
+          stateFile: join(dir, 'state-rootfs.jsonl'),
+          rootfs: rootfs!.root,
+        }),
+      );
+      expect(results[0], JSON.stringify(results[0])).toMatchObject({ status: 'complete', score: 1 });
+    },
+    300_000,
+  );
+});
