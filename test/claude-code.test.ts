@@ -1,9 +1,10 @@
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { type AddressInfo, createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { ClaudeCodeInstall } from '../src/gym/agent/claude-code/install.js';
+import { CLAUDE_CODE_VERSION, type ClaudeCodeInstall } from '../src/gym/agent/claude-code/install.js';
+import { runClaudeCodeAgent } from '../src/gym/agent/claude-code/run.js';
 import { defaultToolsDir } from '../src/gym/agent/openclaw/install.js';
 import { type GymRunOptions, runGym } from '../src/gym/runner.js';
 import { checkSandbox } from '../src/gym/sandbox/index.js';
@@ -14,6 +15,7 @@ import { GymTask } from '../src/gym/tasks/schema.js';
 import { type RunningServer, startServer } from '../src/server/server.js';
 import { loadQwen3Tokenizer } from '../src/text/index.js';
 import { claudeCodeSkip, requireClaudeCode } from './support/claude-code.js';
+import { runCli } from './support/server-process.js';
 
 /*
  * Anthropic's Claude Code (pinned, its native binary from the npm registry) working synthesized gym
@@ -54,6 +56,48 @@ report = {
 }
 json.dump(report, open("net.json", "w"))
 EOF`;
+
+describe('stepwise tools and gym run name claude-code (no install needed)', () => {
+  it('lists it in --help, and says how to install it when it is missing', async () => {
+    const help = await runCli(['tools', 'install', '--help'], {}, 30_000);
+    expect(help.code).toBe(0);
+    expect(help.stdout).toContain(`claude-code ${CLAUDE_CODE_VERSION} (linux-x64)`);
+    const empty = mkdtempSync(join(tmpdir(), 'stepwise-claude-code-none-'));
+    try {
+      const path = await runCli(['tools', 'path', 'claude-code', '--dir', empty], {}, 30_000);
+      expect(path.code).toBe(1);
+      expect(path.stderr).toContain(
+        `claude-code ${CLAUDE_CODE_VERSION} (linux-x64) is not installed in ${empty}`,
+      );
+      const gymHelp = await runCli(['gym', 'run', '--help'], {}, 30_000);
+      // Commander wraps the help text: compared with its whitespace collapsed.
+      expect(gymHelp.stdout.replace(/\s+/g, ' ')).toContain(
+        "'claude-code' (Claude Code, see `stepwise tools install claude-code`)",
+      );
+      writeFileSync(join(empty, 'tasks.jsonl'), `${JSON.stringify(synthesized[0])}\n`);
+      const run = await runCli(
+        [
+          'gym',
+          'run',
+          '--tasks',
+          join(empty, 'tasks.jsonl'),
+          '--agent',
+          'claude-code',
+          '--tools-dir',
+          empty,
+          '--out',
+          join(empty, 'out'),
+        ],
+        {},
+        30_000,
+      );
+      expect(run.code).not.toBe(0);
+      expect(run.stderr).toContain(`run \`stepwise tools install claude-code --dir ${empty}\` first`);
+    } finally {
+      rmSync(empty, { recursive: true, force: true });
+    }
+  }, 120_000);
+});
 
 describe.skipIf(!sandboxReady || claudeCodeSkip)('Claude Code in the gym', () => {
   let install: ClaudeCodeInstall;
@@ -197,6 +241,42 @@ describe.skipIf(!sandboxReady || claudeCodeSkip)('Claude Code in the gym', () =>
     expect(report.host_listener).not.toBe('connected');
     // The bridged port answers only the trajectory's own LLM routes: the API's root is refused.
     expect(report.bridge_models).toBe(403);
+  }, 300_000);
+
+  it('online: a fixed base_url with X-Stepwise-Session: auto makes each Claude Code session a trajectory', async () => {
+    const sessions: string[] = [];
+    for (const n of [1, 2]) {
+      const run = await runClaudeCodeAgent({
+        install,
+        // The fixed base_url, as a person's Claude Code is pointed at it (less /v1: see config.ts).
+        baseUrl: `${server.url}/v1`,
+        model: 'sim-qwen3',
+        headers: { 'X-Stepwise-Session': 'auto', 'X-Stepwise-Channel': 'online-cc' },
+        task: GymTask.parse({
+          id: `chat-${n}`,
+          prompt: `Hello number ${n}, what can you do?`,
+          verifier: { kind: 'none' },
+        }),
+        workspace: mkdtempSync(join(dir, 'online-')),
+        timeoutMs: 150_000,
+      });
+      expect(run.ok, run.reason ?? '').toBe(true);
+      sessions.push(run.result!.sessionId!);
+    }
+    const { items } = await server.pool.store.listTrajectories({
+      channel: 'online-cc',
+      limit: 10,
+      offset: 0,
+    });
+    expect(items).toHaveLength(2);
+    // One trajectory per session: the key is Claude Code's metadata.user_id, which holds its session id.
+    for (const session of sessions)
+      expect(items.filter((t) => String(t.metadata.session_key).includes(session))).toHaveLength(1);
+    for (const t of items) {
+      const steps = await server.pool.getTrajectorySteps(t.id);
+      expect(steps).toHaveLength(1);
+      expect(steps[0]!.tokenSource).toBe('engine');
+    }
   }, 300_000);
 
   const rootfs = findRootfs(defaultToolsDir());

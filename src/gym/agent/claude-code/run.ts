@@ -41,6 +41,8 @@ export interface ClaudeCodeRunOptions extends SandboxedAgentOptions {
   install: ClaudeCodeInstall;
   /** Built-in tools Claude Code may use (default: Bash, Read, Edit, Write). */
   tools?: readonly string[];
+  /** Static headers on every request (`X-Stepwise-Session: auto` against the fixed base_url). */
+  headers?: Record<string, string>;
 }
 
 export interface ClaudeCodeRunResult {
@@ -109,7 +111,7 @@ export async function runClaudeCodeAgent(options: ClaudeCodeRunOptions): Promise
           ...options.sandbox?.env,
           HOME: `${scratch}/home`,
           TMPDIR: `${scratch}/tmp`,
-          ...claudeCodeEnv({ baseUrl, apiKey, model: options.model }),
+          ...claudeCodeEnv({ baseUrl, apiKey, model: options.model, headers: options.headers }),
           // Claude Code refuses to skip permissions as root (an unsandboxed run by root) unless told
           // it is in a sandbox.
           IS_SANDBOX: '1',
