@@ -228,6 +228,31 @@ describe.skipIf(!sandboxReady || claudeCodeSkip)('Claude Code in the gym', () =>
     }
   }, 300_000);
 
+  it('with API keys: Claude Code holds a placeholder, the bridge adds the runner key', async () => {
+    const keyed = await startServer({
+      dbPath: join(dir, 'keyed.db'),
+      port: 0,
+      engines: ['sim'],
+      sim: { policy: 'reference', tasks: referenceTasks([tasks[2]!]) },
+      apiKeys: ['runner-key-0123456789:agent,trainer'],
+    });
+    try {
+      const { results } = await runGym(
+        options({
+          tasks: [tasks[2]!],
+          gatewayUrl: keyed.url,
+          apiKey: 'runner-key-0123456789',
+          runId: 'cc-keyed',
+          stateFile: join(dir, 'state-keyed.jsonl'),
+        }),
+      );
+      expect(results[0], JSON.stringify(results[0])).toMatchObject({ status: 'complete', score: 1 });
+      expect(results[0]!.gatewayRefused).toBeUndefined();
+    } finally {
+      await keyed.close();
+    }
+  }, 300_000);
+
   it("Claude Code's Bash reaches nothing but the bridged gateway port", async () => {
     const { results } = await runGym(
       options({ tasks: [probe], runId: 'cc-net', stateFile: join(dir, 'state-net.jsonl') }),
