@@ -180,6 +180,9 @@ describe.skipIf(!sandboxReady || claudeCodeSkip)('Claude Code in the gym', () =>
       for (const [i, step] of steps.entries()) {
         expect(step.tokenSource).toBe('engine');
         expect(step.responseLogprobs).toHaveLength(step.responseIds.length);
+        // The tools the model saw: the four offered, Claude Code's deferred placeholder left out.
+        const offered = (step.tools ?? []).map((t) => (t.function as { name: string }).name);
+        expect(offered.sort()).toEqual(['Bash', 'Edit', 'Read', 'Write']);
         // The prompt is the chat template over Claude Code's own messages: the task text is there.
         expect(qwen3.decode(step.promptIds)).toContain(task.prompt.slice(0, 60));
         const action = task.referenceActions![i];
