@@ -92,12 +92,12 @@ export function addRunOptions(command: Command): Command {
     .option('--concurrency <n>', 'samples run at once', positiveInt('--concurrency'), 8)
     .option(
       '--agent <agent>',
-      "'builtin', 'openclaw' (stock OpenClaw, see `stepwise tools install openclaw`), 'codex' (Codex CLI, see `stepwise tools install codex`) or a command template with {prompt_file} {workspace} {task_id} {model}",
+      "'builtin', 'openclaw' (stock OpenClaw, see `stepwise tools install openclaw`), 'codex' (Codex CLI, see `stepwise tools install codex`), 'claude-code' (Claude Code, see `stepwise tools install claude-code`) or a command template with {prompt_file} {workspace} {task_id} {model}",
       'builtin',
     )
     .option(
       '--tools-dir <dir>',
-      'where `stepwise tools install` put OpenClaw or Codex (default: $STEPWISE_TOOLS_DIR or .stepwise/tools)',
+      'where `stepwise tools install` put OpenClaw, Codex or Claude Code (default: $STEPWISE_TOOLS_DIR or .stepwise/tools)',
     )
     .option(
       '--engine <spec>',

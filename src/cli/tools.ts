@@ -1,4 +1,5 @@
 import type { Command } from 'commander';
+import { CLAUDE_CODE_VERSION, findClaudeCode, installClaudeCode } from '../gym/agent/claude-code/install.js';
 import { CODEX_VERSION, findCodex, installCodex } from '../gym/agent/codex/install.js';
 import {
   defaultToolsDir,
@@ -12,7 +13,7 @@ import { findRootfs, installRootfs, readRootfsLock, rootfsId } from '../gym/sand
 /*
  * `stepwise tools install|path <tool>`: the external programs Stepwise runs as black boxes,
  * installed into a project-local tools folder (src/gym/agent/openclaw/install.ts for OpenClaw,
- * src/gym/agent/codex/install.ts for Codex).
+ * src/gym/agent/codex/install.ts for Codex, src/gym/agent/claude-code/install.ts for Claude Code).
  */
 
 interface ToolInstaller<T extends { dir: string } = { dir: string }> {
@@ -51,6 +52,13 @@ const TOOLS: Record<string, ToolInstaller> = {
       `  codex: ${r.codex}`,
       `  path:  ${r.pathDir}`,
     ],
+  }),
+  // Anthropic's Claude Code, one native binary (src/gym/agent/claude-code/install.ts); `gym run --agent claude-code`.
+  'claude-code': installer({
+    pinned: `claude-code ${CLAUDE_CODE_VERSION} (linux-x64)`,
+    find: findClaudeCode,
+    install: installClaudeCode,
+    describe: (r, how) => [`claude-code ${r.version} ${how}: ${r.dir}`, `  claude: ${r.claude}`],
   }),
   // The hermetic sandbox root (src/gym/sandbox/rootfs.ts); the gym uses it with --rootfs.
   rootfs: installer({

@@ -78,7 +78,7 @@ function registerRolloutWorkerCommand(worker: Command): Command {
     .option('--keep-workspaces', 'keep each sample workspace under --work-dir')
     .option(
       '--tools-dir <dir>',
-      'where `stepwise tools install` put OpenClaw and Codex, for jobs with --agent openclaw or codex (default: $STEPWISE_TOOLS_DIR or .stepwise/tools)',
+      'where `stepwise tools install` put OpenClaw, Codex and Claude Code, for jobs with --agent openclaw, codex or claude-code (default: $STEPWISE_TOOLS_DIR or .stepwise/tools)',
     )
     .option(
       '--poll-ms <ms>',

@@ -13,6 +13,7 @@ import type { DataPool } from '../pool/data-pool.js';
 import type { ToolResultAttachment } from '../store/store.js';
 import type { CallKind } from './call-request.js';
 import { type CallOrigin, type CallTracer, epochNow } from './call-trace.js';
+import { rememberCalls } from './echoed-calls.js';
 import type { Session } from './session.js';
 import { toolResultsFor } from './tool-results.js';
 
@@ -250,6 +251,7 @@ export class StepRecorder {
       calls: captured.toolCalls.map((c) => ({ id: c.id, name: c.function.name })),
       answered: false,
     };
+    rememberCalls(session.generatedCalls, captured.toolCalls);
     try {
       await this.write(session, [step], toolResults);
     } catch (error) {

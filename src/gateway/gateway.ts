@@ -17,6 +17,7 @@ import { type Answer, JSON_HEADERS } from './answer.js';
 import { type CallKind, checkCallRequest, upstreamText } from './call-request.js';
 import type { CallOrigin, CallTracer } from './call-trace.js';
 import { type CallContext, StepRecorder } from './capture.js';
+import { restoreEchoedCalls } from './echoed-calls.js';
 import { type Forwarding, forwardError, forwardWhole } from './forward.js';
 import { forwardStream } from './forward-stream.js';
 import { type GenerateInput, type GenerateOutput, generate } from './generate.js';
@@ -366,6 +367,8 @@ export class Gateway {
       }
       raw = null;
     }
+    // A call of ours echoed with its tool's defaults filled in goes back as generated (same tokens).
+    if (kind === 'chat' && restoreEchoedCalls(request, session.generatedCalls)) raw = null;
     const stream = request.stream === true;
     if (stream && kind === 'chat' && session.rawToolCalls)
       throw new ValidationError(

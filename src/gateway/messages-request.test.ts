@@ -105,6 +105,28 @@ describe('chatRequestOf: a Messages API request as the chat request the gateway 
     ]);
   });
 
+  it('leaves out deferred tools, which the model does not see (Claude Code sends a placeholder one)', () => {
+    const placeholder = {
+      name: 'DeferredToolPlaceholder',
+      description: 'Never call this tool.',
+      input_schema: { type: 'object', properties: {} },
+      defer_loading: true,
+    };
+    const bash = {
+      name: 'Bash',
+      input_schema: { type: 'object', properties: { command: { type: 'string' } } },
+    };
+    const user = [{ role: 'user', content: 'hi' }];
+    expect(chatRequestOf({ ...base, messages: user, tools: [bash, placeholder] }).tools).toEqual([
+      { type: 'function', function: { name: 'Bash', parameters: bash.input_schema } },
+    ]);
+    expect(chatRequestOf({ ...base, messages: user, tools: [placeholder] })).not.toHaveProperty('tools');
+    // defer_loading: false is an ordinary tool.
+    expect(
+      chatRequestOf({ ...base, messages: user, tools: [{ ...bash, defer_loading: false }] }).tools,
+    ).toEqual([{ type: 'function', function: { name: 'Bash', parameters: bash.input_schema } }]);
+  });
+
   it('translates tools, tool_choice, sampling, stop sequences, stream and metadata.user_id', () => {
     const tool = {
       name: 'read',

@@ -33,6 +33,7 @@ const CustomTool = z.looseObject({
   name: z.string().min(1, 'must not be empty').max(128, 'must be at most 128 characters'),
   description: z.string().nullish(),
   input_schema: z.looseObject({}),
+  defer_loading: z.boolean().nullish(),
 });
 
 const ParallelOption = { disable_parallel_tool_use: z.boolean().nullish() };
@@ -221,8 +222,11 @@ export function chatRequestOf(body: unknown): Record<string, unknown> {
   const request = parseOrThrow(MessagesRequest, body);
   const messages = chatMessages(request);
   const chat: Record<string, unknown> = { model: request.model, messages, max_tokens: request.max_tokens };
-  if (request.tools && request.tools.length > 0)
-    chat.tools = request.tools.map((t) => ({
+  // A deferred tool reaches Anthropic's model only once a tool search finds it (not served here);
+  // Claude Code sends a placeholder one with every request.
+  const tools = request.tools?.filter((t) => t.defer_loading !== true) ?? [];
+  if (tools.length > 0)
+    chat.tools = tools.map((t) => ({
       type: 'function',
       function: {
         name: t.name,

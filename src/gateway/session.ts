@@ -62,6 +62,8 @@ export interface Session {
   hintMode: InjectionMode;
   /** The hint every chat call of a guided or probe trajectory opens with in `assistant_prefix` mode. */
   prefixHint: string | null;
+  /** The arguments the engine generated for this session's tool calls, by id (echoed-calls.ts). */
+  generatedCalls: Map<string, string>;
 }
 
 /** The hint a guided trajectory's steps are stored without (metadata `guidance.hint`). */
@@ -110,6 +112,7 @@ export function newSession(
     rawToolCalls,
     hintMode: hintModeOf(t),
     prefixHint: prefixHintOf(t),
+    generatedCalls: new Map(),
   };
 }
 

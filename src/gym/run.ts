@@ -2,6 +2,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { ValidationError } from '../domain/errors.js';
 import { progressReporter } from '../util/progress.js';
+import { CLAUDE_CODE_VERSION, findClaudeCode } from './agent/claude-code/install.js';
 import { CODEX_VERSION, findCodex } from './agent/codex/install.js';
 import { defaultToolsDir, findOpenClaw, OPENCLAW_VERSION } from './agent/openclaw/install.js';
 import { checkPgUrl, checkQueueSchema, DEFAULT_QUEUE_SCHEMA, RolloutQueue } from './distributed/queue.js';
@@ -25,7 +26,7 @@ import type { GymTask } from './tasks/schema.js';
  * Errors name the flags, as the commands print them.
  */
 
-/** `--agent`: the built-in agent, the installed OpenClaw or Codex, or a command template. */
+/** `--agent`: the built-in agent, the installed OpenClaw, Codex or Claude Code, or a command template. */
 export function agentSpec(opts: {
   agent: string;
   maxTurns: number;
@@ -60,6 +61,15 @@ export function agentSpec(opts: {
         `Codex ${CODEX_VERSION} is not installed in ${dir}: run \`stepwise tools install codex${opts.toolsDir ? ` --dir ${opts.toolsDir}` : ''}\` first`,
       );
     return { kind: 'codex', install };
+  }
+  if (opts.agent === 'claude-code') {
+    const dir = opts.toolsDir ?? defaultToolsDir();
+    const install = findClaudeCode(dir);
+    if (!install)
+      throw new Error(
+        `Claude Code ${CLAUDE_CODE_VERSION} is not installed in ${dir}: run \`stepwise tools install claude-code${opts.toolsDir ? ` --dir ${opts.toolsDir}` : ''}\` first`,
+      );
+    return { kind: 'claude-code', install };
   }
   return { kind: 'command', template: opts.agent };
 }

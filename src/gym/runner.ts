@@ -12,6 +12,8 @@ import { fromZodError, StepwiseError, ValidationError } from '../domain/errors.j
 import type { SignalWire } from '../domain/signal.js';
 import { type StepwiseClient, StepwiseHttpError } from '../sdk/client.js';
 import { type AgentOutcome, runBuiltinAgent } from './agent/builtin.js';
+import type { ClaudeCodeInstall } from './agent/claude-code/install.js';
+import { runClaudeCodeAgent } from './agent/claude-code/run.js';
 import type { CodexInstall } from './agent/codex/install.js';
 import { runCodexAgent } from './agent/codex/run.js';
 import { AgentFailed, runExternalAgent, type SandboxedAgentOptions } from './agent/external.js';
@@ -44,7 +46,8 @@ export type AgentSpec =
     }
   | { kind: 'command'; template: string }
   | { kind: 'openclaw'; install: OpenClawInstall; allowTools?: readonly string[] }
-  | { kind: 'codex'; install: CodexInstall };
+  | { kind: 'codex'; install: CodexInstall }
+  | { kind: 'claude-code'; install: ClaudeCodeInstall };
 
 export interface GymRunOptions {
   tasks: readonly GymTask[];
@@ -142,7 +145,7 @@ export function defaultRunId(tasks: readonly GymTask[], samples: number, agent: 
   const agentKey =
     agent.kind === 'command'
       ? agent.template
-      : agent.kind === 'openclaw' || agent.kind === 'codex'
+      : agent.kind === 'openclaw' || agent.kind === 'codex' || agent.kind === 'claude-code'
         ? `${agent.kind}@${agent.install.version}`
         : agent.cleaner
           ? `builtin+cleaner${JSON.stringify(agent.cleaner)}`
@@ -433,25 +436,27 @@ export async function runSample(
           ? await runOpenClaw(options, agent, run)
           : agent.kind === 'codex'
             ? await runCodex(options, agent, run)
-            : agent.kind === 'builtin'
-              ? await runBuiltinAgent({
-                  ...run,
-                  onCleanerReport: (report) => {
-                    cleaner.report = report;
-                  },
-                  maxTurns: agent.maxTurns,
-                  turnTimeoutMs: agent.turnTimeoutMs,
-                  tools: agent.tools,
-                  toolDescriptions: agent.toolDescriptions,
-                  systemPrompt: agent.systemPrompt,
-                  chatTemplateKwargs: agent.chatTemplateKwargs,
-                  temperature: agent.temperature,
-                  maxTokens: agent.maxTokens,
-                  seed: job.seed,
-                  signal: timeout,
-                  cleaner: agent.cleaner,
-                })
-              : await runExternalAgent({ ...run, template: agent.template });
+            : agent.kind === 'claude-code'
+              ? await runClaudeCode(options, agent, run)
+              : agent.kind === 'builtin'
+                ? await runBuiltinAgent({
+                    ...run,
+                    onCleanerReport: (report) => {
+                      cleaner.report = report;
+                    },
+                    maxTurns: agent.maxTurns,
+                    turnTimeoutMs: agent.turnTimeoutMs,
+                    tools: agent.tools,
+                    toolDescriptions: agent.toolDescriptions,
+                    systemPrompt: agent.systemPrompt,
+                    chatTemplateKwargs: agent.chatTemplateKwargs,
+                    temperature: agent.temperature,
+                    maxTokens: agent.maxTokens,
+                    seed: job.seed,
+                    signal: timeout,
+                    cleaner: agent.cleaner,
+                  })
+                : await runExternalAgent({ ...run, template: agent.template });
     } catch (error) {
       if (isInfra(error) && !timeout.aborted) throw error;
       agentError =
@@ -569,6 +574,18 @@ async function runCodex(
   const result = await runCodexAgent({ ...run, install: agent.install });
   await mergeMetadata(options, run.baseUrl, { codex: result.metadata });
   if (!result.ok) throw new AgentFailed(result.reason ?? 'Codex failed');
+  return result.outcome;
+}
+
+/** Claude Code in the sandbox; its JSON result goes into the trajectory's metadata whatever the outcome. */
+async function runClaudeCode(
+  options: SampleEnv,
+  agent: Extract<AgentSpec, { kind: 'claude-code' }>,
+  run: SandboxedAgentOptions,
+): Promise<AgentOutcome> {
+  const result = await runClaudeCodeAgent({ ...run, install: agent.install });
+  await mergeMetadata(options, run.baseUrl, { claude_code: result.metadata });
+  if (!result.ok) throw new AgentFailed(result.reason ?? 'Claude Code failed');
   return result.outcome;
 }
 

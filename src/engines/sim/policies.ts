@@ -4,7 +4,7 @@ import { type ChatMessageInput, type ChatToolInput, parseToolCalls } from '../..
 import { hashSeed, pick, type Random, randomInt, seededRandom } from '../../util/random.js';
 import type { SimToolChoice } from './controls.js';
 import { neededPlanSteps, shownPlanSteps } from './plan-hint.js';
-import { adaptCall, type PolicyToolCall } from './tool-adapter.js';
+import { adaptCall, type PolicyToolCall, withoutFilledDefaults } from './tool-adapter.js';
 
 export type { PolicyToolCall } from './tool-adapter.js';
 
@@ -461,7 +461,10 @@ export function scriptedPolicy(source: ScriptSource, options: ScriptedPolicyOpti
       if (!('toolCall' in step) || calls.length !== 1) return false;
       const made = calls[0]!;
       const call = adapt(step.toolCall);
-      return made.name === call.name && canonicalJson(made.arguments) === canonicalJson(call.arguments);
+      return (
+        made.name === call.name &&
+        canonicalJson(withoutFilledDefaults(made, call, ctx.tools)) === canonicalJson(call.arguments)
+      );
     };
     const plan = errorPlan(script, options.seed ?? episodeSeed(ctx), errorRate, kinds);
     const pos = locate(script, pastTurnCalls(ctx), plan, isStepCall);

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { TOOL_DEFINITIONS } from '../../gym/tools/definitions.js';
 import type { ChatToolInput } from '../../text/index.js';
-import { adaptCall } from './tool-adapter.js';
+import { adaptCall, withoutFilledDefaults } from './tool-adapter.js';
 
 const openclaw: ChatToolInput[] = JSON.parse(
   readFileSync(join(import.meta.dirname, '../../../test/fixtures/openclaw/tools.json'), 'utf8'),
@@ -13,6 +13,10 @@ const openclaw: ChatToolInput[] = JSON.parse(
 // Codex CLI 0.169's tools as the gateway hands them on (test/fixtures/codex/README.md).
 const codex: ChatToolInput[] = JSON.parse(
   readFileSync(join(import.meta.dirname, '../../../test/fixtures/codex/tools.json'), 'utf8'),
+);
+// Claude Code 2.1.328's tools as the gateway hands them on (test/fixtures/claude-code/README.md).
+const claudeCode: ChatToolInput[] = JSON.parse(
+  readFileSync(join(import.meta.dirname, '../../../test/fixtures/claude-code/tools.json'), 'utf8'),
 );
 // Our built-in agent's tools, as a request carries them.
 const builtIn: ChatToolInput[] = TOOL_DEFINITIONS.map((t) => ({ type: t.type, function: { ...t.function } }));
@@ -192,5 +196,57 @@ describe("adaptCall: Codex CLI's shell tools", () => {
         rmSync(dir, { recursive: true, force: true });
       }
     });
+  });
+});
+
+describe("adaptCall: Claude Code's tools", () => {
+  it('writes read, write and edit as its capitalized tools, with file_path, old_string, new_string', () => {
+    // Its Read offset is the 1-based line number, as ours is.
+    expect(adaptCall(ours.read, claudeCode)).toEqual({
+      name: 'Read',
+      arguments: { file_path: 'notes.txt', offset: 3, limit: 2 },
+    });
+    expect(adaptCall(ours.write, claudeCode)).toEqual({
+      name: 'Write',
+      arguments: { file_path: 'out/a.txt', content: "it's\n" },
+    });
+    expect(adaptCall(ours.edit, claudeCode)).toEqual({
+      name: 'Edit',
+      arguments: { file_path: 'a.txt', old_string: 'hi', new_string: 'hello' },
+    });
+  });
+
+  it('runs exec and ls through Bash, its timeout in milliseconds', () => {
+    expect(adaptCall({ name: 'exec', arguments: { command: 'make test', timeout: 30 } }, claudeCode)).toEqual(
+      {
+        name: 'Bash',
+        arguments: { command: 'make test', timeout: 30_000 },
+      },
+    );
+    // Bash has no working-directory parameter: cd first.
+    expect(adaptCall(ours.exec, claudeCode)).toEqual({
+      name: 'Bash',
+      arguments: { command: "cd -- 'src' && make test" },
+    });
+    expect(adaptCall(ours.ls, claudeCode)).toEqual({
+      name: 'Bash',
+      arguments: { command: "ls -la -- 'data'" },
+    });
+  });
+
+  it('prefers a tool of exactly our name to a capitalized one', () => {
+    const both = [tool('Read', { file_path: {} }), tool('read', { path: {}, offset: {}, limit: {} })];
+    expect(adaptCall(ours.read, both)).toEqual(ours.read);
+  });
+
+  it("reads a recorded call without the defaults Claude Code filled in (Edit's replace_all: false)", () => {
+    const sent = adaptCall(ours.edit, claudeCode);
+    const recorded = { name: 'Edit', arguments: { replace_all: false, ...sent.arguments } };
+    expect(withoutFilledDefaults(recorded, sent, claudeCode)).toEqual(sent.arguments);
+    // A value other than the default, or one the sim set itself, stays.
+    const all = { name: 'Edit', arguments: { ...sent.arguments, replace_all: true } };
+    expect(withoutFilledDefaults(all, sent, claudeCode)).toEqual(all.arguments);
+    const setBySim = { ...sent, arguments: { ...sent.arguments, replace_all: false } };
+    expect(withoutFilledDefaults(setBySim, setBySim, claudeCode)).toEqual(setBySim.arguments);
   });
 });

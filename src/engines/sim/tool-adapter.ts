@@ -213,14 +213,17 @@ function asCommand(call: PolicyToolCall): PolicyToolCall | undefined {
  */
 export function adaptCall(call: PolicyToolCall, offered: readonly ChatToolInput[]): PolicyToolCall {
   if (!Object.hasOwn(ARGUMENTS, call.name) || offered.length === 0) return call;
-  const tool = offered.find((t) => t.function.name === call.name);
+  // Claude Code's tools are capitalized (Read, Write, Edit, Bash); an exact name is preferred.
+  const tool =
+    offered.find((t) => t.function.name === call.name) ??
+    offered.find((t) => t.function.name.toLowerCase() === call.name);
   if (tool) {
     const properties = propertiesOf(tool);
     if (!properties) return call; // no schema to follow
     const args = mapArguments(call, properties);
-    if (args) return { name: call.name, arguments: args };
+    if (args) return { name: tool.function.name, arguments: args };
   }
-  const shell = offered.find((t) => SHELL_TOOLS.includes(t.function.name) && propertiesOf(t));
+  const shell = offered.find((t) => SHELL_TOOLS.includes(t.function.name.toLowerCase()) && propertiesOf(t));
   if (!shell) return call;
   const properties = propertiesOf(shell)!;
   // A shell command of ours, in a shell tool of another name that has a place for each argument.
@@ -232,4 +235,26 @@ export function adaptCall(call: PolicyToolCall, offered: readonly ChatToolInput[
   if (!command) return call;
   const args = mapArguments(command, properties);
   return args ? { name: shell.function.name, arguments: args } : call;
+}
+
+/**
+ * A past call's arguments less those the harness filled in from the offered schema's defaults and
+ * the sim's call did not set (Claude Code records Edit's `replace_all: false`), so a call the sim
+ * made reads as the one it made.
+ */
+export function withoutFilledDefaults(
+  made: { name: string; arguments: unknown },
+  sent: PolicyToolCall,
+  offered: readonly ChatToolInput[],
+): unknown {
+  const properties = propertiesOf(offered.find((t) => t.function.name === made.name));
+  if (!properties || !isObject(made.arguments)) return made.arguments;
+  return Object.fromEntries(
+    Object.entries(made.arguments).filter(([key, value]) => {
+      const schema = properties[key];
+      const filled =
+        !Object.hasOwn(sent.arguments, key) && isObject(schema) && Object.hasOwn(schema, 'default');
+      return !(filled && JSON.stringify(schema.default) === JSON.stringify(value));
+    }),
+  );
 }

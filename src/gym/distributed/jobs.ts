@@ -16,7 +16,7 @@ import { GymTask } from '../tasks/schema.js';
 /** pg-boss queue of gym samples. */
 export const ROLLOUT_QUEUE = 'stepwise-gym-rollouts';
 
-/** The agent as a job names it: OpenClaw and Codex by version, each worker runs its own install. */
+/** The agent as a job names it: OpenClaw, Codex and Claude Code by version, each worker runs its own install. */
 export const AgentWire = z.discriminatedUnion('kind', [
   z.strictObject({
     kind: z.literal('builtin'),
@@ -31,6 +31,7 @@ export const AgentWire = z.discriminatedUnion('kind', [
     allowTools: z.array(z.string()).optional(),
   }),
   z.strictObject({ kind: z.literal('codex'), version: z.string().min(1) }),
+  z.strictObject({ kind: z.literal('claude-code'), version: z.string().min(1) }),
 ]);
 export type AgentWire = z.infer<typeof AgentWire>;
 
@@ -42,6 +43,7 @@ export function agentWire(agent: AgentSpec): AgentWire {
       ...(agent.allowTools ? { allowTools: [...agent.allowTools] } : {}),
     };
   if (agent.kind === 'codex') return { kind: 'codex', version: agent.install.version };
+  if (agent.kind === 'claude-code') return { kind: 'claude-code', version: agent.install.version };
   if (agent.kind === 'command') return { kind: 'command', template: agent.template };
   return {
     kind: 'builtin',

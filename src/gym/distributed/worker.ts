@@ -2,6 +2,7 @@ import { hostname } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseOrThrow } from '../../domain/errors.js';
 import { StepwiseHttpError } from '../../sdk/client.js';
+import { findClaudeCode } from '../agent/claude-code/install.js';
 import { findCodex } from '../agent/codex/install.js';
 import { defaultToolsDir, findOpenClaw } from '../agent/openclaw/install.js';
 import { trajectoryOfBaseUrl } from '../gateway-urls.js';
@@ -80,6 +81,19 @@ function resolveAgent(agent: AgentWire, toolsDir: string | undefined): AgentSpec
     if (install.version !== agent.version)
       throw new Error(`the job wants Codex ${agent.version}; this worker has ${install.version} in ${dir}`);
     return { kind: 'codex', install };
+  }
+  if (agent.kind === 'claude-code') {
+    const dir = toolsDir ?? defaultToolsDir();
+    const install = findClaudeCode(dir);
+    if (!install)
+      throw new Error(
+        `this worker has no Claude Code install in ${dir} (stepwise tools install claude-code)`,
+      );
+    if (install.version !== agent.version)
+      throw new Error(
+        `the job wants Claude Code ${agent.version}; this worker has ${install.version} in ${dir}`,
+      );
+    return { kind: 'claude-code', install };
   }
   if (agent.kind !== 'openclaw') return agent;
   const dir = toolsDir ?? defaultToolsDir();

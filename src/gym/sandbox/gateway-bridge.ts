@@ -47,6 +47,8 @@ const LLM_ROUTES: Record<string, string> = {
   // The Responses API (Codex CLI): a stateless call with `store: false`; a stored response is this
   // trajectory's own (an id from another is a 404, docs/gateway.md).
   '/responses': 'POST',
+  // Anthropic's Messages API (Claude Code), `?beta=true` and all.
+  '/messages': 'POST',
   '/models': 'GET',
 };
 
@@ -120,6 +122,8 @@ const DROPPED = new Set([
   'upgrade',
   'host',
   'authorization',
+  // Claude Code's placeholder key: the bridge's Authorization is the only credential that goes on.
+  'x-api-key',
 ]);
 
 function scopedProxy(target: BridgeTarget, scope: BridgeScope, refused: string[]): http.Server {
@@ -134,7 +138,7 @@ function scopedProxy(target: BridgeTarget, scope: BridgeScope, refused: string[]
       req.resume();
       const message =
         `the sandbox's gateway bridge forwards only this trajectory's LLM routes ` +
-        `(POST chat/completions, POST completions, POST responses, GET models under ${scope.basePath}), not ${attempt}`;
+        `(POST chat/completions, POST completions, POST responses, POST messages, GET models under ${scope.basePath}), not ${attempt}`;
       res.writeHead(403, { 'content-type': 'application/json' });
       res.end(
         JSON.stringify({ error: { message, type: 'permission_error', param: null, code: 'forbidden' } }),
