@@ -61,7 +61,7 @@ describe('stepwise tools and gym run name claude-code (no install needed)', () =
   it('lists it in --help, and says how to install it when it is missing', async () => {
     const help = await runCli(['tools', 'install', '--help'], {}, 30_000);
     expect(help.code).toBe(0);
-    expect(help.stdout).toContain(`claude-code ${CLAUDE_CODE_VERSION} (linux-x64)`);
+    expect(help.stdout.replace(/\s+/g, ' ')).toContain(`claude-code ${CLAUDE_CODE_VERSION} (linux-x64)`);
     const empty = mkdtempSync(join(tmpdir(), 'stepwise-claude-code-none-'));
     try {
       const path = await runCli(['tools', 'path', 'claude-code', '--dir', empty], {}, 30_000);
