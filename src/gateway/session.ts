@@ -42,6 +42,27 @@ export interface LastStep {
   answered: boolean;
 }
 
+/** Why a call in token-continuity mode took the chat path (continuity.ts). */
+export type FallbackReason =
+  | 'first_step'
+  | 'no_exact_ids'
+  | 'history_rewritten'
+  | 'template_unknown'
+  | 'engine'
+  | 'options';
+
+/** What a step leaves for the next call to continue (continuity.ts): its conversation and exact ids. */
+export interface ContinuityBase {
+  messages: readonly unknown[];
+  tools: unknown;
+  templateKwargs: unknown;
+  content: string;
+  toolCalls: { name: string; arguments: string }[];
+  promptIds: readonly number[];
+  responseIds: readonly number[];
+  servedModel: string | null;
+}
+
 /** What the gateway remembers about an open trajectory between calls. */
 export interface Session {
   id: string;
@@ -62,6 +83,8 @@ export interface Session {
   hintMode: InjectionMode;
   /** The hint every chat call of a guided or probe trajectory opens with in `assistant_prefix` mode. */
   prefixHint: string | null;
+  /** Token continuity: what the last step leaves to continue, or why it leaves nothing (null: no step yet). */
+  continuity: ContinuityBase | FallbackReason | null;
 }
 
 /** The hint a guided trajectory's steps are stored without (metadata `guidance.hint`). */
@@ -110,6 +133,7 @@ export function newSession(
     rawToolCalls,
     hintMode: hintModeOf(t),
     prefixHint: prefixHintOf(t),
+    continuity: null,
   };
 }
 
