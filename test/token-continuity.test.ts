@@ -126,6 +126,9 @@ const complete = (server: RunningServer, t: Init) =>
     body: JSON.stringify({ reward: 1 }),
   });
 
+const drift = async (server: RunningServer) =>
+  (await (await fetch(`${server.url}/v1/stats/drift`)).json()) as { trajectories: number; models: unknown[] };
+
 /** What the agent saw, without the tool-call ids (random per call). */
 const seen = (answers: Answered[]) =>
   answers.map((a) => ({
@@ -144,6 +147,23 @@ describe('token continuity', () => {
     expect(await server.pool.getTrajectory(t.trajectory_uid)).toMatchObject({ nSteps: 3, prefixBreaks: 2 });
     const steps = await server.pool.getTrajectorySteps(t.trajectory_uid);
     expect(steps.map((s) => s.metadata.token_continuity)).toEqual([undefined, undefined, undefined]);
+    // Each later prompt renders the previous turn without the empty think block its prompt had, so
+    // what the engine prefills again is that block and the whole previous response.
+    const think = tokenizer.encode('<think>\n\n</think>\n\n', { addSpecialTokens: false });
+    const [r0, r1] = [steps[0]!.responseIds.length, steps[1]!.responseIds.length];
+    expect(await drift(server)).toEqual({
+      trajectories: 1,
+      models: [
+        {
+          model: 'sim-qwen3',
+          trajectories: 1,
+          steps: 3,
+          prefix_breaks: 2,
+          reprefilled_tokens: think.length + r0 + think.length + r1,
+          continuity: {},
+        },
+      ],
+    });
   });
 
   for (const stream of [false, true]) {
@@ -206,8 +226,34 @@ describe('token continuity', () => {
         gateway: Record<string, unknown>;
       };
       expect(stats.gateway.token_continuity).toEqual({ continued: 2, fallback: { first_step: 1 } });
+      expect((await drift(server)).models).toEqual([
+        {
+          model: 'sim-qwen3',
+          trajectories: 1,
+          steps: 3,
+          prefix_breaks: 0,
+          reprefilled_tokens: 0,
+          continuity: { first_step: 1, continued: 2 },
+        },
+      ]);
     });
   }
+
+  it('a model whose template the gateway does not render takes the chat path', async () => {
+    const server = await serve({
+      sim: { policy: 'scripted', script, model: 'sim-llama' },
+      gatewayOptions: { tokenContinuity: true },
+    });
+    const t = await init(server);
+    const { answers } = await toolLoop(t);
+    expect(answers).toHaveLength(3);
+    const steps = await server.pool.getTrajectorySteps(t.trajectory_uid);
+    expect(steps.map((s) => s.metadata.token_continuity)).toEqual([
+      'first_step',
+      'template_unknown',
+      'template_unknown',
+    ]);
+  });
 
   it('a rewritten history takes the chat path, and says so', async () => {
     const server = await start(true);
@@ -243,5 +289,8 @@ describe('token continuity', () => {
     });
     // The rewritten step is a break (its prompt re-renders the edited history); the continued one is not.
     expect(await server.pool.getTrajectory(t.trajectory_uid)).toMatchObject({ nSteps: 3, prefixBreaks: 1 });
+    expect((await drift(server)).models).toMatchObject([
+      { steps: 3, prefix_breaks: 1, continuity: { first_step: 1, history_rewritten: 1, continued: 1 } },
+    ]);
   });
 });
