@@ -239,6 +239,31 @@ describe('token continuity', () => {
     });
   }
 
+  it('continues from the store when the session left memory between calls', async () => {
+    const server = await serve({
+      sim: { policy: 'scripted', script },
+      gatewayOptions: { tokenContinuity: true, sessionCacheMs: 20 },
+    });
+    const t = await init(server);
+    const messages: Message[] = [
+      { role: 'system', content: 'You are a careful agent.' },
+      { role: 'user', content: 'What do my files say?' },
+    ];
+    for (let turn = 0; turn < 3; turn++) {
+      const answer = await ask(t, messages, false);
+      if (answer.tool_calls.length === 0) break;
+      messages.push({ role: 'assistant', content: answer.content, tool_calls: answer.tool_calls });
+      for (const call of answer.tool_calls)
+        messages.push({ role: 'tool', tool_call_id: call.id, content: 'ship it' });
+      // Unused sessions are dropped every 20 ms: the next call rebuilds this one from the store.
+      const cached = () => server.gateway.stats().cached_trajectories;
+      while (cached() > 0) await new Promise((r) => setTimeout(r, 10));
+    }
+    const steps = await server.pool.getTrajectorySteps(t.trajectory_uid);
+    expect(steps.map((s) => s.metadata.token_continuity)).toEqual(['first_step', 'continued', 'continued']);
+    expect(await server.pool.getTrajectory(t.trajectory_uid)).toMatchObject({ nSteps: 3, prefixBreaks: 0 });
+  });
+
   it('a model whose template the gateway does not render takes the chat path', async () => {
     const server = await serve({
       sim: { policy: 'scripted', script, model: 'sim-llama' },

@@ -172,12 +172,16 @@ export function completionsBody(
   request: Record<string, unknown>,
   promptIds: readonly number[],
   model: string | null,
+  contextLength: number | null,
 ): string {
+  // Chat's default is the rest of the context; completions' would be 16 tokens. Null where the
+  // engine reports no context length (vLLM then takes the rest of it itself).
+  const room =
+    contextLength !== null && contextLength > promptIds.length ? contextLength - promptIds.length : null;
   const body: Record<string, unknown> = {
     ...(model !== null ? { model } : typeof request.model === 'string' ? { model: request.model } : {}),
     prompt: promptIds,
-    // Chat's default is the rest of the context; completions' would be 16 tokens.
-    max_tokens: request.max_completion_tokens ?? request.max_tokens ?? null,
+    max_tokens: request.max_completion_tokens ?? request.max_tokens ?? room,
     return_token_ids: true,
     logprobs: 0,
   };

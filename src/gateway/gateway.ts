@@ -462,7 +462,7 @@ export class Gateway {
               typeof request.model === 'string' && served.includes(request.model)
                 ? request.model
                 : (served[0] ?? null);
-            return completionsBody(request, continuation, model);
+            return completionsBody(request, continuation, model, router.maxModelLen(engine.id));
           },
         );
       } catch (error) {
