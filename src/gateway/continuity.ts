@@ -214,7 +214,9 @@ function chatAnswerOf(
         message: {
           role: 'assistant',
           content: parsed.content,
-          ...(parsed.reasoning !== undefined ? { reasoning_content: parsed.reasoning } : {}),
+          refusal: null,
+          // vLLM 0.10.2–0.11's name; null without a reasoning block, as its chat answers.
+          reasoning_content: parsed.reasoning ?? null,
           tool_calls: parsed.toolCalls,
         },
         logprobs:
