@@ -1,6 +1,7 @@
 import OpenAI from 'openai';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, onTestFinished } from 'vitest';
 import type { Step } from '../src/domain/index.js';
+import { startSimServer } from '../src/engines/sim/serve.js';
 import type { RunningServer } from '../src/server/server.js';
 import { loadQwen3Tokenizer, renderChat } from '../src/text/index.js';
 import { testServers } from './support/test-servers.js';
@@ -262,6 +263,17 @@ describe('token continuity', () => {
     const steps = await server.pool.getTrajectorySteps(t.trajectory_uid);
     expect(steps.map((s) => s.metadata.token_continuity)).toEqual(['first_step', 'continued', 'continued']);
     expect(await server.pool.getTrajectory(t.trajectory_uid)).toMatchObject({ nSteps: 3, prefixBreaks: 0 });
+  });
+
+  it('an engine without a token-id completions path (sglang) takes the chat path', async () => {
+    const sim = await startSimServer({ port: 0, policy: 'scripted', script });
+    onTestFinished(() => sim.close());
+    const server = await serve({ engines: [`sglang=${sim.url}`], gatewayOptions: { tokenContinuity: true } });
+    const t = await init(server);
+    expect(await toolLoop(t)).toMatchObject({ answers: { length: 3 } });
+    const steps = await server.pool.getTrajectorySteps(t.trajectory_uid);
+    expect(steps.map((s) => s.metadata.token_continuity)).toEqual(['first_step', 'engine', 'engine']);
+    expect(steps.map((s) => s.tokenSource)).toEqual(['engine', 'engine', 'engine']);
   });
 
   it('a model whose template the gateway does not render takes the chat path', async () => {

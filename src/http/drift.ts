@@ -33,17 +33,16 @@ function sharedPrefix(a: ArrayLike<number>, b: ArrayLike<number>): number {
   return i;
 }
 
-/**
- * The report over trajectories' steps (each trajectory's in index order, newest trajectories first or
- * not). A step counts for its own model; a break is judged between consecutive indexes, as the store
- * counts `prefix_breaks`: the step's prompt does not start with the previous prompt + response.
- */
-export function driftReport(trajectories: readonly (readonly DriftStep[])[]): ModelDrift[] {
-  const models = new Map<string, ModelDrift & { seen: Set<number> }>();
-  trajectories.forEach((steps, t) => {
+/** Tallies trajectories one at a time (so a report holds one trajectory's ids at once). */
+export class DriftTally {
+  private readonly models = new Map<string, ModelDrift>();
+
+  /** One trajectory's steps, in index order. */
+  add(steps: readonly DriftStep[]): void {
+    const seen = new Set<string>();
     steps.forEach((step, i) => {
       const name = modelOf(step);
-      let row = models.get(name);
+      let row = this.models.get(name);
       if (!row) {
         row = {
           model: name,
@@ -52,12 +51,11 @@ export function driftReport(trajectories: readonly (readonly DriftStep[])[]): Mo
           prefix_breaks: 0,
           reprefilled_tokens: 0,
           continuity: {},
-          seen: new Set(),
         };
-        models.set(name, row);
+        this.models.set(name, row);
       }
-      if (!row.seen.has(t)) {
-        row.seen.add(t);
+      if (!seen.has(name)) {
+        seen.add(name);
         row.trajectories++;
       }
       row.steps++;
@@ -72,8 +70,21 @@ export function driftReport(trajectories: readonly (readonly DriftStep[])[]): Mo
         row.reprefilled_tokens += previous.length - shared;
       }
     });
-  });
-  return [...models.values()]
-    .map(({ seen: _seen, ...row }) => row)
-    .sort((a, b) => (a.model < b.model ? -1 : a.model > b.model ? 1 : 0));
+  }
+
+  /** Per model, by name. */
+  report(): ModelDrift[] {
+    return [...this.models.values()].sort((a, b) => (a.model < b.model ? -1 : a.model > b.model ? 1 : 0));
+  }
+}
+
+/**
+ * The report over trajectories' steps (each trajectory's in index order). A step counts for its own
+ * model; a break is judged between consecutive indexes, as the store counts `prefix_breaks`: the
+ * step's prompt does not start with the previous prompt + response.
+ */
+export function driftReport(trajectories: readonly (readonly DriftStep[])[]): ModelDrift[] {
+  const tally = new DriftTally();
+  for (const steps of trajectories) tally.add(steps);
+  return tally.report();
 }

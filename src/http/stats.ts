@@ -3,7 +3,7 @@ import { ChannelName, parseOrThrow } from '../domain/index.js';
 import type { DataPool } from '../pool/data-pool.js';
 import type { ApiApp } from './app.js';
 import { requireScope } from './auth.js';
-import { driftReport } from './drift.js';
+import { DriftTally } from './drift.js';
 import type { LiveGateway } from './live-gateway.js';
 
 const StatsQuery = z.strictObject({ channel: ChannelName.optional() });
@@ -28,8 +28,9 @@ export function mountStatsRoutes(app: ApiApp, pool: DataPool, gateway?: LiveGate
   app.get('/v1/stats/drift', requireScope('trainer'), async (c) => {
     const { channel, limit } = parseOrThrow(DriftQuery, c.req.query());
     const page = await pool.listTrajectories({ ...(channel ? { channel } : {}), limit, offset: 0 });
-    const steps = [];
-    for (const t of page.items) steps.push(await pool.getTrajectorySteps(t.id));
-    return c.json({ trajectories: page.items.length, models: driftReport(steps) });
+    // One trajectory's steps in memory at a time.
+    const tally = new DriftTally();
+    for (const t of page.items) tally.add(await pool.getTrajectorySteps(t.id));
+    return c.json({ trajectories: page.items.length, models: tally.report() });
   });
 }
