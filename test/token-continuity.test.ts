@@ -4,6 +4,7 @@ import type { Step } from '../src/domain/index.js';
 import { startSimServer } from '../src/engines/sim/serve.js';
 import type { RunningServer } from '../src/server/server.js';
 import { loadQwen3Tokenizer, renderChat } from '../src/text/index.js';
+import { dropSchema, freshSchema, pgUrl } from './support/postgres.js';
 import { testServers } from './support/test-servers.js';
 
 /*
@@ -330,4 +331,40 @@ describe('token continuity', () => {
       { steps: 3, prefix_breaks: 1, continuity: { first_step: 1, history_rewritten: 1, continued: 1 } },
     ]);
   });
+
+  it.skipIf(!pgUrl)(
+    'continues across two gateways sharing PostgreSQL, each call on the other one',
+    async () => {
+      const schema = freshSchema();
+      onTestFinished(() => dropSchema(schema));
+      const shared = {
+        dbPath: '',
+        pg: { url: pgUrl!, schema },
+        sim: { policy: 'scripted' as const, script },
+        gatewayOptions: { tokenContinuity: true },
+      };
+      const a = await serve(shared);
+      const b = await serve({ ...shared, role: 'gateway' });
+      const t = await init(a);
+      const on = (server: RunningServer): Init => ({
+        ...t,
+        base_url: t.base_url.replace(new URL(t.base_url).origin, server.url),
+      });
+      const messages: Message[] = [
+        { role: 'system', content: 'You are a careful agent.' },
+        { role: 'user', content: 'What do my files say?' },
+      ];
+      for (const server of [a, b, a]) {
+        const answer = await ask(on(server), messages, false);
+        if (answer.tool_calls.length === 0) break;
+        messages.push({ role: 'assistant', content: answer.content, tool_calls: answer.tool_calls });
+        for (const call of answer.tool_calls)
+          messages.push({ role: 'tool', tool_call_id: call.id, content: 'ship it' });
+      }
+      const steps = await a.pool.getTrajectorySteps(t.trajectory_uid);
+      expect(steps.map((s) => s.metadata.token_continuity)).toEqual(['first_step', 'continued', 'continued']);
+      expect(await a.pool.getTrajectory(t.trajectory_uid)).toMatchObject({ nSteps: 3, prefixBreaks: 0 });
+      expect((await drift(a)).models).toMatchObject([{ steps: 3, prefix_breaks: 0, reprefilled_tokens: 0 }]);
+    },
+  );
 });
