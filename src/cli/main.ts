@@ -179,6 +179,10 @@ function addServerOptions(command: Command, role: 'all' | 'gateway'): void {
       int('--generate-max-tokens', 1),
     )
     .option(
+      '--token-continuity',
+      "chat calls that continue a trajectory go to vLLM/sim as the previous prompt + response ids + the new turns' ids (/v1/completions), so prompts never break their prefix (docs/gateway.md#token-continuity)",
+    )
+    .option(
       '--session-idle-ms <ms>',
       'an online session (X-Stepwise-Session) with no call for this long is completed; its next call opens a new trajectory',
       int('--session-idle-ms', 1),
@@ -317,6 +321,7 @@ function addServerOptions(command: Command, role: 'all' | 'gateway'): void {
           sessionIdleMs: opts.sessionIdleMs,
           maxSessions: opts.maxSessions,
           generateMaxTokens: opts.generateMaxTokens,
+          tokenContinuity: opts.tokenContinuity === true,
         },
         rewards: opts.rewards ? await loadRewardsConfig(opts.rewards) : undefined,
         rewardWorkers: opts.rewardWorkers,

@@ -76,6 +76,10 @@ export interface CallContext {
   routed: RoutedReply;
   clientGone(): boolean;
   finish(): void;
+  /** Kept with the step's metadata (how token continuity took the call). */
+  metadata?: JsonObject;
+  /** Told of the step once it is stored (token continuity keeps it as the next call's base). */
+  onStored?(step: NewStep): void;
 }
 
 export interface StepRecorderOptions {
@@ -197,6 +201,7 @@ export class StepRecorder {
     if (captured.model) metadata.served_model = captured.model;
     if (captured.reasoning !== null) metadata.reasoning = captured.reasoning;
     if (captured.idsIncomplete) metadata.ids_incomplete = true;
+    if (ctx.metadata) Object.assign(metadata, ctx.metadata);
     if (source === 'retokenized') {
       // How far the rebuilt ids are from what the engine counted: the drift of retokenizing.
       const drift = retokenizeDrift(promptIds, responseIds, captured.usage);
@@ -273,6 +278,7 @@ export class StepRecorder {
         );
       throw new CaptureFailed(message, 503);
     }
+    ctx.onStored?.(step);
     this.traced(ctx, step, captured.id ?? null);
     return step;
   }

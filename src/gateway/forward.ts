@@ -21,7 +21,7 @@ export interface Forwarding {
 }
 
 /** The engine's answer broke off while it was read whole: recorded, and raised for the agent. */
-function brokenAnswer(ctx: CallContext, f: Forwarding, error: unknown): never {
+export function brokenAnswer(ctx: CallContext, f: Forwarding, error: unknown): never {
   const { engine } = ctx.routed;
   const aborted = ctx.clientGone();
   f.recorder.fail(ctx.session, ctx.attachments, error, engine, aborted);

@@ -17,6 +17,15 @@ import { type Answer, JSON_HEADERS } from './answer.js';
 import { type CallKind, checkCallRequest, upstreamText } from './call-request.js';
 import type { CallOrigin, CallTracer } from './call-trace.js';
 import { type CallContext, StepRecorder } from './capture.js';
+import {
+  baseOfStep,
+  ContinuityCounters,
+  completionsBody,
+  continuesOn,
+  type FallbackReason,
+  forwardContinued,
+  planContinuation,
+} from './continuity.js';
 import { restoreEchoedCalls } from './echoed-calls.js';
 import { type Forwarding, forwardError, forwardWhole } from './forward.js';
 import { forwardStream } from './forward-stream.js';
@@ -70,6 +79,11 @@ export interface GatewayOptions {
   generateMaxTokens?: number;
   /** Told of each stored step with its call's origin (OpenTelemetry export, server/otel.ts). */
   tracer?: CallTracer;
+  /**
+   * Token continuity: a chat call that continues what the gateway sent and got before goes to a
+   * vLLM (or sim) engine as the previous ids + the new turns' ids (continuity.ts; default off).
+   */
+  tokenContinuity?: boolean;
 }
 
 export class Gateway {
@@ -93,6 +107,9 @@ export class Gateway {
   readonly online: OnlineSessions;
   /** Stored Responses API conversations, for `previous_response_id` (responses.ts). */
   readonly responseStore = new ResponseStore();
+  private readonly tokenContinuity: boolean;
+  /** Token continuity: calls continued and fallbacks by reason (this process's). */
+  readonly continuity = new ContinuityCounters();
 
   constructor(options: GatewayOptions) {
     this.pool = options.pool;
@@ -103,6 +120,7 @@ export class Gateway {
     this.sessionCacheMs = options.sessionCacheMs ?? 600_000;
     this.sessionRecheckMs = options.sessionRecheckMs ?? 30_000;
     this.generateMaxTokens = options.generateMaxTokens ?? null;
+    this.tokenContinuity = options.tokenContinuity ?? false;
     this.timer = setInterval(() => this.evictIdle(), Math.min(60_000, this.sessionCacheMs));
     this.timer.unref();
     this.recorder = new StepRecorder({
@@ -132,11 +150,17 @@ export class Gateway {
   }
 
   /** This process's counters: online sessions, implicit feedback, trajectories cached, lost steps. */
-  stats(): { sessions: SessionStats; cached_trajectories: number; lost_steps: number } {
+  stats(): {
+    sessions: SessionStats;
+    cached_trajectories: number;
+    lost_steps: number;
+    token_continuity?: ReturnType<ContinuityCounters['toJSON']>;
+  } {
     return {
       sessions: this.online.stats(),
       cached_trajectories: this.sessions.size,
       lost_steps: this.lostSteps,
+      ...(this.tokenContinuity ? { token_continuity: this.continuity.toJSON() } : {}),
     };
   }
 
@@ -258,12 +282,15 @@ export class Gateway {
       throw new ConflictError(`trajectory ${id} is already ${trajectory.status}`, 'trajectory_uid');
     }
     let last: LastStep | null = null;
+    let base: Session['continuity'] = null;
     if (trajectory.nSteps > 0) {
       const step = await this.pool.getStep(id, trajectory.nSteps - 1);
       if (step)
         last = { index: step.index, calls: callsOf(step.toolCalls), answered: step.toolResults !== null };
+      if (step && this.tokenContinuity) base = baseOfStep(step);
     }
     const session = newSession(trajectory, trajectory.nSteps, last, await this.rawToolCalls(trajectory));
+    session.continuity = base;
     this.sessions.set(id, session);
     return session;
   }
@@ -375,6 +402,26 @@ export class Gateway {
         `stream: trajectory ${session.id} asks for raw tool-call text in content (raw_tool_calls), which is offered for whole answers only (stream: false, as Claw-R1's gateway answers)`,
         'stream',
       );
+    // Token continuity: the prompt as the previous ids + the new turns', when this call continues them.
+    let continuation: number[] | null = null;
+    let outcome: 'continued' | FallbackReason | null = null;
+    if (this.tokenContinuity && kind === 'chat') {
+      const plan = planContinuation(session, session.continuity, request);
+      if (typeof plan === 'string') outcome = plan;
+      else {
+        try {
+          continuation = await this.tokenizing.continuationIds({
+            messages: request.messages as never,
+            tools: (request.tools as never) ?? null,
+            ...(plan.enableThinking !== undefined ? { enableThinking: plan.enableThinking } : {}),
+            promptIds: plan.base.promptIds,
+            responseIds: plan.base.responseIds,
+          });
+        } catch {
+          outcome = 'template_unknown';
+        }
+      }
+    }
     const { take: attachments, drop: dropResults } = this.recorder.toolResultsOf(session, kind, request);
     await this.gate.enter();
     session.inFlight++;
@@ -400,14 +447,33 @@ export class Gateway {
       const started = performance.now();
       const path = kind === 'chat' ? '/v1/chat/completions' : '/v1/completions';
       let routed: RoutedReply;
+      let continued = false;
       try {
-        routed = await router.send(session.id, 'POST', path, null, signal, (engine) =>
-          upstreamText(kind, request, raw, engine, router.models(engine.id)),
+        routed = await router.send(
+          session.id,
+          'POST',
+          (engine) => {
+            continued = continuation !== null && continuesOn(engine);
+            return continued ? '/v1/completions' : path;
+          },
+          null,
+          signal,
+          (engine) => {
+            const served = router.models(engine.id);
+            if (!continued || continuation === null) return upstreamText(kind, request, raw, engine, served);
+            const model =
+              typeof request.model === 'string' && served.includes(request.model)
+                ? request.model
+                : (served[0] ?? null);
+            return completionsBody(request, continuation, model, router.maxModelLen(engine.id));
+          },
         );
       } catch (error) {
         this.recorder.fail(session, attachments, error, null, signal.aborted);
         throw error;
       }
+      if (continuation !== null) outcome = continued ? 'continued' : 'engine';
+      if (outcome !== null) this.continuity.count(outcome);
       const context: CallContext = {
         session,
         kind,
@@ -419,8 +485,17 @@ export class Gateway {
         routed,
         clientGone: () => signal.aborted,
         finish,
+        ...(outcome !== null ? { metadata: { token_continuity: outcome } } : {}),
+        ...(this.tokenContinuity
+          ? {
+              onStored: (step) => {
+                session.continuity = baseOfStep(step);
+              },
+            }
+          : {}),
       };
       if (routed.reply.status !== 200) return await forwardError(context, this.forwarding);
+      if (continued) return await forwardContinued(context, this.forwarding);
       if (stream) return forwardStream(context, this.forwarding);
       return await forwardWhole(context, this.forwarding);
     } catch (error) {

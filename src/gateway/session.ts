@@ -42,6 +42,27 @@ export interface LastStep {
   answered: boolean;
 }
 
+/** Why a call in token-continuity mode took the chat path (continuity.ts). */
+export type FallbackReason =
+  | 'first_step'
+  | 'no_exact_ids'
+  | 'history_rewritten'
+  | 'template_unknown'
+  | 'engine'
+  | 'options';
+
+/** What a step leaves for the next call to continue (continuity.ts): its conversation and exact ids. */
+export interface ContinuityBase {
+  messages: readonly unknown[];
+  tools: unknown;
+  templateKwargs: unknown;
+  content: string;
+  toolCalls: { name: string; arguments: string }[];
+  promptIds: readonly number[];
+  responseIds: readonly number[];
+  servedModel: string | null;
+}
+
 /** What the gateway remembers about an open trajectory between calls. */
 export interface Session {
   id: string;
@@ -64,6 +85,8 @@ export interface Session {
   prefixHint: string | null;
   /** The arguments the engine generated for this session's tool calls, by id (echoed-calls.ts). */
   generatedCalls: Map<string, string>;
+  /** Token continuity: what the last step leaves to continue, or why it leaves nothing (null: no step yet). */
+  continuity: ContinuityBase | FallbackReason | null;
 }
 
 /** The hint a guided trajectory's steps are stored without (metadata `guidance.hint`). */
@@ -113,6 +136,7 @@ export function newSession(
     hintMode: hintModeOf(t),
     prefixHint: prefixHintOf(t),
     generatedCalls: new Map(),
+    continuity: null,
   };
 }
 

@@ -2,6 +2,7 @@ import type { InjectionMode } from '../curation/actguide/hint.js';
 import { type GuidedStep, trainingPromptOf } from '../curation/actguide/prompt-views.js';
 import type { Captured } from '../engines/capture.js';
 import { type RetokenizeInput, retokenizeChat, retokenizeText } from '../engines/retokenize.js';
+import { type ContinuationInput, continuationIds } from '../text/continuation.js';
 import type { ChatTokenizer } from '../text/index.js';
 
 /*
@@ -25,7 +26,11 @@ export interface CaptureTokenizer {
    * completions answer as `text` (Claw-R1's raw chat content).
    */
   decodeGenerated(ids: number[]): Promise<string>;
+  /** Token continuity: the previous prompt + response ids extended by the new turns (text/continuation.ts). */
+  continuationIds(input: ContinuationIds): Promise<number[]>;
 }
+
+type ContinuationIds = ContinuationInput & { promptIds: readonly number[]; responseIds: readonly number[] };
 
 /** On this thread, with this tokenizer (what the worker runs; also for a tokenizer given in code). */
 export function inThreadTokenizer(tokenizer: () => ChatTokenizer): CaptureTokenizer {
@@ -40,5 +45,6 @@ export function inThreadTokenizer(tokenizer: () => ChatTokenizer): CaptureTokeni
       const text = last !== undefined && t.eosTokenIds.includes(last) ? ids.slice(0, -1) : ids;
       return t.decode(text, { skipSpecialTokens: false });
     },
+    continuationIds: async (input) => continuationIds(input, tokenizer()),
   };
 }

@@ -19,4 +19,5 @@ export const offThreadTokenizer: CaptureTokenizer = {
   trainingPromptOf: (step, hint, mode) => offload.call('trainingPromptOf', step, hint, mode),
   decode: (ids) => offload.call('decode', ids),
   decodeGenerated: (ids) => offload.call('decodeGenerated', ids),
+  continuationIds: (input) => offload.call('continuationIds', input),
 };

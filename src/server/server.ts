@@ -52,6 +52,7 @@ export interface ServerOptions {
     | 'maxSessions'
     | 'sessionRecheckMs'
     | 'generateMaxTokens'
+    | 'tokenContinuity'
   >;
   /** `gateway`: only the agent routes (a gateway beside a `stepwise serve` sharing the store). */
   role?: 'all' | 'gateway';
