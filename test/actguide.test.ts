@@ -1,7 +1,7 @@
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, onTestFinished } from 'vitest';
 import {
   assistantPrefix,
   chooseGuidanceK,
@@ -111,6 +111,7 @@ describe("the hint in the user message (the paper's append-only template)", () =
 describe("the hint's arguments as Python's json.dumps writes the parsed action data", () => {
   it('keeps source key order and big integers from an action log (a parsed JS object would not)', () => {
     const dir = mkdtempSync(join(tmpdir(), 'stepwise-actlog-'));
+    onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
     const file = join(dir, 'actions.jsonl');
     writeFileSync(
       file,
@@ -125,6 +126,7 @@ describe("the hint's arguments as Python's json.dumps writes the parsed action d
 
   it("reads the paper's own form: all_actions as the JSON string its parquet extra_info holds", () => {
     const dir = mkdtempSync(join(tmpdir(), 'stepwise-actlog-'));
+    onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
     const file = join(dir, 'actions.jsonl');
     const allActions =
       '[{"name": "search", "args": {"query": ["Qwen3 发布日期"], "10": 1}}, {"name": "visit", "args": {"url": ["u"]}}]';
@@ -489,6 +491,7 @@ describe('the sim reference policy with needsPlan reads our hints', () => {
 describe('--guide-actions (imported action logs)', () => {
   const file = (text: string) => {
     const dir = mkdtempSync(join(tmpdir(), 'stepwise-actions-'));
+    onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
     const path = join(dir, 'actions.jsonl');
     writeFileSync(path, text);
     return path;
