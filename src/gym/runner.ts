@@ -433,11 +433,17 @@ export async function runSample(
       const { agent } = options;
       outcome =
         agent.kind === 'openclaw'
-          ? await runOpenClaw(options, agent, run)
+          ? await external(options, run, 'OpenClaw', 'openclaw', (r) =>
+              runOpenClawAgent({ ...r, install: agent.install, allowTools: agent.allowTools }),
+            )
           : agent.kind === 'codex'
-            ? await runCodex(options, agent, run)
+            ? await external(options, run, 'Codex', 'codex', (r) =>
+                runCodexAgent({ ...r, install: agent.install }),
+              )
             : agent.kind === 'claude-code'
-              ? await runClaudeCode(options, agent, run)
+              ? await external(options, run, 'Claude Code', 'claude_code', (r) =>
+                  runClaudeCodeAgent({ ...r, install: agent.install }),
+                )
               : agent.kind === 'builtin'
                 ? await runBuiltinAgent({
                     ...run,
@@ -553,39 +559,25 @@ async function mergeMetadata(options: SampleEnv, baseUrl: string, metadata: Reco
   await onServer(options, (server) => server.mergeTrajectoryMetadata(id, metadata));
 }
 
-/** OpenClaw in the sandbox; its envelope goes into the trajectory's metadata whatever the outcome. */
-async function runOpenClaw(
+/**
+ * An installed agent (OpenClaw, Codex, Claude Code) in the sandbox: what it reported goes into the
+ * trajectory's metadata under `key` whatever the outcome; a run that did not finish ok fails the sample.
+ */
+async function external(
   options: SampleEnv,
-  agent: Extract<AgentSpec, { kind: 'openclaw' }>,
   run: SandboxedAgentOptions,
+  name: string,
+  key: string,
+  start: (run: SandboxedAgentOptions) => Promise<{
+    ok: boolean;
+    reason: string | null;
+    outcome: AgentOutcome;
+    metadata: Record<string, unknown>;
+  }>,
 ): Promise<AgentOutcome> {
-  const result = await runOpenClawAgent({ ...run, install: agent.install, allowTools: agent.allowTools });
-  await mergeMetadata(options, run.baseUrl, { openclaw: result.metadata });
-  if (!result.ok) throw new AgentFailed(result.reason ?? 'OpenClaw failed');
-  return result.outcome;
-}
-
-/** Codex in the sandbox; what its events said goes into the trajectory's metadata whatever the outcome. */
-async function runCodex(
-  options: SampleEnv,
-  agent: Extract<AgentSpec, { kind: 'codex' }>,
-  run: SandboxedAgentOptions,
-): Promise<AgentOutcome> {
-  const result = await runCodexAgent({ ...run, install: agent.install });
-  await mergeMetadata(options, run.baseUrl, { codex: result.metadata });
-  if (!result.ok) throw new AgentFailed(result.reason ?? 'Codex failed');
-  return result.outcome;
-}
-
-/** Claude Code in the sandbox; its JSON result goes into the trajectory's metadata whatever the outcome. */
-async function runClaudeCode(
-  options: SampleEnv,
-  agent: Extract<AgentSpec, { kind: 'claude-code' }>,
-  run: SandboxedAgentOptions,
-): Promise<AgentOutcome> {
-  const result = await runClaudeCodeAgent({ ...run, install: agent.install });
-  await mergeMetadata(options, run.baseUrl, { claude_code: result.metadata });
-  if (!result.ok) throw new AgentFailed(result.reason ?? 'Claude Code failed');
+  const result = await start(run);
+  await mergeMetadata(options, run.baseUrl, { [key]: result.metadata });
+  if (!result.ok) throw new AgentFailed(result.reason ?? `${name} failed`);
   return result.outcome;
 }
 

@@ -1,13 +1,14 @@
 import { readFileSync, statSync } from 'node:fs';
-import { chmod, mkdir, readdir, rename, rm, writeFile } from 'node:fs/promises';
+import { mkdir, rm, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { z } from 'zod';
 import {
   defaultToolsDir,
+  extractExecutables,
   installOnce,
+  packOne,
   runCommand,
   ToolInstallError,
-  verifyIntegrity,
 } from '../openclaw/install.js';
 
 // `stepwise tools install claude-code`: Anthropic's Claude Code, one native (glibc) binary, from the
@@ -31,7 +32,6 @@ export const CLAUDE_CODE_INTEGRITY =
 const MEMBER = 'package/claude';
 
 const INSTALL_NAME = `claude-code-${CLAUDE_CODE_VERSION}`;
-const NPM_PACK_TIMEOUT_MS = 10 * 60_000;
 
 export interface ClaudeCodeInstall {
   /** The install folder (`<tools dir>/claude-code-<version>`). */
@@ -127,17 +127,7 @@ async function buildClaudeCode(
   const download = join(staging, 'download');
   await mkdir(download, { recursive: true });
   progress(`fetching ${CLAUDE_CODE_PACKAGE} (about 172 MB) with npm pack`);
-  await runCommand(
-    'npm',
-    ['pack', CLAUDE_CODE_PACKAGE, '--pack-destination', download, '--ignore-scripts', '--no-update-notifier'],
-    { cwd: download, signal, timeoutMs: NPM_PACK_TIMEOUT_MS, purpose: `fetch ${CLAUDE_CODE_PACKAGE}` },
-  );
-  const tarballs = (await readdir(download)).filter((name) => name.endsWith('.tgz'));
-  if (tarballs.length !== 1)
-    throw new ToolInstallError(
-      `npm pack ${CLAUDE_CODE_PACKAGE} left ${tarballs.length} tarballs, expected one`,
-    );
-  await unpackClaudeCode(join(download, tarballs[0]!), staging, integrity);
+  await unpackClaudeCode(await packOne(CLAUDE_CODE_PACKAGE, download, signal), staging, integrity);
   await rm(download, { recursive: true, force: true });
   progress(`verified ${CLAUDE_CODE_PACKAGE} (${integrity.slice(0, 20)}...) and unpacked bin/claude`);
   // A bare environment and a throwaway HOME: --version must work offline, before any login.
@@ -174,16 +164,7 @@ export async function unpackClaudeCode(
   dir: string,
   integrity: string = CLAUDE_CODE_INTEGRITY,
 ): Promise<string> {
-  await verifyIntegrity(tarball, integrity);
-  const out = join(dir, 'unpack');
-  await mkdir(out, { recursive: true });
-  await runCommand('tar', ['-xzf', tarball, '-C', out, MEMBER], {
-    purpose: `unpack claude from ${tarball}`,
-  });
   const binary = installPaths(dir).claude;
-  await mkdir(join(dir, 'bin'), { recursive: true });
-  await rename(join(out, MEMBER), binary);
-  await rm(out, { recursive: true, force: true });
-  await chmod(binary, 0o755);
+  await extractExecutables(tarball, integrity, dir, { [MEMBER]: binary });
   return binary;
 }

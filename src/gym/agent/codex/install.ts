@@ -1,13 +1,14 @@
 import { readFileSync, statSync } from 'node:fs';
-import { chmod, mkdir, readdir, rename, rm, writeFile } from 'node:fs/promises';
+import { mkdir, rm, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { z } from 'zod';
 import {
   defaultToolsDir,
+  extractExecutables,
   installOnce,
+  packOne,
   runCommand,
   ToolInstallError,
-  verifyIntegrity,
 } from '../openclaw/install.js';
 
 // `stepwise tools install codex`: OpenAI's Codex CLI, a static (musl) binary, from the npm registry's
@@ -27,7 +28,6 @@ const TARGET = 'x86_64-unknown-linux-musl';
 const MEMBERS = { codex: `package/vendor/${TARGET}/bin/codex`, rg: `package/vendor/${TARGET}/codex-path/rg` };
 
 const INSTALL_NAME = `codex-${CODEX_VERSION}`;
-const NPM_PACK_TIMEOUT_MS = 10 * 60_000;
 
 export interface CodexInstall {
   /** The install folder (`<tools dir>/codex-<version>`). */
@@ -123,15 +123,7 @@ async function buildCodex(
   const download = join(staging, 'download');
   await mkdir(download, { recursive: true });
   progress(`fetching ${CODEX_PACKAGE} (about 167 MB) with npm pack`);
-  await runCommand(
-    'npm',
-    ['pack', CODEX_PACKAGE, '--pack-destination', download, '--ignore-scripts', '--no-update-notifier'],
-    { cwd: download, signal, timeoutMs: NPM_PACK_TIMEOUT_MS, purpose: `fetch ${CODEX_PACKAGE}` },
-  );
-  const tarballs = (await readdir(download)).filter((name) => name.endsWith('.tgz'));
-  if (tarballs.length !== 1)
-    throw new ToolInstallError(`npm pack ${CODEX_PACKAGE} left ${tarballs.length} tarballs, expected one`);
-  const tarball = join(download, tarballs[0]!);
+  const tarball = await packOne(CODEX_PACKAGE, download, signal);
   await unpackCodex(tarball, staging);
   await rm(download, { recursive: true, force: true });
   progress(`verified ${CODEX_PACKAGE} (${CODEX_INTEGRITY.slice(0, 20)}...) and unpacked bin/codex and rg`);
@@ -162,19 +154,10 @@ async function buildCodex(
  * out. On a mismatch nothing is written.
  */
 export async function unpackCodex(tarball: string, dir: string, integrity: string = CODEX_INTEGRITY) {
-  await verifyIntegrity(tarball, integrity);
   const paths = installPaths(dir);
-  const out = join(dir, 'unpack');
-  await mkdir(out, { recursive: true });
-  await runCommand('tar', ['-xzf', tarball, '-C', out, MEMBERS.codex, MEMBERS.rg], {
-    purpose: `unpack codex from ${tarball}`,
+  await extractExecutables(tarball, integrity, dir, {
+    [MEMBERS.codex]: paths.codex,
+    [MEMBERS.rg]: join(paths.pathDir, 'rg'),
   });
-  await mkdir(join(dir, 'bin'), { recursive: true });
-  await mkdir(paths.pathDir, { recursive: true });
-  await rename(join(out, MEMBERS.codex), paths.codex);
-  await rename(join(out, MEMBERS.rg), join(paths.pathDir, 'rg'));
-  await rm(out, { recursive: true, force: true });
-  await chmod(paths.codex, 0o755);
-  await chmod(join(paths.pathDir, 'rg'), 0o755);
   return { codex: paths.codex, pathDir: paths.pathDir };
 }

@@ -187,15 +187,7 @@ async function buildOpenClaw(staging: string, progress: (m: string) => void, sig
   const download = join(staging, 'download');
   await mkdir(download, { recursive: true });
   progress(`fetching ${NODE_PACKAGE} (about 53 MB) with npm pack`);
-  await runCommand(
-    'npm',
-    ['pack', NODE_PACKAGE, '--pack-destination', download, '--ignore-scripts', '--no-update-notifier'],
-    { cwd: download, signal, timeoutMs: NPM_PACK_TIMEOUT_MS, purpose: `fetch ${NODE_PACKAGE}` },
-  );
-  const tarballs = (await readdir(download)).filter((name) => name.endsWith('.tgz'));
-  if (tarballs.length !== 1)
-    throw new ToolInstallError(`npm pack ${NODE_PACKAGE} left ${tarballs.length} tarballs, expected one`);
-  await unpackNode(join(download, tarballs[0]!), dirname(dirname(paths.node)));
+  await unpackNode(await packOne(NODE_PACKAGE, download, signal), dirname(dirname(paths.node)));
   await rm(download, { recursive: true, force: true });
   progress(`verified ${NODE_PACKAGE} (${NODE_INTEGRITY.slice(0, 20)}...) and unpacked bin/node`);
   const reported = (await runCommand(paths.node, ['--version'], { signal, purpose: 'run Node 24' })).stdout;
@@ -280,14 +272,51 @@ export async function unpackNode(
   nodeDir: string,
   integrity: string = NODE_INTEGRITY,
 ): Promise<string> {
-  await verifyIntegrity(tarball, integrity);
-  await mkdir(nodeDir, { recursive: true });
-  await runCommand('tar', ['-xzf', tarball, '-C', nodeDir, '--strip-components=1', 'package/bin/node'], {
-    purpose: `unpack bin/node from ${basename(tarball)}`,
-  });
   const binary = join(nodeDir, 'bin', 'node');
-  await chmod(binary, 0o755);
+  await extractExecutables(tarball, integrity, nodeDir, { 'package/bin/node': binary });
   return binary;
+}
+
+/** `npm pack` of one pinned package into `dir`, running none of its scripts: the tarball's path. */
+export async function packOne(spec: string, dir: string, signal?: AbortSignal): Promise<string> {
+  await runCommand(
+    'npm',
+    ['pack', spec, '--pack-destination', dir, '--ignore-scripts', '--no-update-notifier'],
+    {
+      cwd: dir,
+      signal,
+      timeoutMs: NPM_PACK_TIMEOUT_MS,
+      purpose: `fetch ${spec}`,
+    },
+  );
+  const tarballs = (await readdir(dir)).filter((name) => name.endsWith('.tgz'));
+  if (tarballs.length !== 1)
+    throw new ToolInstallError(`npm pack ${spec} left ${tarballs.length} tarballs, expected one`);
+  return join(dir, tarballs[0]!);
+}
+
+/**
+ * Verifies `tarball` against `integrity`, then extracts only `members` (its path in the tarball ->
+ * the file to create under `dir`), made executable. On a mismatch nothing is written.
+ */
+export async function extractExecutables(
+  tarball: string,
+  integrity: string,
+  dir: string,
+  members: Readonly<Record<string, string>>,
+): Promise<void> {
+  await verifyIntegrity(tarball, integrity);
+  const out = join(dir, 'unpack');
+  await mkdir(out, { recursive: true });
+  await runCommand('tar', ['-xzf', tarball, '-C', out, ...Object.keys(members)], {
+    purpose: `unpack ${Object.keys(members).join(', ')} from ${basename(tarball)}`,
+  });
+  for (const [member, target] of Object.entries(members)) {
+    await mkdir(dirname(target), { recursive: true });
+    await rename(join(out, member), target);
+    await chmod(target, 0o755);
+  }
+  await rm(out, { recursive: true, force: true });
 }
 
 // ---------------------------------------------------------------------------------------------
