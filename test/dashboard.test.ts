@@ -79,8 +79,29 @@ describe.skipIf(!chromiumReady)('dashboard: overview', () => {
       expect(cookie).toMatchObject({ httpOnly: true, sameSite: 'Strict' });
       // Without the cookie the API still wants a key.
       expect((await fetch(`${keyed.url}/v1/stats`)).status).toBe(401);
+      // The server's bare address leads to the sign-in too, and past it to the overview.
+      await page.context().clearCookies();
+      await page.goto(`${keyed.url}/`);
+      expect(new URL(page.url()).pathname).toBe('/dashboard/login');
     } finally {
       await keyed.close();
     }
+  });
+
+  it("opening the server's address, or /dashboard/, in a browser lands on the dashboard", async () => {
+    for (const path of ['/', '/dashboard/']) {
+      const answer = await fetch(`${server.url}${path}`, { redirect: 'manual' });
+      expect([answer.status, answer.headers.get('location')]).toEqual([302, '/dashboard']);
+      const { page, problems } = await openPage(browser);
+      await page.goto(`${server.url}${path}`);
+      expect(new URL(page.url()).pathname).toBe('/dashboard');
+      expect(await page.getByRole('heading', { name: 'Overview' }).isVisible()).toBe(true);
+      expect(problems).toEqual([]);
+      await page.close();
+    }
+    // Other unknown paths keep the API's JSON 404.
+    const unknown = await fetch(`${server.url}/nowhere`);
+    expect(unknown.status).toBe(404);
+    expect(((await unknown.json()) as { error: { code: string } }).error.code).toBe('not_found');
   });
 });

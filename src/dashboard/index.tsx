@@ -82,6 +82,10 @@ export function mountDashboard(app: Hono<DashboardEnv>, options: DashboardOption
     return c.redirect(next, 303);
   });
 
+  // Whoever opens the server's address (or `/dashboard/`) in a browser lands on the dashboard; it
+  // asks for a key itself, so the redirect shows nothing.
+  for (const path of ['/', '/dashboard/']) app.get(path, (c) => c.redirect('/dashboard', 302));
+
   const admin = requireScope('admin');
   app.use('/dashboard', admin);
   app.use('/dashboard/*', (c, next) => (isPublicDashboardPath(c.req.path) ? next() : admin(c, next)));

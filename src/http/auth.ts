@@ -120,7 +120,8 @@ export function authenticate(keys: readonly ApiKey[]): MiddlewareHandler<{ Varia
     const key = requestKey(c.req.header('authorization'), c.req.header('x-api-key'), () =>
       getCookie(c, KEY_COOKIE),
     );
-    const dashboard = isDashboardPath(c.req.path);
+    // The server's bare address is the dashboard's front door (it redirects there).
+    const dashboard = isDashboardPath(c.req.path) || c.req.path === '/';
     if (dashboard && isPublicDashboardPath(c.req.path)) {
       c.set('apiKey', key ? findKey(keys, key) : null);
       return next();
