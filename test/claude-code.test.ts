@@ -204,12 +204,18 @@ describe.skipIf(!sandboxReady || claudeCodeSkip)('Claude Code in the gym', () =>
   }, 600_000);
 
   it('injected tool errors reach Claude Code as real errors, which it gets past; the gateway flags them', async () => {
-    // Every reference action is first tried wrongly (a wrong path or an unknown tool), then right.
+    // Every reference action is first tried as a call to a tool the harness lacks, then right.
     const noisy = await startServer({
       dbPath: join(dir, 'noisy.db'),
       port: 0,
       engines: ['sim'],
-      sim: { policy: 'reference', tasks: referenceTasks([tasks[2]!]), errorRate: 1 },
+      // One kind pinned: the plan is drawn from the opening, which holds the date (src/engines/sim/policies.ts).
+      sim: {
+        policy: 'reference',
+        tasks: referenceTasks([tasks[2]!]),
+        errorRate: 1,
+        errorKinds: ['unknown_tool'],
+      },
     });
     try {
       const { results } = await runGym(
@@ -229,6 +235,11 @@ describe.skipIf(!sandboxReady || claudeCodeSkip)('Claude Code in the gym', () =>
       expect(steps).toHaveLength(2 * actions + 1);
       const flagged = steps.flatMap((s) => s.toolResults ?? []).filter((r) => r.error);
       expect(flagged).toHaveLength(actions);
+      // Claude Code's refusal (an is_error tool_result) is recorded as a failed call of kind unknown_tool.
+      for (const r of flagged) {
+        expect(r).toMatchObject({ error_type: 'unknown_tool' });
+        expect(r.content).toContain(`No such tool available: ${r.name}`);
+      }
     } finally {
       await noisy.close();
     }

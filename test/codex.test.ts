@@ -161,34 +161,65 @@ describe.skipIf(skip !== null)('Codex CLI in the gym', () => {
     }
   }, 600_000);
 
-  it('injected tool errors reach Codex as real failures, which it gets past; the gateway flags them', async () => {
-    // Every reference action is first tried wrongly (a wrong path or an unknown tool), then right.
+  /*
+   * The sim's error plan is drawn from a hash of the conversation's opening when the agent sends no
+   * seed, and Codex's opening carries <current_date>: each case pins one error kind, so the plan is the
+   * same on every date (src/engines/sim/policies.test.ts shows it over three dates).
+   */
+  const noisyRun = async (kind: 'wrong_argument' | 'unknown_tool') => {
     const noisy = await startServer({
-      dbPath: join(dir, 'noisy.db'),
+      dbPath: join(dir, `noisy-${kind}.db`),
       port: 0,
       engines: ['sim'],
-      sim: { policy: 'reference', tasks: referenceTasks([tasks[1]!]), errorRate: 1 },
+      sim: { policy: 'reference', tasks: referenceTasks([tasks[1]!]), errorRate: 1, errorKinds: [kind] },
     });
     try {
       const { results } = await runGym(
         options({
           tasks: [tasks[1]!],
           gatewayUrl: noisy.url,
-          runId: 'cx-noisy',
-          stateFile: join(dir, 'state-noisy.jsonl'),
+          runId: `cx-${kind}`,
+          stateFile: join(dir, `state-${kind}.jsonl`),
         }),
       );
       expect(results[0], JSON.stringify(results)).toMatchObject({ status: 'complete', score: 1 });
-      const actions = tasks[1]!.referenceActions!.length;
       const steps = await noisy.pool.getTrajectorySteps(results[0]!.trajectoryUid!);
-      // Each action took two calls, the wrong one and the right one, then the answer.
-      expect(steps).toHaveLength(2 * actions + 1);
       const t = await noisy.pool.store.getTrajectory(results[0]!.trajectoryUid!);
-      expect((t!.metadata.codex as Record<string, number>).command_failures).toBeGreaterThanOrEqual(1);
-      const flagged = steps.flatMap((s) => s.toolResults ?? []).filter((r) => r.error);
-      expect(flagged.length).toBeGreaterThanOrEqual(1);
+      return { steps, meta: t!.metadata.codex as Record<string, number> };
     } finally {
       await noisy.close();
+    }
+  };
+  // The task's actions: read, read, edit (each with a path), exec, write.
+  const actions = () => tasks[1]!.referenceActions!;
+
+  it('a wrong path fails the command Codex runs; it gets past it and the gateway flags the result', async () => {
+    const { steps, meta } = await noisyRun('wrong_argument');
+    const withPath = actions().filter((a) => ['read', 'edit', 'ls'].includes(a.name)).length;
+    expect(withPath).toBe(3);
+    // Each action with a path took two calls, the wrong one and the right one; the others one; then the answer.
+    expect(steps).toHaveLength(actions().length + withPath + 1);
+    expect(meta).toMatchObject({ commands: actions().length + withPath, command_failures: withPath });
+    const flagged = steps.flatMap((s) => s.toolResults ?? []).filter((r) => r.error);
+    expect(flagged).toHaveLength(withPath);
+    for (const r of flagged) {
+      // Codex's exec_command output: the exit code, then what the command printed (cat's or python's complaint).
+      expect(r.content).toMatch(/Process exited with code 1[\s\S]*_wrong/);
+      expect(['nonzero_exit', 'exception']).toContain(r.error_type);
+    }
+  }, 300_000);
+
+  it('an unknown tool is refused by Codex ("unsupported call"), recorded as a failed call of kind unknown_tool', async () => {
+    const { steps, meta } = await noisyRun('unknown_tool');
+    expect(steps).toHaveLength(2 * actions().length + 1);
+    // The refused calls ran no command: Codex's own count sees only the right ones, none failing.
+    expect(meta).toMatchObject({ commands: actions().length, command_failures: 0 });
+    const flagged = steps.flatMap((s) => s.toolResults ?? []).filter((r) => r.error);
+    expect(flagged).toHaveLength(actions().length);
+    for (const r of flagged) {
+      expect(r).toMatchObject({ error_type: 'unknown_tool' });
+      expect(r.content).toMatch(new RegExp(`^unsupported call: ${r.name}`));
+      expect(r.name).toMatch(/_v2$/);
     }
   }, 300_000);
 

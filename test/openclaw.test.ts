@@ -166,12 +166,18 @@ describe.skipIf(!sandboxReady)('OpenClaw in the gym', () => {
   }, 600_000);
 
   it('injected tool errors reach OpenClaw as real errors, which it gets past; the gateway flags them', async () => {
-    // Every reference action is first tried wrongly (a wrong path or an unknown tool), then right.
+    // Every reference action is first tried as a call to a tool the harness lacks, then right.
     const noisy = await startServer({
       dbPath: join(dir, 'noisy.db'),
       port: 0,
       engines: ['sim'],
-      sim: { policy: 'reference', tasks: referenceTasks([tasks[2]!]), errorRate: 1 },
+      // One kind pinned: the plan is drawn from the opening, which holds the date (src/engines/sim/policies.ts).
+      sim: {
+        policy: 'reference',
+        tasks: referenceTasks([tasks[2]!]),
+        errorRate: 1,
+        errorKinds: ['unknown_tool'],
+      },
     });
     try {
       const { results } = await runGym(
@@ -192,7 +198,12 @@ describe.skipIf(!sandboxReady)('OpenClaw in the gym', () => {
       expect(meta.tool_failures).toBeGreaterThanOrEqual(1);
       const steps = await noisy.pool.getTrajectorySteps(results[0]!.trajectoryUid!);
       const flagged = steps.flatMap((s) => s.toolResults ?? []).filter((r) => r.error);
-      expect(flagged.length).toBeGreaterThanOrEqual(1);
+      // OpenClaw's refusal ("Tool X not found") is recorded as a failed call of kind unknown_tool.
+      expect(flagged).toHaveLength(actions);
+      for (const r of flagged) {
+        expect(r).toMatchObject({ error_type: 'unknown_tool' });
+        expect(r.content).toContain(`Tool ${r.name} not found`);
+      }
     } finally {
       await noisy.close();
     }

@@ -1,4 +1,5 @@
 import { InvalidArgumentError } from 'commander';
+import { type InjectedErrorKind, REFERENCE_ERROR_KINDS } from '../engines/sim/policies.js';
 
 /** Parses an integer flag of at least `min`; a bad value names the flag. */
 export function positiveInt(flag: string, min = 1) {
@@ -18,4 +19,15 @@ export function probability(flag: string) {
       throw new InvalidArgumentError(`${flag} must be a number from 0 to 1`);
     return n;
   };
+}
+
+/** `--error-kinds wrong_argument,unknown_tool`: the reference policy's injected error kinds. */
+export function errorKinds(value: string): InjectedErrorKind[] {
+  const kinds = value.split(',').map((k) => k.trim());
+  const bad = kinds.find((k) => !(REFERENCE_ERROR_KINDS as readonly string[]).includes(k));
+  if (bad !== undefined)
+    throw new InvalidArgumentError(
+      `must list ${REFERENCE_ERROR_KINDS.join(', ')} (comma-separated), not ${JSON.stringify(bad)}`,
+    );
+  return kinds as InjectedErrorKind[];
 }

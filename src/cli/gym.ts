@@ -1,6 +1,7 @@
 import { join } from 'node:path';
 import { type Command, InvalidArgumentError, Option } from 'commander';
 import { GUIDE_STRATEGIES, INJECTION_MODES } from '../curation/actguide/index.js';
+import type { InjectedErrorKind } from '../engines/sim/policies.js';
 import { DEFAULT_QUEUE_SCHEMA } from '../gym/distributed/queue.js';
 import { DEFAULT_JOB_RETRIES } from '../gym/distributed.js';
 import { type GuideCommandOptions, guidedRunner } from '../gym/guide-run.js';
@@ -10,7 +11,7 @@ import { referenceTasks, TASK_SET_HELP } from '../gym/tasks/index.js';
 import type { GymTask } from '../gym/tasks/schema.js';
 import { type ValidateOptions, validateCommand } from '../gym/validate.js';
 import { type RunningServer, startServer } from '../server/server.js';
-import { positiveInt, probability } from './flags.js';
+import { errorKinds, positiveInt, probability } from './flags.js';
 import { registerSynthCommand } from './gym-synth.js';
 
 /*
@@ -25,6 +26,7 @@ export async function gatewayFor(
     engine: string[];
     out: string;
     errorRate: number;
+    errorKinds?: InjectedErrorKind[];
     giveUpRate: number;
     seed: number;
     simNeedsPlan?: number;
@@ -47,6 +49,7 @@ export async function gatewayFor(
             policy: 'reference',
             tasks: reference,
             errorRate: opts.errorRate,
+            errorKinds: opts.errorKinds,
             giveUpRate: opts.giveUpRate,
             needsPlan: opts.simNeedsPlan,
             seed: opts.seed,
@@ -134,6 +137,11 @@ export function addRunOptions(command: Command): Command {
       'sim reference policy: chance of a wrong tool call before the right one',
       probability('--error-rate'),
       0.2,
+    )
+    .option(
+      '--error-kinds <list>',
+      'sim reference policy: kinds of wrong call, from wrong_argument,unknown_tool (default both; one pins them)',
+      errorKinds,
     )
     .option(
       '--give-up-rate <p>',

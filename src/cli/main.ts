@@ -11,6 +11,7 @@ import { registerBenchCommand } from './bench.js';
 import { registerCodexCommand } from './codex.js';
 import { runDemo } from './demo.js';
 import { registerExportCommands } from './export.js';
+import { errorKinds } from './flags.js';
 import { registerGymCommands } from './gym.js';
 import { registerOpenClawCommand } from './openclaw.js';
 import { registerPurifyCommand } from './purify.js';
@@ -80,6 +81,11 @@ export function buildCli(): Command {
       rate,
       0,
     )
+    .option(
+      '--error-kinds <list>',
+      'reference: kinds of wrong call, from wrong_argument,unknown_tool (default both; one pins them)',
+      errorKinds,
+    )
     .option('--give-up-rate <p>', 'reference: chance an episode stops part way', rate, 0)
     .option('--seed <n>', 'engine seed (requests without a seed derive theirs from it)', int('--seed'), 0)
     .option('--ttft-ms <ms>', 'simulated time to first token', int('--ttft-ms'), 0)
@@ -97,6 +103,7 @@ export function buildCli(): Command {
         script: opts.script ? JSON.parse(readFileSync(opts.script, 'utf8')) : undefined,
         tasks: opts.tasks ? referenceTasks(await loadTasks(opts.tasks)) : undefined,
         errorRate: opts.errorRate,
+        errorKinds: opts.errorKinds,
         giveUpRate: opts.giveUpRate,
         seed: opts.seed,
         ttftMs: opts.ttftMs,
@@ -207,6 +214,11 @@ function addServerOptions(command: Command, role: 'all' | 'gateway'): void {
       rate,
       0,
     )
+    .option(
+      '--sim-error-kinds <list>',
+      'reference: kinds of wrong call, from wrong_argument,unknown_tool (default both; one pins them)',
+      errorKinds,
+    )
     .option('--sim-give-up-rate <p>', 'reference: chance an episode stops part way', rate, 0)
     .option('--sim-seed <n>', 'seed of the built-in sim', int('--sim-seed'), 0)
     .option('--sim-ttft-ms <ms>', 'simulated time to first token', int('--sim-ttft-ms'), 0)
@@ -309,6 +321,7 @@ function addServerOptions(command: Command, role: 'all' | 'gateway'): void {
           script: opts.simScript ? JSON.parse(readFileSync(opts.simScript, 'utf8')) : undefined,
           tasks: opts.simTasks ? referenceTasks(await loadTasks(opts.simTasks)) : undefined,
           errorRate: opts.simErrorRate,
+          errorKinds: opts.simErrorKinds,
           giveUpRate: opts.simGiveUpRate,
           seed: opts.simSeed,
           ttftMs: opts.simTtftMs,

@@ -25,6 +25,15 @@ describe('detectToolError', () => {
     failed('rm: cannot remove "/etc/passwd": Permission denied', 'permission_denied');
     failed('the command timed out after 30 s', 'timeout');
     failed('unknown tool: fly', 'unknown_tool');
+    // Each harness's refusal of a tool it does not offer, as its pinned build writes it.
+    failed('unsupported call: exec_command_v2', 'unknown_tool'); // Codex CLI 0.169.0
+    failed('unsupported custom tool call: apply_patch_v2', 'unknown_tool');
+    failed('Tool read_v2 not found', 'unknown_tool'); // OpenClaw 2026.9.6
+    failed(
+      '<tool_use_error>Error: No such tool available: Read_v2. Read_v2 is not a tool you can call.</tool_use_error>',
+      'unknown_tool',
+    ); // Claude Code 2.1.328
+    fine('the log mentions an unsupported call: nothing failed');
     failed('Invalid arguments: "path" is required', 'invalid_arguments');
   });
 

@@ -21,7 +21,12 @@ const ERROR_PATTERNS: [RegExp, string][] = [
   [/\bno such file or directory\b/i, 'not_found'],
   [/\bpermission denied\b/i, 'permission_denied'],
   [/\b(?:timed out|timeout expired)\b/i, 'timeout'],
-  [/\bunknown tool\b|\btool .{1,80} (?:not found|does not exist)\b/i, 'unknown_tool'],
+  // Harnesses' refusals of a tool they do not have: OpenClaw "Tool X not found", Codex CLI
+  // "unsupported call: X", Claude Code "No such tool available: X" (docs/codex.md#tool-errors).
+  [
+    /\bunknown tool\b|\btool .{1,80} (?:not found|does not exist)\b|^\s*unsupported (?:custom tool )?call: |\bno such tool available\b/im,
+    'unknown_tool',
+  ],
   [/\binvalid (?:arguments?|parameters?|json)\b/i, 'invalid_arguments'],
   // Generic markers last, so the specific kinds above win.
   [/^\s*error\b[\s:[(]/i, 'error'],

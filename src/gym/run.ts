@@ -1,6 +1,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { ValidationError } from '../domain/errors.js';
+import type { InjectedErrorKind } from '../engines/sim/policies.js';
 import { progressReporter } from '../util/progress.js';
 import { CLAUDE_CODE_VERSION, findClaudeCode } from './agent/claude-code/install.js';
 import { CODEX_VERSION, findCodex } from './agent/codex/install.js';
@@ -93,6 +94,8 @@ export interface RunCommandOptions {
   runId?: string;
   channel?: string;
   errorRate: number;
+  /** Sim reference policy: kinds of injected error (`gym run --error-kinds`). */
+  errorKinds?: InjectedErrorKind[];
   giveUpRate: number;
   seed: number;
   keepWorkspaces?: boolean;

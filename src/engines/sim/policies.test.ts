@@ -397,6 +397,57 @@ describe('reference policy', () => {
     expect(policy(ctx({ messages: messages.slice(0, 2) }))).toEqual({ text: 'Done.' });
   });
 
+  /**
+   * An episode of an agent that sends no seed and opens as Codex CLI does: its environment (with the
+   * date) in a user message of its own, then the task. The engine derives a new seed per request.
+   */
+  function codexEpisode(policy: ReturnType<typeof referencePolicy>, date: string) {
+    const messages: PolicyContext['messages'][number][] = [
+      {
+        role: 'user',
+        content: `<environment_context>\n  <cwd>/w</cwd>\n  <current_date>${date}</current_date>\n</environment_context>`,
+      },
+      { role: 'user', content: 'Write the total to output/total.txt.' },
+    ];
+    const calls: string[] = [];
+    for (let turn = 0; turn < 20; turn++) {
+      const out = policy(ctx({ messages, seed: 1000 + turn, seedDerived: true }));
+      if (!out.toolCalls) return calls;
+      calls.push(...out.toolCalls.map((c) => `${c.name} ${JSON.stringify(c.arguments)}`));
+      messages.push(assistantMessage(out, `call${turn}`), { role: 'tool', content: 'ok' });
+    }
+    throw new Error('the episode did not end');
+  }
+
+  it("with one error kind pinned, an unseeded agent's episode is the same whatever date its opening holds", () => {
+    const dates = ['2026-12-06', '2027-02-28', '2031-07-15'];
+    const wrongPath = referencePolicy(tasks, { errorRate: 1, errorKinds: ['wrong_argument'] });
+    // The read gets a wrong path first; the write has no argument whose wrong value fails: no error.
+    const expected = [
+      'read {"path":"input/data.csv_wrong"}',
+      'read {"path":"input/data.csv"}',
+      'write {"path":"output/total.txt","content":"42"}',
+    ];
+    for (const date of dates) expect(codexEpisode(wrongPath, date), date).toEqual(expected);
+    const unknown = referencePolicy(tasks, { errorRate: 1, errorKinds: ['unknown_tool'] });
+    for (const date of dates)
+      expect(codexEpisode(unknown, date), date).toEqual([
+        'read_v2 {"path":"input/data.csv"}',
+        'read {"path":"input/data.csv"}',
+        'write_v2 {"path":"output/total.txt","content":"42"}',
+        'write {"path":"output/total.txt","content":"42"}',
+      ]);
+    // With both kinds the plan is drawn from the opening, so it moves with the date: why the pin.
+    const both = referencePolicy(tasks, { errorRate: 1 });
+    const days = Array.from({ length: 20 }, (_, d) => `2026-12-${String(d + 1).padStart(2, '0')}`);
+    expect(new Set(days.map((d) => codexEpisode(both, d).join('|'))).size).toBeGreaterThan(1);
+  });
+
+  it('refuses error kinds it cannot inject as real mistakes, naming errorKinds', () => {
+    expect(() => referencePolicy(tasks, { errorKinds: ['malformed'] })).toThrow(/errorKinds.*"malformed"/);
+    expect(() => referencePolicy(tasks, { errorKinds: [] })).toThrow(/errorKinds/);
+  });
+
   it('injects wrong calls followed by the correct one, per episode seed', () => {
     const policy = referencePolicy(tasks, { errorRate: 1 });
     const run = episode(policy, 'Write the total to output/total.txt.', 3);

@@ -286,6 +286,7 @@ export interface ScriptedPolicyOptions {
   /**
    * Kinds of injected error to draw from (default all). `wrong_argument` needs an argument whose wrong
    * value fails: a path for read, edit and ls, never write or exec; for other tools a string argument.
+   * A step none of the kinds can fail gets no error. One kind pins the plan whatever the seed.
    */
   errorKinds?: readonly InjectedErrorKind[];
   /**
@@ -402,9 +403,17 @@ function wrongArgument(call: PolicyToolCall): string | undefined {
   return typeof key === 'string' && typeof call.arguments[key] === 'string' ? key : undefined;
 }
 
-function chooseKind(r: Random, call: PolicyToolCall, kinds: readonly InjectedErrorKind[]): InjectedErrorKind {
+/**
+ * A kind from `kinds` that fails this call, or none: with the kinds pinned to `wrong_argument`, a
+ * step whose call has no failing argument (write, exec) gets no injected error at all.
+ */
+function chooseKind(
+  r: Random,
+  call: PolicyToolCall,
+  kinds: readonly InjectedErrorKind[],
+): InjectedErrorKind | undefined {
   const usable = kinds.filter((k) => k !== 'wrong_argument' || wrongArgument(call) !== undefined);
-  return usable.length > 0 ? pick(r, usable) : 'malformed';
+  return usable.length > 0 ? pick(r, usable) : undefined;
 }
 
 /**
@@ -484,6 +493,9 @@ export function scriptedPolicy(source: ScriptSource, options: ScriptedPolicyOpti
   };
 }
 
+/** The reference policy's injected errors: real mistakes only (a malformed block would end the episode). */
+export const REFERENCE_ERROR_KINDS: readonly InjectedErrorKind[] = ['wrong_argument', 'unknown_tool'];
+
 /** A task the `reference` policy knows: its prompt and the tool calls that solve it. */
 export interface ReferenceTask {
   prompt: string;
@@ -497,6 +509,11 @@ export interface ReferencePolicyOptions {
   errorRate?: number;
   /** Chance that an episode stops after a random prefix of its actions (default 0): failed rollouts. */
   giveUpRate?: number;
+  /**
+   * Kinds of injected error (default both): `wrong_argument`, `unknown_tool`. `malformed` is not one:
+   * a block no parser accepts reads as a plain answer and would end the agent's episode.
+   */
+  errorKinds?: readonly InjectedErrorKind[];
   /**
    * A policy that needs a plan (ActGuide-RL's hard tasks): the share of a task's actions (0 to 1) that
    * a numbered plan in the first user message must show before an episode can finish; with fewer
@@ -537,6 +554,13 @@ export function referencePolicy(
   const needsPlan = options.needsPlan ?? 0;
   if (!(needsPlan >= 0 && needsPlan <= 1))
     throw new ValidationError('needsPlan must be in [0, 1]', 'needsPlan');
+  const errorKinds = options.errorKinds ?? REFERENCE_ERROR_KINDS;
+  const bad = errorKinds.find((k) => !REFERENCE_ERROR_KINDS.includes(k));
+  if (bad !== undefined || errorKinds.length === 0)
+    throw new ValidationError(
+      `errorKinds must list one or more of ${REFERENCE_ERROR_KINDS.join(', ')}${bad === undefined ? '' : `, not ${JSON.stringify(bad)}`}`,
+      'errorKinds',
+    );
   const byPrompt = new Map(tasks.map((t) => [t.prompt.trim(), t]));
   // Longest prompts first, so a prompt that contains a shorter one still finds its own task.
   const byLength = [...tasks].sort((a, b) => b.prompt.length - a.prompt.length);
@@ -565,8 +589,7 @@ export function referencePolicy(
           : (task.answer ?? `Done: ${task.actions.length} actions taken.`);
       return [...actions.map((toolCall) => ({ toolCall })), { answer }];
     },
-    // A malformed block reads as a plain answer and would end the agent's episode: real mistakes only.
-    { errorRate: options.errorRate ?? 0, errorKinds: ['wrong_argument', 'unknown_tool'] },
+    { errorRate: options.errorRate ?? 0, errorKinds },
   );
 }
 

@@ -4,6 +4,7 @@ import { listen } from '../../util/http-server.js';
 import { SimEngine } from './engine.js';
 import { instantLatency, latencyModel } from './latency.js';
 import {
+  type InjectedErrorKind,
   namedPolicies,
   type Policy,
   type ReferenceTask,
@@ -23,6 +24,8 @@ export interface SimServerOptions {
   tasks?: readonly ReferenceTask[];
   /** For `scripted` and `reference`: chance that a tool call is preceded by a wrong one, then corrected (default 0). */
   errorRate?: number;
+  /** For `reference`: kinds of injected error (default both; one kind pins the plan whatever the seed). */
+  errorKinds?: readonly InjectedErrorKind[];
   /** For `reference`: chance that an episode gives up part way (default 0). */
   giveUpRate?: number;
   /** For `reference`: share of a task's actions a plan in the prompt must show before it can finish (default 0). */
@@ -48,6 +51,7 @@ function choosePolicy(options: SimServerOptions): Policy {
       throw new ValidationError('the reference policy needs tasks with reference actions', 'tasks');
     return referencePolicy(options.tasks, {
       errorRate: options.errorRate,
+      errorKinds: options.errorKinds,
       giveUpRate: options.giveUpRate,
       needsPlan: options.needsPlan,
     });
