@@ -210,10 +210,11 @@ async function evaluate(check: Check, workspace: string, options: ChecksOptions)
       const mountDir = options.mountDir ?? DEFAULT_MOUNT_DIR;
       const run = options.runInSandbox ?? defaultSandboxRunner;
       // A SandboxError is the infrastructure's failure and propagates to the runner.
-      const result = await run(verifierSandbox(options.sandbox, workspace, mountDir), check.command, {
+      const sandbox = await verifierSandbox(options.sandbox, workspace, mountDir);
+      const result = await run(sandbox.options, check.command, {
         cwd: mountDir,
         timeoutMs: check.timeoutMs,
-      });
+      }).finally(() => sandbox.close());
       if (result.timedOut) return fail(`timed out after ${check.timeoutMs} ms`);
       if (result.limitHit) return fail(`hit the sandbox's ${result.limitHit} limit`);
       if (result.signal) return fail(`killed by ${result.signal}`);
