@@ -110,7 +110,7 @@ async function evaluate(check: Check, workspace: string, options: ChecksOptions)
   switch (check.kind) {
     case 'file_exists': {
       const entry = await resolveInWorkspace(workspace, check.path);
-      if (entry.kind === 'escape') return fail(entry.reason);
+      if (entry.kind === 'escape' || entry.kind === 'unreadable') return fail(entry.reason);
       if (entry.kind === 'file' || entry.kind === 'dir') return pass(`${check.path} exists`);
       return fail(
         entry.kind === 'broken' ? `${check.path} is a broken symlink` : `${check.path} does not exist`,
@@ -118,7 +118,7 @@ async function evaluate(check: Check, workspace: string, options: ChecksOptions)
     }
     case 'file_absent': {
       const entry = await resolveInWorkspace(workspace, check.path);
-      if (entry.kind === 'escape') return fail(entry.reason);
+      if (entry.kind === 'escape' || entry.kind === 'unreadable') return fail(entry.reason);
       return entry.kind === 'missing' ? pass(`${check.path} is absent`) : fail(`${check.path} exists`);
     }
     case 'parses': {
