@@ -3,6 +3,8 @@ import { existsSync, lstatSync, readlinkSync } from 'node:fs';
 export const BWRAP = '/usr/bin/bwrap';
 export const PYTHON = '/usr/bin/python3';
 export const PRLIMIT = '/usr/bin/prlimit';
+/** Where a copied workspace's original is bound read-only (SandboxOptions.workspaceCopy). */
+export const INSIDE_WORKSPACE_ORIGINAL = '/run/stepwise/workspace';
 /** Where the gateway bridge's unix socket appears inside the sandbox. */
 export const INSIDE_GATEWAY_SOCKET = '/run/stepwise/gateway.sock';
 /**
@@ -67,6 +69,11 @@ export interface BwrapPlan {
   seccompFd?: number;
   /** A hermetic root (rootfs.ts): its usr/ and etc/ stand in for the host's. */
   rootfs?: string;
+  /**
+   * The workspace as a private copy: a tmpfs of this many bytes at mountDir, the workspace read-only
+   * at INSIDE_WORKSPACE_ORIGINAL for the command to copy from.
+   */
+  workspaceCopyBytes?: number;
 }
 
 /** Namespaces and capabilities: the isolation itself. */
@@ -152,7 +159,13 @@ export function bwrapArgs(plan: BwrapPlan): string[] {
   for (const dir of ancestors(plan.mountDir)) {
     if (dir !== '/tmp') args.push('--perms', '0755', '--dir', dir);
   }
-  args.push('--bind', plan.workspace, plan.mountDir);
+  if (plan.workspaceCopyBytes === undefined) args.push('--bind', plan.workspace, plan.mountDir);
+  else {
+    // 0777: the command's uid fills it; nothing reaches the host workspace.
+    args.push('--perms', '0777', '--size', String(plan.workspaceCopyBytes), '--tmpfs', plan.mountDir);
+    for (const dir of ancestors(INSIDE_WORKSPACE_ORIGINAL)) args.push('--perms', '0755', '--dir', dir);
+    args.push('--ro-bind', plan.workspace, INSIDE_WORKSPACE_ORIGINAL);
+  }
   if (plan.gatewaySocket) {
     for (const dir of ancestors(INSIDE_GATEWAY_SOCKET)) args.push('--perms', '0755', '--dir', dir);
     args.push('--ro-bind', plan.gatewaySocket, INSIDE_GATEWAY_SOCKET);

@@ -1,5 +1,5 @@
 import { existsSync } from 'node:fs';
-import { mkdtemp, realpath, rm, stat, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, realpath, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
@@ -8,6 +8,7 @@ import {
   groupFile,
   HOSTS_FILE,
   INSIDE_GATEWAY_SOCKET,
+  INSIDE_WORKSPACE_ORIGINAL,
   PYTHON,
   passwdFile,
 } from './bwrap-args.js';
@@ -23,6 +24,7 @@ import { type Bridge, gatewayTarget, startBridge, withRefusals } from './gateway
 import { classifyLimitHit } from './limit-hit.js';
 import { runUnsafe } from './run-unsafe.js';
 import { noUserNamespaceFilter } from './seccomp.js';
+import { shellWord } from './shell-word.js';
 import { STATUS_FDS, type Supervised, supervise } from './supervise.js';
 import { SUPERVISOR_PY, type SupervisorConfig } from './supervisor.js';
 import {
@@ -128,6 +130,10 @@ export async function runInSandbox(
   const runDir = await mkdtemp(join(tmpdir(), 'stepwise-sandbox-'));
   let bridge: Bridge | undefined;
   try {
+    const copy = options.workspaceCopy === true;
+    // A copy's writes land on its own capped tmpfs: the quota then counts /tmp and /dev/shm only.
+    const measured = copy ? join(runDir, 'no-workspace') : workspace;
+    if (copy) await mkdir(measured);
     const etcFiles = {
       passwd: join(runDir, 'passwd'),
       group: join(runDir, 'group'),
@@ -145,7 +151,7 @@ export async function runInSandbox(
     const config: SupervisorConfig = {
       statusFd: STATUS_FDS.supervisor,
       controlFd: STATUS_FDS.control,
-      cwd,
+      cwd: copy ? mountDir : cwd,
       ...(privileged ? { uid, gid } : {}),
       limits: {
         cpu: Math.ceil(limits.cpuSeconds),
@@ -169,6 +175,7 @@ export async function runInSandbox(
         statusFd: STATUS_FDS.bwrap,
         ...(seccomp ? { seccompFd: STATUS_FDS.seccomp } : {}),
         ...(rootfs ? { rootfs } : {}),
+        ...(copy ? { workspaceCopyBytes: startBytes + diskQuotaBytes } : {}),
       }),
       '--',
       PYTHON,
@@ -177,7 +184,7 @@ export async function runInSandbox(
       '-c',
       SUPERVISOR_PY,
       JSON.stringify(config),
-      command,
+      copy ? `${copyWorkspaceScript(mountDir, cwd)}\n${command}` : command,
     ];
     let supervised: Supervised;
     try {
@@ -190,7 +197,9 @@ export async function runInSandbox(
         graceMs: KILL_GRACE_MS,
         maxOutputBytes,
         ...(seccomp ? { seccomp } : {}),
-        diskQuota: { workspace, limitBytes: Math.max(diskQuotaBytes, startBytes) },
+        diskQuota: copy
+          ? { workspace: measured, limitBytes: diskQuotaBytes }
+          : { workspace, limitBytes: Math.max(diskQuotaBytes, startBytes) },
       });
     } catch (error) {
       throw new SandboxError(`bwrap could not be started: ${(error as Error).message}`);
@@ -200,6 +209,19 @@ export async function runInSandbox(
     await bridge?.close();
     await rm(runDir, { recursive: true, force: true });
   }
+}
+
+/**
+ * Fills a copied workspace before the command: symlinks, hard links and modes kept, FIFOs, sockets and
+ * devices left out (a verifier must not block on a FIFO); what cannot be copied is left out quietly.
+ */
+function copyWorkspaceScript(mountDir: string, cwd: string): string {
+  const to = shellWord(mountDir);
+  return [
+    `cp -a ${shellWord(`${INSIDE_WORKSPACE_ORIGINAL}/.`)} ${to}/ 2>/dev/null`,
+    `find ${to} -xdev \\( -type p -o -type s -o -type b -o -type c \\) -delete 2>/dev/null`,
+    `cd -- ${shellWord(cwd)} || exit 1`,
+  ].join('; ');
 }
 
 function resolveGateway(gateway: { url: string; port?: number; scope?: BridgeScope }) {

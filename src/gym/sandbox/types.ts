@@ -65,6 +65,12 @@ export interface SandboxOptions {
    * in place of the host's /usr and /etc, so commands see the same programs on every host.
    */
   rootfs?: string;
+  /**
+   * Show the workspace as a private copy (verifiers: docs/security.md): the folder is bound read-only
+   * out of sight, copied onto a size-capped tmpfs at mountDir (special files left out) before the
+   * command runs, and what the command writes there ends with the sandbox. Ignored by unsafeNoSandbox.
+   */
+  workspaceCopy?: boolean;
   /** Run on the host without isolation (explicit opt-in; log a loud warning once per process). */
   unsafeNoSandbox?: boolean;
 }

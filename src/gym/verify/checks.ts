@@ -110,7 +110,7 @@ async function evaluate(check: Check, workspace: string, options: ChecksOptions)
   switch (check.kind) {
     case 'file_exists': {
       const entry = await resolveInWorkspace(workspace, check.path);
-      if (entry.kind === 'escape') return fail(entry.reason);
+      if (entry.kind === 'escape' || entry.kind === 'unreadable') return fail(entry.reason);
       if (entry.kind === 'file' || entry.kind === 'dir') return pass(`${check.path} exists`);
       return fail(
         entry.kind === 'broken' ? `${check.path} is a broken symlink` : `${check.path} does not exist`,
@@ -118,7 +118,7 @@ async function evaluate(check: Check, workspace: string, options: ChecksOptions)
     }
     case 'file_absent': {
       const entry = await resolveInWorkspace(workspace, check.path);
-      if (entry.kind === 'escape') return fail(entry.reason);
+      if (entry.kind === 'escape' || entry.kind === 'unreadable') return fail(entry.reason);
       return entry.kind === 'missing' ? pass(`${check.path} is absent`) : fail(`${check.path} exists`);
     }
     case 'parses': {
@@ -210,10 +210,11 @@ async function evaluate(check: Check, workspace: string, options: ChecksOptions)
       const mountDir = options.mountDir ?? DEFAULT_MOUNT_DIR;
       const run = options.runInSandbox ?? defaultSandboxRunner;
       // A SandboxError is the infrastructure's failure and propagates to the runner.
-      const result = await run(verifierSandbox(options.sandbox, workspace, mountDir), check.command, {
+      const sandbox = await verifierSandbox(options.sandbox, workspace, mountDir);
+      const result = await run(sandbox.options, check.command, {
         cwd: mountDir,
         timeoutMs: check.timeoutMs,
-      });
+      }).finally(() => sandbox.close());
       if (result.timedOut) return fail(`timed out after ${check.timeoutMs} ms`);
       if (result.limitHit) return fail(`hit the sandbox's ${result.limitHit} limit`);
       if (result.signal) return fail(`killed by ${result.signal}`);

@@ -83,11 +83,23 @@ export async function listOutputFiles(
   const found: { path: string; abs: string }[] = [];
   const notes: string[] = [];
   const seen = new Set<string>();
+  // A folder or file the host cannot read (a path too long to name, say) is noted, not thrown.
   async function walk(dir: string, rel: string): Promise<void> {
-    for (const name of (await readdir(dir)).sort()) {
+    let names: string[];
+    try {
+      names = (await readdir(dir)).sort();
+    } catch (err) {
+      notes.push(`${rel || '.'}/: cannot be read (${(err as NodeJS.ErrnoException).code ?? 'error'})`);
+      return;
+    }
+    for (const name of names) {
       const abs = join(dir, name);
       const path = rel ? `${rel}/${name}` : name;
-      const st = await lstat(abs);
+      const st = await lstat(abs).catch(() => null);
+      if (!st) {
+        notes.push(`${path}: cannot be read`);
+        continue;
+      }
       if (st.isSymbolicLink()) notes.push(`${path}: a symlink (not followed)`);
       else if (st.isDirectory()) {
         if (SKIPPED_DIRS.has(name)) notes.push(`${path}/: skipped`);
@@ -95,7 +107,9 @@ export async function listOutputFiles(
       } else if (st.isFile()) {
         seen.add(path);
         const input = inputs.get(path);
-        if (input && st.size === input.length && Buffer.compare(await readFile(abs), input) === 0) continue;
+        const same = async (bytes: Buffer) =>
+          Buffer.compare((await readFile(abs).catch(() => null)) ?? Buffer.alloc(0), bytes) === 0;
+        if (input && st.size === input.length && (await same(input))) continue;
         found.push({ path, abs });
       }
     }
@@ -109,7 +123,12 @@ export async function listOutputFiles(
       parts.push(`(${found.length - MAX_LISTED_FILES} more files not listed)`);
       break;
     }
-    const { size, head: bytes } = await readHead(file.abs, perFile);
+    const read = await readHead(file.abs, perFile).catch(() => null);
+    if (!read) {
+      parts.push(`### ${file.path}\n(cannot be read)`);
+      continue;
+    }
+    const { size, head: bytes } = read;
     const changed = inputs.has(file.path) ? ', changed input file' : '';
     const head = `### ${file.path} (${size} bytes${changed})`;
     let text: string;

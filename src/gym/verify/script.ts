@@ -126,6 +126,19 @@ async function setAside(workspace: string, names: readonly string[]) {
   };
 }
 
+/**
+ * The folders of the verifier's own Python and shell files (its reward/, never the workspace root):
+ * with the working directory and script folder off sys.path, check.py still imports its siblings.
+ */
+function ownDirs(task: GymTask, verifier: ScriptVerifier): string[] {
+  const dirs = verifier.files
+    .map((f) => posix.dirname(posix.normalize(f.path)))
+    .filter((d) => d !== '.' && d !== '..' && !d.startsWith('../'));
+  return [...new Set([posix.dirname(posix.normalize(verifier.entry)), ...dirs])]
+    .filter((d) => d !== '.' && d !== '..' && !d.startsWith('../'))
+    .map((d) => posix.join(task.mountDir, d));
+}
+
 export async function runScriptVerifier(
   task: GymTask,
   verifier: ScriptVerifier,
@@ -142,20 +155,27 @@ export async function runScriptVerifier(
   const held = await setAside(workspace, topNames);
   try {
     await writeTaskFiles(workspace, verifier.files, { exclusive: true });
-    const sandbox = verifierSandbox(options.sandbox, workspace, task.mountDir);
-    if (options.payload) {
-      await writeFile(join(workspace, REWARD_PAYLOAD_FILE), JSON.stringify(options.payload), { flag: 'wx' });
-      sandbox.env = {
-        ...sandbox.env,
-        OPENCLAW_REWARD_PAYLOAD: posix.join(task.mountDir, REWARD_PAYLOAD_FILE),
-      };
+    const sandbox = await verifierSandbox(options.sandbox, workspace, task.mountDir, ownDirs(task, verifier));
+    let result: Awaited<ReturnType<SandboxRunner>>;
+    try {
+      if (options.payload) {
+        await writeFile(join(workspace, REWARD_PAYLOAD_FILE), JSON.stringify(options.payload), {
+          flag: 'wx',
+        });
+        sandbox.options.env = {
+          ...sandbox.options.env,
+          OPENCLAW_REWARD_PAYLOAD: posix.join(task.mountDir, REWARD_PAYLOAD_FILE),
+        };
+      }
+      const entry = posix.join(task.mountDir, verifier.entry);
+      result = await run(sandbox.options, `bash ${shellQuote(entry)}`, {
+        cwd: task.mountDir,
+        timeoutMs: verifier.timeoutMs,
+        maxOutputBytes: options.maxOutputBytes ?? 1 << 20,
+      });
+    } finally {
+      await sandbox.close();
     }
-    const entry = posix.join(task.mountDir, verifier.entry);
-    const result = await run(sandbox, `bash ${shellQuote(entry)}`, {
-      cwd: task.mountDir,
-      timeoutMs: verifier.timeoutMs,
-      maxOutputBytes: options.maxOutputBytes ?? 1 << 20,
-    });
     const base = {
       stdoutTail: tail(result.stdout, 2_000),
       stderrTail: tail(result.stderr, 2_000),

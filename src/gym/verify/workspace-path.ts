@@ -13,6 +13,8 @@ export type WorkspaceEntry =
   | { kind: 'missing' }
   /** A symlink that leads nowhere (or loops). */
   | { kind: 'broken' }
+  /** The agent made it unreadable (a path too long to name, say): the agent's failure, scored 0. */
+  | { kind: 'unreadable'; reason: string }
   | { kind: 'escape'; reason: string };
 
 function inside(root: string, path: string): boolean {
@@ -22,6 +24,12 @@ function inside(root: string, path: string): boolean {
 function isMissing(err: unknown): boolean {
   const code = (err as NodeJS.ErrnoException).code;
   return code === 'ENOENT' || code === 'ENOTDIR';
+}
+
+function unreadable(err: unknown): WorkspaceEntry {
+  const code = (err as NodeJS.ErrnoException).code;
+  if (code === undefined) throw err;
+  return { kind: 'unreadable', reason: `the path cannot be read (${code})` };
 }
 
 export async function resolveInWorkspace(workspace: string, relPath: string): Promise<WorkspaceEntry> {
@@ -36,7 +44,7 @@ export async function resolveInWorkspace(workspace: string, relPath: string): Pr
     real = await realpath(target);
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ELOOP') return { kind: 'broken' };
-    if (!isMissing(err)) throw err;
+    if (!isMissing(err)) return unreadable(err);
     // Absent: still an escape when the nearest existing ancestor lies outside (a symlinked folder).
     for (let dir = dirname(target); ; dir = dirname(dir)) {
       try {
@@ -44,7 +52,7 @@ export async function resolveInWorkspace(workspace: string, relPath: string): Pr
         if (!inside(root, realDir)) return { kind: 'escape', reason: 'the path leads outside the workspace' };
         break;
       } catch (e) {
-        if (!isMissing(e) || dirname(dir) === dir) throw e;
+        if (!isMissing(e) || dirname(dir) === dir) return unreadable(e);
       }
     }
     try {
@@ -55,7 +63,12 @@ export async function resolveInWorkspace(workspace: string, relPath: string): Pr
     }
   }
   if (!inside(root, real)) return { kind: 'escape', reason: 'the path leads outside the workspace' };
-  const st = await stat(real);
+  let st: import('node:fs').Stats;
+  try {
+    st = await stat(real);
+  } catch (err) {
+    return unreadable(err);
+  }
   if (st.isFile()) return { kind: 'file', path: real, size: st.size };
   if (st.isDirectory()) return { kind: 'dir', path: real };
   return { kind: 'other', path: real };
@@ -72,6 +85,7 @@ export async function readWorkspaceText(
   const entry = await resolveInWorkspace(workspace, relPath);
   switch (entry.kind) {
     case 'escape':
+    case 'unreadable':
       return { error: entry.reason };
     case 'missing':
       return { error: 'the file does not exist' };
@@ -85,6 +99,10 @@ export async function readWorkspaceText(
       if (entry.size > MAX_CHECKED_FILE_BYTES) {
         return { error: `the file is larger than ${MAX_CHECKED_FILE_BYTES} bytes` };
       }
-      return { text: await readFile(entry.path, 'utf8') };
+      try {
+        return { text: await readFile(entry.path, 'utf8') };
+      } catch (err) {
+        return { error: (unreadable(err) as { reason: string }).reason };
+      }
   }
 }
