@@ -217,6 +217,7 @@ for (const [name, place] of places) {
 
     it("records implicit feedback as the user's word (source `user`), never as `human`", async () => {
       const server = await start(place());
+      await server.pool.configureChannel('online', { n_rollouts: 1, required_signals: ['user_feedback'] });
       const chat = assistant(server, A, { 'X-Stepwise-Session': 'thanks' });
       await chat.say('book a table');
       await chat.say('thanks, perfect!');
@@ -228,6 +229,17 @@ for (const [name, place] of places) {
         [0, 'user_feedback', 1, 'user'],
         [1, 'user_feedback', -1, 'user'],
       ]);
+      // Nor does the user's word release a group that waits for a required signal of that name.
+      const signal = (source: string) => ({
+        signals: [{ trajectory_uid: t!.id, name: 'user_feedback', value: 1, source }],
+      });
+      expect((await callJson('POST', `${server.url}/v1/signals`, signal('user'), RUNNER)).status).toBe(200);
+      const done = await callJson('POST', `${server.url}/v1/trajectories/${t!.id}/complete`, {}, RUNNER);
+      expect(done.json.status).toBe('complete');
+      const group = async () => (await server.pool.store.getGroup('online', t!.groupId))!.state;
+      expect(await group()).toBe('collecting');
+      await callJson('POST', `${server.url}/v1/signals`, signal('human'), RUNNER);
+      expect(await group()).toBe('ready');
     });
 
     it("caps each key's open sessions; opening past a cap evicts only the key's own, never another key's", async () => {
