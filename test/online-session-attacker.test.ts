@@ -135,6 +135,18 @@ for (const [name, place] of places) {
         A,
       );
       expect(own.status).toBe(200);
+      // Nor through register_trajectory, even on a channel that trusts agents with their metadata.
+      await server.pool.configureChannel('claw', { trust_agent_reward: true });
+      const claw = await callJson('POST', `${server.url}/init_trajectory`, { channel: 'claw' }, A);
+      const register = await callJson(
+        'POST',
+        `${claw.json.base_url}/register_trajectory`,
+        { metadata: { source: 'session', session_key: 'mine' } },
+        A,
+      );
+      expect(register.status).toBe(403);
+      expect(register.json.error).toMatchObject({ param: 'metadata.source' });
+      expect((await server.pool.getTrajectory(claw.json.trajectory_uid))!.metadata).toEqual({});
 
       // The first session call reads the channel back, then says the answer the forgery expected.
       await assistant(server, A, { 'X-Stepwise-Session': 'mine' }).say('paris');
