@@ -235,14 +235,14 @@ describe('online sessions on the fixed base_url', () => {
         stepIndex: 0,
         name: 'user_feedback',
         value: 1,
-        source: 'human',
+        source: 'user',
         details: { implicit: true, kind: 'thanks', text_excerpt: 'thanks!' },
       }),
       expect.objectContaining({
         stepIndex: 1,
         name: 'user_feedback',
         value: -1,
-        source: 'human',
+        source: 'user',
         details: {
           implicit: true,
           kind: 'correction',

@@ -94,6 +94,18 @@ describe('combination: grammar and precedence', () => {
     expect(value('agent:done', signals)).toBe(1);
   });
 
+  it("counts online sessions' implicit feedback (source `user`) only where a channel's combination names `user:`", () => {
+    const signals = [
+      sig('user_feedback', 1, { stepIndex: 0, source: 'user' }),
+      sig('user_feedback', 1, { stepIndex: 1, source: 'user' }),
+      sig('user_feedback', -1, { stepIndex: 1, source: 'human' }),
+    ];
+    // docs/rewards.md's suggested expression reads people's verdicts, not what the agent's harness sent.
+    expect(value('(mean(user_feedback) + 1) / 2 ?? 0.5', signals)).toBe(0);
+    expect(value('(mean(user:user_feedback) + 1) / 2 ?? 0.5', signals)).toBe(1);
+    expect(value('(mean(user_feedback) + 1) / 2 ?? 0.5', signals.slice(0, 2))).toBe(0.5);
+  });
+
   it('never turns a missing input into 0: the result waits, unless ?? says what to use', () => {
     const signals = [sig('verifier', 1)];
     expect(evaluateCombination(parseCombination('0.7*verifier + 0.3*judge'), signals)).toEqual({

@@ -197,9 +197,20 @@ function addServerOptions(command: Command, role: 'all' | 'gateway'): void {
     )
     .option(
       '--max-sessions <n>',
-      'online sessions kept open at once (past it the least recently used is completed)',
+      "online sessions kept open at once (past it a key's least recently used idle one is completed; never another key's)",
       int('--max-sessions', 1),
       10_000,
+    )
+    .option(
+      '--max-sessions-per-key <n>',
+      'online sessions one API key may hold open (past it its own least recently used idle one is completed)',
+      int('--max-sessions-per-key', 1),
+      1_000,
+    )
+    .option(
+      '--session-channel <name>',
+      "the channel of online sessions' trajectories; an agent's key may name another (X-Stepwise-Channel) only where that channel sets trust_agent_reward",
+      'online',
     )
     .addOption(
       new Option('--sim-policy <name>', 'what the built-in sim says')
@@ -333,6 +344,8 @@ function addServerOptions(command: Command, role: 'all' | 'gateway'): void {
         gatewayOptions: {
           sessionIdleMs: opts.sessionIdleMs,
           maxSessions: opts.maxSessions,
+          maxSessionsPerKey: opts.maxSessionsPerKey,
+          sessionChannel: opts.sessionChannel,
           generateMaxTokens: opts.generateMaxTokens,
           tokenContinuity: opts.tokenContinuity === true,
         },

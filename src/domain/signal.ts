@@ -4,11 +4,16 @@ import { JsonObject } from './json.js';
 import { MAX_STEP_INDEX } from './step.js';
 
 /**
- * Who produced a signal. `agent`: declared by the agent under its own base_url; it never satisfies
- * required_signals or a bare name in a rewards combination (docs/security.md).
+ * Who produced a signal. `agent`: declared by the agent under its own base_url; `user`: read by the
+ * gateway from the user turns an online session's agent sends (implicit feedback), so the agent's
+ * harness could write them. Neither satisfies required_signals or a bare name in a rewards
+ * combination: a combination counts them only where it names their source (docs/security.md).
  */
-export const SignalSource = z.enum(['rule', 'verifier', 'judge', 'rm', 'human', 'env', 'agent']);
+export const SignalSource = z.enum(['rule', 'verifier', 'judge', 'rm', 'human', 'env', 'agent', 'user']);
 export type SignalSource = z.infer<typeof SignalSource>;
+
+/** Sources that are the agent's word: counted only where a combination names them. */
+export const AGENT_WORD_SOURCES: readonly SignalSource[] = ['agent', 'user'];
 
 /** A reward or quality score attached to a step or a trajectory (used by the rewards issue). */
 export const Signal = z.object({

@@ -20,7 +20,12 @@ import {
 } from '../domain/index.js';
 import { type AuthVariables, agentOnly, requireScope } from '../http/auth.js';
 import { readJsonBody } from '../http/json-body.js';
-import { computeRewardResponse, isSampleRewardBody, SampleRewardBody } from '../rewards/routes.js';
+import {
+  ComputeRewardBody,
+  computeRewardResponse,
+  isSampleRewardBody,
+  SampleRewardBody,
+} from '../rewards/routes.js';
 import { scoreSample } from '../rewards/sample.js';
 import type { RewardService } from '../rewards/service.js';
 import type { Gateway } from './gateway.js';
@@ -124,8 +129,34 @@ async function refuseAgent(
 }
 
 /**
+ * Refuses a `metadata.source` other than `agent` from an agent, trusted channel or not: the source
+ * says who wrote a trajectory (the gateway's online sessions, a dataset), and the session read-back
+ * adopts `source: session` (docs/security.md).
+ */
+async function refuseForeignSource(
+  gateway: Gateway,
+  c: Context<Env>,
+  where: () => Promise<{ channel: string; trajectoryId: string | null }>,
+  metadata: Record<string, unknown> | undefined,
+): Promise<void> {
+  const source = metadata?.source;
+  if (source === undefined || source === 'agent') return;
+  const reason = `metadata.source: an agent's metadata may name only its own source ('agent'), not ${JSON.stringify(source)}`;
+  await gateway.pool.recordRefusal({
+    ...(await where()),
+    by: 'gateway',
+    attempts: [`${c.req.method} ${c.req.path}`],
+    count: 1,
+    reason,
+  });
+  throw new StepwiseError(reason, 403, 'forbidden', 'metadata.source');
+}
+
+/**
  * `/compute_reward` in either form: ours (a stored trajectory's reward, computed by its functions and
  * stored as their signals) or Claw-R1's (a sample's ids and dataset fields; scored, never stored).
+ * Either is refused to an agent's key unless the channel trusts agents: the reward functions would be
+ * an oracle the policy could probe.
  */
 async function rewardResponse(
   c: Context<Env>,
@@ -133,10 +164,22 @@ async function rewardResponse(
   rewards: RewardService,
   body: unknown,
 ): Promise<Response> {
-  if (!isSampleRewardBody(body)) return computeRewardResponse(c, rewards, body);
+  if (!isSampleRewardBody(body)) {
+    if (agentOnly(c.get('apiKey'))) {
+      const { trajectory_uid: id } = parseOrThrow(ComputeRewardBody, body);
+      const t = await gateway.pool.getTrajectory(id);
+      if (!t) throw new NotFoundError(`trajectory ${id} does not exist`);
+      await requireAgentTrust(
+        gateway,
+        c,
+        { channel: t.channel, trajectoryId: id },
+        "computing a trajectory's reward",
+      );
+    }
+    return computeRewardResponse(c, rewards, body);
+  }
   const sample = parseOrThrow(SampleRewardBody, body);
   const channel = parseOrThrow(ChannelName, c.req.query('channel') ?? 'train', 'channel');
-  // Scoring any text it likes would make the reward functions an oracle the policy could probe.
   if (agentOnly(c.get('apiKey')))
     await requireAgentTrust(
       gateway,
@@ -191,6 +234,8 @@ export function mountGatewayRoutes(
       // Holding a group keeps it from trainers: the runner's call, never an agent's (docs/security.md).
       if (body.hold_for_guidance !== undefined && agentOnly(c.get('apiKey')))
         throw new AuthError("hold_for_guidance: an agent's key cannot hold a group back from training", 403);
+      if (agentOnly(c.get('apiKey')))
+        await refuseForeignSource(gateway, c, async () => ({ channel, trajectoryId: null }), body.metadata);
       // An agent's key opens its own groups; adding rollouts to an existing one is its owner's.
       const newGroup =
         agentOnly(c.get('apiKey')) &&
@@ -235,6 +280,17 @@ export function mountGatewayRoutes(
       const body = parseOrThrow(RegisterTrajectoryBody, await readJsonBody(c));
       // Claw-R1 registers first, under its prompt_uid base_url and with the channel its dataset
       // names: the only call that moves a trajectory (before its first step, where channels trust agents).
+      // Before anything moves: the refusal changes nothing.
+      await refuseForeignSource(
+        gateway,
+        c,
+        async () => {
+          const stored = await gateway.pool.getTrajectory(trajectory);
+          if (!stored) throw new NotFoundError(`trajectory ${trajectory} does not exist`);
+          return { channel: stored.channel, trajectoryId: trajectory };
+        },
+        body.metadata,
+      );
       const session = await gateway.registerAt(trajectory, group, body.channel);
       // Metadata reaches the trainer and reward functions read it: it is the owner's to set.
       await requireAgentTrust(

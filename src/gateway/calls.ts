@@ -7,6 +7,7 @@ import {
   TokenIds,
   ValidationError,
 } from '../domain/index.js';
+import { type ApiKey, agentOnly } from '../http/auth.js';
 import { parseJsonText } from '../http/json-body.js';
 import { type Answer, JSON_HEADERS } from './answer.js';
 import { type CallKind, checkCallRequest, checkPromptLength } from './call-request.js';
@@ -14,7 +15,7 @@ import type { CallOrigin } from './call-trace.js';
 import type { Gateway } from './gateway.js';
 import { messageAnswer } from './messages.js';
 import { chatRequestOf } from './messages-request.js';
-import { CHANNEL_HEADER, SESSION_HEADER, sessionOf } from './online-sessions.js';
+import { CHANNEL_HEADER, SESSION_HEADER, sessionKeyOf } from './online-sessions.js';
 import { responsesCall } from './responses.js';
 import { checkResponsesRequest } from './responses-request.js';
 import type { Session } from './session.js';
@@ -41,6 +42,13 @@ const GenerateBody = z.looseObject({
 
 /** A request header by lower-case name. */
 export type HeaderOf = (name: string) => string | undefined;
+
+/** What a call at the fixed base_url brings besides its body: its headers, and the key it was admitted with. */
+export interface FixedCallRequest {
+  header: HeaderOf;
+  /** null: keys are off (loopback only), every caller is the operator. */
+  caller: ApiKey | null;
+}
 
 /** The body the chat path takes: a Messages API body is translated (its own text is not chat's). */
 function bodyOf(kind: LlmCall, text: string): { body: unknown; raw: string | null } {
@@ -92,18 +100,19 @@ export async function trajectoryCall(
 export async function fixedCall(
   gateway: Gateway,
   kind: LlmCall,
-  header: HeaderOf,
+  request: FixedCallRequest,
   text: string,
   signal: AbortSignal,
   origin?: CallOrigin,
 ): Promise<Answer> {
+  const { header } = request;
   // The agent's text goes to the engine unless the gateway changes the body (see upstreamText).
   const parsed = bodyOf(kind, text);
   const { body } = parsed;
   let { raw } = parsed;
   const sessionHeader = header(SESSION_HEADER);
   if (sessionHeader !== undefined)
-    return sessionCall(gateway, kind, header, body, raw, sessionHeader, signal, text.length, origin);
+    return sessionCall(gateway, kind, request, body, raw, sessionHeader, signal, text.length, origin);
   let trajectory = header(TRAJECTORY_HEADER) ?? null;
   const model = (body as { model?: unknown } | null)?.model;
   if (trajectory === null && typeof model === 'string' && model.includes(MODEL_SEPARATOR)) {
@@ -129,7 +138,7 @@ export async function fixedCall(
 async function sessionCall(
   gateway: Gateway,
   kind: LlmCall,
-  header: HeaderOf,
+  { header, caller }: FixedCallRequest,
   body: unknown,
   raw: string | null,
   sessionHeader: string,
@@ -148,8 +157,11 @@ async function sessionCall(
     kind === 'responses'
       ? checkResponsesRequest(body)
       : checkCallRequest(kind === 'messages' ? 'chat' : kind, body);
-  const { key, channel } = sessionOf(sessionHeader, header(CHANNEL_HEADER), request);
-  const call = await gateway.online.acquire(key, channel, header('user-agent') ?? null);
+  const key = sessionKeyOf(sessionHeader, request);
+  // A session is its key's: another key naming the same session gets a session of its own.
+  const owner = { fingerprint: caller?.fingerprint ?? null, agentOnly: agentOnly(caller) };
+  const channel = await gateway.online.channelFor(owner, header(CHANNEL_HEADER));
+  const call = await gateway.online.acquire(owner, key, channel, header('user-agent') ?? null);
   try {
     // Feedback is judged against the session's last step (stored before its answer went out).
     // (Chat messages: a Messages call was translated to chat; a Responses call has none.)

@@ -115,11 +115,11 @@ async function serve(
   const anthropic = route.kind === 'call' && route.call === 'messages';
   // Refused before the call is read, in the app's error shape as the app refuses any route (a
   // Messages API call in Anthropic's).
-  const refused = admission(keys, target, req, anthropic);
-  if (refused !== null) return write(refused, req, res);
+  const admitted = admission(keys, target, req, anthropic);
+  if ('refused' in admitted) return write(admitted.refused, req, res);
   let answer: Answer;
   try {
-    answer = await answerOf(gateway, route, req, gone.signal);
+    answer = await answerOf(gateway, route, req, admitted.caller, gone.signal);
   } catch (error) {
     if (gone.signal.aborted) return;
     answer = anthropic ? anthropicErrorAnswer(error) : errorAnswer(error);
@@ -129,14 +129,14 @@ async function serve(
 
 /**
  * The caller's key (401, 403) and the query (a NUL in it is a 400), checked in the app's order;
- * refused in the app's shape, or Anthropic's for a Messages API call.
+ * refused in the app's shape, or Anthropic's for a Messages API call. `caller` is null with keys off.
  */
 function admission(
   keys: readonly ApiKey[],
   target: string,
   req: IncomingMessage,
   anthropic: boolean,
-): Answer | null {
+): { caller: ApiKey | null } | { refused: Answer } {
   try {
     const key =
       keys.length === 0
@@ -151,11 +151,13 @@ function admission(
     const url = `http://host${target}`;
     refuseNulQuery(url, () => getQueryParams(url) as Record<string, string[]>);
     checkScope(key, AGENT);
-    return null;
+    return { caller: key };
   } catch (error) {
     if (anthropic || !(error instanceof StepwiseError))
-      return anthropic ? anthropicErrorAnswer(error) : errorAnswer(error);
-    return { status: error.status, headers: JSON_HEADERS, body: JSON.stringify(error.toJSON()) };
+      return { refused: anthropic ? anthropicErrorAnswer(error) : errorAnswer(error) };
+    return {
+      refused: { status: error.status, headers: JSON_HEADERS, body: JSON.stringify(error.toJSON()) },
+    };
   }
 }
 
@@ -163,6 +165,7 @@ function answerOf(
   gateway: Gateway,
   route: Route,
   req: IncomingMessage & { rawBody?: Buffer },
+  caller: ApiKey | null,
   signal: AbortSignal,
 ): Promise<Answer> {
   if (route.kind === 'models') {
@@ -173,7 +176,7 @@ function answerOf(
   const text = bodyText(req.rawBody);
   if (route.kind === 'generate') return generateCall(gateway, text, signal);
   return route.trajectory === undefined
-    ? fixedCall(gateway, route.call, (name) => header(req, name), text, signal, origin)
+    ? fixedCall(gateway, route.call, { header: (name) => header(req, name), caller }, text, signal, origin)
     : trajectoryCall(
         gateway,
         route.call,

@@ -65,8 +65,12 @@ export interface GatewayOptions {
    * call opens a new trajectory (default 30 min).
    */
   sessionIdleMs?: number;
-  /** Online sessions kept open at once; past it the least recently used is completed (default 10000). */
+  /** Online sessions kept open at once; past it a key's least recently used idle one is completed (default 10000). */
   maxSessions?: number;
+  /** Online sessions one API key may hold open (default 1000; at most maxSessions). */
+  maxSessionsPerKey?: number;
+  /** The channel of online sessions' trajectories (default `online`); agents may not choose another. */
+  sessionChannel?: string;
   /**
    * A session unused this long is checked against the store before its next call (default 30 s), so
    * a trajectory closed elsewhere (idle timeout, another process) is refused, not written to.
@@ -135,7 +139,9 @@ export class Gateway {
     this.forwarding = { recorder: this.recorder, tokenizing: this.tokenizing, draining: this.draining };
     this.online = new OnlineSessions(this, {
       idleMs: options.sessionIdleMs,
+      channel: options.sessionChannel,
       maxSessions: options.maxSessions,
+      maxSessionsPerKey: options.maxSessionsPerKey,
       logger: options.logger,
     });
   }

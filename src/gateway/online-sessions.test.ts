@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { ValidationError } from '../domain/index.js';
-import { sessionKeyFromBody, sessionOf, stripCounter } from './online-sessions.js';
+import { sessionKeyFromBody, sessionKeyOf, stripCounter } from './online-sessions.js';
 
 describe('session keys', () => {
   it('drops an all-digit counter after the last colon, and only that', () => {
@@ -30,23 +30,16 @@ describe('session keys', () => {
     expect(sessionKeyFromBody({})).toBeNull();
   });
 
-  it('reads the header: `auto` (any case) derives, anything else is the key; the channel defaults to online', () => {
-    expect(sessionOf('auto', undefined, { prompt_cache_key: 'k:1' })).toEqual({
-      key: 'k',
-      channel: 'online',
-    });
-    expect(sessionOf(' AUTO ', 'mine', { user: 'u' })).toEqual({ key: 'u', channel: 'mine' });
-    expect(sessionOf('laptop-1', undefined, { prompt_cache_key: 'k:1' })).toEqual({
-      key: 'laptop-1',
-      channel: 'online',
-    });
+  it('reads the header: `auto` (any case) derives, anything else is the key', () => {
+    expect(sessionKeyOf('auto', { prompt_cache_key: 'k:1' })).toBe('k');
+    expect(sessionKeyOf(' AUTO ', { user: 'u' })).toBe('u');
+    expect(sessionKeyOf('laptop-1', { prompt_cache_key: 'k:1' })).toBe('laptop-1');
   });
 
   it('names what is missing or wrong', () => {
-    expect(() => sessionOf('auto', undefined, {})).toThrow(ValidationError);
-    expect(() => sessionOf('auto', undefined, {})).toThrow(/prompt_cache_key/);
-    expect(() => sessionOf('', undefined, {})).toThrow(/X-Stepwise-Session/);
-    expect(() => sessionOf('k', 'no/slash', {})).toThrow(/X-Stepwise-Channel/);
-    expect(() => sessionOf('x'.repeat(513), undefined, {})).toThrow(/X-Stepwise-Session/);
+    expect(() => sessionKeyOf('auto', {})).toThrow(ValidationError);
+    expect(() => sessionKeyOf('auto', {})).toThrow(/prompt_cache_key/);
+    expect(() => sessionKeyOf('', {})).toThrow(/X-Stepwise-Session/);
+    expect(() => sessionKeyOf('x'.repeat(513), {})).toThrow(/X-Stepwise-Session/);
   });
 });

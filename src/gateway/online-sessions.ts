@@ -5,6 +5,7 @@ import {
   ConflictError,
   NotFoundError,
   parseOrThrow,
+  StepwiseError,
   type Trajectory,
   ValidationError,
 } from '../domain/index.js';
@@ -52,12 +53,8 @@ export function sessionKeyFromBody(body: Record<string, unknown>): string | null
   return nonEmpty(body.user) ?? nonEmpty(body.safety_identifier) ?? fromMetadata;
 }
 
-/** The session a request names: its key (header value, or derived from the body) and channel. */
-export function sessionOf(
-  header: string,
-  channelHeader: string | undefined,
-  body: Record<string, unknown>,
-): { key: string; channel: string } {
+/** The session key a request names: the header's value, or derived from the body. */
+export function sessionKeyOf(header: string, body: Record<string, unknown>): string {
   const value = header.trim();
   let key: string | null = value;
   if (value.toLowerCase() === AUTO_SESSION) {
@@ -69,13 +66,14 @@ export function sessionOf(
       );
     }
   }
-  return {
-    key: parseOrThrow(SessionKey, key, 'X-Stepwise-Session'),
-    channel:
-      channelHeader === undefined
-        ? DEFAULT_SESSION_CHANNEL
-        : parseOrThrow(ChannelName, channelHeader.trim(), 'X-Stepwise-Channel'),
-  };
+  return parseOrThrow(SessionKey, key, 'X-Stepwise-Session');
+}
+
+/** Who calls: sessions are bound to the caller's key (null fingerprint: keys are off, the operator). */
+export interface SessionOwner {
+  fingerprint: string | null;
+  /** The key holds only the `agent` scope: it may not choose its sessions' channel. */
+  agentOnly: boolean;
 }
 
 /** What the sessions need from the gateway (the Gateway itself; a fake in unit tests). */
@@ -92,8 +90,12 @@ export interface SessionHost {
 export interface OnlineSessionOptions {
   /** A session with no call for this long is completed (default 30 min). */
   idleMs?: number;
-  /** Open sessions kept; past it the least recently used is completed early (default 10000). */
+  /** The channel of session trajectories, the operator's choice (default `online`). */
+  channel?: string;
+  /** Open sessions kept in all; past it a key's least recently used idle one is completed early (default 10000). */
   maxSessions?: number;
+  /** Open sessions one API key may hold; past it its own least recently used idle one is completed (default 1000). */
+  maxSessionsPerKey?: number;
   logger?: Pick<Logger, 'warn' | 'info'> & Partial<Pick<Logger, 'debug'>>;
 }
 
@@ -101,6 +103,8 @@ export interface OnlineSessionOptions {
 export interface SessionStats {
   open: number;
   max: number;
+  max_per_key: number;
+  channel: string;
   idle_ms: number;
   opened: number;
   restored: number;
@@ -112,6 +116,8 @@ export interface SessionStats {
 
 interface Entry {
   mapKey: string;
+  /** The fingerprint of the key that opened it ('' with keys off). */
+  owner: string;
   key: string;
   channel: string;
   trajectoryId: string;
@@ -157,11 +163,16 @@ const noop = () => {};
 
 export class OnlineSessions {
   readonly idleMs: number;
+  readonly channel: string;
   readonly maxSessions: number;
+  readonly maxSessionsPerKey: number;
   private readonly host: SessionHost;
   private readonly logger?: OnlineSessionOptions['logger'];
   /** Open sessions, least recently used first. */
   private readonly entries = new Map<string, Entry>();
+  /** Open sessions by owner, and opens under way (counted against the caps before they finish). */
+  private readonly owned = new Map<string, number>();
+  private readonly opening = new Map<string, number>();
   /** Recently closed sessions (same bound), to link the next trajectory of the key. */
   private readonly closed = new Map<string, Closed>();
   private readonly locks = new Map<string, Promise<unknown>>();
@@ -183,7 +194,9 @@ export class OnlineSessions {
   constructor(host: SessionHost, options: OnlineSessionOptions = {}) {
     this.host = host;
     this.idleMs = options.idleMs ?? 30 * 60_000;
+    this.channel = parseOrThrow(ChannelName, options.channel ?? DEFAULT_SESSION_CHANNEL, 'session_channel');
     this.maxSessions = options.maxSessions ?? 10_000;
+    this.maxSessionsPerKey = Math.min(options.maxSessionsPerKey ?? 1_000, this.maxSessions);
     this.logger = options.logger;
     const every = Math.max(20, Math.min(15_000, Math.floor(this.idleMs / 4)));
     this.timer = setInterval(() => this.track(this.closeIdle()), every);
@@ -195,6 +208,8 @@ export class OnlineSessions {
     return {
       open: this.entries.size,
       max: this.maxSessions,
+      max_per_key: this.maxSessionsPerKey,
+      channel: this.channel,
       idle_ms: this.idleMs,
       opened: c.opened,
       restored: c.restored,
@@ -205,9 +220,40 @@ export class OnlineSessions {
     };
   }
 
+  /**
+   * The channel of a caller's sessions: the operator's (`channel`); one named in X-Stepwise-Channel
+   * only by the operator's own keys, or where that channel trusts agents (docs/security.md).
+   */
+  async channelFor(owner: SessionOwner, header: string | undefined): Promise<string> {
+    if (header === undefined) return this.channel;
+    const channel = parseOrThrow(ChannelName, header.trim(), 'X-Stepwise-Channel');
+    if (channel === this.channel || !owner.agentOnly) return channel;
+    const { pool } = this.host;
+    if ((await pool.channelConfig(channel)).trust_agent_reward) return channel;
+    const reason =
+      `X-Stepwise-Channel: an agent's key cannot choose where its sessions go (channel '${this.channel}', ` +
+      `--session-channel); the operator lets agents choose channel '${channel}' with trust_agent_reward: true ` +
+      `on it (PUT /v1/channels/${channel})`;
+    await pool.recordRefusal({
+      channel,
+      trajectoryId: null,
+      by: 'gateway',
+      attempts: [`X-Stepwise-Channel: ${channel}`],
+      count: 1,
+      reason,
+    });
+    throw new StepwiseError(reason, 403, 'forbidden', 'X-Stepwise-Channel');
+  }
+
   /** The open trajectory of a session, opened (or read back from the store) on first use. */
-  async acquire(key: string, channel: string, userAgent: string | null): Promise<SessionCall> {
-    const mapKey = `${channel}\u0000${key}`;
+  async acquire(
+    owner: SessionOwner,
+    key: string,
+    channel: string,
+    userAgent: string | null,
+  ): Promise<SessionCall> {
+    const ownerId = owner.fingerprint ?? '';
+    const mapKey = `${ownerId}\u0000${channel}\u0000${key}`;
     for (let opens = 0; ; ) {
       const busy = this.locks.get(mapKey);
       if (busy) {
@@ -231,33 +277,52 @@ export class OnlineSessions {
           // Completed by someone else (an admin, the pool's idle sweep, a failed write): go on in a
           // new trajectory linked to it.
           if (this.entries.get(mapKey) === entry) {
-            this.entries.delete(mapKey);
+            this.remove(entry);
             this.remember(mapKey, { trajectoryId: entry.trajectoryId, lastStep: lastStepOf(entry) });
             this.counts.closedElsewhere++;
           }
         }
       }
       if (opens++ >= 3) throw new ConflictError(`session ${key}: could not open a trajectory`);
-      await this.locked(mapKey, () => this.open(mapKey, key, channel, userAgent));
+      await this.locked(mapKey, () => this.open(mapKey, owner, key, channel, userAgent));
     }
   }
 
-  private async open(mapKey: string, key: string, channel: string, userAgent: string | null): Promise<void> {
+  private async open(
+    mapKey: string,
+    owner: SessionOwner,
+    key: string,
+    channel: string,
+    userAgent: string | null,
+  ): Promise<void> {
     await this.restore(channel);
     if (this.entries.has(mapKey)) return;
+    const ownerId = owner.fingerprint ?? '';
+    this.makeRoom(ownerId, owner.fingerprint !== null);
     const previous = this.closed.get(mapKey) ?? null;
-    const trajectory = await this.host.initTrajectory({
-      channel,
-      metadata: {
-        session_key: key,
-        source: 'session',
-        user_agent: userAgent,
-        ...(previous ? { previous_trajectory: previous.trajectoryId } : {}),
-      },
-    });
+    // Counted against the caps while the trajectory is opened: concurrent opens cannot pass them.
+    bump(this.opening, ownerId, 1);
+    let trajectory: Trajectory;
+    try {
+      trajectory = await this.host.initTrajectory({
+        channel,
+        // `source: session` with `session_owner` is what the read-back adopts: an agent's key can
+        // write neither (init_trajectory refuses a metadata.source other than `agent`).
+        metadata: {
+          session_key: key,
+          source: 'session',
+          session_owner: owner.fingerprint,
+          user_agent: userAgent,
+          ...(previous ? { previous_trajectory: previous.trajectoryId } : {}),
+        },
+      });
+    } finally {
+      bump(this.opening, ownerId, -1);
+    }
     this.closed.delete(mapKey);
     this.insert({
       mapKey,
+      owner: ownerId,
       key,
       channel,
       trajectoryId: trajectory.id,
@@ -301,15 +366,17 @@ export class OnlineSessions {
     do {
       const page = await pool.store.scanTrajectories({ channel, status: 'open', after, limit: 500 });
       for (const t of page.items) {
-        const key = t.metadata.source === 'session' ? t.metadata.session_key : undefined;
-        if (typeof key !== 'string') continue;
-        const mapKey = `${channel}\u0000${key}`;
+        const found = sessionOfStored(t);
+        if (found === null) continue;
+        const { key, owner } = found;
+        const mapKey = `${owner}\u0000${channel}\u0000${key}`;
         const older = this.entries.get(mapKey);
         // Two open trajectories for one key (two gateways split a session): keep the newer.
         if (older) this.closeLater(older, 'evicted');
         const previous = t.metadata.previous_trajectory;
         this.insert({
           mapKey,
+          owner,
           key,
           channel,
           trajectoryId: t.id,
@@ -328,12 +395,38 @@ export class OnlineSessions {
 
   private insert(entry: Entry): void {
     this.entries.set(entry.mapKey, entry);
-    if (this.entries.size <= this.maxSessions) return;
+    bump(this.owned, entry.owner, 1);
+  }
+
+  private remove(entry: Entry): void {
+    if (this.entries.get(entry.mapKey) !== entry) return;
+    this.entries.delete(entry.mapKey);
+    bump(this.owned, entry.owner, -1);
+  }
+
+  /**
+   * Room for one more session of `owner` under both caps: its own least recently used idle session
+   * is completed early, never another key's; a 429 when it has none to give up.
+   */
+  private makeRoom(owner: string, keyed: boolean): void {
+    const own = (this.owned.get(owner) ?? 0) + (this.opening.get(owner) ?? 0);
+    let opening = 0;
+    for (const n of this.opening.values()) opening += n;
+    const ownFull = keyed && own >= this.maxSessionsPerKey;
+    if (!ownFull && this.entries.size + opening < this.maxSessions) return;
     for (const candidate of this.entries.values()) {
-      if (this.entries.size <= this.maxSessions) break;
-      if (candidate === entry || this.busy(candidate) || this.locks.has(candidate.mapKey)) continue;
+      if (candidate.owner !== owner || this.busy(candidate) || this.locks.has(candidate.mapKey)) continue;
       this.closeLater(candidate, 'evicted');
+      return;
     }
+    throw new StepwiseError(
+      ownFull
+        ? `X-Stepwise-Session: this key has ${own} sessions open (--max-sessions-per-key ${this.maxSessionsPerKey}), each with a call in flight: try again once one ends`
+        : `X-Stepwise-Session: the gateway holds its most open sessions (--max-sessions ${this.maxSessions}), none of them this key's to close: try again once sessions end (idle after --session-idle-ms ${this.idleMs})`,
+      429,
+      'too_many_sessions',
+      'X-Stepwise-Session',
+    );
   }
 
   private busy(entry: Entry): boolean {
@@ -346,7 +439,7 @@ export class OnlineSessions {
 
   /** Leaves the map at once and completes in the background, under the key's lock. */
   private closeLater(entry: Entry, reason: 'evicted'): void {
-    this.entries.delete(entry.mapKey);
+    this.remove(entry);
     this.track(this.locked(entry.mapKey, () => this.complete(entry, reason)));
   }
 
@@ -372,7 +465,7 @@ export class OnlineSessions {
     const { pool } = this.host;
     const stored = await pool.getTrajectory(entry.trajectoryId);
     if (stored?.status !== 'open') {
-      this.entries.delete(entry.mapKey);
+      this.remove(entry);
       this.remember(entry.mapKey, { trajectoryId: entry.trajectoryId, lastStep: lastStored(stored) });
       this.counts.closedElsewhere++;
       return;
@@ -385,7 +478,7 @@ export class OnlineSessions {
       if (step) entry.lastActive = Math.max(entry.lastActive, step.createdAt);
     }
     if (this.busy(entry) || Date.now() - this.lastActivity(entry) < this.idleMs) return;
-    this.entries.delete(entry.mapKey);
+    this.remove(entry);
     await this.complete(entry, 'idle');
   }
 
@@ -490,7 +583,9 @@ export class OnlineSessions {
             stepIndex: feedback.stepIndex,
             name: FEEDBACK_SIGNAL,
             value: kind === 'thanks' ? 1 : -1,
-            source: 'human',
+            // The user's turn reaches us through the agent's harness: its word, counted only where
+            // a channel's combination names `user:` (docs/rewards.md).
+            source: 'user',
             details: { implicit: true, kind, text_excerpt: excerpt(feedback.text) },
           },
         ]),
@@ -517,6 +612,24 @@ export class OnlineSessions {
     clearInterval(this.timer);
     while (this.background.size > 0) await Promise.all(this.background);
   }
+}
+
+/**
+ * The session a stored trajectory is: one the gateway opened (`source: session` with its
+ * `session_owner`, which an agent's key cannot write), or null. Before owners were recorded no
+ * session was bound to a key: those are left to the pool's idle sweep.
+ */
+function sessionOfStored(t: Trajectory): { key: string; owner: string } | null {
+  const { source, session_key: key, session_owner: owner } = t.metadata;
+  if (source !== 'session' || typeof key !== 'string' || !('session_owner' in t.metadata)) return null;
+  if (owner !== null && typeof owner !== 'string') return null;
+  return { key, owner: owner ?? '' };
+}
+
+function bump(counts: Map<string, number>, owner: string, by: number): void {
+  const n = (counts.get(owner) ?? 0) + by;
+  if (n > 0) counts.set(owner, n);
+  else counts.delete(owner);
 }
 
 /** The gateway numbers a trajectory's steps 0, 1, 2, ...: the last one is nSteps − 1. */

@@ -11,10 +11,23 @@ export interface ApiKey {
   scopes: Scope[];
   /** sha256 of the key: the key itself is never kept in memory longer than parsing needs. */
   digest: Buffer;
+  /**
+   * Who holds the key, as stored where the server binds something to it (an online session's
+   * owner): a hash of the digest, so neither the key nor its digest is ever written anywhere.
+   */
+  fingerprint: string;
 }
 
 function digest(key: string): Buffer {
   return createHash('sha256').update(key).digest();
+}
+
+function fingerprint(keyDigest: Buffer): string {
+  return createHash('sha256')
+    .update('stepwise key fingerprint\u0000')
+    .update(keyDigest)
+    .digest('hex')
+    .slice(0, 32);
 }
 
 /** Parses `KEY:scope,scope` as given on the command line or in env; scopes are never implied. */
@@ -44,7 +57,13 @@ export function parseApiKey(spec: string, index: number): ApiKey {
       );
     }
   }
-  return { name: `key${index + 1}`, scopes: scopeList as Scope[], digest: digest(key) };
+  const keyDigest = digest(key);
+  return {
+    name: `key${index + 1}`,
+    scopes: scopeList as Scope[],
+    digest: keyDigest,
+    fingerprint: fingerprint(keyDigest),
+  };
 }
 
 export interface AuthVariables {

@@ -1,4 +1,10 @@
-import { type Signal, SignalSource, StepwiseError, ValidationError } from '../domain/index.js';
+import {
+  AGENT_WORD_SOURCES,
+  type Signal,
+  SignalSource,
+  StepwiseError,
+  ValidationError,
+} from '../domain/index.js';
 
 // The combination language (grammar, precedence, missing inputs): docs/rewards.md#combinations.
 // The text is tokenized and parsed here; nothing is ever evaluated as JavaScript.
@@ -305,7 +311,7 @@ export function evaluateCombination(combination: Combination, signals: readonly 
   }
   const matching = (ref: SignalRef) =>
     (byName.get(ref.name) ?? []).filter((s) =>
-      ref.source === null ? s.source !== 'agent' : s.source === ref.source,
+      ref.source === null ? !AGENT_WORD_SOURCES.includes(s.source) : s.source === ref.source,
     );
   const inputs: Record<string, number> = {};
 

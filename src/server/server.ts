@@ -50,6 +50,8 @@ export interface ServerOptions {
     | 'sessionCacheMs'
     | 'sessionIdleMs'
     | 'maxSessions'
+    | 'maxSessionsPerKey'
+    | 'sessionChannel'
     | 'sessionRecheckMs'
     | 'generateMaxTokens'
     | 'tokenContinuity'

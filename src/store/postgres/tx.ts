@@ -325,7 +325,7 @@ export class PgTx implements PoolTx {
       `SELECT count(*) AS n FROM trajectories t
        WHERE t.group_id = $1 AND t.channel = $2 AND t.status = 'complete'
          AND (SELECT count(DISTINCT s.name) FROM signals s
-              WHERE s.trajectory_id = t.id AND s.step_index IS NULL AND s.source <> 'agent'
+              WHERE s.trajectory_id = t.id AND s.step_index IS NULL AND s.source NOT IN ('agent', 'user')
                 AND s.name = ANY($3::text[])) < $4`,
       [row.id, row.channel, names, names.length],
     );

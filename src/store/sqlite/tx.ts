@@ -253,7 +253,7 @@ export class SqliteTx implements PoolTx {
       `SELECT count(*) AS n FROM trajectories t
        WHERE t.group_id = ? AND t.channel = ? AND t.status = 'complete'
          AND (SELECT count(DISTINCT s.name) FROM signals s
-              WHERE s.trajectory_id = t.id AND s.step_index IS NULL AND s.source != 'agent'
+              WHERE s.trajectory_id = t.id AND s.step_index IS NULL AND s.source NOT IN ('agent', 'user')
                 AND s.name IN (SELECT value FROM json_each(?))) < ?`,
     ).get(row.id, row.channel, JSON.stringify(names), names.length) as { n: number };
     return done(n);
