@@ -19,7 +19,13 @@ export interface SupervisedRun {
   seccomp?: Buffer;
   /** Kill the sandbox when it holds more than limitBytes (disk-usage.ts measures). */
   diskQuota?: { workspace: string; limitBytes: number };
+  /** cgroup.procs files (cgroup.ts) the sandbox joins before bwrap starts, so all it forks is in them. */
+  groupProcs?: readonly string[];
 }
+
+/** Writes its own pid into each file named before `--`, then becomes the command after it. */
+const JOIN_GROUPS =
+  'while [ "$#" -gt 0 ] && [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"';
 
 export interface SupervisorExit {
   code: number | null;
@@ -56,7 +62,13 @@ const DISK_POLL_MAX_MS = 2_000;
 
 export async function supervise(run: SupervisedRun): Promise<Supervised> {
   const begin = performance.now();
-  const child = spawn(run.executable, run.args, {
+  const [executable, args] = run.groupProcs?.length
+    ? [
+        '/bin/sh',
+        ['-c', JOIN_GROUPS, 'stepwise-sandbox', ...run.groupProcs, '--', run.executable, ...run.args],
+      ]
+    : [run.executable, run.args];
+  const child = spawn(executable, args, {
     stdio: [
       run.stdin === undefined ? 'ignore' : 'pipe',
       'pipe',

@@ -24,7 +24,23 @@ function isMissing(err: unknown): boolean {
   return code === 'ENOENT' || code === 'ENOTDIR';
 }
 
+/**
+ * Where a check's path leads. A path the agent made unreadable (longer than PATH_MAX once resolved,
+ * permissions, a race) reads nothing, like an escape: the check fails, the sample is scored.
+ */
 export async function resolveInWorkspace(workspace: string, relPath: string): Promise<WorkspaceEntry> {
+  try {
+    return await resolveOrThrow(workspace, relPath);
+  } catch (error) {
+    return { kind: 'escape', reason: `the path cannot be read (${errorCode(error)})` };
+  }
+}
+
+function errorCode(error: unknown): string {
+  return (error as NodeJS.ErrnoException).code ?? (error as Error).message;
+}
+
+async function resolveOrThrow(workspace: string, relPath: string): Promise<WorkspaceEntry> {
   const parts = relPath.split('/');
   if (relPath.startsWith('/') || relPath.includes('\0') || parts.includes('..')) {
     return { kind: 'escape', reason: 'the path is absolute or contains ..' };
@@ -85,6 +101,10 @@ export async function readWorkspaceText(
       if (entry.size > MAX_CHECKED_FILE_BYTES) {
         return { error: `the file is larger than ${MAX_CHECKED_FILE_BYTES} bytes` };
       }
-      return { text: await readFile(entry.path, 'utf8') };
+      try {
+        return { text: await readFile(entry.path, 'utf8') };
+      } catch (error) {
+        return { error: `the file cannot be read (${errorCode(error)})` };
+      }
   }
 }

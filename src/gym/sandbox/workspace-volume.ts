@@ -1,0 +1,109 @@
+import { execFile } from 'node:child_process';
+import { mkdir, readFile } from 'node:fs/promises';
+import { resolve } from 'node:path';
+import { promisify } from 'node:util';
+import { removeTree } from './workspace-tree.js';
+
+/*
+ * A sample's workspace as a filesystem of its own: a tmpfs mounted on the host (root only) with
+ * `size=` and `nr_inodes=`, so the kernel itself refuses the byte and the file past the quota, whoever
+ * writes (the sandbox, or the host for the built-in agent's tools), and removing it is an unmount
+ * however many files or however deep. Where mounting is not permitted the workspace is a plain
+ * directory and the sandbox measures it from the host instead (disk-usage.ts). docs/gym-sandbox.md
+ */
+
+const run = promisify(execFile);
+const MOUNT = '/usr/bin/mount';
+const UMOUNT = '/usr/bin/umount';
+
+export interface VolumeQuota {
+  bytes: number;
+  /** Files, directories, symlinks... the workspace may hold (its root not counted). */
+  inodes: number;
+}
+
+export interface WorkspaceVolume {
+  path: string;
+  /** The kernel holds the quota (a tmpfs of its own); false: a plain directory, measured by the host. */
+  kernel: boolean;
+  quota: VolumeQuota;
+  /** Raises the kernel's caps by `extra` (room for the verifier's own files); a no-op without them. */
+  grow(extra: VolumeQuota): Promise<void>;
+  /** Unmounts and removes the workspace. Never throws: null when it is gone, else why not. */
+  release(): Promise<string | null>;
+}
+
+function tmpfsOptions(quota: VolumeQuota): string {
+  return `size=${Math.max(4096, Math.floor(quota.bytes))},nr_inodes=${Math.floor(quota.inodes) + 1}`;
+}
+
+/**
+ * Makes `path` (which must not exist) the workspace, a tmpfs capped at `quota` when the host lets
+ * this process mount one (`kernel: true`), else a plain directory.
+ */
+export async function createWorkspaceVolume(
+  path: string,
+  quota: VolumeQuota,
+  options: { mount?: boolean } = {},
+): Promise<WorkspaceVolume> {
+  await mkdir(path);
+  let kernel = false;
+  if ((options.mount ?? true) && process.getuid?.() === 0) {
+    kernel = await run(
+      MOUNT,
+      ['-t', 'tmpfs', '-o', `mode=0755,nosuid,nodev,${tmpfsOptions(quota)}`, 'stepwise-workspace', path],
+      { timeout: 30_000 },
+    ).then(
+      () => true,
+      () => false,
+    );
+  }
+  const current = { ...quota };
+  return {
+    path,
+    kernel,
+    quota,
+    async grow(extra) {
+      if (!kernel) return;
+      current.bytes += extra.bytes;
+      current.inodes += extra.inodes;
+      await run(MOUNT, ['-o', `remount,${tmpfsOptions(current)}`, path], { timeout: 30_000 });
+    },
+    async release() {
+      if (kernel) {
+        const unmounted = await run(UMOUNT, ['--lazy', path], { timeout: 30_000 }).then(
+          () => null,
+          (error: Error) => `cannot unmount ${path}: ${error.message}`,
+        );
+        if (unmounted !== null) return unmounted;
+      }
+      return await removeTree(path);
+    },
+  };
+}
+
+/** Mount points at or below `dir` (/proc/self/mountinfo), deepest first. */
+async function mountsUnder(dir: string): Promise<string[]> {
+  const root = resolve(dir);
+  const text = await readFile('/proc/self/mountinfo', 'utf8').catch(() => '');
+  const points = text
+    .split('\n')
+    .map((line) => line.split(' ')[4])
+    .filter((p): p is string => p !== undefined)
+    // mountinfo escapes space, tab, newline and backslash as octal.
+    .map((p) => p.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(Number.parseInt(o, 8))))
+    .filter((p) => p === root || p.startsWith(`${root}/`));
+  return points.sort((a, b) => b.length - a.length);
+}
+
+/**
+ * Unmounts every workspace volume left under `dir` (kept with --keep-workspaces), so that the folder
+ * can be removed. Resolves with the mount points that could not be unmounted.
+ */
+export async function releaseVolumesUnder(dir: string): Promise<string[]> {
+  const failed: string[] = [];
+  for (const point of await mountsUnder(dir)) {
+    await run(UMOUNT, ['--lazy', point], { timeout: 30_000 }).catch(() => failed.push(point));
+  }
+  return failed;
+}
