@@ -36,6 +36,13 @@ export async function treeBytes(root: string, seen = new Set<number>()): Promise
   return total;
 }
 
+/** The workspace is a volume of its own (workspace-volume.ts) with no byte or no inode left. */
+export async function volumeFull(workspace: string): Promise<boolean> {
+  if ((await volumeBytes(workspace)) === null) return false;
+  const fs = await statfs(workspace).catch(() => null);
+  return fs !== null && (fs.bavail === 0 || fs.ffree === 0);
+}
+
 /**
  * A workspace that is the root of a tmpfs of its own (workspace-volume.ts) is measured in O(1): the
  * filesystem's used blocks are the workspace, deleted files still held open included. null otherwise.

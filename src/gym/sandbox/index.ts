@@ -12,7 +12,7 @@ import {
   passwdFile,
 } from './bwrap-args.js';
 import { createSandboxGroup, type GroupEvents } from './cgroup.js';
-import { treeBytes, volumeBytes } from './disk-usage.js';
+import { treeBytes, volumeBytes, volumeFull } from './disk-usage.js';
 import {
   normalizeBindTarget,
   normalizeMountDir,
@@ -199,7 +199,12 @@ export async function runInSandbox(
         graceMs: KILL_GRACE_MS,
         maxOutputBytes,
         ...(seccomp ? { seccomp } : {}),
-        diskQuota: { workspace, limitBytes: Math.max(diskQuotaBytes, startBytes) },
+        diskQuota: {
+          workspace,
+          limitBytes: Math.max(diskQuotaBytes, startBytes),
+          // A run that starts on a full workspace may still delete; one that fills it is stopped.
+          stopWhenFull: !(await volumeFull(workspace)),
+        },
         ...(group ? { groupProcs: group.procs } : {}),
       });
     } catch (error) {
@@ -265,7 +270,11 @@ function toResult(run: Supervised, limits: SandboxLimits, group?: GroupEvents): 
   }
   if (run.overDiskQuota !== null) {
     // Said where every caller looks (an agent's failure reason quotes the end of stderr).
-    stderr += `${stderr === '' || stderr.endsWith('\n') ? '' : '\n'}stepwise sandbox: disk quota exceeded: the workspace, /tmp and /dev/shm held ${mib(run.overDiskQuota)} MiB, over the ${limits.diskMb} MiB quota; every process was killed\n`;
+    const held =
+      run.overDiskQuota > Math.floor(limits.diskMb * MIB)
+        ? `the workspace, /tmp and /dev/shm held ${mib(run.overDiskQuota)} MiB`
+        : `the workspace is full (its bytes or its ${limits.inodes} files)`;
+    stderr += `${stderr === '' || stderr.endsWith('\n') ? '' : '\n'}stepwise sandbox: disk quota exceeded: ${held}, over the ${limits.diskMb} MiB quota; every process was killed\n`;
   }
   return {
     exitCode,

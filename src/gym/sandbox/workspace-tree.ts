@@ -9,8 +9,12 @@ import { chmod, type FileHandle, lstat, open, readdir, rmdir, unlink } from 'nod
  * be reached is counted and described.
  */
 
-/** Paths longer than this are reached through an open descriptor of their directory. */
+/**
+ * Paths longer than this, or this many levels below their last descriptor, are reached through an open
+ * descriptor of their directory: the kernel then resolves a few components per call, not thousands.
+ */
 const ANCHOR_AT = 2_048;
+const ANCHOR_HOPS = 32;
 /** lstat calls in flight at once, per directory. */
 const BATCH = 256;
 const ROOT = process.getuid?.() === 0;
@@ -32,6 +36,8 @@ interface Dir {
   via: Anchor | null;
   /** The directory's own anchor, if it has one. */
   own: Anchor | null;
+  /** Levels between `inside` and the root or the anchor it goes through. */
+  hops: number;
   expanded: boolean;
 }
 
@@ -88,7 +94,7 @@ export async function walkTree(root: string, visitor: TreeVisitor): Promise<Walk
     note(root, error);
     return problems;
   }
-  const stack: Dir[] = [{ inside: root, self: root, via: null, own: null, expanded: false }];
+  const stack: Dir[] = [{ inside: root, self: root, via: null, own: null, hops: 0, expanded: false }];
   while (stack.length > 0) {
     const dir = stack.at(-1)!;
     if (dir.expanded) {
@@ -127,7 +133,7 @@ export async function walkTree(root: string, visitor: TreeVisitor): Promise<Walk
         if (st.dev !== device) continue;
         await Promise.resolve(visitor.entry?.(path, st)).catch((error) => note(path, error));
         if (st.isDirectory()) {
-          const child = await enter(path, via).catch((error: unknown) => error);
+          const child = await enter(path, via, dir.own ? 1 : dir.hops + 1).catch((error: unknown) => error);
           if (child instanceof Error) note(path, child);
           else stack.push(child as Dir);
         }
@@ -138,11 +144,14 @@ export async function walkTree(root: string, visitor: TreeVisitor): Promise<Walk
 }
 
 /** A subdirectory to walk; anchored when its path grows long. */
-async function enter(path: string, via: Anchor | null): Promise<Dir> {
+async function enter(path: string, via: Anchor | null, hops: number): Promise<Dir> {
   let own: Anchor | null = null;
-  if (path.length > ANCHOR_AT) own = { handle: await open(path, DIRECTORY_FLAGS), users: 1 };
+  if (path.length > ANCHOR_AT || hops > ANCHOR_HOPS) {
+    own = { handle: await open(path, DIRECTORY_FLAGS), users: 1 };
+  }
   if (via) via.users++;
-  return { inside: own ? `/proc/self/fd/${own.handle.fd}` : path, self: path, via, own, expanded: false };
+  const inside = own ? `/proc/self/fd/${own.handle.fd}` : path;
+  return { inside, self: path, via, own, hops: own ? 0 : hops, expanded: false };
 }
 
 /** A non-root host makes a directory it must change writable again (the agent may have made it not). */
