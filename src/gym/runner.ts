@@ -586,6 +586,7 @@ export async function runSample(
     };
   } finally {
     if (!options.keepWorkspaces) await removeWorkspace(dir, volume);
+    else await keepWorkspace(volume);
   }
 }
 
@@ -638,6 +639,12 @@ function unreadableWorkspace(error: unknown): VerifyResult {
     subscores: {},
     details: {},
   };
+}
+
+/** A kept workspace volume becomes a plain folder (no memory held, removable); never throws. */
+async function keepWorkspace(volume: WorkspaceVolume | null): Promise<void> {
+  const problem = volume ? await volume.keep() : null;
+  if (problem !== null) process.emitWarning(`stepwise gym: ${problem}`);
 }
 
 /** Removes a sample's folder whatever the agent left in it; never throws (a warning says what is left). */

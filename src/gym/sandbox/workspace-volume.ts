@@ -1,5 +1,5 @@
 import { execFile } from 'node:child_process';
-import { mkdir, readFile } from 'node:fs/promises';
+import { mkdir, readFile, rename, rmdir } from 'node:fs/promises';
 import { resolve } from 'node:path';
 import { promisify } from 'node:util';
 import { removeTree } from './workspace-tree.js';
@@ -31,6 +31,12 @@ export interface WorkspaceVolume {
   grow(extra: VolumeQuota): Promise<void>;
   /** Unmounts and removes the workspace. Never throws: null when it is gone, else why not. */
   release(): Promise<string | null>;
+  /**
+   * Leaves the workspace at its path as a plain directory (--keep-workspaces): a volume is copied out
+   * and unmounted, so that it holds no memory and `rm -r` removes it. Never throws: null when all was
+   * copied, else what was not (GNU tar copies what it can reach: not paths past PATH_MAX).
+   */
+  keep(): Promise<string | null>;
 }
 
 function tmpfsOptions(quota: VolumeQuota): string {
@@ -69,6 +75,10 @@ export async function createWorkspaceVolume(
       current.inodes += extra.inodes;
       await run(MOUNT, ['-o', `remount,${tmpfsOptions(current)}`, path], { timeout: 30_000 });
     },
+    async keep() {
+      if (!kernel) return null;
+      return await copyOut(path);
+    },
     async release() {
       if (kernel) {
         const unmounted = await run(UMOUNT, ['--lazy', path], { timeout: 30_000 }).then(
@@ -80,6 +90,28 @@ export async function createWorkspaceVolume(
       return await removeTree(path);
     },
   };
+}
+
+/** Copies a volume to a sibling folder, unmounts it, and puts the copy in its place. */
+async function copyOut(path: string): Promise<string | null> {
+  const copy = `${path}.kept`;
+  let problem: string | null = null;
+  try {
+    await mkdir(copy);
+    // Both ends by GNU tar: permissions, symlinks (never followed), hard links and FIFOs as they are.
+    await run('/bin/sh', ['-c', 'tar -C "$1" -cf - . | tar -C "$2" -xpf -', 'sh', path, copy], {
+      timeout: 600_000,
+      maxBuffer: 1 << 20,
+    }).catch((error: Error & { stderr?: string }) => {
+      problem = `not all of ${path} was kept: ${(error.stderr ?? error.message).trim().slice(-300)}`;
+    });
+    await run(UMOUNT, ['--lazy', path], { timeout: 30_000 });
+    await rmdir(path);
+    await rename(copy, path);
+    return problem;
+  } catch (error) {
+    return `cannot keep ${path}: ${(error as Error).message}`;
+  }
 }
 
 /** Mount points at or below `dir` (/proc/self/mountinfo), deepest first. */
