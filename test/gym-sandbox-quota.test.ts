@@ -1,6 +1,6 @@
 import { mkdirSync, mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type GymRunOptions, runGym } from '../src/gym/runner.js';
 import { checkSandbox, runInSandbox } from '../src/gym/sandbox/index.js';
@@ -109,6 +109,8 @@ describe.skipIf(!sandboxReady || !root)('quotas the kernel holds', () => {
     });
     expect(result).toMatchObject({ status: 'complete', score: 0 });
     expect(statSync(join(workspace, 'big.bin')).size).toBeLessThanOrEqual(8 * MIB);
+    // Kept, it was copied out of its tmpfs: a plain folder on the work dir's filesystem, nothing mounted.
+    expect(statSync(workspace).dev).toBe(statSync(dirname(workspace)).dev);
   }, 120_000);
 
   it('no file past the inode quota: 1,000 empty files against 200', async () => {
