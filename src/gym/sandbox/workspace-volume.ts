@@ -1,6 +1,5 @@
 import { execFile } from 'node:child_process';
-import { mkdir, readFile, rename, rmdir } from 'node:fs/promises';
-import { resolve } from 'node:path';
+import { mkdir, rename, rmdir } from 'node:fs/promises';
 import { promisify } from 'node:util';
 import { removeTree } from './workspace-tree.js';
 
@@ -112,30 +111,4 @@ async function copyOut(path: string): Promise<string | null> {
   } catch (error) {
     return `cannot keep ${path}: ${(error as Error).message}`;
   }
-}
-
-/** Mount points at or below `dir` (/proc/self/mountinfo), deepest first. */
-async function mountsUnder(dir: string): Promise<string[]> {
-  const root = resolve(dir);
-  const text = await readFile('/proc/self/mountinfo', 'utf8').catch(() => '');
-  const points = text
-    .split('\n')
-    .map((line) => line.split(' ')[4])
-    .filter((p): p is string => p !== undefined)
-    // mountinfo escapes space, tab, newline and backslash as octal.
-    .map((p) => p.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(Number.parseInt(o, 8))))
-    .filter((p) => p === root || p.startsWith(`${root}/`));
-  return points.sort((a, b) => b.length - a.length);
-}
-
-/**
- * Unmounts every workspace volume left under `dir` (kept with --keep-workspaces), so that the folder
- * can be removed. Resolves with the mount points that could not be unmounted.
- */
-export async function releaseVolumesUnder(dir: string): Promise<string[]> {
-  const failed: string[] = [];
-  for (const point of await mountsUnder(dir)) {
-    await run(UMOUNT, ['--lazy', point], { timeout: 30_000 }).catch(() => failed.push(point));
-  }
-  return failed;
 }
