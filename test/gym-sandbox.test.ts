@@ -343,6 +343,39 @@ describe('containment', () => {
     expect(JSON.parse(r.stdout)).toEqual({ clone: 1, clone3: 38, subprocess: 0, thread: 'ran', unshare: 1 });
   });
 
+  it('cannot use io_uring or the kernel keyring (io_uring_setup, keyctl, add_key, request_key)', async () => {
+    // io_uring is a large kernel surface whose operations seccomp never sees; the keyring is shared
+    // with every process of the uid. ENOSYS for io_uring (programs fall back to plain syscalls), EPERM
+    // for the keyring, as Docker's default profile.
+    const probe = [
+      'import ctypes, json, platform',
+      'libc = ctypes.CDLL(None, use_errno=True)',
+      'keyctl, add_key, request_key = {"x86_64": (250, 248, 249), "aarch64": (219, 217, 218)}[platform.machine()]',
+      'params = ctypes.create_string_buffer(120)',
+      'def call(nr, *args):',
+      '    rc = libc.syscall(nr, *args)',
+      '    return ctypes.get_errno() if rc < 0 else "allowed"',
+      'got = {',
+      '    "io_uring_setup": call(425, 4, params),',
+      '    "io_uring_enter": call(426, -1, 0, 0, 0, None, 0),',
+      '    "io_uring_register": call(427, -1, 0, None, 0),',
+      '    "keyctl": call(keyctl, 0, -3, 1),',
+      '    "add_key": call(add_key, b"user", b"stepwise", b"x", 1, -3),',
+      '    "request_key": call(request_key, b"user", b"stepwise", None, -3),',
+      '}',
+      'print(json.dumps(got, sort_keys=True))',
+    ].join('\n');
+    const r = await runInSandbox(base(), `python3 -c '${probe}'`);
+    expect(JSON.parse(r.stdout)).toEqual({
+      add_key: 1,
+      io_uring_enter: 38,
+      io_uring_register: 38,
+      io_uring_setup: 38,
+      keyctl: 1,
+      request_key: 1,
+    });
+  });
+
   it('stops a run that writes past the disk quota, and says the quota was hit', async () => {
     const MIB = 1024 * 1024;
     const quotaMb = 16;

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
-import { appendFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { appendFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { APIConnectionError, APIError } from 'openai';
 import { z } from 'zod';
@@ -20,11 +20,13 @@ import { AgentFailed, runExternalAgent, type SandboxedAgentOptions } from './age
 import type { OpenClawInstall } from './agent/openclaw/install.js';
 import { GatewayUnavailable, runOpenClawAgent } from './agent/openclaw/run.js';
 import { trajectoryOfBaseUrl } from './gateway-urls.js';
-import { SandboxError, type SandboxLimits } from './sandbox/index.js';
+import { DEFAULT_LIMITS, SandboxError, type SandboxLimits } from './sandbox/index.js';
+import { removeTree } from './sandbox/workspace-tree.js';
+import { createWorkspaceVolume, type WorkspaceVolume } from './sandbox/workspace-volume.js';
 import { serverClient } from './server-client.js';
 import { workspaceFor } from './tasks/index.js';
 import type { GymTask } from './tasks/schema.js';
-import { type JudgeConfig, verify } from './verify/index.js';
+import { type JudgeConfig, type VerifyResult, verify } from './verify/index.js';
 
 // `stepwise gym run`: every task × N samples through the gateway, a task's samples one group; failures are
 // the agent's or the infrastructure's. docs/gym.md#running-tasks-stepwise-gym-run
@@ -238,7 +240,9 @@ export async function runGym(
   const worker = async () => {
     while (next < queue.length && !options.signal?.aborted) {
       const { task, sample } = queue[next++]!;
-      const result = await runSample(sampleJobOf(options, task, sample), env);
+      const result = await runSample(sampleJobOf(options, task, sample), env).catch((error: Error) =>
+        unexpectedFailure(task, sample, options, error),
+      );
       appendFileSync(options.stateFile, `${JSON.stringify(result)}\n`);
       results.push(result);
       options.onSample?.(result, ++finished, total);
@@ -246,6 +250,32 @@ export async function runGym(
   };
   await Promise.all(Array.from({ length: Math.max(1, Math.min(options.concurrency, queue.length)) }, worker));
   return { results, summary: summarize(results, total - queue.length) };
+}
+
+/** runSample never throws; should it all the same, that one sample fails, not the whole run. */
+function unexpectedFailure(
+  task: GymTask,
+  sample: number,
+  options: GymRunOptions,
+  error: Error,
+): SampleResult {
+  return {
+    taskId: task.id,
+    category: task.category,
+    sample,
+    groupId: options.groupOf?.(task) ?? `${options.runId}.${task.id}`,
+    trajectoryUid: null,
+    status: 'infra_failed',
+    score: 0,
+    code: null,
+    rubric: null,
+    verifierFailed: false,
+    agent: 'failed',
+    reason: `${error.name}: ${error.message}`,
+    toolCalls: 0,
+    toolErrors: 0,
+    durationMs: 0,
+  };
 }
 
 /** The (task, sample) pairs of a run not yet in `done`, tasks by id, samples in order. */
@@ -364,6 +394,7 @@ export async function runSample(
   mkdirSync(options.workDir, { recursive: true });
   const dir = mkdtempSync(join(options.workDir, `${task.id}-${sample}-`));
   const workspace = join(dir, 'workspace');
+  let volume: WorkspaceVolume | null = null;
   let trajectory: { trajectory_uid: string; base_url: string } | null = null;
   // What CLEANER rolled back, however the agent ended: stored before the trajectory is completed.
   const cleaner: { report: CleanerReport | null } = { report: null };
@@ -409,6 +440,9 @@ export async function runSample(
     );
     base.trajectoryUid = trajectory.trajectory_uid;
     await hooks.onTrajectory?.({ trajectoryUid: trajectory.trajectory_uid, baseUrl: trajectory.base_url });
+    volume = await createWorkspaceVolume(workspace, workspaceQuota(options.limits), {
+      mount: !options.unsafeNoSandbox,
+    });
     await workspaceFor(task, workspace);
     const sandbox = {
       limits: options.limits,
@@ -486,11 +520,13 @@ export async function runSample(
         durationMs: performance.now() - started,
       });
     }
+    // The verifier's own files fit however full the agent left the workspace.
+    await volume.grow(VERIFIER_ROOM);
     const verdict = await verify(task, workspace, {
       sandbox,
       judge: options.judge,
       finalMessage: outcome.answer ?? '',
-    });
+    }).catch((error: unknown) => unreadableWorkspace(error));
     // The scores land as signals on the trajectory: the verifier's code score with its sub-scores,
     // the judge's rubric score when there is one, and the combined score (also the reward).
     const signals: Omit<SignalWire, 'trajectory_uid'>[] = [
@@ -549,8 +585,73 @@ export async function runSample(
       durationMs: performance.now() - started,
     };
   } finally {
-    if (!options.keepWorkspaces) rmSync(dir, { recursive: true, force: true });
+    if (!options.keepWorkspaces) await removeWorkspace(dir, volume);
+    else await keepWorkspace(volume);
   }
+}
+
+/** Room the verifier gets on top of the agent's quota, for the files it brings (ClawGym's reward/). */
+const VERIFIER_ROOM = { bytes: 64 * 1024 * 1024, inodes: 4_096 };
+
+function workspaceQuota(limits: Partial<SandboxLimits> | undefined) {
+  return {
+    bytes: (limits?.diskMb ?? DEFAULT_LIMITS.diskMb) * 1024 * 1024,
+    inodes: limits?.inodes ?? DEFAULT_LIMITS.inodes,
+  };
+}
+
+/** Errors a workspace the agent built can cause in whatever reads it on the host. */
+const WORKSPACE_FAULTS = new Set([
+  'ENAMETOOLONG',
+  'ELOOP',
+  'EACCES',
+  'EPERM',
+  'ENOTDIR',
+  'EISDIR',
+  'ENOENT',
+  'EEXIST',
+  'ENOSPC',
+  'EDQUOT',
+  'EFBIG',
+  'EMLINK',
+  'ENXIO',
+  'EINVAL',
+]);
+
+/**
+ * A workspace the host cannot read (paths past PATH_MAX, a tree deeper than a recursive reader's stack,
+ * permissions, no room left for the verifier's files) is the agent's doing: it scores 0. Anything else
+ * (the sandbox, a bug) stays the infrastructure's.
+ */
+function unreadableWorkspace(error: unknown): VerifyResult {
+  const e = error as NodeJS.ErrnoException;
+  const fault =
+    (typeof e?.code === 'string' && WORKSPACE_FAULTS.has(e.code) && !(error instanceof SandboxError)) ||
+    (error instanceof RangeError && /call stack/i.test(error.message));
+  if (!fault) throw error;
+  return {
+    score: 0,
+    code: 0,
+    rubric: null,
+    verifierFailed: false,
+    judgeFailed: false,
+    reason: `the workspace could not be read: ${e.code ?? e.message}`,
+    subscores: {},
+    details: {},
+  };
+}
+
+/** A kept workspace volume becomes a plain folder (no memory held, removable); never throws. */
+async function keepWorkspace(volume: WorkspaceVolume | null): Promise<void> {
+  const problem = volume ? await volume.keep() : null;
+  if (problem !== null) process.emitWarning(`stepwise gym: ${problem}`);
+}
+
+/** Removes a sample's folder whatever the agent left in it; never throws (a warning says what is left). */
+async function removeWorkspace(dir: string, volume: WorkspaceVolume | null): Promise<void> {
+  const unmounted = volume ? await volume.release() : null;
+  const rest = unmounted ?? (await removeTree(dir));
+  if (rest !== null) process.emitWarning(`stepwise gym: could not remove ${dir}: ${rest}`);
 }
 
 /** Merges metadata into the trajectory of `baseUrl` through the owner's route. */

@@ -1,6 +1,7 @@
-import type { Dirent, Stats } from 'node:fs';
-import { chmod, lstat, readdir, readlink, stat, statfs } from 'node:fs/promises';
-import { join } from 'node:path';
+import type { Stats } from 'node:fs';
+import { lstat, readdir, readlink, stat, statfs } from 'node:fs/promises';
+import { dirname } from 'node:path';
+import { walkTree } from './workspace-tree.js';
 
 /*
  * What a sandbox holds on disk, measured from the host for the disk quota: the workspace tree, files
@@ -15,50 +16,45 @@ function bytesOf(st: Stats): number {
   return Math.max(st.size, st.blocks * 512);
 }
 
-const ROOT = process.getuid?.() === 0;
 const TMPFS_MAGIC = 0x0102_1994;
-/** lstat calls in flight at once, per directory. */
-const BATCH = 256;
 
-/** Bytes under `root` on its filesystem, hard links counted once, symlinks not followed. */
+/**
+ * Bytes under `root` on its filesystem, hard links counted once, symlinks not followed; any depth and
+ * path length (workspace-tree.ts), so nothing the agent builds is left out of the count.
+ */
 export async function treeBytes(root: string, seen = new Set<number>()): Promise<number> {
-  const top = await lstat(root);
-  let total = bytesOf(top);
-  const pending = [root];
-  while (pending.length > 0) {
-    const dir = pending.pop()!;
-    const entries = await listDir(dir);
-    for (let i = 0; i < entries.length; i += BATCH) {
-      const stats = await Promise.all(
-        entries.slice(i, i + BATCH).map((e) => lstat(join(dir, e.name)).catch(() => null)),
-      );
-      stats.forEach((st, j) => {
-        if (!st || st.dev !== top.dev) return;
-        if (st.nlink > 1 && !st.isDirectory()) {
-          if (seen.has(st.ino)) return;
-          seen.add(st.ino);
-        }
-        total += bytesOf(st);
-        if (st.isDirectory()) pending.push(join(dir, entries[i + j]!.name));
-      });
-    }
-  }
+  let total = bytesOf(await lstat(root));
+  await walkTree(root, {
+    entry: (_path, st) => {
+      if (st.nlink > 1 && !st.isDirectory()) {
+        if (seen.has(st.ino)) return;
+        seen.add(st.ino);
+      }
+      total += bytesOf(st);
+    },
+  });
   return total;
 }
 
-async function listDir(dir: string): Promise<Dirent[]> {
+/** The workspace is a volume of its own (workspace-volume.ts) with no byte or no inode left. */
+export async function volumeFull(workspace: string): Promise<boolean> {
+  if ((await volumeBytes(workspace)) === null) return false;
+  const fs = await statfs(workspace).catch(() => null);
+  return fs !== null && (fs.bavail === 0 || fs.ffree === 0);
+}
+
+/**
+ * A workspace that is the root of a tmpfs of its own (workspace-volume.ts) is measured in O(1): the
+ * filesystem's used blocks are the workspace, deleted files still held open included. null otherwise.
+ */
+export async function volumeBytes(workspace: string): Promise<number | null> {
   try {
-    return await readdir(dir, { withFileTypes: true });
-  } catch (error) {
-    const code = (error as NodeJS.ErrnoException).code;
-    if (ROOT || (code !== 'EACCES' && code !== 'EPERM')) return [];
-  }
-  try {
-    const st = await lstat(dir);
-    await chmod(dir, (st.mode & 0o7777) | 0o700);
-    return await readdir(dir, { withFileTypes: true });
+    const fs = await statfs(workspace);
+    if (fs.type !== TMPFS_MAGIC) return null;
+    const [own, parent] = await Promise.all([lstat(workspace), lstat(dirname(workspace))]);
+    return own.dev === parent.dev ? null : (fs.blocks - fs.bfree) * fs.bsize;
   } catch {
-    return [];
+    return null;
   }
 }
 
@@ -106,7 +102,8 @@ export interface SandboxInit {
  * files kept open in the workspace and the contents of its /tmp and /dev/shm.
  */
 export async function sandboxBytes(workspace: string, init: SandboxInit | null): Promise<number> {
-  const tree = treeBytes(workspace);
+  const volume = await volumeBytes(workspace);
+  const tree = volume ?? treeBytes(workspace);
   // The pid is the sandbox's only while it lives in the sandbox's namespace (else it was reused).
   const ns = init ? await readlink(`/proc/${init.pid}/ns/pid`).catch(() => '') : '';
   if (!init || ns !== `pid:[${init.pidNamespace}]`) return tree;
@@ -114,7 +111,7 @@ export async function sandboxBytes(workspace: string, init: SandboxInit | null):
   const root = `/proc/${init.pid}/root`;
   const parts = await Promise.all([
     tree,
-    deletedOpenBytes(init.pid, dev),
+    volume === null ? deletedOpenBytes(init.pid, dev) : 0,
     tmpfsBytes(`${root}/tmp`),
     tmpfsBytes(`${root}/dev/shm`),
   ]);

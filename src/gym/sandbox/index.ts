@@ -12,7 +12,8 @@ import {
   PYTHON,
   passwdFile,
 } from './bwrap-args.js';
-import { treeBytes } from './disk-usage.js';
+import { createSandboxGroup, type GroupEvents } from './cgroup.js';
+import { treeBytes, volumeBytes, volumeFull } from './disk-usage.js';
 import {
   normalizeBindTarget,
   normalizeMountDir,
@@ -54,7 +55,10 @@ export type { RunResult, SandboxLimits, SandboxOptions };
 const KILL_GRACE_MS = 2_000;
 /** One argv string cannot exceed the kernel's MAX_ARG_STRLEN (128 KiB). */
 const MAX_COMMAND_BYTES = 128 * 1024 - 1;
-/** Without a user namespace of its own (non-root host) the sandbox's init and supervisor threads count too. */
+/**
+ * The sandbox's own tasks (bwrap, its init, the supervisor and its bridge threads): counted by
+ * RLIMIT_NPROC without a user namespace of its own (non-root host), and by the control group always.
+ */
 const SUPERVISOR_TASKS = 32;
 
 export async function runInSandbox(
@@ -126,9 +130,14 @@ export async function runInSandbox(
   }
   // A workspace that starts past the quota may keep what it has (and shrink), not grow.
   const diskQuotaBytes = Math.floor(limits.diskMb * MIB);
-  const startBytes = await treeBytes(workspace).catch(() => 0);
+  const startBytes = (await volumeBytes(workspace)) ?? (await treeBytes(workspace).catch(() => 0));
   const runDir = await mkdtemp(join(tmpdir(), 'stepwise-sandbox-'));
   let bridge: Bridge | undefined;
+  // Memory and tasks of the whole sandbox, held by the kernel where the host gives a control group.
+  const group = await createSandboxGroup({
+    memoryBytes: limits.memoryMb * MIB,
+    tasks: limits.processes + SUPERVISOR_TASKS,
+  });
   try {
     const copy = options.workspaceCopy === true;
     // A copy's writes land on its own capped tmpfs: the quota then counts /tmp and /dev/shm only.
@@ -199,13 +208,21 @@ export async function runInSandbox(
         ...(seccomp ? { seccomp } : {}),
         diskQuota: copy
           ? { workspace: measured, limitBytes: diskQuotaBytes }
-          : { workspace, limitBytes: Math.max(diskQuotaBytes, startBytes) },
+          : {
+              workspace,
+              limitBytes: Math.max(diskQuotaBytes, startBytes),
+              // A run that starts on a full workspace may still delete; one that fills it is stopped.
+              stopWhenFull: !(await volumeFull(workspace)),
+            },
+        ...(group ? { groupProcs: group.procs } : {}),
       });
     } catch (error) {
       throw new SandboxError(`bwrap could not be started: ${(error as Error).message}`);
     }
-    return withRefusals(toResult(supervised, limits), bridge);
+    const events = group ? await group.events() : undefined;
+    return withRefusals(toResult(supervised, limits, events), bridge);
   } finally {
+    await group?.remove();
     await bridge?.close();
     await rm(runDir, { recursive: true, force: true });
   }
@@ -253,7 +270,7 @@ async function realWorkspace(workspace: string): Promise<string> {
   throw new SandboxError(`the workspace ${workspace} is not a directory`);
 }
 
-function toResult(run: Supervised, limits: SandboxLimits): RunResult {
+function toResult(run: Supervised, limits: SandboxLimits, group?: GroupEvents): RunResult {
   let stderr = run.stderr.text();
   if (run.failedReason !== null)
     throw new SandboxError(`the sandbox could not be set up: ${run.failedReason}`);
@@ -275,7 +292,11 @@ function toResult(run: Supervised, limits: SandboxLimits): RunResult {
   }
   if (run.overDiskQuota !== null) {
     // Said where every caller looks (an agent's failure reason quotes the end of stderr).
-    stderr += `${stderr === '' || stderr.endsWith('\n') ? '' : '\n'}stepwise sandbox: disk quota exceeded: the workspace, /tmp and /dev/shm held ${mib(run.overDiskQuota)} MiB, over the ${limits.diskMb} MiB quota; every process was killed\n`;
+    const held =
+      run.overDiskQuota > Math.floor(limits.diskMb * MIB)
+        ? `the workspace, /tmp and /dev/shm held ${mib(run.overDiskQuota)} MiB`
+        : `the workspace is full (its bytes or its ${limits.inodes} files)`;
+    stderr += `${stderr === '' || stderr.endsWith('\n') ? '' : '\n'}stepwise sandbox: disk quota exceeded: ${held}, over the ${limits.diskMb} MiB quota; every process was killed\n`;
   }
   return {
     exitCode,
@@ -292,6 +313,7 @@ function toResult(run: Supervised, limits: SandboxLimits): RunResult {
         cpuSeconds: run.exit?.cpu ?? null,
         peakTasks: run.exit?.peakTasks ?? null,
         overDiskQuota: run.overDiskQuota !== null,
+        ...(group ? { group } : {}),
       },
       limits,
     ),

@@ -20,6 +20,17 @@ describe('classifyLimitHit', () => {
     ['SIGKILL at the hard CPU limit', ending({ exitCode: null, signal: 'SIGKILL', cpuSeconds: 3 }), 'cpu'],
     ['SIGKILL with little CPU (an OOM kill, a kill -9)', ending({ exitCode: null, signal: 'SIGKILL' }), null],
     [
+      "the group's OOM killer ended a process",
+      ending({ exitCode: null, signal: 'SIGKILL', group: { oomKills: 1, forksRefused: 0 } }),
+      'memory',
+    ],
+    [
+      'the group refused a fork',
+      ending({ exitCode: 1, group: { oomKills: 0, forksRefused: 3 } }),
+      'processes',
+    ],
+    ['a group that counted nothing', ending({ exitCode: 1, group: { oomKills: 0, forksRefused: 0 } }), null],
+    [
       'a shell reporting SIGXCPU',
       ending({ exitCode: 152, stderr: 'line 1: 7 CPU time limit exceeded' }),
       'cpu',

@@ -11,6 +11,8 @@ export interface Ending {
   peakTasks: number | null;
   /** The host saw the sandbox hold more than its disk quota and killed it. */
   overDiskQuota?: boolean;
+  /** What the sandbox's control group counted (cgroup.ts), where it had one. */
+  group?: { oomKills: number; forksRefused: number };
 }
 
 // What programs print when a limit bites: bash reports children killed by SIGXCPU / SIGXFSZ, fork
@@ -37,6 +39,9 @@ export function classifyLimitHit(ending: Ending, limits: SandboxLimits): LimitHi
   const { exitCode, signal, stderr, cpuSeconds, peakTasks } = ending;
   // The host's own measurement, and the reason it killed the sandbox: nothing else can have ended it.
   if (ending.overDiskQuota) return 'disk';
+  // The kernel's own counts: an OOM kill in the group, a fork refused at its task limit.
+  if (ending.group && ending.group.oomKills > 0) return 'memory';
+  if (ending.group && ending.group.forksRefused > 0) return 'processes';
   const failed = exitCode !== 0 || signal !== null;
   const cpuSpent = cpuSeconds !== null && cpuSeconds >= limits.cpuSeconds * 0.95;
   if (signal === 'SIGXCPU') return 'cpu';

@@ -43,6 +43,9 @@ describe('noUserNamespaceFilter', () => {
         expect(run(filter, abi.audit, abi.clone, 0x003d_0f00)).toBe(ALLOW);
         expect(run(filter, abi.audit, 0, CLONE_NEWUSER)).toBe(ALLOW);
         expect(run(filter, abi.audit, 39, CLONE_NEWUSER)).toBe(ALLOW);
+        // io_uring: ENOSYS (programs fall back); the kernel keyring: EPERM.
+        for (const nr of [425, 426, 427]) expect(run(filter, abi.audit, nr)).toBe(ENOSYS);
+        for (const nr of abi.keyring) expect(run(filter, abi.audit, nr)).toBe(EPERM);
       });
     }
     it(`${host}: an ABI it does not know gets ENOSYS for everything`, () => {
@@ -57,6 +60,8 @@ describe('noUserNamespaceFilter', () => {
     expect(run(filter, x86.audit, 0x4000_0000 | x86.clone, CLONE_NEWUSER)).toBe(EPERM);
     expect(run(filter, x86.audit, 0x4000_0000 | x86.clone3)).toBe(ENOSYS);
     expect(run(filter, x86.audit, 0x4000_0000 | 39)).toBe(ALLOW);
+    expect(run(filter, x86.audit, 0x4000_0000 | 425)).toBe(ENOSYS);
+    expect(run(filter, x86.audit, 0x4000_0000 | 250)).toBe(EPERM);
   });
 
   it('has no filter for other architectures', () => {

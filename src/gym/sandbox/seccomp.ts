@@ -1,5 +1,8 @@
 // The seccomp filter bwrap loads: no process in the sandbox may create a user namespace (else `unshare -Ur`
-// gives uid 0 with every capability). Classic BPF built here, so nothing native is needed.
+// gives uid 0 with every capability), use io_uring (a large kernel surface that also bypasses seccomp
+// for the operations it runs; ENOSYS, so programs fall back to plain syscalls), or the kernel keyring
+// (keyctl, add_key, request_key: shared with the host's uid; EPERM as Docker's profile). Classic BPF
+// built here, so nothing native is needed.
 // Per-ABI rules: docs/gym-sandbox.md#how-it-is-isolated
 
 const CLONE_NEWUSER = 0x1000_0000;
@@ -21,6 +24,9 @@ const JMP_JEQ_K = 0x05 | 0x10 | 0x00;
 const JMP_JSET_K = 0x05 | 0x40 | 0x00;
 const RET_K = 0x06 | 0x00 | 0x00;
 
+/** io_uring's three syscalls have the same numbers on every ABI (added after the tables were unified). */
+const IO_URING = [425, 426, 427] as const;
+
 /** x32 syscalls are x86_64's numbers with this bit set; unshare, clone and clone3 are shared. */
 const X32_SYSCALL_BIT = 0x4000_0000;
 
@@ -31,18 +37,55 @@ interface Abi {
   unshare: number;
   clone: number;
   clone3: number;
+  /** io_uring_setup, io_uring_enter, io_uring_register. */
+  ioUring: readonly number[];
+  /** keyctl, add_key, request_key. */
+  keyring: readonly number[];
   /** Clear the x32 bit before comparing numbers. */
   x32?: boolean;
 }
 
 export const ABIS: Readonly<Record<'x64' | 'arm64', readonly Abi[]>> = {
   x64: [
-    { name: 'x86_64', audit: 0xc000_003e, unshare: 272, clone: 56, clone3: 435, x32: true },
-    { name: 'i386', audit: 0x4000_0003, unshare: 310, clone: 120, clone3: 435 },
+    {
+      name: 'x86_64',
+      audit: 0xc000_003e,
+      unshare: 272,
+      clone: 56,
+      clone3: 435,
+      ioUring: IO_URING,
+      keyring: [250, 248, 249],
+      x32: true,
+    },
+    {
+      name: 'i386',
+      audit: 0x4000_0003,
+      unshare: 310,
+      clone: 120,
+      clone3: 435,
+      ioUring: IO_URING,
+      keyring: [288, 286, 287],
+    },
   ],
   arm64: [
-    { name: 'aarch64', audit: 0xc000_00b7, unshare: 97, clone: 220, clone3: 435 },
-    { name: 'arm', audit: 0x4000_0028, unshare: 337, clone: 120, clone3: 435 },
+    {
+      name: 'aarch64',
+      audit: 0xc000_00b7,
+      unshare: 97,
+      clone: 220,
+      clone3: 435,
+      ioUring: IO_URING,
+      keyring: [219, 217, 218],
+    },
+    {
+      name: 'arm',
+      audit: 0x4000_0028,
+      unshare: 337,
+      clone: 120,
+      clone3: 435,
+      ioUring: IO_URING,
+      keyring: [311, 309, 310],
+    },
   ],
 };
 
@@ -64,8 +107,10 @@ function program(abis: readonly Abi[]): Instruction[] {
   for (const abi of abis) {
     code.push({ label: abi.name }, { op: LD_W_ABS, k: OFFSET_NR });
     if (abi.x32) code.push({ op: ALU_AND_K, k: ~X32_SYSCALL_BIT >>> 0 });
+    code.push({ op: JMP_JEQ_K, k: abi.clone3, jt: 'enosys', jf: 0 });
+    for (const nr of abi.ioUring) code.push({ op: JMP_JEQ_K, k: nr, jt: 'enosys', jf: 0 });
+    for (const nr of abi.keyring) code.push({ op: JMP_JEQ_K, k: nr, jt: 'eperm', jf: 0 });
     code.push(
-      { op: JMP_JEQ_K, k: abi.clone3, jt: 'enosys', jf: 0 },
       { op: JMP_JEQ_K, k: abi.unshare, jt: 'flags', jf: 0 },
       { op: JMP_JEQ_K, k: abi.clone, jt: 'flags', jf: 'allow' },
     );

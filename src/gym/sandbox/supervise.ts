@@ -2,7 +2,7 @@ import { spawn } from 'node:child_process';
 import { readFile, readlink } from 'node:fs/promises';
 import type { Readable, Writable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { type SandboxInit, sandboxBytes } from './disk-usage.js';
+import { type SandboxInit, sandboxBytes, volumeFull } from './disk-usage.js';
 import { OutputBuffer, settleWithin } from './output-buffer.js';
 
 /** A run of bwrap + the supervisor, as the host sees it. */
@@ -18,8 +18,19 @@ export interface SupervisedRun {
   /** The seccomp filter bwrap loads from fd STATUS_FDS.seccomp (bwrap-args' seccompFd). */
   seccomp?: Buffer;
   /** Kill the sandbox when it holds more than limitBytes (disk-usage.ts measures). */
-  diskQuota?: { workspace: string; limitBytes: number };
+  diskQuota?: {
+    workspace: string;
+    limitBytes: number;
+    /** A workspace volume that fills up (its bytes or its inodes) counts as over the quota. */
+    stopWhenFull?: boolean;
+  };
+  /** cgroup.procs files (cgroup.ts) the sandbox joins before bwrap starts, so all it forks is in them. */
+  groupProcs?: readonly string[];
 }
+
+/** Writes its own pid into each file named before `--`, then becomes the command after it. */
+const JOIN_GROUPS =
+  'while [ "$#" -gt 0 ] && [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"';
 
 export interface SupervisorExit {
   code: number | null;
@@ -56,7 +67,13 @@ const DISK_POLL_MAX_MS = 2_000;
 
 export async function supervise(run: SupervisedRun): Promise<Supervised> {
   const begin = performance.now();
-  const child = spawn(run.executable, run.args, {
+  const [executable, args] = run.groupProcs?.length
+    ? [
+        '/bin/sh',
+        ['-c', JOIN_GROUPS, 'stepwise-sandbox', ...run.groupProcs, '--', run.executable, ...run.args],
+      ]
+    : [run.executable, run.args];
+  const child = spawn(executable, args, {
     stdio: [
       run.stdin === undefined ? 'ignore' : 'pipe',
       'pipe',
@@ -157,7 +174,7 @@ export async function supervise(run: SupervisedRun): Promise<Supervised> {
         const begin = performance.now();
         const used = await sandboxBytes(quota.workspace, init()).catch(() => 0);
         if (stopPolling.signal.aborted) return;
-        if (used > quota.limitBytes) {
+        if (used > quota.limitBytes || (quota.stopWhenFull && (await volumeFull(quota.workspace)))) {
           overDiskQuota = used;
           hardKill();
           return;

@@ -4,9 +4,16 @@ import { StepwiseError } from '../../domain/errors.js';
 export interface SandboxLimits {
   /** CPU seconds per process (RLIMIT_CPU): SIGXCPU at the limit, SIGKILL one second later. */
   cpuSeconds: number;
-  /** Address space per process (RLIMIT_AS), MiB. Also the size cap of the private /tmp. */
+  /**
+   * Memory, MiB: of all the sandbox's processes together (pages they put in its /tmp and /dev/shm too),
+   * held by a control group where the host gives one (cgroup.ts); and each process's address space
+   * (RLIMIT_AS), the only limit where it gives none. Also the size cap of the private /tmp.
+   */
   memoryMb: number;
-  /** Processes and threads the command may have at once (RLIMIT_NPROC, counted per sandbox). */
+  /**
+   * Processes and threads the command may have at once: RLIMIT_NPROC (counted per sandbox uid when
+   * the host runs as root), and the control group's pids.max (this plus the sandbox's own few).
+   */
   processes: number;
   /** Largest file a process may write (RLIMIT_FSIZE), MiB. */
   fileSizeMb: number;
@@ -18,6 +25,11 @@ export interface SandboxLimits {
    * when it started past it) is killed.
    */
   diskMb: number;
+  /**
+   * Files, directories and links the workspace may hold: the `nr_inodes` of a sample's workspace tmpfs
+   * (workspace-volume.ts), held by the kernel where the runner could mount one.
+   */
+  inodes: number;
 }
 
 export const DEFAULT_LIMITS: SandboxLimits = Object.freeze({
@@ -27,6 +39,7 @@ export const DEFAULT_LIMITS: SandboxLimits = Object.freeze({
   fileSizeMb: 64,
   wallMs: 120_000,
   diskMb: 256,
+  inodes: 65_536,
 });
 
 /**
@@ -119,6 +132,7 @@ const LimitsSchema = z.strictObject({
   fileSizeMb: positive.max(1_048_576),
   wallMs: positive.max(86_400_000),
   diskMb: positive.max(1_048_576),
+  inodes: z.number().int().min(16).max(100_000_000),
 });
 
 /** The limits of a run: the defaults, overridden by `partial`; a bad value names its field. */

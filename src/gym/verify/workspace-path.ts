@@ -32,7 +32,23 @@ function unreadable(err: unknown): WorkspaceEntry {
   return { kind: 'unreadable', reason: `the path cannot be read (${code})` };
 }
 
+/**
+ * Where a check's path leads. A path the agent made unreadable (longer than PATH_MAX once resolved,
+ * permissions, a race) reads nothing, like an escape: the check fails, the sample is scored.
+ */
 export async function resolveInWorkspace(workspace: string, relPath: string): Promise<WorkspaceEntry> {
+  try {
+    return await resolveOrThrow(workspace, relPath);
+  } catch (error) {
+    return { kind: 'unreadable', reason: `the path cannot be read (${errorCode(error)})` };
+  }
+}
+
+function errorCode(error: unknown): string {
+  return (error as NodeJS.ErrnoException).code ?? (error as Error).message;
+}
+
+async function resolveOrThrow(workspace: string, relPath: string): Promise<WorkspaceEntry> {
   const parts = relPath.split('/');
   if (relPath.startsWith('/') || relPath.includes('\0') || parts.includes('..')) {
     return { kind: 'escape', reason: 'the path is absolute or contains ..' };
@@ -101,8 +117,8 @@ export async function readWorkspaceText(
       }
       try {
         return { text: await readFile(entry.path, 'utf8') };
-      } catch (err) {
-        return { error: (unreadable(err) as { reason: string }).reason };
+      } catch (error) {
+        return { error: `the file cannot be read (${errorCode(error)})` };
       }
   }
 }
