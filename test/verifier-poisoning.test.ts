@@ -109,6 +109,52 @@ describe.skipIf(!sandboxReady)('workspace poisoning: a verifier is not steered b
     expect(await verify(task, ws)).toMatchObject({ score: 1, verifierFailed: false });
   }, 60_000);
 
+  it("checks that run the agent's code still import it, after the standard library: its unittest.py and json.py replace nothing", async () => {
+    const task = GymTask.parse({
+      id: 'run_agent_code',
+      prompt: 'write solution.py with double(x) and its tests',
+      mountDir: CLAW,
+      verifier: {
+        kind: 'checks',
+        checks: [
+          { kind: 'command', name: 'tests_pass', command: 'python3 -m unittest discover -s tests' },
+          {
+            kind: 'command',
+            name: 'hidden',
+            command: `python3 -c 'from solution import double; assert double(4) == 8'`,
+          },
+          { kind: 'command', name: 'script', command: 'python3 tools/run.py' },
+        ],
+      },
+    });
+    const honest = fresh('agent-code');
+    mkdirSync(join(honest, 'tests'));
+    mkdirSync(join(honest, 'tools'));
+    writeFileSync(join(honest, 'solution.py'), 'def double(x):\n    return 2 * x\n');
+    writeFileSync(
+      join(honest, 'tests', 'test_solution.py'),
+      'import unittest\nfrom solution import double\n\nclass T(unittest.TestCase):\n    def test_double(self):\n        self.assertEqual(double(3), 6)\n',
+    );
+    // A script imports a sibling from its own folder, as plain Python lets it.
+    writeFileSync(join(honest, 'tools', 'helper.py'), 'VALUE = 8\n');
+    writeFileSync(join(honest, 'tools', 'run.py'), 'from helper import VALUE\nassert VALUE == 8\n');
+    expect(await verify(task, honest)).toMatchObject({ score: 1, verifierFailed: false });
+
+    // A wrong solution, with a unittest.py that reports success and a json.py: the checks still fail.
+    const poisoned = fresh('agent-code-poisoned');
+    mkdirSync(join(poisoned, 'tests'));
+    mkdirSync(join(poisoned, 'tools'));
+    writeFileSync(join(poisoned, 'solution.py'), 'def double(x):\n    return x\n');
+    writeFileSync(
+      join(poisoned, 'tests', 'test_solution.py'),
+      readFileSync(join(honest, 'tests', 'test_solution.py')),
+    );
+    writeFileSync(join(poisoned, 'unittest.py'), 'import sys\nsys.exit(0)\n');
+    writeFileSync(join(poisoned, 'tools', 'run.py'), 'import json\nassert json.loads("8") == 8\n');
+    writeFileSync(join(poisoned, 'tools', 'json.py'), 'def loads(s):\n    return 7\n');
+    expect(await verify(task, poisoned)).toMatchObject({ score: 1 / 3, verifierFailed: false });
+  }, 60_000);
+
   it("the workspace's node_modules is not searched by a verifier's node (require and import); its own reward/node_modules is", async () => {
     const reward = [
       '#!/usr/bin/env bash',

@@ -1,8 +1,9 @@
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, posix } from 'node:path';
 import type { runInSandbox, SandboxOptions } from '../sandbox/index.js';
 import { NODE_GUARD_CJS } from './node-guard.js';
+import { PYTHON_SITECUSTOMIZE } from './python-path.js';
 
 /** Sandbox settings a verifier is given: everything but the workspace and where it is mounted. */
 export type SandboxSettings = Omit<SandboxOptions, 'workspace' | 'mountDir'>;
@@ -18,6 +19,8 @@ export const defaultSandboxRunner: SandboxRunner = async (...args) => {
 
 /** Where the Node guard (node-guard.ts) is shown inside a verifier's sandbox. */
 export const INSIDE_NODE_GUARD = '/opt/stepwise-verifier/node-guard.cjs';
+/** The folder of our `sitecustomize.py` (python-path.ts) inside a verifier's sandbox. */
+export const INSIDE_PYTHON_SITE = '/opt/stepwise-verifier/python';
 
 /**
  * Variables a verifier never takes from its settings: what makes a shell, Python or Node read code
@@ -66,8 +69,9 @@ export interface VerifierSandbox {
 /**
  * A verifier's sandbox (docs/security.md, "The verifier sandbox"): no network (the gateway bridge an
  * agent gets is dropped), the workspace as a private copy of its final state, and interpreters that do
- * not load code from it: PYTHONSAFEPATH (no working directory or script folder on sys.path), no user
- * site, Node's node_modules search kept out of it, a PATH without it, no BASH_ENV/ENV.
+ * not load code from it in place of their own: PYTHONSAFEPATH with the workspace folder put back
+ * after the standard library (python-path.ts), no user site, Node's node_modules search kept out of
+ * it, a PATH without it, no BASH_ENV/ENV.
  * `ownDirs` are the verifier's own folders in the workspace (its reward/): Python and Node may load
  * from those.
  */
@@ -80,6 +84,9 @@ export async function verifierSandbox(
   const guardDir = await mkdtemp(join(tmpdir(), 'stepwise-verifier-'));
   const guard = join(guardDir, 'node-guard.cjs');
   await writeFile(guard, NODE_GUARD_CJS);
+  const pythonSite = join(guardDir, 'python');
+  await mkdir(pythonSite);
+  await writeFile(join(pythonSite, 'sitecustomize.py'), PYTHON_SITECUSTOMIZE);
   const env: Record<string, string> = {};
   for (const [key, value] of Object.entries(settings?.env ?? {}))
     if (!UNSAFE_ENV.has(key) && key !== 'PATH') env[key] = value;
@@ -89,15 +96,21 @@ export async function verifierSandbox(
     PYTHONNOUSERSITE: '1',
     NODE_OPTIONS: `--require ${INSIDE_NODE_GUARD}`,
     STEPWISE_NODE_GUARD: JSON.stringify({ workspace: mountDir, allow: ownDirs }),
+    STEPWISE_PYTHON_WORKSPACE: mountDir,
+    // Ours first (its sitecustomize appends the workspace last), then the verifier's own folders.
+    PYTHONPATH: [INSIDE_PYTHON_SITE, ...ownDirs].join(':'),
   });
-  if (ownDirs.length > 0) env.PYTHONPATH = ownDirs.join(':');
   const options: SandboxOptions = {
     ...settings,
     workspace,
     mountDir,
     env,
     workspaceCopy: true,
-    readOnlyBinds: [...(settings?.readOnlyBinds ?? []), { source: guard, target: INSIDE_NODE_GUARD }],
+    readOnlyBinds: [
+      ...(settings?.readOnlyBinds ?? []),
+      { source: guard, target: INSIDE_NODE_GUARD },
+      { source: pythonSite, target: INSIDE_PYTHON_SITE },
+    ],
   };
   delete options.gateway;
   return { options, close: () => rm(guardDir, { recursive: true, force: true }) };
