@@ -2,9 +2,9 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { ChatMessageInput, ChatToolInput } from '../src/text/chat-template.js';
 import { createModelAdapter, type ModelAdapter } from '../src/text/model-adapter.js';
 import { sequentialToolCallIds } from '../src/text/tool-calls.js';
-import type { ChatMessageInput, ChatToolInput } from '../src/text/chat-template.js';
 import { findTrainPython, runPython } from '../src/train/python.js';
 import { type FixtureFamily, makeModelFolder } from './support/model-folders.js';
 

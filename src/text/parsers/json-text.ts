@@ -54,7 +54,7 @@ export function pythonJsonDumps(value: unknown, options: { ensureAscii: boolean 
   const text = dumps(value);
   if (!options.ensureAscii) return text;
   // Escaping after the fact is safe: non-ASCII only ever appears inside string literals.
-  return text.replace(/[^\x00-\x7f]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+  return text.replace(/[\u0080-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
 }
 
 function dumps(value: unknown): string {
