@@ -1,4 +1,5 @@
 import type { Logger } from 'pino';
+import { createModelAdapter } from '../text/model-adapter.js';
 import { type Engine, EngineRouter } from './router.js';
 import type { SimServerOptions } from './sim/serve.js';
 import { simWorkerTransport } from './sim/worker-host.js';
@@ -20,7 +21,7 @@ export {
 } from './upstream.js';
 
 export interface EnginesOptions {
-  /** `sim`, `vllm=URL`, `sglang=URL`, `openai=URL` (parsed with parseEngineSpec). */
+  /** `sim`, `vllm=URL`, `sglang=URL`, `openai=URL`, each with optional `,model-dir=DIR,family=NAME` (parseEngineSpec). */
   engines: readonly (string | EngineSpec)[];
   /** Settings of the built-in sim (policy, seed, latency). */
   sim?: SimServerOptions;
@@ -46,12 +47,23 @@ export function createEngineRouter(options: EnginesOptions): EngineRouter | null
       headersTimeoutMs: options.upstreamTimeoutMs,
       bodyTimeoutMs: options.upstreamTimeoutMs,
     };
+    // A folder is read and its family checked now, so a bad one fails at startup, naming the model.
+    const adapter = spec.modelDir
+      ? createModelAdapter(spec.modelDir, spec.family === undefined ? {} : { family: spec.family })
+      : undefined;
+    const withAdapter = adapter ? { adapter } : {};
     // The built-in sim runs on a worker thread, reached over loopback like any engine (worker-host.ts).
-    if (spec.kind === 'sim')
-      return { id, kind: 'sim', transport: simWorkerTransport(options.sim ?? {}, timeouts) };
+    if (spec.kind === 'sim') {
+      const sim = {
+        ...options.sim,
+        ...(spec.modelDir ? { modelDir: spec.modelDir, family: spec.family } : {}),
+      };
+      return { id, kind: 'sim', transport: simWorkerTransport(sim, timeouts), ...withAdapter };
+    }
     return {
       id,
       kind: spec.kind,
+      ...withAdapter,
       transport: httpTransport(spec.url!, {
         apiKey: spec.kind === 'openai' ? options.apiKey : undefined,
         ...timeouts,

@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
 import { z } from 'zod';
 import { fromZodError, StepwiseError } from '../domain/errors.js';
+import type { ModelAdapter } from '../text/model-adapter.js';
 import { type EngineKind, type Transport, UpstreamError, type UpstreamReply } from './upstream.js';
 
 /*
@@ -32,6 +33,8 @@ export interface Engine {
   id: string;
   kind: EngineKind;
   transport: Transport;
+  /** The model's adapter when the engine names a folder (`,model-dir=DIR`); Qwen3's built-in one otherwise. */
+  adapter?: ModelAdapter;
 }
 
 interface EngineState extends Engine {

@@ -18,10 +18,48 @@ export interface EngineSpec {
   url: string | null;
   /** A stable name for logs and the `engine_id` of captured steps. */
   id: string;
+  /** The model's folder (tokenizer files, chat template): `,model-dir=DIR`; Qwen3's built-in files when absent. */
+  modelDir?: string;
+  /** The model family by name (`,family=llama3`); detected from the folder when absent. */
+  family?: string;
 }
 
-/** `sim`, `vllm=http://host:8000`, `sglang=http://host:30000` or `openai=https://api.example.com/v1`. */
-export function parseEngineSpec(text: string): EngineSpec {
+const ENGINE_OPTIONS = ['model-dir', 'family'] as const;
+
+/** The `,key=value` options after an engine's kind and URL. */
+function parseEngineOptions(
+  text: string,
+  options: readonly string[],
+): Pick<EngineSpec, 'modelDir' | 'family'> {
+  const out: Pick<EngineSpec, 'modelDir' | 'family'> = {};
+  for (const option of options) {
+    const at = option.indexOf('=');
+    const key = (at < 0 ? option : option.slice(0, at)).trim();
+    const value = at < 0 ? '' : option.slice(at + 1).trim();
+    if (!(ENGINE_OPTIONS as readonly string[]).includes(key))
+      throw new ValidationError(
+        `engine '${text}': unknown option '${key}' (options: ${ENGINE_OPTIONS.join(', ')})`,
+        'engine',
+      );
+    if (value === '')
+      throw new ValidationError(`engine '${text}': ${key} needs a value (${key}=...)`, 'engine');
+    if (key === 'model-dir') out.modelDir = value;
+    else out.family = value;
+  }
+  return out;
+}
+
+/**
+ * `sim`, `vllm=http://host:8000`, `sglang=http://host:30000` or `openai=https://api.example.com/v1`,
+ * each optionally followed by `,model-dir=DIR` and `,family=NAME`.
+ */
+export function parseEngineSpec(full: string): EngineSpec {
+  const [text = '', ...rest] = full.split(',');
+  const options = parseEngineOptions(full, rest);
+  return { ...parseEngineTarget(text), ...options };
+}
+
+function parseEngineTarget(text: string): EngineSpec {
   const at = text.indexOf('=');
   const kind = (at < 0 ? text : text.slice(0, at)).trim();
   const url = at < 0 ? null : text.slice(at + 1).trim();

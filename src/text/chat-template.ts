@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { parseOrThrow, ValidationError } from '../domain/errors.js';
 import { type ChatTokenizer, loadQwen3Tokenizer } from './tokenizer.js';
+import { toTemplateJson } from './tool-calls.js';
 
 /** OpenAI message content: a string, null, or text parts (the only kind a text model can render). */
 export type ChatContent = string | null | readonly { type: 'text'; text: string }[];
@@ -112,16 +113,36 @@ function templateArguments(args: string | Record<string, unknown>): unknown {
   }
 }
 
-function templateMessage(m: z.output<typeof ChatMessage>): Record<string, unknown> {
-  const out: Record<string, unknown> = { role: m.role, content: m.content };
+/** How a family's template expects a message: tool-call arguments as an object (most) or the JSON string. */
+export interface TemplateStyle {
+  argumentsAs?: 'object' | 'string';
+  /** An assistant message with tool calls and no text: `''` (most templates) or none (DeepSeek's tests `is none`). */
+  emptyCallContentAs?: 'string' | 'none';
+}
+
+function templateMessage(m: z.output<typeof ChatMessage>, style: TemplateStyle): Record<string, unknown> {
+  const callsWithoutText = m.content === '' && m.tool_calls != null && m.tool_calls.length > 0;
+  const content = callsWithoutText && style.emptyCallContentAs === 'none' ? null : m.content;
+  const out: Record<string, unknown> = { role: m.role, content };
   // The template tests `is defined and is not none`, so absent and null must both stay absent.
   const reasoning = m.reasoning_content ?? m.reasoning;
   if (reasoning != null) out.reasoning_content = reasoning;
+  // Templates that pair a tool result with its call (harmony, Mistral) read these two.
+  if (m.role === 'tool' && m.tool_call_id !== undefined) out.tool_call_id = m.tool_call_id;
+  if (m.role === 'tool' && m.name !== undefined) out.name = m.name;
   if (m.tool_calls && m.tool_calls.length > 0) {
     out.tool_calls = m.tool_calls.map((c) => ({
       ...(c.id !== undefined ? { id: c.id } : {}),
       type: 'function',
-      function: { name: c.function.name, arguments: templateArguments(c.function.arguments) },
+      function: {
+        name: c.function.name,
+        arguments:
+          style.argumentsAs === 'string'
+            ? typeof c.function.arguments === 'string'
+              ? c.function.arguments
+              : toTemplateJson(c.function.arguments)
+            : templateArguments(c.function.arguments),
+      },
     }));
   }
   return out;
@@ -131,11 +152,27 @@ function templateMessage(m: z.output<typeof ChatMessage>): Record<string, unknow
  * Renders OpenAI-format messages (and tools) with the tokenizer's chat template (Qwen3's by default).
  * Throws a ValidationError naming the field when a message cannot be rendered.
  */
-export function renderChat(input: RenderChatInput, tokenizer: ChatTokenizer = loadQwen3Tokenizer()): string {
+/**
+ * The messages and tools exactly as the template sees them (content flattened, arguments in the
+ * family's form): what a reference renderer must be given to render the same conversation.
+ */
+export function templateContext(
+  input: Pick<RenderChatInput, 'messages' | 'tools'>,
+  style: TemplateStyle = {},
+): { messages: Record<string, unknown>[]; tools?: readonly ChatToolInput[] } {
   const request = parseOrThrow(RenderChatRequest, { messages: input.messages, tools: input.tools });
   // Tools go to the template as given: zod's copy would reorder keys, and `tojson` keeps key order.
-  const tools = request.tools && request.tools.length > 0 ? input.tools : undefined;
-  const messages = request.messages.map(templateMessage);
+  const tools = request.tools && request.tools.length > 0 ? input.tools! : undefined;
+  const messages = request.messages.map((m) => templateMessage(m, style));
+  return tools ? { messages, tools } : { messages };
+}
+
+export function renderChat(
+  input: RenderChatInput,
+  tokenizer: ChatTokenizer = loadQwen3Tokenizer(),
+  style: TemplateStyle = {},
+): string {
+  const { messages, tools } = templateContext(input, style);
   const last = messages[messages.length - 1]!;
   if (input.continueFinalMessage) {
     if (input.addGenerationPrompt)
@@ -151,7 +188,9 @@ export function renderChat(input: RenderChatInput, tokenizer: ChatTokenizer = lo
     // As Hugging Face does: mark where the content ends, render, and cut there.
     last.content = `${last.content as string}${CONTINUE_TAG}`;
   }
-  const text = tokenizer.chatTemplate.render({
+  // As transformers does: a model that ships a `tool_use` template uses it when tools are given.
+  const template = (tools && tokenizer.namedChatTemplate?.('tool_use')) || tokenizer.chatTemplate;
+  const text = template.render({
     messages,
     ...(tools ? { tools } : {}),
     add_generation_prompt: input.addGenerationPrompt ?? false,
@@ -176,6 +215,7 @@ const CONTINUE_TAG = 'CONTINUE_FINAL_MESSAGE_TAG ';
 export function tokenizeChat(
   input: RenderChatInput,
   tokenizer: ChatTokenizer = loadQwen3Tokenizer(),
+  style: TemplateStyle = {},
 ): number[] {
-  return tokenizer.encode(renderChat(input, tokenizer), { addSpecialTokens: false });
+  return tokenizer.encode(renderChat(input, tokenizer, style), { addSpecialTokens: false });
 }

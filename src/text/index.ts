@@ -11,6 +11,23 @@ export {
 } from './chat-template.js';
 export { contentText } from './content.js';
 export {
+  createModelAdapter,
+  detectModelFamily,
+  KNOWN_FAMILIES,
+  type ModelAdapter,
+  type ModelAdapterOptions,
+  type ModelFamily,
+  ModelFeatureError,
+  qwen3Adapter,
+} from './model-adapter.js';
+export {
+  createFolderTokenizer,
+  loadModelFolder,
+  type ModelFolder,
+  ModelFolderError,
+  selectChatTemplate,
+} from './model-folder.js';
+export {
   encodeSseComment,
   encodeSseDone,
   encodeSseEvent,

@@ -21,6 +21,21 @@ export interface CompiledChatTemplate {
   render(context: Record<string, unknown>): string;
 }
 
+/** Compiles a template lazily (~1 ms, once) and renders it with the special-token strings. */
+export function compileChatTemplate(
+  source: string,
+  specialTokenContext: Record<string, string>,
+): CompiledChatTemplate {
+  let template: Template | undefined;
+  return {
+    source,
+    render(context) {
+      template ??= new Template(source);
+      return template.render({ ...specialTokenContext, ...context });
+    },
+  };
+}
+
 /** A text tokenizer with its model's chat template: what the gateway and the sim engine tokenize with. */
 export interface ChatTokenizer {
   encode(text: string, options?: EncodeOptions): number[];
@@ -30,6 +45,8 @@ export interface ChatTokenizer {
   /** Ids that end a generation. */
   readonly eosTokenIds: readonly number[];
   readonly chatTemplate: CompiledChatTemplate;
+  /** A named template (`tool_use`, ...) when the model ships several; undefined otherwise. */
+  namedChatTemplate?(name: string): CompiledChatTemplate | undefined;
 }
 
 /** The fields of tokenizer_config.json this module reads; the rest is passed through untouched. */
@@ -49,6 +66,8 @@ const TokenizerJson = z.looseObject({
 export interface CreateTokenizerOptions {
   /** Stop tokens beyond the config's `eos_token` (a model's generation_config often lists several). */
   extraEosTokens?: readonly string[];
+  /** Stop token ids beyond those (generation_config.json's `eos_token_id`). */
+  extraEosTokenIds?: readonly number[];
 }
 
 /** Builds a ChatTokenizer from the two Hugging Face files, already parsed from JSON. */
@@ -71,22 +90,15 @@ export function createChatTokenizer(
     }
     if (!eosTokenIds.includes(id)) eosTokenIds.push(id);
   }
+  for (const id of options.extraEosTokenIds ?? []) if (!eosTokenIds.includes(id)) eosTokenIds.push(id);
 
-  // Compiling the template costs ~1 ms; do it once per tokenizer, on first use.
-  let template: Template | undefined;
   const specialTokenContext = {
     bos_token: config.bos_token ?? '',
     eos_token: config.eos_token ?? '',
     pad_token: config.pad_token ?? '',
     unk_token: config.unk_token ?? '',
   };
-  const chatTemplate: CompiledChatTemplate = {
-    source: config.chat_template,
-    render(context) {
-      template ??= new Template(config.chat_template);
-      return template.render({ ...specialTokenContext, ...context });
-    },
-  };
+  const chatTemplate = compileChatTemplate(config.chat_template, specialTokenContext);
 
   return {
     encode: (text, opts = {}) =>

@@ -1,5 +1,6 @@
 import type { Hono } from 'hono';
 import { parseOrThrow, ValidationError } from '../../domain/errors.js';
+import { createModelAdapter, type ModelAdapter, ModelFeatureError } from '../../text/model-adapter.js';
 import { listen } from '../../util/http-server.js';
 import { SimEngine } from './engine.js';
 import { instantLatency, latencyModel } from './latency.js';
@@ -35,6 +36,10 @@ export interface SimServerOptions {
   /** Decode speed; 0 or absent with no ttft means instant. */
   tokensPerSecond?: number;
   model?: string;
+  /** A model folder whose tokenizer the sim speaks with (Qwen3's built-in files when absent). */
+  modelDir?: string;
+  /** The folder's family by name; detected from the folder when absent. */
+  family?: string;
 }
 
 export interface RunningSimServer {
@@ -61,9 +66,25 @@ function choosePolicy(options: SimServerOptions): Policy {
   return scriptedPolicy(script, { errorRate: options.errorRate ?? 0 });
 }
 
+/**
+ * The folder's tokenizer for the sim. The sim writes its completions in Qwen3's format (`<tool_call>`,
+ * `<|im_end|>`), so a folder of another family is refused, naming the model, rather than spoken wrongly.
+ */
+function simAdapter(modelDir: string, family: string | undefined): ModelAdapter {
+  const adapter = createModelAdapter(modelDir, family === undefined ? {} : { family });
+  if (adapter.family !== 'qwen3')
+    throw new ModelFeatureError(
+      adapter.model,
+      adapter.family,
+      'the built-in sim (it writes Qwen3-format completions)',
+    );
+  return adapter;
+}
+
 /** Throws the ValidationError these options would start with (a policy without its tasks or script). */
 export function checkSimOptions(options: SimServerOptions = {}): void {
   choosePolicy(options);
+  if (options.modelDir) simAdapter(options.modelDir, options.family);
 }
 
 /** The sim's HTTP app for these options: served standalone, or in process behind the gateway. */
@@ -77,7 +98,11 @@ export function buildSimApp(options: SimServerOptions = {}): { app: Hono; model:
         ? latencyModel({ ttftMs, tokensPerSecond: Number.POSITIVE_INFINITY })
         : instantLatency;
   const model = options.model ?? DEFAULT_SIM_MODEL;
-  const engine = new SimEngine({ policy: choosePolicy(options), seed: options.seed ?? 0 });
+  const engine = new SimEngine({
+    policy: choosePolicy(options),
+    seed: options.seed ?? 0,
+    ...(options.modelDir ? { tokenizer: simAdapter(options.modelDir, options.family).tokenizer } : {}),
+  });
   return { app: createSimApp({ engine, latency, model }), model };
 }
 

