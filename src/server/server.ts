@@ -5,6 +5,7 @@ import type { SimServerOptions } from '../engines/sim/serve.js';
 import { llmCallListener } from '../gateway/direct.js';
 import { Gateway, type GatewayOptions } from '../gateway/gateway.js';
 import { isLoopback, parseApiKey } from '../http/auth.js';
+import { DEFAULT_RATE_LIMITS, KeyRates, type RateLimits } from '../http/key-rates.js';
 import { requestGuard } from '../http/request-guard.js';
 import type { PoolOps } from '../pool/core.js';
 import { DataPool } from '../pool/data-pool.js';
@@ -30,6 +31,12 @@ export interface ServerOptions {
   synchronous?: 'FULL' | 'NORMAL';
   channelDefaults?: Partial<ChannelConfig>;
   maxBodyBytes?: number;
+  /** Connections open at once (default 4,096). */
+  maxConnections?: number;
+  /** Request body bytes buffered at once, over all requests (default 256 MiB). */
+  maxBodiesInFlightBytes?: number;
+  /** Per-key rates, with keys configured (default DEFAULT_RATE_LIMITS; 0 turns one off). */
+  rateLimits?: Partial<RateLimits>;
   commitWindowMs?: number;
   /** Where SQLite runs: the event-loop thread (default) or its own worker thread. */
   storeThread?: 'main' | 'worker';
@@ -153,8 +160,14 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     });
     listening = await listen(app.fetch, host, options.port ?? 8100, {
       maxBodyBytes: options.maxBodyBytes,
+      maxConnections: options.maxConnections,
+      maxBodiesInFlightBytes: options.maxBodiesInFlightBytes,
       direct: llmCallListener(gateway, apiKeys),
-      guard: requestGuard(host, options.publicUrl),
+      guard: requestGuard(host, {
+        publicUrl: options.publicUrl,
+        keys: apiKeys,
+        rates: new KeyRates({ ...DEFAULT_RATE_LIMITS, ...options.rateLimits }),
+      }),
     });
   } catch (error) {
     await rewards?.close();
