@@ -12,8 +12,8 @@ import {
   type Scope,
 } from '../http/auth.js';
 import { refuseNulQuery } from '../http/json-body.js';
-import { normalTarget, routedPath } from '../util/request-path.js';
 import type { DirectListener } from '../util/http-server.js';
+import { normalTarget, routedPath } from '../util/request-path.js';
 import { type Answer, isStreamSource, JSON_HEADERS, type StreamSource } from './answer.js';
 import { epochNow } from './call-trace.js';
 import { fixedCall, generateCall, type LlmCall, modelsCall, trajectoryCall } from './calls.js';
