@@ -9,7 +9,7 @@ import {
   ConflictError,
   checkCompletionChannel,
   clientIdParam,
-  JsonObject,
+  StoredJsonObject,
   NotFoundError,
   parseOrThrow,
   StepwiseError,
@@ -35,7 +35,7 @@ const InitTrajectoryBody = z
   .strictObject({
     group_id: ClientId.optional(),
     channel: ChannelName.optional(),
-    metadata: JsonObject.optional(),
+    metadata: StoredJsonObject.optional(),
     n_rollouts: z.number().int().min(1).max(4096).optional(),
     // ActGuide-RL (docs/actguide.md): a guided rollout is trained off-policy, a probe never is.
     guided: z.boolean().optional(),
@@ -72,7 +72,7 @@ const InitTrajectoryBody = z
 
 const RegisterTrajectoryBody = z.strictObject({
   channel: ChannelName.optional(),
-  metadata: JsonObject.optional(),
+  metadata: StoredJsonObject.optional(),
 });
 
 /** Runs a handler and answers any error in OpenAI's shape. */

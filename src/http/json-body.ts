@@ -1,12 +1,61 @@
 import type { Context } from 'hono';
-import { ValidationError } from '../domain/index.js';
+import {
+  FREE_FORM_FIELDS,
+  jsonBytes,
+  MAX_METADATA_BYTES,
+  tooBigMessage,
+  ValidationError,
+} from '../domain/index.js';
+import { Transfer } from '../util/worker-rpc.js';
+import { offload } from './offload.js';
+
+/** Bodies from this size on are parsed off the event loop (steps-body.ts for step batches). */
+export const OFFLOAD_JSON_BYTES = 256 * 1024;
 
 /**
  * Reads a request's JSON body without trusting it: malformed JSON is a 400 naming `body`. An empty
- * body reads as `{}` when `allowEmpty` (routes whose fields are all optional).
+ * body reads as `{}` when `allowEmpty` (routes whose fields are all optional). A big one is parsed,
+ * and its free-form fields measured, on the offload thread: 31.5 MB of metadata is refused there
+ * without the event loop parsing it (docs/security.md).
  */
 export async function readJsonBody(c: Context, allowEmpty = true): Promise<unknown> {
-  return (await readJsonText(c, allowEmpty)).value;
+  const length = Number(c.req.header('content-length') ?? Number.NaN);
+  if (!(length >= OFFLOAD_JSON_BYTES)) return (await readJsonText(c, allowEmpty)).value;
+  const bytes = await c.req.arrayBuffer();
+  return offload.call('parseJsonBody', new Transfer(bytes, [bytes]), allowEmpty);
+}
+
+/** A body's value parsed and checked as readJsonBody does, free-form fields measured: for the offload thread. */
+export function parseJsonBody(text: string, allowEmpty: boolean): unknown {
+  const { value } = parseJsonText(text, allowEmpty, true);
+  refuseBigFreeForm(value);
+  return value;
+}
+
+/**
+ * A 400 naming the first free-form field (`metadata`, `details`; at most four levels down, as in
+ * `steps.0.metadata`) whose JSON is over MAX_METADATA_BYTES.
+ */
+export function refuseBigFreeForm(value: unknown, path: string[] = []): void {
+  if (typeof value !== 'object' || value === null || path.length >= 4) return;
+  if (Array.isArray(value)) {
+    // By index: an array of a million ids allocates nothing here.
+    for (let i = 0; i < value.length; i++)
+      if (typeof value[i] === 'object' && value[i] !== null)
+        refuseBigFreeForm(value[i], [...path, String(i)]);
+    return;
+  }
+  for (const key in value) {
+    const child = (value as Record<string, unknown>)[key];
+    if (typeof child !== 'object' || child === null) continue;
+    const at = [...path, key];
+    if (!FREE_FORM_FIELDS.has(key)) refuseBigFreeForm(child, at);
+    else {
+      const bytes = jsonBytes(child);
+      const field = at.join('.');
+      if (bytes > MAX_METADATA_BYTES) throw new ValidationError(`${field}: ${tooBigMessage(bytes)}`, field);
+    }
+  }
 }
 
 /** readJsonBody that also returns the text the value was parsed from. */

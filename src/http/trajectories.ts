@@ -5,7 +5,7 @@ import {
   ClientId,
   CompleteTrajectoryBody,
   checkCompletionChannel,
-  JsonObject,
+  StoredJsonObject,
   MAX_POLICY_VERSION,
   NotFoundError,
   parseOrThrow,
@@ -21,7 +21,7 @@ import { readJsonBody } from './json-body.js';
 import type { LiveGateway } from './live-gateway.js';
 import { LabelQuery, optionalNumber, Pagination, queryBoolean } from './queries.js';
 
-const MetadataBody = z.strictObject({ metadata: JsonObject });
+const MetadataBody = z.strictObject({ metadata: StoredJsonObject });
 const MAX_LISTED_REFUSALS = 100;
 const RefusalsBody = z.strictObject({
   attempts: z.array(z.string().min(1).max(2_048)).min(1).max(10_000),
