@@ -11,6 +11,12 @@ export type JsonObject = z.infer<typeof JsonObject>;
  */
 export const MAX_METADATA_BYTES = 256 * 1024;
 
+/**
+ * Metadata a list view carries inline per row; a bigger one is a `metadata_truncated` marker there,
+ * whole in the detail view (a page of 50 rows then parses at most 800 KiB of metadata).
+ */
+export const LIST_METADATA_BYTES = 16 * 1024;
+
 /** Fields the API stores as free-form JSON, wherever they sit in a body; each at most MAX_METADATA_BYTES. */
 export const FREE_FORM_FIELDS: ReadonlySet<string> = new Set(['metadata', 'details']);
 

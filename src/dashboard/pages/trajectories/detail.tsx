@@ -1,5 +1,5 @@
 import type { Group, Label, Signal, Step, Trajectory } from '../../../domain/index.js';
-import { currentSignals, Quality } from '../../../domain/index.js';
+import { currentSignals, MAX_METADATA_BYTES, Quality } from '../../../domain/index.js';
 import type { CurrentLabel } from '../../../store/store.js';
 import {
   BoundedList,
@@ -120,7 +120,14 @@ function Header({ t, group, budget }: { t: Trajectory; group: Group | null; budg
           </dd>
         </div>
       </dl>
-      <JsonBlock value={t.metadata} budget={budget} summary="Metadata (JSON)" />
+      {t.omittedMetadataBytes === undefined ? (
+        <JsonBlock value={t.metadata} budget={budget} summary="Metadata (JSON)" />
+      ) : (
+        <p class="muted">
+          Metadata of {t.omittedMetadataBytes.toLocaleString('en-US')} bytes, stored before the{' '}
+          {MAX_METADATA_BYTES.toLocaleString('en-US')}-byte cap: not shown.
+        </p>
+      )}
     </section>
   );
 }
