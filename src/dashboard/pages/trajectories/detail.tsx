@@ -10,6 +10,7 @@ import {
   short,
   TextBlock,
 } from '../../bounded.js';
+import { CsrfField } from '../../csrf.js';
 import { fmt, Page } from '../../layout.js';
 import {
   Alert,
@@ -552,6 +553,7 @@ function LabelForm({
       aria-labelledby="h-curate"
     >
       <h3 id="h-curate">Curate</h3>
+      <CsrfField />
       <fieldset>
         <legend>Apply to (no step chosen: the whole trajectory)</legend>
         <BoundedList
