@@ -6,7 +6,7 @@ import { loadQwen3TokenTable } from '../text/token-table.js';
 import { loadQwen3Tokenizer } from '../text/tokenizer.js';
 import { serveWorkerRpc, Transfer } from '../util/worker-rpc.js';
 import { inThreadTokenizer } from './capture-tokenizer.js';
-import { parseJsonBody } from './json-body.js';
+import { parseJsonBody } from './json-parse.js';
 import { parseStepsBody } from './steps-body.js';
 
 export const offloadHandlers = {

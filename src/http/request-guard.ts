@@ -172,7 +172,6 @@ function keyed(
     return {
       status: 401,
       code: 'unauthorized',
-      field: 'api_key',
       message: presented ? 'invalid API key' : 'missing API key (Authorization: Bearer <key>)',
     };
   }
