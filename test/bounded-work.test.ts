@@ -316,6 +316,35 @@ for (const [name, start] of stores) {
       expect(detail.metadata).toEqual({ ok: 1 });
     });
 
+    it('refuses an LLM call whose extra field is over the cap (400 naming it), storing no step; a big message is taken', async () => {
+      const server = await start();
+      const init = (await (
+        await fetch(`${server.url}/init_trajectory`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: '{}',
+        })
+      ).json()) as { trajectory_uid: string; base_url: string };
+      const chat = (extra: Record<string, unknown>, content = 'hi') =>
+        fetch(`${init.base_url}/chat/completions`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({
+            model: 'sim',
+            messages: [{ role: 'user', content }],
+            max_tokens: 4,
+            ...extra,
+          }),
+        });
+      const refused = await chat({ junk: smallObjects(200_000) });
+      expect(refused.status).toBe(400);
+      expect(((await refused.json()) as { error: { param: string } }).error.param).toBe('junk');
+      expect(await server.pool.getTrajectorySteps(init.trajectory_uid)).toEqual([]);
+      // 600 KB of conversation is the call's own business.
+      expect((await chat({}, 'word '.repeat(120_000))).status).toBe(200);
+      expect((await server.pool.getTrajectorySteps(init.trajectory_uid)).length).toBe(1);
+    });
+
     it('lists compact metadata: a big one (stored before the cap) is a marker in lists and detail views', async () => {
       const server = await start();
       // Stored past the HTTP cap, as a store written before it may hold.

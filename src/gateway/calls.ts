@@ -7,7 +7,8 @@ import {
   TokenIds,
   ValidationError,
 } from '../domain/index.js';
-import { parseJsonText } from '../http/json-body.js';
+import { OFFLOAD_JSON_BYTES, parseJsonText } from '../http/json-body.js';
+import { offload } from '../http/offload.js';
 import { type Answer, JSON_HEADERS } from './answer.js';
 import { type CallKind, checkCallRequest, checkPromptLength } from './call-request.js';
 import type { CallOrigin } from './call-trace.js';
@@ -43,8 +44,12 @@ const GenerateBody = z.looseObject({
 export type HeaderOf = (name: string) => string | undefined;
 
 /** The body the chat path takes: a Messages API body is translated (its own text is not chat's). */
-function bodyOf(kind: LlmCall, text: string): { body: unknown; raw: string | null } {
-  const { value } = parseJsonText(text, false);
+async function bodyOf(kind: LlmCall, text: string): Promise<{ body: unknown; raw: string | null }> {
+  // A big one is parsed on the offload thread, where its fields besides the conversation are measured.
+  const value =
+    text.length >= OFFLOAD_JSON_BYTES
+      ? await offload.call('parseCallBody', text)
+      : parseJsonText(text, false).value;
   return kind === 'messages' ? { body: chatRequestOf(value), raw: null } : { body: value, raw: text };
 }
 
@@ -81,7 +86,7 @@ export async function trajectoryCall(
   const trajectory = clientIdParam(ids.trajectory, 'trajectory_uid');
   const group = clientIdParam(ids.group, 'group_id');
   const session = await gateway.sessionAt(trajectory, group);
-  const { body, raw } = bodyOf(kind, text);
+  const { body, raw } = await bodyOf(kind, text);
   return callOn(gateway, session, kind, body, signal, raw, text.length, origin);
 }
 
@@ -98,7 +103,7 @@ export async function fixedCall(
   origin?: CallOrigin,
 ): Promise<Answer> {
   // The agent's text goes to the engine unless the gateway changes the body (see upstreamText).
-  const parsed = bodyOf(kind, text);
+  const parsed = await bodyOf(kind, text);
   const { body } = parsed;
   let { raw } = parsed;
   const sessionHeader = header(SESSION_HEADER);

@@ -151,3 +151,33 @@ export function refuseBigFreeForm(value: unknown, path: string[] = []): void {
     }
   }
 }
+
+/** What an LLM call may carry in bulk: its conversation, prompt and tools. */
+const CALL_CONTENT_FIELDS: ReadonlySet<string> = new Set([
+  'messages',
+  'input',
+  'prompt',
+  'tools',
+  'functions',
+  'instructions',
+  'system',
+  'prompt_ids',
+  'input_ids',
+]);
+
+/**
+ * An LLM call's body parsed as the gateway parses it (forwarded as sent: NUL is not refused), for the
+ * offload thread: a field besides the conversation (an extra parameter, `metadata`) holding objects
+ * over MAX_METADATA_BYTES as JSON is a 400 naming it, before the value comes back to the event loop.
+ */
+export function parseCallBody(text: string): unknown {
+  const { value } = parseJsonText(text, false);
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) return value;
+  for (const key in value) {
+    const child = (value as Record<string, unknown>)[key];
+    if (CALL_CONTENT_FIELDS.has(key) || typeof child !== 'object' || child === null) continue;
+    const bytes = jsonBytes(child);
+    if (bytes > MAX_METADATA_BYTES) throw new ValidationError(`${key}: ${tooBigMessage(bytes)}`, key);
+  }
+  return value;
+}
