@@ -24,8 +24,21 @@ export const OFFLOAD_JSON_BYTES = 256 * 1024;
 export async function readJsonBody(c: Context, allowEmpty = true): Promise<unknown> {
   const length = Number(c.req.header('content-length') ?? Number.NaN);
   if (!(length >= OFFLOAD_JSON_BYTES)) return (await readJsonText(c, allowEmpty)).value;
+  return offload.call('parseJsonBody', await ownedBytes(c), allowEmpty);
+}
+
+/**
+ * The body's bytes as an ArrayBuffer to move to the offload thread: the buffer util/http-server.ts
+ * read the body into when it is whole and its own (no copy on the event loop), else a copy.
+ */
+async function ownedBytes(c: Context): Promise<Transfer<ArrayBuffer>> {
+  const raw = (c.env as { incoming?: { rawBody?: Buffer } } | undefined)?.incoming?.rawBody;
+  if (raw && raw.byteOffset === 0 && raw.byteLength === raw.buffer.byteLength) {
+    const buffer = raw.buffer as ArrayBuffer;
+    return new Transfer(buffer, [buffer]);
+  }
   const bytes = await c.req.arrayBuffer();
-  return offload.call('parseJsonBody', new Transfer(bytes, [bytes]), allowEmpty);
+  return new Transfer(bytes, [bytes]);
 }
 
 /** readJsonBody that also returns the text the value was parsed from. */

@@ -131,6 +131,9 @@ function readBodiesFirst(maxBodyBytes: number, budget: BodyBudget, handle: Liste
       released = true;
     };
     const chunks: Buffer[] = [];
+    // A declared length is read into one buffer as it comes: no pile of chunks to copy at the end
+    // (37 MB of them took the event loop 150 ms in one Buffer.concat).
+    const whole = length !== null && length > 0 ? Buffer.allocUnsafeSlow(length) : null;
     let size = 0;
     const stop = (refusal: Refusal) => {
       req.off('data', onData);
@@ -140,6 +143,11 @@ function readBodiesFirst(maxBodyBytes: number, budget: BodyBudget, handle: Liste
       refuse(req, res, refusal);
     };
     const onData = (chunk: Buffer) => {
+      if (whole !== null && size + chunk.length <= whole.length) {
+        chunk.copy(whole, size);
+        size += chunk.length;
+        return;
+      }
       size += chunk.length;
       if (size > maxBodyBytes) return stop(tooLarge(maxBodyBytes));
       if (size > held) {
@@ -150,7 +158,11 @@ function readBodiesFirst(maxBodyBytes: number, budget: BodyBudget, handle: Liste
     };
     const onEnd = () => {
       (req as IncomingMessage & { rawBody: Buffer }).rawBody =
-        chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size);
+        whole !== null
+          ? whole.subarray(0, size)
+          : chunks.length === 1
+            ? chunks[0]!
+            : Buffer.concat(chunks, size);
       chunks.length = 0;
       // Held until the answer is written: the handler works on the body until then.
       res.once('close', release);
