@@ -193,7 +193,7 @@ export async function benchStalls(quick: boolean): Promise<StallSection> {
 /** About 31.5 MB of small objects as JSON: the shape that costs the most to parse per byte. */
 function bigMetadataText(): string {
   const parts: string[] = [];
-  for (let i = 0; i < 1_500_000; i++) parts.push(`"k${i}":{"v":${i % 1000}}`);
+  for (let i = 0; i < 1_565_000; i++) parts.push(`"k${i}":{"v":${i % 1000}}`);
   return `{${parts.join(',')}}`;
 }
 

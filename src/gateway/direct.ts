@@ -12,7 +12,7 @@ import {
   type Scope,
 } from '../http/auth.js';
 import { refuseNulQuery } from '../http/json-body.js';
-import type { DirectListener } from '../util/http-server.js';
+import type { DirectListener, Refusal } from '../util/http-server.js';
 import { normalTarget, routedPath } from '../util/request-path.js';
 import { type Answer, isStreamSource, JSON_HEADERS, type StreamSource } from './answer.js';
 import { epochNow } from './call-trace.js';
@@ -62,6 +62,16 @@ function routeOf(method: string, url: string): Route | null {
     trajectory: id(trajectory),
     group: id(group),
   };
+}
+
+/**
+ * A refusal the request guard answers before the body is read (a key, a rate), in the shape the
+ * call's API reads: Anthropic's for a Messages API call, as admission() answers it; else as given.
+ */
+export function inCallShape(path: string, refusal: Refusal): Refusal {
+  if (!/\/v1\/messages$/.test(path) || refusal.status === 303) return refusal;
+  const answer = anthropicErrorAnswer(new StepwiseError(refusal.message, refusal.status, refusal.code));
+  return typeof answer.body === 'string' ? { ...refusal, body: answer.body } : refusal;
 }
 
 export function llmCallListener(gateway: Gateway, keys: readonly ApiKey[]): DirectListener {

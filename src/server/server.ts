@@ -1,8 +1,9 @@
+import type { IncomingMessage } from 'node:http';
 import type { Logger } from 'pino';
 import type { ChannelConfig } from '../domain/index.js';
 import { createEngineRouter } from '../engines/index.js';
 import type { SimServerOptions } from '../engines/sim/serve.js';
-import { llmCallListener } from '../gateway/direct.js';
+import { inCallShape, llmCallListener } from '../gateway/direct.js';
 import { Gateway, type GatewayOptions } from '../gateway/gateway.js';
 import { isLoopback, parseApiKey } from '../http/auth.js';
 import { DEFAULT_RATE_LIMITS, KeyRates, type RateLimits } from '../http/key-rates.js';
@@ -15,7 +16,7 @@ import { RewardService } from '../rewards/service.js';
 import { openPostgresStore } from '../store/postgres/postgres-store.js';
 import { openSqliteStore } from '../store/sqlite/sqlite-store.js';
 import type { Store } from '../store/store.js';
-import { type Listening, listen } from '../util/http-server.js';
+import { type Listening, listen, type Refusal } from '../util/http-server.js';
 import { createApp } from './app.js';
 import { Telemetry, type TelemetryOptions } from './otel.js';
 
@@ -80,6 +81,14 @@ export interface RunningServer {
   telemetry: Telemetry | null;
   close(): Promise<void>;
 }
+
+/** The request guard, its refusals of LLM calls in the shape of the call's API (gateway/direct.ts). */
+const guardIn =
+  (guard: ReturnType<typeof requestGuard>) =>
+  (req: IncomingMessage, path: string): Refusal | null => {
+    const refused = guard(req, path);
+    return refused === null ? null : inCallShape(path, refused);
+  };
 
 /** Opens the store, starts the pool and serves the HTTP API; close() shuts all of it down in order. */
 export async function startServer(options: ServerOptions): Promise<RunningServer> {
@@ -163,11 +172,13 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       maxConnections: options.maxConnections,
       maxBodiesInFlightBytes: options.maxBodiesInFlightBytes,
       direct: llmCallListener(gateway, apiKeys),
-      guard: requestGuard(host, {
-        publicUrl: options.publicUrl,
-        keys: apiKeys,
-        rates: new KeyRates({ ...DEFAULT_RATE_LIMITS, ...options.rateLimits }),
-      }),
+      guard: guardIn(
+        requestGuard(host, {
+          publicUrl: options.publicUrl,
+          keys: apiKeys,
+          rates: new KeyRates({ ...DEFAULT_RATE_LIMITS, ...options.rateLimits }),
+        }),
+      ),
     });
   } catch (error) {
     await rewards?.close();

@@ -43,6 +43,8 @@ export interface Refusal {
   message: string;
   field?: string;
   headers?: Record<string, string>;
+  /** The JSON answered instead of the API's error shape (a Messages API call's is Anthropic's). */
+  body?: string;
 }
 
 export const DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024;
@@ -68,7 +70,7 @@ function refuse(req: IncomingMessage, res: ServerResponse, refusal: Refusal): vo
     connection: 'close',
     ...refusal.headers,
   });
-  res.end(JSON.stringify(error.toJSON()));
+  res.end(refusal.body ?? JSON.stringify(error.toJSON()));
 }
 
 const tooLarge = (maxBodyBytes: number): Refusal => ({
