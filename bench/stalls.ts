@@ -10,7 +10,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
-import { MAX_PROMPT_TOKENS } from '../src/domain/index.js';
+import { MAX_METADATA_BYTES, MAX_PROMPT_TOKENS } from '../src/domain/index.js';
 import { startServer } from '../src/server/server.js';
 
 export interface Stall {
@@ -182,11 +182,63 @@ export async function benchStalls(quick: boolean): Promise<StallSection> {
       'GET',
       `/v1/trajectories/${big.trajectory_uid}`,
     );
+    await metadataStalls(server, add);
     return { idleMs: idle.stallMs, stalls };
   } finally {
     await server.close();
     rmSync(dir, { recursive: true, force: true });
   }
+}
+
+/** About 31.5 MB of small objects as JSON: the shape that costs the most to parse per byte. */
+function bigMetadataText(): string {
+  const parts: string[] = [];
+  for (let i = 0; i < 1_565_000; i++) parts.push(`"k${i}":{"v":${i % 1000}}`);
+  return `{${parts.join(',')}}`;
+}
+
+/**
+ * Issue 38's rows: 31.5 MB of metadata sent to `init_trajectory` (refused off the loop), then lists
+ * and pages over 50 trajectories holding big metadata: one of 31.5 MB (as a store written before the
+ * cap may hold; put there through the gateway, past the HTTP cap) and 49 at the cap.
+ */
+async function metadataStalls(
+  server: Awaited<ReturnType<typeof startServer>>,
+  add: (key: string, request: string, method: string, path: string, body?: string) => Promise<void>,
+): Promise<void> {
+  const text = bigMetadataText();
+  const mb = (Buffer.byteLength(text) / 1e6).toFixed(1);
+  await add(
+    'init_trajectory_big_metadata',
+    `\`init_trajectory\`, ${mb} MB of small-object metadata (refused: 400 naming \`metadata\`)`,
+    'POST',
+    '/init_trajectory',
+    `{"metadata":${text}}`,
+  );
+  const atCap: Record<string, unknown> = {};
+  for (let i = 0; Buffer.byteLength(JSON.stringify(atCap)) < MAX_METADATA_BYTES - 64; i++)
+    atCap[`k${i}`] = { v: i };
+  for (let i = 0; i < 49; i++) await server.gateway.initTrajectory({ channel: 'meta', metadata: atCap });
+  const big = await server.gateway.initTrajectory({ channel: 'meta', metadata: JSON.parse(text) });
+  await add(
+    'list_50_big_metadata',
+    `\`GET /v1/trajectories?limit=50\` over them (one ${mb} MB, 49 at the 256 KiB cap)`,
+    'GET',
+    '/v1/trajectories?channel=meta&limit=50',
+  );
+  await add(
+    'dashboard_list_big_metadata',
+    "the dashboard's trajectory list over them",
+    'GET',
+    '/dashboard/trajectories?channel=meta',
+  );
+  await add(
+    'dashboard_detail_big_metadata',
+    `the dashboard's page of the ${mb} MB one`,
+    'GET',
+    `/dashboard/trajectories/${big.id}`,
+  );
+  await add('raw_json_big_metadata', 'its `GET /v1/trajectories/{id}`', 'GET', `/v1/trajectories/${big.id}`);
 }
 
 export function stallReport(section: StallSection): string[] {

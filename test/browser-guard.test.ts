@@ -215,3 +215,93 @@ describe('Origin: state-changing requests from another site are refused', () => 
     expect((await request(server, 'POST', '/v1/batches/nope/ack', {})).status).toBe(404);
   });
 });
+
+describe('One path rule: a path is normalised once, before any guard (issue 38)', () => {
+  it('refuses a text/plain POST whose dashboard path resolves elsewhere (%2e%2e and friends), and writes nothing', async () => {
+    const init = await request(
+      server,
+      'POST',
+      '/init_trajectory',
+      { 'content-type': 'application/json' },
+      '{}',
+    );
+    const id = init.json.trajectory_uid as string;
+    const base = new URL(init.json.base_url as string).pathname;
+    const before = (await server.pool.listTrajectories({ limit: 1, offset: 0 })).total;
+    const chat = '{"model": "sim", "messages": [{"role": "user", "content": "hi"}]}';
+    for (const dots of ['%2e%2e', '%2E%2e', '.%2e', '%2e.', '..%2f..%2f%2e%2e'])
+      for (const [path, body] of [
+        [`/dashboard/${dots}/v1/labels`, `{"labels": [{"trajectory_uid": "${id}", "tags": ["forged"]}]}`],
+        [`/dashboard/${dots}/init_trajectory`, '{}'],
+        [`/dashboard/${dots}${base}/chat/completions`, chat],
+      ] as const) {
+        const res = await request(server, 'POST', path, { 'content-type': 'text/plain' }, body);
+        // `..%2f..%2f%2e%2e` keeps its encoded slashes: a dashboard path, and no route there.
+        expect([path, res.status], path).toEqual([path, dots.includes('%2f') ? 404 : 415]);
+      }
+    expect(await server.pool.labels(id)).toEqual([]);
+    expect((await server.pool.listTrajectories({ limit: 1, offset: 0 })).total).toBe(before);
+    expect((await server.pool.store.getTrajectorySteps(id)).length).toBe(0);
+  });
+});
+
+describe('Origin is compared with its scheme; dashboard forms carry CSRF tokens (issue 38)', () => {
+  it('refuses https://its-own-host: this server speaks plain HTTP', async () => {
+    const host = own();
+    for (const origin of [`https://${host}`, `ws://${host}`]) {
+      const res = await request(
+        server,
+        'POST',
+        '/init_trajectory',
+        { origin, 'content-type': 'application/json' },
+        '{}',
+      );
+      expect([origin, res.status]).toEqual([origin, 403]);
+    }
+    const ok = await request(
+      server,
+      'POST',
+      '/init_trajectory',
+      { origin: `http://${host}`, 'content-type': 'application/json' },
+      '{}',
+    );
+    expect(ok.status).toBe(200);
+  });
+
+  it('refuses a dashboard form POST without its page token (403 naming csrf_token), takes it with the token', async () => {
+    const init = await request(
+      server,
+      'POST',
+      '/init_trajectory',
+      { 'content-type': 'application/json' },
+      '{}',
+    );
+    const id = init.json.trajectory_uid as string;
+    const page = await (await fetch(`${server.url}/dashboard/trajectories/${id}`)).text();
+    const token = /name="csrf_token" value="([^"]+)"/.exec(page)?.[1];
+    expect(token).toBeTruthy();
+    const list = await (await fetch(`${server.url}/dashboard/trajectories`)).text();
+    expect(list).toContain(`name="csrf_token" value="${token}"`);
+    const form = { 'content-type': 'application/x-www-form-urlencoded', origin: `http://${own()}` };
+    for (const [path, body] of [
+      [`/dashboard/trajectories/${id}/labels`, 'tags=forged'],
+      ['/dashboard/labels', `id=${id}&action=tag&tag=forged`],
+    ] as const) {
+      for (const extra of ['', '&csrf_token=wrong']) {
+        const res = await request(server, 'POST', path, form, body + extra);
+        expect([path, extra, res.status]).toEqual([path, extra, 403]);
+        expect(res.json.error).toMatchObject({ field: 'csrf_token' });
+      }
+    }
+    expect(await server.pool.labels(id)).toEqual([]);
+    const res = await request(
+      server,
+      'POST',
+      `/dashboard/trajectories/${id}/labels`,
+      form,
+      `tags=mine&csrf_token=${token}`,
+    );
+    expect(res.status).toBe(303);
+    expect((await server.pool.labels(id)).length).toBe(1);
+  });
+});

@@ -1440,6 +1440,23 @@ function requestArb(world: World): fc.Arbitrary<FuzzRequest> {
     },
     { requiredKeys: [] },
   );
+  // Encoded dot segments in front of a route's path (`/dashboard/%2e%2e/v1/labels` is `/v1/labels`):
+  // every guard must see the path the route sees (one path rule, issue 38).
+  const dotPrefix = fc.oneof(
+    { weight: 14, arbitrary: fc.constant('') },
+    {
+      weight: 1,
+      arbitrary: fc.constantFrom(
+        '/dashboard/%2e%2e',
+        '/dashboard/%2E%2e',
+        '/dashboard/.%2e',
+        '/dashboard/x/%2e%2e/%2e%2e',
+        '/dashboard/assets/%2e%2e/%2e%2e',
+        '/a/%2e%2e',
+        '/dashboard/%2e',
+      ),
+    },
+  );
   const perRoute = routes(world).map((route) => {
     const methods = fc.oneof(
       { weight: 12, arbitrary: fc.constant(route.method) },
@@ -1468,7 +1485,7 @@ function requestArb(world: World): fc.Arbitrary<FuzzRequest> {
     return fc
       .record({
         method: methods,
-        path: route.path,
+        path: fc.tuple(dotPrefix, route.path).map(([prefix, path]) => prefix + path),
         query: route.query
           ? queryString(route.query, world)
           : fc.oneof(
@@ -1505,6 +1522,25 @@ function requestArb(world: World): fc.Arbitrary<FuzzRequest> {
 function allowed5xx(req: FuzzRequest, res: FuzzResponse, started: Started): boolean {
   // No reward function configured: /compute_reward says so with a 501 (README, docs/rewards.md).
   return res.status === 501 && !started.keyed && req.path.split('?')[0] === '/compute_reward';
+}
+
+/**
+ * A state-changing request with a body that is not JSON, to a path that resolves (dot segments, as
+ * the URL parser resolves them) outside the dashboard: the guard must refuse it, whatever it was
+ * spelled as, so no route may answer it with a 2xx.
+ */
+function sideDoor(req: FuzzRequest): boolean {
+  if (['GET', 'HEAD', 'OPTIONS'].includes(req.method) || !req.body || req.body.length === 0) return false;
+  const type = (req.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
+  if (/^application\/(?:[\w.-]+\+)?json$/.test(type)) return false;
+  let path: string;
+  try {
+    // Resolved as the URL parser does, then decoded as the routes decode it (`%64ashboard` is the dashboard).
+    path = decodeURI(new URL(req.path, 'http://h').pathname);
+  } catch {
+    return false;
+  }
+  return !/^\/dashboard(\/|$)/.test(path);
 }
 
 const isLlmCall = (req: FuzzRequest) => /\/v1\/(chat\/)?completions(\?|$)/.test(req.path);
@@ -1584,6 +1620,10 @@ async function checkBatch(started: Started, batch: FuzzRequest[]) {
     }
     if (res.status >= 500 && !allowed5xx(req, res, started))
       throw new Error(`${res.status} ${res.text.slice(0, 300)} for ${describeRequest(req)}`);
+    if (res.status < 300 && sideDoor(req))
+      throw new Error(
+        `${res.status}: a route outside the dashboard ran on a non-JSON body: ${describeRequest(req)}`,
+      );
     // The server runs in this process: a body that reached Object.prototype would show here.
     if (Object.hasOwn(Object.prototype, 'polluted'))
       throw new Error(`Object.prototype polluted by ${describeRequest(req)}`);

@@ -2,10 +2,12 @@ import { readFileSync } from 'node:fs';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { startSimServer } from '../engines/sim/serve.js';
 import { loadTasks, referenceTasks, TASK_SET_HELP } from '../gym/tasks/index.js';
+import { DEFAULT_RATE_LIMITS } from '../http/key-rates.js';
 import { loadRewardsConfig } from '../rewards/config.js';
 import { otlpEndpointFromEnv, tracesUrl } from '../server/otel.js';
 import { startServer } from '../server/server.js';
 import { redactUrl } from '../store/postgres/postgres-store.js';
+import { DEFAULT_MAX_CONNECTIONS } from '../util/http-server.js';
 import { createLogger } from '../util/logger.js';
 import { registerBenchCommand } from './bench.js';
 import { registerCodexCommand } from './codex.js';
@@ -271,6 +273,30 @@ function addServerOptions(command: Command, role: 'all' | 'gateway'): void {
       ]),
     )
     .option('--max-body-mb <mb>', 'largest request body accepted', int('--max-body-mb', 1), 64)
+    .option(
+      '--max-bodies-in-flight-mb <mb>',
+      'request bodies buffered at once, over all requests; past it a 503 (retry), the body unread',
+      int('--max-bodies-in-flight-mb', 1),
+      256,
+    )
+    .option(
+      '--max-connections <n>',
+      'connections open at once; past it a new one is closed',
+      int('--max-connections', 1),
+      DEFAULT_MAX_CONNECTIONS,
+    )
+    .option(
+      '--rate-limit <n>',
+      'requests per second per API key, LLM calls included (a burst of 10 s worth; 0: unlimited; no keys: none)',
+      int('--rate-limit'),
+      DEFAULT_RATE_LIMITS.requestsPerSecond,
+    )
+    .option(
+      '--trajectory-rate-limit <n>',
+      'trajectories opened (POST /init_trajectory) per second per API key (a burst of 10 s worth; 0: unlimited)',
+      int('--trajectory-rate-limit'),
+      DEFAULT_RATE_LIMITS.trajectoriesPerSecond,
+    )
     .option('--rewards <file>', 'reward functions, combinations and workers (JSON; docs/rewards.md)')
     .option(
       '--reward-workers <n>',
@@ -323,6 +349,14 @@ function addServerOptions(command: Command, role: 'all' | 'gateway'): void {
         synchronous: opts.sync === 'normal' ? 'NORMAL' : 'FULL',
         channelDefaults,
         maxBodyBytes: opts.maxBodyMb * 1024 * 1024,
+        maxBodiesInFlightBytes: opts.maxBodiesInFlightMb * 1024 * 1024,
+        maxConnections: opts.maxConnections,
+        rateLimits: {
+          requestsPerSecond: opts.rateLimit,
+          requestBurst: opts.rateLimit * 10,
+          trajectoriesPerSecond: opts.trajectoryRateLimit,
+          trajectoryBurst: opts.trajectoryRateLimit * 10,
+        },
         storeThread: opts.storeThread,
         logger,
         role,

@@ -5,6 +5,7 @@ import { fileURLToPath } from 'node:url';
 import type { Hono } from 'hono';
 import { setCookie } from 'hono/cookie';
 import { findKey, isPublicDashboardPath, KEY_COOKIE, requireScope } from '../http/auth.js';
+import { CsrfField, csrfTokens } from './csrf.js';
 import { Page } from './layout.js';
 import type { DashboardEnv, DashboardOptions } from './options.js';
 import { mountBatchPages } from './pages/batches.js';
@@ -48,6 +49,9 @@ const ASSETS: Record<string, { path: string; type: string }> = {
 const assetCache = new Map<string, string>();
 
 export function mountDashboard(app: Hono<DashboardEnv>, options: DashboardOptions): void {
+  const csrf = csrfTokens(options.csrfSecret);
+  app.use('/dashboard', csrf);
+  app.use('/dashboard/*', csrf);
   app.get('/dashboard/assets/:name', (c) => {
     // Own names only: `constructor` or `__proto__` would find Object's prototype (a 500, not a 404).
     const name = c.req.param('name');
@@ -115,6 +119,7 @@ function LoginPage({ next, error }: { next: string; error?: string }) {
         <label for="key">API key</label>
         <input id="key" name="key" type="password" autocomplete="current-password" required />
         <input type="hidden" name="next" value={next} />
+        <CsrfField />
         <button type="submit">Sign in</button>
       </form>
     </Page>

@@ -7,4 +7,6 @@ export type DashboardEnv = { Variables: AuthVariables };
 export interface DashboardOptions {
   pool: DataPool;
   apiKeys: readonly ApiKey[];
+  /** The secret the forms' CSRF tokens are made with (default: random per start). */
+  csrfSecret?: Buffer;
 }

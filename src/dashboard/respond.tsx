@@ -1,7 +1,9 @@
 import type { Context } from 'hono';
+import type { Child } from 'hono/jsx';
 import { ValidationError } from '../domain/index.js';
 import { nulRefused } from '../http/json-body.js';
 import { PAGE_CAP_BYTES, tooLargeMessage } from './bounded.js';
+import { CSRF_FIELD, CsrfContext, checkCsrf } from './csrf.js';
 import { Page } from './layout.js';
 
 /** A form POST's fields (with `all`, repeated ones as arrays); files are not expected. */
@@ -10,7 +12,7 @@ export type FormFields = Record<string, string | File | (string | File)[]>;
 /**
  * Reads a form POST's fields. A body that is no form (multipart without its boundary, a broken
  * part) is the sender's mistake: a 400 naming `body`, not the 500 the parser's TypeError would be;
- * a field holding NUL is a 400 naming it.
+ * a field holding NUL is a 400 naming it; one without this page's CSRF token a 403 (csrf.tsx).
  */
 export async function readForm(c: Context, all = true): Promise<FormFields> {
   let form: FormFields;
@@ -24,6 +26,8 @@ export async function readForm(c: Context, all = true): Promise<FormFields> {
     const texts = (Array.isArray(value) ? value : [value]).filter((v) => typeof v === 'string');
     if (name.includes('\u0000') || texts.some((v) => v.includes('\u0000'))) throw nulRefused(name);
   }
+  const token = form[CSRF_FIELD];
+  checkCsrf(c, Array.isArray(token) ? token[0] : token);
   return form;
 }
 
@@ -32,7 +36,7 @@ export async function readForm(c: Context, all = true): Promise<FormFields> {
  * page that still comes out over PAGE_CAP_BYTES is never sent: a short page says so, linking `raw`.
  */
 export function html(c: Context, page: unknown, status = 200, raw?: string): Response {
-  const body = `<!doctype html>${String(page)}`;
+  const body = `<!doctype html>${String(<CsrfContext.Provider value={c.get('csrfToken') ?? ''}>{page as Child}</CsrfContext.Provider>)}`;
   const bytes = Buffer.byteLength(body);
   if (bytes <= PAGE_CAP_BYTES) return c.html(body, status as 200);
   return c.html(`<!doctype html>${String(<TooLargePage bytes={bytes} raw={raw} />)}`, status as 200);

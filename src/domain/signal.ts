@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { ClientId } from './ids.js';
-import { JsonObject } from './json.js';
+import { JsonObject, StoredJsonObject } from './json.js';
 import { MAX_STEP_INDEX } from './step.js';
 
 /**
@@ -60,7 +60,7 @@ const SignalFields = {
   value: z.number('must be a finite number').finite('must be a finite number'),
   source: SignalSource,
   version: z.string().min(1, 'must not be empty').max(64, 'must be at most 64 characters').optional(),
-  details: JsonObject.optional(),
+  details: StoredJsonObject.optional(),
 };
 
 /** One signal in `POST /v1/signals`. */

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { ChannelName, ClientId } from './ids.js';
-import { JsonObject } from './json.js';
+import { JsonObject, StoredJsonObject } from './json.js';
 
 /** Highest step index a trajectory may have (stores key steps by trajectory and index). */
 export const MAX_STEP_INDEX = 1_000_000;
@@ -153,7 +153,7 @@ export const StepWire = z
       .optional(),
     is_last: z.boolean().default(false),
     // Claw-R1's Step has `metadata: Optional[dict] = None`: null is no metadata.
-    metadata: JsonObject.nullable()
+    metadata: StoredJsonObject.nullable()
       .default({})
       .transform((m) => m ?? {}),
     rollout_log_probs: Logprobs.nullable().optional(),

@@ -26,6 +26,8 @@ export const Trajectory = z.object({
   probe: z.boolean(),
   derivedFrom: z.string().nullable(),
   derivation: JsonObject.nullable(),
+  /** Set where a bounded read left the metadata unread ({}): its size in bytes as JSON. */
+  omittedMetadataBytes: z.number().int().optional(),
 });
 export type Trajectory = z.infer<typeof Trajectory>;
 
@@ -66,6 +68,8 @@ export interface TrajectoryOut {
   probe: boolean;
   derived_from: string | null;
   derivation: Record<string, unknown> | null;
+  /** Present where a list or detail view left big metadata out (`metadata` is then `{}`). */
+  metadata_truncated?: { bytes: number };
 }
 
 export function trajectoryToWire(t: Trajectory): TrajectoryOut {
@@ -86,6 +90,9 @@ export function trajectoryToWire(t: Trajectory): TrajectoryOut {
     probe: t.probe,
     derived_from: t.derivedFrom,
     derivation: t.derivation,
+    ...(t.omittedMetadataBytes === undefined
+      ? {}
+      : { metadata_truncated: { bytes: t.omittedMetadataBytes } }),
   };
 }
 

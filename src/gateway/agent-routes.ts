@@ -9,10 +9,10 @@ import {
   ConflictError,
   checkCompletionChannel,
   clientIdParam,
-  JsonObject,
   NotFoundError,
   parseOrThrow,
   StepwiseError,
+  StoredJsonObject,
   signalFromWire,
   signalToWire,
   TrajectorySignalsBody,
@@ -40,7 +40,7 @@ const InitTrajectoryBody = z
   .strictObject({
     group_id: ClientId.optional(),
     channel: ChannelName.optional(),
-    metadata: JsonObject.optional(),
+    metadata: StoredJsonObject.optional(),
     n_rollouts: z.number().int().min(1).max(4096).optional(),
     // ActGuide-RL (docs/actguide.md): a guided rollout is trained off-policy, a probe never is.
     guided: z.boolean().optional(),
@@ -77,7 +77,7 @@ const InitTrajectoryBody = z
 
 const RegisterTrajectoryBody = z.strictObject({
   channel: ChannelName.optional(),
-  metadata: JsonObject.optional(),
+  metadata: StoredJsonObject.optional(),
 });
 
 /** Runs a handler and answers any error in OpenAI's shape. */

@@ -8,7 +8,8 @@ import {
   ValidationError,
 } from '../domain/index.js';
 import { type ApiKey, agentOnly } from '../http/auth.js';
-import { parseJsonText } from '../http/json-body.js';
+import { OFFLOAD_JSON_BYTES, parseJsonText } from '../http/json-body.js';
+import { offload } from '../http/offload.js';
 import { type Answer, JSON_HEADERS } from './answer.js';
 import { type CallKind, checkCallRequest, checkPromptLength } from './call-request.js';
 import type { CallOrigin } from './call-trace.js';
@@ -51,8 +52,12 @@ export interface FixedCallRequest {
 }
 
 /** The body the chat path takes: a Messages API body is translated (its own text is not chat's). */
-function bodyOf(kind: LlmCall, text: string): { body: unknown; raw: string | null } {
-  const { value } = parseJsonText(text, false);
+async function bodyOf(kind: LlmCall, text: string): Promise<{ body: unknown; raw: string | null }> {
+  // A big one is parsed on the offload thread, where its fields besides the conversation are measured.
+  const value =
+    text.length >= OFFLOAD_JSON_BYTES
+      ? await offload.call('parseCallBody', text)
+      : parseJsonText(text, false).value;
   return kind === 'messages' ? { body: chatRequestOf(value), raw: null } : { body: value, raw: text };
 }
 
@@ -89,7 +94,7 @@ export async function trajectoryCall(
   const trajectory = clientIdParam(ids.trajectory, 'trajectory_uid');
   const group = clientIdParam(ids.group, 'group_id');
   const session = await gateway.sessionAt(trajectory, group);
-  const { body, raw } = bodyOf(kind, text);
+  const { body, raw } = await bodyOf(kind, text);
   return callOn(gateway, session, kind, body, signal, raw, text.length, origin);
 }
 
@@ -107,7 +112,7 @@ export async function fixedCall(
 ): Promise<Answer> {
   const { header } = request;
   // The agent's text goes to the engine unless the gateway changes the body (see upstreamText).
-  const parsed = bodyOf(kind, text);
+  const parsed = await bodyOf(kind, text);
   const { body } = parsed;
   let { raw } = parsed;
   const sessionHeader = header(SESSION_HEADER);

@@ -1,6 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { parse as parseCookies } from 'hono/utils/cookie';
-import { getPath, getQueryParams, tryDecodeURIComponent } from 'hono/utils/url';
+import { getQueryParams, tryDecodeURIComponent } from 'hono/utils/url';
 import { StepwiseError } from '../domain/index.js';
 import {
   type ApiKey,
@@ -12,7 +12,8 @@ import {
   type Scope,
 } from '../http/auth.js';
 import { refuseNulQuery } from '../http/json-body.js';
-import type { DirectListener } from '../util/http-server.js';
+import type { DirectListener, Refusal } from '../util/http-server.js';
+import { normalTarget, routedPath } from '../util/request-path.js';
 import { type Answer, isStreamSource, JSON_HEADERS, type StreamSource } from './answer.js';
 import { epochNow } from './call-trace.js';
 import { fixedCall, generateCall, type LlmCall, modelsCall, trajectoryCall } from './calls.js';
@@ -40,11 +41,9 @@ type Route =
 
 /** The LLM call a request is, or null when it is the app's. */
 function routeOf(method: string, url: string): Route | null {
-  const end = url.search(/[?#]/);
-  let path = end === -1 ? url : url.slice(0, end);
   // A percent-encoded path is decoded as Hono decodes it; ids never need encoding, so this is rare.
-  const encoded = path.includes('%');
-  if (encoded) path = getPath({ url: `http://host${url}` } as Request);
+  const encoded = url.includes('%');
+  const path = routedPath(url);
   if (method === 'POST' && path === '/generate') return { kind: 'generate' };
   const match = CALL_PATH.exec(path);
   // The dashboard's paths are the app's (its login redirect, its admin scope), whatever follows.
@@ -65,32 +64,21 @@ function routeOf(method: string, url: string): Route | null {
   };
 }
 
-/** A request target the app reads as it comes (@hono/node-server's test); any other it parses first. */
-const PLAIN_TARGET = /^\/[!#$&-;=?-[\]_a-z~]*$/;
-const DOT_SEGMENT = /\/\.\.?(?:[/?#]|$)/;
-
 /**
- * The path and query the app would see for a request target: dot segments resolved and odd
- * characters encoded as the URL parser does, an absolute-form target reduced to its path. Null for
- * one the app refuses (it answers that itself).
+ * A refusal the request guard answers before the body is read (a key, a rate), in the shape the
+ * call's API reads: Anthropic's for a Messages API call, as admission() answers it; else as given.
  */
-function targetOf(url: string): string | null {
-  if (PLAIN_TARGET.test(url) && !DOT_SEGMENT.test(url)) return url;
-  if (url[0] !== '/' && !url.startsWith('http://') && !url.startsWith('https://')) return null;
-  const query = url.indexOf('?');
-  if (url.lastIndexOf('\\', query === -1 ? undefined : query) !== -1) return null;
-  try {
-    const parsed = new URL(url, 'http://host');
-    return parsed.pathname + parsed.search;
-  } catch {
-    return null;
-  }
+export function inCallShape(path: string, refusal: Refusal): Refusal {
+  if (!/\/v1\/messages$/.test(path) || refusal.status === 303) return refusal;
+  const answer = anthropicErrorAnswer(new StepwiseError(refusal.message, refusal.status, refusal.code));
+  return typeof answer.body === 'string' ? { ...refusal, body: answer.body } : refusal;
 }
 
 export function llmCallListener(gateway: Gateway, keys: readonly ApiKey[]): DirectListener {
   return (req, res) => {
     if (req.method === undefined || req.url === undefined) return false;
-    const target = targetOf(req.url);
+    // listen() has normalised the target already (request-path.ts): this is the same form, at no cost.
+    const target = normalTarget(req.url);
     const route = target === null ? null : routeOf(req.method, target);
     if (route === null) return false;
     void serve(gateway, keys, route, target!, req, res);

@@ -1,123 +1,47 @@
 import type { Context } from 'hono';
-import { ValidationError } from '../domain/index.js';
+import { Transfer } from '../util/worker-rpc.js';
+import { parseJsonText } from './json-parse.js';
+import { offload } from './offload.js';
+
+export {
+  MAX_JSON_DEPTH,
+  nulRefused,
+  parseJsonBody,
+  parseJsonText,
+  refuseBigFreeForm,
+  refuseNulQuery,
+} from './json-parse.js';
+
+/** Bodies from this size on are parsed off the event loop (steps-body.ts for step batches). */
+export const OFFLOAD_JSON_BYTES = 256 * 1024;
 
 /**
  * Reads a request's JSON body without trusting it: malformed JSON is a 400 naming `body`. An empty
- * body reads as `{}` when `allowEmpty` (routes whose fields are all optional).
+ * body reads as `{}` when `allowEmpty` (routes whose fields are all optional). A big one is parsed,
+ * and its free-form fields measured, on the offload thread: 31.5 MB of metadata is refused there
+ * without the event loop parsing it (docs/security.md).
  */
 export async function readJsonBody(c: Context, allowEmpty = true): Promise<unknown> {
-  return (await readJsonText(c, allowEmpty)).value;
+  const length = Number(c.req.header('content-length') ?? Number.NaN);
+  if (!(length >= OFFLOAD_JSON_BYTES)) return (await readJsonText(c, allowEmpty)).value;
+  return offload.call('parseJsonBody', await ownedBytes(c), allowEmpty);
+}
+
+/**
+ * The body's bytes as an ArrayBuffer to move to the offload thread: the buffer util/http-server.ts
+ * read the body into when it is whole and its own (no copy on the event loop), else a copy.
+ */
+async function ownedBytes(c: Context): Promise<Transfer<ArrayBuffer>> {
+  const raw = (c.env as { incoming?: { rawBody?: Buffer } } | undefined)?.incoming?.rawBody;
+  if (raw && raw.byteOffset === 0 && raw.byteLength === raw.buffer.byteLength) {
+    const buffer = raw.buffer as ArrayBuffer;
+    return new Transfer(buffer, [buffer]);
+  }
+  const bytes = await c.req.arrayBuffer();
+  return new Transfer(bytes, [bytes]);
 }
 
 /** readJsonBody that also returns the text the value was parsed from. */
 export async function readJsonText(c: Context, allowEmpty = true): Promise<{ text: string; value: unknown }> {
   return parseJsonText(await c.req.text(), allowEmpty, true);
-}
-
-/**
- * The deepest nesting of arrays and objects a body may have. Tool schemas in a chat request nest
- * about ten levels; much deeper is an attack on whatever walks the value recursively afterwards
- * (validation, canonical JSON, the dashboard), each of which would overflow the stack.
- */
-export const MAX_JSON_DEPTH = 128;
-
-/**
- * Parses a request body's text as readJsonBody does. `refuseNul`: a string (or key) holding U+0000
- * or a lone surrogate is a 400 naming its field. PostgreSQL can store NUL in neither text nor jsonb
- * and refuses a lone surrogate's `\uD800` escape as JSON, so the API refuses both on both stores
- * alike (docs/security.md); an LLM call's body is forwarded as the agent sent it.
- */
-export function parseJsonText(
-  text: string,
-  allowEmpty = true,
-  refuseNul = false,
-): { text: string; value: unknown } {
-  if (allowEmpty && text.trim() === '') return { text, value: {} };
-  let value: unknown;
-  try {
-    value = JSON.parse(text);
-  } catch (error) {
-    throw new ValidationError(`body: malformed JSON (${(error as Error).message})`, 'body');
-  }
-  checkValue(value, refuseNul);
-  return { text, value };
-}
-
-/**
- * A 400 naming the field (its first path segments) under which `value` nests deeper than the limit,
- * or, with `refuseNul`, that holds U+0000 or a lone surrogate.
- */
-function checkValue(value: unknown, refuseNul: boolean): void {
-  interface Node {
-    value: object;
-    depth: number;
-    parent: Node | null;
-    key: string;
-  }
-  const nul = (v: unknown): boolean =>
-    refuseNul && typeof v === 'string' && (v.includes('\u0000') || LONE_SURROGATE.test(v));
-  const fieldOf = (node: Node | null, last?: string) => {
-    const path: string[] = last === undefined ? [] : [last];
-    for (let n: Node | null = node; n?.parent; n = n.parent) path.unshift(n.key);
-    return path.slice(0, 4).join('.') || 'body';
-  };
-  const refuseNulAt = (field: string, text: string): never => {
-    throw text.includes('\u0000') ? nulRefused(field) : surrogateRefused(field);
-  };
-  if (nul(value)) refuseNulAt('body', value as string);
-  if (typeof value !== 'object' || value === null) return;
-  // Iterative: a recursive walk would itself overflow on the values it is meant to refuse.
-  const stack: Node[] = [{ value, depth: 1, parent: null, key: '' }];
-  while (stack.length > 0) {
-    const node = stack.pop()!;
-    if (node.depth > MAX_JSON_DEPTH) {
-      const field = fieldOf(node);
-      throw new ValidationError(`${field}: JSON nested deeper than ${MAX_JSON_DEPTH} levels`, field);
-    }
-    // Token arrays hold a million numbers: index them, only containers go on the stack.
-    if (Array.isArray(node.value)) {
-      const items = node.value as unknown[];
-      for (let i = 0; i < items.length; i++) {
-        const child = items[i];
-        if (nul(child)) refuseNulAt(fieldOf(node, String(i)), child as string);
-        if (typeof child === 'object' && child !== null)
-          stack.push({ value: child, depth: node.depth + 1, parent: node, key: String(i) });
-      }
-    } else {
-      for (const key in node.value) {
-        const child = (node.value as Record<string, unknown>)[key];
-        if (nul(key) || nul(child)) refuseNulAt(fieldOf(node, key), nul(key) ? key : (child as string));
-        if (typeof child === 'object' && child !== null)
-          stack.push({ value: child, depth: node.depth + 1, parent: node, key });
-      }
-    }
-  }
-}
-
-/** A UTF-16 surrogate not in a pair: no Unicode character, so no UTF-8 text can hold it. */
-const LONE_SURROGATE = /\p{Cs}/u;
-
-/** The 400 for text holding a lone surrogate (a `\uD800` escape in JSON): not Unicode text. */
-function surrogateRefused(field: string): ValidationError {
-  return new ValidationError(
-    `${field}: text holds a lone surrogate (\\uD800-\\uDFFF without its pair), which is not Unicode and cannot be stored`,
-    field,
-  );
-}
-
-/** The 400 for text holding U+0000, which PostgreSQL can neither store nor compare (docs/security.md). */
-export function nulRefused(field: string): ValidationError {
-  return new ValidationError(`${field}: text holds U+0000 (NUL), which cannot be stored`, field);
-}
-
-/**
- * A 400 naming the first query parameter (name or value) that holds U+0000: a filter on it would
- * reach PostgreSQL as text it refuses (a 500), while SQLite would run it. Refused alike on both.
- */
-export function refuseNulQuery(url: string, queries: () => Record<string, string[]>): void {
-  // Only a percent-encoded NUL can be there: a raw one never gets past the HTTP parser.
-  if (!url.includes('%00')) return;
-  for (const [name, values] of Object.entries(queries())) {
-    if (name.includes('\u0000') || values.some((v) => v.includes('\u0000'))) throw nulRefused(name);
-  }
 }

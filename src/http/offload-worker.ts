@@ -6,6 +6,7 @@ import { loadQwen3TokenTable } from '../text/token-table.js';
 import { loadQwen3Tokenizer } from '../text/tokenizer.js';
 import { serveWorkerRpc, Transfer } from '../util/worker-rpc.js';
 import { inThreadTokenizer } from './capture-tokenizer.js';
+import { parseCallBody, parseJsonBody } from './json-parse.js';
 import { parseStepsBody } from './steps-body.js';
 
 export const offloadHandlers = {
@@ -14,6 +15,14 @@ export const offloadHandlers = {
   tokenTable() {
     const table = loadQwen3TokenTable();
     return new Transfer(table, [table.offsets.buffer as ArrayBuffer, table.bytes.buffer as ArrayBuffer]);
+  },
+  /** A big JSON body (json-body.ts), parsed and checked here; a free-form field past its cap is a 400 here. */
+  parseJsonBody(bytes: ArrayBuffer, allowEmpty: boolean) {
+    return parseJsonBody(new TextDecoder().decode(bytes), allowEmpty);
+  },
+  /** A big LLM call's body (gateway/calls.ts), parsed and its extra fields measured here. */
+  parseCallBody(text: string) {
+    return parseCallBody(text);
   },
   /** A step batch's body, parsed and checked, its token ids moved back as Uint32Arrays. */
   parseSteps(bytes: ArrayBuffer) {

@@ -1,5 +1,5 @@
 import { type NewStep, parseOrThrow, StepWire, SubmitStepsBody, stepFromWire } from '../domain/index.js';
-import { parseJsonText } from './json-body.js';
+import { parseJsonText } from './json-parse.js';
 
 /*
  * A step batch (`POST /v1/steps`, `/submit_steps`) is the API's biggest body by design: thousands of

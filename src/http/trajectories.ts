@@ -5,11 +5,13 @@ import {
   ClientId,
   CompleteTrajectoryBody,
   checkCompletionChannel,
-  JsonObject,
+  LIST_METADATA_BYTES,
+  MAX_METADATA_BYTES,
   MAX_POLICY_VERSION,
   NotFoundError,
   parseOrThrow,
   StepwiseError,
+  StoredJsonObject,
   stepToWire,
   TrajectoryStatus,
   trajectoryToWire,
@@ -21,7 +23,7 @@ import { readJsonBody } from './json-body.js';
 import type { LiveGateway } from './live-gateway.js';
 import { LabelQuery, optionalNumber, Pagination, queryBoolean } from './queries.js';
 
-const MetadataBody = z.strictObject({ metadata: JsonObject });
+const MetadataBody = z.strictObject({ metadata: StoredJsonObject });
 const MAX_LISTED_REFUSALS = 100;
 const RefusalsBody = z.strictObject({
   attempts: z.array(z.string().min(1).max(2_048)).min(1).max(10_000),
@@ -118,12 +120,15 @@ export function mountTrajectoryReads(app: ApiApp, pool: DataPool): void {
       tag: q.label,
       limit: q.limit,
       offset: q.offset,
+      // Compact rows: big metadata only in the detail view (docs/security.md).
+      inlineMetadataBytes: LIST_METADATA_BYTES,
     });
     return c.json({ total: page.total, items: page.items.map(trajectoryToWire) });
   });
   app.get('/v1/trajectories/:id', requireScope('trainer'), async (c) => {
     const id = parseOrThrow(ClientId, c.req.param('id'), 'trajectory_uid');
-    const trajectory = await pool.getTrajectory(id);
+    // Metadata stored before the cap may be bigger than it: then a marker, never megabytes parsed here.
+    const trajectory = await pool.getTrajectory(id, { inlineMetadataBytes: MAX_METADATA_BYTES });
     if (!trajectory) throw new StepwiseError(`trajectory ${id} does not exist`, 404, 'not_found');
     const [steps, labels] = await Promise.all([pool.getTrajectorySteps(id), pool.labels(id)]);
     return c.json({ ...trajectoryToWire(trajectory), steps: steps.map(stepToWire), labels });

@@ -33,6 +33,7 @@ import type {
   SubmitRequest,
   ToolResultAttachment,
   TrajectoryQuery,
+  TrajectoryRead,
 } from '../store/store.js';
 import { type PoolOps, poolOps } from './core.js';
 import { WriteCoalescer } from './write-coalescer.js';
@@ -346,8 +347,8 @@ export class DataPool {
     return this.store.listTrajectories(query);
   }
 
-  getTrajectory(id: string): Promise<Trajectory | null> {
-    return this.store.getTrajectory(id);
+  getTrajectory(id: string, read?: TrajectoryRead): Promise<Trajectory | null> {
+    return this.store.getTrajectory(id, read);
   }
 
   getStep(trajectoryId: string, index: number): Promise<Step | null> {

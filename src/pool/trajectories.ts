@@ -1,4 +1,10 @@
-import { ConflictError, NotFoundError } from '../domain/index.js';
+import {
+  ConflictError,
+  MAX_METADATA_BYTES,
+  NotFoundError,
+  tooBigMessage,
+  ValidationError,
+} from '../domain/index.js';
 import {
   callFailedData,
   checkMovable,
@@ -80,8 +86,13 @@ export function* mergeMetadata(
   now: number,
 ): Rule<TrajectoryRow> {
   const trajectory = yield* openTrajectory(tx, id);
+  const merged = JSON.stringify({ ...JSON.parse(trajectory.metadata), ...metadata });
+  // Merges must not grow metadata past the cap a single body is held to (one stored before the cap grows on).
+  const bytes = Buffer.byteLength(merged);
+  if (bytes > MAX_METADATA_BYTES && Buffer.byteLength(trajectory.metadata) <= MAX_METADATA_BYTES)
+    throw new ValidationError(`metadata: merged, ${tooBigMessage(bytes)}`, 'metadata');
   yield* tx.updateTrajectory(trajectory, {
-    metadata: JSON.stringify({ ...JSON.parse(trajectory.metadata), ...metadata }),
+    metadata: merged,
     touched_at: now,
   });
   return trajectory;

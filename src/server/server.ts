@@ -1,10 +1,12 @@
+import type { IncomingMessage } from 'node:http';
 import type { Logger } from 'pino';
 import type { ChannelConfig } from '../domain/index.js';
 import { createEngineRouter } from '../engines/index.js';
 import type { SimServerOptions } from '../engines/sim/serve.js';
-import { llmCallListener } from '../gateway/direct.js';
+import { inCallShape, llmCallListener } from '../gateway/direct.js';
 import { Gateway, type GatewayOptions } from '../gateway/gateway.js';
 import { isLoopback, parseApiKey } from '../http/auth.js';
+import { DEFAULT_RATE_LIMITS, KeyRates, type RateLimits } from '../http/key-rates.js';
 import { requestGuard } from '../http/request-guard.js';
 import type { PoolOps } from '../pool/core.js';
 import { DataPool } from '../pool/data-pool.js';
@@ -14,7 +16,7 @@ import { RewardService } from '../rewards/service.js';
 import { openPostgresStore } from '../store/postgres/postgres-store.js';
 import { openSqliteStore } from '../store/sqlite/sqlite-store.js';
 import type { Store } from '../store/store.js';
-import { type Listening, listen } from '../util/http-server.js';
+import { type Listening, listen, type Refusal } from '../util/http-server.js';
 import { createApp } from './app.js';
 import { Telemetry, type TelemetryOptions } from './otel.js';
 
@@ -30,6 +32,12 @@ export interface ServerOptions {
   synchronous?: 'FULL' | 'NORMAL';
   channelDefaults?: Partial<ChannelConfig>;
   maxBodyBytes?: number;
+  /** Connections open at once (default 4,096). */
+  maxConnections?: number;
+  /** Request body bytes buffered at once, over all requests (default 256 MiB). */
+  maxBodiesInFlightBytes?: number;
+  /** Per-key rates, with keys configured (default DEFAULT_RATE_LIMITS; 0 turns one off). */
+  rateLimits?: Partial<RateLimits>;
   commitWindowMs?: number;
   /** Where SQLite runs: the event-loop thread (default) or its own worker thread. */
   storeThread?: 'main' | 'worker';
@@ -75,6 +83,14 @@ export interface RunningServer {
   telemetry: Telemetry | null;
   close(): Promise<void>;
 }
+
+/** The request guard, its refusals of LLM calls in the shape of the call's API (gateway/direct.ts). */
+const guardIn =
+  (guard: ReturnType<typeof requestGuard>) =>
+  (req: IncomingMessage, path: string): Refusal | null => {
+    const refused = guard(req, path);
+    return refused === null ? null : inCallShape(path, refused);
+  };
 
 /** Opens the store, starts the pool and serves the HTTP API; close() shuts all of it down in order. */
 export async function startServer(options: ServerOptions): Promise<RunningServer> {
@@ -155,8 +171,16 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     });
     listening = await listen(app.fetch, host, options.port ?? 8100, {
       maxBodyBytes: options.maxBodyBytes,
+      maxConnections: options.maxConnections,
+      maxBodiesInFlightBytes: options.maxBodiesInFlightBytes,
       direct: llmCallListener(gateway, apiKeys),
-      guard: requestGuard(host, options.publicUrl),
+      guard: guardIn(
+        requestGuard(host, {
+          publicUrl: options.publicUrl,
+          keys: apiKeys,
+          rates: new KeyRates({ ...DEFAULT_RATE_LIMITS, ...options.rateLimits }),
+        }),
+      ),
     });
   } catch (error) {
     await rewards?.close();

@@ -12,6 +12,53 @@ export interface ListSchema {
   label_tags: { tag: string; trajectory_id: string; step_index: number };
 }
 
+/** The trajectory columns toTrajectory reads, metadata aside. */
+const TRAJECTORY_COLUMNS = [
+  'seq',
+  'id',
+  'channel',
+  'group_id',
+  'task_id',
+  'status',
+  'reward',
+  'n_steps',
+  'max_index',
+  'last_index',
+  'prefix_breaks',
+  'min_policy_version',
+  'created_at',
+  'touched_at',
+  'completed_at',
+  'guided',
+  'guidance_k',
+  'probe',
+  'derived_from',
+  'derivation',
+] as const;
+
+/**
+ * A trajectory's columns with its metadata read only up to `maxBytes` (else NULL) and its size beside
+ * it, so that a row holding megabytes costs the reader nothing (rows.ts's toTrajectory).
+ */
+export function compactColumns(maxBytes: number) {
+  if (!Number.isSafeInteger(maxBytes) || maxBytes < 0) throw new Error(`inlineMetadataBytes: ${maxBytes}`);
+  return [
+    ...TRAJECTORY_COLUMNS.map((c) => `trajectories.${c}` as const),
+    sql<
+      string | null
+    >`CASE WHEN octet_length(trajectories.metadata) <= ${sql.lit(maxBytes)} THEN trajectories.metadata END`.as(
+      'metadata',
+    ),
+    sql<number>`octet_length(trajectories.metadata)`.as('metadata_bytes'),
+  ];
+}
+
+/** SQL text of compactColumns for the stores' own single-row reads. */
+export function compactColumnsSql(maxBytes: number): string {
+  if (!Number.isSafeInteger(maxBytes) || maxBytes < 0) throw new Error(`inlineMetadataBytes: ${maxBytes}`);
+  return `${TRAJECTORY_COLUMNS.join(', ')}, CASE WHEN octet_length(metadata) <= ${maxBytes} THEN metadata END AS metadata, octet_length(metadata) AS metadata_bytes`;
+}
+
 /**
  * The filtered list and scan queries of steps and trajectories, one definition for SQLite and
  * PostgreSQL (both key steps by trajectory seq * STEP_KEY_SPAN + index). Builds SQL; runs none.
@@ -119,7 +166,16 @@ export class ListQueries {
   }
 
   trajectoryPageQuery(query: TrajectoryQuery) {
-    return this.trajectoryFilter(query)
+    const q = this.trajectoryFilter(query);
+    const n = query.inlineMetadataBytes;
+    if (n !== undefined)
+      return q
+        .select(compactColumns(n))
+        .orderBy('trajectories.seq', 'desc')
+        .limit(query.limit)
+        .offset(query.offset)
+        .compile();
+    return q
       .selectAll()
       .orderBy('trajectories.seq', 'desc')
       .limit(query.limit)

@@ -213,15 +213,27 @@ export function toGroup(row: GroupRow): Group {
   };
 }
 
-export function toTrajectory(row: TrajectoryRow): Trajectory {
+/** A trajectory row as a compact read returns it (list-queries.ts's compactColumns): metadata may be NULL. */
+export type CompactTrajectoryRow = Omit<TrajectoryRow, 'metadata'> & {
+  metadata: string | null;
+  metadata_bytes?: number;
+};
+
+export function toTrajectory(row: TrajectoryRow | CompactTrajectoryRow): Trajectory {
+  // A compact read (list-queries.ts's compactColumns) leaves big metadata unread: its size says so.
+  const omitted =
+    row.metadata === null
+      ? { omittedMetadataBytes: Number((row as CompactTrajectoryRow).metadata_bytes) }
+      : {};
   return {
+    ...omitted,
     id: row.id,
     groupId: row.group_id,
     channel: row.channel,
     taskId: row.task_id,
     status: row.status,
     reward: row.reward,
-    metadata: JSON.parse(row.metadata),
+    metadata: row.metadata === null ? {} : JSON.parse(row.metadata),
     nSteps: row.n_steps,
     lastIndex: row.last_index,
     prefixBreaks: row.prefix_breaks,

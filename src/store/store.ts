@@ -21,6 +21,7 @@ import type {
   StoreChange,
   StoreInfo,
   TrajectoryQuery,
+  TrajectoryRead,
   TrajectoryScan,
 } from './types.js';
 
@@ -44,7 +45,7 @@ export interface Store {
   /** Runs a pool rule that only reads, on one consistent snapshot; it may not write or emit. */
   read<T>(rule: (tx: PoolTx) => Rule<T>): Promise<T>;
 
-  getTrajectory(id: string): Promise<Trajectory | null>;
+  getTrajectory(id: string, read?: TrajectoryRead): Promise<Trajectory | null>;
   getTrajectorySteps(id: string): Promise<Step[]>;
   getStep(trajectoryId: string, index: number): Promise<Step | null>;
   getGroup(channel: string, id: string): Promise<Group | null>;

@@ -5,6 +5,8 @@ import {
   ClientId,
   fromZodError,
   LabelInput,
+  LIST_METADATA_BYTES,
+  MAX_METADATA_BYTES,
   StepwiseError,
   type Trajectory,
 } from '../../domain/index.js';
@@ -55,7 +57,7 @@ async function renderList(
       />,
       400,
     );
-  const result = await pool.listTrajectories(filters.query);
+  const result = await pool.listTrajectories({ ...filters.query, inlineMetadataBytes: LIST_METADATA_BYTES });
   return html(
     c,
     <ListPage values={filters.values} result={result} page={filters.page} errors={errors} self={self} />,
@@ -85,7 +87,7 @@ async function loadDetail(pool: DataPool, t: Trajectory): Promise<TrajectoryDeta
 async function findTrajectory(c: Ctx, pool: DataPool): Promise<Trajectory | Response> {
   const parsed = ClientId.safeParse(c.req.param('id'));
   if (!parsed.success) return errorPage(c, 400, fromZodError(parsed.error, 'trajectory id').message);
-  const t = await pool.getTrajectory(parsed.data);
+  const t = await pool.getTrajectory(parsed.data, { inlineMetadataBytes: MAX_METADATA_BYTES });
   return t ?? errorPage(c, 404, `No trajectory ${parsed.data}.`);
 }
 
@@ -177,6 +179,7 @@ export function mountTrajectoryPages(app: Hono<DashboardEnv>, { pool }: Dashboar
         groupId: id.data,
         limit: MAX_GROUP_TRAJECTORIES,
         offset: 0,
+        inlineMetadataBytes: LIST_METADATA_BYTES,
       }),
     ]);
     if (!group && page.total === 0)

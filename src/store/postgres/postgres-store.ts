@@ -14,8 +14,9 @@ import {
   StepwiseError,
   type Trajectory,
 } from '../../domain/index.js';
-import { ListQueries, type ListSchema } from '../list-queries.js';
+import { compactColumnsSql, ListQueries, type ListSchema } from '../list-queries.js';
 import {
+  type CompactTrajectoryRow,
   type GroupRow,
   type LabelCurrentRow,
   type LabelRow,
@@ -42,6 +43,7 @@ import type {
   StoreChange,
   StoreInfo,
   TrajectoryQuery,
+  TrajectoryRead,
   TrajectoryScan,
   WriteOptions,
 } from '../store.js';
@@ -417,8 +419,13 @@ export class PostgresStore implements Store {
 
   // ---- reads ----------------------------------------------------------------------------------
 
-  async getTrajectory(id: string): Promise<Trajectory | null> {
-    const row = await this.readOne<TrajectoryRow>('SELECT * FROM trajectories WHERE id = $1', [id]);
+  async getTrajectory(id: string, read: TrajectoryRead = {}): Promise<Trajectory | null> {
+    const n = read.inlineMetadataBytes;
+    const columns = n === undefined ? '*' : compactColumnsSql(n);
+    const row = await this.readOne<CompactTrajectoryRow>(
+      `SELECT ${columns} FROM trajectories WHERE id = $1`,
+      [id],
+    );
     return row ? toTrajectory(row) : null;
   }
 

@@ -15,8 +15,9 @@ import {
   StepwiseError,
   type Trajectory,
 } from '../../domain/index.js';
-import { ListQueries, type ListSchema } from '../list-queries.js';
+import { compactColumnsSql, ListQueries, type ListSchema } from '../list-queries.js';
 import {
+  type CompactTrajectoryRow,
   type GroupRow,
   type LabelCurrentRow,
   type LabelRow,
@@ -43,6 +44,7 @@ import type {
   Store,
   StoreInfo,
   TrajectoryQuery,
+  TrajectoryRead,
   TrajectoryScan,
   WriteOptions,
 } from '../store.js';
@@ -319,8 +321,14 @@ export class SqliteStore implements Store {
 
   // ---- reads ----------------------------------------------------------------------------------
 
-  async getTrajectory(id: string): Promise<Trajectory | null> {
-    const row = this.trajectoryRow(id);
+  async getTrajectory(id: string, read: TrajectoryRead = {}): Promise<Trajectory | null> {
+    const n = read.inlineMetadataBytes;
+    const row =
+      n === undefined
+        ? this.trajectoryRow(id)
+        : (this.stmt(`SELECT ${compactColumnsSql(n)} FROM trajectories WHERE id = ?`).get(id) as
+            | CompactTrajectoryRow
+            | undefined);
     return row ? toTrajectory(row) : null;
   }
 

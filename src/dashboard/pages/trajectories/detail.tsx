@@ -1,5 +1,5 @@
 import type { Group, Label, Signal, Step, Trajectory } from '../../../domain/index.js';
-import { currentSignals, Quality } from '../../../domain/index.js';
+import { currentSignals, MAX_METADATA_BYTES, Quality } from '../../../domain/index.js';
 import type { CurrentLabel } from '../../../store/store.js';
 import {
   BoundedList,
@@ -10,6 +10,7 @@ import {
   short,
   TextBlock,
 } from '../../bounded.js';
+import { CsrfField } from '../../csrf.js';
 import { fmt, Page } from '../../layout.js';
 import {
   Alert,
@@ -120,7 +121,14 @@ function Header({ t, group, budget }: { t: Trajectory; group: Group | null; budg
           </dd>
         </div>
       </dl>
-      <JsonBlock value={t.metadata} budget={budget} summary="Metadata (JSON)" />
+      {t.omittedMetadataBytes === undefined ? (
+        <JsonBlock value={t.metadata} budget={budget} summary="Metadata (JSON)" />
+      ) : (
+        <p class="muted">
+          Metadata of {t.omittedMetadataBytes.toLocaleString('en-US')} bytes, stored before the{' '}
+          {MAX_METADATA_BYTES.toLocaleString('en-US')}-byte cap: not shown.
+        </p>
+      )}
     </section>
   );
 }
@@ -545,6 +553,7 @@ function LabelForm({
       aria-labelledby="h-curate"
     >
       <h3 id="h-curate">Curate</h3>
+      <CsrfField />
       <fieldset>
         <legend>Apply to (no step chosen: the whole trajectory)</legend>
         <BoundedList

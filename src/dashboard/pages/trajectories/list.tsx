@@ -1,6 +1,7 @@
 import type { Trajectory } from '../../../domain/index.js';
 import { Quality, TrajectoryStatus } from '../../../domain/index.js';
 import type { Page as ResultPage } from '../../../store/store.js';
+import { CsrfField } from '../../csrf.js';
 import { fmt, Page } from '../../layout.js';
 import {
   Alert,
@@ -158,6 +159,7 @@ export function ListPage({ values, result, page, errors, self }: ListPageProps) 
             aria-label="Curate chosen trajectories"
           >
             <input type="hidden" name="back" value={self} />
+            <CsrfField />
             <span class="muted">With the chosen rows:</span>
             <button type="submit" name="action" value="untrainable">
               Mark untrainable
