@@ -11,6 +11,7 @@ import type { EndedJob, JobSettings, QueuedRollout, RolloutQueue } from './distr
 import {
   type GymRunOptions,
   type GymSummary,
+  infraFailedResult,
   pendingSamples,
   readSampleState,
   type SampleResult,
@@ -63,23 +64,7 @@ function resultOf(job: RunJob, ended: EndedJob, recorded: SampleResult | undefin
     const message = output?.message ?? output?.value?.message ?? JSON.stringify(output);
     reason = `the rollout job ${ended.state === 'failed' ? 'failed' : 'was cancelled'} after ${ended.retryCount + 1} attempt(s): ${String(message)}`;
   }
-  return {
-    taskId: job.task.id,
-    category: job.task.category,
-    sample: job.sample,
-    groupId: job.data.groupId,
-    trajectoryUid: null,
-    status: 'infra_failed',
-    score: 0,
-    code: null,
-    rubric: null,
-    verifierFailed: false,
-    agent: 'failed',
-    reason,
-    toolCalls: 0,
-    toolErrors: 0,
-    durationMs: 0,
-  };
+  return infraFailedResult(job.task, job.sample, job.data.groupId, reason);
 }
 
 /** Puts the run's pending samples in the queue; returns them with the enqueue counts. */

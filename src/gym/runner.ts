@@ -252,18 +252,18 @@ export async function runGym(
   return { results, summary: summarize(results, total - queue.length) };
 }
 
-/** runSample never throws; should it all the same, that one sample fails, not the whole run. */
-function unexpectedFailure(
+/** A sample the infrastructure failed before it could run or report: masked from training, score 0. */
+export function infraFailedResult(
   task: GymTask,
   sample: number,
-  options: GymRunOptions,
-  error: Error,
+  groupId: string,
+  reason: string,
 ): SampleResult {
   return {
     taskId: task.id,
     category: task.category,
     sample,
-    groupId: options.groupOf?.(task) ?? `${options.runId}.${task.id}`,
+    groupId,
     trajectoryUid: null,
     status: 'infra_failed',
     score: 0,
@@ -271,11 +271,22 @@ function unexpectedFailure(
     rubric: null,
     verifierFailed: false,
     agent: 'failed',
-    reason: `${error.name}: ${error.message}`,
+    reason,
     toolCalls: 0,
     toolErrors: 0,
     durationMs: 0,
   };
+}
+
+/** runSample never throws; should it all the same, that one sample fails, not the whole run. */
+function unexpectedFailure(
+  task: GymTask,
+  sample: number,
+  options: GymRunOptions,
+  error: Error,
+): SampleResult {
+  const groupId = options.groupOf?.(task) ?? `${options.runId}.${task.id}`;
+  return infraFailedResult(task, sample, groupId, `${error.name}: ${error.message}`);
 }
 
 /** The (task, sample) pairs of a run not yet in `done`, tasks by id, samples in order. */
