@@ -121,6 +121,11 @@ export function isDashboardPath(path: string): boolean {
   return path === '/dashboard' || path.startsWith('/dashboard/');
 }
 
+/** Paths a browser without a key is sent to sign in from: the dashboard and the server's bare address (its front door). */
+export function signsInBrowsers(path: string): boolean {
+  return path === '/' || isDashboardPath(path);
+}
+
 /** Dashboard paths a browser reaches before signing in. */
 export const isPublicDashboardPath = (path: string) =>
   path === '/dashboard/login' || path.startsWith('/dashboard/assets/');
@@ -139,8 +144,7 @@ export function authenticate(keys: readonly ApiKey[]): MiddlewareHandler<{ Varia
     const key = requestKey(c.req.header('authorization'), c.req.header('x-api-key'), () =>
       getCookie(c, KEY_COOKIE),
     );
-    // The server's bare address is the dashboard's front door (it redirects there).
-    const dashboard = isDashboardPath(c.req.path) || c.req.path === '/';
+    const dashboard = signsInBrowsers(c.req.path);
     if (dashboard && isPublicDashboardPath(c.req.path)) {
       c.set('apiKey', key ? findKey(keys, key) : null);
       return next();

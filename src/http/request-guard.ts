@@ -8,6 +8,7 @@ import {
   isPublicDashboardPath,
   KEY_COOKIE,
   requestKey,
+  signsInBrowsers,
 } from './auth.js';
 import type { KeyRates } from './key-rates.js';
 
@@ -144,7 +145,7 @@ function keyed(
   rates?: KeyRates,
 ): Refused | null {
   if (path === '/ready') return null;
-  const dashboard = isDashboardPath(path);
+  const dashboard = signsInBrowsers(path);
   if (dashboard && isPublicDashboardPath(path)) {
     const length = Number(req.headers['content-length'] ?? 0);
     if (req.headers['transfer-encoding'] !== undefined || !(length <= PUBLIC_BODY_BYTES))
