@@ -58,7 +58,8 @@ describe.skipIf(!checkSandbox().ok)('stepwise gym / bench CLI', () => {
       60_000,
     );
     expect(again.stdout).toMatch(/samples: 12 \(12 already done\)/);
-  });
+    // Its own bound is the sum of its four commands' bounds, not vitest's default per test.
+  }, 300_000);
 
   it('gym run and serve --sim-tasks read the folder gym synth wrote', async () => {
     const tasks = join(dir, 'run-tasks');
