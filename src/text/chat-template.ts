@@ -118,12 +118,27 @@ export interface TemplateStyle {
   argumentsAs?: 'object' | 'string';
   /** An assistant message with tool calls and no text: `''` (most templates) or none (DeepSeek's tests `is none`). */
   emptyCallContentAs?: 'string' | 'none';
+  /** A tool result that is JSON: the text (most), or the parsed value (Mistral's encoder writes it as JSON). */
+  toolContentAs?: 'text' | 'json';
+}
+
+/** Tool-result text parsed as JSON when the family writes it so; text that is not JSON stays text. */
+function toolContent(content: string, style: TemplateStyle): unknown {
+  if (style.toolContentAs !== 'json') return content;
+  try {
+    return JSON.parse(content);
+  } catch {
+    return content;
+  }
 }
 
 function templateMessage(m: z.output<typeof ChatMessage>, style: TemplateStyle): Record<string, unknown> {
   const callsWithoutText = m.content === '' && m.tool_calls != null && m.tool_calls.length > 0;
   const content = callsWithoutText && style.emptyCallContentAs === 'none' ? null : m.content;
-  const out: Record<string, unknown> = { role: m.role, content };
+  const out: Record<string, unknown> = {
+    role: m.role,
+    content: m.role === 'tool' && content !== null ? toolContent(content, style) : content,
+  };
   // The template tests `is defined and is not none`, so absent and null must both stay absent.
   const reasoning = m.reasoning_content ?? m.reasoning;
   if (reasoning != null) out.reasoning_content = reasoning;
