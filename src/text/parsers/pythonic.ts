@@ -107,7 +107,6 @@ class PythonReader {
       const key = this.identifier();
       this.skip();
       if (key !== undefined && this.text[this.at] === '=' && this.text[this.at + 1] !== '=') {
-        if (call.keywords.some(([k]) => k === key)) this.fail(); // Python: "keyword argument repeated"
         if (call.keywords.length === 0 && start === open + 1)
           call.firstKeyword = { start, name: key, equals: this.at };
         this.at++;
@@ -312,12 +311,25 @@ function dumps(value: PyValue): string {
     case 'list':
       return `[${value.v.map(dumps).join(', ')}]`;
     case 'dict': {
-      // A later duplicate key replaces the value and keeps the first one's place, as a Python dict does.
-      const entries = new Map<string, string>();
-      for (const [k, v] of value.v) entries.set(dictKey(k), dumps(v));
-      return `{${[...entries].map(([k, v]) => `${JSON.stringify(k)}: ${v}`).join(', ')}}`;
+      // Keys Python counts as equal (1, 1.0, True) are one entry: the first key, the last value.
+      const entries = new Map<string, [string, string]>();
+      for (const [k, v] of value.v) {
+        const id = keyIdentity(k);
+        entries.set(id, [entries.get(id)?.[0] ?? dictKey(k), dumps(v)]);
+      }
+      return `{${[...entries.values()].map(([k, v]) => `${JSON.stringify(k)}: ${v}`).join(', ')}}`;
     }
   }
+}
+
+/** Which dict keys Python treats as the same key: strings by text, numbers and booleans by value. */
+function keyIdentity(key: PyValue): string {
+  if (key.t === 'str') return `s:${key.v}`;
+  if (key.t === 'bool') return `n:${key.v ? 1 : 0}`;
+  if (key.t === 'int') return `n:${key.v}`;
+  if (key.t === 'float')
+    return Number.isInteger(key.v) ? `n:${BigInt(key.v)}` : `n:${pythonFloatRepr(key.v)}`;
+  return key.t;
 }
 
 /** json.dumps turns str, int, float, bool and None keys into strings and refuses the rest. */
@@ -335,6 +347,13 @@ function dictKey(key: PyValue): string {
     default:
       throw new NotCalls();
   }
+}
+
+/** The keyword arguments as vLLM builds them: a dict, so a repeated name keeps its place and the last value. */
+function keywordsJson(keywords: [string, PyValue][]): string {
+  const args = new Map<string, string>();
+  for (const [k, v] of keywords) args.set(k, dumps(v));
+  return `{${[...args].map(([k, v]) => `${JSON.stringify(k)}: ${v}`).join(', ')}}`;
 }
 
 /**
@@ -372,10 +391,7 @@ export function parsePythonicToolCalls(text: string, options: ParseToolCallsOpti
     const toolCalls: ToolCall[] = calls.map((call) => ({
       id: options.newToolCallId(),
       type: 'function',
-      function: {
-        name: call.name,
-        arguments: `{${call.keywords.map(([k, v]) => `${JSON.stringify(k)}: ${dumps(v)}`).join(', ')}}`,
-      },
+      function: { name: call.name, arguments: keywordsJson(call.keywords) },
     }));
     return { content: null, toolCalls };
   } catch (err) {
