@@ -68,13 +68,49 @@ const LOOP: ChatMessageInput[] = [
 ];
 
 /** The conversation each family renders: DeepSeek-V3's template cannot render a system prompt and tools in one turn, so all get the same. */
-const FAMILIES: { folder: FixtureFamily; family: string; parser: string }[] = [
+const FAMILIES: {
+  folder: FixtureFamily;
+  family: string;
+  parser: string;
+  extraCases?: { messages: ChatMessageInput[]; addGenerationPrompt: boolean }[];
+}[] = [
   { folder: 'qwen3', family: 'qwen3', parser: 'hermes' },
   { folder: 'llama3_1', family: 'llama3', parser: 'llama3_json' },
   { folder: 'gpt-oss', family: 'gpt-oss', parser: 'openai' },
   { folder: 'deepseek_v3', family: 'deepseek_v3', parser: 'deepseek_v3' },
-  { folder: 'gemma3', family: 'gemma3', parser: 'pythonic' },
+  // Gemma 3's calls are Python written by the template: also a round of two calls with every literal kind.
+  { folder: 'gemma3', family: 'gemma3', parser: 'pythonic', extraCases: parallelCallCases() },
 ];
+
+/** Two calls in one turn (strings, numbers, booleans, null, lists, nested objects), both results, an answer. */
+function parallelCallCases(): { messages: ChatMessageInput[]; addGenerationPrompt: boolean }[] {
+  const args = { path: 'notes/a "b".txt', limit: 3, recursive: true, filter: null, tags: ['x', 2, false] };
+  const messages: ChatMessageInput[] = [
+    { role: 'user', content: 'Read both files.' },
+    {
+      role: 'assistant',
+      content: '',
+      tool_calls: [
+        { id: 'c1', type: 'function', function: { name: 'read_file', arguments: JSON.stringify(args) } },
+        {
+          id: 'c2',
+          type: 'function',
+          function: {
+            name: 'read_file',
+            arguments: JSON.stringify({ path: 'b.txt', opts: { deep: { on: false } } }),
+          },
+        },
+      ],
+    },
+    { role: 'tool', tool_call_id: 'c1', content: '  first  ' },
+    { role: 'tool', tool_call_id: 'c2', content: 'second' },
+    { role: 'assistant', content: 'Both read.' },
+  ];
+  return [
+    { messages: messages.slice(0, 4), addGenerationPrompt: true },
+    { messages, addGenerationPrompt: false },
+  ];
+}
 
 /** Every prompt of the loop (each point where the assistant speaks next), and the whole of it. */
 function loopCases(): { messages: ChatMessageInput[]; addGenerationPrompt: boolean }[] {
@@ -137,7 +173,7 @@ describe.skipIf(!python && !required)('rendering equals transformers apply_chat_
     const cases: unknown[] = [];
     for (const f of FAMILIES) {
       const adapter = adapters.get(f.folder)!;
-      for (const c of loopCases()) {
+      for (const c of [...loopCases(), ...(f.extraCases ?? [])]) {
         const input = { messages: c.messages, tools: TOOLS, addGenerationPrompt: c.addGenerationPrompt };
         ours.push({ family: f.folder, ids: adapter.tokenize(input), text: adapter.render(input) });
         const context = adapter.templateContext(input);
