@@ -137,7 +137,15 @@ function loopCases(): ChatMessageInput[][] {
   const cases = LOOP.flatMap((m, i) =>
     m.role === 'user' || m.role === 'tool' ? [LOOP.slice(0, i + 1)] : [],
   );
-  return [...cases, LOOP.slice(0, 7)];
+  // mistral-common strips trailing spaces from assistant text, and only spaces.
+  const spaces: ChatMessageInput[] = [
+    { role: 'user', content: 'Say hi.' },
+    { role: 'assistant', content: 'Hi there.  ' },
+    { role: 'user', content: 'Once more, on two lines.' },
+    { role: 'assistant', content: 'Hi\nthere \n  ' },
+    { role: 'user', content: 'Thanks.' },
+  ];
+  return [...cases, LOOP.slice(0, 7), spaces];
 }
 
 describe.skipIf(!hasReference && !required)('rendering equals mistral-common', () => {
