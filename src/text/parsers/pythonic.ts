@@ -47,6 +47,12 @@ const ESCAPES: Readonly<Record<string, string>> = {
 
 class PythonReader {
   at = 0;
+  // Sticky patterns hold their position (lastIndex), so each reader has its own.
+  readonly identifierPattern = /[\p{L}_][\p{L}\p{M}\p{N}_]*/uy;
+  // Python's integer (decimal, hex, octal, binary) and float literals, underscores allowed; `j`: complex.
+  readonly numberPattern =
+    /(?:0[xX](?:_?[0-9a-fA-F])+|0[oO](?:_?[0-7])+|0[bB](?:_?[01])+|(?:[0-9](?:_?[0-9])*)?(?:\.(?:[0-9](?:_?[0-9])*)?)?(?:[eE][+-]?[0-9](?:_?[0-9])*)?)([jJ])?/y;
+  readonly octalRestPattern = /[0-7]{1,2}/y;
   constructor(readonly text: string) {}
 
   fail(): never {
@@ -70,11 +76,17 @@ class PythonReader {
     if (!this.eat(c)) this.fail();
   }
 
-  identifier(): string | undefined {
-    const m = /^[\p{L}_][\p{L}\p{M}\p{N}_]*/u.exec(this.text.slice(this.at, this.at + 256));
+  /** The match of a sticky pattern at the reading position, consumed; undefined when none. */
+  read(pattern: RegExp): RegExpExecArray | undefined {
+    pattern.lastIndex = this.at;
+    const m = pattern.exec(this.text);
     if (!m) return undefined;
     this.at += m[0].length;
-    return m[0];
+    return m;
+  }
+
+  identifier(): string | undefined {
+    return this.read(this.identifierPattern)?.[0];
   }
 
   /** `[call, call, ...]` and nothing after it but whitespace. */
@@ -174,13 +186,9 @@ class PythonReader {
   }
 
   number(): PyValue {
-    const m =
-      /^(?:0[xX](?:_?[0-9a-fA-F])+|0[oO](?:_?[0-7])+|0[bB](?:_?[01])+|(?:[0-9](?:_?[0-9])*)?(?:\.(?:[0-9](?:_?[0-9])*)?)?(?:[eE][+-]?[0-9](?:_?[0-9])*)?)([jJ])?/.exec(
-        this.text.slice(this.at, this.at + 400),
-      );
+    const m = this.read(this.numberPattern);
     const literal = m?.[0] ?? '';
     if (literal === '' || literal === '.' || /^\.[eE]/.test(literal)) this.fail();
-    this.at += literal.length;
     if (/^[\p{L}\p{N}_]/u.test(this.text[this.at] ?? '')) this.fail();
     if (m?.[1]) return { t: 'opaque' }; // complex
     const plain = literal.replaceAll('_', '');
@@ -256,8 +264,7 @@ class PythonReader {
     if (next === '\n') return '';
     if (Object.hasOwn(ESCAPES, next)) return ESCAPES[next]!;
     if (/[0-7]/.test(next)) {
-      const digits = /^[0-7]{0,2}/.exec(this.text.slice(this.at))![0];
-      this.at += digits.length;
+      const digits = this.read(this.octalRestPattern)?.[0] ?? '';
       return String.fromCodePoint(Number.parseInt(next + digits, 8));
     }
     const width = next === 'x' ? 2 : next === 'u' ? 4 : next === 'U' ? 8 : 0;
