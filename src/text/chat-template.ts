@@ -118,27 +118,30 @@ export interface TemplateStyle {
   argumentsAs?: 'object' | 'string';
   /** An assistant message with tool calls and no text: `''` (most templates) or none (DeepSeek's tests `is none`). */
   emptyCallContentAs?: 'string' | 'none';
-  /** A tool result that is JSON: the text (most), or the parsed value (Mistral's encoder writes it as JSON). */
-  toolContentAs?: 'text' | 'json';
+  /**
+   * Also hand a tool result that parses as JSON to the template parsed, as `content_json`: Mistral's
+   * v3 encoder writes such a result as JSON, and a template cannot parse it. `content` stays the text.
+   */
+  toolContentJson?: boolean;
 }
 
-/** Tool-result text parsed as JSON when the family writes it so; text that is not JSON stays text. */
-function toolContent(content: string, style: TemplateStyle): unknown {
-  if (style.toolContentAs !== 'json') return content;
+/** The tool result parsed, when it is JSON; undefined otherwise. */
+function parsedToolContent(content: string): { value: unknown } | undefined {
   try {
-    return JSON.parse(content);
+    return { value: JSON.parse(content) };
   } catch {
-    return content;
+    return undefined;
   }
 }
 
 function templateMessage(m: z.output<typeof ChatMessage>, style: TemplateStyle): Record<string, unknown> {
   const callsWithoutText = m.content === '' && m.tool_calls != null && m.tool_calls.length > 0;
   const content = callsWithoutText && style.emptyCallContentAs === 'none' ? null : m.content;
-  const out: Record<string, unknown> = {
-    role: m.role,
-    content: m.role === 'tool' && content !== null ? toolContent(content, style) : content,
-  };
+  const out: Record<string, unknown> = { role: m.role, content };
+  if (m.role === 'tool' && style.toolContentJson && content !== null) {
+    const parsed = parsedToolContent(content);
+    if (parsed) out.content_json = parsed.value;
+  }
   // The template tests `is defined and is not none`, so absent and null must both stay absent.
   const reasoning = m.reasoning_content ?? m.reasoning;
   if (reasoning != null) out.reasoning_content = reasoning;

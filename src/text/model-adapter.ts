@@ -120,8 +120,8 @@ const FAMILIES: Readonly<Record<Exclude<ModelFamily, 'unknown'>, FamilySpec | nu
     toolCallOpen: MISTRAL_TOOL_CALLS,
     endOfTurnTokens: ['</s>'],
     thinking: null,
-    // mistral-common writes a tool result that parses as JSON as that JSON value.
-    style: { toolContentAs: 'json' },
+    // mistral-common's v3 encoder writes a tool result that parses as JSON as that JSON value.
+    style: { toolContentJson: true },
     // Tokenizers from v11 on (they have `[ARGS]`) write `name[ARGS]{...}`; older ones a JSON list.
     parseFor: (vocab) => {
       const format = vocab.has(MISTRAL_ARGS) ? 'name-args' : 'json-list';
