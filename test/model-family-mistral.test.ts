@@ -148,57 +148,76 @@ function loopCases(): ChatMessageInput[][] {
   return [...cases, LOOP.slice(0, 7), spaces];
 }
 
-describe.skipIf(!hasReference && !required)('rendering equals mistral-common', () => {
-  let dir = '';
-  let adapter: ModelAdapter;
-  beforeAll(async () => {
-    if (!python || !hasReference)
-      throw new Error(`STEPWISE_TRAIN_PYTHON is set but cannot import ${REFERENCE_MODULES.join(', ')}`);
-    dir = mkdtempSync(join(tmpdir(), 'stepwise-model-mistral-'));
-    await runPython(python, [SCRIPT, 'folder', dir], { timeoutMs: 120_000 });
-    for (const file of readdirSync(FIXTURE).filter((f) => f !== 'README.md'))
-      copyFileSync(join(FIXTURE, file), join(dir, file));
-    adapter = createModelAdapter(dir);
-  }, 150_000);
-  afterAll(() => {
-    if (dir) rmSync(dir, { recursive: true, force: true });
-  });
+/** v7 takes text and calls in one assistant message (v3 refuses that), and tool results as text. */
+const TEXT_AND_CALL: ChatMessageInput[] = [
+  { role: 'system', content: 'Answer briefly.' },
+  { role: 'user', content: 'How many lines has a.txt?' },
+  { role: 'assistant', content: 'Reading it now. ', tool_calls: [call('call00003', 'a.txt')] },
+  { role: 'tool', tool_call_id: 'call00003', content: '{"lines": 1}' },
+];
 
-  it('every prompt of a multi-turn tool loop gives mistral-common ids', async () => {
-    expect(adapter.family).toBe('mistral');
-    const ours = loopCases().map((messages) => {
-      const input = { messages, tools: TOOLS, addGenerationPrompt: messages.at(-1)!.role !== 'assistant' };
-      return { ids: adapter.tokenize(input), text: adapter.render(input) };
+/** The formats checked: mistral-common's bundled SentencePiece tokenizers and the fixture template of each. */
+const VERSIONS = [
+  { version: 'v3', fixture: 'mistral', extra: [] as ChatMessageInput[][] },
+  { version: 'v7', fixture: 'mistral-v7', extra: [TEXT_AND_CALL] },
+];
+
+describe.skipIf(!hasReference && !required).each(VERSIONS)(
+  '$version: rendering equals mistral-common',
+  ({ version, fixture, extra }) => {
+    let dir = '';
+    let adapter: ModelAdapter;
+    beforeAll(async () => {
+      if (!python || !hasReference)
+        throw new Error(`STEPWISE_TRAIN_PYTHON is set but cannot import ${REFERENCE_MODULES.join(', ')}`);
+      dir = mkdtempSync(join(tmpdir(), 'stepwise-model-mistral-'));
+      await runPython(python, [SCRIPT, 'folder', dir, version], { timeoutMs: 120_000 });
+      const files = new URL(`./fixtures/models/${fixture}/`, import.meta.url).pathname;
+      for (const file of readdirSync(files).filter((f) => f !== 'README.md'))
+        copyFileSync(join(files, file), join(dir, file));
+      adapter = createModelAdapter(dir);
+    }, 150_000);
+    afterAll(() => {
+      if (dir) rmSync(dir, { recursive: true, force: true });
     });
-    // Mistral's v3 format has no reasoning: the reference gets the messages without it.
-    const cases = loopCases().map((messages) => ({
-      messages: messages.map(({ reasoning_content: _, ...m }) => m),
-      tools: TOOLS,
-    }));
-    const work = mkdtempSync(join(tmpdir(), 'stepwise-mistral-ref-'));
-    try {
-      const file = join(work, 'cases.json');
-      writeFileSync(file, JSON.stringify({ cases }));
-      const out = await runPython(python!, [SCRIPT, 'encode', file], { timeoutMs: 120_000 });
-      const { results } = JSON.parse(out) as { results: { ids?: number[]; error?: string }[] };
-      expect(results).toHaveLength(ours.length);
-      results.forEach((ref, i) => {
-        expect(ref.error, `case ${i}`).toBeUndefined();
-        expect(ours[i]!.ids, `case ${i}: ${ours[i]!.text}`).toEqual(ref.ids);
-      });
-    } finally {
-      rmSync(work, { recursive: true, force: true });
-    }
-  }, 150_000);
 
-  it('a call the template rendered parses back to the same call', () => {
-    const text = adapter.render({ messages: LOOP.slice(0, 3), tools: TOOLS });
-    const completion = text.slice(text.lastIndexOf('[/INST]') + '[/INST]'.length, -'</s>'.length);
-    const parsed = adapter.parse(completion, { newToolCallId: sequentialToolCallIds() });
-    expect(parsed.content).toBeNull();
-    expect(parsed.toolCalls.map((t) => t.function)).toEqual([
-      { name: 'read_file', arguments: '{"path": "a.txt"}' },
-    ]);
-    expect(adapter.endOfTurnTokens).toEqual(['</s>']);
-  });
-});
+    it('every prompt of a multi-turn tool loop gives mistral-common ids', async () => {
+      expect(adapter.family).toBe('mistral');
+      const conversations = [...loopCases(), ...extra];
+      const ours = conversations.map((messages) => {
+        const input = { messages, tools: TOOLS, addGenerationPrompt: messages.at(-1)!.role !== 'assistant' };
+        return { ids: adapter.tokenize(input), text: adapter.render(input) };
+      });
+      // These formats have no reasoning: the reference gets the messages without it.
+      const cases = conversations.map((messages) => ({
+        messages: messages.map(({ reasoning_content: _, ...m }) => m),
+        tools: TOOLS,
+      }));
+      const work = mkdtempSync(join(tmpdir(), 'stepwise-mistral-ref-'));
+      try {
+        const file = join(work, 'cases.json');
+        writeFileSync(file, JSON.stringify({ cases }));
+        const out = await runPython(python!, [SCRIPT, 'encode', file, version], { timeoutMs: 120_000 });
+        const { results } = JSON.parse(out) as { results: { ids?: number[]; error?: string }[] };
+        expect(results).toHaveLength(ours.length);
+        results.forEach((ref, i) => {
+          expect(ref.error, `case ${i}`).toBeUndefined();
+          expect(ours[i]!.ids, `case ${i}: ${ours[i]!.text}`).toEqual(ref.ids);
+        });
+      } finally {
+        rmSync(work, { recursive: true, force: true });
+      }
+    }, 150_000);
+
+    it('a call the template rendered parses back to the same call', () => {
+      const text = adapter.render({ messages: LOOP.slice(0, 3), tools: TOOLS });
+      const completion = text.slice(text.lastIndexOf('[/INST]') + '[/INST]'.length, -'</s>'.length);
+      const parsed = adapter.parse(completion, { newToolCallId: sequentialToolCallIds() });
+      expect(parsed.content).toBeNull();
+      expect(parsed.toolCalls.map((t) => t.function)).toEqual([
+        { name: 'read_file', arguments: '{"path": "a.txt"}' },
+      ]);
+      expect(adapter.endOfTurnTokens).toEqual(['</s>']);
+    });
+  },
+);

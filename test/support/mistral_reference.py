@@ -1,9 +1,11 @@
 """Mistral's reference encoder for the model-adapter tests: mistral-common (Mistral's official tokenizer
-and chat encoder), with its bundled v3 SentencePiece tokenizer (Mistral-7B-Instruct-v0.3's).
+and chat encoder), with its bundled SentencePiece tokenizers: v3 (Mistral-7B-Instruct-v0.3's) and
+v7 (Mistral Large 2411's).
 
-  mistral_reference.py folder DIR   writes DIR/tokenizer.json (the bundled model converted by
-                                    transformers' LlamaConverter) and DIR/tokenizer_config.json
-  mistral_reference.py encode FILE  reads {"cases": [{messages, tools}]}, writes {"results": [{ids, text}]}
+  mistral_reference.py folder DIR VERSION   writes DIR/tokenizer.json (the bundled model converted
+                                            by transformers' LlamaConverter) and DIR/tokenizer_config.json
+  mistral_reference.py encode FILE VERSION  reads {"cases": [{messages, tools}]}, writes
+                                            {"results": [{ids, text}]}
 """
 import json
 import os
@@ -27,10 +29,14 @@ from mistral_common.protocol.instruct.validator import ValidationMode  # noqa: E
 from mistral_common.tokens.tokenizers.base import SpecialTokenPolicy  # noqa: E402
 from mistral_common.tokens.tokenizers.mistral import MistralTokenizer  # noqa: E402
 
-V3_MODEL = os.path.join(os.path.dirname(mistral_common.__file__), "data", "mistral_instruct_tokenizer_240323.model.v3")
+DATA = os.path.join(os.path.dirname(mistral_common.__file__), "data")
+MODELS = {
+    "v3": os.path.join(DATA, "mistral_instruct_tokenizer_240323.model.v3"),
+    "v7": os.path.join(DATA, "mistral_instruct_tokenizer_241114.model.v7"),
+}
 
 
-def write_folder(out_dir):
+def write_folder(out_dir, model):
     from transformers.convert_slow_tokenizer import LlamaConverter, SentencePieceExtractor
     from transformers.tokenization_utils_base import generate_merges
 
@@ -46,7 +52,7 @@ def write_folder(out_dir):
     class Spm:
         # legacy: "▁" is prepended to every run of text between control tokens, as SentencePiece
         # does to each piece mistral-common encodes.
-        vocab_file = V3_MODEL
+        vocab_file = model
         legacy = True
         add_prefix_space = True
 
@@ -60,12 +66,12 @@ def write_folder(out_dir):
         json.dump(config, f, indent=2)
 
 
-def encode(path):
+def encode(path, model):
     with open(path, encoding="utf-8") as f:
         request = json.load(f)
     # Serving mode refuses a conversation that ends with the assistant; finetuning mode (training
     # data, what a trainer renders) takes it and encodes the same way.
-    tokenizers = {mode: MistralTokenizer.from_file(V3_MODEL, mode=mode) for mode in ValidationMode}
+    tokenizers = {mode: MistralTokenizer.from_file(model, mode=mode) for mode in ValidationMode}
     results = []
     for case in request["cases"]:
         ends_with_assistant = case["messages"][-1]["role"] == "assistant"
@@ -81,7 +87,5 @@ def encode(path):
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "folder":
-        write_folder(sys.argv[2])
-    else:
-        encode(sys.argv[2])
+    command, path, version = sys.argv[1:4]
+    (write_folder if command == "folder" else encode)(path, MODELS[version])
