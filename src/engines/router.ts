@@ -132,6 +132,16 @@ export class EngineRouter {
     engine.healthy = healthy;
   }
 
+  /** The configured engines. */
+  engineList(): readonly Engine[] {
+    return this.engines;
+  }
+
+  /** A configured engine by id. */
+  engine(engineId: string): Engine | undefined {
+    return this.engines.find((e) => e.id === engineId);
+  }
+
   /** The model names an engine serves (empty until its first health check). */
   models(engineId: string): string[] {
     return this.engines.find((e) => e.id === engineId)?.models ?? [];
