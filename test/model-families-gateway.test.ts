@@ -213,12 +213,21 @@ describe.each(FAMILIES)('a $family folder through the gateway', ({ folder, famil
         if (required) throw new Error('STEPWISE_TRAIN_PYTHON is set but has no transformers');
         return;
       }
-      // Every stored prompt, continued ones included, is the reference rendering of its messages.
+      // The first prompt is the reference rendering; a continued one is the previous prompt and
+      // response (the model's own tokens, which a re-rendering may spell differently: gpt-oss's
+      // arguments) followed by the new turns exactly as the reference renders them after the turn's end.
       const reference = await referencePrompts(dir, steps);
-      reference.forEach((ref, i) => {
-        expect(ref.error, `step ${i}`).toBeUndefined();
-        expect(Array.from(steps[i]!.promptIds), `step ${i} prompt`).toEqual(ref.ids);
-      });
+      reference.forEach((ref) => expect(ref.error).toBeUndefined());
+      expect(Array.from(steps[0]!.promptIds)).toEqual(reference[0]!.ids);
+      for (let k = 1; k < steps.length; k++) {
+        const [before, after] = [steps[k - 1]!, steps[k]!];
+        const kept = before.promptIds.length + before.responseIds.length;
+        const tail = Array.from(after.promptIds.slice(kept));
+        const ref = reference[k]!.ids!;
+        expect(tail.length).toBeGreaterThan(0);
+        expect(tail, `step ${k} new turns`).toEqual(ref.slice(ref.length - tail.length));
+        expect(ref[ref.length - tail.length - 1], `step ${k} turn end`).toBe(tokenIdInFile(dir, callEnd));
+      }
     }, 300_000);
   }
 });
