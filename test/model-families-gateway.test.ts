@@ -217,7 +217,7 @@ describe.each(FAMILIES)('a $family folder through the gateway', ({ folder, famil
       // response (the model's own tokens, which a re-rendering may spell differently: gpt-oss's
       // arguments) followed by the new turns exactly as the reference renders them after the turn's end.
       const reference = await referencePrompts(dir, steps);
-      reference.forEach((ref) => expect(ref.error).toBeUndefined());
+      for (const ref of reference) expect(ref.error).toBeUndefined();
       expect(Array.from(steps[0]!.promptIds)).toEqual(reference[0]!.ids);
       for (let k = 1; k < steps.length; k++) {
         const [before, after] = [steps[k - 1]!, steps[k]!];
