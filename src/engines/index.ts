@@ -51,7 +51,12 @@ export function createEngineRouter(options: EnginesOptions): EngineRouter | null
     const adapter = spec.modelDir
       ? createModelAdapter(spec.modelDir, spec.family === undefined ? {} : { family: spec.family })
       : undefined;
-    const withAdapter = adapter ? { adapter } : {};
+    const withAdapter = adapter
+      ? {
+          adapter,
+          model: { dir: spec.modelDir!, ...(spec.family !== undefined ? { family: spec.family } : {}) },
+        }
+      : {};
     // The built-in sim runs on a worker thread, reached over loopback like any engine (worker-host.ts).
     if (spec.kind === 'sim') {
       const sim = {

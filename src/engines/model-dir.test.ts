@@ -5,9 +5,11 @@ import { parseEngineSpec } from './upstream.js';
 
 const llama = makeModelFolder('llama3_1');
 const qwen = makeModelFolder('qwen3');
+const gemma = makeModelFolder('gemma3');
 afterAll(() => {
   llama.remove();
   qwen.remove();
+  gemma.remove();
 });
 
 describe('--engine KIND[=URL],model-dir=DIR,family=NAME', () => {
@@ -44,9 +46,22 @@ describe('the sim with a model folder', () => {
     expect(res.status).toBe(200);
   });
 
-  it('refuses a folder of another family, naming the model, instead of writing Qwen3 text', () => {
-    expect(() => checkSimOptions({ modelDir: llama.dir })).toThrow(
-      /Llama-3\.1-8B-Instruct.*family llama3\) does not support the built-in sim/,
+  it('speaks with a folder of another family in its own format', async () => {
+    const { app } = buildSimApp({ modelDir: llama.dir });
+    const res = await app.request('/v1/chat/completions', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'sim', messages: [{ role: 'user', content: 'hi' }], max_tokens: 64 }),
+    });
+    expect(res.status).toBe(200);
+    const body = (await res.json()) as { choices: { token_ids: number[] }[] };
+    // Llama 3's end of turn (tokenizer.json: <|eot_id|> = 128009), never Qwen3's <|im_end|>.
+    expect(body.choices[0]!.token_ids.at(-1)).toBe(128009);
+  });
+
+  it('refuses a folder of a family with no tool-call format, naming the model, instead of writing Qwen3 text', () => {
+    expect(() => checkSimOptions({ modelDir: gemma.dir })).toThrow(
+      /family gemma3\) does not support the built-in sim/,
     );
   });
 });

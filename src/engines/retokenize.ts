@@ -5,6 +5,7 @@ import {
   renderCompletion,
   tokenizeChat,
 } from '../text/index.js';
+import type { ModelAdapter } from '../text/model-adapter.js';
 import type { Captured } from './capture.js';
 
 // For engines that send text but no ids: rebuild them with the policy's tokenizer and chat template, marked
@@ -22,24 +23,26 @@ export function retokenizeChat(
   input: RetokenizeInput,
   captured: Captured,
   tokenizer: ChatTokenizer,
+  adapter: ModelAdapter | null = null,
 ): { promptIds: number[]; responseIds: number[] } {
-  const promptIds = tokenizeChat(
-    {
-      messages: input.messages,
-      tools: input.tools,
-      addGenerationPrompt: !input.continueFinalMessage,
-      continueFinalMessage: input.continueFinalMessage === true,
-      ...(input.enableThinking !== undefined ? { enableThinking: input.enableThinking } : {}),
-    },
-    tokenizer,
-  );
-  const text = renderCompletion({
+  const render = {
+    messages: input.messages,
+    tools: input.tools,
+    addGenerationPrompt: !input.continueFinalMessage,
+    continueFinalMessage: input.continueFinalMessage === true,
+    ...(input.enableThinking !== undefined ? { enableThinking: input.enableThinking } : {}),
+  };
+  const parts = {
     content: captured.content,
     ...(captured.reasoning !== null ? { reasoning: captured.reasoning } : {}),
     toolCalls: captured.toolCalls,
-  });
+  };
+  // A model folder's adapter writes its family's prompt and completion; else Qwen3's.
+  const promptIds = adapter ? adapter.tokenize(render) : tokenizeChat(render, tokenizer);
+  const completion = adapter ? adapter.completion(parts) : null;
+  const text = completion ? completion.text : renderCompletion(parts);
   const responseIds = tokenizer.encode(text, { addSpecialTokens: false });
-  const end = tokenizer.eosTokenIds[0];
+  const end = completion ? tokenizer.tokenId(completion.end) : tokenizer.eosTokenIds[0];
   if (end !== undefined && captured.finishReason !== 'length') responseIds.push(end);
   return { promptIds, responseIds };
 }

@@ -2,6 +2,7 @@ import type { Logger } from 'pino';
 import { z } from 'zod';
 import { fromZodError, StepwiseError } from '../domain/errors.js';
 import type { ModelAdapter } from '../text/model-adapter.js';
+import type { ModelRef } from '../text/model-ref.js';
 import { type EngineKind, type Transport, UpstreamError, type UpstreamReply } from './upstream.js';
 
 /*
@@ -35,6 +36,8 @@ export interface Engine {
   transport: Transport;
   /** The model's adapter when the engine names a folder (`,model-dir=DIR`); Qwen3's built-in one otherwise. */
   adapter?: ModelAdapter;
+  /** The folder `adapter` was read from, as a value other threads can load it by (text/model-ref.ts). */
+  model?: ModelRef;
 }
 
 interface EngineState extends Engine {
@@ -127,6 +130,16 @@ export class EngineRouter {
       else this.options.logger?.warn({ engine: engine.id, why }, 'engine is unhealthy');
     }
     engine.healthy = healthy;
+  }
+
+  /** The configured engines. */
+  engineList(): readonly Engine[] {
+    return this.engines;
+  }
+
+  /** A configured engine by id. */
+  engine(engineId: string): Engine | undefined {
+    return this.engines.find((e) => e.id === engineId);
   }
 
   /** The model names an engine serves (empty until its first health check). */

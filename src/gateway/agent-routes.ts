@@ -188,8 +188,8 @@ async function rewardResponse(
       'scoring a sample with the reward functions',
     );
   const [promptText, responseText] = await Promise.all([
-    gateway.tokenizing.decode(sample.prompt_ids),
-    gateway.tokenizing.decode(sample.response_ids),
+    gateway.tokenizing.decode(sample.prompt_ids, gateway.sampleModel()),
+    gateway.tokenizing.decode(sample.response_ids, gateway.sampleModel()),
   ]);
   const score = await scoreSample(
     rewards.config,

@@ -183,8 +183,13 @@ export class StepRecorder {
                   continueFinalMessage: request.continue_final_message === true,
                 },
                 captured,
+                routed.engine.model,
               )
-            : await this.options.tokenizing.retokenizeText(promptText(request.prompt), captured);
+            : await this.options.tokenizing.retokenizeText(
+                promptText(request.prompt),
+                captured,
+                routed.engine.model,
+              );
         promptIds = rebuilt.promptIds;
         responseIds = rebuilt.responseIds;
         logprobs = null;
@@ -199,6 +204,12 @@ export class StepRecorder {
     for (const field of SAMPLING_FIELDS)
       if (request[field] !== undefined) metadata[field] = request[field] as never;
     if (captured.model) metadata.served_model = captured.model;
+    // Which model's tokens these are, for every feature that reads them later (text/model-ref.ts).
+    const adapter = routed.engine.adapter;
+    if (adapter) {
+      metadata.model_family = adapter.family;
+      metadata.model_name = adapter.model;
+    }
     if (captured.reasoning !== null) metadata.reasoning = captured.reasoning;
     if (captured.idsIncomplete) metadata.ids_incomplete = true;
     if (ctx.metadata) Object.assign(metadata, ctx.metadata);
@@ -221,6 +232,7 @@ export class StepRecorder {
         },
         session.hint,
         session.hintMode,
+        routed.engine.model,
       );
       trainingPromptIds = view.ids;
       if (view.problem !== null) metadata.training_prompt_unavailable = view.problem;

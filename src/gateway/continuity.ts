@@ -2,7 +2,14 @@ import { randomBytes } from 'node:crypto';
 import type { JsonObject, NewStep } from '../domain/index.js';
 import { CompletionCapture } from '../engines/capture.js';
 import type { Engine } from '../engines/router.js';
-import { formatSseEvent, parseToolCalls, randomToolCallId, SSE_DONE } from '../text/index.js';
+import {
+  formatSseEvent,
+  type ParsedCompletion,
+  parseToolCalls,
+  randomToolCallId,
+  SSE_DONE,
+} from '../text/index.js';
+import type { ModelRef } from '../text/model-ref.js';
 import { type Answer, JSON_HEADERS } from './answer.js';
 import { isObject } from './call-request.js';
 import type { CallContext } from './capture.js';
@@ -22,8 +29,20 @@ export type { ContinuityBase, FallbackReason };
 /** Engines that take a token-id prompt on `/v1/completions` and answer its ids. */
 const CONTINUITY_ENGINES = new Set(['vllm', 'sim']);
 
-/** The one chat template the gateway renders is Qwen3's (src/text); other models take the chat path. */
-export const rendersTemplateOf = (model: string | null): boolean => model !== null && /qwen3/i.test(model);
+/**
+ * Without a model folder the gateway's template is the built-in Qwen3's: only a served model that
+ * says so is continued. With one, the folder's adapter renders (and refuses what its template cannot).
+ */
+export const rendersTemplateOf = (base: Pick<ContinuityBase, 'servedModel' | 'model'>): boolean =>
+  base.model !== null || (base.servedModel !== null && /qwen3/i.test(base.servedModel));
+
+/** Whether an engine serves the model a base was produced by (its ids mean the same tokens there). */
+export const sameModel = (engine: Pick<Engine, 'model'>, base: Pick<ContinuityBase, 'model'>): boolean =>
+  (engine.model ?? null) === null
+    ? base.model === null
+    : base.model !== null &&
+      engine.model!.dir === base.model.dir &&
+      engine.model!.family === base.model.family;
 
 /** The base a stored step leaves, or why it leaves none. */
 export function baseOfStep(
@@ -38,6 +57,7 @@ export function baseOfStep(
     | 'toolCalls'
     | 'metadata'
   >,
+  model: ModelRef | null = null,
 ): ContinuityBase | FallbackReason {
   if (step.tokenSource !== 'engine') return 'no_exact_ids';
   if (step.messages === null) return 'first_step';
@@ -57,6 +77,7 @@ export function baseOfStep(
     promptIds: Array.from(step.promptIds),
     responseIds: Array.from(step.responseIds),
     servedModel: typeof served === 'string' ? served : null,
+    model,
   };
 }
 
@@ -128,7 +149,7 @@ export function planContinuation(
     (typeof topLogprobs === 'number' && topLogprobs > 0)
   )
     return 'options';
-  if (!rendersTemplateOf(base.servedModel)) return 'template_unknown';
+  if (!rendersTemplateOf(base)) return 'template_unknown';
   const messages = request.messages as unknown[];
   const known = base.messages.length;
   if (messages.length <= known + 1) return 'history_rewritten';
@@ -184,6 +205,9 @@ export function completionsBody(
     max_tokens: request.max_completion_tokens ?? request.max_tokens ?? room,
     return_token_ids: true,
     logprobs: 0,
+    // A family's markers may be special tokens (harmony's channels, Llama's <|python_tag|>): the
+    // parser needs them in the text, as vLLM's chat path reads them from the ids.
+    skip_special_tokens: false,
   };
   for (const field of SAMPLING) if (request[field] !== undefined) body[field] = request[field];
   return JSON.stringify(body);
@@ -193,10 +217,13 @@ export function completionsBody(
 function chatAnswerOf(
   answer: Record<string, unknown>,
   request: Record<string, unknown>,
-): { body: Record<string, unknown>; parsed: ReturnType<typeof parseToolCalls>; finish: string | null } {
+  engine: Engine,
+): { body: Record<string, unknown>; parsed: ParsedCompletion; finish: string | null } {
   const choice = (answer.choices as unknown[])[0] as Record<string, unknown>;
   const text = typeof choice.text === 'string' ? choice.text : '';
-  const parsed = parseToolCalls(text, { newToolCallId: randomToolCallId });
+  // The engine's model's parser: the one vLLM's chat path would run on this text.
+  const parse = engine.adapter ? engine.adapter.parse : parseToolCalls;
+  const parsed = parse(text, { newToolCallId: randomToolCallId });
   const engineFinish = typeof choice.finish_reason === 'string' ? choice.finish_reason : null;
   // vLLM's chat answers `tool_calls` for a turn that called tools and stopped on its own.
   const finish = parsed.toolCalls.length > 0 && engineFinish === 'stop' ? 'tool_calls' : engineFinish;
@@ -320,7 +347,7 @@ export async function forwardContinued(ctx: CallContext, f: Forwarding): Promise
       });
       return { status: 499, headers: {}, body: null };
     }
-    const chat = chatAnswerOf(answer, ctx.request);
+    const chat = chatAnswerOf(answer, ctx.request, routed.engine);
     const capture = new CompletionCapture();
     capture.addCompletion(answer);
     const captured = {

@@ -1,6 +1,7 @@
 import { CompletionCapture } from '../engines/capture.js';
 import { UpstreamError } from '../engines/upstream.js';
 import type { CaptureTokenizer } from '../http/capture-tokenizer.js';
+import type { CompletionParts } from '../text/adapter-text.js';
 import { renderCompletion, type ToolCall } from '../text/tool-calls.js';
 import { type Answer, JSON_HEADERS } from './answer.js';
 import { isObject } from './call-request.js';
@@ -100,8 +101,15 @@ export async function forwardWhole(ctx: CallContext, f: Forwarding): Promise<Ans
     if (ctx.session.rawToolCalls && ctx.kind === 'chat') {
       // The text of the ids the step holds, as generated; rebuilt ids are no record of spacing.
       const generated =
-        step.tokenSource === 'engine' ? await f.tokenizing.decodeGenerated(step.responseIds) : null;
-      raw = rawToolCallAnswer(answer, generated);
+        step.tokenSource === 'engine'
+          ? await f.tokenizing.decodeGenerated(step.responseIds, routed.engine.model)
+          : null;
+      const adapter = routed.engine.adapter;
+      raw = rawToolCallAnswer(
+        answer,
+        generated,
+        adapter ? (parts) => adapter.completion(parts).text : undefined,
+      );
     }
     return { status: 200, headers: JSON_HEADERS, body: raw ?? bytes };
   } finally {
@@ -122,10 +130,15 @@ function completionOf(bytes: Buffer): Record<string, unknown> | null {
 
 /**
  * Claw-R1's form of a chat answer: the text in `content`, no `tool_calls`, `stop` for `tool_calls`.
- * The text is `generated` (the decoded ids), else rendered from the parsed parts as Qwen3's template.
- * Null with no tool call or reasoning to fold in, or (without `generated`) a call it cannot render.
+ * The text is `generated` (the decoded ids), else rendered from the parsed parts in the engine's
+ * model's format (`render`; Qwen3's when the engine names no folder). Null with no tool call or
+ * reasoning to fold in, or (without `generated`) a call it cannot render.
  */
-export function rawToolCallAnswer(answer: Record<string, unknown>, generated: string | null): string | null {
+export function rawToolCallAnswer(
+  answer: Record<string, unknown>,
+  generated: string | null,
+  render: (parts: CompletionParts) => string = renderCompletion,
+): string | null {
   const choices = answer.choices as Record<string, unknown>[];
   let changed = false;
   const out = choices.map((choice) => {
@@ -138,7 +151,7 @@ export function rawToolCallAnswer(answer: Record<string, unknown>, generated: st
     try {
       text =
         generated ??
-        renderCompletion({
+        render({
           content: typeof message.content === 'string' ? message.content : null,
           ...(typeof reasoning === 'string' ? { reasoning } : {}),
           toolCalls: calls,

@@ -13,18 +13,21 @@ import { type CaptureTokenizer, inThreadTokenizer } from '../http/capture-tokeni
 import { offThreadTokenizer } from '../http/offload.js';
 import type { DataPool } from '../pool/data-pool.js';
 import type { ChatTokenizer } from '../text/index.js';
+import type { ModelRef } from '../text/model-ref.js';
 import { type Answer, JSON_HEADERS } from './answer.js';
 import { type CallKind, checkCallRequest, upstreamText } from './call-request.js';
 import type { CallOrigin, CallTracer } from './call-trace.js';
 import { type CallContext, StepRecorder } from './capture.js';
 import {
   baseOfStep,
+  type ContinuityBase,
   ContinuityCounters,
   completionsBody,
   continuesOn,
   type FallbackReason,
   forwardContinued,
   planContinuation,
+  sameModel,
 } from './continuity.js';
 import { restoreEchoedCalls } from './echoed-calls.js';
 import { type Forwarding, forwardError, forwardWhole } from './forward.js';
@@ -293,12 +296,32 @@ export class Gateway {
       const step = await this.pool.getStep(id, trajectory.nSteps - 1);
       if (step)
         last = { index: step.index, calls: callsOf(step.toolCalls), answered: step.toolResults !== null };
-      if (step && this.tokenContinuity) base = baseOfStep(step);
+      if (step && this.tokenContinuity) base = baseOfStep(step, this.modelOfEngine(step.engineId));
     }
     const session = newSession(trajectory, trajectory.nSteps, last, await this.rawToolCalls(trajectory));
     session.continuity = base;
     this.sessions.set(id, session);
     return session;
+  }
+
+  /**
+   * The model a bare sample of ids (`/compute_reward`) belongs to: the engines' one model folder
+   * (null: none configured, the built-in Qwen3). Engines of different models leave it unknown.
+   */
+  sampleModel(): ModelRef | null {
+    const models = (this.router?.engineList() ?? []).map((e) => e.model ?? null);
+    const first = models[0] ?? null;
+    if (models.some((m) => m?.dir !== first?.dir || m?.family !== first?.family))
+      throw new ValidationError(
+        'prompt_ids: the engines serve models of different tokenizers, so ids alone do not say which to decode them with; score the trajectory instead',
+        'prompt_ids',
+      );
+    return first;
+  }
+
+  /** The model folder of a configured engine (null: none, or an engine this process does not know). */
+  private modelOfEngine(engineId: string | null): ModelRef | null {
+    return (engineId !== null && this.router?.engine(engineId)?.model) || null;
   }
 
   private evictIdle(): void {
@@ -409,25 +432,8 @@ export class Gateway {
         'stream',
       );
     // Token continuity: the prompt as the previous ids + the new turns', when this call continues them.
-    let continuation: number[] | null = null;
-    let outcome: 'continued' | FallbackReason | null = null;
-    if (this.tokenContinuity && kind === 'chat') {
-      const plan = planContinuation(session, session.continuity, request);
-      if (typeof plan === 'string') outcome = plan;
-      else {
-        try {
-          continuation = await this.tokenizing.continuationIds({
-            messages: request.messages as never,
-            tools: (request.tools as never) ?? null,
-            ...(plan.enableThinking !== undefined ? { enableThinking: plan.enableThinking } : {}),
-            promptIds: plan.base.promptIds,
-            responseIds: plan.base.responseIds,
-          });
-        } catch {
-          outcome = 'template_unknown';
-        }
-      }
-    }
+    const { ids: continuation, outcome: planned, base } = await this.continuationOf(session, kind, request);
+    let outcome = planned;
     const { take: attachments, drop: dropResults } = this.recorder.toolResultsOf(session, kind, request);
     await this.gate.enter();
     session.inFlight++;
@@ -459,7 +465,9 @@ export class Gateway {
           session.id,
           'POST',
           (engine) => {
-            continued = continuation !== null && continuesOn(engine);
+            // The ids are the base's model's: only an engine serving that model can continue them.
+            continued =
+              continuation !== null && continuesOn(engine) && base !== null && sameModel(engine, base);
             return continued ? '/v1/completions' : path;
           },
           null,
@@ -495,7 +503,7 @@ export class Gateway {
         ...(this.tokenContinuity
           ? {
               onStored: (step) => {
-                session.continuity = baseOfStep(step);
+                session.continuity = baseOfStep(step, routed.engine.model ?? null);
               },
             }
           : {}),
@@ -508,6 +516,40 @@ export class Gateway {
       finish();
       dropResults();
       throw error;
+    }
+  }
+
+  /**
+   * Token continuity: the prompt as the previous ids + the new turns' (rendered by the base's model's
+   * adapter), when this call continues them; else why not.
+   */
+  private async continuationOf(
+    session: Session,
+    kind: CallKind,
+    request: Record<string, unknown>,
+  ): Promise<{
+    ids: number[] | null;
+    outcome: 'continued' | FallbackReason | null;
+    base: ContinuityBase | null;
+  }> {
+    if (!this.tokenContinuity || kind !== 'chat') return { ids: null, outcome: null, base: null };
+    const plan = planContinuation(session, session.continuity, request);
+    if (typeof plan === 'string') return { ids: null, outcome: plan, base: null };
+    try {
+      const ids = await this.tokenizing.continuationIds(
+        {
+          messages: request.messages as never,
+          tools: (request.tools as never) ?? null,
+          ...(plan.enableThinking !== undefined ? { enableThinking: plan.enableThinking } : {}),
+          promptIds: plan.base.promptIds,
+          responseIds: plan.base.responseIds,
+        },
+        plan.base.model,
+      );
+      return { ids, outcome: null, base: plan.base };
+    } catch {
+      // The model's template has no such shape (its adapter refused it, naming the model).
+      return { ids: null, outcome: 'template_unknown', base: null };
     }
   }
 

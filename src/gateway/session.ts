@@ -1,5 +1,6 @@
 import type { InjectionMode } from '../curation/actguide/hint.js';
 import type { Trajectory } from '../domain/index.js';
+import type { ModelRef } from '../text/model-ref.js';
 import { isObject } from './call-request.js';
 import type { AnsweredCall } from './tool-results.js';
 
@@ -61,6 +62,8 @@ export interface ContinuityBase {
   promptIds: readonly number[];
   responseIds: readonly number[];
   servedModel: string | null;
+  /** The model folder of the engine that produced it (null: none configured, the built-in Qwen3). */
+  model: ModelRef | null;
 }
 
 /** What the gateway remembers about an open trajectory between calls. */

@@ -12,12 +12,12 @@ export const offload = new WorkerRpc<typeof offloadHandlers>(
   'gateway offload',
 );
 
-/** Qwen3's tokenizer on the offload thread. */
+/** The models' tokenizers on the offload thread: Qwen3's built in, a folder's by its ref. */
 export const offThreadTokenizer: CaptureTokenizer = {
-  retokenizeChat: (input, captured) => offload.call('retokenizeChat', input, captured),
-  retokenizeText: (prompt, captured) => offload.call('retokenizeText', prompt, captured),
-  trainingPromptOf: (step, hint, mode) => offload.call('trainingPromptOf', step, hint, mode),
-  decode: (ids) => offload.call('decode', ids),
-  decodeGenerated: (ids) => offload.call('decodeGenerated', ids),
-  continuationIds: (input) => offload.call('continuationIds', input),
+  retokenizeChat: (input, captured, model) => offload.call('retokenizeChat', input, captured, model),
+  retokenizeText: (prompt, captured, model) => offload.call('retokenizeText', prompt, captured, model),
+  trainingPromptOf: (step, hint, mode, model) => offload.call('trainingPromptOf', step, hint, mode, model),
+  decode: (ids, model) => offload.call('decode', ids, model),
+  decodeGenerated: (ids, model) => offload.call('decodeGenerated', ids, model),
+  continuationIds: (input, model) => offload.call('continuationIds', input, model),
 };

@@ -1,11 +1,20 @@
 import { StepwiseError } from '../domain/errors.js';
 import {
+  type CompletionParts,
+  type ContinuationParts,
+  completionFromTemplate,
+  continuationFromTemplate,
+  continuationIdsFromText,
+  TemplateShapeError,
+} from './adapter-text.js';
+import {
   type RenderChatInput,
   renderChat,
   type TemplateStyle,
   templateContext,
   tokenizeChat,
 } from './chat-template.js';
+import { continuationText } from './continuation.js';
 import { createFolderTokenizer, loadModelFolder, type ModelFolder } from './model-folder.js';
 import { DEEPSEEK_CALLS_BEGIN, parseDeepSeekV3ToolCalls } from './parsers/deepseek-v3.js';
 import { parseHarmonyCompletion } from './parsers/harmony.js';
@@ -13,7 +22,12 @@ import { LLAMA_PYTHON_TAG, parseLlama3JsonToolCalls } from './parsers/llama3-jso
 import { MISTRAL_ARGS, MISTRAL_TOOL_CALLS, parseMistralToolCalls } from './parsers/mistral.js';
 import { parsePythonicToolCalls } from './parsers/pythonic.js';
 import { type ChatTokenizer, loadQwen3Tokenizer } from './tokenizer.js';
-import { type ParsedCompletion, type ParseToolCallsOptions, parseToolCalls } from './tool-calls.js';
+import {
+  type ParsedCompletion,
+  type ParseToolCallsOptions,
+  parseToolCalls,
+  renderCompletion,
+} from './tool-calls.js';
 
 /*
  * A model family is data (its folder: tokenizer files and chat template) plus one adapter, chosen by
@@ -61,6 +75,18 @@ export interface ModelAdapter {
   tokenize(input: RenderChatInput): number[];
   /** A completion's text split into content, reasoning and tool calls, as vLLM's parser does. */
   parse(text: string, options: ParseToolCallsOptions): ParsedCompletion;
+  /**
+   * The text a model of this family writes for an assistant turn (the inverse of `parse`), without
+   * the end-of-turn token it stops on, and that token.
+   */
+  completion(parts: CompletionParts): { text: string; end: string };
+  /**
+   * Token continuity: `promptIds + responseIds` extended by the turns after the last assistant turn,
+   * as the template renders them (text/adapter-text.ts).
+   */
+  continuationIds(
+    input: ContinuationParts & { promptIds: readonly number[]; responseIds: readonly number[] },
+  ): number[];
 }
 
 /** The per-family part of an adapter: everything but the tokenizer. */
@@ -77,6 +103,12 @@ interface FamilySpec {
   ) => (text: string, options: ParseToolCallsOptions) => ParsedCompletion;
   /** The model has no tool tokens: tools exist only if the folder's template writes them into the prompt. */
   toolsOnlyFromTemplate?: boolean;
+  /** The completion text for a turn, where the template's own rendering of it is not what the model writes. */
+  completion?: (parts: CompletionParts) => string;
+  /** ChatML turns: the turns after an assistant turn are found by their markers (text/continuation.ts). */
+  chatmlTurns?: boolean;
+  /** Turn closes the template renders that the model writes as another token. */
+  generatedEnds?: Readonly<Record<string, string>>;
 }
 
 /** The families, by name: one entry each, as vLLM registers its parsers. */
@@ -88,6 +120,9 @@ const FAMILIES: Readonly<Record<Exclude<ModelFamily, 'unknown'>, FamilySpec | nu
     thinking: { open: '<think>', close: '</think>' },
     style: {},
     parse: parseToolCalls,
+    // Qwen3's template gives the last turn an empty think block the model does not write.
+    completion: renderCompletion,
+    chatmlTurns: true,
   },
   llama3: {
     toolParser: 'llama3_json',
@@ -105,6 +140,8 @@ const FAMILIES: Readonly<Record<Exclude<ModelFamily, 'unknown'>, FamilySpec | nu
     // Arguments stay the string the model wrote, so a rendered call is the tokens it produced.
     style: { argumentsAs: 'string' },
     parse: parseHarmonyCompletion,
+    // Harmony: a final message ends `<|return|>` as generated, `<|end|>` in the history.
+    generatedEnds: { '<|end|>': '<|return|>' },
   },
   deepseek_v3: {
     toolParser: 'deepseek_v3',
@@ -238,7 +275,43 @@ function buildAdapter(
       return tokenizeChat(input, tok(), style);
     },
     parse: (text, options) => (spec?.parse ? spec.parse(text, options) : refuse('tool-call parsing')),
+    completion(parts) {
+      if (!spec?.parse) return refuse('writing completions');
+      if (spec.completion) return { text: spec.completion(parts), end: spec.endOfTurnTokens[0]! };
+      return shaped('writing completions', () => completionFromTemplate(access(), parts));
+    },
+    continuationIds(input) {
+      return shaped('token continuity', () => {
+        const text = spec?.chatmlTurns
+          ? { text: continuationText(input, tok()), close: spec.endOfTurnTokens[0]! }
+          : continuationFromTemplate(access(), input);
+        return continuationIdsFromText(
+          tok(),
+          spec?.endOfTurnTokens ?? [],
+          text,
+          input.promptIds,
+          input.responseIds,
+        );
+      });
+    },
   };
+  function access() {
+    return {
+      render: (input: RenderChatInput) => renderChat(input, tok(), style),
+      tokenizer: tok(),
+      endOfTurnTokens: spec?.endOfTurnTokens ?? [],
+      ...(spec?.generatedEnds ? { generatedEnds: spec.generatedEnds } : {}),
+    };
+  }
+  /** A template without the shape a feature needs refuses it, naming the model and why. */
+  function shaped<T>(feature: string, run: () => T): T {
+    try {
+      return run();
+    } catch (error) {
+      if (error instanceof TemplateShapeError) return refuse(`${feature}: ${error.message}`);
+      throw error;
+    }
+  }
 }
 
 export interface ModelAdapterOptions {

@@ -4,8 +4,16 @@ import {
   type ChatMessageInput,
   type ChatTokenizer,
   loadQwen3Tokenizer,
+  type RenderChatInput,
   tokenizeChat,
 } from '../../text/index.js';
+
+/** What renders a step's prompts: a model adapter (its family's template), or a bare Qwen3-style tokenizer. */
+export type PromptRenderer = ChatTokenizer | { tokenize(input: RenderChatInput): number[] };
+
+const tokenizeWith = (renderer: PromptRenderer, input: RenderChatInput): number[] =>
+  'tokenize' in renderer ? renderer.tokenize(input) : tokenizeChat(input, renderer);
+
 import { assistantPrefix, EMPTY_HINT, type InjectionMode, stripHint } from './hint.js';
 
 // A guided step's two prompts: the behaviour prompt (with the hint, what the engine saw) and the training
@@ -107,22 +115,19 @@ function enableThinking(metadata: GuidedStep['metadata']): boolean | undefined {
 export function promptViews(
   step: GuidedStep,
   hint: string,
-  tokenizer: ChatTokenizer = loadQwen3Tokenizer(),
+  tokenizer: PromptRenderer = loadQwen3Tokenizer(),
   mode: InjectionMode = 'user_prompt',
 ): StepPromptViews {
   const training = messagesWithoutHint(step, hint, mode);
   const thinking = enableThinking(step.metadata);
   const render = (messages: readonly ChatMessageInput[], continueFinal: boolean) =>
-    tokenizeChat(
-      {
-        messages,
-        tools: (step.tools as never) ?? null,
-        addGenerationPrompt: !continueFinal,
-        continueFinalMessage: continueFinal,
-        ...(thinking !== undefined ? { enableThinking: thinking } : {}),
-      },
-      tokenizer,
-    );
+    tokenizeWith(tokenizer, {
+      messages,
+      tools: (step.tools as never) ?? null,
+      addGenerationPrompt: !continueFinal,
+      continueFinalMessage: continueFinal,
+      ...(thinking !== undefined ? { enableThinking: thinking } : {}),
+    });
   // The engine continued the open prefix (metadata `continue_final_message`); the training view, the
   // prefix gone, opens the assistant's turn as an unguided rollout's prompt does.
   const behaviour = render(
@@ -146,7 +151,7 @@ export function promptViews(
 export function trainingPromptOf(
   step: GuidedStep,
   hint: string,
-  tokenizer: ChatTokenizer = loadQwen3Tokenizer(),
+  tokenizer: PromptRenderer = loadQwen3Tokenizer(),
   mode: InjectionMode = 'user_prompt',
 ): { ids: number[]; problem: null } | { ids: null; problem: string } {
   let views: StepPromptViews;

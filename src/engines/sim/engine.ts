@@ -1,4 +1,5 @@
 import { ValidationError } from '../../domain/errors.js';
+import type { CompletionParts } from '../../text/adapter-text.js';
 import {
   type ChatMessageInput,
   type ChatTokenizer,
@@ -10,6 +11,7 @@ import {
   renderCompletion,
   type ToolCall,
 } from '../../text/index.js';
+import type { ModelAdapter } from '../../text/model-adapter.js';
 import { hashSeed, randomInt, seededRandom } from '../../util/random.js';
 import {
   type ResponseFormatInput,
@@ -19,7 +21,13 @@ import {
   structuredAnswer,
   type ToolChoiceInput,
 } from './controls.js';
-import { assistantTurns, assistantTurnsInPrompt, type Policy, type PolicyOutput } from './policies.js';
+import {
+  assistantTurns,
+  assistantTurnsInPrompt,
+  type PastToolCall,
+  type Policy,
+  type PolicyOutput,
+} from './policies.js';
 
 // The wire format follows vLLM's OpenAI-compatible server (checked against its protocol models): ids, EOS,
 // stop strings, streamed chunks, null fields: docs/engines.md#the-built-in-sim
@@ -87,6 +95,8 @@ export interface SimGeneration {
   finishReason: 'stop' | 'length';
   /** The stop string that ended the text, if one did. */
   stopReason: string | null;
+  /** The end-of-turn token a completion stops on (the family's; `<|im_end|>` when absent). */
+  endTokenId?: number;
   usage: SimUsage;
   seed: number;
 }
@@ -97,6 +107,8 @@ export interface SimResult extends SimGeneration {
   content: string | null;
   reasoning?: string;
   toolCalls: ToolCall[];
+  /** Where a reasoning block ends and a tool call starts in `text`, in this family's format. */
+  markers?: { thinkClose: string; toolCallOpen: string };
   /** What the request asked for that shapes the wire format. */
   options: { logprobs: boolean; topLogprobs: number; includeUsage: boolean; returnTokenIds: boolean };
 }
@@ -110,6 +122,11 @@ export interface SimTextResult extends SimGeneration {
 export interface SimEngineOptions {
   policy: Policy;
   tokenizer?: ChatTokenizer;
+  /**
+   * The model family the sim speaks (a model folder's adapter): its template renders prompts, its
+   * format writes completions, its parser splits them. Without one, Qwen3 over `tokenizer`.
+   */
+  adapter?: ModelAdapter;
   /** Requests without a seed get one derived from this and a request counter (default 0). */
   seed?: number;
   /** Upper bound of a completion when the request sets none (default 4096). */
@@ -137,6 +154,7 @@ function sampledLogprob(seed: number, index: number, tokenId: number): number {
 /** What `generate` makes of a policy's raw text: the part both endpoints share. */
 interface Generated {
   tokenIds: number[];
+  endTokenId: number;
   text: string;
   logprobs: number[];
   finishReason: 'stop' | 'length';
@@ -146,6 +164,7 @@ interface Generated {
 /** The simulated engine: a policy decides what to say; the Qwen3 tokenizer makes it ids. */
 export class SimEngine {
   readonly tokenizer: ChatTokenizer;
+  private readonly adapter: ModelAdapter | null;
   private readonly policy: Policy;
   private readonly seed: number;
   private readonly defaultMaxTokens: number;
@@ -154,7 +173,8 @@ export class SimEngine {
 
   constructor(options: SimEngineOptions) {
     this.policy = options.policy;
-    this.tokenizer = options.tokenizer ?? loadQwen3Tokenizer();
+    this.adapter = options.adapter ?? null;
+    this.tokenizer = options.adapter?.tokenizer ?? options.tokenizer ?? loadQwen3Tokenizer();
     this.seed = options.seed ?? 0;
     this.defaultMaxTokens = options.defaultMaxTokens ?? 4096;
   }
@@ -162,17 +182,69 @@ export class SimEngine {
   /** The Qwen3 prompt for a request: what `prompt_token_ids` encode. */
   renderPrompt(request: SimChatRequest): string {
     const enableThinking = request.chat_template_kwargs?.enable_thinking;
-    return renderChat(
-      {
-        messages: request.messages,
-        tools: request.tools ?? null,
-        // vLLM's defaults: open a new assistant turn unless the last message is to be continued.
-        addGenerationPrompt: request.add_generation_prompt ?? true,
-        continueFinalMessage: request.continue_final_message ?? false,
-        ...(enableThinking !== undefined ? { enableThinking } : {}),
-      },
-      this.tokenizer,
+    const input = {
+      messages: request.messages,
+      tools: request.tools ?? null,
+      // vLLM's defaults: open a new assistant turn unless the last message is to be continued.
+      addGenerationPrompt: request.add_generation_prompt ?? true,
+      continueFinalMessage: request.continue_final_message ?? false,
+      ...(enableThinking !== undefined ? { enableThinking } : {}),
+    };
+    return this.adapter ? this.adapter.render(input) : renderChat(input, this.tokenizer);
+  }
+
+  /** Where alternatives for top logprobs are drawn from: ordinary tokens of this vocabulary. */
+  private get vocabSize(): number {
+    return this.adapter ? SHARED_VOCAB_SIZE : VOCAB_SIZE;
+  }
+
+  /** The completion text this family writes for a turn, and the token it stops on. */
+  private completion(parts: CompletionParts): { text: string; end: string } {
+    return this.adapter
+      ? this.adapter.completion(parts)
+      : { text: renderCompletion(parts), end: '<|im_end|>' };
+  }
+
+  /** A completion split as vLLM's parser of this family does. */
+  private parse(text: string, toolChoice: SimToolChoice, seed: number): ParsedCompletion {
+    return parseCompletion(
+      text,
+      toolChoice,
+      seed,
+      this.adapter ? this.adapter.parse : parseToolCalls,
+      this.adapter?.thinking?.close ?? '</think>',
     );
+  }
+
+  /**
+   * The completed assistant turns of a raw prompt and their calls: ChatML's by its markers, another
+   * family's by its generation prompt, a turn running to the first end-of-turn token after it.
+   */
+  private promptTurns(prompt: string): { turn: number; pastCalls?: PastToolCall[][] } {
+    const adapter = this.adapter;
+    if (!adapter) return { turn: assistantTurnsInPrompt(prompt) };
+    const opening = { role: 'user' as const, content: '.' };
+    const open = adapter.render({ messages: [opening], addGenerationPrompt: true });
+    const closed = adapter.render({ messages: [opening], addGenerationPrompt: false });
+    const marker = open.startsWith(closed) ? open.slice(closed.length) : '';
+    if (marker === '') return { turn: 0, pastCalls: [] };
+    const ends = adapter.endOfTurnTokens;
+    const pastCalls: PastToolCall[][] = [];
+    let pending = '';
+    for (const piece of prompt.split(marker).slice(1)) {
+      const at = Math.min(...ends.map((e) => piece.indexOf(e)).filter((i) => i >= 0));
+      // A piece with no end is part of the turn the next piece ends (gpt-oss: analysis, then a call).
+      if (!Number.isFinite(at)) {
+        pending += piece + marker;
+        continue;
+      }
+      const calls = adapter.parse(pending + piece.slice(0, at), { newToolCallId: () => '' }).toolCalls;
+      pastCalls.push(
+        calls.map((c) => ({ name: c.function.name, arguments: jsonOrText(c.function.arguments) })),
+      );
+      pending = '';
+    }
+    return { turn: pastCalls.length, pastCalls };
   }
 
   complete(request: SimChatRequest): SimResult {
@@ -201,12 +273,12 @@ export class SimEngine {
       toolChoice,
     });
     const gen = this.generate(
-      rawCompletion(output, toolChoice, format),
+      this.completion(completionParts(output, toolChoice, format)),
       stopList(request.stop),
       maxTokens,
       seed,
     );
-    const parsed = parseCompletion(gen.text, toolChoice, seed);
+    const parsed = this.parse(gen.text, toolChoice, seed);
 
     const result: SimResult = {
       promptTokenIds,
@@ -214,6 +286,14 @@ export class SimEngine {
       content: parsed.content,
       ...(parsed.reasoning !== undefined ? { reasoning: parsed.reasoning } : {}),
       toolCalls: parsed.toolCalls,
+      ...(this.adapter
+        ? {
+            markers: {
+              thinkClose: this.adapter.thinking?.close ?? '</think>',
+              toolCallOpen: this.adapter.toolCallOpen ?? '<tool_call>',
+            },
+          }
+        : {}),
       usage: usageOf(promptTokenIds, gen.tokenIds),
       seed,
       options: {
@@ -225,7 +305,7 @@ export class SimEngine {
     };
     if (topLogprobs > 0) {
       result.topLogprobs = gen.tokenIds.map((id, i) =>
-        alternatives(seed, i, id, gen.logprobs[i]!, topLogprobs),
+        alternatives(seed, i, id, gen.logprobs[i]!, topLogprobs, undefined, this.vocabSize),
       );
     }
     return result;
@@ -259,10 +339,15 @@ export class SimEngine {
       prompt,
       seed,
       seedDerived: request.seed == null,
-      turn: assistantTurnsInPrompt(prompt),
+      ...this.promptTurns(prompt),
       random: seededRandom('policy', seed),
     });
-    const gen = this.generate(rawCompletion(output, 'auto', format), stopList(request.stop), maxTokens, seed);
+    const gen = this.generate(
+      this.completion(completionParts(output, 'auto', format)),
+      stopList(request.stop),
+      maxTokens,
+      seed,
+    );
     const result: SimTextResult = {
       promptTokenIds,
       ...gen,
@@ -279,7 +364,7 @@ export class SimEngine {
       // distinct as decoded strings because the wire format keys them by their text.
       const seen = (id: number) => tok.decode([id]);
       result.topLogprobs = gen.tokenIds.map((id, i) =>
-        alternatives(seed, i, id, gen.logprobs[i]!, Math.max(logprobs, 1), seen),
+        alternatives(seed, i, id, gen.logprobs[i]!, Math.max(logprobs, 1), seen, this.vocabSize),
       );
     }
     return result;
@@ -335,10 +420,16 @@ export class SimEngine {
   }
 
   /** Text to ids: round-trip, stop strings, EOS, `max_tokens`, logprobs. Shared by both endpoints. */
-  private generate(raw: string, stops: readonly string[], maxTokens: number, seed: number): Generated {
+  private generate(
+    completion: { text: string; end: string },
+    stops: readonly string[],
+    maxTokens: number,
+    seed: number,
+  ): Generated {
     const tok = this.tokenizer;
-    const eos = tok.tokenId('<|im_end|>');
-    if (eos === undefined) throw new Error('tokenizer has no <|im_end|> token');
+    const raw = completion.text;
+    const eos = tok.tokenId(completion.end);
+    if (eos === undefined) throw new Error(`tokenizer has no ${completion.end} token`);
     // Round-trip through the tokenizer so text and ids agree exactly (it NFC-normalises).
     let text = tok.decode(tok.encode(raw, { addSpecialTokens: false }));
     let stopReason: string | null = null;
@@ -362,7 +453,7 @@ export class SimEngine {
     const ended = finishReason === 'stop' && cut === -1;
     text = tok.decode(ended ? tokenIds.slice(0, -1) : tokenIds);
     const logprobs = tokenIds.map((id, i) => sampledLogprob(seed, i, id));
-    return { tokenIds, text, logprobs, finishReason, stopReason };
+    return { tokenIds, endTokenId: eos, text, logprobs, finishReason, stopReason };
   }
 }
 
@@ -387,37 +478,51 @@ function usageOf(promptTokenIds: readonly number[], tokenIds: readonly number[])
  * dropped; with a JSON response_format its answer becomes JSON (`structuredAnswer`), and when it calls
  * tools the calls stand alone (no text), so content is always JSON or null.
  */
-function rawCompletion(
+function completionParts(
   output: PolicyOutput,
   toolChoice: SimToolChoice,
   format: ReturnType<typeof resolveResponseFormat>,
-): string {
+): CompletionParts {
   const calls = toolChoice === 'none' ? [] : (output.toolCalls ?? []);
   let content = output.text ?? null;
   if (format) content = calls.length > 0 ? null : structuredAnswer(format, output.text ?? '');
-  return renderCompletion({
+  return {
     content,
     ...(output.reasoning !== undefined ? { reasoning: output.reasoning } : {}),
     toolCalls: calls.map((c) => ({ function: { name: c.name, arguments: JSON.stringify(c.arguments) } })),
-  });
+  };
+}
+
+function jsonOrText(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return text;
+  }
 }
 
 /**
  * Splits a chat completion as vLLM's Qwen3 reasoning and hermes tool parsers do. With tool_choice
  * "none" vLLM runs no tool parser, so a `<tool_call>` block the text happens to contain stays content.
  */
-function parseCompletion(text: string, toolChoice: SimToolChoice, seed: number): ParsedCompletion {
+function parseCompletion(
+  text: string,
+  toolChoice: SimToolChoice,
+  seed: number,
+  parse: ModelAdapter['parse'],
+  thinkClose: string,
+): ParsedCompletion {
   const ids = seededRandom('tool-call-ids', seed);
   const hex = () =>
     Math.floor(ids() * 2 ** 32)
       .toString(16)
       .padStart(8, '0');
-  const parsed = parseToolCalls(text, { newToolCallId: () => `call_${hex()}${hex()}` });
+  const parsed = parse(text, { newToolCallId: () => `call_${hex()}${hex()}` });
   if (toolChoice !== 'none' || parsed.toolCalls.length === 0) return parsed;
   let rest = text;
   if (parsed.reasoning !== undefined) {
-    const close = text.indexOf('</think>');
-    rest = close === -1 ? '' : text.slice(close + '</think>'.length).replace(/^\n+/, '');
+    const close = text.indexOf(thinkClose);
+    rest = close === -1 ? '' : text.slice(close + thinkClose.length).replace(/^\n+/, '');
   }
   const content = rest === '' ? null : rest;
   return parsed.reasoning === undefined
@@ -426,6 +531,8 @@ function parseCompletion(text: string, toolChoice: SimToolChoice, seed: number):
 }
 
 const VOCAB_SIZE = 151_643; // Qwen3's ordinary (non-added) tokens
+/** Ids every other family's vocabulary holds as ordinary tokens (DeepSeek-V3's and Llama 3's start at 128000). */
+const SHARED_VOCAB_SIZE = 100_000;
 
 /**
  * The chosen token first, then lower-probability alternatives drawn from the ordinary vocabulary,
@@ -438,13 +545,14 @@ function alternatives(
   logprob: number,
   n: number,
   key: (id: number) => string | number = (id) => id,
+  vocabSize = VOCAB_SIZE,
 ): TopLogprob[] {
   const r = seededRandom('top-logprobs', seed, index);
   const out: TopLogprob[] = [{ tokenId, logprob }];
   const keys = new Set([key(tokenId)]);
   let lp = logprob;
   while (out.length < n) {
-    const id = randomInt(r, VOCAB_SIZE);
+    const id = randomInt(r, vocabSize);
     const k = key(id);
     if (keys.has(k)) continue;
     keys.add(k);

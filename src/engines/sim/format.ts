@@ -180,7 +180,7 @@ export function toChatCompletionChunks(
     created: meta.created,
     model: meta.model,
   };
-  const eos = tokenizer.tokenId('<|im_end|>');
+  const eos = result.endTokenId ?? tokenizer.tokenId('<|im_end|>');
   const ids = result.tokenIds;
   const endsWithEos = ids.length > 0 && ids[ids.length - 1] === eos && result.finishReason === 'stop';
   const bodyCount = endsWithEos ? ids.length - 1 : ids.length;
@@ -225,12 +225,16 @@ export function toChatCompletionChunks(
   // Character regions of the text: reasoning, content, tool calls.
   let contentStart = 0;
   if (result.reasoning !== undefined) {
-    const close = text.indexOf('</think>');
-    contentStart = close === -1 ? text.length : close + '</think>'.length;
+    const thinkClose = result.markers?.thinkClose ?? '</think>';
+    const close = text.indexOf(thinkClose);
+    contentStart = close === -1 ? text.length : close + thinkClose.length;
     while (text[contentStart] === '\n') contentStart++;
   }
   const content = result.content ?? '';
-  const firstCall = result.toolCalls.length > 0 ? text.indexOf('<tool_call>', contentStart) : -1;
+  const firstCall =
+    result.toolCalls.length > 0
+      ? text.indexOf(result.markers?.toolCallOpen ?? '<tool_call>', contentStart)
+      : -1;
   const contentEnd = firstCall === -1 ? text.length : firstCall;
 
   let i = 0;
@@ -411,7 +415,7 @@ export function toTextCompletionChunks(
   };
   const ids = result.tokenIds;
   const text = result.text;
-  const eos = tokenizer.tokenId('<|im_end|>');
+  const eos = result.endTokenId ?? tokenizer.tokenId('<|im_end|>');
   const endsWithEos = ids.length > 0 && ids[ids.length - 1] === eos && result.finishReason === 'stop';
   const bodyCount = endsWithEos ? ids.length - 1 : ids.length;
   const ends = stablePrefixLengths(tokenizer, ids.slice(0, bodyCount));

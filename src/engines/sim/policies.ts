@@ -35,6 +35,11 @@ export interface PolicyContext {
    * episode. The scripted policies do not count them: they read the calls made (`pastTurnCalls`).
    */
   turn: number;
+  /**
+   * The calls of each completed assistant turn of a raw `prompt`, when the engine read them with its
+   * family's parser (a prompt that is not ChatML); else they are read as ChatML here.
+   */
+  pastCalls?: PastToolCall[][];
   /** Seeded from `seed`; a policy must draw all its randomness from here. */
   random: Random;
 }
@@ -118,7 +123,9 @@ function parsedArguments(args: unknown): unknown {
  * turn that answered, or wrote a block no parser accepts): from `messages`, else from the turns of a
  * raw ChatML `prompt`, parsed as the hermes parser does. One entry per turn counted in `turn`.
  */
-export function pastTurnCalls(ctx: Pick<PolicyContext, 'messages' | 'prompt'>): PastToolCall[][] {
+export function pastTurnCalls(
+  ctx: Pick<PolicyContext, 'messages' | 'prompt' | 'pastCalls'>,
+): PastToolCall[][] {
   if (ctx.messages.length > 0) {
     return ctx.messages
       .filter((m) => m.role === 'assistant')
@@ -137,6 +144,7 @@ export function pastTurnCalls(ctx: Pick<PolicyContext, 'messages' | 'prompt'>): 
         }));
       });
   }
+  if (ctx.pastCalls) return ctx.pastCalls;
   if (ctx.prompt === undefined) return [];
   return [...ctx.prompt.matchAll(PROMPT_ASSISTANT_TURN)].map((m) =>
     parseToolCalls(m[1]!, { newToolCallId: () => '' }).toolCalls.map((c) => ({

@@ -67,16 +67,16 @@ function choosePolicy(options: SimServerOptions): Policy {
 }
 
 /**
- * The folder's tokenizer for the sim. The sim writes its completions in Qwen3's format (`<tool_call>`,
- * `<|im_end|>`), so a folder of another family is refused, naming the model, rather than spoken wrongly.
+ * The folder's adapter for the sim: it renders, writes and parses completions in the family's
+ * format. A family with no parser is refused, naming the model, rather than spoken as Qwen3.
  */
 function simAdapter(modelDir: string, family: string | undefined): ModelAdapter {
   const adapter = createModelAdapter(modelDir, family === undefined ? {} : { family });
-  if (adapter.family !== 'qwen3')
+  if (adapter.toolParser === null)
     throw new ModelFeatureError(
       adapter.model,
       adapter.family,
-      'the built-in sim (it writes Qwen3-format completions)',
+      'the built-in sim (no tool-call format for it)',
     );
   return adapter;
 }
@@ -101,7 +101,7 @@ export function buildSimApp(options: SimServerOptions = {}): { app: Hono; model:
   const engine = new SimEngine({
     policy: choosePolicy(options),
     seed: options.seed ?? 0,
-    ...(options.modelDir ? { tokenizer: simAdapter(options.modelDir, options.family).tokenizer } : {}),
+    ...(options.modelDir ? { adapter: simAdapter(options.modelDir, options.family) } : {}),
   });
   return { app: createSimApp({ engine, latency, model }), model };
 }

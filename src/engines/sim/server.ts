@@ -296,7 +296,7 @@ export function createSimApp(options: SimAppOptions): Hono {
       seed: (params?.sampling_seed as number | null | undefined) ?? null,
       stop: (params?.stop as string | string[] | null | undefined) ?? null,
     });
-    const eos = engine.tokenizer.tokenId('<|im_end|>');
+    const eos = result.endTokenId ?? engine.tokenizer.tokenId('<|im_end|>');
     const finish =
       result.finishReason === 'length'
         ? { type: 'length', length: result.tokenIds.length }
