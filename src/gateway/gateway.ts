@@ -42,6 +42,7 @@ import {
   type Session,
   settle,
 } from './session.js';
+import { templateMessages } from './wire/openai-chat.js';
 
 // The gateway's core, independent of HTTP. An answer ends only once its step is committed, and sessions
 // are a cache of the store, so another process continues a trajectory. docs/gateway.md#capture
@@ -386,22 +387,29 @@ export class Gateway {
     origin: CallOrigin | null = null,
   ): Promise<Answer> {
     const router = this.requireRouter();
-    const request = checkCallRequest(kind, body);
-    if (kind === 'chat' && session.prefixHint !== null) {
+    const chat = kind === 'chat' ? checkCallRequest('chat', body) : null;
+    const request = chat ?? checkCallRequest('text', body);
+    // Roles and legacy fields no chat template reads are rewritten into ones it does (and stored so).
+    const rendered = chat && templateMessages(chat.messages);
+    if (chat && rendered?.rewritten) {
+      chat.messages = [...rendered.messages];
+      raw = null;
+    }
+    if (chat && session.prefixHint !== null) {
       // The engine sees the hint as the assistant's opening (stored so: the behaviour prompt); the
       // training prompt is rebuilt without it at capture.
-      const prefixed = withAssistantPrefix(request.messages as { role: string }[], session.prefixHint);
-      request.messages = prefixed.messages;
+      const prefixed = withAssistantPrefix(chat.messages, session.prefixHint);
+      chat.messages = prefixed.messages;
       // The engine continues the prefix in the same turn (the paper's `continue_final_message`); later
       // calls carry it at the head of the first reply, a closed turn like any other.
       if (prefixed.continueFinal) {
-        request.continue_final_message = true;
-        request.add_generation_prompt = false;
+        chat.continue_final_message = true;
+        chat.add_generation_prompt = false;
       }
       raw = null;
     }
     // A call of ours echoed with its tool's defaults filled in goes back as generated (same tokens).
-    if (kind === 'chat' && restoreEchoedCalls(request, session.generatedCalls)) raw = null;
+    if (chat && restoreEchoedCalls(chat, session.generatedCalls)) raw = null;
     const stream = request.stream === true;
     if (stream && kind === 'chat' && session.rawToolCalls)
       throw new ValidationError(
@@ -411,14 +419,14 @@ export class Gateway {
     // Token continuity: the prompt as the previous ids + the new turns', when this call continues them.
     let continuation: number[] | null = null;
     let outcome: 'continued' | FallbackReason | null = null;
-    if (this.tokenContinuity && kind === 'chat') {
-      const plan = planContinuation(session, session.continuity, request);
+    if (this.tokenContinuity && chat) {
+      const plan = planContinuation(session, session.continuity, chat);
       if (typeof plan === 'string') outcome = plan;
       else {
         try {
           continuation = await this.tokenizing.continuationIds({
-            messages: request.messages as never,
-            tools: (request.tools as never) ?? null,
+            messages: templateMessages(chat.messages).messages,
+            tools: chat.tools ?? null,
             ...(plan.enableThinking !== undefined ? { enableThinking: plan.enableThinking } : {}),
             promptIds: plan.base.promptIds,
             responseIds: plan.base.responseIds,
