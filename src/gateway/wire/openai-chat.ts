@@ -162,7 +162,7 @@ export function templateMessages(messages: readonly ChatMessageParam[]): {
   rewritten: boolean;
 } {
   if (messages.every(isTemplateMessage)) return { messages, rewritten: false };
-  return { messages: messages.map((m, i) => templateMessage(messages, i)), rewritten: true };
+  return { messages: messages.map((_, i) => templateMessage(messages, i)), rewritten: true };
 }
 
 function templateMessage(messages: readonly ChatMessageParam[], i: number): TemplateMessage {
