@@ -108,7 +108,9 @@ export type ChatTool = z.infer<typeof ChatTool>;
 
 export const ChatCompletionRequest = z.looseObject({
   model: z.string('must be a string').nullish(),
-  messages: z.array(ChatMessageParam, 'must be an array of messages').min(1, 'must not be empty'),
+  messages: z
+    .array(ChatMessageParam, 'must be a non-empty array of messages')
+    .min(1, 'must be a non-empty array of messages'),
   tools: z.array(ChatTool, 'must be an array of tools').nullish(),
   tool_choice: ToolChoice.nullish(),
   parallel_tool_calls: boolean,
