@@ -1,6 +1,7 @@
 import { MAX_PROMPT_TOKENS, ValidationError } from '../domain/index.js';
 import type { Engine } from '../engines/router.js';
-import { checkSamplingOptions } from './sampling.js';
+import { type ChatCompletionRequest, parseChatRequest } from './wire/openai-chat.js';
+import { type CompletionRequest, parseCompletionRequest } from './wire/openai-completions.js';
 
 /*
  * An LLM call's request: checked just enough to forward and capture it (the engine checks the
@@ -12,38 +13,30 @@ export type CallKind = 'chat' | 'text';
 export const isObject = (v: unknown): v is Record<string, unknown> =>
   typeof v === 'object' && v !== null && !Array.isArray(v);
 
-/** The agent's request, checked just enough to forward and capture it; the engine checks the rest. */
-export function checkCallRequest(kind: CallKind, body: unknown): Record<string, unknown> {
+/** The request of a call, typed by its protocol. */
+export type CallRequest<K extends CallKind> = K extends 'chat' ? ChatCompletionRequest : CompletionRequest;
+
+/**
+ * The agent's request checked against its protocol's wire schema (a 400 naming the field otherwise);
+ * the value is the agent's own object, so what is forwarded and stored is what it sent.
+ */
+export function checkCallRequest<K extends CallKind>(kind: K, body: unknown): CallRequest<K>;
+export function checkCallRequest(kind: CallKind, body: unknown): ChatCompletionRequest | CompletionRequest {
   if (!isObject(body)) throw new ValidationError('body: must be a JSON object', 'body');
-  if (kind === 'chat') {
-    if (!Array.isArray(body.messages) || body.messages.length === 0) {
-      throw new ValidationError('messages: must be a non-empty array of messages', 'messages');
-    }
-    body.messages.forEach((m, i) => {
-      if (!isObject(m) || typeof m.role !== 'string') {
-        throw new ValidationError(`messages.${i}: must be an object with a role`, `messages.${i}`);
-      }
-    });
-    if (body.tools !== undefined && body.tools !== null && !Array.isArray(body.tools)) {
-      throw new ValidationError('tools: must be an array', 'tools');
-    }
-  } else if (typeof body.prompt !== 'string' && !Array.isArray(body.prompt)) {
-    throw new ValidationError('prompt: must be a string or an array of token ids', 'prompt');
-  } else if (Array.isArray(body.prompt)) {
-    checkPromptLength(body.prompt.length, 'prompt');
+  if (kind === 'chat') return parseChatRequest(body);
+  const request = parseCompletionRequest(body);
+  if (Array.isArray(request.prompt)) {
+    const ids = Array.isArray(request.prompt[0]) ? request.prompt[0] : request.prompt;
+    checkPromptLength(ids.length, 'prompt');
   }
-  if (body.n !== undefined && body.n !== null && body.n !== 1) {
-    throw new ValidationError(
-      'n: only n=1 is supported (each choice would be its own step; send n separate requests, one trajectory each)',
-      'n',
-    );
-  }
-  if (body.stream !== undefined && body.stream !== null && typeof body.stream !== 'boolean') {
-    throw new ValidationError('stream: must be a boolean', 'stream');
-  }
-  checkSamplingOptions(body);
-  return body;
+  return request;
 }
+
+/** The chat request of a call, or null for a text completion (the kind says which schema checked it). */
+export const chatRequestOf = (
+  kind: CallKind,
+  request: CallRequest<CallKind>,
+): ChatCompletionRequest | null => (kind === 'chat' ? (request as ChatCompletionRequest) : null);
 
 /** A prompt of ids longer than MAX_PROMPT_TOKENS is a 400 naming `field`. */
 export function checkPromptLength(length: number, field: string): void {

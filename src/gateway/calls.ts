@@ -1,12 +1,4 @@
-import { z } from 'zod';
-import {
-  ClientId,
-  clientIdParam,
-  parseOrThrow,
-  StepwiseError,
-  TokenIds,
-  ValidationError,
-} from '../domain/index.js';
+import { ClientId, clientIdParam, parseOrThrow, StepwiseError, ValidationError } from '../domain/index.js';
 import { type ApiKey, agentOnly } from '../http/auth.js';
 import { OFFLOAD_JSON_BYTES, parseJsonText } from '../http/json-body.js';
 import { offload } from '../http/offload.js';
@@ -20,6 +12,7 @@ import { CHANNEL_HEADER, SESSION_HEADER, sessionKeyOf } from './online-sessions.
 import { responsesCall } from './responses.js';
 import { checkResponsesRequest } from './responses-request.js';
 import type { Session } from './session.js';
+import { GenerateRequest } from './wire/generate.js';
 
 /*
  * The LLM calls (chat/completions, completions, responses, messages, /generate, models) independent
@@ -32,14 +25,6 @@ export type LlmCall = CallKind | 'responses' | 'messages';
 
 export const TRAJECTORY_HEADER = 'x-stepwise-trajectory';
 const MODEL_SEPARATOR = '__';
-
-const GenerateBody = z.looseObject({
-  prompt_ids: TokenIds.optional(),
-  input_ids: TokenIds.optional(),
-  sampling_params: z.looseObject({}).optional(),
-  trajectory_uid: ClientId.optional(),
-  model: z.string().max(256).optional(),
-});
 
 /** A request header by lower-case name. */
 export type HeaderOf = (name: string) => string | undefined;
@@ -185,7 +170,7 @@ async function sessionCall(
  * ids and logprobs out; nothing is recorded (the agent submits its steps).
  */
 export async function generateCall(gateway: Gateway, text: string, signal: AbortSignal): Promise<Answer> {
-  const body = parseOrThrow(GenerateBody, parseJsonText(text, false, true).value);
+  const body = parseOrThrow(GenerateRequest, parseJsonText(text, false, true).value);
   const promptIds = body.prompt_ids ?? body.input_ids;
   if (!promptIds || promptIds.length === 0) {
     throw new ValidationError('prompt_ids: must be a non-empty array of token ids', 'prompt_ids');

@@ -11,11 +11,12 @@ import type { Engine, RoutedReply } from '../engines/router.js';
 import type { CaptureTokenizer } from '../http/capture-tokenizer.js';
 import type { DataPool } from '../pool/data-pool.js';
 import type { ToolResultAttachment } from '../store/store.js';
-import type { CallKind } from './call-request.js';
+import { type CallKind, type CallRequest, chatRequestOf } from './call-request.js';
 import { type CallOrigin, type CallTracer, epochNow } from './call-trace.js';
 import { rememberCalls } from './echoed-calls.js';
 import type { Session } from './session.js';
 import { toolResultsFor } from './tool-results.js';
+import { templateMessages } from './wire/openai-chat.js';
 
 /*
  * Capture: a finished generation becomes the session's next step, committed through the pool's group
@@ -67,7 +68,7 @@ const SAMPLING_FIELDS = [
 export interface CallContext {
   session: Session;
   kind: CallKind;
-  request: Record<string, unknown>;
+  request: CallRequest<CallKind>;
   attachments: Attachments;
   version: number;
   started: number;
@@ -103,7 +104,7 @@ export class StepRecorder {
    * step is stored, and becomes the last, before its answer goes out, so a request that answers it
    * always finds it here.
    */
-  toolResultsOf(session: Session, kind: CallKind, request: Record<string, unknown>): PendingResults {
+  toolResultsOf(session: Session, kind: CallKind, request: CallRequest<CallKind>): PendingResults {
     let results: ToolResultAttachment[];
     try {
       results = this.pendingToolResults(session, kind, request);
@@ -129,11 +130,12 @@ export class StepRecorder {
   private pendingToolResults(
     session: Session,
     kind: CallKind,
-    request: Record<string, unknown>,
+    request: CallRequest<CallKind>,
   ): ToolResultAttachment[] {
     const last = session.last;
-    if (kind !== 'chat' || !last || last.answered || last.calls.length === 0) return [];
-    const results = toolResultsFor(request.messages as Record<string, unknown>[], last.calls);
+    const chat = chatRequestOf(kind, request);
+    if (!chat || !last || last.answered || last.calls.length === 0) return [];
+    const results = toolResultsFor(chat.messages, last.calls);
     if (results.length === 0) return [];
     last.answered = true;
     return [{ trajectoryId: session.id, index: last.index, results }];
@@ -151,6 +153,7 @@ export class StepRecorder {
   ): Promise<Pick<NewStep, 'responseIds' | 'tokenSource'>> {
     const endedAt = performance.now();
     const { session, request, routed } = ctx;
+    const chat = chatRequestOf(ctx.kind, request);
     // Before this step becomes the session's last: the results answer the step before it.
     const toolResults = ctx.attachments();
     // An engine answer no step can be made of: recorded as the engine's failure, answered 502.
@@ -172,24 +175,22 @@ export class StepRecorder {
     let source: NewStep['tokenSource'] = 'engine';
     if (!promptIds || !responseIds) {
       try {
-        const rebuilt =
-          ctx.kind === 'chat'
-            ? await this.options.tokenizing.retokenizeChat(
-                {
-                  messages: request.messages as never,
-                  tools: (request.tools as never) ?? null,
-                  enableThinking: (request.chat_template_kwargs as { enable_thinking?: boolean } | undefined)
-                    ?.enable_thinking,
-                  continueFinalMessage: request.continue_final_message === true,
-                },
-                captured,
-                routed.engine.model,
-              )
-            : await this.options.tokenizing.retokenizeText(
-                promptText(request.prompt),
-                captured,
-                routed.engine.model,
-              );
+        const rebuilt = chat
+          ? await this.options.tokenizing.retokenizeChat(
+              {
+                messages: templateMessages(chat.messages).messages,
+                tools: chat.tools ?? null,
+                enableThinking: thinkingOf(chat.chat_template_kwargs),
+                continueFinalMessage: chat.continue_final_message === true,
+              },
+              captured,
+              routed.engine.model,
+            )
+          : await this.options.tokenizing.retokenizeText(
+              promptText(request.prompt),
+              captured,
+              routed.engine.model,
+            );
         promptIds = rebuilt.promptIds;
         responseIds = rebuilt.responseIds;
         logprobs = null;
@@ -219,15 +220,15 @@ export class StepRecorder {
       if (drift) metadata.retokenize_drift = drift;
     }
     let trainingPromptIds: number[] | null = null;
-    if (session.hint !== null && ctx.kind === 'chat') {
+    if (session.hint !== null && chat) {
       const view = await this.options.tokenizing.trainingPromptOf(
         {
           trajectoryId: session.id,
           index: session.nextIndex,
           promptIds,
           responseIds,
-          messages: request.messages as JsonObject[],
-          tools: Array.isArray(request.tools) ? (request.tools as JsonObject[]) : null,
+          messages: chat.messages,
+          tools: chat.tools ?? null,
           metadata,
         },
         session.hint,
@@ -251,8 +252,8 @@ export class StepRecorder {
       metadata,
       tokenSource: source,
       finishReason: captured.finishReason,
-      messages: ctx.kind === 'chat' ? (request.messages as JsonObject[]) : null,
-      tools: ctx.kind === 'chat' && Array.isArray(request.tools) ? (request.tools as JsonObject[]) : null,
+      messages: chat ? chat.messages : null,
+      tools: chat?.tools ?? null,
       responseText: captured.content,
       toolCalls: captured.toolCalls.length > 0 ? (captured.toolCalls as unknown as JsonObject[]) : null,
       toolResults: null,
@@ -400,6 +401,12 @@ export function partialOf(
     responseIds: r.responseIds ?? [],
     responseText: r.content,
   };
+}
+
+/** `chat_template_kwargs.enable_thinking` when it is a switch. */
+function thinkingOf(kwargs: Record<string, unknown> | null | undefined): boolean | undefined {
+  const value = kwargs?.enable_thinking;
+  return typeof value === 'boolean' ? value : undefined;
 }
 
 function promptText(prompt: unknown): string {

@@ -45,6 +45,7 @@ import {
   type Session,
   settle,
 } from './session.js';
+import { type ChatCompletionRequest, templateMessages } from './wire/openai-chat.js';
 
 // The gateway's core, independent of HTTP. An answer ends only once its step is committed, and sessions
 // are a cache of the store, so another process continues a trajectory. docs/gateway.md#capture
@@ -409,22 +410,29 @@ export class Gateway {
     origin: CallOrigin | null = null,
   ): Promise<Answer> {
     const router = this.requireRouter();
-    const request = checkCallRequest(kind, body);
-    if (kind === 'chat' && session.prefixHint !== null) {
+    const chat = kind === 'chat' ? checkCallRequest('chat', body) : null;
+    const request = chat ?? checkCallRequest('text', body);
+    // Roles and legacy fields no chat template reads are rewritten into ones it does (and stored so).
+    const rendered = chat && templateMessages(chat.messages);
+    if (chat && rendered?.rewritten) {
+      chat.messages = [...rendered.messages];
+      raw = null;
+    }
+    if (chat && session.prefixHint !== null) {
       // The engine sees the hint as the assistant's opening (stored so: the behaviour prompt); the
       // training prompt is rebuilt without it at capture.
-      const prefixed = withAssistantPrefix(request.messages as { role: string }[], session.prefixHint);
-      request.messages = prefixed.messages;
+      const prefixed = withAssistantPrefix(chat.messages, session.prefixHint);
+      chat.messages = prefixed.messages;
       // The engine continues the prefix in the same turn (the paper's `continue_final_message`); later
       // calls carry it at the head of the first reply, a closed turn like any other.
       if (prefixed.continueFinal) {
-        request.continue_final_message = true;
-        request.add_generation_prompt = false;
+        chat.continue_final_message = true;
+        chat.add_generation_prompt = false;
       }
       raw = null;
     }
     // A call of ours echoed with its tool's defaults filled in goes back as generated (same tokens).
-    if (kind === 'chat' && restoreEchoedCalls(request, session.generatedCalls)) raw = null;
+    if (chat && restoreEchoedCalls(chat, session.generatedCalls)) raw = null;
     const stream = request.stream === true;
     if (stream && kind === 'chat' && session.rawToolCalls)
       throw new ValidationError(
@@ -432,7 +440,7 @@ export class Gateway {
         'stream',
       );
     // Token continuity: the prompt as the previous ids + the new turns', when this call continues them.
-    const { ids: continuation, outcome: planned, base } = await this.continuationOf(session, kind, request);
+    const { ids: continuation, outcome: planned, base } = await this.continuationOf(session, chat);
     let outcome = planned;
     const { take: attachments, drop: dropResults } = this.recorder.toolResultsOf(session, kind, request);
     await this.gate.enter();
@@ -525,21 +533,20 @@ export class Gateway {
    */
   private async continuationOf(
     session: Session,
-    kind: CallKind,
-    request: Record<string, unknown>,
+    chat: ChatCompletionRequest | null,
   ): Promise<{
     ids: number[] | null;
     outcome: 'continued' | FallbackReason | null;
     base: ContinuityBase | null;
   }> {
-    if (!this.tokenContinuity || kind !== 'chat') return { ids: null, outcome: null, base: null };
-    const plan = planContinuation(session, session.continuity, request);
+    if (!this.tokenContinuity || chat === null) return { ids: null, outcome: null, base: null };
+    const plan = planContinuation(session, session.continuity, chat);
     if (typeof plan === 'string') return { ids: null, outcome: plan, base: null };
     try {
       const ids = await this.tokenizing.continuationIds(
         {
-          messages: request.messages as never,
-          tools: (request.tools as never) ?? null,
+          messages: templateMessages(chat.messages).messages,
+          tools: chat.tools ?? null,
           ...(plan.enableThinking !== undefined ? { enableThinking: plan.enableThinking } : {}),
           promptIds: plan.base.promptIds,
           responseIds: plan.base.responseIds,

@@ -5,12 +5,12 @@ import { readSglangGenerate, sglangGenerateBody } from '../engines/sglang.js';
 import { UpstreamError } from '../engines/upstream.js';
 import type { DataPool } from '../pool/data-pool.js';
 import { normalizeUpstreamError } from './openai-errors.js';
-import { checkSamplingOptions } from './sampling.js';
+import type { SamplingParams } from './wire/sampling.js';
 
 export interface GenerateInput {
   promptIds: number[];
   /** Sampling parameters passed to the engine (max_tokens, temperature, top_p, stop, seed, ...). */
-  sampling: Record<string, unknown>;
+  sampling: SamplingParams;
   trajectoryId: string | null;
   model?: string;
 }
@@ -46,7 +46,6 @@ export async function generate(
   signal: AbortSignal,
 ): Promise<GenerateOutput> {
   const { router } = on;
-  checkSamplingOptions(input.sampling, 'sampling_params.');
   // The id picks the engine a trajectory sticks to: one nobody opened is a mistake, not a new key.
   if (input.trajectoryId !== null && !(await on.pool.getTrajectory(input.trajectoryId)))
     throw new NotFoundError(`trajectory_uid: no trajectory ${input.trajectoryId}`);

@@ -225,13 +225,25 @@ describe('renderChat', () => {
     ).toBe('<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\na<|im_end|>\n');
   });
 
+  it("renders OpenAI's developer role as the system turn, and a tool-calls-only turn without content", () => {
+    expect(
+      renderChat({
+        messages: [
+          { role: 'developer', content: 'd' },
+          { role: 'user', content: 'q' },
+          { role: 'assistant', tool_calls: [{ function: { name: 'f', arguments: '{}' } }] },
+        ],
+      }),
+    ).toBe(
+      '<|im_start|>system\nd<|im_end|>\n<|im_start|>user\nq<|im_end|>\n' +
+        // The last turn after the user's query gets Qwen3's think block.
+        '<|im_start|>assistant\n<think>\n\n</think>\n\n<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call><|im_end|>\n',
+    );
+  });
+
   it.each([
     [{ messages: [] }, /messages: must contain at least one message/, 'messages'],
-    [
-      { messages: [{ role: 'developer', content: 'x' }] },
-      /messages\.0\.role: must be one of/,
-      'messages.0.role',
-    ],
+    [{ messages: [{ role: 'robot', content: 'x' }] }, /messages\.0\.role: must be one of/, 'messages.0.role'],
     [
       { messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'x' } }] }] },
       /only text parts are supported, got "image_url"/,

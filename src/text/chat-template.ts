@@ -3,8 +3,14 @@ import { parseOrThrow, ValidationError } from '../domain/errors.js';
 import { type ChatTokenizer, loadQwen3Tokenizer } from './tokenizer.js';
 import { toTemplateJson } from './tool-calls.js';
 
-/** OpenAI message content: a string, null, or text parts (the only kind a text model can render). */
-export type ChatContent = string | null | readonly { type: 'text'; text: string }[];
+/**
+ * OpenAI message content: a string, null, or parts. Text and refusal parts render (as vLLM renders
+ * them); any other part (an image) is refused when rendered, naming it.
+ */
+export type ChatContent =
+  | string
+  | null
+  | readonly ({ type: 'text'; text: string } | { type: 'refusal'; refusal: string } | { type: string })[];
 
 function isPlainObject(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
@@ -30,6 +36,10 @@ const MessageContent = z.custom<ChatContent | undefined>().transform((value: unk
     const part: unknown = value[i];
     if (isPlainObject(part) && part.type === 'text' && typeof part.text === 'string') {
       texts.push(part.text);
+      continue;
+    }
+    if (isPlainObject(part) && part.type === 'refusal' && typeof part.refusal === 'string') {
+      texts.push(part.refusal);
       continue;
     }
     const type = isPlainObject(part) ? part.type : undefined;
@@ -61,10 +71,12 @@ export const ChatToolCall = z.looseObject({
  * is the template's view (content flattened to a string): store what the agent sent, not this.
  */
 export const ChatMessage = z.looseObject({
-  role: z.enum(['system', 'user', 'assistant', 'tool'], {
-    error: 'must be one of system, user, assistant, tool',
+  // A developer message is rendered as a system one: the templates here have no developer role.
+  role: z.enum(['system', 'developer', 'user', 'assistant', 'tool'], {
+    error: 'must be one of system, developer, user, assistant, tool',
   }),
-  content: MessageContent,
+  // Absent with tool calls only (OpenAI's spec; Python's `model_dump(exclude_none=True)` sends that).
+  content: MessageContent.optional(),
   tool_calls: z.array(ChatToolCall).nullable().optional(),
   // vLLM calls the field reasoning_content; newer servers call it reasoning.
   reasoning_content: z.string().nullable().optional(),
@@ -135,9 +147,10 @@ function parsedToolContent(content: string): { value: unknown } | undefined {
 }
 
 function templateMessage(m: z.output<typeof ChatMessage>, style: TemplateStyle): Record<string, unknown> {
-  const callsWithoutText = m.content === '' && m.tool_calls != null && m.tool_calls.length > 0;
-  const content = callsWithoutText && style.emptyCallContentAs === 'none' ? null : m.content;
-  const out: Record<string, unknown> = { role: m.role, content };
+  const text = m.content ?? '';
+  const callsWithoutText = text === '' && m.tool_calls != null && m.tool_calls.length > 0;
+  const content = callsWithoutText && style.emptyCallContentAs === 'none' ? null : text;
+  const out: Record<string, unknown> = { role: m.role === 'developer' ? 'system' : m.role, content };
   if (m.role === 'tool' && style.toolContentJson && content !== null) {
     const parsed = parsedToolContent(content);
     if (parsed) out.content_json = parsed.value;

@@ -59,7 +59,7 @@ export type Policy = (ctx: PolicyContext) => PolicyOutput;
 function contentText(content: ChatMessageInput['content']): string {
   if (content == null) return '';
   if (typeof content === 'string') return content;
-  return content.map((p) => p.text).join('\n');
+  return content.map((p) => ('text' in p ? p.text : 'refusal' in p ? p.refusal : '')).join('\n');
 }
 
 /**
