@@ -21,7 +21,10 @@ class LongPolesFirst extends BaseSequencer {
       const i = LONG_POLES.indexOf(relative(process.cwd(), f.moduleId));
       return i === -1 ? LONG_POLES.length : i;
     };
-    return sorted.map((f, i) => ({ f, i })).sort((a, b) => rank(a.f) - rank(b.f) || a.i - b.i).map((x) => x.f);
+    return sorted
+      .map((f, i) => ({ f, i }))
+      .sort((a, b) => rank(a.f) - rank(b.f) || a.i - b.i)
+      .map((x) => x.f);
   }
 }
 
