@@ -1,6 +1,8 @@
+import { readFileSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { makeModelFolder } from '../../test/support/model-folders.js';
-import { buildSimApp, checkSimOptions } from './sim/serve.js';
+import { buildSimApp } from './sim/serve.js';
 import { parseEngineSpec } from './upstream.js';
 
 const llama = makeModelFolder('llama3_1');
@@ -59,9 +61,41 @@ describe('the sim with a model folder', () => {
     expect(body.choices[0]!.token_ids.at(-1)).toBe(128009);
   });
 
-  it('refuses a folder of a family with no tool-call format, naming the model, instead of writing Qwen3 text', () => {
-    expect(() => checkSimOptions({ modelDir: gemma.dir })).toThrow(
-      /family gemma3\) does not support the built-in sim/,
+  it('speaks Gemma 3 (tools through its template), and refuses tools a template cannot write, naming the model', async () => {
+    const tools = [
+      {
+        type: 'function',
+        function: {
+          name: 'read_file',
+          parameters: { type: 'object', properties: { path: { type: 'string' } } },
+        },
+      },
+    ];
+    const call = (app: ReturnType<typeof buildSimApp>['app']) =>
+      app.request('/v1/chat/completions', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({
+          model: 'sim',
+          messages: [{ role: 'user', content: 'hi' }],
+          tools,
+          max_tokens: 64,
+        }),
+      });
+    const vocab = JSON.parse(readFileSync(join(gemma.dir, 'tokenizer.json'), 'utf8')) as {
+      added_tokens: { id: number; content: string }[];
+    };
+    const endOfTurn = vocab.added_tokens.find((t) => t.content === '<end_of_turn>')!.id;
+    const served = await call(buildSimApp({ modelDir: gemma.dir }).app);
+    expect(served.status).toBe(200);
+    const body = (await served.json()) as { choices: { token_ids: number[] }[] };
+    expect(body.choices[0]!.token_ids.at(-1)).toBe(endOfTurn);
+    // Google's released template writes no tools: a request with tools is refused, never rendered without them.
+    rmSync(join(gemma.dir, 'chat_template.jinja'));
+    const refused = await call(buildSimApp({ modelDir: gemma.dir }).app);
+    expect(refused.status).toBe(400);
+    expect(((await refused.json()) as { error: { message: string } }).error.message).toMatch(
+      /family gemma3\) does not support tools with this chat template/,
     );
   });
 });
