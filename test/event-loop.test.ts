@@ -122,6 +122,33 @@ describe('the event loop stays free', () => {
     expect((await server.pool.stats()).produced.steps - before).toBe(1);
   });
 
+  it('checks a big /generate body (parsed on the offload thread) as it checks a small one', async () => {
+    const t = (await callJson('POST', `${server.url}/init_trajectory`, {})).json;
+    for (const n of [8, 100_000]) {
+      const bad = ids(n);
+      bad[n - 3] = -1;
+      const negative = await callJson('POST', `${server.url}/generate`, {
+        trajectory_uid: t.trajectory_uid,
+        prompt_ids: bad,
+      });
+      expect([negative.status, negative.json.error.param]).toEqual([400, `prompt_ids.${n - 3}`]);
+      const nul = await callJson('POST', `${server.url}/generate`, {
+        trajectory_uid: t.trajectory_uid,
+        prompt_ids: ids(n),
+        model: 'sim\u0000',
+      });
+      expect([nul.status, nul.json.error.param]).toEqual([400, 'model']);
+    }
+    // Good ids reach the engine unchanged (the sim answers with the prompt it was given).
+    const good = await callJson('POST', `${server.url}/generate`, {
+      trajectory_uid: t.trajectory_uid,
+      input_ids: ids(100_000),
+      sampling_params: { max_tokens: 2 },
+    });
+    expect(good.status).toBe(200);
+    expect(good.json.prompt_ids).toEqual(ids(100_000));
+  });
+
   it('retokenises on a worker thread: this thread keeps running, the ids are the same as on it', async () => {
     const messages = [
       { role: 'system' as const, content: 'You are terse.' },

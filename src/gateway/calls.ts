@@ -170,7 +170,7 @@ async function sessionCall(
  * ids and logprobs out; nothing is recorded (the agent submits its steps).
  */
 export async function generateCall(gateway: Gateway, text: string, signal: AbortSignal): Promise<Answer> {
-  const body = parseOrThrow(GenerateRequest, parseJsonText(text, false, true).value);
+  const body = parseOrThrow(GenerateRequest, await generateBody(text));
   const promptIds = body.prompt_ids ?? body.input_ids;
   if (!promptIds || promptIds.length === 0) {
     throw new ValidationError('prompt_ids: must be a non-empty array of token ids', 'prompt_ids');
@@ -187,6 +187,19 @@ export async function generateCall(gateway: Gateway, text: string, signal: Abort
     signal,
   );
   return { status: 200, headers: JSON_HEADERS, body: JSON.stringify(out) };
+}
+
+/** A `/generate` body's value; a big one (262,144 ids is 1.4 MB) is parsed on the offload thread. */
+async function generateBody(text: string): Promise<unknown> {
+  if (text.length < OFFLOAD_JSON_BYTES) return parseJsonText(text, false, true).value;
+  const fields = ['prompt_ids', 'input_ids'] as const;
+  const value = await offload.call('parseIdsBody', text, fields);
+  if (typeof value === 'object' && value !== null)
+    for (const field of fields) {
+      const ids = (value as Record<string, unknown>)[field];
+      if (ids instanceof Uint32Array) (value as Record<string, unknown>)[field] = Array.from(ids);
+    }
+  return value;
 }
 
 /** The models agents may name, at the fixed base_url or under a trajectory's (which must exist). */

@@ -6,7 +6,7 @@ import { loadQwen3TokenTable } from '../text/token-table.js';
 import { loadQwen3Tokenizer } from '../text/tokenizer.js';
 import { serveWorkerRpc, Transfer } from '../util/worker-rpc.js';
 import { inThreadTokenizer } from './capture-tokenizer.js';
-import { parseCallBody, parseJsonBody } from './json-parse.js';
+import { parseCallBody, parseJsonBody, parseJsonText } from './json-parse.js';
 import { parseStepsBody } from './steps-body.js';
 
 export const offloadHandlers = {
@@ -23,6 +23,30 @@ export const offloadHandlers = {
   /** A big LLM call's body (gateway/calls.ts), parsed and its extra fields measured here. */
   parseCallBody(text: string) {
     return parseCallBody(text);
+  },
+  /**
+   * A big `/generate` body (gateway/calls.ts), parsed and checked as parseJsonText does; the token
+   * id arrays named by `fields` come back as Uint32Arrays, moved rather than cloned.
+   */
+  parseIdsBody(text: string, fields: readonly string[]) {
+    const { value } = parseJsonText(text, false, true);
+    const buffers: ArrayBuffer[] = [];
+    if (typeof value === 'object' && value !== null && !Array.isArray(value)) {
+      const body = value as Record<string, unknown>;
+      for (const field of fields) {
+        const ids = body[field];
+        // Anything but plain ids stays as parsed, for the schema on the caller's side to name.
+        if (
+          !Array.isArray(ids) ||
+          !ids.every((id) => Number.isSafeInteger(id) && id >= 0 && id <= 0xffff_ffff)
+        )
+          continue;
+        const typed = Uint32Array.from(ids);
+        buffers.push(typed.buffer);
+        body[field] = typed;
+      }
+    }
+    return new Transfer(value, buffers);
   },
   /** A step batch's body, parsed and checked, its token ids moved back as Uint32Arrays. */
   parseSteps(bytes: ArrayBuffer) {
