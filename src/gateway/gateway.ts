@@ -14,6 +14,7 @@ import { offThreadTokenizer } from '../http/offload.js';
 import type { DataPool } from '../pool/data-pool.js';
 import type { ChatTokenizer } from '../text/index.js';
 import type { ModelRef } from '../text/model-ref.js';
+import type { ServedModel } from '../text/step-model.js';
 import { type Answer, JSON_HEADERS } from './answer.js';
 import { type CallKind, checkCallRequest, upstreamText } from './call-request.js';
 import type { CallOrigin, CallTracer } from './call-trace.js';
@@ -318,6 +319,14 @@ export class Gateway {
         'prompt_ids',
       );
     return first;
+  }
+
+  /** The models the engines serve by folder, as steps record them (text/step-model.ts). */
+  servedModels(): ServedModel[] {
+    const out: ServedModel[] = [];
+    for (const e of this.router?.engineList() ?? [])
+      if (e.model && e.adapter) out.push({ ref: e.model, family: e.adapter.family, name: e.adapter.model });
+    return out;
   }
 
   /** The model folder of a configured engine (null: none, or an engine this process does not know). */

@@ -2,7 +2,8 @@
  * The thread CPU-heavy request work goes to (offload.ts): the tokenising a gateway's capture may
  * need, the parsing of big step batches, and the dashboard's decoding table.
  */
-import { loadQwen3TokenTable } from '../text/token-table.js';
+import type { ModelRef } from '../text/model-ref.js';
+import { loadTokenTable } from '../text/token-table.js';
 import { loadQwen3Tokenizer } from '../text/tokenizer.js';
 import { serveWorkerRpc, Transfer } from '../util/worker-rpc.js';
 import { inThreadTokenizer } from './capture-tokenizer.js';
@@ -11,9 +12,9 @@ import { parseStepsBody } from './steps-body.js';
 
 export const offloadHandlers = {
   ...inThreadTokenizer(loadQwen3Tokenizer),
-  /** Qwen3's decoding table (text/token-table.ts), built here and moved to the caller. */
-  tokenTable() {
-    const table = loadQwen3TokenTable();
+  /** A model's decoding table (text/token-table.ts; null: Qwen3's), built here and moved to the caller. */
+  tokenTable(model?: ModelRef | null) {
+    const table = loadTokenTable(model);
     return new Transfer(table, [table.offsets.buffer as ArrayBuffer, table.bytes.buffer as ArrayBuffer]);
   },
   /** A big JSON body (json-body.ts), parsed and checked here; a free-form field past its cap is a 400 here. */

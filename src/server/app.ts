@@ -73,7 +73,7 @@ export function createApp(options: AppOptions): Hono<ApiEnv> {
   mountLabelRoutes(app, pool);
   mountChannelRoutes(app, pool);
 
-  mountDashboard(app, { pool, apiKeys: options.apiKeys ?? [] });
+  mountDashboard(app, { pool, apiKeys: options.apiKeys ?? [], models: gateway?.servedModels() ?? [] });
   if (gateway) mountGatewayRoutes(app, gateway, gatewayRoutes);
 
   return app;

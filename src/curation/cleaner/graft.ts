@@ -1,5 +1,7 @@
 import { z } from 'zod';
 import type { JsonObject, Step, Trajectory } from '../../domain/index.js';
+import { familyOf, graftRefusal, type ModelAdapter, ModelFeatureError } from '../../text/model-adapter.js';
+import { type RecordedModel, recordedModel } from '../../text/step-model.js';
 import { loadQwen3Tokenizer } from '../../text/tokenizer.js';
 import type { RepairMode } from './saar.js';
 
@@ -18,6 +20,35 @@ export function defaultToolCallTokenId(): number {
   const id = loadQwen3Tokenizer().tokenId(TOOL_CALL_TOKEN);
   if (id === undefined) throw new Error(`the Qwen3 tokenizer has no ${TOOL_CALL_TOKEN} token`);
   return id;
+}
+
+/** The adapter of a step's recorded model, where this process serves it (undefined: it does not). */
+export type ModelOfStep = (recorded: RecordedModel) => ModelAdapter | undefined;
+
+/**
+ * The id a step's tool calls open with, in its own model's vocabulary: its model's adapter's
+ * (`toolCallOpen` as one token); for a model not served here, the id the run recorded, once the
+ * family is known to open calls with one token. A step that records no model is the built-in Qwen3.
+ * A model whose calls have no one-token opener refuses, naming it: never Qwen3's id on its ids.
+ */
+export function graftTokenId(
+  step: Pick<Step, 'metadata'>,
+  recordedId: number | null,
+  modelOf?: ModelOfStep,
+): number {
+  const recorded = recordedModel(step.metadata);
+  if (!recorded) return recordedId ?? defaultToolCallTokenId();
+  const adapter = modelOf?.(recorded);
+  if (adapter) return adapter.toolCallOpenId();
+  const family = familyOf(recorded.family);
+  const refused = graftRefusal(recorded.name, family);
+  if (refused) throw refused;
+  if (recordedId !== null) return recordedId;
+  throw new ModelFeatureError(
+    recorded.name,
+    family,
+    "CLEANER's graft point: no engine of this server serves the model and its run recorded no tool-call token id, so where its calls begin is unknown",
+  );
 }
 
 /** One rollback as `metadata.cleaner.repairs` records it (snake_case, as stored). */
@@ -84,12 +115,14 @@ export function onlineRepairs(trajectory: Pick<Trajectory, 'metadata' | 'derived
 export function trainingSteps(
   trajectory: Pick<Trajectory, 'metadata' | 'derivedFrom'>,
   steps: readonly Step[],
+  modelOf?: ModelOfStep,
 ): Step[] {
   const online = onlineCleaner(trajectory);
   if (!online || (online.repairs.length === 0 && online.abandonedSteps.length === 0)) return [...steps];
   return trainingView(steps, online.repairs, {
     abandonedSteps: online.abandonedSteps,
     toolCallTokenId: online.toolCallTokenId ?? undefined,
+    ...(modelOf ? { modelOf } : {}),
   }).steps;
 }
 
@@ -130,11 +163,16 @@ export interface TrainingView {
 export function trainingView(
   steps: readonly Step[],
   repairs: readonly GraftRepair[],
-  options: { abandonedSteps?: readonly number[]; toolCallTokenId?: number } = {},
+  options: {
+    abandonedSteps?: readonly number[];
+    /** The id the run recorded (its tokenizer's tool-call opener); see graftTokenId. */
+    toolCallTokenId?: number;
+    modelOf?: ModelOfStep;
+  } = {},
 ): TrainingView {
   const abandoned = options.abandonedSteps ?? [];
   if (repairs.length === 0 && abandoned.length === 0) return { steps: [...steps], removed: [], grafts: [] };
-  const markerId = options.toolCallTokenId ?? defaultToolCallTokenId();
+  const markerOf = (step: Step) => graftTokenId(step, options.toolCallTokenId ?? null, options.modelOf);
   const byIndex = new Map(steps.map((s) => [s.index, s]));
   // Chains: a rollback whose failed attempt is the previous rollback's regeneration continues it.
   const chains: GraftRepair[][] = [];
@@ -153,7 +191,7 @@ export function trainingView(
   const grafted = new Map<number, Step>();
   const grafts: GraftRecord[] = [];
   for (const chain of chains) {
-    const graft = graftChain(chain, byIndex, markerId);
+    const graft = graftChain(chain, byIndex, markerOf);
     if (!graft) continue;
     grafted.set(graft.step.index, graft.step);
     grafts.push(graft.record);
@@ -174,11 +212,13 @@ export function trainingView(
 function graftChain(
   chain: readonly GraftRepair[],
   byIndex: ReadonlyMap<number, Step>,
-  markerId: number,
+  markerOf: (step: Step) => number,
 ): { step: Step; record: GraftRecord } | null {
   const first = chain[0]!.failedStep;
   const base = first === null ? undefined : byIndex.get(first);
   if (!base) return null;
+  const markerId = markerOf(base);
+  const model = JSON.stringify(recordedModel(base.metadata));
   let response = base.responseIds;
   let reasoning: number | null = toolCallStart(response, markerId);
   let text = base.responseText;
@@ -188,6 +228,8 @@ function graftChain(
     const retry = r.retryStep === null ? undefined : byIndex.get(r.retryStep);
     // The regeneration must have been asked from the failed attempt's context (plus the failure).
     if (!retry || !startsWith(retry.promptIds, base.promptIds)) return null;
+    // Ids of two vocabularies cannot be one response.
+    if (JSON.stringify(recordedModel(retry.metadata)) !== model) return null;
     const oldStart = toolCallStart(response, markerId);
     const newStart = toolCallStart(retry.responseIds, markerId);
     if (r.mode === 'shallow') {

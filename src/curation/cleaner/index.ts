@@ -11,6 +11,8 @@ export {
   defaultToolCallTokenId,
   type GraftRecord,
   type GraftRepair,
+  graftTokenId,
+  type ModelOfStep,
   type OnlineCleaner,
   onlineCleaner,
   onlineRepairs,

@@ -47,6 +47,8 @@ export interface PurifyOptions extends CleanerOptions {
    * each response's `<tool_call>` token to its end, as the authors do, instead of rebuilt calls.
    */
   decode?: (ids: readonly number[]) => string;
+  /** The id `decode`'s model opens a tool call with (default: Qwen3's `<tool_call>`). */
+  toolCallTokenId?: number;
 }
 
 /** One rollback, with where it happened in the original conversation. */
@@ -198,9 +200,10 @@ function attemptsOf(step: PurifiableStep | undefined, tools: readonly JsonObject
 function decodedCalls(
   step: PurifiableStep | undefined,
   decode: PurifyOptions['decode'],
+  markerId: number | undefined,
 ): { callText?: string } {
   if (!decode || !step?.responseIds) return {};
-  const at = toolCallStart(step.responseIds);
+  const at = toolCallStart(step.responseIds, markerId);
   return at === null ? {} : { callText: decode(step.responseIds.slice(at)) };
 }
 
@@ -209,7 +212,7 @@ export function purifyTrajectory(
   options: PurifyOptions = {},
 ): PurifiedTrajectory {
   const trajectoryId = steps.find((s) => s.trajectoryId !== undefined)?.trajectoryId ?? null;
-  const { random, decode: _decode, ...cleanerOptions } = options;
+  const { random, decode: _decode, toolCallTokenId: _marker, ...cleanerOptions } = options;
   let state: SaarState = initialSaarState(
     cleanerOptions,
     random ?? seededRandom('cleaner-offline', trajectoryId ?? ''),
@@ -252,8 +255,14 @@ export function purifyTrajectory(
       const nextStep = stepAt.get(next.at);
       const regen = onRegenerated(
         state,
-        { ...chatTurn(assistant.content, calls), ...decodedCalls(step, options.decode) },
-        { ...chatTurn(nextAssistant.content, nextCalls), ...decodedCalls(nextStep, options.decode) },
+        {
+          ...chatTurn(assistant.content, calls),
+          ...decodedCalls(step, options.decode, options.toolCallTokenId),
+        },
+        {
+          ...chatTurn(nextAssistant.content, nextCalls),
+          ...decodedCalls(nextStep, options.decode, options.toolCallTokenId),
+        },
       );
       state = regen.state;
       if (regen.decision.kind === 'keep_error') break;

@@ -9,7 +9,7 @@ import {
   TrajectoryHeaderCells,
   trajectoryHref,
 } from './trajectories/common.js';
-import { decode } from './trajectories/tokens.js';
+import type { StepDecoder, TokenDecoders } from './trajectories/decoders.js';
 
 /*
  * A prompt group: its rollouts with their rewards, and the prefix tree a trainer's packed batch would
@@ -31,6 +31,7 @@ export interface GroupDetail {
   group: Group | null;
   total: number;
   trajectories: { trajectory: Trajectory; steps: Step[] }[];
+  decoders: TokenDecoders;
 }
 
 /** The sequences packed for a group, in the order the page lists them (trajectory order, then step). */
@@ -51,13 +52,21 @@ export function groupSequences(trajectories: GroupDetail['trajectories']) {
 /** Trajectory keys on this page: T1, T2, ... in list order. */
 const key = (t: number) => `T${t + 1}`;
 
-function preview(ids: ArrayLike<number>, start: number, length: number): string {
+function preview(decoder: StepDecoder, ids: ArrayLike<number>, start: number, length: number): string {
   const slice = Array.from({ length: Math.min(length, PREVIEW_TOKENS) }, (_, i) => ids[start + i]!);
-  const text = decode(slice).replace(/\n/g, '⏎').replace(/\s+/g, ' ');
+  const text = decoder.decode(slice).replace(/\n/g, '⏎').replace(/\s+/g, ' ');
   return text.length > PREVIEW_CHARS ? `${text.slice(0, PREVIEW_CHARS)}…` : text;
 }
 
-function PrefixTree({ packing, labels }: { packing: Packing; labels: string[] }) {
+function PrefixTree({
+  packing,
+  labels,
+  decoder,
+}: {
+  packing: Packing;
+  labels: string[];
+  decoder: StepDecoder;
+}) {
   const n = packing.nodeStart.length;
   const children = new Int32Array(n);
   for (let i = 0; i < n; i++) {
@@ -105,7 +114,7 @@ function PrefixTree({ packing, labels }: { packing: Packing; labels: string[] })
               <span class={`tag ${owner >= 0 ? 'good' : ''}`}>
                 {owner >= 0 ? `response of ${labels[owner]}` : 'prompt'}
               </span>
-              <code class="node-text">{preview(packing.tokens, start, length)}</code>
+              <code class="node-text">{preview(decoder, packing.tokens, start, length)}</code>
               <span class="muted node-through">{who}</span>
             </li>
           );
@@ -124,6 +133,8 @@ export function GroupPage({ d }: { d: GroupDetail }) {
   const seqs = groupSequences(d.trajectories);
   const packing = packPrefixTree(seqs.map((s) => ({ tokens: s.tokens, promptLength: s.promptLength })));
   const labels = seqs.map((s) => `${key(s.trajectory)}·s${s.step}`);
+  // A group's rollouts share a task and an engine pool: its first step's model reads the tree.
+  const decoder = d.decoders.of(d.trajectories[0]?.steps[0]?.metadata);
   const g = d.group;
   const rewards = d.trajectories.map((x) => x.trajectory.reward).filter((r): r is number => r !== null);
   const mean = rewards.length === 0 ? null : rewards.reduce((a, b) => a + b, 0) / rewards.length;
@@ -213,7 +224,7 @@ export function GroupPage({ d }: { d: GroupDetail }) {
         {seqs.length === 0 ? (
           <p class="muted">No steps.</p>
         ) : (
-          <PrefixTree packing={packing} labels={labels} />
+          <PrefixTree packing={packing} labels={labels} decoder={decoder} />
         )}
       </section>
     </Page>

@@ -15,6 +15,7 @@ import type { DashboardEnv, DashboardOptions } from '../options.js';
 import { html, readForm } from '../respond.js';
 import { type GroupDetail, GroupPage, MAX_GROUP_TRAJECTORIES } from './group.js';
 import { errorPage, LIST_PATH, rawTrajectoryHref, trajectoryHref } from './trajectories/common.js';
+import { TokenDecoders } from './trajectories/decoders.js';
 import { DetailPage, type TrajectoryDetail } from './trajectories/detail.js';
 import { parseListFilters } from './trajectories/filters.js';
 import {
@@ -25,7 +26,6 @@ import {
   parseBulk,
 } from './trajectories/label-forms.js';
 import { ListPage } from './trajectories/list.js';
-import { decoderReady } from './trajectories/tokens.js';
 
 /*
  * Trajectory pages: the filtered list (compact rows from listTrajectories), one trajectory in full
@@ -65,7 +65,7 @@ async function renderList(
   );
 }
 
-async function loadDetail(pool: DataPool, t: Trajectory): Promise<TrajectoryDetail> {
+async function loadDetail(pool: DataPool, t: Trajectory, decoders: TokenDecoders): Promise<TrajectoryDetail> {
   const [steps, group, signals, current, history, original, derived] = await Promise.all([
     pool.getTrajectorySteps(t.id),
     pool.store.getGroup(t.channel, t.groupId),
@@ -80,7 +80,7 @@ async function loadDetail(pool: DataPool, t: Trajectory): Promise<TrajectoryDeta
     // CLEANER's offline ids are a hash of the source: one lookup finds a purified version.
     t.derivedFrom === null ? pool.getTrajectory(derivedTrajectoryId(t.id)) : null,
   ]);
-  return { trajectory: t, steps, group, signals, current, history, original, derived };
+  return { trajectory: t, steps, group, signals, current, history, original, derived, decoders };
 }
 
 /** A stored trajectory named by the route, or the error page to answer instead. */
@@ -97,10 +97,11 @@ function refusal(error: unknown): string {
   throw error;
 }
 
-export function mountTrajectoryPages(app: Hono<DashboardEnv>, { pool }: DashboardOptions): void {
-  // Pages that decode token ids wait for the decoding table, which loads off the event loop.
+export function mountTrajectoryPages(app: Hono<DashboardEnv>, { pool, models }: DashboardOptions): void {
+  // Pages that decode token ids wait for the decoding tables, which load off the event loop.
+  const decoders = new TokenDecoders(models ?? []);
   const decoding = async (_: unknown, next: () => Promise<void>) => {
-    await decoderReady();
+    await decoders.ready();
     await next();
   };
   app.use(`${LIST_PATH}/*`, decoding);
@@ -141,7 +142,7 @@ export function mountTrajectoryPages(app: Hono<DashboardEnv>, { pool }: Dashboar
   app.get(`${LIST_PATH}/:id`, async (c) => {
     const t = await findTrajectory(c, pool);
     if (t instanceof Response) return t;
-    return html(c, <DetailPage d={await loadDetail(pool, t)} />, 200, rawTrajectoryHref(t.id));
+    return html(c, <DetailPage d={await loadDetail(pool, t, decoders)} />, 200, rawTrajectoryHref(t.id));
   });
 
   app.post(`${LIST_PATH}/:id/labels`, async (c) => {
@@ -160,7 +161,7 @@ export function mountTrajectoryPages(app: Hono<DashboardEnv>, { pool }: Dashboar
     if (errors.length > 0)
       return html(
         c,
-        <DetailPage d={await loadDetail(pool, t)} form={form} errors={errors} />,
+        <DetailPage d={await loadDetail(pool, t, decoders)} form={form} errors={errors} />,
         400,
         rawTrajectoryHref(t.id),
       );
@@ -196,6 +197,7 @@ export function mountTrajectoryPages(app: Hono<DashboardEnv>, { pool }: Dashboar
       group,
       total: page.total,
       trajectories,
+      decoders,
     };
     return html(c, <GroupPage d={d} />);
   });

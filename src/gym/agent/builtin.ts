@@ -4,7 +4,7 @@ import type {
   ChatCompletionMessageToolCall,
 } from 'openai/resources/chat/completions';
 import { z } from 'zod';
-import { TOOL_CALL_TOKEN, toolCallStart } from '../../curation/cleaner/graft.js';
+import { toolCallStart } from '../../curation/cleaner/graft.js';
 import {
   type CleanerReport,
   chatTurn,
@@ -12,7 +12,7 @@ import {
   repairedAssistantMessage,
 } from '../../curation/cleaner/report.js';
 import { type CleanerOptions, SaarSession, withRetryNote } from '../../curation/cleaner/saar.js';
-import { type ChatTokenizer, loadQwen3Tokenizer } from '../../text/tokenizer.js';
+import { type ModelAdapter, qwen3Adapter } from '../../text/model-adapter.js';
 import { type Random, seededRandom } from '../../util/random.js';
 import type { SandboxOptions } from '../sandbox/index.js';
 import type { GymTask } from '../tasks/schema.js';
@@ -57,8 +57,12 @@ export interface BuiltinAgentOptions {
    * throw (a timeout, an engine error): the runner stores it before the trajectory is completed.
    */
   onCleanerReport?: (report: CleanerReport) => void;
-  /** Decodes the engine's response ids for CLEANER's similarity (default: Qwen3's, as the gateway's). */
-  tokenizer?: ChatTokenizer;
+  /**
+   * The adapter of the engine's model (default: the built-in Qwen3, as the gateway's): CLEANER
+   * records its tool-call opener's id for the graft and decodes response ids with its tokenizer.
+   * A model whose calls open with no one token refuses CLEANER, naming the model.
+   */
+  modelAdapter?: ModelAdapter;
 }
 
 export interface AgentOutcome {
@@ -153,8 +157,9 @@ export async function runBuiltinAgent(options: BuiltinAgentOptions): Promise<Age
   const repairs: RepairRecord[] = [];
   /** Regenerations asked for and never received (the episode ended while they were owed). */
   const abandonedSteps: number[] = [];
-  const tokenizer = saar ? (options.tokenizer ?? loadQwen3Tokenizer()) : null;
-  const marker = tokenizer?.tokenId(TOOL_CALL_TOKEN) ?? null;
+  const adapter = saar ? (options.modelAdapter ?? qwen3Adapter()) : null;
+  const marker = adapter?.toolCallOpenId() ?? null;
+  const tokenizer = adapter?.tokenizer ?? null;
   const cleanerReport = (): CleanerReport => ({
     options: saar!.state.options,
     metrics: saar!.finish(),

@@ -2,6 +2,7 @@ import type { JsonObject, Step, ToolResult } from '../../../domain/index.js';
 import { contentText } from '../../../text/index.js';
 import { BoundedList, type Budget, JsonBlock, LIMITS, short, TextBlock } from '../../bounded.js';
 import { parseJsonSafe } from './common.js';
+import type { TokenDecoders } from './decoders.js';
 import { DecodedText, whole } from './tokens.js';
 
 /*
@@ -205,11 +206,13 @@ const MESSAGE_FRAME_BYTES = 512;
  */
 export function Conversation({
   steps,
+  decoders,
   label,
   budget,
   stepHref = '',
 }: {
   steps: readonly Step[];
+  decoders: TokenDecoders;
   label: string;
   budget: Budget;
   stepHref?: string;
@@ -222,7 +225,11 @@ export function Conversation({
     ) : (
       <>
         <p class="muted">No messages recorded; the last step's prompt and response, decoded:</p>
-        <DecodedText ranges={[whole(last.promptIds), whole(last.responseIds)]} budget={budget} />
+        <DecodedText
+          ranges={[whole(last.promptIds), whole(last.responseIds)]}
+          decoder={decoders.of(last.metadata)}
+          budget={budget}
+        />
       </>
     );
   return (

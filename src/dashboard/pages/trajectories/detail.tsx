@@ -23,6 +23,7 @@ import {
   trajectoryHref,
 } from './common.js';
 import { Conversation } from './conversation.js';
+import type { TokenDecoders } from './decoders.js';
 import type { LabelFormValues } from './label-forms.js';
 import { DecodedText, HeatLegend, HeatStrip, PromptViews, whole } from './tokens.js';
 
@@ -56,6 +57,8 @@ export interface TrajectoryDetail {
   original: { trajectory: Trajectory; steps: Step[] } | null;
   /** The offline-purified trajectory derived from this one, when there is one. */
   derived: Trajectory | null;
+  /** Each step's ids read with its own model's tokenizer. */
+  decoders: TokenDecoders;
 }
 
 const ms = (v: number | null) => (v === null ? '–' : `${fmt(v, 1)} ms`);
@@ -214,6 +217,7 @@ function Provenance({ d, budget }: { d: TrajectoryDetail; budget: Budget }) {
                 <figcaption>Original</figcaption>
                 <Conversation
                   steps={d.original.steps}
+                  decoders={d.decoders}
                   label="Original conversation"
                   budget={budget.part(128 * 1024, rawTrajectoryHref(d.original.trajectory.id))}
                   stepHref={trajectoryHref(d.original.trajectory.id)}
@@ -221,18 +225,33 @@ function Provenance({ d, budget }: { d: TrajectoryDetail; budget: Budget }) {
               </figure>
               <figure class="side">
                 <figcaption>Derived</figcaption>
-                <Conversation steps={d.steps} label="Derived conversation" budget={budget.part(128 * 1024)} />
+                <Conversation
+                  steps={d.steps}
+                  decoders={d.decoders}
+                  label="Derived conversation"
+                  budget={budget.part(128 * 1024)}
+                />
               </figure>
             </div>
           ) : null}
         </>
       ) : null}
-      {t.guided || t.probe ? <Guidance t={t} steps={d.steps} budget={budget} /> : null}
+      {t.guided || t.probe ? <Guidance t={t} steps={d.steps} decoders={d.decoders} budget={budget} /> : null}
     </section>
   );
 }
 
-function Guidance({ t, steps, budget }: { t: Trajectory; steps: Step[]; budget: Budget }) {
+function Guidance({
+  t,
+  steps,
+  decoders,
+  budget,
+}: {
+  t: Trajectory;
+  steps: Step[];
+  decoders: TokenDecoders;
+  budget: Budget;
+}) {
   const guidance = t.metadata.guidance;
   const g = isRecord(guidance) ? guidance : {};
   const guided = steps.filter((s) => s.trainingPromptIds !== null);
@@ -262,7 +281,12 @@ function Guidance({ t, steps, budget }: { t: Trajectory; steps: Step[]; budget: 
           render={(s, i) => (
             <details open={i === 0}>
               <summary>Step {s.index}: prompt views</summary>
-              <PromptViews engine={s.promptIds} training={s.trainingPromptIds!} budget={budget} />
+              <PromptViews
+                engine={s.promptIds}
+                training={s.trainingPromptIds!}
+                decoder={decoders.of(s.metadata)}
+                budget={budget}
+              />
             </details>
           )}
         />
@@ -271,7 +295,18 @@ function Guidance({ t, steps, budget }: { t: Trajectory; steps: Step[]; budget: 
   );
 }
 
-function StepView({ step, label, budget }: { step: Step; label: CurrentLabel | undefined; budget: Budget }) {
+function StepView({
+  step,
+  label,
+  decoders,
+  budget,
+}: {
+  step: Step;
+  label: CurrentLabel | undefined;
+  decoders: TokenDecoders;
+  budget: Budget;
+}) {
+  const decoder = decoders.of(step.metadata);
   const errors = (step.toolResults ?? []).filter((r) => r.error);
   // The step's share is split so its decoded text cannot crowd out the heat strip or the metadata.
   const weights = { decoded: 1, strip: 2, errors: errors.length > 0 ? 1 : 0, metadata: 1 };
@@ -341,9 +376,14 @@ function StepView({ step, label, budget }: { step: Step; label: CurrentLabel | u
         </div>
       </dl>
       <h4>Response (decoded)</h4>
-      <DecodedText ranges={[whole(step.responseIds)]} budget={own.decoded} />
+      <DecodedText ranges={[whole(step.responseIds)]} decoder={decoder} budget={own.decoded} />
       <h4>Response tokens</h4>
-      <HeatStrip ids={step.responseIds} logprobs={step.responseLogprobs} budget={own.strip} />
+      <HeatStrip
+        ids={step.responseIds}
+        logprobs={step.responseLogprobs}
+        decoder={decoder}
+        budget={own.strip}
+      />
       {errors.length > 0 ? (
         <>
           <h4>Failed tool results</h4>
@@ -649,7 +689,12 @@ export function DetailPage({
       <section class="card" aria-labelledby="h-conversation" id="conversation">
         <h2 id="h-conversation">Conversation</h2>
         <p class="muted">The last step's messages as the agent sent them, then that step's answer.</p>
-        <Conversation steps={d.steps} label="Conversation" budget={page.part(SECTION_BYTES.conversation)} />
+        <Conversation
+          steps={d.steps}
+          decoders={d.decoders}
+          label="Conversation"
+          budget={page.part(SECTION_BYTES.conversation)}
+        />
       </section>
       <section class="card" aria-labelledby="h-steps" id="steps">
         <h2 id="h-steps">Steps</h2>
@@ -658,7 +703,8 @@ export function DetailPage({
         ) : (
           <>
             <p class="muted">
-              Token ids decoded with the Qwen3 tokenizer; hover a token for its id and logprob.
+              Token ids decoded with the tokenizer of the model each step records (the built-in Qwen3 when
+              none); hover a token for its id and logprob.
             </p>
             <HeatLegend />
             <BoundedList
@@ -667,7 +713,9 @@ export function DetailPage({
               noun={['step', 'steps']}
               reserve={STEP_FRAME_BYTES}
               wrap={(views) => views}
-              render={(s, _, own) => <StepView step={s} label={current.get(s.index)} budget={own} />}
+              render={(s, _, own) => (
+                <StepView step={s} label={current.get(s.index)} decoders={d.decoders} budget={own} />
+              )}
             />
           </>
         )}

@@ -1,59 +1,15 @@
-import { offload } from '../../../http/offload.js';
-import { decodeWithTable, loadQwen3TokenTable, type TokenTable } from '../../../text/token-table.js';
 import { type Budget, htmlBytes, LIMITS, TextBlock, Truncated } from '../../bounded.js';
 import { fmt } from '../../layout.js';
+import type { StepDecoder } from './decoders.js';
 
 /*
- * Token-level views: ids decoded with the Qwen3 tokenizer (what the sim and the gateway's default
- * model use; ids from another vocabulary decode to noise, and the page says which tokenizer it used),
- * the response as a heat strip by logprob, and a guided step's two prompt views side by side.
+ * Token-level views: ids decoded with the tokenizer of the model each step records (decoders.ts;
+ * ids of a model the server does not serve are shown as ids, with a note naming it), the response as
+ * a heat strip by logprob, and a guided step's two prompt views side by side.
  */
 
 /** The strip shows at most this many tokens per step; the page stays light on long generations. */
 export const MAX_STRIP_TOKENS = LIMITS.stripTokens;
-
-let table: TokenTable | null = null;
-let loading: Promise<void> | null = null;
-
-/**
- * Gets Qwen3's decoding table from the offload thread, once per process: the tokenizer it
- * comes from takes most of a second to load, which would hold the event loop (docs/security.md).
- * Pages that decode await it first (mountTrajectoryPages).
- */
-export function decoderReady(): Promise<void> {
-  if (table) return Promise.resolve();
-  loading ??= offload.call('tokenTable').then(
-    (t) => {
-      table = t;
-    },
-    (error: unknown) => {
-      loading = null;
-      throw error;
-    },
-  );
-  return loading;
-}
-
-/** Decodes ids; an id outside the vocabulary answers a marker instead of failing the page. */
-export function decode(ids: readonly number[]): string {
-  // Without decoderReady (a page that did not wait), the table is built here, once.
-  table ??= loadQwen3TokenTable();
-  try {
-    return decodeWithTable(table, ids);
-  } catch {
-    return `[${ids.length} tokens outside the Qwen3 vocabulary]`;
-  }
-}
-
-/** One token's text; U+FFFD for an id outside the vocabulary. */
-function decodeToken(id: number): string {
-  table ??= loadQwen3TokenTable();
-  try {
-    return decodeWithTable(table, [id]);
-  } catch {
-    return '\ufffd';
-  }
-}
 
 /** Logprob buckets, most confident first (h0) to least (h4); the legend names the ranges. */
 const HEAT_BOUNDS = [-0.1, -0.5, -1.5, -3] as const;
@@ -95,12 +51,14 @@ function head(ranges: readonly TokenRange[], n: number): number[] {
  */
 export function DecodedText({
   ranges,
+  decoder,
   budget,
   cls = 'content decoded',
   mark,
 }: {
   /** Shown one after another (a prompt, then its response). */
   ranges: readonly TokenRange[];
+  decoder: StepDecoder;
   budget: Budget;
   cls?: string;
   mark?: boolean;
@@ -109,14 +67,26 @@ export function DecodedText({
   const shown = head(ranges, Math.min(LIMITS.decodeTokens, LIMITS.textChars, budget.left));
   const more = total - shown.length;
   return (
-    <TextBlock
-      text={decode(shown)}
-      budget={budget}
-      cls={cls}
-      mark={mark}
-      extra={more > 0 ? `${fmt(more)} more token${more === 1 ? '' : 's'} not decoded` : undefined}
-    />
+    <>
+      {decoder.note ? <UndecodedNote decoder={decoder} budget={budget} /> : null}
+      <TextBlock
+        text={decoder.decode(shown)}
+        budget={budget}
+        cls={cls}
+        mark={mark}
+        extra={more > 0 ? `${fmt(more)} more token${more === 1 ? '' : 's'} not decoded` : undefined}
+      />
+    </>
   );
+}
+
+/** Why a step's ids are shown as ids (charged to the budget, like every text on the page). */
+export function UndecodedNote({ decoder, budget }: { decoder: StepDecoder; budget: Budget }) {
+  const note = decoder.note ?? '';
+  const bytes = htmlBytes(note) + SPAN_BYTES;
+  if (bytes > budget.left) return null;
+  budget.charge(bytes);
+  return <p class="muted undecoded">{note}</p>;
 }
 
 /** Bytes a strip span takes besides its title and text: the tags and the class. */
@@ -129,17 +99,19 @@ const SPAN_BYTES = 64;
 export function HeatStrip({
   ids,
   logprobs,
+  decoder,
   budget,
 }: {
   ids: readonly number[];
   logprobs: readonly number[] | null;
+  decoder: StepDecoder;
   budget: Budget;
 }) {
   const spans = [];
   const end = Math.min(ids.length, MAX_STRIP_TOKENS);
   for (let i = 0; i < end; i++) {
     const id = ids[i]!;
-    const text = decodeToken(id);
+    const text = decoder.token(id);
     const lp = logprobs?.[i];
     const title = `#${i} id ${id} ${JSON.stringify(text)}${lp === undefined ? '' : ` logprob ${lp.toFixed(3)}`}`;
     const bytes = SPAN_BYTES + htmlBytes(title) + htmlBytes(text);
@@ -184,10 +156,12 @@ const commonSuffix = (a: readonly number[], b: readonly number[], prefix: number
 export function PromptViews({
   engine,
   training,
+  decoder,
   budget,
 }: {
   engine: readonly number[];
   training: readonly number[];
+  decoder: StepDecoder;
   budget: Budget;
 }) {
   const p = commonPrefix(engine, training);
@@ -204,7 +178,7 @@ export function PromptViews({
             <span class="muted">(nothing beyond the shared parts)</span>
           </pre>
         ) : (
-          <DecodedText ranges={[middle]} budget={budget} cls="decoded" mark />
+          <DecodedText ranges={[middle]} decoder={decoder} budget={budget} cls="decoded" mark />
         )}
       </figure>
     );
@@ -214,7 +188,7 @@ export function PromptViews({
       {p > 0 ? (
         <details>
           <summary>Shared beginning: {fmt(p)} tokens</summary>
-          <DecodedText ranges={[[engine, 0, p]]} budget={budget} cls="decoded" />
+          <DecodedText ranges={[[engine, 0, p]]} decoder={decoder} budget={budget} cls="decoded" />
         </details>
       ) : null}
       <div class="side-by-side">
@@ -224,7 +198,12 @@ export function PromptViews({
       {s > 0 ? (
         <details>
           <summary>Shared end: {fmt(s)} tokens</summary>
-          <DecodedText ranges={[[engine, engine.length - s, engine.length]]} budget={budget} cls="decoded" />
+          <DecodedText
+            ranges={[[engine, engine.length - s, engine.length]]}
+            decoder={decoder}
+            budget={budget}
+            cls="decoded"
+          />
         </details>
       ) : null}
     </div>
