@@ -1857,7 +1857,10 @@ for (const [name, start] of stores) {
         method: 'POST',
         path: `/${call.trajectory}/${call.group}/v1/chat/completions`,
         headers: { host: `127.0.0.1:${started.server.port}`, 'content-type': 'application/json' },
-        body: Buffer.from('{"model":"sim","messages":[{"role":"user","content":[{"text":"hi"}]}]}'),
+        // An image part: the gateway's schema takes it (OpenAI's spec does), the sim refuses it.
+        body: Buffer.from(
+          '{"model":"sim","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"}}]}]}',
+        ),
       });
       expect(res.status).toBe(400);
       // No waiting: the event is in the log by the time the answer is.
