@@ -255,8 +255,8 @@ describe('what the gateway cannot serve is a 400 naming the field, and nothing i
     ['a custom tool', { tools: [{ type: 'custom', custom: { name: 'x' } }] }, 'tools.0.type'],
     ['a role the spec does not have', { messages: [{ role: 'robot', content: 'hi' }] }, 'messages.0.role'],
     [
-      'a tool message without its call id',
-      { messages: [{ role: 'tool', content: 'x' }] },
+      'a tool call id that is not a string',
+      { messages: [{ role: 'tool', content: 'x', tool_call_id: 5 }] },
       'messages.0.tool_call_id',
     ],
     [

@@ -81,7 +81,7 @@ export const ChatMessage = z.looseObject({
   // vLLM calls the field reasoning_content; newer servers call it reasoning.
   reasoning_content: z.string().nullable().optional(),
   reasoning: z.string().nullable().optional(),
-  tool_call_id: z.string().optional(),
+  tool_call_id: z.string().nullish(),
   name: z.string().optional(),
 });
 export type ChatMessageInput = z.input<typeof ChatMessage>;
@@ -159,7 +159,7 @@ function templateMessage(m: z.output<typeof ChatMessage>, style: TemplateStyle):
   const reasoning = m.reasoning_content ?? m.reasoning;
   if (reasoning != null) out.reasoning_content = reasoning;
   // Templates that pair a tool result with its call (harmony, Mistral) read these two.
-  if (m.role === 'tool' && m.tool_call_id !== undefined) out.tool_call_id = m.tool_call_id;
+  if (m.role === 'tool' && m.tool_call_id != null) out.tool_call_id = m.tool_call_id;
   if (m.role === 'tool' && m.name !== undefined) out.name = m.name;
   if (m.tool_calls && m.tool_calls.length > 0) {
     out.tool_calls = m.tool_calls.map((c) => ({

@@ -79,7 +79,11 @@ describe('parseChatRequest', () => {
   it.each([
     [{ messages: [] }, 'messages', /must be a non-empty array/],
     [{ messages: [{ role: 'robot', content: 'x' }] }, 'messages.0.role', /developer/],
-    [{ messages: [user, { role: 'tool', content: 'x' }] }, 'messages.1.tool_call_id', /tool call/],
+    [
+      { messages: [user, { role: 'tool', content: 'x', tool_call_id: 5 }] },
+      'messages.1.tool_call_id',
+      /tool call/,
+    ],
     [{ messages: [{ role: 'user' }] }, 'messages.0.content', /string or an array/],
     [
       { messages: [{ role: 'assistant', content: [{ type: 'image_url' }] }] },

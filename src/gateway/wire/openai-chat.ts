@@ -79,7 +79,8 @@ const AssistantMessage = z.looseObject({
 const ToolMessage = z.looseObject({
   role: z.literal('tool'),
   content: TextContent,
-  tool_call_id: z.string('must be the id of the tool call this answers'),
+  // Optional, as vLLM's own message type has it: Claw-R1's raw-text agents answer calls that carry no id.
+  tool_call_id: z.string('must be the id of the tool call this answers').nullish(),
 });
 /** Deprecated: the result of a legacy `function_call`. */
 const FunctionMessage = z.looseObject({
