@@ -3,11 +3,12 @@ import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { ChatMessageInput, ChatToolInput } from '../src/text/chat-template.js';
+import type { ChatMessageInput } from '../src/text/chat-template.js';
 import { createModelAdapter, type ModelAdapter, ModelFeatureError } from '../src/text/model-adapter.js';
 import { sequentialToolCallIds } from '../src/text/tool-calls.js';
 import { findTrainPython, runPython } from '../src/train/python.js';
 import { type FixtureFamily, makeModelFolder } from './support/model-folders.js';
+import { READ_FILE_TOOLS, toolLoop } from './support/tool-loop.js';
 
 /*
  * Each family's adapter against the references: transformers' apply_chat_template over the same
@@ -21,51 +22,9 @@ const python = findTrainPython();
 const required = Boolean(process.env.STEPWISE_TRAIN_PYTHON);
 if (!python && !required) console.warn('model-family reference renders skipped: no Python with transformers');
 
-const TOOLS: ChatToolInput[] = [
-  {
-    type: 'function',
-    function: {
-      name: 'read_file',
-      description: 'Read a file from the workspace',
-      parameters: {
-        type: 'object',
-        properties: {
-          path: { type: 'string', description: 'Path relative to the workspace' },
-          encoding: { type: 'string', enum: ['utf-8', 'latin-1'], default: 'utf-8' },
-        },
-        required: ['path'],
-      },
-    },
-  },
-];
+const TOOLS = READ_FILE_TOOLS;
 
-const call = (id: string, path: string) => ({
-  id,
-  type: 'function' as const,
-  function: { name: 'read_file', arguments: JSON.stringify({ path }) },
-});
-
-/** A multi-turn tool loop: two calls, their results, an answer, and a follow-up question. */
-const LOOP: ChatMessageInput[] = [
-  { role: 'system', content: 'You are a careful assistant.' },
-  { role: 'user', content: 'What do a.txt and b.txt say?' },
-  {
-    role: 'assistant',
-    content: null,
-    reasoning_content: 'Read a.txt first.',
-    tool_calls: [call('call_1', 'a.txt')],
-  },
-  { role: 'tool', tool_call_id: 'call_1', content: '42' },
-  {
-    role: 'assistant',
-    content: null,
-    reasoning_content: 'Now b.txt.',
-    tool_calls: [call('call_2', 'b.txt')],
-  },
-  { role: 'tool', tool_call_id: 'call_2', content: 'blue' },
-  { role: 'assistant', content: 'a.txt says 42 and b.txt says blue.' },
-  { role: 'user', content: 'Thanks — and in French?' },
-];
+const LOOP = toolLoop();
 
 /** The conversation each family renders: DeepSeek-V3's template cannot render a system prompt and tools in one turn, so all get the same. */
 const FAMILIES: {

@@ -3,10 +3,11 @@ import { copyFileSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFile
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { ChatMessageInput, ChatToolInput } from '../src/text/chat-template.js';
+import type { ChatMessageInput } from '../src/text/chat-template.js';
 import { createModelAdapter, type ModelAdapter } from '../src/text/model-adapter.js';
 import { sequentialToolCallIds } from '../src/text/tool-calls.js';
 import { findTrainPython, runPython } from '../src/train/python.js';
+import { READ_FILE_TOOLS, toolLoop } from './support/tool-loop.js';
 
 /*
  * Mistral's adapter against Mistral's own references: mistral-common (Mistral's official chat encoder)
@@ -85,52 +86,16 @@ describe("parsing equals vLLM's mistral parser on vLLM's test cases", () => {
   });
 });
 
-const TOOLS: ChatToolInput[] = [
-  {
-    type: 'function',
-    function: {
-      name: 'read_file',
-      description: 'Read a file from the workspace',
-      parameters: {
-        type: 'object',
-        properties: {
-          path: { type: 'string', description: 'Path relative to the workspace' },
-          encoding: { type: 'string', enum: ['utf-8', 'latin-1'], default: 'utf-8' },
-        },
-        required: ['path'],
-      },
-    },
-  },
-];
+const TOOLS = READ_FILE_TOOLS;
 
-// mistral-common accepts only 9 alphanumeric characters as a call id.
 const call = (id: string, path: string) => ({
   id,
   type: 'function' as const,
   function: { name: 'read_file', arguments: JSON.stringify({ path }) },
 });
 
-/** The loop of test/model-families.test.ts: two calls, JSON and text results, an answer, a follow-up. */
-const LOOP: ChatMessageInput[] = [
-  { role: 'system', content: 'You are a careful assistant.' },
-  { role: 'user', content: 'What do a.txt and b.txt say?' },
-  {
-    role: 'assistant',
-    content: null,
-    reasoning_content: 'Read a.txt first.',
-    tool_calls: [call('call00001', 'a.txt')],
-  },
-  { role: 'tool', tool_call_id: 'call00001', content: '42' },
-  {
-    role: 'assistant',
-    content: null,
-    reasoning_content: 'Now b.txt.',
-    tool_calls: [call('call00002', 'b.txt')],
-  },
-  { role: 'tool', tool_call_id: 'call00002', content: 'blue' },
-  { role: 'assistant', content: 'a.txt says 42 and b.txt says blue.' },
-  { role: 'user', content: 'Thanks — and in French?' },
-];
+// mistral-common takes only 9 alphanumeric characters as a call id.
+const LOOP = toolLoop((n) => `call0000${n}`);
 
 /** Every prompt of the loop (each point where the assistant speaks next), and the whole of it. */
 function loopCases(): ChatMessageInput[][] {

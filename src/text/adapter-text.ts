@@ -1,3 +1,4 @@
+import { StepwiseError } from '../domain/errors.js';
 import type { ChatMessageInput, ChatToolInput, RenderChatInput } from './chat-template.js';
 import type { ChatTokenizer } from './tokenizer.js';
 import type { ToolCall } from './tool-calls.js';
@@ -26,7 +27,12 @@ export interface TemplateAccess {
 }
 
 /** Why the template cannot give the text: the caller turns it into its ModelFeatureError. */
-export class TemplateShapeError extends Error {}
+export class TemplateShapeError extends StepwiseError {
+  override readonly name = 'TemplateShapeError';
+  constructor(message: string) {
+    super(message, 400, 'model_feature_unsupported', 'model');
+  }
+}
 
 /** A stand-in opening turn: the text under test follows it, so nothing before it matters. */
 const OPENING: ChatMessageInput = { role: 'user', content: '.' };

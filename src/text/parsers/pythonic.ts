@@ -1,3 +1,4 @@
+import { StepwiseError } from '../../domain/errors.js';
 import type { ParsedCompletion, ParseToolCallsOptions, ToolCall } from '../tool-calls.js';
 
 /*
@@ -20,7 +21,12 @@ type PyValue =
   | { t: 'dict'; v: [PyValue, PyValue][] };
 
 /** Raised inside the reader when the text is not a list of calls vLLM would accept; never escapes. */
-class NotCalls extends Error {}
+class NotCalls extends StepwiseError {
+  override readonly name = 'NotCalls';
+  constructor() {
+    super('not a list of calls', 400, 'not_calls');
+  }
+}
 
 interface PyCall {
   name: string;
