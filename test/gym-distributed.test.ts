@@ -1,4 +1,4 @@
-import type { ChildProcess } from 'node:child_process';
+import { type ChildProcess, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -126,6 +126,12 @@ describe.skipIf(!PG_URL || !sandboxReady)('distributed rollouts (PostgreSQL + pg
       for (const schema of schemas) await client.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
     } finally {
       await client.end();
+    }
+    // The SIGKILLed worker never unmounted its sample's workspace tmpfs (a host mount): this test
+    // started it, so this test takes it down.
+    for (const line of readFileSync('/proc/mounts', 'utf8').split('\n')) {
+      const target = line.split(' ')[1];
+      if (target?.startsWith(`${dir}/`)) spawnSync('umount', ['--lazy', target]);
     }
     rmSync(dir, { recursive: true, force: true });
   });
