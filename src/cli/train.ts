@@ -32,6 +32,16 @@ export function registerTrainCommand(program: Command): void {
     )
     .option('--seed <n>', 'seed of the model, the tasks and the sampling', int('--seed', 0), 7)
     .option('--versions <n>', 'policy versions to train (one batch of groups each)', int('--versions', 1), 12)
+    .option(
+      '--target-reward <r>',
+      "stop once a round's mean reward reaches this (0 to 1); the update of that round's batch is the final policy",
+      (value: string) => {
+        const n = Number(value);
+        if (!Number.isFinite(n) || n < 0 || n > 1)
+          throw new InvalidArgumentError('--target-reward must be a number from 0 to 1');
+        return n;
+      },
+    )
     .option('--groups <n>', 'copy tasks (groups) per round', int('--groups', 1), DEFAULT_GROUPS)
     .option('--rollouts <n>', 'samples per task: the group size', int('--rollouts', 2), 8)
     .option(
@@ -68,6 +78,7 @@ export function registerTrainCommand(program: Command): void {
         out: opts.out,
         seed: opts.seed,
         versions: opts.versions,
+        targetReward: opts.targetReward,
         groups: opts.groups,
         rollouts: opts.rollouts,
         warmupSteps: opts.warmupSteps,

@@ -28,8 +28,13 @@ export interface TrainOptions {
   /** Where the stores, the SFT export, the manifest and the curve go. */
   out: string;
   seed: number;
-  /** Policy versions to train (one leased batch each). */
+  /** Policy versions to train (one leased batch each): the most, when `targetReward` stops sooner. */
   versions: number;
+  /**
+   * Stop once a round's mean reward reaches this: the trainer's update of that round's batch is the
+   * final policy (the eval round still runs on it). Unset: all `versions` are trained.
+   */
+  targetReward?: number;
   /** Tasks (groups) per round (default `DEFAULT_GROUPS`). */
   groups?: number;
   /** Samples per task: the group size. */
@@ -225,7 +230,7 @@ export async function runTrain(o: TrainOptions): Promise<TrainResult> {
 
     // 3. Rollouts, asynchronously with the trainer.
     const samples: { result: SampleResult; round: number }[] = [];
-    const runRound = async (round: number, channel: string) => {
+    const runRound = async (round: number, channel: string): Promise<number> => {
       const tasks = copyTasks(seededRandom('train', o.seed, round), groups, `r${round}`);
       const runId = `train-${o.seed}-r${round}`;
       const { results } = await runGym({
@@ -249,18 +254,33 @@ export async function runTrain(o: TrainOptions): Promise<TrainResult> {
       say(
         `rollouts  round ${round + 1}${channel === EVAL_CHANNEL ? ' (final policy)' : `/${o.versions}`}: mean reward ${mean.toFixed(3)} over ${scored.length} rollouts${scored.length < results.length ? `, ${results.length - scored.length} infrastructure failures` : ''}`,
       );
+      return mean;
     };
-    for (let round = 0; round < o.versions; round++) {
-      // Bounded lead: round r waits for version r - max_staleness, so its groups are never too stale.
-      while ((await server.pool.policyVersion()) - startVersion < round - o.maxStaleness) {
+    const waitForVersion = async (offset: number) => {
+      while ((await server!.pool.policyVersion()) - startVersion < offset) {
         if (events.failed()) throw events.error();
         await sleep(200, o.signal);
       }
+    };
+    let rounds = 0;
+    for (let round = 0; round < o.versions; round++) {
+      // Bounded lead: round r waits for version r - max_staleness, so its groups are never too stale.
+      await waitForVersion(round - o.maxStaleness);
       if (events.failed()) throw events.error();
-      await runRound(round, TRAIN_CHANNEL);
+      const mean = await runRound(round, TRAIN_CHANNEL);
+      rounds = round + 1;
+      if (o.targetReward !== undefined && mean >= o.targetReward && round < o.versions - 1) {
+        // The update of this round's batch is the last: the trainer finishes it, then ends (SIGINT).
+        await waitForVersion(round + 1);
+        say(
+          `train     mean reward ${mean.toFixed(3)} reached --target-reward ${o.targetReward}: stopping after version ${round + 1}`,
+        );
+        proc.child.kill('SIGINT');
+        break;
+      }
     }
     await events.done;
-    await runRound(o.versions, EVAL_CHANNEL);
+    await runRound(rounds, EVAL_CHANNEL);
 
     // 4. Rewards by the version that generated each rollout.
     const byVersion = new Map<number, number[]>();
@@ -437,6 +457,7 @@ function writeOutputs(
     updates: o.update,
     settings: {
       versions: o.versions,
+      target_reward: o.targetReward ?? null,
       rollouts: o.rollouts,
       task: 'copy input.txt to answer.md with one exec call (src/train/tasks.ts)',
       warmup_targets: COPY_TARGETS,

@@ -18,7 +18,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 import time
 from typing import Any
 
@@ -71,15 +73,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def wait_for_groups(client: StepwiseClient, channel: str, groups: int, deadline: float) -> None:
-    """Until `groups` groups are ready: a batch holds one round of the gym, not a part of one."""
-    while True:
+def wait_for_groups(client: StepwiseClient, channel: str, groups: int, deadline: float, stop: threading.Event) -> bool:
+    """Until `groups` groups are ready (True): a batch holds one round of the gym, not a part of one.
+    False: asked to stop meanwhile."""
+    while not stop.is_set():
         ready = int(client.stats(channel).get("groups", {}).get("ready", 0))
         if ready >= groups:
-            return
+            return True
         if time.monotonic() > deadline:
             raise TimeoutError(f"only {ready} of {groups} groups were ready in time")
-        time.sleep(0.25)
+        stop.wait(0.25)
+    return False
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,10 +121,15 @@ def main(argv: list[str] | None = None) -> int:
     assert trainer.version is not None
     # The warm-up is what the engines serve from the start, under the pool's current version.
     trainer.push_weights(trainer.version)
+    # SIGINT ends the run after the update in progress (`stepwise train --target-reward`, or Ctrl-C):
+    # the checkpoint is still saved and `done` still emitted.
+    stop = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
     emit("ready", version=trainer.version)
     for _ in range(args.versions):
         waited = time.perf_counter()
-        wait_for_groups(client, args.channel, args.batch_groups, time.monotonic() + args.wait_s)
+        if not wait_for_groups(client, args.channel, args.batch_groups, time.monotonic() + args.wait_s, stop):
+            break
         batch = trainer.lease(args.batch_groups, max_staleness=args.max_staleness, wait_ms=30_000, ttl_ms=args.lease_ttl_s * 1000)
         if batch is None:
             continue  # the ready groups went stale or elsewhere between the two calls
