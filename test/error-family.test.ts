@@ -2,7 +2,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { StepwiseError } from '../src/domain/errors.js';
-import { IntegrityError, ToolInstallError } from '../src/gym/agent/openclaw/install.js';
+import { IntegrityError, ToolInstallError } from '../src/gym/install-kit/index.js';
 import { GatewayUnavailable } from '../src/gym/agent/openclaw/run.js';
 import { SandboxError } from '../src/gym/sandbox/index.js';
 import { ToolFailure } from '../src/gym/tools/failure.js';

@@ -16,19 +16,21 @@ import { join, resolve } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
-  defaultToolsDir,
   findOpenClaw,
-  IntegrityError,
-  installOnce,
   installOpenClaw,
   NODE_INTEGRITY,
   NODE_VERSION,
   OPENCLAW_VERSION,
   openClawLockHash,
-  ToolInstallError,
   unpackNode,
-  verifyIntegrity,
 } from '../src/gym/agent/openclaw/install.js';
+import {
+  defaultToolsDir,
+  IntegrityError,
+  installOnce,
+  ToolInstallError,
+  verifyIntegrity,
+} from '../src/gym/install-kit/index.js';
 import { ROOT, runCli } from './support/server-process.js';
 
 const execFileP = promisify(execFile);
