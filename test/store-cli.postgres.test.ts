@@ -25,7 +25,7 @@ describe.skipIf(!pgUrl)('store commands on PostgreSQL (--db postgres://…)', ()
     db = join(dir, 'pool.db');
     await (await buildFixture(db)).close();
     const out = join(dir, 'seed');
-    expect((await runCli(['export', 'trajectories', '--db', db, '--out', out])).code).toBe(0);
+    expect((await runCli(['export', 'trajectories', '--db', db, '--out', out], {}, 60_000)).code).toBe(0);
     const imported = await runCli(['import', join(out, 'trajectories.jsonl'), ...pg()], {}, 60_000);
     expect(imported.stderr).toBe('');
     expect(imported.stdout).toContain('imported 12 trajectories (20 steps, 4 labels) into postgres://');
@@ -45,15 +45,11 @@ describe.skipIf(!pgUrl)('store commands on PostgreSQL (--db postgres://…)', ()
     ['rl', 'rl.parquet', ['--channel', 'train', '--advantage', 'rloo']],
   ] as const) {
     it(`export ${kind} writes the same file from PostgreSQL as from SQLite`, async () => {
-      const fromSqlite = await runCli([
-        'export',
-        kind,
-        ...extra,
-        '--db',
-        db,
-        '--out',
-        join(dir, `sqlite-${kind}`),
-      ]);
+      const fromSqlite = await runCli(
+        ['export', kind, ...extra, '--db', db, '--out', join(dir, `sqlite-${kind}`)],
+        {},
+        60_000,
+      );
       const fromPg = await runCli(
         ['export', kind, ...extra, ...pg(), '--out', join(dir, `pg-${kind}`)],
         {},
@@ -82,7 +78,11 @@ describe.skipIf(!pgUrl)('store commands on PostgreSQL (--db postgres://…)', ()
     expect(fromSqlite.code, fromSqlite.stderr).toBe(0);
     expect(JSON.parse(fromPg.stdout)).toEqual(JSON.parse(fromSqlite.stdout));
     const out = (side: string) => join(dir, `purified-${side}`);
-    await runCli(['export', 'trajectories', '--channel', 'purified', '--db', db, '--out', out('sqlite')]);
+    await runCli(
+      ['export', 'trajectories', '--channel', 'purified', '--db', db, '--out', out('sqlite')],
+      {},
+      60_000,
+    );
     await runCli(
       ['export', 'trajectories', '--channel', 'purified', ...pg(), '--out', out('pg')],
       {},
