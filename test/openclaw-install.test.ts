@@ -36,6 +36,7 @@ import { ROOT, runCli } from './support/server-process.js';
 const execFileP = promisify(execFile);
 const INSTALL_NAME = `openclaw-${OPENCLAW_VERSION}`;
 const INSTALL_MODULE = join(ROOT, 'src/gym/agent/openclaw/install.ts');
+const KIT_MODULE = join(ROOT, 'src/gym/install-kit/index.ts');
 
 let scratch = '';
 
@@ -412,7 +413,7 @@ describe('installOnce: one build at a time, renamed into place', () => {
       script,
       `import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { installOnce } from ${JSON.stringify(INSTALL_MODULE)};
+import { installOnce } from ${JSON.stringify(KIT_MODULE)};
 await installOnce({
   parent: process.argv[2], name: 'tool', find: () => null,
   build: async (staging) => {
