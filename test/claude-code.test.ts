@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CLAUDE_CODE_VERSION, type ClaudeCodeInstall } from '../src/gym/agent/claude-code/install.js';
 import { runClaudeCodeAgent } from '../src/gym/agent/claude-code/run.js';
-import { defaultToolsDir } from '../src/gym/agent/openclaw/install.js';
+import { defaultToolsDir } from '../src/gym/install-kit/index.js';
 import { type GymRunOptions, runGym } from '../src/gym/runner.js';
 import { checkSandbox } from '../src/gym/sandbox/index.js';
 import { findRootfs } from '../src/gym/sandbox/rootfs.js';

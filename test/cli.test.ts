@@ -94,7 +94,7 @@ describe('stepwise CLI as a real process', () => {
       expect(result.code, result.stderr).toBe(0);
       expect(result.stdout).toMatch(/Usage: stepwise serve \[options\]/);
       for (const option of [
-        '--db <path>',
+        '--db <path|url>',
         '--host <host>',
         '--port <port>',
         '--api-key <key:scopes>',

@@ -21,7 +21,7 @@ import {
   installCodex,
   unpackCodex,
 } from '../src/gym/agent/codex/install.js';
-import { IntegrityError } from '../src/gym/agent/openclaw/install.js';
+import { IntegrityError } from '../src/gym/install-kit/index.js';
 import { testCodex } from './support/codex.js';
 
 const execFileP = promisify(execFile);

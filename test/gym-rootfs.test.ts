@@ -5,7 +5,7 @@ import { createServer } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { defaultToolsDir, ToolInstallError } from '../src/gym/agent/openclaw/install.js';
+import { defaultToolsDir, ToolInstallError } from '../src/gym/install-kit/index.js';
 import { runInSandbox } from '../src/gym/sandbox/index.js';
 import {
   findRootfs,

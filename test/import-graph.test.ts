@@ -110,4 +110,35 @@ describe('import graph of src/', () => {
       expect(extra, `${folder} imports`).toEqual([]);
     }
   });
+
+  it('keeps the layers inside gym/: the install kit below the sandbox and the agents, each agent its own', () => {
+    /** `from`'s files (a folder under src/) that import a file under `to`. */
+    const edges = (from: string, to: string) =>
+      [...fileEdges]
+        .filter(([file]) => relative(SRC, file).startsWith(`${from}/`))
+        .flatMap(([file, targets]) =>
+          [...targets]
+            .filter((t) => relative(SRC, t).startsWith(`${to}/`))
+            .map((t) => `${relative(SRC, file)} -> ${relative(SRC, t)}`),
+        );
+    // The sandbox runs agents; it knows none of them (its root image's install uses the kit).
+    expect(edges('gym/sandbox', 'gym/agent')).toEqual([]);
+    // The install kit (tools folder, checked downloads, build-once) is below both.
+    for (const above of ['gym/agent', 'gym/sandbox', 'gym/tools', 'gym/verify'])
+      expect(edges('gym/install-kit', above)).toEqual([]);
+    expect(
+      [...fileEdges]
+        .filter(([file]) => relative(SRC, file).startsWith('gym/install-kit/'))
+        .flatMap(([, targets]) => [...targets].map((t) => relative(SRC, t)))
+        .filter((t) => t.startsWith('gym/') && !t.startsWith('gym/install-kit/')),
+    ).toEqual([]);
+    // An installed agent is a driver (agent/installed.ts); none reaches into another's folder.
+    const agents = ['codex', 'claude-code', 'openclaw'];
+    for (const agent of agents)
+      for (const other of agents.filter((a) => a !== agent))
+        expect(edges(`gym/agent/${agent}`, `gym/agent/${other}`)).toEqual([]);
+    // One workspace-path walk (sandbox/workspace-path.ts): the tools and the verifier share no code of their own.
+    expect(edges('gym/tools', 'gym/verify')).toEqual([]);
+    expect(edges('gym/verify', 'gym/tools')).toEqual([]);
+  });
 });

@@ -16,24 +16,27 @@ import { join, resolve } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
-  defaultToolsDir,
   findOpenClaw,
-  IntegrityError,
-  installOnce,
   installOpenClaw,
   NODE_INTEGRITY,
   NODE_VERSION,
   OPENCLAW_VERSION,
   openClawLockHash,
-  ToolInstallError,
   unpackNode,
-  verifyIntegrity,
 } from '../src/gym/agent/openclaw/install.js';
+import {
+  defaultToolsDir,
+  IntegrityError,
+  installOnce,
+  ToolInstallError,
+  verifyIntegrity,
+} from '../src/gym/install-kit/index.js';
 import { ROOT, runCli } from './support/server-process.js';
 
 const execFileP = promisify(execFile);
 const INSTALL_NAME = `openclaw-${OPENCLAW_VERSION}`;
 const INSTALL_MODULE = join(ROOT, 'src/gym/agent/openclaw/install.ts');
+const KIT_MODULE = join(ROOT, 'src/gym/install-kit/index.ts');
 
 let scratch = '';
 
@@ -410,7 +413,7 @@ describe('installOnce: one build at a time, renamed into place', () => {
       script,
       `import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { installOnce } from ${JSON.stringify(INSTALL_MODULE)};
+import { installOnce } from ${JSON.stringify(KIT_MODULE)};
 await installOnce({
   parent: process.argv[2], name: 'tool', find: () => null,
   build: async (staging) => {

@@ -8,8 +8,9 @@ import { EXPORT_KINDS, ExportRequest } from '../export/request.js';
 import { runExport } from '../export/run-export.js';
 import { poolOps } from '../pool/core.js';
 import { ADVANTAGE_ESTIMATORS } from '../serving/advantages.js';
-import { openSqliteStore } from '../store/sqlite/sqlite-store.js';
+import { describeLocation, openStore } from '../store/open-store.js';
 import { progressReporter } from '../util/progress.js';
+import { addStoreOptions, existingStoreOf, storeOf } from './store-options.js';
 
 function finite(flag: string) {
   return (value: string) => {
@@ -27,20 +28,15 @@ function flagOf(field: string | undefined): string {
   return top === 'kind' ? '<kind>' : `--${top.replace(/_/g, '-')}`;
 }
 
-const dbOption = () =>
-  new Option('--db <path>', 'SQLite database file (as for stepwise serve)').default(
-    process.env.STEPWISE_DB ?? 'stepwise.db',
-  );
-
 /** `stepwise export <kind>` and `stepwise import <file>`. */
 export function registerExportCommands(program: Command): void {
-  program
+  const exportCommand = program
     .command('export')
     .description(
       'write a dataset from the store: sft (chat JSONL), dpo (preference pairs JSONL), rl (Parquet with tokens and advantages) or trajectories (full-fidelity JSONL for stepwise import); a manifest.json with filters, counts and sha256 digests is written beside it',
     )
-    .argument('<kind>', `what to export: ${EXPORT_KINDS.join(', ')}`)
-    .addOption(dbOption())
+    .argument('<kind>', `what to export: ${EXPORT_KINDS.join(', ')}`);
+  addStoreOptions(exportCommand)
     .requiredOption(
       '--out <dir>',
       'directory for <kind>.jsonl or rl.parquet and manifest.json (created if missing)',
@@ -96,11 +92,10 @@ export function registerExportCommands(program: Command): void {
         const error = fromZodError(parsed.error);
         throw new ValidationError(error.message.replace(/^[^:]*:/, `${flagOf(error.field)}:`), error.field);
       }
-      if (!existsSync(opts.db) || !statSync(opts.db).isFile())
-        throw new ValidationError(`--db: ${opts.db} does not exist`, 'db');
+      const location = existingStoreOf(opts);
       if (existsSync(opts.out) && !statSync(opts.out).isDirectory())
         throw new ValidationError(`--out: ${opts.out} is not a directory`, 'out');
-      const store = await openSqliteStore({ path: opts.db });
+      const store = await openStore(location);
       const progress = progressReporter(`export ${kind}`, 'trajectories');
       let manifest: ExportManifest;
       try {
@@ -130,35 +125,36 @@ export function registerExportCommands(program: Command): void {
       console.log(`manifest: ${join(opts.out, MANIFEST_FILE)} (sha256 ${file.sha256})`);
     });
 
-  program
+  const importCommand = program
     .command('import')
     .description(
       'load a trajectories.jsonl written by `stepwise export trajectories` into a store (checked whole first)',
     )
-    .argument('<file>', 'trajectories.jsonl (a manifest.json beside it is checked against the file)')
-    .addOption(dbOption())
-    .action(async (file: string, opts) => {
-      if (!existsSync(file) || !statSync(file).isFile())
-        throw new ValidationError(`<file>: ${file} does not exist`, 'file');
-      // A new database is created only for a file that passed the checks.
-      const checked = existsSync(opts.db) ? undefined : await checkImport(file, null);
-      // A bulk load: commits need not wait for the disk (a crash mid-import means running it again).
-      const store = await openSqliteStore({ path: opts.db, synchronous: 'NORMAL' });
-      const progress = progressReporter('import', 'trajectories');
-      let result: ImportResult;
-      try {
-        result = await importTrajectories({
-          store: poolOps(store),
-          file,
-          checked,
-          onProgress: (done, total) => progress.update(done, total),
-        });
-      } finally {
-        progress.stop();
-        await store.close();
-      }
-      console.log(
-        `imported ${result.trajectories} trajectories (${result.steps} steps, ${result.labels} labels) into ${opts.db}${result.verified ? '; sha256 matches the manifest' : ''}`,
-      );
-    });
+    .argument('<file>', 'trajectories.jsonl (a manifest.json beside it is checked against the file)');
+  addStoreOptions(importCommand).action(async (file: string, opts) => {
+    if (!existsSync(file) || !statSync(file).isFile())
+      throw new ValidationError(`<file>: ${file} does not exist`, 'file');
+    const location = storeOf(opts);
+    // A new SQLite database is created only for a file that passed the checks.
+    const checked =
+      location.kind === 'sqlite' && !existsSync(location.path) ? await checkImport(file, null) : undefined;
+    // A bulk load: commits need not wait for the disk (a crash mid-import means running it again).
+    const store = await openStore(location, { synchronous: 'NORMAL' });
+    const progress = progressReporter('import', 'trajectories');
+    let result: ImportResult;
+    try {
+      result = await importTrajectories({
+        store: poolOps(store),
+        file,
+        checked,
+        onProgress: (done, total) => progress.update(done, total),
+      });
+    } finally {
+      progress.stop();
+      await store.close();
+    }
+    console.log(
+      `imported ${result.trajectories} trajectories (${result.steps} steps, ${result.labels} labels) into ${describeLocation(location)}${result.verified ? '; sha256 matches the manifest' : ''}`,
+    );
+  });
 }

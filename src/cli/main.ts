@@ -6,6 +6,7 @@ import { DEFAULT_RATE_LIMITS } from '../http/key-rates.js';
 import { loadRewardsConfig } from '../rewards/config.js';
 import { otlpEndpointFromEnv, tracesUrl } from '../server/otel.js';
 import { startServer } from '../server/server.js';
+import { type StoreLocation, storeLocation } from '../store/open-store.js';
 import { redactUrl } from '../store/postgres/postgres-store.js';
 import { DEFAULT_MAX_CONNECTIONS } from '../util/http-server.js';
 import { createLogger } from '../util/logger.js';
@@ -157,7 +158,11 @@ export function buildCli(): Command {
 
 function addServerOptions(command: Command, role: 'all' | 'gateway'): void {
   command
-    .option('--db <path>', 'SQLite database file', process.env.STEPWISE_DB ?? 'stepwise.db')
+    .option(
+      '--db <path|url>',
+      'SQLite database file, or a PostgreSQL URL (postgres://user@host:5432/db, as --pg)',
+      process.env.STEPWISE_DB ?? 'stepwise.db',
+    )
     .option(
       '--pg <url>',
       'PostgreSQL instead of SQLite (postgres://user@host:5432/db; default: $STEPWISE_PG_URL); processes given one database share the pool',
@@ -329,6 +334,9 @@ function addServerOptions(command: Command, role: 'all' | 'gateway'): void {
       const logger = createLogger();
       // Read here, not as the option's default: --help must not print a password.
       const pgUrl: string | undefined = opts.pg ?? (process.env.STEPWISE_PG_URL || undefined);
+      const location: StoreLocation = pgUrl
+        ? { kind: 'postgres', url: pgUrl, schema: opts.pgSchema }
+        : storeLocation(opts.db, opts.pgSchema);
       const envKeys = (process.env.STEPWISE_API_KEYS ?? '').split(/\s+/).filter(Boolean);
       const channelDefaults = Object.fromEntries(
         Object.entries({
@@ -342,7 +350,7 @@ function addServerOptions(command: Command, role: 'all' | 'gateway'): void {
       );
       const server = await startServer({
         dbPath: opts.db,
-        pg: pgUrl ? { url: pgUrl, schema: opts.pgSchema } : undefined,
+        pg: location.kind === 'postgres' ? { url: location.url, schema: location.schema } : undefined,
         host: opts.host,
         port: opts.port,
         apiKeys: [...opts.apiKey, ...envKeys],
@@ -393,7 +401,9 @@ function addServerOptions(command: Command, role: 'all' | 'gateway'): void {
       logger.info(
         {
           url: server.url,
-          ...(pgUrl ? { pg: redactUrl(pgUrl), schema: opts.pgSchema } : { db: opts.db }),
+          ...(location.kind === 'postgres'
+            ? { pg: redactUrl(location.url), schema: location.schema }
+            : { db: location.path }),
           role,
           engines: opts.engine,
         },

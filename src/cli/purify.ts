@@ -1,10 +1,10 @@
-import { existsSync, statSync } from 'node:fs';
-import { type Command, InvalidArgumentError, Option } from 'commander';
+import { type Command, InvalidArgumentError } from 'commander';
 import { purifyStore } from '../curation/cleaner/derive.js';
-import { StepwiseError, ValidationError } from '../domain/index.js';
+import { StepwiseError } from '../domain/index.js';
 import { poolOps } from '../pool/core.js';
-import { openSqliteStore } from '../store/sqlite/sqlite-store.js';
+import { openStore } from '../store/open-store.js';
 import { progressReporter } from '../util/progress.js';
+import { addStoreOptions, existingStoreOf } from './store-options.js';
 
 const unit = (flag: string) => (value: string) => {
   const n = Number(value);
@@ -21,16 +21,12 @@ const count = (flag: string) => (value: string) => {
 
 /** `stepwise purify`: offline CLEANER over a store (docs/cleaner.md). */
 export function registerPurifyCommand(program: Command): void {
-  program
+  const command = program
     .command('purify')
     .description(
       'offline CLEANER: roll self-corrected tool errors out of stored trajectories, written as derived trajectories in <channel>-purified (originals kept); prints a JSON summary',
-    )
-    .addOption(
-      new Option('--db <path>', 'SQLite database file (as for stepwise serve)').default(
-        process.env.STEPWISE_DB ?? 'stepwise.db',
-      ),
-    )
+    );
+  addStoreOptions(command)
     .option('--channel <name>', 'only this channel (default: every channel)')
     .option('--trajectory <id>', 'only this trajectory')
     .option('--into <channel>', 'channel of the derived trajectories (default: <channel>-purified)')
@@ -53,9 +49,8 @@ export function registerPurifyCommand(program: Command): void {
     .option('--dry-run', 'purify and report, write nothing')
     .option('--details', 'list every trajectory in the summary')
     .action(async (opts) => {
-      if (!existsSync(opts.db) || !statSync(opts.db).isFile())
-        throw new ValidationError(`--db: ${opts.db} does not exist`, 'db');
-      const store = await openSqliteStore({ path: opts.db });
+      const location = existingStoreOf(opts);
+      const store = await openStore(location);
       const progress = progressReporter('purify', 'trajectories', process.stderr);
       try {
         const summary = await purifyStore(poolOps(store), {

@@ -2,12 +2,12 @@ import type { Command } from 'commander';
 import { CLAUDE_CODE_VERSION, findClaudeCode, installClaudeCode } from '../gym/agent/claude-code/install.js';
 import { CODEX_VERSION, findCodex, installCodex } from '../gym/agent/codex/install.js';
 import {
-  defaultToolsDir,
   findOpenClaw,
   installOpenClaw,
   NODE_VERSION,
   OPENCLAW_VERSION,
 } from '../gym/agent/openclaw/install.js';
+import { defaultToolsDir } from '../gym/install-kit/index.js';
 import { findRootfs, installRootfs, readRootfsLock, rootfsId } from '../gym/sandbox/rootfs.js';
 
 /*

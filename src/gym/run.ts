@@ -5,9 +5,10 @@ import type { InjectedErrorKind } from '../engines/sim/policies.js';
 import { progressReporter } from '../util/progress.js';
 import { CLAUDE_CODE_VERSION, findClaudeCode } from './agent/claude-code/install.js';
 import { CODEX_VERSION, findCodex } from './agent/codex/install.js';
-import { defaultToolsDir, findOpenClaw, OPENCLAW_VERSION } from './agent/openclaw/install.js';
+import { findOpenClaw, OPENCLAW_VERSION } from './agent/openclaw/install.js';
 import { checkPgUrl, checkQueueSchema, DEFAULT_QUEUE_SCHEMA, RolloutQueue } from './distributed/queue.js';
 import { defaultLeaseSeconds, distributedRunner } from './distributed.js';
+import { defaultToolsDir } from './install-kit/index.js';
 import {
   type AgentSpec,
   defaultRunId,

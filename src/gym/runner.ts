@@ -7,18 +7,13 @@ import { z } from 'zod';
 import type { InjectionMode } from '../curation/actguide/hint.js';
 import type { CleanerReport } from '../curation/cleaner/report.js';
 import { cleanerMetadata } from '../curation/cleaner/report.js';
-import type { CleanerOptions } from '../curation/cleaner/saar.js';
 import { fromZodError, StepwiseError, ValidationError } from '../domain/errors.js';
 import type { SignalWire } from '../domain/signal.js';
 import { type StepwiseClient, StepwiseHttpError } from '../sdk/client.js';
-import { type AgentOutcome, runBuiltinAgent } from './agent/builtin.js';
-import type { ClaudeCodeInstall } from './agent/claude-code/install.js';
-import { runClaudeCodeAgent } from './agent/claude-code/run.js';
-import type { CodexInstall } from './agent/codex/install.js';
-import { runCodexAgent } from './agent/codex/run.js';
-import { AgentFailed, runExternalAgent, type SandboxedAgentOptions } from './agent/external.js';
-import type { OpenClawInstall } from './agent/openclaw/install.js';
-import { GatewayUnavailable, runOpenClawAgent } from './agent/openclaw/run.js';
+import type { AgentOutcome } from './agent/builtin.js';
+import { AgentFailed } from './agent/external.js';
+import { GatewayUnavailable } from './agent/installed.js';
+import { type AgentSpec, agentEntry } from './agents.js';
 import { trajectoryOfBaseUrl } from './gateway-urls.js';
 import { DEFAULT_LIMITS, SandboxError, type SandboxLimits } from './sandbox/index.js';
 import { removeTree } from './sandbox/workspace-tree.js';
@@ -32,24 +27,7 @@ import { type JudgeConfig, type VerifyResult, verify } from './verify/index.js';
 // the agent's or the infrastructure's. docs/gym.md#running-tasks-stepwise-gym-run
 // `runSample` is one sample: the distributed workers (distributed/worker.ts) run exactly that.
 
-export type AgentSpec =
-  | {
-      kind: 'builtin';
-      maxTurns?: number;
-      turnTimeoutMs?: number;
-      cleaner?: CleanerOptions;
-      /** The tools offered (default: all five). */
-      tools?: readonly string[];
-      toolDescriptions?: 'full' | 'short';
-      systemPrompt?: string;
-      chatTemplateKwargs?: Record<string, unknown>;
-      temperature?: number;
-      maxTokens?: number;
-    }
-  | { kind: 'command'; template: string }
-  | { kind: 'openclaw'; install: OpenClawInstall; allowTools?: readonly string[] }
-  | { kind: 'codex'; install: CodexInstall }
-  | { kind: 'claude-code'; install: ClaudeCodeInstall };
+export type { AgentSpec } from './agents.js';
 
 export interface GymRunOptions {
   tasks: readonly GymTask[];
@@ -144,15 +122,7 @@ export interface GymSummary {
 export function defaultRunId(tasks: readonly GymTask[], samples: number, agent: AgentSpec): string {
   const hash = createHash('sha256');
   for (const t of tasks) hash.update(t.id).update('\0');
-  const agentKey =
-    agent.kind === 'command'
-      ? agent.template
-      : agent.kind === 'openclaw' || agent.kind === 'codex' || agent.kind === 'claude-code'
-        ? `${agent.kind}@${agent.install.version}`
-        : agent.cleaner
-          ? `builtin+cleaner${JSON.stringify(agent.cleaner)}`
-          : 'builtin';
-  hash.update(`${samples}\0${agentKey}`);
+  hash.update(`${samples}\0${agentEntry(agent).runKey(agent)}`);
   return `gym-${hash.digest('hex').slice(0, 12)}`;
 }
 
@@ -476,38 +446,14 @@ export async function runSample(
         timeoutMs: options.sampleTimeoutMs,
       };
       const { agent } = options;
-      outcome =
-        agent.kind === 'openclaw'
-          ? await external(options, run, 'OpenClaw', 'openclaw', (r) =>
-              runOpenClawAgent({ ...r, install: agent.install, allowTools: agent.allowTools }),
-            )
-          : agent.kind === 'codex'
-            ? await external(options, run, 'Codex', 'codex', (r) =>
-                runCodexAgent({ ...r, install: agent.install }),
-              )
-            : agent.kind === 'claude-code'
-              ? await external(options, run, 'Claude Code', 'claude_code', (r) =>
-                  runClaudeCodeAgent({ ...r, install: agent.install }),
-                )
-              : agent.kind === 'builtin'
-                ? await runBuiltinAgent({
-                    ...run,
-                    onCleanerReport: (report) => {
-                      cleaner.report = report;
-                    },
-                    maxTurns: agent.maxTurns,
-                    turnTimeoutMs: agent.turnTimeoutMs,
-                    tools: agent.tools,
-                    toolDescriptions: agent.toolDescriptions,
-                    systemPrompt: agent.systemPrompt,
-                    chatTemplateKwargs: agent.chatTemplateKwargs,
-                    temperature: agent.temperature,
-                    maxTokens: agent.maxTokens,
-                    seed: job.seed,
-                    signal: timeout,
-                    cleaner: agent.cleaner,
-                  })
-                : await runExternalAgent({ ...run, template: agent.template });
+      outcome = await agentEntry(agent).run(agent, run, {
+        seed: job.seed,
+        signal: timeout,
+        onCleanerReport: (report) => {
+          cleaner.report = report;
+        },
+        mergeMetadata: (metadata) => mergeMetadata(options, run.baseUrl, metadata),
+      });
     } catch (error) {
       if (isInfra(error) && !timeout.aborted) throw error;
       agentError =
@@ -669,28 +615,6 @@ async function removeWorkspace(dir: string, volume: WorkspaceVolume | null): Pro
 async function mergeMetadata(options: SampleEnv, baseUrl: string, metadata: Record<string, unknown>) {
   const id = trajectoryOfBaseUrl(baseUrl);
   await onServer(options, (server) => server.mergeTrajectoryMetadata(id, metadata));
-}
-
-/**
- * An installed agent (OpenClaw, Codex, Claude Code) in the sandbox: what it reported goes into the
- * trajectory's metadata under `key` whatever the outcome; a run that did not finish ok fails the sample.
- */
-async function external(
-  options: SampleEnv,
-  run: SandboxedAgentOptions,
-  name: string,
-  key: string,
-  start: (run: SandboxedAgentOptions) => Promise<{
-    ok: boolean;
-    reason: string | null;
-    outcome: AgentOutcome;
-    metadata: Record<string, unknown>;
-  }>,
-): Promise<AgentOutcome> {
-  const result = await start(run);
-  await mergeMetadata(options, run.baseUrl, { [key]: result.metadata });
-  if (!result.ok) throw new AgentFailed(result.reason ?? `${name} failed`);
-  return result.outcome;
 }
 
 export function summarize(results: readonly SampleResult[], skipped: number): GymSummary {

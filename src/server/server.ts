@@ -13,15 +13,14 @@ import { DataPool } from '../pool/data-pool.js';
 import { WorkerPool } from '../pool/worker-pool.js';
 import type { RewardsConfig } from '../rewards/config.js';
 import { RewardService } from '../rewards/service.js';
-import { openPostgresStore } from '../store/postgres/postgres-store.js';
-import { openSqliteStore } from '../store/sqlite/sqlite-store.js';
+import { openStore, type StoreLocation, storeLocation } from '../store/open-store.js';
 import type { Store } from '../store/store.js';
 import { type Listening, listen, type Refusal } from '../util/http-server.js';
 import { createApp } from './app.js';
 import { Telemetry, type TelemetryOptions } from './otel.js';
 
 export interface ServerOptions {
-  /** SQLite database file (the default store); ignored with `pg`. */
+  /** SQLite database file (the default store), or a PostgreSQL URL (store/open-store.ts); ignored with `pg`. */
   dbPath: string;
   /** PostgreSQL instead of SQLite: every process given the same database shares one pool. */
   pg?: { url: string; schema?: string };
@@ -101,27 +100,22 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       `refusing to listen on ${host} without API keys: pass --api-key KEY:scopes (or STEPWISE_API_KEYS), or bind to 127.0.0.1`,
     );
   }
-  const storeOptions = {
-    path: options.dbPath,
-    synchronous: options.synchronous,
-    channelDefaults: options.channelDefaults,
-  };
-  const onWorker = options.storeThread === 'worker' && !options.pg;
-  const store: Store | PoolOps = options.pg
-    ? await openPostgresStore({
-        url: options.pg.url,
-        schema: options.pg.schema,
-        channelDefaults: options.channelDefaults,
-      })
-    : onWorker
-      ? await WorkerPool.open(storeOptions)
-      : await openSqliteStore(storeOptions);
+  const location: StoreLocation = options.pg
+    ? { kind: 'postgres', ...options.pg }
+    : storeLocation(options.dbPath);
+  const pg = location.kind === 'postgres' ? { url: location.url, schema: location.schema } : undefined;
+  const storeOptions = { synchronous: options.synchronous, channelDefaults: options.channelDefaults };
+  const onWorker = options.storeThread === 'worker' && location.kind === 'sqlite';
+  const store: Store | PoolOps =
+    onWorker && location.kind === 'sqlite'
+      ? await WorkerPool.open({ path: location.path, ...storeOptions })
+      : await openStore(location, storeOptions);
   const pool = new DataPool({
     store,
     commitWindowMs: options.commitWindowMs,
     // A worker applies batches in order: keep the next one queued there while this one commits.
     // PostgreSQL runs several transactions at once, each on its own connection.
-    commitsInFlight: options.pg ? 4 : onWorker ? 2 : 1,
+    commitsInFlight: pg ? 4 : onWorker ? 2 : 1,
     logger: options.logger,
   }).start();
   let gateway: Gateway;
@@ -136,7 +130,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
         await RewardService.open({
           pool,
           config: options.rewards,
-          pg: options.pg,
+          pg,
           concurrency: options.rewardWorkers,
           logger: options.logger,
         })
@@ -153,7 +147,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     gateway = new Gateway({
       // Over a database other gateways share, a trajectory's calls may reach any of them: check
       // the stored trajectory before each call.
-      ...(options.pg ? { sessionRecheckMs: 0 } : {}),
+      ...(pg ? { sessionRecheckMs: 0 } : {}),
       ...options.gatewayOptions,
       pool,
       router,

@@ -1,5 +1,5 @@
 import { findClaudeCode } from '../../src/gym/agent/claude-code/install.js';
-import { defaultToolsDir } from '../../src/gym/agent/openclaw/install.js';
+import { defaultToolsDir } from '../../src/gym/install-kit/index.js';
 
 /**
  * The Claude Code install the tests use: `stepwise tools install claude-code` into $STEPWISE_TOOLS_DIR

@@ -4,7 +4,7 @@ import { lstat, mkdir, readdir, readlink, rename, rm, rmdir, symlink, writeFile 
 import { basename, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { z } from 'zod';
-import { defaultToolsDir, installOnce, runCommand, ToolInstallError } from '../agent/openclaw/install.js';
+import { defaultToolsDir, installOnce, runCommand, ToolInstallError } from '../install-kit/index.js';
 
 // The hermetic sandbox /usr from pinned Debian packages, so verifier scores do not depend on the host;
 // content-addressed, every .deb checked. docs/gym-sandbox.md#the-hermetic-root-filesystem-rootfs---rootfs

@@ -1,9 +1,11 @@
 import { lstat, readFile, realpath, stat } from 'node:fs/promises';
-import { dirname, join, sep } from 'node:path';
+import { join } from 'node:path';
+import { walkWorkspacePath } from '../sandbox/workspace-path.js';
 
 /*
  * Resolving a check's path inside a workspace the agent controlled: a path with `..`, an absolute
  * path, or one that leads (through symlinks) outside the workspace is an escape, and reads nothing.
+ * The walk is the agent's tools' own (sandbox/workspace-path.ts), read in the host's namespace.
  */
 
 export type WorkspaceEntry =
@@ -17,77 +19,51 @@ export type WorkspaceEntry =
   | { kind: 'unreadable'; reason: string }
   | { kind: 'escape'; reason: string };
 
-function inside(root: string, path: string): boolean {
-  return path === root || path.startsWith(root.endsWith(sep) ? root : `${root}${sep}`);
-}
-
-function isMissing(err: unknown): boolean {
-  const code = (err as NodeJS.ErrnoException).code;
-  return code === 'ENOENT' || code === 'ENOTDIR';
-}
-
-function unreadable(err: unknown): WorkspaceEntry {
-  const code = (err as NodeJS.ErrnoException).code;
-  if (code === undefined) throw err;
-  return { kind: 'unreadable', reason: `the path cannot be read (${code})` };
-}
-
-/**
- * Where a check's path leads. A path the agent made unreadable (longer than PATH_MAX once resolved,
- * permissions, a race) reads nothing, like an escape: the check fails, the sample is scored.
- */
-export async function resolveInWorkspace(workspace: string, relPath: string): Promise<WorkspaceEntry> {
-  try {
-    return await resolveOrThrow(workspace, relPath);
-  } catch (error) {
-    return { kind: 'unreadable', reason: `the path cannot be read (${errorCode(error)})` };
-  }
+function unreadable(error: unknown): WorkspaceEntry {
+  return { kind: 'unreadable', reason: `the path cannot be read (${errorCode(error)})` };
 }
 
 function errorCode(error: unknown): string {
   return (error as NodeJS.ErrnoException).code ?? (error as Error).message;
 }
 
-async function resolveOrThrow(workspace: string, relPath: string): Promise<WorkspaceEntry> {
-  const parts = relPath.split('/');
-  if (relPath.startsWith('/') || relPath.includes('\0') || parts.includes('..')) {
+/**
+ * Where a check's path leads, read as the host reads it (sandbox/workspace-path.ts): a symlink's
+ * absolute target is a host path. A path the agent made unreadable (longer than PATH_MAX once
+ * resolved, permissions, a race) reads nothing, like an escape: the check fails, the sample is scored.
+ */
+export async function resolveInWorkspace(workspace: string, relPath: string): Promise<WorkspaceEntry> {
+  // Stricter than the agent's tools: only plain relative paths, never `..`, even one that stays inside.
+  if (relPath.startsWith('/') || relPath.includes('\0') || relPath.split('/').includes('..'))
     return { kind: 'escape', reason: 'the path is absolute or contains ..' };
-  }
-  const root = await realpath(workspace);
-  const target = join(root, ...parts);
-  let real: string;
   try {
-    real = await realpath(target);
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ELOOP') return { kind: 'broken' };
-    if (!isMissing(err)) return unreadable(err);
-    // Absent: still an escape when the nearest existing ancestor lies outside (a symlinked folder).
-    for (let dir = dirname(target); ; dir = dirname(dir)) {
-      try {
-        const realDir = await realpath(dir);
-        if (!inside(root, realDir)) return { kind: 'escape', reason: 'the path leads outside the workspace' };
+    const walk = await walkWorkspacePath(workspace, relPath, { kind: 'host' }, { unreadable: 'throw' });
+    switch (walk.kind) {
+      case 'outside':
+        return { kind: 'escape', reason: 'the path leads outside the workspace' };
+      case 'loop':
+      case 'missing_parent':
+        return { kind: 'broken' };
+      case 'inside':
         break;
-      } catch (e) {
-        if (!isMissing(e) || dirname(dir) === dir) return unreadable(e);
-      }
     }
-    try {
-      await lstat(target);
-      return { kind: 'broken' };
-    } catch {
-      return { kind: 'missing' };
+    if (!walk.exists) {
+      // The path itself is there, a symlink that leads nowhere: broken, not missing.
+      const named = join(await realpath(workspace), ...relPath.split('/'));
+      return (await lstat(named).then(
+        () => true,
+        () => false,
+      ))
+        ? { kind: 'broken' }
+        : { kind: 'missing' };
     }
+    const st = await stat(walk.host);
+    if (st.isFile()) return { kind: 'file', path: walk.host, size: st.size };
+    if (st.isDirectory()) return { kind: 'dir', path: walk.host };
+    return { kind: 'other', path: walk.host };
+  } catch (error) {
+    return unreadable(error);
   }
-  if (!inside(root, real)) return { kind: 'escape', reason: 'the path leads outside the workspace' };
-  let st: import('node:fs').Stats;
-  try {
-    st = await stat(real);
-  } catch (err) {
-    return unreadable(err);
-  }
-  if (st.isFile()) return { kind: 'file', path: real, size: st.size };
-  if (st.isDirectory()) return { kind: 'dir', path: real };
-  return { kind: 'other', path: real };
 }
 
 /** Largest file a check reads (a verifier must not be made to load a huge file into memory). */

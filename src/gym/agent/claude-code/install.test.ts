@@ -4,7 +4,7 @@ import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSyn
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { IntegrityError } from '../openclaw/install.js';
+import { IntegrityError } from '../../install-kit/index.js';
 import {
   CLAUDE_CODE_INTEGRITY,
   CLAUDE_CODE_PACKAGE,

@@ -9,7 +9,7 @@ import {
   packOne,
   runCommand,
   ToolInstallError,
-} from '../openclaw/install.js';
+} from '../../install-kit/index.js';
 
 // `stepwise tools install claude-code`: Anthropic's Claude Code, one native (glibc) binary, from the
 // npm registry's platform package, checked against a pinned hash, staged then renamed.

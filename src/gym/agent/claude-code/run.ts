@@ -1,17 +1,8 @@
-import { mkdtemp, realpath, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
-import { runInSandbox, type SandboxLimits } from '../../sandbox/index.js';
-import type { AgentOutcome } from '../builtin.js';
-import {
-  AGENT_API_KEY,
-  BRIDGE_PORT,
-  bridgeScope,
-  insideBaseUrl,
-  quote,
-  type SandboxedAgentOptions,
-} from '../external.js';
-import { checkGateway } from '../openclaw/run.js';
+import { realpath } from 'node:fs/promises';
+import { dirname } from 'node:path';
+import type { SandboxLimits } from '../../sandbox/index.js';
+import type { SandboxedAgentOptions } from '../external.js';
+import { type AgentDriver, type InstalledAgentResult, noReport, runInstalledAgent } from '../installed.js';
 import { type ClaudeCodeResult, claudeCodeEnv, GYM_TOOLS, parseResult, resultMetadata } from './config.js';
 import type { ClaudeCodeInstall } from './install.js';
 
@@ -37,7 +28,7 @@ export const CLAUDE_CODE_LIMITS: Readonly<Partial<SandboxLimits>> = Object.freez
   processes: 512,
 });
 
-export interface ClaudeCodeRunOptions extends SandboxedAgentOptions {
+export interface ClaudeCodeDriverOptions {
   install: ClaudeCodeInstall;
   /** Built-in tools Claude Code may use (default: Bash, Read, Edit, Write). */
   tools?: readonly string[];
@@ -45,110 +36,75 @@ export interface ClaudeCodeRunOptions extends SandboxedAgentOptions {
   headers?: Record<string, string>;
 }
 
-export interface ClaudeCodeRunResult {
-  /** The run ended with a successful result. */
-  ok: boolean;
-  /** Why it did not, for the sample's record. */
-  reason: string | null;
-  outcome: AgentOutcome;
-  result: ClaudeCodeResult | null;
-  /** For the trajectory's metadata (`claude_code`). */
-  metadata: Record<string, unknown>;
-  durationMs: number;
-}
+export type ClaudeCodeRunOptions = SandboxedAgentOptions & ClaudeCodeDriverOptions;
 
-export async function runClaudeCodeAgent(options: ClaudeCodeRunOptions): Promise<ClaudeCodeRunResult> {
-  const started = performance.now();
-  await checkGateway(options.baseUrl, options.apiKey);
-  const unsafe = options.sandbox?.unsafeNoSandbox === true;
-  // Sandboxed, Claude Code holds a placeholder and the bridge adds the runner's key on the way out.
-  const apiKey = unsafe ? (options.apiKey ?? AGENT_API_KEY) : AGENT_API_KEY;
-  const binary = await realpath(options.install.claude);
-  const root = dirname(dirname(binary));
-  const claude = unsafe ? binary : `${INSIDE_ROOT}/bin/claude`;
-  const upstream = new URL(options.baseUrl);
-  const baseUrl = unsafe ? options.baseUrl : insideBaseUrl(options.baseUrl);
-  // Unsandboxed there is no private /tmp: a temporary directory of ours stands in for it.
-  const hostScratch = unsafe ? await mkdtemp(join(tmpdir(), 'stepwise-claude-code-')) : undefined;
-  const scratch = hostScratch ?? '/tmp/stepwise-claude-code';
-  try {
-    const promptPath = `${scratch}/prompt.txt`;
-    const argv = [
-      claude,
+/** `metadata` goes into the trajectory's metadata (`claude_code`). */
+export type ClaudeCodeRunResult = InstalledAgentResult<{ result: ClaudeCodeResult | null }>;
+
+/** Claude Code as an installed agent's driver (installed.ts). */
+export function claudeCodeDriver(
+  options: ClaudeCodeDriverOptions,
+): AgentDriver<{ claude: string }, { result: ClaudeCodeResult | null }> {
+  return {
+    name: 'Claude Code',
+    metadataKey: 'claude_code',
+    insideRoot: INSIDE_ROOT,
+    scratchName: 'stepwise-claude-code',
+    limits: CLAUDE_CODE_LIMITS,
+    prompt: 'stdin',
+    async locate() {
+      const claude = await realpath(options.install.claude);
+      return { root: dirname(dirname(claude)), install: { claude } };
+    },
+    argv: (c) => [
+      c.inside(c.install.claude),
       '--print',
       '--output-format',
       'json',
       '--model',
-      options.model,
+      c.model,
       '--tools',
       (options.tools ?? GYM_TOOLS).join(','),
       // Our sandbox is the boundary: Claude Code asks no one and runs every tool call itself.
       '--dangerously-skip-permissions',
       '--no-session-persistence',
       '--strict-mcp-config',
-    ];
-    const script = [
-      `mkdir -p ${quote(`${scratch}/home`)} ${quote(`${scratch}/tmp`)}`,
-      `cat > ${quote(promptPath)}`,
-      `exec ${argv.map(quote).join(' ')} < ${quote(promptPath)}`,
-    ].join(' && ');
-    const userLimits = Object.fromEntries(
-      Object.entries(options.sandbox?.limits ?? {}).filter(([, v]) => v !== undefined),
-    );
-    const run = await runInSandbox(
-      {
-        ...options.sandbox,
-        workspace: options.workspace,
-        mountDir: options.task.mountDir,
-        limits: { ...CLAUDE_CODE_LIMITS, ...userLimits },
-        ...(unsafe
-          ? {}
-          : { gateway: { url: upstream.origin, port: BRIDGE_PORT, scope: bridgeScope(options) } }),
-        readOnlyBinds: unsafe
-          ? []
-          : [...(options.sandbox?.readOnlyBinds ?? []), { source: root, target: INSIDE_ROOT }],
-        env: {
-          ...options.sandbox?.env,
-          HOME: `${scratch}/home`,
-          TMPDIR: `${scratch}/tmp`,
-          ...claudeCodeEnv({ baseUrl, apiKey, model: options.model, headers: options.headers }),
-          // Claude Code refuses to skip permissions as root (an unsandboxed run by root) unless told
-          // it is in a sandbox.
-          IS_SANDBOX: '1',
-          NO_COLOR: '1',
+    ],
+    env: (c) => ({
+      ...claudeCodeEnv({ baseUrl: c.baseUrl, apiKey: c.apiKey, model: c.model, headers: options.headers }),
+      // Claude Code refuses to skip permissions as root (an unsandboxed run by root) unless told
+      // it is in a sandbox.
+      IS_SANDBOX: '1',
+      NO_COLOR: '1',
+    }),
+    files: () => ({}),
+    parse(run, c) {
+      const result = parseResult(run.stdout);
+      const metadata = result
+        ? resultMetadata(result, run.exitCode)
+        : { status: run.timedOut ? 'timeout' : 'no_result', exit_code: run.exitCode };
+      let reason: string | null = null;
+      if (run.timedOut || !result)
+        reason = noReport('Claude Code', 'a JSON result', run, c.timeoutMs, run.stderr.trim() || run.stdout);
+      else if (result.isError || result.subtype !== 'success')
+        reason = `Claude Code ended with ${result.subtype}${result.result ? `: ${result.result.slice(0, 500)}` : ''}`;
+      return {
+        ok: reason === null,
+        reason,
+        metadata,
+        extra: { result },
+        outcome: {
+          ended: 'answer',
+          turns: result?.numTurns ?? 0,
+          toolCalls: 0,
+          toolErrors: 0,
+          answer: result?.result ?? null,
+          ...(run.gatewayRefused ? { gatewayRefused: run.gatewayRefused } : {}),
         },
-      },
-      script,
-      { stdin: options.task.prompt, timeoutMs: options.timeoutMs, maxOutputBytes: 4 * 1024 * 1024 },
-    );
-    const result = parseResult(run.stdout);
-    const metadata = result
-      ? resultMetadata(result, run.exitCode)
-      : { status: run.timedOut ? 'timeout' : 'no_result', exit_code: run.exitCode };
-    let reason: string | null = null;
-    if (run.timedOut) reason = `Claude Code did not finish within ${options.timeoutMs} ms`;
-    else if (!result) {
-      const why = run.signal ? `was killed by ${run.signal}` : `exited with ${run.exitCode}`;
-      reason = `Claude Code ${why} without a JSON result: ${(run.stderr.trim() || run.stdout.trim()).slice(-500)}`;
-    } else if (result.isError || result.subtype !== 'success') {
-      reason = `Claude Code ended with ${result.subtype}${result.result ? `: ${result.result.slice(0, 500)}` : ''}`;
-    }
-    return {
-      ok: reason === null,
-      reason,
-      result,
-      metadata,
-      outcome: {
-        ended: 'answer',
-        turns: result?.numTurns ?? 0,
-        toolCalls: 0,
-        toolErrors: 0,
-        answer: result?.result ?? null,
-        ...(run.gatewayRefused ? { gatewayRefused: run.gatewayRefused } : {}),
-      },
-      durationMs: performance.now() - started,
-    };
-  } finally {
-    if (hostScratch) await rm(hostScratch, { recursive: true, force: true });
-  }
+      };
+    },
+  };
 }
+
+export const runClaudeCodeAgent = (options: ClaudeCodeRunOptions): Promise<ClaudeCodeRunResult> =>
+  runInstalledAgent(claudeCodeDriver(options), options);

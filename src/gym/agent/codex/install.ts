@@ -9,7 +9,7 @@ import {
   packOne,
   runCommand,
   ToolInstallError,
-} from '../openclaw/install.js';
+} from '../../install-kit/index.js';
 
 // `stepwise tools install codex`: OpenAI's Codex CLI, a static (musl) binary, from the npm registry's
 // platform package, checked against a pinned hash, staged then renamed. docs/codex.md

@@ -1,18 +1,9 @@
-import { mkdtemp, realpath, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { dirname, join, posix, relative, sep } from 'node:path';
+import { realpath } from 'node:fs/promises';
+import { dirname } from 'node:path';
 import { SANDBOX_PATH } from '../../sandbox/environment.js';
-import { runInSandbox, type SandboxLimits } from '../../sandbox/index.js';
-import type { AgentOutcome } from '../builtin.js';
-import {
-  AGENT_API_KEY,
-  BRIDGE_PORT,
-  bridgeScope,
-  insideBaseUrl,
-  quote,
-  type SandboxedAgentOptions,
-} from '../external.js';
-import { checkGateway } from '../openclaw/run.js';
+import type { SandboxLimits } from '../../sandbox/index.js';
+import type { SandboxedAgentOptions } from '../external.js';
+import { type AgentDriver, type InstalledAgentResult, noReport, runInstalledAgent } from '../installed.js';
 import { CODEX_KEY_ENV, renderCodexConfig } from './config.js';
 import type { CodexInstall } from './install.js';
 
@@ -38,22 +29,15 @@ export const CODEX_LIMITS: Readonly<Partial<SandboxLimits>> = Object.freeze({
   processes: 512,
 });
 
-export interface CodexRunOptions extends SandboxedAgentOptions {
+export interface CodexDriverOptions {
   install: CodexInstall;
   /** A whole config.toml to use instead of the gym's; its base_url must be one Codex can reach. */
   configText?: string;
 }
 
-export interface CodexRunResult {
-  /** The run finished its turn. */
-  ok: boolean;
-  /** Why it did not, for the sample's record. */
-  reason: string | null;
-  outcome: AgentOutcome;
-  /** For the trajectory's metadata (`codex`). */
-  metadata: CodexMetadata;
-  durationMs: number;
-}
+export type CodexRunOptions = SandboxedAgentOptions & CodexDriverOptions;
+
+export type CodexRunResult = InstalledAgentResult<{ metadata: CodexMetadata }>;
 
 export interface CodexMetadata extends Record<string, unknown> {
   status: 'ok' | 'failed' | 'timeout' | 'no_events';
@@ -135,30 +119,25 @@ export function parseCodexEvents(stdout: string): {
   return out;
 }
 
-export async function runCodexAgent(options: CodexRunOptions): Promise<CodexRunResult> {
-  const started = performance.now();
-  await checkGateway(options.baseUrl, options.apiKey);
-  const unsafe = options.sandbox?.unsafeNoSandbox === true;
-  // Sandboxed, Codex holds a placeholder and the bridge adds the runner's key on the way out.
-  const apiKey = unsafe ? (options.apiKey ?? AGENT_API_KEY) : AGENT_API_KEY;
-  const codex = await realpath(options.install.codex);
-  const pathDir = await realpath(options.install.pathDir);
-  const root = dirname(dirname(codex));
-  const inside = (path: string) =>
-    unsafe ? path : posix.join(INSIDE_ROOT, ...relative(root, path).split(sep));
-  const upstream = new URL(options.baseUrl);
-  const baseUrl = unsafe ? options.baseUrl : insideBaseUrl(options.baseUrl);
-  const config =
-    options.configText ?? renderCodexConfig({ baseUrl, model: options.model, unsandboxed: true, retries: 0 });
-  // Unsandboxed there is no private /tmp: a temporary directory of ours stands in for it.
-  const hostScratch = unsafe ? await mkdtemp(join(tmpdir(), 'stepwise-codex-')) : undefined;
-  const scratch = hostScratch ?? '/tmp/stepwise-codex';
-  const cwd = unsafe ? options.workspace : options.task.mountDir;
-  try {
-    const home = `${scratch}/codex-home`;
-    const promptPath = `${scratch}/prompt.txt`;
-    const argv = [
-      inside(codex),
+/** Codex as an installed agent's driver (installed.ts). */
+export function codexDriver(
+  options: CodexDriverOptions,
+): AgentDriver<{ codex: string; pathDir: string }, { metadata: CodexMetadata }> {
+  const home = (scratch: string) => `${scratch}/codex-home`;
+  return {
+    name: 'Codex',
+    metadataKey: 'codex',
+    insideRoot: INSIDE_ROOT,
+    scratchName: 'stepwise-codex',
+    limits: CODEX_LIMITS,
+    prompt: 'stdin',
+    async locate() {
+      const codex = await realpath(options.install.codex);
+      const pathDir = await realpath(options.install.pathDir);
+      return { root: dirname(dirname(codex)), install: { codex, pathDir } };
+    },
+    argv: (c) => [
+      c.inside(c.install.codex),
       'exec',
       '--json',
       '--strict-config',
@@ -167,85 +146,64 @@ export async function runCodexAgent(options: CodexRunOptions): Promise<CodexRunR
       '--color',
       'never',
       '--cd',
-      cwd,
+      c.cwd,
       '-',
-    ];
-    const script = [
-      `mkdir -p ${quote(home)} ${quote(`${scratch}/home`)} ${quote(`${scratch}/tmp`)}`,
-      `printf %s ${Buffer.from(config).toString('base64')} | base64 -d > ${quote(`${home}/config.toml`)}`,
-      `cat > ${quote(promptPath)}`,
-      `exec ${argv.map(quote).join(' ')} < ${quote(promptPath)}`,
-    ].join(' && ');
-    const userLimits = Object.fromEntries(
-      Object.entries(options.sandbox?.limits ?? {}).filter(([, v]) => v !== undefined),
-    );
-    const result = await runInSandbox(
-      {
-        ...options.sandbox,
-        workspace: options.workspace,
-        mountDir: options.task.mountDir,
-        limits: { ...CODEX_LIMITS, ...userLimits },
-        ...(unsafe
-          ? {}
-          : { gateway: { url: upstream.origin, port: BRIDGE_PORT, scope: bridgeScope(options) } }),
-        readOnlyBinds: unsafe
-          ? []
-          : [...(options.sandbox?.readOnlyBinds ?? []), { source: root, target: INSIDE_ROOT }],
-        env: {
-          ...options.sandbox?.env,
-          HOME: `${scratch}/home`,
-          TMPDIR: `${scratch}/tmp`,
-          CODEX_HOME: home,
-          [CODEX_KEY_ENV]: apiKey,
-          // Codex's npm launcher puts its ripgrep on PATH; we run the binary, so we do.
-          PATH: `${inside(pathDir)}:${options.sandbox?.env?.PATH ?? SANDBOX_PATH}`,
-          NO_COLOR: '1',
-          RUST_LOG: 'error',
+    ],
+    env: (c) => ({
+      CODEX_HOME: home(c.scratch),
+      [CODEX_KEY_ENV]: c.apiKey,
+      // Codex's npm launcher puts its ripgrep on PATH; we run the binary, so we do.
+      PATH: `${c.inside(c.install.pathDir)}:${c.sandboxEnv?.PATH ?? SANDBOX_PATH}`,
+      NO_COLOR: '1',
+      RUST_LOG: 'error',
+    }),
+    files: (c) => ({
+      [`${home(c.scratch)}/config.toml`]:
+        options.configText ??
+        renderCodexConfig({ baseUrl: c.baseUrl, model: c.model, unsandboxed: true, retries: 0 }),
+    }),
+    parse(result, c) {
+      const events = parseCodexEvents(result.stdout);
+      const status: CodexMetadata['status'] = result.timedOut
+        ? 'timeout'
+        : events.events === 0
+          ? 'no_events'
+          : events.completed && result.exitCode === 0
+            ? 'ok'
+            : 'failed';
+      const metadata: CodexMetadata = {
+        status,
+        exit_code: result.exitCode,
+        thread_id: events.threadId,
+        commands: events.commands,
+        command_failures: events.commandFailures,
+        items: events.items,
+        ...(events.failed ? { error: events.failed.slice(0, 2000) } : {}),
+        ...(events.usage ? { usage: events.usage } : {}),
+      };
+      const reason =
+        status === 'timeout' || status === 'no_events'
+          ? noReport('Codex', 'a JSON event', result, c.timeoutMs, result.stderr)
+          : status === 'failed'
+            ? `Codex exited with ${result.exitCode}${events.failed ? `: ${events.failed.slice(0, 500)}` : ''}`
+            : null;
+      return {
+        ok: reason === null,
+        reason,
+        metadata,
+        extra: { metadata },
+        outcome: {
+          ended: 'answer',
+          // Codex's events count commands, not model calls: the steps are the gateway's record of those.
+          turns: 0,
+          toolCalls: events.commands,
+          toolErrors: events.commandFailures,
+          answer: events.final,
         },
-      },
-      script,
-      { stdin: options.task.prompt, timeoutMs: options.timeoutMs, maxOutputBytes: 4 * 1024 * 1024 },
-    );
-    const events = parseCodexEvents(result.stdout);
-    const status: CodexMetadata['status'] = result.timedOut
-      ? 'timeout'
-      : events.events === 0
-        ? 'no_events'
-        : events.completed && result.exitCode === 0
-          ? 'ok'
-          : 'failed';
-    const metadata: CodexMetadata = {
-      status,
-      exit_code: result.exitCode,
-      thread_id: events.threadId,
-      commands: events.commands,
-      command_failures: events.commandFailures,
-      items: events.items,
-      ...(events.failed ? { error: events.failed.slice(0, 2000) } : {}),
-      ...(events.usage ? { usage: events.usage } : {}),
-    };
-    let reason: string | null = null;
-    if (status === 'timeout') reason = `Codex did not finish within ${options.timeoutMs} ms`;
-    else if (status === 'no_events') {
-      const why = result.signal ? `was killed by ${result.signal}` : `exited with ${result.exitCode}`;
-      reason = `Codex ${why} without a JSON event: ${result.stderr.trim().slice(-500)}`;
-    } else if (status === 'failed')
-      reason = `Codex exited with ${result.exitCode}${events.failed ? `: ${events.failed.slice(0, 500)}` : ''}`;
-    return {
-      ok: reason === null,
-      reason,
-      metadata,
-      outcome: {
-        ended: 'answer',
-        // Codex's events count commands, not model calls: the steps are the gateway's record of those.
-        turns: 0,
-        toolCalls: events.commands,
-        toolErrors: events.commandFailures,
-        answer: events.final,
-      },
-      durationMs: performance.now() - started,
-    };
-  } finally {
-    if (hostScratch) await rm(hostScratch, { recursive: true, force: true });
-  }
+      };
+    },
+  };
 }
+
+export const runCodexAgent = (options: CodexRunOptions): Promise<CodexRunResult> =>
+  runInstalledAgent(codexDriver(options), options);

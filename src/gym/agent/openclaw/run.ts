@@ -1,18 +1,9 @@
 import { existsSync } from 'node:fs';
-import { mkdtemp, realpath, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join, posix, relative, sep } from 'node:path';
-import { StepwiseError } from '../../../domain/errors.js';
-import { runInSandbox, type SandboxLimits } from '../../sandbox/index.js';
-import type { AgentOutcome } from '../builtin.js';
-import {
-  AGENT_API_KEY,
-  BRIDGE_PORT,
-  bridgeScope,
-  insideBaseUrl,
-  quote,
-  type SandboxedAgentOptions,
-} from '../external.js';
+import { realpath } from 'node:fs/promises';
+import { sep } from 'node:path';
+import type { SandboxLimits } from '../../sandbox/index.js';
+import type { SandboxedAgentOptions } from '../external.js';
+import { type AgentDriver, type InstalledAgentResult, noReport, runInstalledAgent } from '../installed.js';
 import { GYM_TOOLS, renderOpenClawConfig } from './config.js';
 import { envelopeMetadata, type OpenClawEnvelope, parseEnvelope } from './envelope.js';
 import type { OpenClawInstall } from './install.js';
@@ -41,7 +32,7 @@ export const OPENCLAW_LIMITS: Readonly<Partial<SandboxLimits>> = Object.freeze({
   processes: 512,
 });
 
-export interface OpenClawRunOptions extends SandboxedAgentOptions {
+export interface OpenClawDriverOptions {
   install: OpenClawInstall;
   /** Tools OpenClaw may use (default: files, shell and ls). */
   allowTools?: readonly string[];
@@ -54,46 +45,20 @@ export interface OpenClawRunOptions extends SandboxedAgentOptions {
   measureRss?: boolean;
 }
 
-export interface OpenClawRunResult {
-  /** The run finished with status ok. */
-  ok: boolean;
-  /** Why it did not, for the sample's record. */
-  reason: string | null;
-  outcome: AgentOutcome;
+export type OpenClawRunOptions = SandboxedAgentOptions & OpenClawDriverOptions;
+
+/** `metadata` goes into the trajectory's metadata (`openclaw`). */
+export type OpenClawRunResult = InstalledAgentResult<OpenClawReport>;
+
+/** What OpenClaw's run says beside its outcome. */
+export interface OpenClawReport {
   envelope: OpenClawEnvelope | null;
-  /** For the trajectory's metadata (`openclaw`). */
-  metadata: Record<string, unknown>;
-  durationMs: number;
   /** Peak RSS of the OpenClaw process, KiB, when measured. */
   peakRssKb: number | null;
 }
 
 const TIME = '/usr/bin/time';
 const RSS_MARK = 'STEPWISE_PEAK_RSS_KB=';
-
-/** The gateway did not answer before the agent started: the infrastructure's fault, not the agent's. */
-export class GatewayUnavailable extends StepwiseError {
-  override readonly name = 'GatewayUnavailable';
-  constructor(message: string) {
-    super(message, 503, 'gateway_unavailable', undefined, true);
-  }
-}
-
-/** One GET of `<base_url>/models`: OpenClaw would otherwise retry a dead gateway for ~80 s. */
-export async function checkGateway(baseUrl: string, apiKey: string | undefined): Promise<void> {
-  const url = `${baseUrl.replace(/\/+$/, '')}/models`;
-  let res: Response;
-  try {
-    res = await fetch(url, {
-      headers: apiKey ? { authorization: `Bearer ${apiKey}` } : {},
-      signal: AbortSignal.timeout(10_000),
-    });
-    await res.arrayBuffer();
-  } catch (error) {
-    throw new GatewayUnavailable(`the gateway at ${url} is unreachable (${(error as Error).message})`);
-  }
-  if (!res.ok) throw new GatewayUnavailable(`the gateway answered ${res.status} at ${url}`);
-}
 
 /** The deepest directory holding every path. */
 function commonRoot(paths: readonly string[]): string {
@@ -104,115 +69,83 @@ function commonRoot(paths: readonly string[]): string {
   return out.join(sep) || sep;
 }
 
-export async function runOpenClawAgent(options: OpenClawRunOptions): Promise<OpenClawRunResult> {
-  const started = performance.now();
-  await checkGateway(options.baseUrl, options.apiKey);
-  const unsafe = options.sandbox?.unsafeNoSandbox === true;
-  // Sandboxed, OpenClaw holds a placeholder and the bridge adds the runner's key on the way out.
-  const apiKey = unsafe ? (options.apiKey ?? AGENT_API_KEY) : AGENT_API_KEY;
-  const node = await realpath(options.install.node);
-  const entry = await realpath(options.install.entry);
-  const root = commonRoot([node, entry]);
-  const inside = (path: string) =>
-    unsafe ? path : posix.join(INSIDE_ROOT, ...relative(root, path).split(sep));
-  const upstream = new URL(options.baseUrl);
-  const baseUrl = unsafe ? options.baseUrl : insideBaseUrl(options.baseUrl);
-  const config =
-    options.configText ??
-    renderOpenClawConfig({
-      baseUrl,
-      apiKey,
-      model: options.model,
-      allowTools: options.allowTools ?? GYM_TOOLS,
-    });
-  const ownTimeoutS = Math.max(1, Math.floor((options.timeoutMs - OWN_TIMEOUT_MARGIN_MS) / 1000));
-  // Unsandboxed there is no private /tmp: a temporary directory of ours stands in for it.
-  const hostScratch = unsafe ? await mkdtemp(join(tmpdir(), 'stepwise-openclaw-')) : undefined;
-  const scratch = hostScratch ?? '/tmp/stepwise-openclaw';
-  const cwd = unsafe ? options.workspace : options.task.mountDir;
-  try {
-    const configPath = `${scratch}/openclaw.json5`;
-    const promptPath = `${scratch}/prompt.txt`;
-    const measure = options.measureRss === true && existsSync(TIME);
-    const argv = [
+/** OpenClaw as an installed agent's driver (installed.ts). */
+export function openClawDriver(
+  options: OpenClawDriverOptions,
+): AgentDriver<{ node: string; entry: string }, OpenClawReport> {
+  const measure = options.measureRss === true && existsSync(TIME);
+  const configPath = (scratch: string) => `${scratch}/openclaw.json5`;
+  return {
+    name: 'OpenClaw',
+    metadataKey: 'openclaw',
+    insideRoot: INSIDE_ROOT,
+    scratchName: 'stepwise-openclaw',
+    limits: OPENCLAW_LIMITS,
+    prompt: 'file',
+    async locate() {
+      const node = await realpath(options.install.node);
+      const entry = await realpath(options.install.entry);
+      return { root: commonRoot([node, entry]), install: { node, entry } };
+    },
+    argv: (c) => [
       ...(measure ? [TIME, '-f', `${RSS_MARK}%M`] : []),
-      inside(node),
-      inside(entry),
+      c.inside(c.install.node),
+      c.inside(c.install.entry),
       'agent',
       'exec',
       '--config',
-      configPath,
+      configPath(c.scratch),
       '--cwd',
-      cwd,
+      c.cwd,
       '--json',
       '--timeout',
-      String(ownTimeoutS),
+      String(Math.max(1, Math.floor((c.timeoutMs - OWN_TIMEOUT_MARGIN_MS) / 1000))),
       '--message-file',
-      promptPath,
-    ];
-    const script = [
-      `mkdir -p ${quote(`${scratch}/home`)} ${quote(`${scratch}/tmp`)}`,
-      `printf %s ${Buffer.from(config).toString('base64')} | base64 -d > ${quote(configPath)}`,
-      `cat > ${quote(promptPath)}`,
-      `exec ${argv.map(quote).join(' ')} < /dev/null`,
-    ].join(' && ');
-    const userLimits = Object.fromEntries(
-      Object.entries(options.sandbox?.limits ?? {}).filter(([, v]) => v !== undefined),
-    );
-    const result = await runInSandbox(
-      {
-        ...options.sandbox,
-        workspace: options.workspace,
-        mountDir: options.task.mountDir,
-        limits: { ...OPENCLAW_LIMITS, ...userLimits },
-        ...(unsafe
-          ? {}
-          : { gateway: { url: upstream.origin, port: BRIDGE_PORT, scope: bridgeScope(options) } }),
-        readOnlyBinds: unsafe
-          ? []
-          : [...(options.sandbox?.readOnlyBinds ?? []), { source: root, target: INSIDE_ROOT }],
-        env: {
-          ...options.sandbox?.env,
-          HOME: `${scratch}/home`,
-          TMPDIR: `${scratch}/tmp`,
-          OPENCLAW_NO_RESPAWN: '1',
-          OPENCLAW_NO_AUTO_UPDATE: '1',
-          CI: 'true',
-          NO_COLOR: '1',
+      c.promptPath,
+    ],
+    env: () => ({
+      OPENCLAW_NO_RESPAWN: '1',
+      OPENCLAW_NO_AUTO_UPDATE: '1',
+      CI: 'true',
+      NO_COLOR: '1',
+    }),
+    files: (c) => ({
+      [configPath(c.scratch)]:
+        options.configText ??
+        renderOpenClawConfig({
+          baseUrl: c.baseUrl,
+          apiKey: c.apiKey,
+          model: c.model,
+          allowTools: options.allowTools ?? GYM_TOOLS,
+        }),
+    }),
+    parse(result, c) {
+      const envelope = parseEnvelope(result.stdout);
+      const rss = measure ? new RegExp(`${RSS_MARK}(\\d+)`).exec(result.stderr) : null;
+      const metadata = envelope
+        ? envelopeMetadata(envelope, result.exitCode)
+        : { status: result.timedOut ? 'timeout' : 'no_envelope', exit_code: result.exitCode };
+      let reason: string | null = null;
+      if (result.timedOut || !envelope)
+        reason = noReport('OpenClaw', 'a JSON envelope', result, c.timeoutMs, result.stderr);
+      else if (envelope.status !== 'ok')
+        reason = `OpenClaw ended with status ${envelope.status}${envelope.error ? `: ${envelope.error.message}` : ''}`;
+      return {
+        ok: reason === null,
+        reason,
+        metadata,
+        extra: { envelope, peakRssKb: rss ? Number(rss[1]) : null },
+        outcome: {
+          ended: 'answer',
+          turns: envelope?.assistantTurns ?? 0,
+          toolCalls: envelope?.toolCalls ?? 0,
+          toolErrors: envelope?.toolFailures ?? 0,
+          answer: envelope?.final ?? null,
         },
-      },
-      script,
-      { stdin: options.task.prompt, timeoutMs: options.timeoutMs, maxOutputBytes: 4 * 1024 * 1024 },
-    );
-    const envelope = parseEnvelope(result.stdout);
-    const rss = measure ? new RegExp(`${RSS_MARK}(\\d+)`).exec(result.stderr) : null;
-    const metadata = envelope
-      ? envelopeMetadata(envelope, result.exitCode)
-      : { status: result.timedOut ? 'timeout' : 'no_envelope', exit_code: result.exitCode };
-    let reason: string | null = null;
-    if (result.timedOut) reason = `OpenClaw did not finish within ${options.timeoutMs} ms`;
-    else if (!envelope) {
-      const why = result.signal ? `was killed by ${result.signal}` : `exited with ${result.exitCode}`;
-      reason = `OpenClaw ${why} without a JSON envelope: ${result.stderr.trim().slice(-500)}`;
-    } else if (envelope.status !== 'ok') {
-      reason = `OpenClaw ended with status ${envelope.status}${envelope.error ? `: ${envelope.error.message}` : ''}`;
-    }
-    return {
-      ok: reason === null,
-      reason,
-      envelope,
-      metadata,
-      outcome: {
-        ended: 'answer',
-        turns: envelope?.assistantTurns ?? 0,
-        toolCalls: envelope?.toolCalls ?? 0,
-        toolErrors: envelope?.toolFailures ?? 0,
-        answer: envelope?.final ?? null,
-      },
-      durationMs: performance.now() - started,
-      peakRssKb: rss ? Number(rss[1]) : null,
-    };
-  } finally {
-    if (hostScratch) await rm(hostScratch, { recursive: true, force: true });
-  }
+      };
+    },
+  };
 }
+
+export const runOpenClawAgent = (options: OpenClawRunOptions): Promise<OpenClawRunResult> =>
+  runInstalledAgent(openClawDriver(options), options);

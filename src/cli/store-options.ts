@@ -1,0 +1,34 @@
+import { existsSync, statSync } from 'node:fs';
+import { type Command, Option } from 'commander';
+import { ValidationError } from '../domain/index.js';
+import { type StoreLocation, storeLocation } from '../store/open-store.js';
+
+// The store a command reads or writes, as `stepwise serve` names it: --db, a SQLite file or a PostgreSQL URL.
+
+/** `--db` and `--pg-schema` on a command that opens a store. */
+export function addStoreOptions(command: Command): Command {
+  return command
+    .addOption(
+      new Option(
+        '--db <path|url>',
+        'the store: a SQLite database file (as for stepwise serve) or a PostgreSQL URL (postgres://user@host:5432/db)',
+      ).default(process.env.STEPWISE_DB ?? 'stepwise.db'),
+    )
+    .addOption(
+      new Option('--pg-schema <name>', 'with a PostgreSQL --db: the schema of its tables').default(
+        process.env.STEPWISE_PG_SCHEMA ?? 'public',
+      ),
+    );
+}
+
+/** Where `--db` and `--pg-schema` point. */
+export const storeOf = (opts: { db: string; pgSchema?: string }): StoreLocation =>
+  storeLocation(opts.db, opts.pgSchema);
+
+/** The store a command reads: a SQLite file must be there (it is not created); a PostgreSQL schema is made if missing. */
+export function existingStoreOf(opts: { db: string; pgSchema?: string }): StoreLocation {
+  const location = storeOf(opts);
+  if (location.kind === 'sqlite' && !(existsSync(location.path) && statSync(location.path).isFile()))
+    throw new ValidationError(`--db: ${opts.db} does not exist`, 'db');
+  return location;
+}
