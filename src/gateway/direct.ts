@@ -2,7 +2,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { parse as parseCookies } from 'hono/utils/cookie';
 import { getQueryParams } from 'hono/utils/url';
 import { StepwiseError } from '../domain/index.js';
-import { type ApiKey, callerKey, KEY_COOKIE, requestKey } from '../http/auth.js';
+import { type ApiKey, identifyCaller, KEY_COOKIE } from '../http/auth.js';
 import { refuseNulQuery } from '../http/json-body.js';
 import type { DirectListener, Refusal } from '../util/http-server.js';
 import { normalTarget, routedPath } from '../util/request-path.js';
@@ -87,16 +87,10 @@ function admission(
 ): { caller: ApiKey | null } | { refused: Answer } {
   let key: ApiKey | null;
   try {
-    key =
-      keys.length === 0
-        ? null
-        : callerKey(
-            keys,
-            requestKey(req.headers.authorization, header(req, 'x-api-key'), () => {
-              const { cookie } = req.headers;
-              return cookie === undefined ? undefined : parseCookies(cookie, KEY_COOKIE)[KEY_COOKIE];
-            }),
-          );
+    key = identifyCaller(keys, req.headers.authorization, header(req, 'x-api-key'), () => {
+      const { cookie } = req.headers;
+      return cookie === undefined ? undefined : parseCookies(cookie, KEY_COOKIE)[KEY_COOKIE];
+    });
     const url = `http://host${target}`;
     refuseNulQuery(url, () => getQueryParams(url) as Record<string, string[]>);
   } catch (error) {
