@@ -4,9 +4,9 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MAX_PROMPT_TOKENS } from '../src/domain/index.js';
 import type { Captured } from '../src/engines/capture.js';
-import { inThreadTokenizer } from '../src/http/capture-tokenizer.js';
-import { offThreadTokenizer } from '../src/http/offload.js';
 import { type RunningServer, startServer } from '../src/server/server.js';
+import { inThreadTokenizer } from '../src/services/capture-tokenizer.js';
+import { offThreadTokenizer } from '../src/services/offload.js';
 import { loadQwen3Tokenizer } from '../src/text/tokenizer.js';
 import { callJson } from './support/http.js';
 

@@ -352,7 +352,7 @@ describe('gateway: the one HTTP path of the LLM calls', () => {
     expect(JSON.parse(admin.body).error.code).toBe('not_found');
   });
 
-  it('is the only path: the app itself serves no LLM call', async () => {
+  it("declares the routes once: the app alone (no socket) serves the listener's table, answering as it does", async () => {
     const server = await serve({ apiKeys: KEY_SPECS });
     const t = await initTrajectory(server.url, AGENT_KEY);
     const app = createApp({
@@ -360,30 +360,38 @@ describe('gateway: the one HTTP path of the LLM calls', () => {
       gateway: server.gateway,
       apiKeys: KEY_SPECS.map(parseApiKey),
     });
-    const headers = { authorization: `Bearer ${AGENT_KEY}`, 'content-type': 'application/json' };
-    for (const [method, path] of [
-      ['POST', `/${t.trajectory_uid}/${t.group_id}/v1/chat/completions`],
-      ['POST', '/v1/completions'],
-      ['POST', '/generate'],
-      ['GET', '/v1/models'],
-    ] as const) {
-      const res = await app.request(path, {
-        method,
-        headers,
-        ...(method === 'POST' ? { body: chat('x') } : {}),
-      });
-      expect(res.status, path).toBe(404);
-      expect(((await res.json()) as { error: { message: string } }).error.message).toBe(
-        `no route for ${method} ${path}`,
-      );
+    const agent = { authorization: `Bearer ${AGENT_KEY}`, 'content-type': 'application/json' };
+    const trainer = { authorization: `Bearer ${TRAINER_KEY}`, 'content-type': 'application/json' };
+    const base = `/${t.trajectory_uid}/${t.group_id}/v1`;
+    const cases: [string, string, Record<string, string>, string | undefined][] = [
+      ['POST', `${base}/chat/completions`, agent, chat('x')],
+      ['POST', `${base}/completions`, agent, JSON.stringify({ model: 'm', prompt: 'x', max_tokens: 2 })],
+      ['POST', `${base}/messages`, agent, JSON.stringify({ model: 'm', max_tokens: 2, messages: [] })],
+      ['POST', `${base}/responses`, agent, JSON.stringify({ model: 'm', input: [] })],
+      ['POST', '/v1/completions', agent, chat('x')],
+      ['POST', '/generate', agent, '{}'],
+      ['GET', '/v1/models', agent, undefined],
+      ['GET', `${base}/models`, agent, undefined],
+      // The agent scope is checked as the listener checks it, in the call's API's shape.
+      ['POST', `${base}/chat/completions`, trainer, chat('x')],
+      ['POST', `${base}/messages`, trainer, chat('x')],
+      // Another method is no route, as on the socket.
+      ['GET', `${base}/chat/completions`, agent, undefined],
+    ];
+    for (const [method, path, headers, body] of cases) {
+      const viaApp = await app.request(path, { method, headers, ...(body !== undefined ? { body } : {}) });
+      const viaSocket = await overHttp(server.url, { method, path, headers, body });
+      const json = (text: string) => {
+        const value = JSON.parse(text) as Record<string, unknown>;
+        // Ids and times are each answer's own.
+        for (const key of ['id', 'created', 'created_at', 'usage', 'choices', 'content', 'output', 'text'])
+          delete value[key];
+        return value;
+      };
+      const label = `${method} ${path}`;
+      expect(viaApp.status, label).toBe(viaSocket.status);
+      expect(json(await viaApp.text()), label).toEqual(json(viaSocket.body));
     }
-    // The same calls over the server's HTTP are answered.
-    const got = await overHttp(server.url, {
-      path: `/${t.trajectory_uid}/${t.group_id}/v1/chat/completions`,
-      headers: { authorization: `Bearer ${AGENT_KEY}` },
-      body: chat('served'),
-    });
-    expect(got.status).toBe(200);
   });
 
   it("sends a stream's status and headers as soon as the engine's, before its first event", async () => {

@@ -29,9 +29,10 @@ import {
 import { scoreSample } from '../rewards/sample.js';
 import type { RewardService } from '../rewards/service.js';
 import type { Gateway } from './gateway.js';
+import { mountLlmRoutes } from './llm-routes.js';
 import { openaiErrorResponse, toOpenAIError } from './openai-errors.js';
 
-// The gateway's routes other than the LLM calls (direct.ts's); errors on the agent's routes have OpenAI's
+// The gateway's routes, the LLM calls' from their table (llm-routes.ts, served first by direct.ts); errors on the agent's routes have OpenAI's
 // shape, so every OpenAI SDK reports them. docs/gateway.md#protocol
 
 type Env = { Variables: AuthVariables };
@@ -378,4 +379,7 @@ export function mountGatewayRoutes(
           ),
     ),
   );
+
+  // The LLM calls, from the one route table the fast listener matches (llm-routes.ts).
+  mountLlmRoutes(app, gateway);
 }

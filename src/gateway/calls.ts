@@ -1,7 +1,7 @@
 import { ClientId, clientIdParam, parseOrThrow, StepwiseError, ValidationError } from '../domain/index.js';
 import { type ApiKey, agentOnly } from '../http/auth.js';
 import { OFFLOAD_JSON_BYTES, parseJsonText } from '../http/json-body.js';
-import { offload } from '../http/offload.js';
+import { offload } from '../services/offload.js';
 import { type Answer, JSON_HEADERS } from './answer.js';
 import { type CallKind, checkCallRequest, checkPromptLength } from './call-request.js';
 import type { CallOrigin } from './call-trace.js';

@@ -8,8 +8,8 @@ import {
 } from '../domain/index.js';
 import type { Captured, CompletionCapture } from '../engines/capture.js';
 import type { Engine, RoutedReply } from '../engines/router.js';
-import type { CaptureTokenizer } from '../http/capture-tokenizer.js';
 import type { DataPool } from '../pool/data-pool.js';
+import type { CaptureTokenizer } from '../services/capture-tokenizer.js';
 import type { ToolResultAttachment } from '../store/store.js';
 import { type CallKind, type CallRequest, chatRequestOf } from './call-request.js';
 import { type CallOrigin, type CallTracer, epochNow } from './call-trace.js';

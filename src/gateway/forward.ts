@@ -1,6 +1,6 @@
 import { CompletionCapture } from '../engines/capture.js';
 import { UpstreamError } from '../engines/upstream.js';
-import type { CaptureTokenizer } from '../http/capture-tokenizer.js';
+import type { CaptureTokenizer } from '../services/capture-tokenizer.js';
 import type { CompletionParts } from '../text/adapter-text.js';
 import { renderCompletion, type ToolCall } from '../text/tool-calls.js';
 import { type Answer, JSON_HEADERS } from './answer.js';

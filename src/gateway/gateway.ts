@@ -9,9 +9,9 @@ import {
   ValidationError,
 } from '../domain/index.js';
 import type { EngineRouter, RoutedReply } from '../engines/router.js';
-import { type CaptureTokenizer, inThreadTokenizer } from '../http/capture-tokenizer.js';
-import { offThreadTokenizer } from '../http/offload.js';
 import type { DataPool } from '../pool/data-pool.js';
+import { type CaptureTokenizer, inThreadTokenizer } from '../services/capture-tokenizer.js';
+import { offThreadTokenizer } from '../services/offload.js';
 import type { ChatTokenizer } from '../text/index.js';
 import type { ModelRef } from '../text/model-ref.js';
 import type { ServedModel } from '../text/step-model.js';
@@ -57,7 +57,7 @@ export interface GatewayOptions {
   router: EngineRouter | null;
   /**
    * For engines that return no ids, and ActGuide training prompts: Qwen3's by default, on a worker
-   * thread (http/offload.ts); one given here runs on the event loop.
+   * thread (services/offload.ts); one given here runs on the event loop.
    */
   tokenizer?: () => ChatTokenizer;
   logger?: Pick<Logger, 'warn' | 'info' | 'error'> & Partial<Pick<Logger, 'debug'>>;

@@ -131,28 +131,36 @@ export const isPublicDashboardPath = (path: string) =>
   path === '/dashboard/login' || path.startsWith('/dashboard/assets/');
 
 /**
- * Identifies the caller; with no keys configured (loopback only) every caller is trusted. A key
- * comes as `Authorization: Bearer`, `X-Api-Key`, or the dashboard's cookie; a browser without one is
- * sent to the dashboard's sign-in page.
+ * The caller a request's key names: null with keys off (loopback only: every caller is trusted), a
+ * 401 for no key or an unknown one. How every route identifies its caller: the app's middleware
+ * below and the LLM calls' listener (gateway/direct.ts) alike.
+ */
+export function identifyCaller(
+  keys: readonly ApiKey[],
+  authorization: string | undefined,
+  apiKeyHeader: string | undefined,
+  cookies: () => string | undefined,
+): ApiKey | null {
+  if (keys.length === 0) return null;
+  return callerKey(keys, requestKey(authorization, apiKeyHeader, cookies));
+}
+
+/**
+ * Identifies the caller (identifyCaller). A key comes as `Authorization: Bearer`, `X-Api-Key`, or
+ * the dashboard's cookie; a browser without one is sent to the dashboard's sign-in page.
  */
 export function authenticate(keys: readonly ApiKey[]): MiddlewareHandler<{ Variables: AuthVariables }> {
   return async (c, next) => {
-    if (keys.length === 0) {
-      c.set('apiKey', null);
+    const cookies = () => getCookie(c, KEY_COOKIE);
+    if (keys.length > 0 && signsInBrowsers(c.req.path)) {
+      const key = requestKey(c.req.header('authorization'), c.req.header('x-api-key'), cookies);
+      const match = key ? findKey(keys, key) : null;
+      if (!match && !isPublicDashboardPath(c.req.path))
+        return c.redirect(`/dashboard/login?next=${encodeURIComponent(c.req.path)}`, 303);
+      c.set('apiKey', match);
       return next();
     }
-    const key = requestKey(c.req.header('authorization'), c.req.header('x-api-key'), () =>
-      getCookie(c, KEY_COOKIE),
-    );
-    const dashboard = signsInBrowsers(c.req.path);
-    if (dashboard && isPublicDashboardPath(c.req.path)) {
-      c.set('apiKey', key ? findKey(keys, key) : null);
-      return next();
-    }
-    const match = key ? findKey(keys, key) : null;
-    if (!match && dashboard)
-      return c.redirect(`/dashboard/login?next=${encodeURIComponent(c.req.path)}`, 303);
-    c.set('apiKey', match ?? callerKey(keys, key));
+    c.set('apiKey', identifyCaller(keys, c.req.header('authorization'), c.req.header('x-api-key'), cookies));
     return next();
   };
 }

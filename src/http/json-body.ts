@@ -1,7 +1,7 @@
 import type { Context } from 'hono';
+import { parseJsonText } from '../services/json-parse.js';
+import { offload } from '../services/offload.js';
 import { Transfer } from '../util/worker-rpc.js';
-import { parseJsonText } from './json-parse.js';
-import { offload } from './offload.js';
 
 export {
   MAX_JSON_DEPTH,
@@ -10,7 +10,7 @@ export {
   parseJsonText,
   refuseBigFreeForm,
   refuseNulQuery,
-} from './json-parse.js';
+} from '../services/json-parse.js';
 
 /** Bodies from this size on are parsed off the event loop (steps-body.ts for step batches). */
 export const OFFLOAD_JSON_BYTES = 256 * 1024;

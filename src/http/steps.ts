@@ -2,12 +2,12 @@ import type { Context } from 'hono';
 import { z } from 'zod';
 import { ChannelName, ClientId, parseOrThrow, stepToWire, TrajectoryStatus } from '../domain/index.js';
 import type { DataPool } from '../pool/data-pool.js';
+import { offload } from '../services/offload.js';
+import { OFFLOAD_BODY_BYTES, type ParsedSteps, parseStepsBody } from '../services/steps-body.js';
 import { Transfer } from '../util/worker-rpc.js';
 import type { ApiApp } from './app.js';
 import { requireScope } from './auth.js';
-import { offload } from './offload.js';
 import { LabelQuery, optionalNumber, Pagination } from './queries.js';
-import { OFFLOAD_BODY_BYTES, type ParsedSteps, parseStepsBody } from './steps-body.js';
 
 const StepListQuery = z.strictObject({
   channel: ChannelName.optional(),

@@ -36,8 +36,9 @@ export interface AppOptions {
 
 /**
  * The HTTP API of one server: every resource's routes on one app, in this order (a route registered
- * first answers a path two patterns match). The LLM calls are not here: they are served ahead of the
- * app, from node:http (gateway/direct.ts).
+ * first answers a path two patterns match). The LLM calls are registered from their route table
+ * (gateway/llm-routes.ts) last; on a socket, the same table's listener serves them ahead of the app,
+ * from node:http (gateway/direct.ts).
  */
 export function createApp(options: AppOptions): Hono<ApiEnv> {
   const { pool, gateway } = options;

@@ -1,5 +1,5 @@
 import type { JsonObject } from '../../../domain/json.js';
-import { offload } from '../../../http/offload.js';
+import { offload } from '../../../services/offload.js';
 import type { ModelRef } from '../../../text/model-ref.js';
 import {
   BUILT_IN_MODEL,

@@ -4,7 +4,7 @@ import { parseJsonText } from './json-parse.js';
 /*
  * A step batch (`POST /v1/steps`, `/submit_steps`) is the API's biggest body by design: thousands of
  * steps of token ids, up to --max-body-mb. Parsing and checking one is about 15 ms of CPU per MiB, so
- * a big one is parsed on the offload thread (steps.ts) and its ids come back as moved Uint32Arrays
+ * a big one is parsed on the offload thread (http/steps.ts) and its ids come back as moved Uint32Arrays
  * (the stores read token arrays as ArrayLike); a small one costs less than the hop and is parsed here.
  */
 

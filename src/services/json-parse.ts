@@ -8,7 +8,7 @@ import {
 
 /*
  * Parsing a request body's JSON without trusting it: pure functions, run on the event loop for small
- * bodies and on the offload thread for big ones (json-body.ts reads the body and picks).
+ * bodies and on the offload thread for big ones (http/http/json-body.ts reads the body and picks).
  */
 
 /**

@@ -17,7 +17,7 @@ export const offloadHandlers = {
     const table = loadTokenTable(model);
     return new Transfer(table, [table.offsets.buffer as ArrayBuffer, table.bytes.buffer as ArrayBuffer]);
   },
-  /** A big JSON body (json-body.ts), parsed and checked here; a free-form field past its cap is a 400 here. */
+  /** A big JSON body (http/json-body.ts), parsed and checked here; a free-form field past its cap is a 400 here. */
   parseJsonBody(bytes: ArrayBuffer, allowEmpty: boolean) {
     return parseJsonBody(new TextDecoder().decode(bytes), allowEmpty);
   },
