@@ -16,7 +16,7 @@ import type { DirectListener, Refusal } from '../util/http-server.js';
 import { normalTarget, routedPath } from '../util/request-path.js';
 import { type Answer, isStreamSource, JSON_HEADERS, type StreamSource } from './answer.js';
 import { epochNow } from './call-trace.js';
-import { fixedCall, generateCall, type LlmCall, modelsCall, trajectoryCall } from './calls.js';
+import { bodyText, fixedCall, generateCall, type LlmCall, modelsCall, trajectoryCall } from './calls.js';
 import type { Gateway } from './gateway.js';
 import { anthropicErrorAnswer } from './messages-answer.js';
 import { errorAnswer } from './openai-errors.js';
@@ -161,8 +161,8 @@ function answerOf(
     return modelsCall(gateway, trajectory === undefined ? null : { trajectory, group: group! });
   }
   const origin = { receivedAt: epochNow(), traceparent: header(req, 'traceparent') ?? null };
+  if (route.kind === 'generate') return generateCall(gateway, req.rawBody, signal);
   const text = bodyText(req.rawBody);
-  if (route.kind === 'generate') return generateCall(gateway, text, signal);
   return route.trajectory === undefined
     ? fixedCall(gateway, route.call, { header: (name) => header(req, name), caller }, text, signal, origin)
     : trajectoryCall(
@@ -178,13 +178,6 @@ function answerOf(
 function header(req: IncomingMessage, name: string): string | undefined {
   const value = req.headers[name];
   return Array.isArray(value) ? value[0] : value;
-}
-
-/** The body as text, as a fetch Request's `text()` reads it (UTF-8, a leading BOM dropped). */
-function bodyText(raw: Buffer | undefined): string {
-  if (raw === undefined || raw.length === 0) return '';
-  const text = raw.toString('utf8');
-  return text.charCodeAt(0) === 0xfeff ? text.slice(1) : text;
 }
 
 function write(answer: Answer, req: IncomingMessage, res: ServerResponse): void {
