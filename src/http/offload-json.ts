@@ -40,6 +40,7 @@ export async function parseEngineJson(bytes: Uint8Array, keep: boolean): Promise
     }
   }
   const whole = bytes.byteOffset === 0 && bytes.byteLength === bytes.buffer.byteLength;
-  const buffer = (whole && !keep ? bytes.buffer : bytes.slice().buffer) as ArrayBuffer;
+  // A copy where the caller keeps its bytes (`new Uint8Array`: a Buffer's slice() would share them).
+  const buffer = (whole && !keep ? bytes.buffer : new Uint8Array(bytes).buffer) as ArrayBuffer;
   return offload.call('parseEngineAnswer', new Transfer(buffer, [buffer]));
 }
