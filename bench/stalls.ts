@@ -6,13 +6,15 @@
  * The server runs in this process (`startServer`, SQLite, the built-in sim on its worker thread), so
  * its event loop is this one; each request's body is built before the measurement starts.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { request } from 'node:http';
-import { tmpdir } from 'node:os';
+import { Session } from 'node:inspector/promises';
+import os, { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { MAX_METADATA_BYTES, MAX_PROMPT_TOKENS } from '../src/domain/index.js';
 import { startServer } from '../src/server/server.js';
+import { codeVersion, recordRun, round } from './support.js';
 
 export interface Stall {
   /** A short name for the results file (bench/results/gateway.jsonl). */
@@ -35,17 +37,41 @@ const ids = (n: number, offset = 0) => Array.from({ length: n }, (_, i) => 100 +
 
 async function measure(
   run: () => Promise<number>,
+  profile?: string,
 ): Promise<{ stallMs: number; wallMs: number; status: number }> {
+  const session = profile === undefined ? null : new Session();
+  if (session) {
+    session.connect();
+    await session.post('Profiler.enable');
+    await session.post('Profiler.setSamplingInterval', { interval: 200 });
+    await session.post('Profiler.start');
+  }
   const h = monitorEventLoopDelay({ resolution: 1 });
   h.enable();
   const begin = performance.now();
   const status = await run();
   const wallMs = performance.now() - begin;
   h.disable();
+  if (session && profile !== undefined) {
+    const { profile: taken } = await session.post('Profiler.stop');
+    writeFileSync(profile, JSON.stringify(taken));
+    session.disconnect();
+  }
   return { stallMs: h.max / 1e6, wallMs, status };
 }
 
-export async function benchStalls(quick: boolean): Promise<StallSection> {
+/** `--profile=DIR`: each measured request's CPU profile of the event loop's thread, as DIR/<key>.cpuprofile. */
+const PROFILE_DIR = process.argv.find((a) => a.startsWith('--profile='))?.slice('--profile='.length);
+
+/**
+ * `only`: the keys of the rows to measure (`--only generate_262144_ids,raw_json_biggest_step`); the
+ * requests the others need first still run, unmeasured. Null: every row.
+ */
+export async function benchStalls(
+  quick: boolean,
+  only: ReadonlySet<string> | null = null,
+): Promise<StallSection> {
+  const wanted = (key: string) => only === null || only.has(key);
   const dir = mkdtempSync(join(tmpdir(), 'stepwise-bench-stalls-'));
   // `stepwise serve`'s defaults: SQLite on its own thread (a second server below shows the main-thread store).
   const server = await startServer({
@@ -82,10 +108,14 @@ export async function benchStalls(quick: boolean): Promise<StallSection> {
     });
     const stalls: Stall[] = [];
     const add = async (key: string, request: string, method: string, path: string, body?: string) => {
+      if (!wanted(key)) return;
       // Encoded before the clock starts: the client shares this event loop, and its encoding of a
       // 30 MB string is not the server's work.
       const bytes = body === undefined ? undefined : Buffer.from(body);
-      const m = await measure(() => send(method, path, bytes));
+      const m = await measure(
+        () => send(method, path, bytes),
+        PROFILE_DIR && join(PROFILE_DIR, `${key}.cpuprofile`),
+      );
       stalls.push({ key, request, bodyBytes: bytes?.length ?? 0, ...m });
     };
 
@@ -132,24 +162,30 @@ export async function benchStalls(quick: boolean): Promise<StallSection> {
     );
     // The same with SQLite on the event loop (`--store-thread main`): storing is synchronous there,
     // about 7 ms per MiB (docs/security.md); shown for comparison, not a default.
-    const onMain = await startServer({
-      dbPath: join(dir, 'main.db'),
-      port: 0,
-      engines: [],
-      storeThread: 'main',
-    });
-    try {
-      const body = Buffer.from(batchBody(`bench-${process.pid}-batch-m`));
-      const m = await measure(() => rawSend(onMain.url, 'POST', '/v1/steps', body));
-      stalls.push({
-        key: 'steps_batch_main_store',
-        request: `${label}, \`--store-thread main\` (not a default)`,
-        bodyBytes: body.length,
-        ...m,
-      });
-    } finally {
-      await onMain.close();
-    }
+    const onMain = !wanted('steps_batch_main_store')
+      ? null
+      : await startServer({
+          dbPath: join(dir, 'main.db'),
+          port: 0,
+          engines: [],
+          storeThread: 'main',
+        });
+    if (onMain)
+      try {
+        const body = Buffer.from(batchBody(`bench-${process.pid}-batch-m`));
+        const m = await measure(
+          () => rawSend(onMain.url, 'POST', '/v1/steps', body),
+          PROFILE_DIR && join(PROFILE_DIR, 'steps_batch_main_store.cpuprofile'),
+        );
+        stalls.push({
+          key: 'steps_batch_main_store',
+          request: `${label}, \`--store-thread main\` (not a default)`,
+          bodyBytes: body.length,
+          ...m,
+        });
+      } finally {
+        await onMain.close();
+      }
     const big = { trajectory_uid: `bench-${process.pid}-big` };
     const _stored = await send(
       'POST',
@@ -178,7 +214,7 @@ export async function benchStalls(quick: boolean): Promise<StallSection> {
       'GET',
       `/v1/trajectories/${big.trajectory_uid}`,
     );
-    await metadataStalls(server, add);
+    if (METADATA_KEYS.some(wanted)) await metadataStalls(server, add);
     return { idleMs: idle.stallMs, stalls };
   } finally {
     await server.close();
@@ -210,6 +246,14 @@ function rawSend(base: string, method: string, path: string, body?: string | Buf
     req.end(bytes);
   });
 }
+
+const METADATA_KEYS = [
+  'init_trajectory_big_metadata',
+  'list_50_big_metadata',
+  'dashboard_list_big_metadata',
+  'dashboard_detail_big_metadata',
+  'raw_json_big_metadata',
+];
 
 /** About 31.5 MB of small objects as JSON: the shape that costs the most to parse per byte. */
 function bigMetadataText(): string {
@@ -278,5 +322,33 @@ export function stallReport(section: StallSection): string[] {
 }
 
 if (process.argv[1]?.endsWith('stalls.ts')) {
-  benchStalls(process.argv.includes('--quick')).then((s) => console.log(stallReport(s).join('\n')));
+  const args = process.argv.slice(2);
+  const onlyArg = args.find((a) => a.startsWith('--only='));
+  const only = onlyArg ? new Set(onlyArg.slice('--only='.length).split(',')) : null;
+  const load = os.loadavg();
+  const code = codeVersion();
+  benchStalls(args.includes('--quick'), only).then((s) => {
+    console.log(stallReport(s).join('\n'));
+    console.log(
+      `load average at start ${load.map((l) => l.toFixed(2)).join(' ')}, now ${os
+        .loadavg()
+        .map((l) => l.toFixed(2))
+        .join(' ')}`,
+    );
+    // `--write`: the run as a row of bench/results/gateway.jsonl (`"kind":"stalls"`), as in BENCHMARKS.md.
+    if (!args.includes('--write')) return;
+    const note = args.find((a) => a.startsWith('--note='))?.slice('--note='.length);
+    const files = recordRun('gateway', {
+      code,
+      bench: 'gateway',
+      kind: 'stalls',
+      store_thread: 'worker',
+      event_loop_stall_ms: {
+        idle: round(s.idleMs, 1),
+        ...Object.fromEntries(s.stalls.map((x) => [x.key, round(x.stallMs, 1)])),
+      },
+      note: `npx tsx bench/stalls.ts ${args.filter((a) => a !== '--write' && !a.startsWith('--note=')).join(' ')}, load ${load[0]!.toFixed(1)} at start${note ? `; ${note}` : ''}`,
+    });
+    console.log(`wrote ${files.join(', ')}`);
+  });
 }

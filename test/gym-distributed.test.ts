@@ -127,8 +127,7 @@ describe.skipIf(!PG_URL || !sandboxReady)('distributed rollouts (PostgreSQL + pg
     } finally {
       await client.end();
     }
-    // The SIGKILLed worker never unmounted its sample's workspace tmpfs (a host mount): this test
-    // started it, so this test takes it down.
+    // A safety net for a test that failed midway: no workspace tmpfs (a host mount) outlives it.
     for (const line of readFileSync('/proc/mounts', 'utf8').split('\n')) {
       const target = line.split(' ')[1];
       if (target?.startsWith(`${dir}/`)) spawnSync('umount', ['--lazy', target]);
@@ -207,8 +206,9 @@ describe.skipIf(!PG_URL || !sandboxReady)('distributed rollouts (PostgreSQL + pg
     const before = await slow.pool.store.getTrajectory(killedTrajectory);
     expect(before?.status).toBe('open');
 
-    // Another worker takes the rest, and the killed job once its lease has run out.
-    const rescuer = workerProcess(schema, 'rescuer', 2);
+    // Another worker takes the rest, and the killed job once its lease has run out: started on the
+    // same machine and work folder, as a restarted worker is.
+    const rescuer = workerProcess(schema, 'doomed', 2);
     const { results, summary } = await run;
 
     expect(summary).toMatchObject({ samples: 4, infraFailed: 0, meanScore: 1 });
@@ -237,6 +237,9 @@ describe.skipIf(!PG_URL || !sandboxReady)('distributed rollouts (PostgreSQL + pg
     expect(jobs.every((j) => j.state === 'completed')).toBe(true);
     expect(jobs.find((j) => j.id === killedJob)?.retryCount).toBe(1);
     expect(rescuer.exitCode).toBeNull();
+    // The killed worker's workspace tmpfs (a host mount) was swept by the rescuer's first sample.
+    const mounts = readFileSync('/proc/self/mounts', 'utf8').split('\n');
+    expect(mounts.filter((line) => line.split(' ')[1]?.startsWith(`${dir}/doomed/`))).toEqual([]);
   }, 120_000);
 
   it('enqueuing the same run twice (or at once from two coordinators) adds no job', async () => {

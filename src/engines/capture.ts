@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { fromZodError } from '../domain/errors.js';
+import { packIdFields } from '../util/typed-json.js';
 
 // What an engine produced for one call, from its OpenAI-compatible answer (whole or streamed): exact ids
 // and logprobs where vLLM or the sim send them, else rebuilt (retokenize.ts). docs/gateway.md#capture
@@ -38,6 +39,21 @@ export interface Captured {
 }
 
 type Json = Record<string, unknown>;
+
+/** The id arrays of a completion: the prompt's echo (top level or per choice) and each choice's output. */
+const ANSWER_ID_FIELDS = ['prompt_token_ids', 'token_ids'] as const;
+
+/**
+ * A parsed answer's id arrays that hold only token ids, as Uint32Arrays (to move between threads:
+ * http/offload-worker.ts); returns their buffers. CompletionCapture takes them as checked ids.
+ */
+export function packAnswerIds(answer: unknown): ArrayBuffer[] {
+  const buffers: ArrayBuffer[] = [];
+  packIdFields(answer, ANSWER_ID_FIELDS, buffers);
+  const choices = isObject(answer) ? answer.choices : undefined;
+  if (Array.isArray(choices)) for (const choice of choices) packIdFields(choice, ANSWER_ID_FIELDS, buffers);
+  return buffers;
+}
 
 const isObject = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
 
@@ -128,6 +144,8 @@ export class CompletionCapture {
 
   /** The ids of one field; null when absent, and when malformed (noted, and no ids are kept). */
   private ids(value: unknown, field: string): number[] | null {
+    // Packed off the event loop (packAnswerIds) only when every item was a token id.
+    if (value instanceof Uint32Array) return value as unknown as number[];
     if (!Array.isArray(value)) return null;
     // A loop over a 262,144-id prompt costs the event loop ~1 ms where zod's walk cost ~30; zod runs
     // only to name what broke.

@@ -184,7 +184,8 @@ export class EngineRouter {
   /**
    * Sends a call; `key` (a trajectory) keeps related calls on one engine. `prepare` builds the body
    * for the engine chosen (model names differ between engines) and overrides `body`; a `path`
-   * function picks the route by engine (SGLang's native `/generate` beside vLLM's completions).
+   * function picks the route by engine (SGLang's native `/generate` beside vLLM's completions); a big
+   * body may be built off the event loop (a promise) and sent as bytes.
    */
   async send(
     key: string | null,
@@ -192,7 +193,7 @@ export class EngineRouter {
     path: string | ((engine: Engine) => string),
     body: string | null,
     signal: AbortSignal,
-    prepare?: (engine: Engine) => string,
+    prepare?: (engine: Engine) => string | Uint8Array | Promise<string | Uint8Array>,
   ): Promise<RoutedReply> {
     const tried = new Set<EngineState>();
     let last: unknown = null;
@@ -209,7 +210,12 @@ export class EngineRouter {
       };
       try {
         const route = typeof path === 'string' ? path : path(engine);
-        const reply = await engine.transport.send(method, route, prepare ? prepare(engine) : body, signal);
+        const reply = await engine.transport.send(
+          method,
+          route,
+          prepare ? await prepare(engine) : body,
+          signal,
+        );
         if (key !== null) this.pin(key, engine);
         if (!engine.healthy && reply.status < 500) this.mark(engine, true, '');
         return { engine, reply, done };

@@ -49,16 +49,16 @@ const RENAMED: Record<string, string> = {
 const GATEWAY_FIELDS = new Set(['logprobs', 'top_logprobs', 'stream', 'model']);
 
 /**
- * The body of a native `/generate` for `promptIds`: `sampling` in the gateway's (OpenAI/vLLM) names
+ * The request of a native `/generate` for `promptIds`: `sampling` in the gateway's (OpenAI/vLLM) names
  * becomes SGLang's, a name SGLang does not take is a 400 naming it, and the answer is asked whole
  * with the logprob of every output token (`logprob_start_len: -1`: none for the prompt).
  */
-export function sglangGenerateBody(
-  promptIds: readonly number[],
+export function sglangGenerateRequest(
+  promptIds: readonly number[] | Uint32Array,
   sampling: Record<string, unknown>,
   maxNewTokens: number | null,
   field = 'sampling_params',
-): string {
+): Record<string, unknown> {
   const params: Record<string, unknown> = {};
   for (const [name, value] of Object.entries(sampling)) {
     if (value === undefined || GATEWAY_FIELDS.has(name)) continue;
@@ -74,13 +74,23 @@ export function sglangGenerateBody(
     throw new ValidationError(`${field}.n: only n=1 is supported (send n separate requests)`, `${field}.n`);
   // Null is SGLang's "up to the rest of the context" (its own default would be 128 tokens).
   params.max_new_tokens = maxNewTokens;
-  return JSON.stringify({
+  return {
     input_ids: promptIds,
     sampling_params: params,
     return_logprob: true,
     logprob_start_len: -1,
     stream: false,
-  });
+  };
+}
+
+/** sglangGenerateRequest as JSON text. */
+export function sglangGenerateBody(
+  promptIds: readonly number[],
+  sampling: Record<string, unknown>,
+  maxNewTokens: number | null,
+  field = 'sampling_params',
+): string {
+  return JSON.stringify(sglangGenerateRequest(promptIds, sampling, maxNewTokens, field));
 }
 
 const TokenId = z.number().int().min(0);

@@ -105,7 +105,8 @@ export interface Transport {
   send(
     method: 'GET' | 'POST',
     path: string,
-    body: string | null,
+    /** Text, or UTF-8 bytes (a big body built off the event loop). */
+    body: string | Uint8Array | null,
     signal: AbortSignal,
   ): Promise<UpstreamReply>;
   close(): Promise<void>;

@@ -1,7 +1,9 @@
 import { ClientId, clientIdParam, parseOrThrow, StepwiseError, ValidationError } from '../domain/index.js';
 import { type ApiKey, agentOnly } from '../http/auth.js';
 import { OFFLOAD_JSON_BYTES, parseJsonText } from '../http/json-body.js';
+import { jsonOf } from '../http/offload-json.js';
 import { offload } from '../services/offload.js';
+import { Transfer } from '../util/worker-rpc.js';
 import { type Answer, JSON_HEADERS } from './answer.js';
 import { type CallKind, checkCallRequest, checkPromptLength } from './call-request.js';
 import type { CallOrigin } from './call-trace.js';
@@ -167,15 +169,30 @@ async function sessionCall(
 
 /**
  * White-box token-in/token-out generation (`POST /generate`, Claw-R1's): prompt ids in, the engine's
- * ids and logprobs out; nothing is recorded (the agent submits its steps).
+ * ids and logprobs out; nothing is recorded (the agent submits its steps). `raw`: the request's body.
  */
-export async function generateCall(gateway: Gateway, text: string, signal: AbortSignal): Promise<Answer> {
-  const body = parseOrThrow(GenerateRequest, await generateBody(text));
-  const promptIds = body.prompt_ids ?? body.input_ids;
+export async function generateCall(
+  gateway: Gateway,
+  raw: Buffer | undefined,
+  signal: AbortSignal,
+): Promise<Answer> {
+  const value = await generateBody(raw);
+  // A big body's ids came checked, as Uint32Arrays: the schema checks the rest.
+  const typed: Partial<Record<(typeof ID_FIELDS)[number], Uint32Array>> = {};
+  if (typeof value === 'object' && value !== null)
+    for (const field of ID_FIELDS) {
+      const ids = (value as Record<string, unknown>)[field];
+      if (!(ids instanceof Uint32Array)) continue;
+      typed[field] = ids;
+      delete (value as Record<string, unknown>)[field];
+    }
+  const body = parseOrThrow(GenerateRequest, value);
+  const given = (field: (typeof ID_FIELDS)[number]) => typed[field] ?? body[field];
+  const promptIds = given('prompt_ids') ?? given('input_ids');
   if (!promptIds || promptIds.length === 0) {
     throw new ValidationError('prompt_ids: must be a non-empty array of token ids', 'prompt_ids');
   }
-  checkPromptLength(promptIds.length, body.prompt_ids !== undefined ? 'prompt_ids' : 'input_ids');
+  checkPromptLength(promptIds.length, given('prompt_ids') !== undefined ? 'prompt_ids' : 'input_ids');
   const sampling = { ...(body.sampling_params ?? {}) };
   // SGLang/verl name it max_new_tokens; the OpenAI-compatible API calls it max_tokens.
   if (sampling.max_new_tokens !== undefined && sampling.max_tokens === undefined) {
@@ -186,20 +203,31 @@ export async function generateCall(gateway: Gateway, text: string, signal: Abort
     { promptIds, sampling, trajectoryId: body.trajectory_uid ?? null, model: body.model },
     signal,
   );
-  return { status: 200, headers: JSON_HEADERS, body: JSON.stringify(out) };
+  // 262,144 prompt ids and the answer's are 1.5 MB of JSON: written on the offload thread.
+  return { status: 200, headers: JSON_HEADERS, body: await jsonOf(out, true) };
 }
 
-/** A `/generate` body's value; a big one (262,144 ids is 1.4 MB) is parsed on the offload thread. */
-async function generateBody(text: string): Promise<unknown> {
-  if (text.length < OFFLOAD_JSON_BYTES) return parseJsonText(text, false, true).value;
-  const fields = ['prompt_ids', 'input_ids'] as const;
-  const value = await offload.call('parseIdsBody', text, fields);
-  if (typeof value === 'object' && value !== null)
-    for (const field of fields) {
-      const ids = (value as Record<string, unknown>)[field];
-      if (ids instanceof Uint32Array) (value as Record<string, unknown>)[field] = Array.from(ids);
-    }
-  return value;
+const ID_FIELDS = ['prompt_ids', 'input_ids'] as const;
+
+/**
+ * A `/generate` body's value; a big one (262,144 ids is 1.4 MB) is parsed on the offload thread,
+ * its bytes moved there, and its ids come back as Uint32Arrays.
+ */
+async function generateBody(raw: Buffer | undefined): Promise<unknown> {
+  if (raw === undefined || raw.length < OFFLOAD_JSON_BYTES)
+    return parseJsonText(bodyText(raw), false, true).value;
+  const whole = raw.byteOffset === 0 && raw.byteLength === raw.buffer.byteLength;
+  const bytes = (
+    whole ? raw.buffer : raw.buffer.slice(raw.byteOffset, raw.byteOffset + raw.length)
+  ) as ArrayBuffer;
+  return offload.call('parseIdsBody', new Transfer(bytes, [bytes]), ID_FIELDS);
+}
+
+/** A body as text, as a fetch Request's `text()` reads it (UTF-8, a leading BOM dropped). */
+export function bodyText(raw: Buffer | undefined): string {
+  if (raw === undefined || raw.length === 0) return '';
+  const text = raw.toString('utf8');
+  return text.charCodeAt(0) === 0xfeff ? text.slice(1) : text;
 }
 
 /** The models agents may name, at the fixed base_url or under a trajectory's (which must exist). */

@@ -7,6 +7,7 @@ import { refuseNulQuery } from '../http/json-body.js';
 import type { DirectListener, Refusal } from '../util/http-server.js';
 import { normalTarget, routedPath } from '../util/request-path.js';
 import { type Answer, isStreamSource, type StreamSource } from './answer.js';
+import { bodyText } from './calls.js';
 import type { Gateway } from './gateway.js';
 import { answerOf, type Route, refusalAnswer, routeOf, scopeRefusal } from './llm-routes.js';
 import { anthropicErrorAnswer } from './messages-answer.js';
@@ -64,6 +65,7 @@ async function serve(
     answer = await answerOf(gateway, route, {
       header: (name) => header(req, name),
       text: () => bodyText(req.rawBody),
+      bytes: () => req.rawBody,
       caller: admitted.caller,
       signal: gone.signal,
     });
@@ -103,13 +105,6 @@ function admission(
 function header(req: IncomingMessage, name: string): string | undefined {
   const value = req.headers[name];
   return Array.isArray(value) ? value[0] : value;
-}
-
-/** The body as text, as a fetch Request's `text()` reads it (UTF-8, a leading BOM dropped). */
-function bodyText(raw: Buffer | undefined): string {
-  if (raw === undefined || raw.length === 0) return '';
-  const text = raw.toString('utf8');
-  return text.charCodeAt(0) === 0xfeff ? text.slice(1) : text;
 }
 
 function write(answer: Answer, req: IncomingMessage, res: ServerResponse): void {

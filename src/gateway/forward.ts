@@ -1,8 +1,10 @@
 import { CompletionCapture } from '../engines/capture.js';
 import { UpstreamError } from '../engines/upstream.js';
+import { parseEngineJson } from '../http/offload-json.js';
 import type { CaptureTokenizer } from '../services/capture-tokenizer.js';
 import type { CompletionParts } from '../text/adapter-text.js';
 import { renderCompletion, type ToolCall } from '../text/tool-calls.js';
+import { idArray } from '../util/typed-json.js';
 import { type Answer, JSON_HEADERS } from './answer.js';
 import { isObject } from './call-request.js';
 import type { CallContext, StepRecorder } from './capture.js';
@@ -71,7 +73,7 @@ export async function forwardWhole(ctx: CallContext, f: Forwarding): Promise<Ans
   }
   routed.done();
   try {
-    const answer = completionOf(bytes);
+    const answer = await completionOf(bytes);
     if (answer === null) {
       const message = `engine ${routed.engine.id} returned something that is not a completion`;
       f.recorder.record(ctx.session, ctx.attachments, {
@@ -117,15 +119,23 @@ export async function forwardWhole(ctx: CallContext, f: Forwarding): Promise<Ans
   }
 }
 
-/** The engine's answer parsed, when it is a completion (an object with choices); else null. */
-function completionOf(bytes: Buffer): Record<string, unknown> | null {
-  let answer: unknown;
-  try {
-    answer = JSON.parse(bytes.toString('utf8'));
-  } catch {
-    return null;
-  }
-  return isObject(answer) && Array.isArray(answer.choices) && answer.choices.length > 0 ? answer : null;
+/**
+ * The engine's answer parsed, when it is a completion (an object with choices); else null. A big one
+ * (its prompt's ids echoed) is parsed on the offload thread; its ids become plain arrays again here,
+ * a loop far cheaper than the parse, for the step's path that reads them as arrays.
+ */
+async function completionOf(bytes: Buffer): Promise<Record<string, unknown> | null> {
+  const parsed = await parseEngineJson(bytes, true);
+  if (!parsed.ok) return null;
+  const answer = parsed.value;
+  if (!isObject(answer) || !Array.isArray(answer.choices) || answer.choices.length === 0) return null;
+  unpackIds(answer);
+  for (const choice of answer.choices) if (isObject(choice)) unpackIds(choice);
+  return answer;
+}
+
+function unpackIds(o: Record<string, unknown>): void {
+  for (const key in o) if (o[key] instanceof Uint32Array) o[key] = idArray(o[key]);
 }
 
 /**

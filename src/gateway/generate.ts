@@ -1,14 +1,18 @@
 import { NotFoundError, StepwiseError } from '../domain/index.js';
 import { CompletionCapture } from '../engines/capture.js';
 import type { Engine, EngineRouter } from '../engines/router.js';
-import { readSglangGenerate, sglangGenerateBody } from '../engines/sglang.js';
+import { readSglangGenerate, sglangGenerateRequest } from '../engines/sglang.js';
 import { UpstreamError } from '../engines/upstream.js';
+import { jsonOf, type ParsedJson, parseEngineJson } from '../http/offload-json.js';
 import type { DataPool } from '../pool/data-pool.js';
 import { normalizeUpstreamError } from './openai-errors.js';
 import type { SamplingParams } from './wire/sampling.js';
 
+/** Token ids as parsed: a big body's come from the offload thread as a Uint32Array. */
+export type TokenIdList = readonly number[] | Uint32Array;
+
 export interface GenerateInput {
-  promptIds: number[];
+  promptIds: TokenIdList;
   /** Sampling parameters passed to the engine (max_tokens, temperature, top_p, stop, seed, ...). */
   sampling: SamplingParams;
   trajectoryId: string | null;
@@ -16,7 +20,7 @@ export interface GenerateInput {
 }
 
 export interface GenerateOutput {
-  prompt_ids: number[];
+  prompt_ids: TokenIdList;
   response_ids: number[];
   text: string;
   logprobs: number[] | null;
@@ -61,35 +65,41 @@ export async function generate(
       );
     }
     const maxTokens = input.sampling.max_tokens ?? defaultMaxTokens(on, engine, input.promptIds.length);
+    // A 262,144-id prompt is 1.4 MB of JSON: built on the offload thread (offload-json.ts), from a
+    // copy of the ids that moves there (a memcpy; a clone costs more, and the ids serve the answer).
+    const ids = input.promptIds.slice();
     if (engine.kind === 'sglang')
-      return sglangGenerateBody(input.promptIds, input.sampling, maxTokens as number | null);
-    return JSON.stringify({
-      ...input.sampling,
-      max_tokens: maxTokens,
-      model: router.models(engine.id)[0] ?? input.model ?? 'default',
-      prompt: input.promptIds,
-      return_token_ids: true,
-      logprobs: 0,
-      stream: false,
-    });
+      return jsonOf(sglangGenerateRequest(ids, input.sampling, maxTokens as number | null), true);
+    return jsonOf(
+      {
+        ...input.sampling,
+        max_tokens: maxTokens,
+        model: router.models(engine.id)[0] ?? input.model ?? 'default',
+        prompt: ids,
+        return_token_ids: true,
+        logprobs: 0,
+        stream: false,
+      },
+      true,
+    );
   });
   try {
-    const text = await routed.reply.text();
     if (routed.reply.status !== 200) {
+      const text = await routed.reply.text();
       const { message } = normalizeUpstreamError(routed.reply.status, text, routed.engine.id);
       throw new StepwiseError(message, routed.reply.status, 'upstream_error');
     }
-    if (routed.engine.kind === 'sglang') return fromSglang(text, input, routed.engine.id, version);
-    const capture = new CompletionCapture();
-    try {
-      capture.addCompletion(JSON.parse(text));
-    } catch {
+    // The engine echoes the prompt's ids: a big answer is parsed off the event loop, its ids moved.
+    const parsed = await parseEngineJson(await routed.reply.bytes(), false);
+    if (routed.engine.kind === 'sglang') return fromSglang(parsed, input, routed.engine.id, version);
+    if (!parsed.ok)
       throw new UpstreamError(
         `engine ${routed.engine.id} returned something that is not a completion`,
         502,
         true,
       );
-    }
+    const capture = new CompletionCapture();
+    capture.addCompletion(parsed.value);
     const r = capture.result();
     if (!r.responseIds) {
       const why = r.malformed ? ` (${r.malformed})` : '';
@@ -115,14 +125,15 @@ export async function generate(
 }
 
 /** The gateway's answer from SGLang's native one (checked in readSglangGenerate). */
-function fromSglang(text: string, input: GenerateInput, engineId: string, version: number): GenerateOutput {
-  let answer: unknown;
-  try {
-    answer = JSON.parse(text);
-  } catch {
+function fromSglang(
+  parsed: ParsedJson,
+  input: GenerateInput,
+  engineId: string,
+  version: number,
+): GenerateOutput {
+  if (!parsed.ok)
     throw new UpstreamError(`engine ${engineId} returned something that is not JSON`, 502, true);
-  }
-  const g = readSglangGenerate(answer, input.promptIds.length, engineId);
+  const g = readSglangGenerate(parsed.value, input.promptIds.length, engineId);
   return {
     prompt_ids: input.promptIds,
     response_ids: g.responseIds,

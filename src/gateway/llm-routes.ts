@@ -69,6 +69,8 @@ export interface CallInput {
   header: HeaderOf;
   /** The body as text (UTF-8, a leading BOM dropped, as a fetch Request's `text()` reads it). */
   text(): string | Promise<string>;
+  /** The body's bytes: a big `/generate` body moves to the offload thread in them, unread here. */
+  bytes(): Buffer | undefined | Promise<Buffer | undefined>;
   /** The caller's key; null with keys off. */
   caller: ApiKey | null;
   /** Aborted when the agent goes away. */
@@ -109,8 +111,8 @@ async function callAnswer(gateway: Gateway, route: Route, input: CallInput): Pro
     return modelsCall(gateway, trajectory === undefined ? null : { trajectory, group: group! });
   }
   const origin = { receivedAt: epochNow(), traceparent: input.header('traceparent') ?? null };
+  if (route.kind === 'generate') return generateCall(gateway, await input.bytes(), input.signal);
   const text = await input.text();
-  if (route.kind === 'generate') return generateCall(gateway, text, input.signal);
   if (route.trajectory === undefined) {
     const request = { header: input.header, caller: input.caller };
     return fixedCall(gateway, route.call, request, text, input.signal, origin);
@@ -134,6 +136,7 @@ export function mountLlmRoutes(app: Hono<{ Variables: AuthVariables }>, gateway:
     const answer = await answerOf(gateway, withIds(route, c), {
       header: (name) => c.req.header(name),
       text: () => c.req.text(),
+      bytes: async () => Buffer.from(await c.req.arrayBuffer()),
       caller: c.get('apiKey'),
       signal: c.req.raw.signal,
     });

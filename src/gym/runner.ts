@@ -17,7 +17,11 @@ import { type AgentSpec, agentEntry } from './agents.js';
 import { trajectoryOfBaseUrl } from './gateway-urls.js';
 import { DEFAULT_LIMITS, SandboxError, type SandboxLimits } from './sandbox/index.js';
 import { removeTree } from './sandbox/workspace-tree.js';
-import { createWorkspaceVolume, type WorkspaceVolume } from './sandbox/workspace-volume.js';
+import {
+  createWorkspaceVolume,
+  sweepDeadWorkspaces,
+  type WorkspaceVolume,
+} from './sandbox/workspace-volume.js';
 import { serverClient } from './server-client.js';
 import { workspaceFor } from './tasks/index.js';
 import type { GymTask } from './tasks/schema.js';
@@ -373,6 +377,8 @@ export async function runSample(
     toolErrors: 0,
   };
   mkdirSync(options.workDir, { recursive: true });
+  // A process killed mid-sample left its workspace mounted on the host: unmounted before this one.
+  if (!options.unsafeNoSandbox) await sweepDeadWorkspaces(options.workDir);
   const dir = mkdtempSync(join(options.workDir, `${task.id}-${sample}-`));
   const workspace = join(dir, 'workspace');
   let volume: WorkspaceVolume | null = null;

@@ -31,7 +31,7 @@ export async function readJsonBody(c: Context, allowEmpty = true): Promise<unkno
  * The body's bytes as an ArrayBuffer to move to the offload thread: the buffer util/http-server.ts
  * read the body into when it is whole and its own (no copy on the event loop), else a copy.
  */
-async function ownedBytes(c: Context): Promise<Transfer<ArrayBuffer>> {
+export async function ownedBytes(c: Context): Promise<Transfer<ArrayBuffer>> {
   const raw = (c.env as { incoming?: { rawBody?: Buffer } } | undefined)?.incoming?.rawBody;
   if (raw && raw.byteOffset === 0 && raw.byteLength === raw.buffer.byteLength) {
     const buffer = raw.buffer as ArrayBuffer;

@@ -10,6 +10,7 @@ import {
   MAX_POLICY_VERSION,
   NotFoundError,
   parseOrThrow,
+  type Step,
   StepwiseError,
   StoredJsonObject,
   stepToWire,
@@ -21,6 +22,7 @@ import type { ApiApp, ApiEnv } from './app.js';
 import { requireScope } from './auth.js';
 import { readJsonBody } from './json-body.js';
 import type { LiveGateway } from './live-gateway.js';
+import { jsonOf } from './offload-json.js';
 import { LabelQuery, optionalNumber, Pagination, queryBoolean } from './queries.js';
 
 const MetadataBody = z.strictObject({ metadata: StoredJsonObject });
@@ -130,7 +132,14 @@ export function mountTrajectoryReads(app: ApiApp, pool: DataPool): void {
     // Metadata stored before the cap may be bigger than it: then a marker, never megabytes parsed here.
     const trajectory = await pool.getTrajectory(id, { inlineMetadataBytes: MAX_METADATA_BYTES });
     if (!trajectory) throw new StepwiseError(`trajectory ${id} does not exist`, 404, 'not_found');
-    const [steps, labels] = await Promise.all([pool.getTrajectorySteps(id), pool.labels(id)]);
-    return c.json({ ...trajectoryToWire(trajectory), steps: steps.map(stepToWire), labels });
+    // Its steps' ids (262,144 in the biggest step) come as Uint32Arrays and are written as JSON on
+    // the offload thread: neither cloned number by number nor serialised on the event loop.
+    const [steps, labels] = await Promise.all([pool.getTrajectoryStepsPacked(id), pool.labels(id)]);
+    const body = {
+      ...trajectoryToWire(trajectory),
+      steps: steps.map((step) => stepToWire(step as unknown as Step)),
+      labels,
+    };
+    return c.body(await jsonOf(body, true), 200, { 'content-type': 'application/json' });
   });
 }

@@ -8,6 +8,7 @@ import {
   parseOrThrow,
   type Signal,
   type SignalInput,
+  type Step,
   type Trajectory,
 } from '../domain/index.js';
 import type { ReadModels } from '../store/read-models.js';
@@ -92,6 +93,34 @@ export interface PoolOps extends Omit<Store, 'write' | 'read' | 'views'>, ReadMo
    * staleness and labels would make of it; stops after `batchSize` served groups. Changes nothing.
    */
   previewBatch(params: LeaseParams): Promise<PreviewGroup[]>;
+  /**
+   * A trajectory's steps with their token ids as Uint32Arrays (ids past 32 bits stay an array):
+   * from SQLite's thread they move, where number arrays would be cloned number by number.
+   */
+  getTrajectoryStepsPacked(id: string): Promise<PackedStep[]>;
+}
+
+/** A step whose token id arrays may be Uint32Arrays (getTrajectoryStepsPacked). */
+export type PackedStep = Omit<Step, 'promptIds' | 'responseIds' | 'trainingPromptIds'> & {
+  promptIds: number[] | Uint32Array;
+  responseIds: number[] | Uint32Array;
+  trainingPromptIds: number[] | Uint32Array | null;
+};
+
+/** A step's token id arrays as Uint32Arrays, each with its own buffer (added to `buffers`, to move). */
+export function packStepIds(step: Step, buffers: ArrayBuffer[]): PackedStep {
+  const pack = (ids: number[]): number[] | Uint32Array => {
+    for (const id of ids) if (id > 0xffff_ffff) return ids;
+    const typed = Uint32Array.from(ids);
+    buffers.push(typed.buffer);
+    return typed;
+  };
+  return {
+    ...step,
+    promptIds: pack(step.promptIds),
+    responseIds: pack(step.responseIds),
+    trainingPromptIds: step.trainingPromptIds && pack(step.trainingPromptIds),
+  };
 }
 
 /** The pool's operations: given, or run in this process over the given store. */
@@ -212,6 +241,10 @@ export class PoolCore implements PoolOps {
 
   getTrajectory: Store['getTrajectory'] = (...a) => this.store.getTrajectory(...a);
   getTrajectorySteps: Store['getTrajectorySteps'] = (...a) => this.store.getTrajectorySteps(...a);
+  async getTrajectoryStepsPacked(id: string): Promise<PackedStep[]> {
+    const buffers: ArrayBuffer[] = [];
+    return (await this.store.getTrajectorySteps(id)).map((step) => packStepIds(step, buffers));
+  }
   getStep: Store['getStep'] = (...a) => this.store.getStep(...a);
   getGroup: Store['getGroup'] = (...a) => this.store.getGroup(...a);
   listGroups: Store['listGroups'] = (...a) => this.store.listGroups(...a);

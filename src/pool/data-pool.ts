@@ -35,7 +35,7 @@ import type {
   TrajectoryQuery,
   TrajectoryRead,
 } from '../store/store.js';
-import { type PoolOps, poolOps } from './core.js';
+import { type PackedStep, type PoolOps, poolOps } from './core.js';
 import { WriteCoalescer } from './write-coalescer.js';
 
 export interface DataPoolOptions {
@@ -357,6 +357,11 @@ export class DataPool {
 
   getTrajectorySteps(id: string): Promise<Step[]> {
     return this.store.getTrajectorySteps(id);
+  }
+
+  /** getTrajectorySteps with the ids as Uint32Arrays, for a caller that only serialises them. */
+  getTrajectoryStepsPacked(id: string): Promise<PackedStep[]> {
+    return this.store.getTrajectoryStepsPacked(id);
   }
 
   /** Commits what is queued, releases waiters, stops the sweep and closes the store. */

@@ -6,7 +6,7 @@ import { parentPort, workerData } from 'node:worker_threads';
 import { serializeError } from '../domain/errors.js';
 import { openSqliteStore, type SqliteStoreOptions } from '../store/sqlite/sqlite-store.js';
 import type { SubmitOutcome } from '../store/store.js';
-import { PoolCore } from './core.js';
+import { type PackedStep, PoolCore } from './core.js';
 import type { WorkerReply, WorkerRequest } from './worker-protocol.js';
 
 const port = parentPort;
@@ -16,6 +16,7 @@ try {
   const pool = new PoolCore(await openSqliteStore(workerData as SqliteStoreOptions));
   port.on('message', async (message: WorkerRequest) => {
     let reply: WorkerReply;
+    const transfer: ArrayBuffer[] = [];
     try {
       const method = pool[message.method] as (...args: unknown[]) => Promise<unknown>;
       let value = await method.apply(pool, message.args);
@@ -25,11 +26,17 @@ try {
           o.ok ? o : { ok: false, error: serializeError(o.error) },
         );
       }
+      if (message.method === 'getTrajectoryStepsPacked') {
+        // The ids move to the main thread, where a clone of number arrays costs per number.
+        for (const step of value as PackedStep[])
+          for (const ids of [step.promptIds, step.responseIds, step.trainingPromptIds])
+            if (ids instanceof Uint32Array) transfer.push(ids.buffer as ArrayBuffer);
+      }
       reply = { id: message.id, ok: true, value };
     } catch (error) {
       reply = { id: message.id, ok: false, error: serializeError(error) };
     }
-    port.postMessage(reply);
+    port.postMessage(reply, transfer);
     if (message.method === 'close') port.close();
   });
   port.postMessage({ ready: true });

@@ -110,6 +110,8 @@ export class WorkerPool implements PoolOps {
   recordRefusal: PoolOps['recordRefusal'] = (...a) => this.call('recordRefusal', a);
   getTrajectory: PoolOps['getTrajectory'] = (...a) => this.call('getTrajectory', a);
   getTrajectorySteps: PoolOps['getTrajectorySteps'] = (...a) => this.call('getTrajectorySteps', a);
+  getTrajectoryStepsPacked: PoolOps['getTrajectoryStepsPacked'] = (...a) =>
+    this.call('getTrajectoryStepsPacked', a);
   getStep: PoolOps['getStep'] = (...a) => this.call('getStep', a);
   getGroup: PoolOps['getGroup'] = (...a) => this.call('getGroup', a);
   listGroups: PoolOps['listGroups'] = (...a) => this.call('listGroups', a);

@@ -2,9 +2,11 @@
  * The thread CPU-heavy request work goes to (offload.ts): the tokenising a gateway's capture may
  * need, the parsing of big step batches, and the dashboard's decoding table.
  */
+import { packAnswerIds } from '../engines/capture.js';
 import type { ModelRef } from '../text/model-ref.js';
 import { loadTokenTable } from '../text/token-table.js';
 import { loadQwen3Tokenizer } from '../text/tokenizer.js';
+import { packIdFields, typedJsonText } from '../util/typed-json.js';
 import { serveWorkerRpc, Transfer } from '../util/worker-rpc.js';
 import { inThreadTokenizer } from './capture-tokenizer.js';
 import { parseCallBody, parseJsonBody, parseJsonText } from './json-parse.js';
@@ -29,25 +31,30 @@ export const offloadHandlers = {
    * A big `/generate` body (gateway/calls.ts), parsed and checked as parseJsonText does; the token
    * id arrays named by `fields` come back as Uint32Arrays, moved rather than cloned.
    */
-  parseIdsBody(text: string, fields: readonly string[]) {
-    const { value } = parseJsonText(text, false, true);
+  parseIdsBody(body: string | ArrayBuffer, fields: readonly string[]) {
+    const { value } = parseJsonText(typeof body === 'string' ? body : bodyText(body), false, true);
     const buffers: ArrayBuffer[] = [];
-    if (typeof value === 'object' && value !== null && !Array.isArray(value)) {
-      const body = value as Record<string, unknown>;
-      for (const field of fields) {
-        const ids = body[field];
-        // Anything but plain ids stays as parsed, for the schema on the caller's side to name.
-        if (
-          !Array.isArray(ids) ||
-          !ids.every((id) => Number.isSafeInteger(id) && id >= 0 && id <= 0xffff_ffff)
-        )
-          continue;
-        const typed = Uint32Array.from(ids);
-        buffers.push(typed.buffer);
-        body[field] = typed;
-      }
-    }
+    // Anything but plain ids stays as parsed, for the schema on the caller's side to name.
+    packIdFields(value, fields, buffers);
     return new Transfer(value, buffers);
+  },
+  /**
+   * An engine's big answer (a completion echoing its prompt's ids), parsed here; its id arrays come
+   * back as moved Uint32Arrays (engines/capture.ts checks what stays plain). `ok: false`: not JSON.
+   */
+  parseEngineAnswer(bytes: ArrayBuffer) {
+    let value: unknown;
+    try {
+      value = JSON.parse(new TextDecoder().decode(bytes));
+    } catch {
+      return { ok: false as const };
+    }
+    return new Transfer({ ok: true as const, value }, packAnswerIds(value));
+  },
+  /** A value as JSON bytes, its typed arrays written as arrays (util/typed-json.ts); the bytes move. */
+  encodeJson(value: unknown) {
+    const bytes = new TextEncoder().encode(typedJsonText(value));
+    return new Transfer(bytes, [bytes.buffer as ArrayBuffer]);
   },
   /** A step batch's body, parsed and checked, its token ids moved back as Uint32Arrays. */
   parseSteps(bytes: ArrayBuffer) {
@@ -67,5 +74,11 @@ export const offloadHandlers = {
     return new Transfer(parsed, buffers);
   },
 };
+
+/** A body's bytes as text, as a fetch Request's `text()` reads it (UTF-8, a leading BOM dropped). */
+function bodyText(bytes: ArrayBuffer): string {
+  const text = new TextDecoder().decode(bytes);
+  return text.charCodeAt(0) === 0xfeff ? text.slice(1) : text;
+}
 
 serveWorkerRpc(offloadHandlers);

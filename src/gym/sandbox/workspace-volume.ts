@@ -1,5 +1,7 @@
 import { execFile } from 'node:child_process';
-import { mkdir, rename, rmdir } from 'node:fs/promises';
+import { readFileSync } from 'node:fs';
+import { mkdir, readFile, realpath, rename, rmdir } from 'node:fs/promises';
+import { basename, dirname } from 'node:path';
 import { promisify } from 'node:util';
 import { removeTree } from './workspace-tree.js';
 
@@ -9,6 +11,10 @@ import { removeTree } from './workspace-tree.js';
  * writes (the sandbox, or the host for the built-in agent's tools), and removing it is an unmount
  * however many files or however deep. Where mounting is not permitted the workspace is a plain
  * directory and the sandbox measures it from the host instead (disk-usage.ts). docs/gym-sandbox.md
+ *
+ * A host mount outlives the process that made it: one SIGKILLed mid-sample leaves its tmpfs behind.
+ * Each tmpfs names its owner (pid and start time) as its source, and the next sample under the same
+ * work folder unmounts and removes those whose owner is gone (sweepDeadWorkspaces).
  */
 
 const run = promisify(execFile);
@@ -56,7 +62,7 @@ export async function createWorkspaceVolume(
   if ((options.mount ?? true) && process.getuid?.() === 0) {
     kernel = await run(
       MOUNT,
-      ['-t', 'tmpfs', '-o', `mode=0755,nosuid,nodev,${tmpfsOptions(quota)}`, 'stepwise-workspace', path],
+      ['-t', 'tmpfs', '-o', `mode=0755,nosuid,nodev,${tmpfsOptions(quota)}`, ownerTag(process.pid), path],
       { timeout: 30_000 },
     ).then(
       () => true,
@@ -111,4 +117,62 @@ async function copyOut(path: string): Promise<string | null> {
   } catch (error) {
     return `cannot keep ${path}: ${(error as Error).message}`;
   }
+}
+
+const SOURCE = 'stepwise-workspace';
+const OWNED = /^stepwise-workspace-(\d+)-(\d+)$/;
+
+/** A process's start time (clock ticks since boot, /proc/PID/stat field 22); null when it is gone. */
+function startTimeOf(pid: number): string | null {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // Fields after the command name, which is in parentheses and may hold anything.
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19] ?? null;
+  } catch {
+    return null;
+  }
+}
+
+/** The mount source that names its owner: pid and start time (a reused pid is another process). */
+function ownerTag(pid: number): string {
+  const started = startTimeOf(pid);
+  return started === null ? SOURCE : `${SOURCE}-${pid}-${started}`;
+}
+
+/** A path field of /proc/self/mounts: space, tab, newline and backslash come octal-escaped. */
+const unescapeMountPath = (field: string) =>
+  field.replace(/\\([0-7]{3})/g, (_m, octal: string) => String.fromCharCode(Number.parseInt(octal, 8)));
+
+/**
+ * Unmounts each workspace tmpfs under `root` whose owner process is gone (SIGKILLed mid-sample),
+ * and removes its sample folder (`root/<sample>/workspace`) as that sample's own end would have.
+ * A live owner's volume is never touched. Returns the workspaces swept; never throws.
+ */
+export async function sweepDeadWorkspaces(root: string): Promise<string[]> {
+  if (process.getuid?.() !== 0) return []; // only root mounts them
+  let mounts: string;
+  let base: string;
+  try {
+    [mounts, base] = await Promise.all([readFile('/proc/self/mounts', 'utf8'), realpath(root)]);
+  } catch {
+    return [];
+  }
+  const swept: string[] = [];
+  for (const line of mounts.split('\n')) {
+    const [source = '', field = '', type] = line.split(' ');
+    const owner = OWNED.exec(source);
+    if (type !== 'tmpfs' || !owner) continue;
+    const target = unescapeMountPath(field);
+    if (!target.startsWith(`${base}/`) || startTimeOf(Number(owner[1])) === owner[2]) continue;
+    const unmounted = await run(UMOUNT, ['--lazy', target], { timeout: 30_000 }).then(
+      () => true,
+      () => false,
+    );
+    if (!unmounted) continue;
+    swept.push(target);
+    const sample = dirname(target);
+    if (basename(target) === 'workspace' && dirname(sample) === base) await removeTree(sample);
+    else await rmdir(target).catch(() => undefined);
+  }
+  return swept;
 }
