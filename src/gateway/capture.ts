@@ -65,7 +65,7 @@ const SAMPLING_FIELDS = [
 ] as const;
 
 /** One LLM call on its way from the engine to the agent. */
-export interface CallContext {
+export interface RoutedCall {
   session: Session;
   kind: CallKind;
   request: CallRequest<CallKind>;
@@ -147,7 +147,7 @@ export class StepRecorder {
    * trajectory closed meanwhile), never a silent loss.
    */
   async capture(
-    ctx: CallContext,
+    ctx: RoutedCall,
     captured: Captured,
     firstTokenAt: number | null,
   ): Promise<Pick<NewStep, 'responseIds' | 'tokenSource'>> {
@@ -297,7 +297,7 @@ export class StepRecorder {
   }
 
   /** Tells the tracer of a stored step; its failure is logged, never the call's. */
-  private traced(ctx: CallContext, step: NewStep, responseId: string | null): void {
+  private traced(ctx: RoutedCall, step: NewStep, responseId: string | null): void {
     const { tracer } = this.options;
     if (!tracer) return;
     const storedAt = epochNow();

@@ -4,7 +4,7 @@ import { UpstreamError } from '../engines/upstream.js';
 import { SseDecoder } from '../text/index.js';
 import type { Answer, StreamSink, StreamSource } from './answer.js';
 import { isObject } from './call-request.js';
-import { type CallContext, partialOf } from './capture.js';
+import { partialOf, type RoutedCall } from './capture.js';
 import type { Forwarding } from './forward.js';
 import { openaiErrorBody } from './openai-errors.js';
 
@@ -24,7 +24,7 @@ const FINISHED = /"finish_reason":\s*"/;
 /** Streamed events held for the capture at most, before they are read (see forwardStream). */
 const UNREAD_EVENTS = 256;
 
-export function forwardStream(ctx: CallContext, f: Forwarding): Answer {
+export function forwardStream(ctx: RoutedCall, f: Forwarding): Answer {
   const { routed } = ctx;
   const iterator = routed.reply.body[Symbol.asyncIterator]();
   const decoder = new SseDecoder();

@@ -18,6 +18,7 @@ import { openSqliteStore } from '../store/sqlite/sqlite-store.js';
 import type { Store } from '../store/store.js';
 import { type Listening, listen, type Refusal } from '../util/http-server.js';
 import { createApp } from './app.js';
+import { callMiddleware } from './call-middleware.js';
 import { Telemetry, type TelemetryOptions } from './otel.js';
 
 export interface ServerOptions {
@@ -155,6 +156,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       // the stored trajectory before each call.
       ...(options.pg ? { sessionRecheckMs: 0 } : {}),
       ...options.gatewayOptions,
+      middleware: callMiddleware({ tokenContinuity: options.gatewayOptions?.tokenContinuity }),
       pool,
       router,
       logger: options.logger,
