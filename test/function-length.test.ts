@@ -17,7 +17,10 @@ const FOLDERS = ['src/gateway', 'src/engines'];
  * Long functions in files another change is rewriting (the Responses/Messages wire adapters move to
  * src/gateway/wire/): that change splits them and empties this list. Entries are `path:name`.
  */
-const ALLOWED = new Set<string>([]);
+const ALLOWED = new Set<string>([
+  // Moves to src/gateway/wire/responses-stream.ts, split there (h-wire2).
+  'src/gateway/responses-stream.ts:responseEvents',
+]);
 
 function sourceFiles(dir: string): string[] {
   const out: string[] = [];
