@@ -221,150 +221,29 @@ export function mountGatewayRoutes(
 ): void {
   const agent = requireScope('agent');
   const origin = (c: Context) => options.publicUrl?.replace(/\/+$/, '') ?? new URL(c.req.url).origin;
-  const ids = (c: Context) => ({
-    trajectory: clientIdParam(c.req.param('traj'), 'trajectory_uid'),
-    group: clientIdParam(c.req.param('group'), 'group_id'),
-  });
-
   app.post(
     '/init_trajectory',
     requireScope('agent', 'runner'),
-    openai(async (c) => {
-      const body = parseOrThrow(InitTrajectoryBody, await readJsonBody(c));
-      const channel = body.channel ?? 'train';
-      // Holding a group keeps it from trainers: the runner's call, never an agent's (docs/security.md).
-      if (body.hold_for_guidance !== undefined && agentOnly(c.get('apiKey')))
-        throw new AuthError("hold_for_guidance: an agent's key cannot hold a group back from training", 403);
-      if (agentOnly(c.get('apiKey')))
-        await refuseForeignSource(gateway, c, async () => ({ channel, trajectoryId: null }), body.metadata);
-      // An agent's key opens its own groups; adding rollouts to an existing one is its owner's.
-      const newGroup =
-        agentOnly(c.get('apiKey')) &&
-        body.group_id !== undefined &&
-        !(await gateway.pool.channelConfig(channel)).trust_agent_reward;
-      // The store refuses the join inside its transaction; the refusal is then recorded as such.
-      const t = await gateway
-        .initTrajectory({
-          groupId: body.group_id,
-          channel,
-          metadata: body.metadata,
-          nRollouts: body.n_rollouts ?? null,
-          guided: body.guided,
-          probe: body.probe,
-          guidanceK: body.guidance_k ?? null,
-          guidanceHint: body.guidance_hint ?? null,
-          ...(body.guidance_mode ? { guidanceMode: body.guidance_mode } : {}),
-          ...(body.hold_for_guidance !== undefined ? { holdForGuidance: body.hold_for_guidance } : {}),
-          newGroup,
-          rawToolCalls: body.raw_tool_calls,
-        })
-        .catch(async (error: unknown) => {
-          if (!(newGroup && error instanceof ConflictError && error.field === 'group_id')) throw error;
-          return refuseAgent(gateway, c, { channel, trajectoryId: null }, `joining group ${body.group_id}`);
-        });
-      return c.json({
-        trajectory_uid: t.id,
-        group_id: t.groupId,
-        channel: t.channel,
-        base_url: `${origin(c)}/${t.id}/${t.groupId}/v1`,
-      });
-    }),
+    openai((c) => initTrajectory(c, gateway, origin(c))),
   );
-
   // ---- under a trajectory's base_url ----------------------------------------------------------
-
   app.post(
     '/:traj/:group/v1/register_trajectory',
     agent,
-    openai(async (c) => {
-      const { trajectory, group } = ids(c);
-      const body = parseOrThrow(RegisterTrajectoryBody, await readJsonBody(c));
-      // Claw-R1 registers first, under its prompt_uid base_url and with the channel its dataset
-      // names: the only call that moves a trajectory (before its first step, where channels trust agents).
-      // Before anything moves: the refusal changes nothing.
-      await refuseForeignSource(
-        gateway,
-        c,
-        async () => {
-          const stored = await gateway.pool.getTrajectory(trajectory);
-          if (!stored) throw new NotFoundError(`trajectory ${trajectory} does not exist`);
-          return { channel: stored.channel, trajectoryId: trajectory };
-        },
-        body.metadata,
-      );
-      const session = await gateway.registerAt(trajectory, group, body.channel);
-      // Metadata reaches the trainer and reward functions read it: it is the owner's to set.
-      await requireAgentTrust(
-        gateway,
-        c,
-        { channel: session.channel, trajectoryId: trajectory },
-        "merging a trajectory's metadata",
-      );
-      return c.json(trajectoryToWire(await gateway.registerTrajectory(session, body.metadata ?? {})));
-    }),
+    openai((c) => registerTrajectory(c, gateway)),
   );
   app.post(
     '/:traj/:group/v1/complete_trajectory',
     agent,
-    openai(async (c) => {
-      const { trajectory, group } = ids(c);
-      const session = await gateway.sessionAt(trajectory, group);
-      const body = parseOrThrow(CompleteTrajectoryBody, await readJsonBody(c));
-      checkCompletionChannel(body.channel, session);
-      await requireAgentTrust(
-        gateway,
-        c,
-        { channel: session.channel, trajectoryId: trajectory },
-        body.reward == null ? 'completing a trajectory' : 'completing a trajectory with a reward',
-      );
-      const t = await gateway.completeTrajectory(trajectory, {
-        reward: body.reward ?? null,
-        status: body.status,
-      });
-      return c.json(trajectoryToWire(t));
-    }),
+    openai((c) => completeTrajectory(c, gateway)),
   );
-
   app.post(
     '/:traj/:group/v1/signals',
     agent,
-    openai(async (c) => {
-      const { trajectory, group } = ids(c);
-      const { signals } = parseOrThrow(TrajectorySignalsBody, await readJsonBody(c));
-      // The base_url is the capability: it writes signals for its own trajectory and no other.
-      signals.forEach((s, i) => {
-        if (s.trajectory_uid !== undefined && s.trajectory_uid !== trajectory) {
-          throw new StepwiseError(
-            `signals.${i}.trajectory_uid: this base_url writes signals only for trajectory ${trajectory}`,
-            403,
-            'forbidden',
-            `signals.${i}.trajectory_uid`,
-          );
-        }
-      });
-      const stored = await gateway.pool.getTrajectory(trajectory);
-      if (!stored || stored.groupId !== group) {
-        throw new NotFoundError(`trajectory ${trajectory} has no group ${group} (check the base_url)`);
-      }
-      // What the agent declares is recorded as its own (`agent`), never as a verifier's or a judge's.
-      const claimed = signals.find((s) => s.source !== undefined && s.source !== 'agent');
-      if (claimed)
-        await requireAgentTrust(
-          gateway,
-          c,
-          { channel: stored.channel, trajectoryId: trajectory },
-          `posting a signal with source '${claimed.source}'`,
-        );
-      const added = await gateway.pool.addSignals(
-        signals.map((s) => signalFromWire({ ...s, source: s.source ?? 'agent' }, trajectory)),
-      );
-      return c.json({ signals: added.map(signalToWire) });
-    }),
+    openai((c) => trajectorySignals(c, gateway)),
   );
-
   // This process's counters (a `stepwise gateway` has no /v1/stats).
   app.get('/v1/gateway/stats', requireScope('trainer'), async (c) => c.json(gateway.stats()));
-
   app.post(
     '/compute_reward',
     agent,
@@ -382,4 +261,133 @@ export function mountGatewayRoutes(
 
   // The LLM calls, from the one route table the fast listener matches (llm-routes.ts).
   mountLlmRoutes(app, gateway);
+}
+
+/** The trajectory and group a base_url names. */
+const ids = (c: Context) => ({
+  trajectory: clientIdParam(c.req.param('traj'), 'trajectory_uid'),
+  group: clientIdParam(c.req.param('group'), 'group_id'),
+});
+
+/** `POST /init_trajectory`: a new trajectory and its base_url. */
+async function initTrajectory(c: Context<Env>, gateway: Gateway, origin: string): Promise<Response> {
+  const body = parseOrThrow(InitTrajectoryBody, await readJsonBody(c));
+  const channel = body.channel ?? 'train';
+  // Holding a group keeps it from trainers: the runner's call, never an agent's (docs/security.md).
+  if (body.hold_for_guidance !== undefined && agentOnly(c.get('apiKey')))
+    throw new AuthError("hold_for_guidance: an agent's key cannot hold a group back from training", 403);
+  if (agentOnly(c.get('apiKey')))
+    await refuseForeignSource(gateway, c, async () => ({ channel, trajectoryId: null }), body.metadata);
+  // An agent's key opens its own groups; adding rollouts to an existing one is its owner's.
+  const newGroup =
+    agentOnly(c.get('apiKey')) &&
+    body.group_id !== undefined &&
+    !(await gateway.pool.channelConfig(channel)).trust_agent_reward;
+  // The store refuses the join inside its transaction; the refusal is then recorded as such.
+  const t = await gateway
+    .initTrajectory({
+      groupId: body.group_id,
+      channel,
+      metadata: body.metadata,
+      nRollouts: body.n_rollouts ?? null,
+      guided: body.guided,
+      probe: body.probe,
+      guidanceK: body.guidance_k ?? null,
+      guidanceHint: body.guidance_hint ?? null,
+      ...(body.guidance_mode ? { guidanceMode: body.guidance_mode } : {}),
+      ...(body.hold_for_guidance !== undefined ? { holdForGuidance: body.hold_for_guidance } : {}),
+      newGroup,
+      rawToolCalls: body.raw_tool_calls,
+    })
+    .catch(async (error: unknown) => {
+      if (!(newGroup && error instanceof ConflictError && error.field === 'group_id')) throw error;
+      return refuseAgent(gateway, c, { channel, trajectoryId: null }, `joining group ${body.group_id}`);
+    });
+  return c.json({
+    trajectory_uid: t.id,
+    group_id: t.groupId,
+    channel: t.channel,
+    base_url: `${origin}/${t.id}/${t.groupId}/v1`,
+  });
+}
+
+/** `POST <base_url>/register_trajectory`: Claw-R1's registration (it may move the trajectory, see registerAt). */
+async function registerTrajectory(c: Context<Env>, gateway: Gateway): Promise<Response> {
+  const { trajectory, group } = ids(c);
+  const body = parseOrThrow(RegisterTrajectoryBody, await readJsonBody(c));
+  // Claw-R1 registers first, under its prompt_uid base_url and with the channel its dataset
+  // names: the only call that moves a trajectory (before its first step, where channels trust agents).
+  // Before anything moves: the refusal changes nothing.
+  await refuseForeignSource(
+    gateway,
+    c,
+    async () => {
+      const stored = await gateway.pool.getTrajectory(trajectory);
+      if (!stored) throw new NotFoundError(`trajectory ${trajectory} does not exist`);
+      return { channel: stored.channel, trajectoryId: trajectory };
+    },
+    body.metadata,
+  );
+  const session = await gateway.registerAt(trajectory, group, body.channel);
+  // Metadata reaches the trainer and reward functions read it: it is the owner's to set.
+  await requireAgentTrust(
+    gateway,
+    c,
+    { channel: session.channel, trajectoryId: trajectory },
+    "merging a trajectory's metadata",
+  );
+  return c.json(trajectoryToWire(await gateway.registerTrajectory(session, body.metadata ?? {})));
+}
+
+/** `POST <base_url>/complete_trajectory`. */
+async function completeTrajectory(c: Context<Env>, gateway: Gateway): Promise<Response> {
+  const { trajectory, group } = ids(c);
+  const session = await gateway.sessionAt(trajectory, group);
+  const body = parseOrThrow(CompleteTrajectoryBody, await readJsonBody(c));
+  checkCompletionChannel(body.channel, session);
+  await requireAgentTrust(
+    gateway,
+    c,
+    { channel: session.channel, trajectoryId: trajectory },
+    body.reward == null ? 'completing a trajectory' : 'completing a trajectory with a reward',
+  );
+  const t = await gateway.completeTrajectory(trajectory, {
+    reward: body.reward ?? null,
+    status: body.status,
+  });
+  return c.json(trajectoryToWire(t));
+}
+
+/** `POST <base_url>/signals`: signals of this trajectory only, the agent's own unless its channel trusts it. */
+async function trajectorySignals(c: Context<Env>, gateway: Gateway): Promise<Response> {
+  const { trajectory, group } = ids(c);
+  const { signals } = parseOrThrow(TrajectorySignalsBody, await readJsonBody(c));
+  // The base_url is the capability: it writes signals for its own trajectory and no other.
+  signals.forEach((s, i) => {
+    if (s.trajectory_uid !== undefined && s.trajectory_uid !== trajectory) {
+      throw new StepwiseError(
+        `signals.${i}.trajectory_uid: this base_url writes signals only for trajectory ${trajectory}`,
+        403,
+        'forbidden',
+        `signals.${i}.trajectory_uid`,
+      );
+    }
+  });
+  const stored = await gateway.pool.getTrajectory(trajectory);
+  if (!stored || stored.groupId !== group) {
+    throw new NotFoundError(`trajectory ${trajectory} has no group ${group} (check the base_url)`);
+  }
+  // What the agent declares is recorded as its own (`agent`), never as a verifier's or a judge's.
+  const claimed = signals.find((s) => s.source !== undefined && s.source !== 'agent');
+  if (claimed)
+    await requireAgentTrust(
+      gateway,
+      c,
+      { channel: stored.channel, trajectoryId: trajectory },
+      `posting a signal with source '${claimed.source}'`,
+    );
+  const added = await gateway.pool.addSignals(
+    signals.map((s) => signalFromWire({ ...s, source: s.source ?? 'agent' }, trajectory)),
+  );
+  return c.json({ signals: added.map(signalToWire) });
 }

@@ -65,7 +65,7 @@ const SAMPLING_FIELDS = [
 ] as const;
 
 /** One LLM call on its way from the engine to the agent. */
-export interface CallContext {
+export interface RoutedCall {
   session: Session;
   kind: CallKind;
   request: CallRequest<CallKind>;
@@ -147,110 +147,37 @@ export class StepRecorder {
    * trajectory closed meanwhile), never a silent loss.
    */
   async capture(
-    ctx: CallContext,
+    ctx: RoutedCall,
     captured: Captured,
     firstTokenAt: number | null,
   ): Promise<Pick<NewStep, 'responseIds' | 'tokenSource'>> {
     const endedAt = performance.now();
-    const { session, request, routed } = ctx;
-    const chat = chatRequestOf(ctx.kind, request);
+    const { session, routed } = ctx;
+    const chat = chatRequestOf(ctx.kind, ctx.request);
     // Before this step becomes the session's last: the results answer the step before it.
     const toolResults = ctx.attachments();
-    // An engine answer no step can be made of: recorded as the engine's failure, answered 502.
-    const refuse = (message: string) => {
-      this.record(session, () => toolResults, {
-        kind: 'upstream_error',
-        engineId: routed.engine.id,
-        status: 502,
-        message,
-        partial: null,
-      });
-      return new CaptureFailed(message, 502);
-    };
     if (captured.malformed)
-      throw refuse(`engine ${routed.engine.id} sent a malformed answer: ${captured.malformed}`);
-    let promptIds = captured.promptIds;
-    let responseIds = captured.responseIds;
-    let logprobs = captured.logprobs;
-    let source: NewStep['tokenSource'] = 'engine';
-    if (!promptIds || !responseIds) {
-      try {
-        const rebuilt = chat
-          ? await this.options.tokenizing.retokenizeChat(
-              {
-                messages: templateMessages(chat.messages).messages,
-                tools: chat.tools ?? null,
-                enableThinking: thinkingOf(chat.chat_template_kwargs),
-                continueFinalMessage: chat.continue_final_message === true,
-              },
-              captured,
-              routed.engine.model,
-            )
-          : await this.options.tokenizing.retokenizeText(
-              promptText(request.prompt),
-              captured,
-              routed.engine.model,
-            );
-        promptIds = rebuilt.promptIds;
-        responseIds = rebuilt.responseIds;
-        logprobs = null;
-        source = 'retokenized';
-      } catch (error) {
-        throw refuse(
-          `engine ${routed.engine.id} answered without token ids, and they could not be rebuilt (${(error as Error).message})`,
-        );
-      }
-    }
-    const metadata: JsonObject = {};
-    for (const field of SAMPLING_FIELDS)
-      if (request[field] !== undefined) metadata[field] = request[field] as never;
-    if (captured.model) metadata.served_model = captured.model;
-    // Which model's tokens these are, for every feature that reads them later (text/model-ref.ts).
-    const adapter = routed.engine.adapter;
-    if (adapter) {
-      metadata.model_family = adapter.family;
-      metadata.model_name = adapter.model;
-    }
-    if (captured.reasoning !== null) metadata.reasoning = captured.reasoning;
-    if (captured.idsIncomplete) metadata.ids_incomplete = true;
-    if (ctx.metadata) Object.assign(metadata, ctx.metadata);
-    if (source === 'retokenized') {
-      // How far the rebuilt ids are from what the engine counted: the drift of retokenizing.
-      const drift = retokenizeDrift(promptIds, responseIds, captured.usage);
-      if (drift) metadata.retokenize_drift = drift;
-    }
-    let trainingPromptIds: number[] | null = null;
-    if (session.hint !== null && chat) {
-      const view = await this.options.tokenizing.trainingPromptOf(
-        {
-          trajectoryId: session.id,
-          index: session.nextIndex,
-          promptIds,
-          responseIds,
-          messages: chat.messages,
-          tools: chat.tools ?? null,
-          metadata,
-        },
-        session.hint,
-        session.hintMode,
-        routed.engine.model,
+      throw this.refuse(
+        ctx,
+        toolResults,
+        `engine ${routed.engine.id} sent a malformed answer: ${captured.malformed}`,
       );
-      trainingPromptIds = view.ids;
-      if (view.problem !== null) metadata.training_prompt_unavailable = view.problem;
-    }
+    const ids = await this.idsOf(ctx, captured, toolResults);
+    const metadata = stepMetadata(ctx, captured, ids);
+    const trainingPromptIds = await this.trainingPromptOf(ctx, ids, metadata);
     const index = session.nextIndex++;
     const step: NewStep = {
       trajectoryId: session.id,
       groupId: session.groupId,
       index,
-      promptIds,
-      responseIds,
-      responseLogprobs: logprobs,
+      promptIds: ids.promptIds,
+      responseIds: ids.responseIds,
+      responseLogprobs: ids.logprobs,
       reward: null,
       policyVersion: ctx.version,
       isLast: false,
       metadata,
-      tokenSource: source,
+      tokenSource: ids.source,
       finishReason: captured.finishReason,
       messages: chat ? chat.messages : null,
       tools: chat?.tools ?? null,
@@ -270,6 +197,92 @@ export class StepRecorder {
       answered: false,
     };
     rememberCalls(session.generatedCalls, captured.toolCalls);
+    await this.commit(ctx, step, toolResults);
+    ctx.onStored?.(step);
+    this.traced(ctx, step, captured.id ?? null);
+    return step;
+  }
+
+  /** An engine answer no step can be made of: recorded as the engine's failure, answered 502. */
+  private refuse(ctx: RoutedCall, toolResults: ToolResultAttachment[], message: string): CaptureFailed {
+    this.record(ctx.session, () => toolResults, {
+      kind: 'upstream_error',
+      engineId: ctx.routed.engine.id,
+      status: 502,
+      message,
+      partial: null,
+    });
+    return new CaptureFailed(message, 502);
+  }
+
+  /** The step's ids: the engine's, else rebuilt by the engine's model's tokenizer (no logprobs then). */
+  private async idsOf(
+    ctx: RoutedCall,
+    captured: Captured,
+    toolResults: ToolResultAttachment[],
+  ): Promise<StepIds> {
+    const { promptIds, responseIds } = captured;
+    if (promptIds && responseIds)
+      return { promptIds, responseIds, logprobs: captured.logprobs, source: 'engine' };
+    const { engine } = ctx.routed;
+    const chat = chatRequestOf(ctx.kind, ctx.request);
+    try {
+      const rebuilt = chat
+        ? await this.options.tokenizing.retokenizeChat(
+            {
+              messages: templateMessages(chat.messages).messages,
+              tools: chat.tools ?? null,
+              enableThinking: thinkingOf(chat.chat_template_kwargs),
+              continueFinalMessage: chat.continue_final_message === true,
+            },
+            captured,
+            engine.model,
+          )
+        : await this.options.tokenizing.retokenizeText(
+            promptText(ctx.request.prompt),
+            captured,
+            engine.model,
+          );
+      return { ...rebuilt, logprobs: null, source: 'retokenized' };
+    } catch (error) {
+      throw this.refuse(
+        ctx,
+        toolResults,
+        `engine ${engine.id} answered without token ids, and they could not be rebuilt (${(error as Error).message})`,
+      );
+    }
+  }
+
+  /** ActGuide: the prompt a guided step is trained on, rebuilt without its hint (null: no hint). */
+  private async trainingPromptOf(
+    ctx: RoutedCall,
+    ids: StepIds,
+    metadata: JsonObject,
+  ): Promise<number[] | null> {
+    const { session } = ctx;
+    const chat = chatRequestOf(ctx.kind, ctx.request);
+    if (session.hint === null || !chat) return null;
+    const view = await this.options.tokenizing.trainingPromptOf(
+      {
+        trajectoryId: session.id,
+        index: session.nextIndex,
+        promptIds: ids.promptIds,
+        responseIds: ids.responseIds,
+        messages: chat.messages,
+        tools: chat.tools ?? null,
+        metadata,
+      },
+      session.hint,
+      session.hintMode,
+      ctx.routed.engine.model,
+    );
+    if (view.problem !== null) metadata.training_prompt_unavailable = view.problem;
+    return view.ids;
+  }
+
+  /** Writes the step; one that is not stored is recorded and raised as a CaptureFailed (503). */
+  private async commit(ctx: RoutedCall, step: NewStep, toolResults: ToolResultAttachment[]): Promise<void> {
+    const { session } = ctx;
     try {
       await this.write(session, [step], toolResults);
     } catch (error) {
@@ -281,7 +294,7 @@ export class StepRecorder {
           trajectoryId: session.id,
           groupId: session.groupId,
           kind: 'capture_failed',
-          engineId: routed.engine.id,
+          engineId: ctx.routed.engine.id,
           status: 503,
           message,
           partial: null,
@@ -291,13 +304,10 @@ export class StepRecorder {
         );
       throw new CaptureFailed(message, 503);
     }
-    ctx.onStored?.(step);
-    this.traced(ctx, step, captured.id ?? null);
-    return step;
   }
 
   /** Tells the tracer of a stored step; its failure is logged, never the call's. */
-  private traced(ctx: CallContext, step: NewStep, responseId: string | null): void {
+  private traced(ctx: RoutedCall, step: NewStep, responseId: string | null): void {
     const { tracer } = this.options;
     if (!tracer) return;
     const storedAt = epochNow();
@@ -389,6 +399,41 @@ export class StepRecorder {
       partial: null,
     });
   }
+}
+
+/** A step's token ids and where they came from. */
+interface StepIds {
+  promptIds: number[];
+  responseIds: number[];
+  logprobs: Captured['logprobs'];
+  source: NewStep['tokenSource'];
+}
+
+/** What a step keeps of its call beside its ids: sampling fields, model, reasoning, how it was taken. */
+function stepMetadata(ctx: RoutedCall, captured: Captured, ids: StepIds): JsonObject {
+  const { request } = ctx;
+  const metadata: JsonObject = {};
+  for (const field of SAMPLING_FIELDS) {
+    const value = request[field];
+    // A value of the agent's parsed JSON body.
+    if (value !== undefined) metadata[field] = value as JsonObject[string];
+  }
+  if (captured.model) metadata.served_model = captured.model;
+  // Which model's tokens these are, for every feature that reads them later (text/model-ref.ts).
+  const adapter = ctx.routed.engine.adapter;
+  if (adapter) {
+    metadata.model_family = adapter.family;
+    metadata.model_name = adapter.model;
+  }
+  if (captured.reasoning !== null) metadata.reasoning = captured.reasoning;
+  if (captured.idsIncomplete) metadata.ids_incomplete = true;
+  if (ctx.metadata) Object.assign(metadata, ctx.metadata);
+  if (ids.source === 'retokenized') {
+    // How far the rebuilt ids are from what the engine counted: the drift of retokenizing.
+    const drift = retokenizeDrift(ids.promptIds, ids.responseIds, captured.usage);
+    if (drift) metadata.retokenize_drift = drift;
+  }
+  return metadata;
 }
 
 export function partialOf(

@@ -12,7 +12,7 @@ import {
 import type { ModelRef } from '../text/model-ref.js';
 import { type Answer, JSON_HEADERS } from './answer.js';
 import { isObject } from './call-request.js';
-import type { CallContext } from './capture.js';
+import type { RoutedCall } from './capture.js';
 import { brokenAnswer, type Forwarding } from './forward.js';
 import { openaiError } from './openai-errors.js';
 import type { ContinuityBase, FallbackReason, Session } from './session.js';
@@ -306,7 +306,7 @@ const SSE_HEADERS = {
  * or as the chunks of a stream when the agent asked for one). An answer that is no text completion
  * goes the way forwardWhole takes it (recorded as the engine's failure).
  */
-export async function forwardContinued(ctx: CallContext, f: Forwarding): Promise<Answer> {
+export async function forwardContinued(ctx: RoutedCall, f: Forwarding): Promise<Answer> {
   const { routed } = ctx;
   let bytes: Buffer;
   try {

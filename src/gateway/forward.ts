@@ -2,12 +2,10 @@ import { CompletionCapture } from '../engines/capture.js';
 import { UpstreamError } from '../engines/upstream.js';
 import { parseEngineJson } from '../http/offload-json.js';
 import type { CaptureTokenizer } from '../services/capture-tokenizer.js';
-import type { CompletionParts } from '../text/adapter-text.js';
-import { renderCompletion, type ToolCall } from '../text/tool-calls.js';
 import { idArray } from '../util/typed-json.js';
 import { type Answer, JSON_HEADERS } from './answer.js';
 import { isObject } from './call-request.js';
-import type { CallContext, StepRecorder } from './capture.js';
+import type { RoutedCall, StepRecorder } from './capture.js';
 import { normalizeUpstreamError, openaiError } from './openai-errors.js';
 
 /*
@@ -24,7 +22,7 @@ export interface Forwarding {
 }
 
 /** The engine's answer broke off while it was read whole: recorded, and raised for the agent. */
-export function brokenAnswer(ctx: CallContext, f: Forwarding, error: unknown): never {
+export function brokenAnswer(ctx: RoutedCall, f: Forwarding, error: unknown): never {
   const { engine } = ctx.routed;
   const aborted = ctx.clientGone();
   f.recorder.fail(ctx.session, ctx.attachments, error, engine, aborted);
@@ -36,7 +34,7 @@ export function brokenAnswer(ctx: CallContext, f: Forwarding, error: unknown): n
   );
 }
 
-export async function forwardError(ctx: CallContext, f: Forwarding): Promise<Answer> {
+export async function forwardError(ctx: RoutedCall, f: Forwarding): Promise<Answer> {
   const { routed } = ctx;
   try {
     let text: string;
@@ -61,7 +59,7 @@ export async function forwardError(ctx: CallContext, f: Forwarding): Promise<Ans
   }
 }
 
-export async function forwardWhole(ctx: CallContext, f: Forwarding): Promise<Answer> {
+export async function forwardWhole(ctx: RoutedCall, f: Forwarding): Promise<Answer> {
   const { routed } = ctx;
   let bytes: Buffer;
   try {
@@ -98,22 +96,8 @@ export async function forwardWhole(ctx: CallContext, f: Forwarding): Promise<Ans
     const capture = new CompletionCapture();
     capture.addCompletion(answer);
     // Committed before the agent sees a byte of it: no answered call is ever without its step.
-    const step = await f.recorder.capture(ctx, capture.result(), null);
-    let raw: string | null = null;
-    if (ctx.session.rawToolCalls && ctx.kind === 'chat') {
-      // The text of the ids the step holds, as generated; rebuilt ids are no record of spacing.
-      const generated =
-        step.tokenSource === 'engine'
-          ? await f.tokenizing.decodeGenerated(step.responseIds, routed.engine.model)
-          : null;
-      const adapter = routed.engine.adapter;
-      raw = rawToolCallAnswer(
-        answer,
-        generated,
-        adapter ? (parts) => adapter.completion(parts).text : undefined,
-      );
-    }
-    return { status: 200, headers: JSON_HEADERS, body: raw ?? bytes };
+    await f.recorder.capture(ctx, capture.result(), null);
+    return { status: 200, headers: JSON_HEADERS, body: bytes };
   } finally {
     ctx.finish();
   }
@@ -136,46 +120,4 @@ async function completionOf(bytes: Buffer): Promise<Record<string, unknown> | nu
 
 function unpackIds(o: Record<string, unknown>): void {
   for (const key in o) if (o[key] instanceof Uint32Array) o[key] = idArray(o[key]);
-}
-
-/**
- * Claw-R1's form of a chat answer: the text in `content`, no `tool_calls`, `stop` for `tool_calls`.
- * The text is `generated` (the decoded ids), else rendered from the parsed parts in the engine's
- * model's format (`render`; Qwen3's when the engine names no folder). Null with no tool call or
- * reasoning to fold in, or (without `generated`) a call it cannot render.
- */
-export function rawToolCallAnswer(
-  answer: Record<string, unknown>,
-  generated: string | null,
-  render: (parts: CompletionParts) => string = renderCompletion,
-): string | null {
-  const choices = answer.choices as Record<string, unknown>[];
-  let changed = false;
-  const out = choices.map((choice) => {
-    const message = isObject(choice.message) ? choice.message : null;
-    if (!message) return choice;
-    const calls = Array.isArray(message.tool_calls) ? (message.tool_calls as ToolCall[]) : [];
-    const reasoning = message.reasoning_content ?? message.reasoning;
-    if (calls.length === 0 && typeof reasoning !== 'string') return choice;
-    let text: string;
-    try {
-      text =
-        generated ??
-        render({
-          content: typeof message.content === 'string' ? message.content : null,
-          ...(typeof reasoning === 'string' ? { reasoning } : {}),
-          toolCalls: calls,
-        });
-    } catch {
-      return choice;
-    }
-    changed = true;
-    const { tool_calls: _calls, reasoning_content: _rc, reasoning: _r, ...rest } = message;
-    return {
-      ...choice,
-      message: { ...rest, content: text },
-      finish_reason: choice.finish_reason === 'tool_calls' ? 'stop' : choice.finish_reason,
-    };
-  });
-  return changed ? JSON.stringify({ ...answer, choices: out }) : null;
 }

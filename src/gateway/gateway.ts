@@ -1,5 +1,4 @@
 import type { Logger } from 'pino';
-import { withAssistantPrefix } from '../curation/actguide/hint.js';
 import { newTrajectoryId } from '../domain/ids.js';
 import {
   ConflictError,
@@ -8,7 +7,7 @@ import {
   type Trajectory,
   ValidationError,
 } from '../domain/index.js';
-import type { EngineRouter, RoutedReply } from '../engines/router.js';
+import type { EngineRouter } from '../engines/router.js';
 import type { DataPool } from '../pool/data-pool.js';
 import { type CaptureTokenizer, inThreadTokenizer } from '../services/capture-tokenizer.js';
 import { offThreadTokenizer } from '../services/offload.js';
@@ -16,23 +15,19 @@ import type { ChatTokenizer } from '../text/index.js';
 import type { ModelRef } from '../text/model-ref.js';
 import type { ServedModel } from '../text/step-model.js';
 import { type Answer, JSON_HEADERS } from './answer.js';
-import { type CallKind, checkCallRequest, upstreamText } from './call-request.js';
-import type { CallOrigin, CallTracer } from './call-trace.js';
-import { type CallContext, StepRecorder } from './capture.js';
 import {
-  baseOfStep,
-  type ContinuityBase,
-  ContinuityCounters,
-  completionsBody,
-  continuesOn,
-  type FallbackReason,
-  forwardContinued,
-  planContinuation,
-  sameModel,
-} from './continuity.js';
-import { restoreEchoedCalls } from './echoed-calls.js';
-import { type Forwarding, forwardError, forwardWhole } from './forward.js';
-import { forwardStream } from './forward-stream.js';
+  CallContext,
+  type CallMiddleware,
+  type CallServices,
+  composeCall,
+  type ForwardAnswer,
+} from './call-context.js';
+import { callCore, forwardAnswer } from './call-core.js';
+import { type CallKind, checkCallRequest } from './call-request.js';
+import type { CallOrigin, CallTracer } from './call-trace.js';
+import { StepRecorder } from './capture.js';
+import { baseOfStep, ContinuityCounters } from './continuity.js';
+import type { Forwarding } from './forward.js';
 import { type GenerateInput, type GenerateOutput, generate } from './generate.js';
 import { OnlineSessions, type SessionStats } from './online-sessions.js';
 import { PolicyGate } from './policy-gate.js';
@@ -46,7 +41,6 @@ import {
   type Session,
   settle,
 } from './session.js';
-import { type ChatCompletionRequest, templateMessages } from './wire/openai-chat.js';
 
 // The gateway's core, independent of HTTP. An answer ends only once its step is committed, and sessions
 // are a cache of the store, so another process continues a trajectory. docs/gateway.md#capture
@@ -90,9 +84,15 @@ export interface GatewayOptions {
   tracer?: CallTracer;
   /**
    * Token continuity: a chat call that continues what the gateway sent and got before goes to a
-   * vLLM (or sim) engine as the previous ids + the new turns' ids (continuity.ts; default off).
+   * vLLM (or sim) engine as the previous ids + the new turns' ids (continuity.ts; default off). Its
+   * middleware is registered by server/; here it keeps each session's base across reloads.
    */
   tokenContinuity?: boolean;
+  /**
+   * The call middleware, outermost first, around the core (route, forward, capture, commit); server/
+   * assembles them (server/call-middleware.ts). None: calls are forwarded and captured as they come.
+   */
+  middleware?: (services: CallServices) => CallMiddleware[];
 }
 
 export class Gateway {
@@ -111,7 +111,9 @@ export class Gateway {
   /** Engine bodies still being read after their [DONE] (each entry stops reading one). */
   private readonly draining = new Set<() => void>();
   private readonly recorder: StepRecorder;
-  private readonly forwarding: Forwarding;
+  private readonly forwardAnswer: ForwardAnswer;
+  /** The middleware around the core, as one function. */
+  private readonly pipeline: (ctx: CallContext) => Promise<Answer>;
   /** Online sessions on the fixed base_url (`X-Stepwise-Session`). */
   readonly online: OnlineSessions;
   /** Stored Responses API conversations, for `previous_response_id` (responses.ts). */
@@ -141,7 +143,23 @@ export class Gateway {
         if (this.sessions.get(session.id) === session) this.sessions.delete(session.id);
       },
     });
-    this.forwarding = { recorder: this.recorder, tokenizing: this.tokenizing, draining: this.draining };
+    const forwarding: Forwarding = {
+      recorder: this.recorder,
+      tokenizing: this.tokenizing,
+      draining: this.draining,
+    };
+    this.forwardAnswer = forwardAnswer(forwarding);
+    const services: CallServices = {
+      gate: this.gate,
+      recorder: this.recorder,
+      tokenizing: this.tokenizing,
+      forwarding,
+      continuity: this.continuity,
+    };
+    this.pipeline = composeCall(
+      options.middleware?.(services) ?? [],
+      callCore({ pool: this.pool, recorder: this.recorder }),
+    );
     this.online = new OnlineSessions(this, {
       idleMs: options.sessionIdleMs,
       channel: options.sessionChannel,
@@ -405,10 +423,10 @@ export class Gateway {
   }
 
   /**
-   * Forwards one chat (`kind: 'chat'`) or text (`'text'`) completion for a session and captures it.
-   * `body` is the agent's parsed request and `raw` its text when at hand; `signal` aborts when the
-   * agent goes away before its answer ended, and is the engine request's own signal (it stops the
-   * generation).
+   * Forwards one chat (`kind: 'chat'`) or text (`'text'`) completion for a session and captures it,
+   * through the call middleware server/ registered (call-context.ts). `body` is the agent's parsed
+   * request and `raw` its text when at hand; `signal` aborts when the agent goes away before its
+   * answer ended, and is the engine request's own signal (it stops the generation).
    */
   async call(
     session: Session,
@@ -419,154 +437,10 @@ export class Gateway {
     origin: CallOrigin | null = null,
   ): Promise<Answer> {
     const router = this.requireRouter();
-    const chat = kind === 'chat' ? checkCallRequest('chat', body) : null;
-    const request = chat ?? checkCallRequest('text', body);
-    // Roles and legacy fields no chat template reads are rewritten into ones it does (and stored so).
-    const rendered = chat && templateMessages(chat.messages);
-    if (chat && rendered?.rewritten) {
-      chat.messages = [...rendered.messages];
-      raw = null;
-    }
-    if (chat && session.prefixHint !== null) {
-      // The engine sees the hint as the assistant's opening (stored so: the behaviour prompt); the
-      // training prompt is rebuilt without it at capture.
-      const prefixed = withAssistantPrefix(chat.messages, session.prefixHint);
-      chat.messages = prefixed.messages;
-      // The engine continues the prefix in the same turn (the paper's `continue_final_message`); later
-      // calls carry it at the head of the first reply, a closed turn like any other.
-      if (prefixed.continueFinal) {
-        chat.continue_final_message = true;
-        chat.add_generation_prompt = false;
-      }
-      raw = null;
-    }
-    // A call of ours echoed with its tool's defaults filled in goes back as generated (same tokens).
-    if (chat && restoreEchoedCalls(chat, session.generatedCalls)) raw = null;
-    const stream = request.stream === true;
-    if (stream && kind === 'chat' && session.rawToolCalls)
-      throw new ValidationError(
-        `stream: trajectory ${session.id} asks for raw tool-call text in content (raw_tool_calls), which is offered for whole answers only (stream: false, as Claw-R1's gateway answers)`,
-        'stream',
-      );
-    // Token continuity: the prompt as the previous ids + the new turns', when this call continues them.
-    const { ids: continuation, outcome: planned, base } = await this.continuationOf(session, chat);
-    let outcome = planned;
-    const { take: attachments, drop: dropResults } = this.recorder.toolResultsOf(session, kind, request);
-    await this.gate.enter();
-    session.inFlight++;
-    // Completing the trajectory waits for its calls in flight: each ends having queued its step or
-    // recorded its failure (an agent may act on a stream's finish_reason before the engine's [DONE]).
-    let ended: () => void = () => {};
-    const inFlight: Promise<void> = new Promise<void>((resolve) => {
-      ended = resolve;
-    }).finally(() => session.writes.delete(inFlight));
-    session.writes.add(inFlight);
-    let settled = false;
-    const finish = () => {
-      if (settled) return;
-      settled = true;
-      session.inFlight--;
-      // Idle time counts from the end of the last call (online sessions close on it).
-      session.usedAt = Date.now();
-      this.gate.exit();
-      ended();
-    };
-    try {
-      const version = await this.pool.policyVersion();
-      const started = performance.now();
-      const path = kind === 'chat' ? '/v1/chat/completions' : '/v1/completions';
-      let routed: RoutedReply;
-      let continued = false;
-      try {
-        routed = await router.send(
-          session.id,
-          'POST',
-          (engine) => {
-            // The ids are the base's model's: only an engine serving that model can continue them.
-            continued =
-              continuation !== null && continuesOn(engine) && base !== null && sameModel(engine, base);
-            return continued ? '/v1/completions' : path;
-          },
-          null,
-          signal,
-          (engine) => {
-            const served = router.models(engine.id);
-            if (!continued || continuation === null) return upstreamText(kind, request, raw, engine, served);
-            const model =
-              typeof request.model === 'string' && served.includes(request.model)
-                ? request.model
-                : (served[0] ?? null);
-            return completionsBody(request, continuation, model, router.maxModelLen(engine.id));
-          },
-        );
-      } catch (error) {
-        this.recorder.fail(session, attachments, error, null, signal.aborted);
-        throw error;
-      }
-      if (continuation !== null) outcome = continued ? 'continued' : 'engine';
-      if (outcome !== null) this.continuity.count(outcome);
-      const context: CallContext = {
-        session,
-        kind,
-        request,
-        attachments,
-        version,
-        started,
-        origin,
-        routed,
-        clientGone: () => signal.aborted,
-        finish,
-        ...(outcome !== null ? { metadata: { token_continuity: outcome } } : {}),
-        ...(this.tokenContinuity
-          ? {
-              onStored: (step) => {
-                session.continuity = baseOfStep(step, routed.engine.model ?? null);
-              },
-            }
-          : {}),
-      };
-      if (routed.reply.status !== 200) return await forwardError(context, this.forwarding);
-      if (continued) return await forwardContinued(context, this.forwarding);
-      if (stream) return forwardStream(context, this.forwarding);
-      return await forwardWhole(context, this.forwarding);
-    } catch (error) {
-      finish();
-      dropResults();
-      throw error;
-    }
-  }
-
-  /**
-   * Token continuity: the prompt as the previous ids + the new turns' (rendered by the base's model's
-   * adapter), when this call continues them; else why not.
-   */
-  private async continuationOf(
-    session: Session,
-    chat: ChatCompletionRequest | null,
-  ): Promise<{
-    ids: number[] | null;
-    outcome: 'continued' | FallbackReason | null;
-    base: ContinuityBase | null;
-  }> {
-    if (!this.tokenContinuity || chat === null) return { ids: null, outcome: null, base: null };
-    const plan = planContinuation(session, session.continuity, chat);
-    if (typeof plan === 'string') return { ids: null, outcome: plan, base: null };
-    try {
-      const ids = await this.tokenizing.continuationIds(
-        {
-          messages: templateMessages(chat.messages).messages,
-          tools: chat.tools ?? null,
-          ...(plan.enableThinking !== undefined ? { enableThinking: plan.enableThinking } : {}),
-          promptIds: plan.base.promptIds,
-          responseIds: plan.base.responseIds,
-        },
-        plan.base.model,
-      );
-      return { ids, outcome: null, base: plan.base };
-    } catch {
-      // The model's template has no such shape (its adapter refused it, naming the model).
-      return { ids: null, outcome: 'template_unknown', base: null };
-    }
+    const request = checkCallRequest(kind, body);
+    return this.pipeline(
+      new CallContext({ session, kind, request, raw, signal, origin }, router, this.forwardAnswer),
+    );
   }
 
   /** White-box generation (`/generate`): see generate.ts. */

@@ -17,6 +17,7 @@ import { openStore, type StoreLocation, storeLocation } from '../store/open-stor
 import type { Store } from '../store/store.js';
 import { type Listening, listen, type Refusal } from '../util/http-server.js';
 import { createApp } from './app.js';
+import { callMiddleware } from './call-middleware.js';
 import { Telemetry, type TelemetryOptions } from './otel.js';
 
 export interface ServerOptions {
@@ -149,6 +150,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       // the stored trajectory before each call.
       ...(pg ? { sessionRecheckMs: 0 } : {}),
       ...options.gatewayOptions,
+      middleware: callMiddleware({ tokenContinuity: options.gatewayOptions?.tokenContinuity }),
       pool,
       router,
       logger: options.logger,

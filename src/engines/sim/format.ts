@@ -184,16 +184,10 @@ export function toChatCompletionChunks(
   const ids = result.tokenIds;
   const endsWithEos = ids.length > 0 && ids[ids.length - 1] === eos && result.finishReason === 'stop';
   const bodyCount = endsWithEos ? ids.length - 1 : ids.length;
-  const text = result.text;
   const ends = stablePrefixLengths(tokenizer, ids.slice(0, bodyCount));
 
   const chunks: TimedChunk[] = [];
-  const push = (
-    delta: ChunkDelta,
-    from: number,
-    to: number,
-    finish: ChatCompletionChunk['choices'][0]['finish_reason'] = null,
-  ) => {
+  const push: PushChunk = (delta, from, to, finish = null) => {
     chunks.push({
       chunk: {
         ...base,
@@ -222,6 +216,38 @@ export function toChatCompletionChunks(
     tokensThrough: 0,
   });
 
+  let i = pushTextChunks(result, ends, bodyCount, push);
+
+  // Tool calls: the tokens of each block (and the separator before it) go with that call's chunk.
+  const close = tokenizer.tokenId('</tool_call>');
+  const calls = wireToolCalls(result);
+  for (let c = 0; c < calls.length; c++) {
+    const start = i;
+    if (c === calls.length - 1) i = bodyCount;
+    else while (i < bodyCount && ids[i++] !== close);
+    push({ tool_calls: [{ index: c, ...calls[c]! }] }, start, i);
+  }
+
+  push({}, i, ids.length, finishReasonOf(result));
+  if (options.includeUsage)
+    chunks.push({ chunk: { ...base, choices: [], usage: { ...result.usage } }, tokensThrough: ids.length });
+  return chunks;
+}
+
+/** A chunk's delta over the token ids [from, to), finishing the choice where `finish` is set. */
+type PushChunk = (
+  delta: ChunkDelta,
+  from: number,
+  to: number,
+  finish?: ChatCompletionChunk['choices'][0]['finish_reason'],
+) => void;
+
+/**
+ * The chunks of the reasoning and the content, each token's text once its bytes are stable;
+ * returns the index of the first token after them (the tool calls').
+ */
+function pushTextChunks(result: SimResult, ends: number[], bodyCount: number, push: PushChunk): number {
+  const text = result.text;
   // Character regions of the text: reasoning, content, tool calls.
   let contentStart = 0;
   if (result.reasoning !== undefined) {
@@ -256,20 +282,7 @@ export function toChatCompletionChunks(
   }
   if (emitted < content.length) push({ content: content.slice(emitted) }, i, i);
 
-  // Tool calls: the tokens of each block (and the separator before it) go with that call's chunk.
-  const close = tokenizer.tokenId('</tool_call>');
-  const calls = wireToolCalls(result);
-  for (let c = 0; c < calls.length; c++) {
-    const start = i;
-    if (c === calls.length - 1) i = bodyCount;
-    else while (i < bodyCount && ids[i++] !== close);
-    push({ tool_calls: [{ index: c, ...calls[c]! }] }, start, i);
-  }
-
-  push({}, i, ids.length, finishReasonOf(result));
-  if (options.includeUsage)
-    chunks.push({ chunk: { ...base, choices: [], usage: { ...result.usage } }, tokensThrough: ids.length });
-  return chunks;
+  return i;
 }
 
 /*

@@ -13,6 +13,7 @@ import {
   type SimChatRequest,
   type SimCompletionRequest,
   type SimEngine,
+  type SimTextResult,
 } from './engine.js';
 import {
   type ResponseMeta,
@@ -175,37 +176,7 @@ export function createSimApp(options: SimAppOptions): Hono {
   const created = Math.floor(Date.now() / 1000);
   const app = new Hono();
 
-  app.onError((error, c) => {
-    if (error instanceof StepwiseError) {
-      const type = error.status === 400 ? 'invalid_request_error' : error.code;
-      return c.json(openaiError(error.message, type, error.field ?? null), error.status as 400);
-    }
-    if (error instanceof HTTPException) {
-      return c.json(openaiError(error.message || 'request failed', 'http_error'), error.status);
-    }
-    return c.json(openaiError('internal error', 'internal_error'), 500);
-  });
-  app.notFound((c) =>
-    c.json(openaiError(`no route for ${c.req.method} ${c.req.path}`, 'not_found_error'), 404),
-  );
-
-  app.get('/health', (c) => c.body(null, 200));
-  app.get('/v1/models', (c) =>
-    c.json({
-      object: 'list',
-      data: [
-        {
-          id: model,
-          object: 'model',
-          created,
-          owned_by: 'stepwise',
-          root: model,
-          parent: null,
-          max_model_len: SIM_MAX_MODEL_LEN,
-        },
-      ],
-    }),
-  );
+  mountErrorsAndModels(app, model, created);
 
   /** Waits out the whole completion's latency, then answers with the body. */
   const respond = async (c: Context, started: number, result: { tokenIds: number[] }, body: object) => {
@@ -219,32 +190,7 @@ export function createSimApp(options: SimAppOptions): Hono {
     started: number,
     result: { tokenIds: number[] },
     chunks: readonly TimedChunk<object>[],
-  ) => {
-    const schedule = latency.schedule(result);
-    c.header('content-type', 'text/event-stream');
-    c.header('cache-control', 'no-cache');
-    c.header('x-accel-buffering', 'no');
-    return stream(c, async (out) => {
-      const signal: { aborted: boolean; wake?: () => void } = { aborted: false };
-      out.onAbort(() => {
-        signal.aborted = true;
-        signal.wake?.();
-      });
-      let sent = 0;
-      try {
-        for (const { chunk, tokensThrough } of chunks) {
-          const due = tokensThrough > 0 ? (schedule[tokensThrough - 1] ?? 0) : 0;
-          await sleep(due - (performance.now() - started), signal);
-          if (signal.aborted) break;
-          await out.write(encodeSseEvent({ data: JSON.stringify(chunk) }));
-          sent++;
-        }
-        if (!signal.aborted) await out.write(encodeSseDone());
-      } finally {
-        options.onStreamEnd?.({ aborted: signal.aborted || out.aborted, chunksSent: sent });
-      }
-    });
-  };
+  ) => streamChunks(c, started, latency.schedule(result), chunks, options.onStreamEnd);
 
   const meta = (prefix: string): ResponseMeta => ({
     id: `${prefix}${randomBytes(16).toString('hex')}`,
@@ -288,34 +234,120 @@ export function createSimApp(options: SimAppOptions): Hono {
     const started = performance.now();
     const parsed = NativeGenerateBody.safeParse(await jsonBody(c));
     if (!parsed.success) throw fromZodError(parsed.error);
-    const { input_ids: prompt, sampling_params: params, return_logprob } = parsed.data;
-    const result = engine.completeText({
-      prompt,
-      // SGLang's default is 128 new tokens; null is up to the context (the engine's default here).
-      max_tokens: params?.max_new_tokens === undefined ? 128 : (params.max_new_tokens as number | null),
-      seed: (params?.sampling_seed as number | null | undefined) ?? null,
-      stop: (params?.stop as string | string[] | null | undefined) ?? null,
-    });
-    const eos = result.endTokenId ?? engine.tokenizer.tokenId('<|im_end|>');
-    const finish =
-      result.finishReason === 'length'
-        ? { type: 'length', length: result.tokenIds.length }
-        : { type: 'stop', matched: result.stopReason ?? eos };
-    return respond(c, started, result, {
-      text: result.text,
-      output_ids: result.tokenIds,
-      meta_info: {
-        id: randomBytes(16).toString('hex'),
-        finish_reason: finish,
-        prompt_tokens: result.promptTokenIds.length,
-        completion_tokens: result.tokenIds.length,
-        cached_tokens: 0,
-        ...(return_logprob
-          ? { output_token_logprobs: result.tokenIds.map((id, i) => [result.logprobs[i], id, null]) }
-          : {}),
-      },
-    });
+    const result = engine.completeText(generateRequest(parsed.data));
+    return respond(c, started, result, generateAnswer(result, engine.tokenizer, parsed.data.return_logprob));
   });
 
   return app;
+}
+
+/** Errors as OpenAI's, unknown routes a 404, `/health` and the served model. */
+function mountErrorsAndModels(app: Hono, model: string, created: number): void {
+  app.onError((error, c) => {
+    if (error instanceof StepwiseError) {
+      const type = error.status === 400 ? 'invalid_request_error' : error.code;
+      return c.json(openaiError(error.message, type, error.field ?? null), error.status as 400);
+    }
+    if (error instanceof HTTPException) {
+      return c.json(openaiError(error.message || 'request failed', 'http_error'), error.status);
+    }
+    return c.json(openaiError('internal error', 'internal_error'), 500);
+  });
+  app.notFound((c) =>
+    c.json(openaiError(`no route for ${c.req.method} ${c.req.path}`, 'not_found_error'), 404),
+  );
+
+  app.get('/health', (c) => c.body(null, 200));
+  app.get('/v1/models', (c) =>
+    c.json({
+      object: 'list',
+      data: [
+        {
+          id: model,
+          object: 'model',
+          created,
+          owned_by: 'stepwise',
+          root: model,
+          parent: null,
+          max_model_len: SIM_MAX_MODEL_LEN,
+        },
+      ],
+    }),
+  );
+}
+
+/** Writes each chunk once its last token is due on `schedule`, then `[DONE]`. */
+function streamChunks(
+  c: Context,
+  started: number,
+  schedule: readonly number[],
+  chunks: readonly TimedChunk<object>[],
+  onStreamEnd: SimAppOptions['onStreamEnd'],
+) {
+  c.header('content-type', 'text/event-stream');
+  c.header('cache-control', 'no-cache');
+  c.header('x-accel-buffering', 'no');
+  return stream(c, async (out) => {
+    const signal: { aborted: boolean; wake?: () => void } = { aborted: false };
+    out.onAbort(() => {
+      signal.aborted = true;
+      signal.wake?.();
+    });
+    let sent = 0;
+    try {
+      for (const { chunk, tokensThrough } of chunks) {
+        const due = tokensThrough > 0 ? (schedule[tokensThrough - 1] ?? 0) : 0;
+        await sleep(due - (performance.now() - started), signal);
+        if (signal.aborted) break;
+        await out.write(encodeSseEvent({ data: JSON.stringify(chunk) }));
+        sent++;
+      }
+      if (!signal.aborted) await out.write(encodeSseDone());
+    } finally {
+      onStreamEnd?.({ aborted: signal.aborted || out.aborted, chunksSent: sent });
+    }
+  });
+}
+
+type NativeGenerate = z.infer<typeof NativeGenerateBody>;
+
+/** SGLang's `/generate` as the engine's text completion. */
+function generateRequest({
+  input_ids: prompt,
+  sampling_params: params,
+}: NativeGenerate): SimCompletionRequest {
+  return {
+    prompt,
+    // SGLang's default is 128 new tokens; null is up to the context (the engine's default here).
+    max_tokens: params?.max_new_tokens === undefined ? 128 : (params.max_new_tokens as number | null),
+    seed: (params?.sampling_seed as number | null | undefined) ?? null,
+    stop: (params?.stop as string | string[] | null | undefined) ?? null,
+  };
+}
+
+/** The answer SGLang's TokenizerManager builds, finish reasons as its FINISH_* objects. */
+function generateAnswer(
+  result: SimTextResult,
+  tokenizer: SimEngine['tokenizer'],
+  returnLogprob: NativeGenerate['return_logprob'],
+): object {
+  const eos = result.endTokenId ?? tokenizer.tokenId('<|im_end|>');
+  const finish =
+    result.finishReason === 'length'
+      ? { type: 'length', length: result.tokenIds.length }
+      : { type: 'stop', matched: result.stopReason ?? eos };
+  return {
+    text: result.text,
+    output_ids: result.tokenIds,
+    meta_info: {
+      id: randomBytes(16).toString('hex'),
+      finish_reason: finish,
+      prompt_tokens: result.promptTokenIds.length,
+      completion_tokens: result.tokenIds.length,
+      cached_tokens: 0,
+      ...(returnLogprob
+        ? { output_token_logprobs: result.tokenIds.map((id, i) => [result.logprobs[i], id, null]) }
+        : {}),
+    },
+  };
 }
