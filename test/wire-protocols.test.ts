@@ -3,6 +3,7 @@ import { describe, expect, it } from 'vitest';
 import type { Step } from '../src/domain/index.js';
 import type { RunningServer } from '../src/server/server.js';
 import { loadQwen3Tokenizer } from '../src/text/index.js';
+import { type OpenedTrajectory, openTrajectory } from './support/http.js';
 import { testServers } from './support/test-servers.js';
 
 /*
@@ -15,19 +16,11 @@ import { testServers } from './support/test-servers.js';
 const tokenizer = loadQwen3Tokenizer();
 const { serve } = testServers('wire', { engines: ['sim'] });
 
-interface Init {
-  trajectory_uid: string;
-  base_url: string;
-}
+type Init = OpenedTrajectory;
 
 async function open(): Promise<{ server: RunningServer; t: Init; client: OpenAI }> {
   const server = await serve();
-  const res = await fetch(`${server.url}/init_trajectory`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: '{}',
-  });
-  const t = (await res.json()) as Init;
+  const t = await openTrajectory(server.url);
   return { server, t, client: new OpenAI({ baseURL: t.base_url, apiKey: 'none', maxRetries: 0 }) };
 }
 

@@ -23,3 +23,16 @@ export async function callJson(
   const text = await res.text();
   return { status: res.status, json: text ? JSON.parse(text) : null };
 }
+
+/** What `POST /init_trajectory` answers, as tests read it. */
+export interface OpenedTrajectory {
+  trajectory_uid: string;
+  base_url: string;
+}
+
+/** A new trajectory on a keyless server: its id and base_url. */
+export async function openTrajectory(serverUrl: string): Promise<OpenedTrajectory> {
+  const { status, json } = await callJson('POST', `${serverUrl}/init_trajectory`, {});
+  if (status !== 200) throw new Error(`init_trajectory answered ${status}: ${JSON.stringify(json)}`);
+  return json as OpenedTrajectory;
+}
