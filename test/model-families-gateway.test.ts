@@ -1,4 +1,4 @@
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import OpenAI from 'openai';
@@ -14,9 +14,11 @@ import { testServers } from './support/test-servers.js';
  * Every text feature of the gateway with a model folder of each family: the official openai client
  * as the agent over loopback HTTP, the sim serving the folder (its template, completion format and
  * parser), token continuity on. Expected values come from the references: the script the sim follows
- * (the calls), the folder's tokenizer.json (end-of-turn ids) and transformers' apply_chat_template
- * over the same folder (every stored prompt). CI sets STEPWISE_TRAIN_PYTHON, so a missing
- * transformers fails there instead of skipping.
+ * (the calls), the folder's tokenizer.json (end-of-turn ids) and, for every stored prompt,
+ * transformers' apply_chat_template over the same folder (mistral-common's encoder for Mistral).
+ * The loops run first; the references are computed at the end, in one Python process per kind, since
+ * importing transformers costs more than the loops. CI sets STEPWISE_TRAIN_PYTHON, so a missing
+ * reference fails there instead of skipping.
  */
 
 const python = findTrainPython();
@@ -41,22 +43,49 @@ const tools: OpenAI.Chat.ChatCompletionTool[] = [
   },
 ];
 
+type Folder = FixtureFamily | 'mistral';
+
 /** Each family with the end-of-turn tokens its completions must stop on (call turn, answer turn). */
-const FAMILIES: { folder: FixtureFamily; family: string; callEnd: string; answerEnd: string }[] = [
+const FAMILIES: { folder: Folder; family: string; callEnd: string; answerEnd: string }[] = [
   { folder: 'qwen3', family: 'qwen3', callEnd: '<|im_end|>', answerEnd: '<|im_end|>' },
   { folder: 'llama3_1', family: 'llama3', callEnd: '<|eot_id|>', answerEnd: '<|eot_id|>' },
   // Harmony: a call ends <|call|>, a final answer <|return|> (OpenAI's harmony format).
   { folder: 'gpt-oss', family: 'gpt-oss', callEnd: '<|call|>', answerEnd: '<|return|>' },
+  {
+    folder: 'deepseek_v3',
+    family: 'deepseek_v3',
+    callEnd: '<｜end▁of▁sentence｜>',
+    answerEnd: '<｜end▁of▁sentence｜>',
+  },
+  { folder: 'gemma3', family: 'gemma3', callEnd: '<end_of_turn>', answerEnd: '<end_of_turn>' },
+  { folder: 'mistral', family: 'mistral', callEnd: '</s>', answerEnd: '</s>' },
 ];
 
+const MISTRAL_SCRIPT = new URL('./support/mistral_reference.py', import.meta.url).pathname;
+
+/** Mistral 7B v0.3's folder: mistral-common's v3 tokenizer as tokenizer.json, plus the fixture files. */
+async function mistralFolder(): Promise<{ dir: string; remove(): void }> {
+  const dir = mkdtempSync(join(tmpdir(), 'stepwise-model-mistral-'));
+  await runPython(python!, [MISTRAL_SCRIPT, 'folder', dir, 'v3'], { timeoutMs: 120_000 });
+  const fixture = new URL('./fixtures/models/mistral/', import.meta.url).pathname;
+  for (const file of readdirSync(fixture).filter((f) => f !== 'README.md'))
+    copyFileSync(join(fixture, file), join(dir, file));
+  return { dir, remove: () => rmSync(dir, { recursive: true, force: true }) };
+}
+
 const folders = new Map<string, { dir: string; remove(): void }>();
-beforeAll(() => {
-  for (const f of [...FAMILIES.map((x) => x.folder), 'deepseek_v3' as const])
-    folders.set(f, makeModelFolder(f));
-});
+beforeAll(async () => {
+  for (const { folder } of FAMILIES) if (folder !== 'mistral') folders.set(folder, makeModelFolder(folder));
+  // DeepSeek-V3's package template (its first release's): no tool definitions, no close of a call turn.
+  folders.set('deepseek_v3-package', makeModelFolder('deepseek_v3', { packageTemplate: true }));
+  if (python) folders.set('mistral', await mistralFolder());
+}, 150_000);
 afterAll(() => {
   for (const f of folders.values()) f.remove();
 });
+
+/** The steps of each loop, checked against the references at the end. */
+const loops: { folder: Folder; stream: boolean; dir: string; callEnd: string; steps: Step[] }[] = [];
 
 /** An added token's id, read from the folder's tokenizer.json (the reference, not the code under test). */
 function tokenIdInFile(dir: string, token: string): number {
@@ -139,28 +168,27 @@ async function toolLoop(t: Init, stream: boolean): Promise<Answered[]> {
   return answers;
 }
 
-/** transformers' apply_chat_template of each step's messages and tools, over the folder. */
+/** The reference ids of each step's prompt: transformers over the folder, or mistral-common. */
 async function referencePrompts(
-  dir: string,
-  steps: readonly Step[],
+  kind: 'hf' | 'mistral',
+  items: readonly { dir: string; step: Step }[],
 ): Promise<{ ids?: number[]; error?: string }[]> {
-  const adapter = createModelAdapter(dir);
-  const cases = steps.map((s) => ({
-    dir,
-    ...adapter.templateContext({ messages: s.messages as never, tools: s.tools as never }),
-    add_generation_prompt: true,
-  }));
-  const work = mkdtempSync(join(tmpdir(), 'stepwise-hf-ref-'));
+  const cases = items.map(({ dir, step }) => {
+    const context = createModelAdapter(dir).templateContext({
+      messages: step.messages as never,
+      tools: step.tools as never,
+    });
+    return kind === 'hf' ? { dir, ...context, add_generation_prompt: true } : context;
+  });
+  const work = mkdtempSync(join(tmpdir(), 'stepwise-ref-'));
   try {
     const file = join(work, 'cases.json');
     writeFileSync(file, JSON.stringify({ cases }));
-    const out = await runPython(
-      python!,
-      [new URL('./support/hf_reference.py', import.meta.url).pathname, file],
-      {
-        timeoutMs: 300_000,
-      },
-    );
+    const args =
+      kind === 'hf'
+        ? [new URL('./support/hf_reference.py', import.meta.url).pathname, file]
+        : [MISTRAL_SCRIPT, 'encode', file, 'v3'];
+    const out = await runPython(python!, args, { timeoutMs: 300_000 });
     return (JSON.parse(out) as { results: { ids?: number[]; error?: string }[] }).results;
   } finally {
     rmSync(work, { recursive: true, force: true });
@@ -170,6 +198,10 @@ async function referencePrompts(
 describe.each(FAMILIES)('a $family folder through the gateway', ({ folder, family, callEnd, answerEnd }) => {
   for (const stream of [false, true]) {
     it(`runs a tool loop with exact token continuity (${stream ? 'streamed' : 'whole'} answers)`, async () => {
+      if (!folders.has(folder)) {
+        if (required) throw new Error(`STEPWISE_TRAIN_PYTHON is set but the ${folder} folder was not built`);
+        return;
+      }
       const dir = folders.get(folder)!.dir;
       const server = await serve({
         engines: [`sim,model-dir=${dir}`],
@@ -193,6 +225,11 @@ describe.each(FAMILIES)('a $family folder through the gateway', ({ folder, famil
         { content: null, finish: 'tool_calls', calls: [{ name: 'read_file', arguments: { path: 'b.txt' } }] },
         { content: 'Both files say: ship it.', finish: 'stop', calls: [] },
       ]);
+      // Call ids as the family's vLLM parser makes them: Mistral's are 9 letters and digits.
+      for (const a of answers.slice(0, 2))
+        expect(a.tool_calls[0]!.id).toMatch(
+          family === 'mistral' ? /^[A-Za-z0-9]{9}$/ : /^call_[0-9a-f]{16,24}$/,
+        );
       const done = await fetch(`${server.url}/v1/trajectories/${t.trajectory_uid}/complete`, {
         method: 'POST',
         headers: { 'content-type': 'application/json' },
@@ -209,32 +246,59 @@ describe.each(FAMILIES)('a $family folder through the gateway', ({ folder, famil
         tokenIdInFile(dir, callEnd),
         tokenIdInFile(dir, answerEnd),
       ]);
-      if (!python) {
-        if (required) throw new Error('STEPWISE_TRAIN_PYTHON is set but has no transformers');
-        return;
-      }
+      loops.push({ folder, stream, dir, callEnd, steps });
+    }, 120_000);
+  }
+});
+
+describe('every stored prompt equals the reference rendering', () => {
+  it('transformers (mistral-common for Mistral) over the same folders, messages and tools', async () => {
+    if (!python) {
+      if (required) throw new Error('STEPWISE_TRAIN_PYTHON is set but has no transformers');
+      return;
+    }
+    // Every loop above ran (a failed one fails there; here it would only be missing).
+    expect(loops.map((l) => `${l.folder}:${l.stream}`).sort()).toEqual(
+      FAMILIES.flatMap((f) => [`${f.folder}:false`, `${f.folder}:true`]).sort(),
+    );
+    const items = loops.flatMap((loop) => loop.steps.map((step) => ({ loop, dir: loop.dir, step })));
+    const hf = items.filter((i) => i.loop.folder !== 'mistral');
+    const mistral = items.filter((i) => i.loop.folder === 'mistral');
+    const [hfRefs, mistralRefs] = await Promise.all([
+      referencePrompts('hf', hf),
+      referencePrompts('mistral', mistral),
+    ]);
+    const reference = new Map([
+      ...hf.map((i, k) => [i, hfRefs[k]!] as const),
+      ...mistral.map((i, k) => [i, mistralRefs[k]!] as const),
+    ]);
+    for (const loop of loops) {
+      const label = `${loop.folder} (${loop.stream ? 'streamed' : 'whole'})`;
+      const refs = items.filter((i) => i.loop === loop).map((i) => reference.get(i)!);
+      for (const ref of refs) expect(ref.error, label).toBeUndefined();
       // The first prompt is the reference rendering; a continued one is the previous prompt and
       // response (the model's own tokens, which a re-rendering may spell differently: gpt-oss's
       // arguments) followed by the new turns exactly as the reference renders them after the turn's end.
-      const reference = await referencePrompts(dir, steps);
-      for (const ref of reference) expect(ref.error).toBeUndefined();
-      expect(Array.from(steps[0]!.promptIds)).toEqual(reference[0]!.ids);
+      const steps = loop.steps;
+      expect(Array.from(steps[0]!.promptIds), label).toEqual(refs[0]!.ids);
       for (let k = 1; k < steps.length; k++) {
         const [before, after] = [steps[k - 1]!, steps[k]!];
         const kept = before.promptIds.length + before.responseIds.length;
         const tail = Array.from(after.promptIds.slice(kept));
-        const ref = reference[k]!.ids!;
-        expect(tail.length).toBeGreaterThan(0);
-        expect(tail, `step ${k} new turns`).toEqual(ref.slice(ref.length - tail.length));
-        expect(ref[ref.length - tail.length - 1], `step ${k} turn end`).toBe(tokenIdInFile(dir, callEnd));
+        const ref = refs[k]!.ids!;
+        expect(tail.length, label).toBeGreaterThan(0);
+        expect(tail, `${label} step ${k} new turns`).toEqual(ref.slice(ref.length - tail.length));
+        expect(ref[ref.length - tail.length - 1], `${label} step ${k} turn end`).toBe(
+          tokenIdInFile(loop.dir, loop.callEnd),
+        );
       }
-    }, 300_000);
-  }
+    }
+  }, 300_000);
 });
 
 describe('a family whose template cannot serve a feature says so, naming the model', () => {
   it("DeepSeek-V3's package template closes no tool-call turn: the sim refuses to write one", async () => {
-    const dir = folders.get('deepseek_v3')!.dir;
+    const dir = folders.get('deepseek_v3-package')!.dir;
     const server = await serve({
       engines: [`sim,model-dir=${dir}`],
       sim: { policy: 'scripted', script },

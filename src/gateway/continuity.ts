@@ -223,7 +223,9 @@ function chatAnswerOf(
   const text = typeof choice.text === 'string' ? choice.text : '';
   // The engine's model's parser: the one vLLM's chat path would run on this text.
   const parse = engine.adapter ? engine.adapter.parse : parseToolCalls;
-  const parsed = parse(text, { newToolCallId: randomToolCallId });
+  const parsed = parse(text, {
+    newToolCallId: () => (engine.adapter ? engine.adapter.newToolCallId() : randomToolCallId()),
+  });
   const engineFinish = typeof choice.finish_reason === 'string' ? choice.finish_reason : null;
   // vLLM's chat answers `tool_calls` for a turn that called tools and stopped on its own.
   const finish = parsed.toolCalls.length > 0 && engineFinish === 'stop' ? 'tool_calls' : engineFinish;

@@ -14,7 +14,8 @@ import type { ToolCall } from './tool-calls.js';
 export interface CompletionParts {
   content?: string | null;
   reasoning?: string;
-  toolCalls?: readonly Pick<ToolCall, 'function'>[];
+  /** A call's id is written only by families whose completions carry one (Mistral's). */
+  toolCalls?: readonly (Pick<ToolCall, 'function'> & { id?: string })[];
 }
 
 /** What the text functions need of an adapter (model-adapter.ts passes its own pieces). */
@@ -45,7 +46,7 @@ function assistantMessage(parts: CompletionParts): ChatMessageInput {
     ...(parts.toolCalls && parts.toolCalls.length > 0
       ? {
           tool_calls: parts.toolCalls.map((c, i) => ({
-            id: `call_${i}`,
+            id: c.id || `call_${i}`,
             type: 'function' as const,
             function: c.function,
           })),

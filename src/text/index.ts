@@ -49,6 +49,7 @@ export {
   loadQwen3Tokenizer,
 } from './tokenizer.js';
 export {
+  newToolCallId,
   type ParsedCompletion,
   type ParseToolCallsOptions,
   parseToolCalls,
@@ -57,5 +58,6 @@ export {
   renderToolCalls,
   sequentialToolCallIds,
   type ToolCall,
+  type ToolCallIdStyle,
   toTemplateJson,
 } from './tool-calls.js';

@@ -23,10 +23,12 @@ import { MISTRAL_ARGS, MISTRAL_TOOL_CALLS, parseMistralToolCalls } from './parse
 import { parsePythonicToolCalls } from './parsers/pythonic.js';
 import { type ChatTokenizer, loadQwen3Tokenizer } from './tokenizer.js';
 import {
+  newToolCallId,
   type ParsedCompletion,
   type ParseToolCallsOptions,
   parseToolCalls,
   renderCompletion,
+  type ToolCallIdStyle,
 } from './tool-calls.js';
 
 /*
@@ -78,6 +80,8 @@ export interface ModelAdapter {
   templateContext(input: Pick<RenderChatInput, 'messages' | 'tools'>): ReturnType<typeof templateContext>;
   /** The rendered chat's token ids (the template writes every control token; none are added). */
   tokenize(input: RenderChatInput): number[];
+  /** A new tool-call id, shaped as this family's vLLM parser shapes them (`random` makes it reproducible). */
+  newToolCallId(random?: () => number): string;
   /** A completion's text split into content, reasoning and tool calls, as vLLM's parser does. */
   parse(text: string, options: ParseToolCallsOptions): ParsedCompletion;
   /**
@@ -111,6 +115,8 @@ interface FamilySpec {
   parseFor?: (
     addedTokens: ReadonlySet<string>,
   ) => (text: string, options: ParseToolCallsOptions) => ParsedCompletion;
+  /** How its parser names calls (default `openai`). */
+  callIds?: ToolCallIdStyle;
   /** The model has no tool tokens: tools exist only if the folder's template writes them into the prompt. */
   toolsOnlyFromTemplate?: boolean;
   /** The completion text for a turn, where the template's own rendering of it is not what the model writes. */
@@ -174,6 +180,7 @@ const FAMILIES: Readonly<Record<Exclude<ModelFamily, 'unknown'>, FamilySpec | nu
     thinking: null,
     // mistral-common's v3 encoder writes a tool result that parses as JSON as that JSON value.
     style: { toolContentJson: true },
+    callIds: 'mistral',
     // Tokenizers from v11 on (they have `[ARGS]`) write `name[ARGS]{...}`; older ones a JSON list.
     parseFor: (vocab) => {
       const format = vocab.has(MISTRAL_ARGS) ? 'name-args' : 'json-list';
@@ -332,6 +339,7 @@ function buildAdapter(
       checkTools(input);
       return tokenizeChat(input, tok(), style);
     },
+    newToolCallId: (random) => newToolCallId(spec?.callIds ?? 'openai', random),
     parse: (text, options) => (spec?.parse ? spec.parse(text, options) : refuse('tool-call parsing')),
     completion(parts) {
       if (!spec?.parse) return refuse('writing completions');

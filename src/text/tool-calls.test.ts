@@ -1,7 +1,9 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { ValidationError } from '../domain/errors.js';
+import { seededRandom } from '../util/random.js';
 import {
+  newToolCallId,
   type ParsedCompletion,
   parseToolCalls,
   randomToolCallId,
@@ -240,5 +242,16 @@ describe('tool call ids', () => {
     const id = randomToolCallId();
     expect(id).toMatch(/^call_[0-9a-f]{24}$/);
     expect(randomToolCallId()).not.toBe(id);
+  });
+
+  it("take the family's shape: Mistral's are 9 letters and digits, reproducible from a seed", () => {
+    const drawn = Array.from({ length: 50 }, () => newToolCallId('mistral'));
+    for (const id of drawn) expect(id).toMatch(/^[A-Za-z0-9]{9}$/);
+    expect(new Set(drawn).size).toBe(50);
+    const seeded = (seed: number) => newToolCallId('mistral', seededRandom('ids', seed));
+    expect(seeded(7)).toBe(seeded(7));
+    expect(seeded(7)).not.toBe(seeded(8));
+    expect(newToolCallId('openai')).toMatch(/^call_[0-9a-f]{24}$/);
+    expect(newToolCallId('openai', seededRandom('ids', 1))).toMatch(/^call_[0-9a-f]{16}$/);
   });
 });

@@ -32,6 +32,32 @@ export function randomToolCallId(): string {
   return `call_${randomBytes(12).toString('hex')}`;
 }
 
+/** How a family's parser names calls: OpenAI's `call_` + hex, or Mistral's 9 letters and digits. */
+export type ToolCallIdStyle = 'openai' | 'mistral';
+
+const ALNUM = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
+
+/**
+ * A new call id in the family's style; `random` (values in [0, 1)) makes it reproducible, else it
+ * is drawn from the system's CSPRNG. Mistral's ids are 9 alphanumerics as vLLM's `mistral` parser
+ * makes them: mistral-common refuses any other id when the call comes back in the history.
+ */
+export function newToolCallId(style: ToolCallIdStyle, random?: () => number): string {
+  if (style === 'mistral') {
+    const bytes = random ? null : randomBytes(9);
+    let id = '';
+    for (let i = 0; i < 9; i++)
+      id += ALNUM[bytes ? bytes[i]! % ALNUM.length : Math.floor(random!() * ALNUM.length)];
+    return id;
+  }
+  if (!random) return randomToolCallId();
+  const hex = () =>
+    Math.floor(random() * 2 ** 32)
+      .toString(16)
+      .padStart(8, '0');
+  return `call_${hex()}${hex()}`;
+}
+
 /** Deterministic ids (`call_0`, `call_1`, ...); each generator counts on its own. */
 export function sequentialToolCallIds(prefix = 'call_'): () => string {
   let next = 0;

@@ -22,8 +22,14 @@ export const FAMILY_PACKAGES = {
 } as const;
 export type FixtureFamily = keyof typeof FAMILY_PACKAGES;
 
-/** Builds the folder in a fresh temporary directory; `remove()` deletes it. */
-export function makeModelFolder(family: FixtureFamily): { dir: string; remove(): void } {
+/**
+ * Builds the folder in a fresh temporary directory; `remove()` deletes it. `packageTemplate` leaves
+ * out the fixture's chat_template.jinja, so the package's own template is the folder's.
+ */
+export function makeModelFolder(
+  family: FixtureFamily,
+  options: { packageTemplate?: boolean } = {},
+): { dir: string; remove(): void } {
   const require = createRequire(import.meta.url);
   const models = dirname(require.resolve(`${FAMILY_PACKAGES[family]}/models/tokenizer.json`));
   const dir = mkdtempSync(join(tmpdir(), `stepwise-model-${family}-`));
@@ -31,7 +37,9 @@ export function makeModelFolder(family: FixtureFamily): { dir: string; remove():
     symlinkSync(join(models, file), join(dir, file));
   let extra: string[] = [];
   try {
-    extra = readdirSync(join(FIXTURES, family)).filter((f) => f !== 'README.md');
+    extra = readdirSync(join(FIXTURES, family)).filter(
+      (f) => f !== 'README.md' && !(options.packageTemplate && f === 'chat_template.jinja'),
+    );
   } catch {
     // No fixture files: the package alone is the folder.
   }

@@ -5,6 +5,7 @@ import {
   type ChatTokenizer,
   type ChatToolInput,
   loadQwen3Tokenizer,
+  newToolCallId,
   type ParsedCompletion,
   parseToolCalls,
   renderChat,
@@ -193,6 +194,9 @@ export class SimEngine {
     return this.adapter ? this.adapter.render(input) : renderChat(input, this.tokenizer);
   }
 
+  /** The texts an assistant turn of this family's template opens with (built on first use). */
+  private openers: string[] | undefined;
+
   /** Where alternatives for top logprobs are drawn from: ordinary tokens of this vocabulary. */
   private get vocabSize(): number {
     return this.adapter ? SHARED_VOCAB_SIZE : VOCAB_SIZE;
@@ -205,6 +209,15 @@ export class SimEngine {
       : { text: renderCompletion(parts), end: '<|im_end|>' };
   }
 
+  /**
+   * The ids a model writes into its calls, where its format has them (Mistral's): the family's
+   * shape, reproducible from the seed. The parser then makes new ones, as vLLM's does.
+   */
+  private writtenCallIds(seed: number): () => string {
+    const random = seededRandom('written-call-ids', seed);
+    return () => (this.adapter ? this.adapter.newToolCallId(random) : '');
+  }
+
   /** A completion split as vLLM's parser of this family does. */
   private parse(text: string, toolChoice: SimToolChoice, seed: number): ParsedCompletion {
     return parseCompletion(
@@ -213,25 +226,24 @@ export class SimEngine {
       seed,
       this.adapter ? this.adapter.parse : parseToolCalls,
       this.adapter?.thinking?.close ?? '</think>',
+      this.adapter ? this.adapter.newToolCallId : (random) => newToolCallId('openai', random),
     );
   }
 
   /**
    * The completed assistant turns of a raw prompt and their calls: ChatML's by its markers, another
-   * family's by its generation prompt, a turn running to the first end-of-turn token after it.
+   * family's by the text its turns open with, a turn running to the first end-of-turn token after it.
    */
   private promptTurns(prompt: string): { turn: number; pastCalls?: PastToolCall[][] } {
     const adapter = this.adapter;
     if (!adapter) return { turn: assistantTurnsInPrompt(prompt) };
-    const opening = { role: 'user' as const, content: '.' };
-    const open = adapter.render({ messages: [opening], addGenerationPrompt: true });
-    const closed = adapter.render({ messages: [opening], addGenerationPrompt: false });
-    const marker = open.startsWith(closed) ? open.slice(closed.length) : '';
-    if (marker === '') return { turn: 0, pastCalls: [] };
+    this.openers ??= turnOpeners(adapter);
+    if (this.openers.length === 0) return { turn: 0, pastCalls: [] };
     const ends = adapter.endOfTurnTokens;
     const pastCalls: PastToolCall[][] = [];
     let pending = '';
-    for (const piece of prompt.split(marker).slice(1)) {
+    const marker = this.openers[0]!;
+    for (const piece of splitOnAny(prompt, this.openers).slice(1)) {
       const at = Math.min(...ends.map((e) => piece.indexOf(e)).filter((i) => i >= 0));
       // A piece with no end is part of the turn the next piece ends (gpt-oss: analysis, then a call).
       if (!Number.isFinite(at)) {
@@ -273,7 +285,7 @@ export class SimEngine {
       toolChoice,
     });
     const gen = this.generate(
-      this.completion(completionParts(output, toolChoice, format)),
+      this.completion(completionParts(output, toolChoice, format, this.writtenCallIds(seed))),
       stopList(request.stop),
       maxTokens,
       seed,
@@ -343,7 +355,7 @@ export class SimEngine {
       random: seededRandom('policy', seed),
     });
     const gen = this.generate(
-      this.completion(completionParts(output, 'auto', format)),
+      this.completion(completionParts(output, 'auto', format, this.writtenCallIds(seed))),
       stopList(request.stop),
       maxTokens,
       seed,
@@ -482,6 +494,7 @@ function completionParts(
   output: PolicyOutput,
   toolChoice: SimToolChoice,
   format: ReturnType<typeof resolveResponseFormat>,
+  callId: () => string,
 ): CompletionParts {
   const calls = toolChoice === 'none' ? [] : (output.toolCalls ?? []);
   let content = output.text ?? null;
@@ -489,7 +502,10 @@ function completionParts(
   return {
     content,
     ...(output.reasoning !== undefined ? { reasoning: output.reasoning } : {}),
-    toolCalls: calls.map((c) => ({ function: { name: c.name, arguments: JSON.stringify(c.arguments) } })),
+    toolCalls: calls.map((c) => ({
+      id: callId(),
+      function: { name: c.name, arguments: JSON.stringify(c.arguments) },
+    })),
   };
 }
 
@@ -511,13 +527,11 @@ function parseCompletion(
   seed: number,
   parse: ModelAdapter['parse'],
   thinkClose: string,
+  callId: ModelAdapter['newToolCallId'],
 ): ParsedCompletion {
+  // Ids in the family's shape (Mistral's 9 alphanumerics), reproducible from the request's seed.
   const ids = seededRandom('tool-call-ids', seed);
-  const hex = () =>
-    Math.floor(ids() * 2 ** 32)
-      .toString(16)
-      .padStart(8, '0');
-  const parsed = parse(text, { newToolCallId: () => `call_${hex()}${hex()}` });
+  const parsed = parse(text, { newToolCallId: () => callId(ids) });
   if (toolChoice !== 'none' || parsed.toolCalls.length === 0) return parsed;
   let rest = text;
   if (parsed.reasoning !== undefined) {
@@ -560,4 +574,52 @@ function alternatives(
     out.push({ tokenId: id, logprob: lp });
   }
   return out;
+}
+
+/**
+ * The texts that open an assistant turn in this family's template, longest first: what it writes
+ * after a user's text through its generation prompt (Mistral's `[/INST]`: it has no generation
+ * prompt of its own), and after a tool result where the model answers next (DeepSeek-V3 opens no
+ * `<｜Assistant｜>` there: the model writes straight after `<｜tool▁outputs▁end｜>`).
+ */
+function turnOpeners(adapter: ModelAdapter): string[] {
+  // Stand-in texts: an opener is what the template writes after them, generation prompt included.
+  const mark = 'sim7f3a';
+  const after = (messages: ChatMessageInput[]): string => {
+    const text = adapter.render({ messages, addGenerationPrompt: true });
+    const at = text.lastIndexOf(mark);
+    return at === -1 ? '' : text.slice(at + mark.length);
+  };
+  const openers = new Set<string>();
+  const afterUser = after([{ role: 'user', content: mark }]);
+  if (afterUser !== '') openers.add(afterUser);
+  try {
+    // The id may be written after the result (Mistral's `"call_id": ...`): two ids, the common tail.
+    const [one, two] = ['a1b2c3d4e', 'z9y8x7w6v'].map((id) =>
+      after([
+        { role: 'user', content: '.' },
+        {
+          role: 'assistant',
+          content: null,
+          tool_calls: [{ id, type: 'function', function: { name: 'f', arguments: '{}' } }],
+        },
+        { role: 'tool', tool_call_id: id, content: mark },
+      ]),
+    ) as [string, string];
+    let n = 0;
+    while (n < one.length && n < two.length && one[one.length - 1 - n] === two[two.length - 1 - n]) n++;
+    const afterTool = one.slice(one.length - n);
+    // Only where it differs: most families open the same way after a result as after a user.
+    if (afterTool !== '' && !afterTool.endsWith(afterUser)) openers.add(afterTool);
+  } catch {
+    // A template that cannot render a call turn has no turns after results to find.
+  }
+  return [...openers].sort((a, b) => b.length - a.length);
+}
+
+/** `text` split at every occurrence of any of `markers` (tried longest first, as given). */
+function splitOnAny(text: string, markers: readonly string[]): string[] {
+  if (markers.length === 1) return text.split(markers[0]!);
+  const escaped = markers.map((m) => m.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'));
+  return text.split(new RegExp(escaped.join('|')));
 }
