@@ -7,10 +7,11 @@ import { makeStep } from './support/steps.js';
 import { testServers } from './support/test-servers.js';
 
 /*
- * The dashboard reads each step's ids with its own model's tokenizer: a Llama 3.1 and a gpt-oss step
- * stored through the gateway (the sim serving that folder, the openai client as the agent) are shown
- * as transformers decodes them over the same folder; a step of a model this server does not serve is
- * shown as ids, with a note naming the model. Pages are fetched over loopback, as a browser would.
+ * The dashboard reads each step's ids with its own model's tokenizer: a Llama 3.1, a gpt-oss and a
+ * Gemma 3 step stored through the gateway (the sim serving that folder, the openai client as the
+ * agent) are shown as the tokenizers library (transformers' decoder) decodes them over the same
+ * folder; a step of a model this server does not serve is shown as ids, with a note naming the
+ * model. Pages are fetched over loopback, as a browser would.
  */
 
 const python = findTrainPython();
@@ -19,7 +20,7 @@ const { serve } = testServers('dash-families');
 
 const folders = new Map<FixtureFamily, { dir: string; remove(): void }>();
 beforeAll(() => {
-  for (const f of ['llama3_1', 'gpt-oss'] as const) folders.set(f, makeModelFolder(f));
+  for (const f of ['llama3_1', 'gpt-oss', 'gemma3'] as const) folders.set(f, makeModelFolder(f));
 });
 afterAll(() => {
   for (const f of folders.values()) f.remove();
@@ -28,11 +29,11 @@ afterAll(() => {
 const escapeHtml = (s: string) =>
   s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;');
 
-/** transformers' decoding of ids over the folder, special tokens kept (the reference). */
+/** The tokenizers library's decoding of ids over the folder's tokenizer.json, special tokens kept (the reference). */
 async function hfDecode(dir: string, ids: number[]): Promise<string> {
   const code =
-    'import json, sys\nfrom transformers import AutoTokenizer\n' +
-    't = AutoTokenizer.from_pretrained(sys.argv[1])\n' +
+    'import json, sys\nfrom tokenizers import Tokenizer\n' +
+    't = Tokenizer.from_file(sys.argv[1] + "/tokenizer.json")\n' +
     'print(json.dumps(t.decode(json.loads(sys.argv[2]), skip_special_tokens=False)))';
   return JSON.parse(await runPython(python!, ['-c', code, dir, JSON.stringify(ids)], { timeoutMs: 120_000 }));
 }
@@ -40,6 +41,8 @@ async function hfDecode(dir: string, ids: number[]): Promise<string> {
 describe.each([
   { folder: 'llama3_1' as const, family: 'llama3', end: '<|eot_id|>' },
   { folder: 'gpt-oss' as const, family: 'gpt-oss', end: '<|return|>' },
+  // A SentencePiece decoder: `▁` for spaces, byte tokens for what the vocabulary lacks.
+  { folder: 'gemma3' as const, family: 'gemma3', end: '<end_of_turn>' },
 ])('a $family step on the trajectory page', ({ folder, family, end }) => {
   it('is decoded with its own vocabulary', async () => {
     const dir = folders.get(folder)!.dir;
@@ -63,7 +66,7 @@ describe.each([
     expect(html).toContain(escapeHtml(`Ship it — déjà vu.${end}`));
     expect(html).not.toContain('no engine of this server serves');
     if (!python) {
-      if (required) throw new Error('STEPWISE_TRAIN_PYTHON is set but has no transformers');
+      if (required) throw new Error('STEPWISE_TRAIN_PYTHON is set but has no tokenizers');
       return;
     }
     expect(html).toContain(escapeHtml(await hfDecode(dir, Array.from(step!.responseIds))));
@@ -94,14 +97,15 @@ describe('a step of a model this server does not serve', () => {
     const decoders = new TokenDecoders(
       [{ ref: { dir: '/nowhere' }, family: 'gemma3', name: 'google/gemma-3-1b-it' }],
       async (ref) => {
-        if (ref) throw new Error("its tokenizer's decoder is Sequence, not byte-level");
+        if (ref)
+          throw new Error("its tokenizer's decoder is WordPiece, neither byte-level nor SentencePiece's");
         return { offsets: new Uint32Array([0, 1]), bytes: new Uint8Array([65]) };
       },
     );
     await decoders.ready();
     const gemma = decoders.of({ model_family: 'gemma3', model_name: 'google/gemma-3-1b-it' });
     expect(gemma.note).toMatch(
-      /model google\/gemma-3-1b-it \(family gemma3\), shown as ids: .*not byte-level/,
+      /model google\/gemma-3-1b-it \(family gemma3\), shown as ids: .*WordPiece, neither byte-level/,
     );
     expect(gemma.decode([2, 3])).toBe('2 3');
     expect(decoders.of({}).decode([0])).toBe('A');

@@ -17,7 +17,11 @@ export const offloadHandlers = {
   /** A model's decoding table (text/token-table.ts; null: Qwen3's), built here and moved to the caller. */
   tokenTable(model?: ModelRef | null) {
     const table = loadTokenTable(model);
-    return new Transfer(table, [table.offsets.buffer as ArrayBuffer, table.bytes.buffer as ArrayBuffer]);
+    const buffers = [table.offsets, table.bytes, ...(table.byteTokens ? [table.byteTokens] : [])];
+    return new Transfer(
+      table,
+      buffers.map((b) => b.buffer as ArrayBuffer),
+    );
   },
   /** A big JSON body (http/json-body.ts), parsed and checked here; a free-form field past its cap is a 400 here. */
   parseJsonBody(bytes: ArrayBuffer, allowEmpty: boolean) {
