@@ -2,6 +2,7 @@ import { chmod } from 'node:fs/promises';
 import http from 'node:http';
 import https from 'node:https';
 import net from 'node:net';
+import { KEEP_ALIVE_MS } from '../../util/http-server.js';
 import type { BridgeScope, RunResult } from './types.js';
 
 /** The host end of the gateway bridge: a listener whose connections reach one gateway. */
@@ -129,7 +130,7 @@ const DROPPED = new Set([
 function scopedProxy(target: BridgeTarget, scope: BridgeScope, refused: string[]): http.Server {
   const transport = target.tls ? https : http;
   const agent = new transport.Agent({ keepAlive: true });
-  return http.createServer((req, res) => {
+  const server = http.createServer((req, res) => {
     const method = req.method ?? 'GET';
     const path = req.url ?? '/';
     if (!allowedByScope(scope, method, path)) {
@@ -178,4 +179,9 @@ function scopedProxy(target: BridgeTarget, scope: BridgeScope, refused: string[]
     });
     req.pipe(upstream);
   });
+  // As the gateway's own listener (util/http-server.ts): node's 5 s default closed the agent's idle
+  // connection while its tool ran, and the call it then sent on it failed before reaching the gateway.
+  server.keepAliveTimeout = KEEP_ALIVE_MS;
+  server.headersTimeout = Math.max(server.headersTimeout, KEEP_ALIVE_MS + 1_000);
+  return server;
 }
