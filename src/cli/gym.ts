@@ -122,6 +122,11 @@ export function addRunOptions(command: Command): Command {
       probability('--cleaner-p'),
     )
     .option(
+      '--model-dir <dir>',
+      "built-in agent: the engine's model folder, whose tokenizer CLEANER grafts with (default: the in-process engines' model-dir, else the built-in Qwen3)",
+    )
+    .option('--model-family <name>', 'built-in agent: the family of --model-dir (detected when absent)')
+    .option(
       '--sample-timeout-ms <ms>',
       'wall-clock limit of one sample',
       positiveInt('--sample-timeout-ms'),

@@ -1,5 +1,6 @@
 import type { CleanerReport } from '../curation/cleaner/report.js';
 import type { CleanerOptions } from '../curation/cleaner/saar.js';
+import { ModelAdapters, type ModelRef } from '../text/model-ref.js';
 import { type AgentOutcome, runBuiltinAgent } from './agent/builtin.js';
 import type { ClaudeCodeInstall } from './agent/claude-code/install.js';
 import { claudeCodeDriver } from './agent/claude-code/run.js';
@@ -23,6 +24,11 @@ export type AgentSpec =
       maxTurns?: number;
       turnTimeoutMs?: number;
       cleaner?: CleanerOptions;
+      /**
+       * The engine's model folder (`gym run --model-dir`, or the in-process engines' one): CLEANER's
+       * graft token and decoding follow it. Absent: the built-in Qwen3, as the gateway's default.
+       */
+      model?: ModelRef;
       /** The tools offered (default: all five). */
       tools?: readonly string[];
       toolDescriptions?: 'full' | 'short';
@@ -73,9 +79,14 @@ function installed<Spec extends Extract<AgentSpec, { install: { version: string 
   };
 }
 
+/** The built-in agent's model adapters, each folder's built once per process. */
+const builtinAdapters = new ModelAdapters();
+
 export const AGENTS: { [Kind in AgentSpec['kind']]: AgentEntry<Extract<AgentSpec, { kind: Kind }>> } = {
   builtin: {
-    runKey: (spec) => (spec.cleaner ? `builtin+cleaner${JSON.stringify(spec.cleaner)}` : 'builtin'),
+    runKey: (spec) =>
+      (spec.cleaner ? `builtin+cleaner${JSON.stringify(spec.cleaner)}` : 'builtin') +
+      (spec.model ? `+model${JSON.stringify(spec.model)}` : ''),
     run: (spec, run, episode) =>
       runBuiltinAgent({
         ...run,
@@ -91,6 +102,7 @@ export const AGENTS: { [Kind in AgentSpec['kind']]: AgentEntry<Extract<AgentSpec
         seed: episode.seed,
         signal: episode.signal,
         cleaner: spec.cleaner,
+        ...(spec.model ? { modelAdapter: builtinAdapters.of(spec.model) } : {}),
       }),
   },
   command: {

@@ -2,6 +2,9 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { ValidationError } from '../domain/errors.js';
 import type { InjectedErrorKind } from '../engines/sim/policies.js';
+import { parseEngineSpec } from '../engines/upstream.js';
+import { createModelAdapter, type ModelAdapter } from '../text/model-adapter.js';
+import type { ModelRef } from '../text/model-ref.js';
 import { progressReporter } from '../util/progress.js';
 import { CLAUDE_CODE_VERSION, findClaudeCode } from './agent/claude-code/install.js';
 import { CODEX_VERSION, findCodex } from './agent/codex/install.js';
@@ -28,6 +31,46 @@ import type { GymTask } from './tasks/schema.js';
  * Errors name the flags, as the commands print them.
  */
 
+/**
+ * The built-in agent's model: `--model-dir` (and `--model-family`), else the folder every in-process
+ * engine names; null for the built-in Qwen3. A folder that cannot serve CLEANER is refused here,
+ * naming the model, before any sample runs.
+ */
+function builtinModel(
+  opts: { modelDir?: string; modelFamily?: string; engine?: readonly string[] },
+  cleaner: boolean,
+): ModelRef | null {
+  let model: ModelRef | null = null;
+  if (opts.modelDir !== undefined) {
+    model = { dir: resolve(opts.modelDir), ...(opts.modelFamily ? { family: opts.modelFamily } : {}) };
+  } else {
+    if (opts.modelFamily !== undefined)
+      throw new ValidationError('--model-family names the family of --model-dir: give both', 'model-family');
+    const specs = (opts.engine ?? []).map(parseEngineSpec);
+    const named = new Set(
+      specs.map((e) => JSON.stringify([e.modelDir ? resolve(e.modelDir) : null, e.family ?? null])),
+    );
+    if (named.size > 1 && cleaner)
+      throw new ValidationError(
+        "the engines serve different models: name the built-in agent's with --model-dir",
+        'model-dir',
+      );
+    const first = specs[0];
+    if (named.size === 1 && first?.modelDir)
+      model = { dir: resolve(first.modelDir), ...(first.family ? { family: first.family } : {}) };
+  }
+  if (model) {
+    let adapter: ModelAdapter;
+    try {
+      adapter = createModelAdapter(model.dir, model.family === undefined ? {} : { family: model.family });
+    } catch (error) {
+      throw new ValidationError(`--model-dir ${model.dir}: ${(error as Error).message}`, 'model-dir');
+    }
+    if (cleaner) adapter.toolCallOpenId();
+  }
+  return model;
+}
+
 /** `--agent`: the built-in agent, the installed OpenClaw, Codex or Claude Code, or a command template. */
 export function agentSpec(opts: {
   agent: string;
@@ -35,17 +78,28 @@ export function agentSpec(opts: {
   toolsDir?: string;
   cleaner?: boolean;
   cleanerP?: number;
+  modelDir?: string;
+  modelFamily?: string;
+  engine?: readonly string[];
 }): AgentSpec {
   // --cleaner-p alone turns CLEANER on too.
   const cleaner = opts.cleaner || opts.cleanerP !== undefined;
   if (cleaner && opts.agent !== 'builtin')
     throw new ValidationError('--cleaner works with --agent builtin only', 'cleaner');
-  if (opts.agent === 'builtin')
+  if (opts.agent !== 'builtin' && (opts.modelDir !== undefined || opts.modelFamily !== undefined))
+    throw new ValidationError(
+      "--model-dir is the built-in agent's: an installed agent reads nothing of the model",
+      'model-dir',
+    );
+  if (opts.agent === 'builtin') {
+    const model = builtinModel(opts, cleaner);
     return {
       kind: 'builtin',
       maxTurns: opts.maxTurns,
       ...(cleaner ? { cleaner: opts.cleanerP === undefined ? {} : { p: opts.cleanerP } } : {}),
+      ...(model ? { model } : {}),
     };
+  }
   if (opts.agent === 'openclaw') {
     const dir = opts.toolsDir ?? defaultToolsDir();
     const install = findOpenClaw(dir);
@@ -91,6 +145,9 @@ export interface RunCommandOptions {
   maxTurns: number;
   cleaner?: boolean;
   cleanerP?: number;
+  /** The built-in agent's model folder and family (`--model-dir`, `--model-family`). */
+  modelDir?: string;
+  modelFamily?: string;
   sampleTimeoutMs: number;
   runId?: string;
   channel?: string;

@@ -23,6 +23,8 @@ export const AgentWire = z.discriminatedUnion('kind', [
     maxTurns: z.number().int().min(1).optional(),
     turnTimeoutMs: z.number().int().min(1).optional(),
     cleaner: CleanerOptions.optional(),
+    /** The model folder: a path every worker must see (shared storage), as the coordinator's engines do. */
+    model: z.strictObject({ dir: z.string().min(1), family: z.string().min(1).optional() }).optional(),
   }),
   z.strictObject({ kind: z.literal('command'), template: z.string().min(1) }),
   z.strictObject({
@@ -50,6 +52,7 @@ export function agentWire(agent: AgentSpec): AgentWire {
     ...(agent.maxTurns !== undefined ? { maxTurns: agent.maxTurns } : {}),
     ...(agent.turnTimeoutMs !== undefined ? { turnTimeoutMs: agent.turnTimeoutMs } : {}),
     ...(agent.cleaner ? { cleaner: { ...agent.cleaner } } : {}),
+    ...(agent.model ? { model: { ...agent.model } } : {}),
   };
 }
 
