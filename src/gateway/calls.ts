@@ -12,9 +12,11 @@ import { messageAnswer } from './messages.js';
 import { chatRequestOf } from './messages-request.js';
 import { CHANNEL_HEADER, SESSION_HEADER, sessionKeyOf } from './online-sessions.js';
 import { responsesCall } from './responses.js';
-import { checkResponsesRequest } from './responses-request.js';
+import { checkResponsesRequest, type ResponsesBody } from './responses-request.js';
 import type { Session } from './session.js';
 import { GenerateRequest } from './wire/generate.js';
+import type { ChatCompletionRequest } from './wire/openai-chat.js';
+import type { CompletionRequest } from './wire/openai-completions.js';
 
 /*
  * The LLM calls (chat/completions, completions, responses, messages, /generate, models) independent
@@ -48,6 +50,19 @@ async function bodyOf(kind: LlmCall, text: string): Promise<{ body: unknown; raw
   return kind === 'messages' ? { body: chatRequestOf(value), raw: null } : { body: value, raw: text };
 }
 
+/** A call's request, checked once against its protocol's schema: the type carries the check on. */
+type CheckedCall =
+  | { kind: 'responses'; request: ResponsesBody }
+  | { kind: 'chat' | 'messages'; request: ChatCompletionRequest }
+  | { kind: 'text'; request: CompletionRequest };
+
+/** Checks a call's body (a Messages API body arrives translated to chat); a 400 naming the field. */
+function checkCall(kind: LlmCall, body: unknown): CheckedCall {
+  if (kind === 'responses') return { kind, request: checkResponsesRequest(body) };
+  if (kind === 'text') return { kind, request: checkCallRequest('text', body) };
+  return { kind, request: checkCallRequest('chat', body) };
+}
+
 /**
  * Forwards and captures one call of a session. Responses and Messages API calls go as chat and are
  * answered in their own shape; `size` (the request's length) is what keeping a response costs.
@@ -55,18 +70,17 @@ async function bodyOf(kind: LlmCall, text: string): Promise<{ body: unknown; raw
 async function callOn(
   gateway: Gateway,
   session: Session,
-  kind: LlmCall,
-  body: unknown,
+  call: CheckedCall,
   signal: AbortSignal,
   raw: string | null,
   size: number,
   origin: CallOrigin | undefined,
 ): Promise<Answer> {
-  if (kind === 'responses')
-    return responsesCall(gateway, session, checkResponsesRequest(body), signal, size, origin);
-  if (kind !== 'messages') return gateway.call(session, kind, body, signal, raw, origin);
-  const answer = await gateway.call(session, 'chat', body, signal, null, origin);
-  return messageAnswer(answer, (body as { model?: unknown }).model);
+  if (call.kind === 'responses') return responsesCall(gateway, session, call.request, signal, size, origin);
+  if (call.kind === 'text') return gateway.call(session, 'text', call.request, signal, raw, origin);
+  if (call.kind === 'chat') return gateway.call(session, 'chat', call.request, signal, raw, origin);
+  const answer = await gateway.call(session, 'chat', call.request, signal, null, origin);
+  return messageAnswer(answer, call.request.model);
 }
 
 /** A call under a trajectory's base_url (`/<trajectory>/<group>/v1/...`). */
@@ -82,7 +96,7 @@ export async function trajectoryCall(
   const group = clientIdParam(ids.group, 'group_id');
   const session = await gateway.sessionAt(trajectory, group);
   const { body, raw } = await bodyOf(kind, text);
-  return callOn(gateway, session, kind, body, signal, raw, text.length, origin);
+  return callOn(gateway, session, checkCall(kind, body), signal, raw, text.length, origin);
 }
 
 /**
@@ -123,7 +137,7 @@ export async function fixedCall(
     );
   }
   const session = await gateway.session(parseOrThrow(ClientId, trajectory, 'trajectory_uid'));
-  return callOn(gateway, session, kind, body, signal, raw, text.length, origin);
+  return callOn(gateway, session, checkCall(kind, body), signal, raw, text.length, origin);
 }
 
 /** A call of an online session: its trajectory is found (or opened) by session key. */
@@ -145,10 +159,8 @@ async function sessionCall(
     );
   }
   // Checked before the session is found or opened: a call refused for its body opens no trajectory.
-  const request: Record<string, unknown> =
-    kind === 'responses'
-      ? checkResponsesRequest(body)
-      : checkCallRequest(kind === 'messages' ? 'chat' : kind, body);
+  const checked = checkCall(kind, body);
+  const request: Record<string, unknown> = checked.request;
   const key = sessionKeyOf(sessionHeader, request);
   // A session is its key's: another key naming the same session gets a session of its own.
   const owner = { fingerprint: caller?.fingerprint ?? null, agentOnly: agentOnly(caller) };
@@ -158,7 +170,7 @@ async function sessionCall(
     // Feedback is judged against the session's last step (stored before its answer went out).
     // (Chat messages: a Messages call was translated to chat; a Responses call has none.)
     const feedback = kind === 'chat' || kind === 'messages' ? call.feedbackFor(request) : null;
-    const answer = await callOn(gateway, call.session, kind, request, signal, raw, size, origin);
+    const answer = await callOn(gateway, call.session, checked, signal, raw, size, origin);
     // Only for a call the gateway accepted: a rejected one is sent again, and judged then.
     if (feedback) call.recordFeedback(feedback);
     return answer;

@@ -23,7 +23,7 @@ import {
   type ForwardAnswer,
 } from './call-context.js';
 import { callCore, forwardAnswer } from './call-core.js';
-import { type CallKind, checkCallRequest } from './call-request.js';
+import type { CallKind, CallRequest } from './call-request.js';
 import type { CallOrigin, CallTracer } from './call-trace.js';
 import { StepRecorder } from './capture.js';
 import { baseOfStep, ContinuityCounters } from './continuity.js';
@@ -424,20 +424,19 @@ export class Gateway {
 
   /**
    * Forwards one chat (`kind: 'chat'`) or text (`'text'`) completion for a session and captures it,
-   * through the call middleware server/ registered (call-context.ts). `body` is the agent's parsed
-   * request and `raw` its text when at hand; `signal` aborts when the agent goes away before its
-   * answer ended, and is the engine request's own signal (it stops the generation).
+   * through the call middleware server/ registered (call-context.ts). `request` is the agent's,
+   * checked once (checkCallRequest) by whoever received it, and `raw` its text when at hand; `signal`
+   * aborts when the agent goes away before its answer ended, and is the engine request's own signal.
    */
-  async call(
+  async call<K extends CallKind>(
     session: Session,
-    kind: CallKind,
-    body: unknown,
+    kind: K,
+    request: CallRequest<K>,
     signal: AbortSignal,
     raw: string | null = null,
     origin: CallOrigin | null = null,
   ): Promise<Answer> {
     const router = this.requireRouter();
-    const request = checkCallRequest(kind, body);
     return this.pipeline(
       new CallContext({ session, kind, request, raw, signal, origin }, router, this.forwardAnswer),
     );

@@ -1,5 +1,6 @@
 import { StepwiseError } from '../domain/index.js';
 import { type Answer, isStreamSource, JSON_HEADERS } from './answer.js';
+import { checkCallRequest } from './call-request.js';
 import type { CallOrigin } from './call-trace.js';
 import type { Gateway } from './gateway.js';
 import { newResponseId, type OutputItem, type ResponseFrame, wholeResponse } from './responses-output.js';
@@ -50,7 +51,8 @@ export async function responsesCall(
     const messages = [...conversation, ...chatMessagesOf(output, 'output')];
     gateway.responseStore.put(session.id, frame.id, messages, size + JSON.stringify(output).length);
   };
-  const answer = await gateway.call(session, 'chat', chat, signal, null, origin);
+  // The translation is checked as chat: it carries the agent's sampling fields on.
+  const answer = await gateway.call(session, 'chat', checkCallRequest('chat', chat), signal, null, origin);
   // An error (already in OpenAI's shape) or an agent gone: as the chat call answered it.
   if (answer.status !== 200) return answer;
   const { body } = answer;
