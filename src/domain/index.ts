@@ -9,3 +9,5 @@ export * from './lease.js';
 export * from './signal.js';
 export * from './step.js';
 export * from './trajectory.js';
+export * from './wire-batch.js';
+export * from './wire-headers.js';

@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { ClientId } from './ids.js';
 import { JsonObject, StoredJsonObject } from './json.js';
 import { MAX_STEP_INDEX } from './step.js';
+import type { SignalOut } from './wire-batch.js';
 
 /**
  * Who produced a signal. `agent`: declared by the agent under its own base_url; `user`: read by the
@@ -104,18 +105,7 @@ export function signalFromWire(wire: Omit<SignalWire, 'trajectory_uid'>, traject
   };
 }
 
-/** The wire form a trainer, an agent or a batch receives. */
-export interface SignalOut {
-  trajectory_uid: string;
-  step_index: number | null;
-  name: string;
-  value: number;
-  source: SignalSource;
-  version: string;
-  details: Record<string, unknown>;
-  created_at: number;
-}
-
+/** The wire form a trainer, an agent or a batch receives (its schema: wire-batch.ts). */
 export function signalToWire(s: Signal): SignalOut {
   return {
     trajectory_uid: s.trajectoryId,

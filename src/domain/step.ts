@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { ChannelName, ClientId } from './ids.js';
 import { JsonObject, StoredJsonObject } from './json.js';
+import type { StepOut } from './wire-batch.js';
 
 /** Highest step index a trajectory may have (stores key steps by trajectory and index). */
 export const MAX_STEP_INDEX = 1_000_000;
@@ -297,36 +298,7 @@ export function stepFromWire(wire: z.output<typeof StepWire>): NewStep {
   };
 }
 
-/** The wire form a trainer or a query receives. */
-export interface StepOut {
-  trajectory_uid: string;
-  prompt_uid: string;
-  channel: string;
-  step_index: number;
-  prompt_ids: number[];
-  response_ids: number[];
-  reward: number | null;
-  policy_version: number;
-  is_last: boolean;
-  metadata: Record<string, unknown>;
-  rollout_log_probs: number[] | null;
-  token_source: TokenSource;
-  finish_reason: string | null;
-  messages: Record<string, unknown>[] | null;
-  tools: Record<string, unknown>[] | null;
-  response_text: string | null;
-  tool_calls: Record<string, unknown>[] | null;
-  tool_results: ToolResult[] | null;
-  timings: { latency_ms: number | null; ttft_ms: number | null };
-  engine_id: string | null;
-  /** A guided step's prompt without the hint; null for every other step. */
-  training_prompt_ids: number[] | null;
-  /** MoE routing `[tokens][layers][top_k]` (Claw-R1's routing replay); null when not sent. */
-  routed_experts: number[][][] | null;
-  multi_modal_data: Record<string, unknown> | null;
-  created_at: number;
-}
-
+/** The wire form a trainer, an agent or a batch receives (its schema: wire-batch.ts). */
 export function stepToWire(step: Step): StepOut {
   return {
     trajectory_uid: step.trajectoryId,

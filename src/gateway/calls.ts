@@ -1,4 +1,5 @@
 import { ClientId, clientIdParam, parseOrThrow, StepwiseError, ValidationError } from '../domain/index.js';
+import { AGENT_HEADERS } from '../domain/wire-headers.js';
 import { type ApiKey, agentOnly } from '../http/auth.js';
 import { OFFLOAD_JSON_BYTES, parseJsonText } from '../http/json-body.js';
 import { jsonOf } from '../http/offload-json.js';
@@ -27,7 +28,7 @@ import type { CompletionRequest } from './wire/openai-completions.js';
 /** The LLM call a request makes: a chat or text completion, or a Responses or Messages API call (as chat). */
 export type LlmCall = CallKind | 'responses' | 'messages';
 
-export const TRAJECTORY_HEADER = 'x-stepwise-trajectory';
+export const TRAJECTORY_HEADER = AGENT_HEADERS.trajectory;
 const MODEL_SEPARATOR = '__';
 
 /** A request header by lower-case name. */

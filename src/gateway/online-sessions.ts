@@ -9,6 +9,7 @@ import {
   type Trajectory,
   ValidationError,
 } from '../domain/index.js';
+import { AGENT_HEADERS } from '../domain/wire-headers.js';
 import type { DataPool } from '../pool/data-pool.js';
 import { classifyFeedback, excerpt, type FeedbackKind, latestUserTurn } from './feedback.js';
 import type { InitTrajectoryInput, Session } from './session.js';
@@ -16,8 +17,8 @@ import type { InitTrajectoryInput, Session } from './session.js';
 // Online sessions ("deployment = training"): each conversation of an assistant on a fixed base_url becomes
 // one trajectory; the key map is a bounded cache of the store. docs/gateway.md#sessions-online-mode
 
-export const SESSION_HEADER = 'x-stepwise-session';
-export const CHANNEL_HEADER = 'x-stepwise-channel';
+export const SESSION_HEADER = AGENT_HEADERS.session;
+export const CHANNEL_HEADER = AGENT_HEADERS.channel;
 export const DEFAULT_SESSION_CHANNEL = 'online';
 /** Header value meaning "derive the key from the body". */
 export const AUTO_SESSION = 'auto';

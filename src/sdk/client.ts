@@ -13,6 +13,7 @@ import type {
   StepWireInput,
   TrajectoryOut,
 } from '../domain/index.js';
+import { LEASE_HEADERS } from '../domain/wire-headers.js';
 import type { BatchJson, TrajectoryRowsBatchJson } from '../serving/json-batch.js';
 import type { PoolStats } from '../store/store.js';
 
@@ -341,12 +342,12 @@ export class StepwiseClient {
     }
     const header = (name: string) => String(response.headers[name] ?? '');
     return {
-      leaseId: header('x-lease-id'),
-      expiresAt: Number(header('x-lease-expires-at')),
+      leaseId: header(LEASE_HEADERS.leaseId),
+      expiresAt: Number(header(LEASE_HEADERS.leaseExpiresAt)),
       format: options.format,
-      rows: Number(header('x-stepwise-rows')),
-      truncatedSteps: Number(header('x-stepwise-truncated-steps')),
-      droppedSteps: Number(header('x-stepwise-dropped-steps')),
+      rows: Number(header(LEASE_HEADERS.rows)),
+      truncatedSteps: Number(header(LEASE_HEADERS.truncatedSteps)),
+      droppedSteps: Number(header(LEASE_HEADERS.droppedSteps)),
       body: new Uint8Array(await response.body.arrayBuffer()),
     };
   }

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { LeaseRequest, ValidationError } from '../domain/index.js';
+import { LEASE_HEADERS } from '../domain/wire-headers.js';
 import type { LeasedBatch } from '../store/store.js';
 import { ADVANTAGE_ESTIMATORS } from './advantages.js';
 import { arrowColumns, arrowRows, encodeArrow } from './arrow-batch.js';
@@ -58,17 +59,17 @@ export async function renderBatch(leased: LeasedBatch, request: BatchRequest): P
   // Guided steps without a hint-free prompt are left out of every format, and counted (off-policy.ts).
   const { batch, untrainable } = withoutUntrainableSteps(leased);
   const lease: Record<string, string> = {
-    'x-stepwise-untrainable-steps': String(untrainable),
-    'x-lease-id': batch.lease.id,
-    'x-lease-expires-at': String(batch.lease.expiresAt),
+    [LEASE_HEADERS.untrainableSteps]: String(untrainable),
+    [LEASE_HEADERS.leaseId]: batch.lease.id,
+    [LEASE_HEADERS.leaseExpiresAt]: String(batch.lease.expiresAt),
     // The version the batch was served at: a trainer's staleness reference in the binary formats.
-    'x-stepwise-policy-version': String(batch.policyVersion),
+    [LEASE_HEADERS.policyVersion]: String(batch.policyVersion),
   };
   if (request.format !== 'json') {
     // The binary formats carry curation's metrics in a header (the JSON body has the whole record);
     // the dropped groups are counted, not listed, to keep the header small.
     const { dropped_groups, metrics } = batchCuration(batch);
-    lease['x-stepwise-curation'] = JSON.stringify({ dropped_groups: dropped_groups.length, metrics });
+    lease[LEASE_HEADERS.curation] = JSON.stringify({ dropped_groups: dropped_groups.length, metrics });
   }
   if (request.format === 'json') {
     if (request.rows === 'trajectory') {
@@ -93,9 +94,9 @@ export async function renderBatch(leased: LeasedBatch, request: BatchRequest): P
       body: [await encodeArrow(columns)],
       headers: {
         ...lease,
-        'x-stepwise-rows': String(arrowRows(columns)),
-        'x-stepwise-truncated-steps': '0',
-        'x-stepwise-dropped-steps': '0',
+        [LEASE_HEADERS.rows]: String(arrowRows(columns)),
+        [LEASE_HEADERS.truncatedSteps]: '0',
+        [LEASE_HEADERS.droppedSteps]: '0',
       },
     };
   }
@@ -112,11 +113,11 @@ export async function renderBatch(leased: LeasedBatch, request: BatchRequest): P
     body: npzParts(padded.arrays).parts,
     headers: {
       ...lease,
-      'x-stepwise-rows': String(padded.rows),
-      'x-stepwise-truncated-steps': String(padded.truncated),
-      'x-stepwise-dropped-steps': String(padded.dropped),
-      'x-stepwise-prompt-length': String(padded.promptLength),
-      'x-stepwise-response-length': String(padded.responseLength),
+      [LEASE_HEADERS.rows]: String(padded.rows),
+      [LEASE_HEADERS.truncatedSteps]: String(padded.truncated),
+      [LEASE_HEADERS.droppedSteps]: String(padded.dropped),
+      [LEASE_HEADERS.promptLength]: String(padded.promptLength),
+      [LEASE_HEADERS.responseLength]: String(padded.responseLength),
     },
   };
 }

@@ -1,112 +1,27 @@
-import { type SignalOut, type StepOut, signalToWire, stepToWire } from '../domain/index.js';
+import {
+  type BatchCurationWire,
+  type BatchJson,
+  type StepLabelOut,
+  signalToWire,
+  stepToWire,
+  type TrajectoryRowJson,
+  type TrajectoryRowsBatchJson,
+} from '../domain/index.js';
+
+// The wire's types are its schema's (domain/wire-batch.ts); kept importable from here.
+export type { BatchCurationWire, BatchJson, StepLabelOut, TrajectoryRowJson, TrajectoryRowsBatchJson };
+
 import type { CurrentLabel, LeasedBatch } from '../store/store.js';
 import { type AdvantageEstimator, groupAdvantages } from './advantages.js';
 import { isOffPolicy, needsLogprobRecompute, trainingPrompt } from './off-policy.js';
 import { type PackingWire, packingToWire, packPrefixTree } from './packing.js';
 import { stitchTrajectory, type TrajectoryRow } from './trajectory-rows.js';
 
-export interface StepLabelOut {
-  quality: CurrentLabel['quality'];
-  tags: string[];
-  note: string | null;
-}
-
-export interface BatchJson {
-  lease_id: string;
-  expires_at: number;
-  consumer: string;
-  channel: string;
-  policy_version: number;
-  curation: BatchCurationWire;
-  /** Guided steps left out: no hint-free training prompt (serving's off-policy.ts). */
-  untrainable_steps: number;
-  groups: {
-    group_id: string;
-    expected: number | null;
-    partial: boolean;
-    stale: boolean;
-    staleness: number;
-    /** Trajectories of the group that the channel's curation did not serve, with why. */
-    excluded: {
-      trajectory_uid: string;
-      reason: string;
-      reward: number | null;
-      detail?: Record<string, unknown>;
-    }[];
-    trajectories: {
-      trajectory_uid: string;
-      reward: number | null;
-      status: string;
-      guided: boolean;
-      guidance_k: number | null;
-      probe: boolean;
-      derived_from: string | null;
-      /** Guided (train on `training_prompt_ids`, weigh by the prompt-swap ratio) or purified offline. */
-      off_policy: boolean;
-      /** Some step comes without `rollout_log_probs`: the trainer recomputes them. */
-      recompute_log_probs: boolean;
-      metadata: Record<string, unknown>;
-      label: StepLabelOut | null;
-      /** The signals in force (the latest per step, name and source), oldest first. */
-      signals: SignalOut[];
-      /** With `advantage`: the trajectory's advantage, also on each of its steps. */
-      advantage?: number;
-      steps: (StepOut & { label: StepLabelOut | null; advantage?: number })[];
-    }[];
-    /** With `pack: prefix_tree`: the group's steps (trajectory by trajectory) merged into one trie. */
-    packing?: PackingWire;
-  }[];
-}
-
 type TrajectoryJson = BatchJson['groups'][number]['trajectories'][number];
 
 type GroupJson<Row> = Omit<BatchJson['groups'][number], 'trajectories'> & {
   trajectories: (Omit<TrajectoryJson, 'steps'> & { steps: Row[] })[];
 };
-
-/** One stitched row on the wire (`rows: "trajectory"`, docs/serving.md#trajectory-rows). */
-export interface TrajectoryRowJson {
-  first_step: number;
-  last_step: number;
-  /** The first step's prompt, then each step's new prompt tokens and its response. */
-  input_ids: number[];
-  /** 1 on the policy's response tokens, 0 on prompt tokens. */
-  loss_mask: number[];
-  /** Aligned to `input_ids`: the engine's logprob on response tokens, null where the mask is 0; the
-   * whole array is null when some covered step came without logprobs. */
-  logprobs: (number | null)[] | null;
-  /** `input_ids[:prompt_length]` is the first step's prompt (no response token before it). */
-  prompt_length: number;
-  /** Sum of the covered steps' rewards (null when none has one). */
-  reward: number | null;
-  /** The oldest policy version among the covered steps. */
-  policy_version: number;
-  advantage?: number;
-  /** Where each covered step sits in `input_ids`: its new prompt tokens from `prompt_start`, its
-   * response in [`response_start`, `response_end`). */
-  spans: {
-    step_index: number;
-    prompt_start: number;
-    response_start: number;
-    response_end: number;
-    reward: number | null;
-  }[];
-}
-
-/** `rows: "trajectory"`: as BatchJson, with each trajectory's stitched `rows` in place of `steps`. */
-export interface TrajectoryRowsBatchJson extends Omit<BatchJson, 'groups'> {
-  rows: 'trajectory';
-  groups: (Omit<BatchJson['groups'][number], 'trajectories' | 'packing'> & {
-    trajectories: (Omit<TrajectoryJson, 'steps'> & { rows: TrajectoryRowJson[] })[];
-  })[];
-}
-
-export interface BatchCurationWire {
-  /** Groups curation dropped while this lease was filled (their places were refilled). */
-  dropped_groups: { group_id: string; reason: string; rewards: (number | null)[] }[];
-  /** Reward metrics of this batch over what was served, what curation left out, and both. */
-  metrics: Record<'kept' | 'dropped' | 'all', { trajectories: number; mean_reward: number | null }>;
-}
 
 export interface JsonBatchOptions {
   advantage?: AdvantageEstimator;

@@ -35,22 +35,9 @@ export interface Packing {
 }
 
 /** A Packing as it travels inside JSON batches: plain number arrays, nodes as `[start, length, parent]`. */
-export interface PackingWire {
-  tokens: number[];
-  nodes: [start: number, length: number, parent: number][];
-  parents: number[];
-  sequences: number[][];
-  position_ids: number[];
-  /** one owner per response token (the default) */
-  owner?: number[];
-  /** with shared responses: the owners of packed token j are owner_ids[owner_offsets[j] .. owner_offsets[j+1]) */
-  owner_offsets?: number[];
-  owner_ids?: number[];
-  /** with shared responses: per packed token, how many steps train on it (0 for prompt-only) */
-  loss_weight?: number[];
-  ratio: number;
-  original_tokens: number;
-}
+import type { PackingWire } from '../domain/wire-batch.js';
+
+export type { PackingWire };
 
 export interface PackOptions {
   /** merge identical response prefixes across sequences (a token may belong to several); default false */

@@ -13,16 +13,21 @@ Set `STEPWISE_NO_NUMPY=1` to use the pure-Python arrays (`NpyArray`) even when N
 from .client import Advantage, Batch, BatchFormat, Overlong, StepwiseClient
 from .errors import StepwiseConnectionError, StepwiseError, StepwiseFormatError
 from .npz import HAVE_NUMPY, NpyArray, read_padded, read_zip_directory
+from .wire import AgentHeaders, BatchJson, LeaseHeaders, RowsBatchJson
 
 __version__ = "0.1.0"
 
 __all__ = [
     "HAVE_NUMPY",
     "Advantage",
+    "AgentHeaders",
     "Batch",
     "BatchFormat",
+    "BatchJson",
+    "LeaseHeaders",
     "NpyArray",
     "Overlong",
+    "RowsBatchJson",
     "StepwiseClient",
     "StepwiseConnectionError",
     "StepwiseError",

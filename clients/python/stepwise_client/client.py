@@ -15,6 +15,7 @@ from urllib.parse import quote, urlencode, urlsplit
 
 from .errors import StepwiseConnectionError, StepwiseError, StepwiseFormatError
 from .npz import read_padded
+from .wire import BatchJson, LeaseHeaders, RowsBatchJson
 
 BatchFormat = Literal["json", "arrow", "padded"]
 Advantage = Literal["grpo", "drgrpo", "rloo"]
@@ -109,6 +110,12 @@ class Batch:
 
     def __getitem__(self, name: str) -> Any:
         return self.arrays[name]
+
+    def wire(self) -> BatchJson | RowsBatchJson:
+        """The `json` batch as the wire's dataclasses (stepwise_client.wire, generated from its schema)."""
+        if self.data is None:
+            raise StepwiseFormatError(f"a {self.format} batch has no JSON body; lease format='json'")
+        return (RowsBatchJson if self.data.get("rows") == "trajectory" else BatchJson).from_dict(self.data)
 
     def expires_in(self) -> float:
         """Seconds until the lease expires (negative once it has)."""
@@ -315,22 +322,22 @@ class StepwiseClient:
             # `rows: "trajectory"` batches carry stitched `rows` in place of `steps`.
             key = "rows" if data.get("rows") == "trajectory" else "steps"
             served_rows = sum(len(t[key]) for g in data["groups"] for t in g["trajectories"])
-            batch.rows = _int_header(answer, "X-Stepwise-Rows") or served_rows
+            batch.rows = _int_header(answer, LeaseHeaders.ROWS) or served_rows
         else:
-            lease_id = answer.header("X-Lease-Id")
+            lease_id = answer.header(LeaseHeaders.LEASE_ID)
             if not lease_id:
                 raise StepwiseFormatError(f"a {content_type or 'untyped'} batch without an X-Lease-Id header")
             batch = Batch(
                 lease_id=lease_id,
-                expires_at=_int_header(answer, "X-Lease-Expires-At") or 0,
+                expires_at=_int_header(answer, LeaseHeaders.LEASE_EXPIRES_AT) or 0,
                 format=served or requested,
                 body=answer.body,
-                policy_version=_int_header(answer, "X-Stepwise-Policy-Version"),
+                policy_version=_int_header(answer, LeaseHeaders.POLICY_VERSION),
                 _client=self,
             )
-            batch.rows = _int_header(answer, "X-Stepwise-Rows")
-        batch.truncated_steps = _int_header(answer, "X-Stepwise-Truncated-Steps")
-        batch.dropped_steps = _int_header(answer, "X-Stepwise-Dropped-Steps")
+            batch.rows = _int_header(answer, LeaseHeaders.ROWS)
+        batch.truncated_steps = _int_header(answer, LeaseHeaders.TRUNCATED_STEPS)
+        batch.dropped_steps = _int_header(answer, LeaseHeaders.DROPPED_STEPS)
         try:
             if served != requested:
                 raise StepwiseFormatError(

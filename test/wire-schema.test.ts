@@ -1,0 +1,163 @@
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { generateWire, PYTHON_FILE, SCHEMA_FILE } from '../scripts/wire.js';
+import {
+  AGENT_HEADERS,
+  BatchJsonWire,
+  LEASE_HEADERS,
+  RowsBatchJsonWire,
+  type StepWireInput,
+} from '../src/domain/index.js';
+import { StepwiseClient } from '../src/sdk/client.js';
+import { findTrainPython, runPython } from '../src/train/python.js';
+import { testServers } from './support/test-servers.js';
+
+/*
+ * One wire for both languages. The committed JSON Schema and Python dataclasses are what the zod
+ * schemas generate; batches a real server leases over HTTP (steps with signals, labels and
+ * advantages, a prefix-tree packing, stitched rows) parse under the strict schemas, so the serving
+ * code writes nothing the schema does not name; the lease headers it sends are the listed names;
+ * and the Python client's pytest suite reads the same leased batches into its dataclasses. CI sets
+ * STEPWISE_TRAIN_PYTHON (with pytest), so a missing pytest fails there instead of skipping.
+ */
+
+const python = findTrainPython();
+const required = Boolean(process.env.STEPWISE_TRAIN_PYTHON);
+const { serve } = testServers('wire');
+
+function episode(trajectory: string, prompt: string, n: number, reward: number): StepWireInput[] {
+  const steps: StepWireInput[] = [];
+  let history = [11, 12, 13];
+  for (let i = 0; i < n; i++) {
+    const prompt_ids = history.concat([100 + i]);
+    const response_ids = [200 + i, 300 + i];
+    steps.push({
+      trajectory_uid: trajectory,
+      prompt_uid: prompt,
+      step_index: i,
+      prompt_ids,
+      response_ids,
+      rollout_log_probs: [-0.5, -0.25],
+      reward: i === n - 1 ? reward : 0,
+      is_last: i === n - 1,
+    });
+    history = prompt_ids.concat(response_ids);
+  }
+  return steps;
+}
+
+describe('the generated wire files', () => {
+  it('are what the zod schemas generate (run `npm run gen:wire` after changing them)', () => {
+    const { schema, python: py } = generateWire();
+    expect(readFileSync(SCHEMA_FILE, 'utf8')).toBe(schema);
+    expect(readFileSync(PYTHON_FILE, 'utf8')).toBe(py);
+    const parsed = JSON.parse(schema) as { $defs: Record<string, unknown>; 'x-headers': unknown };
+    expect(Object.keys(parsed.$defs)).toEqual(
+      expect.arrayContaining([
+        'BatchJson',
+        'RowsBatchJson',
+        'StepOut',
+        'SignalOut',
+        'Packing',
+        'TrajectoryRow',
+      ]),
+    );
+    expect(parsed['x-headers']).toEqual({ lease: LEASE_HEADERS, agent: AGENT_HEADERS });
+  });
+});
+
+describe('leased batches against the wire schema', () => {
+  const cases: { name: string; batch: unknown; expect: { groups: number; trajectories: number } }[] = [];
+  let dir = '';
+  beforeAll(() => {
+    dir = mkdtempSync(join(tmpdir(), 'stepwise-wire-cases-'));
+  });
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+  it('every json form parses under the strict schema; the binary form sends the listed headers', async () => {
+    const server = await serve({});
+    const client = new StepwiseClient({ baseUrl: server.url });
+    for (const [g, group] of ['p1', 'p2'].entries())
+      for (let r = 0; r < 2; r++)
+        await client.submitSteps(episode(`t${g}${r}`, group, 2 + r, r), { nRollouts: 2 });
+    await client.addSignals([
+      { trajectory_uid: 't00', name: 'judge', value: 0.5, source: 'judge' },
+      {
+        trajectory_uid: 't01',
+        step_index: 1,
+        name: 'format',
+        value: 1,
+        source: 'rule',
+        details: { ok: true },
+      },
+    ]);
+    const label = await fetch(`${server.url}/v1/labels`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        labels: [{ trajectory_uid: 't10', step_index: 0, quality: 'good', tags: ['x'] }],
+      }),
+    });
+    expect(label.status).toBe(200);
+    const lease = async (body: Record<string, unknown>) => {
+      const res = await fetch(`${server.url}/v1/batches/lease`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ batch_size: 2, n_rollouts: 2, wait_ms: 0, ...body }),
+      });
+      expect(res.status).toBe(200);
+      return res;
+    };
+    const forms: [string, Record<string, unknown>][] = [
+      ['steps', {}],
+      ['steps-advantage-packed', { advantage: 'grpo', pack: 'prefix_tree', share_responses: true }],
+      ['rows', { rows: 'trajectory', advantage: 'rloo' }],
+    ];
+    for (const [name, body] of forms) {
+      const batch = (await (await lease(body)).json()) as { lease_id: string; rows?: string };
+      const schema = batch.rows === 'trajectory' ? RowsBatchJsonWire : BatchJsonWire;
+      const parsed = schema.safeParse(batch);
+      expect(parsed.error?.issues, name).toBeUndefined();
+      cases.push({ name, batch, expect: { groups: 2, trajectories: 4 } });
+      await client.nack(batch.lease_id);
+    }
+    // The steps forms carry what the fixtures put there: a label, signals, advantages, a packing.
+    const packed = cases[1]!.batch as {
+      groups: {
+        packing?: unknown;
+        trajectories: { steps: { advantage?: number; label: unknown }[]; signals: unknown[] }[];
+      }[];
+    };
+    expect(packed.groups.every((g) => g.packing !== undefined)).toBe(true);
+    const all = packed.groups.flatMap((g) => g.trajectories);
+    expect(all.flatMap((t) => t.steps).every((s) => typeof s.advantage === 'number')).toBe(true);
+    expect(all.flatMap((t) => t.steps).some((s) => s.label !== null)).toBe(true);
+    expect(all.flatMap((t) => t.signals)).toHaveLength(2);
+    const padded = await lease({ format: 'padded' });
+    const headers = [...padded.headers.keys()];
+    for (const name of Object.values(LEASE_HEADERS).filter((h) => h !== LEASE_HEADERS.curation))
+      expect(headers, name).toContain(name);
+    await client.nack(padded.headers.get(LEASE_HEADERS.leaseId)!);
+  });
+
+  it("the Python client's pytest suite reads the same batches into its generated dataclasses", async () => {
+    if (!python) {
+      if (required) throw new Error('STEPWISE_TRAIN_PYTHON is set but cannot be found');
+      return;
+    }
+    expect(cases).toHaveLength(3);
+    const file = join(dir, 'cases.json');
+    writeFileSync(file, JSON.stringify({ cases }));
+    const tests = new URL('../clients/python/tests', import.meta.url).pathname;
+    const out = await runPython(python, ['-m', 'pytest', '-q', '-p', 'no:cacheprovider', tests], {
+      timeoutMs: 300_000,
+      env: { STEPWISE_WIRE_CASES: file },
+    });
+    // Every test of the client's suite ran and passed: the wire's, and the reader's and lifeline's.
+    const summary = /(\d+) passed/.exec(out);
+    expect(out, out).not.toMatch(/failed|error|skipped/);
+    expect(Number(summary?.[1])).toBeGreaterThanOrEqual(6);
+  }, 300_000);
+});
