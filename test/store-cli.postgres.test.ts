@@ -111,4 +111,25 @@ describe.skipIf(!pgUrl)('store commands on PostgreSQL (--db postgres://…)', ()
     expect(result.code).toBe(1);
     expect(result.stderr).toMatch(/^stepwise: .*postgres:\/\/nobody@127\.0\.0\.1:1\/none.*ECONNREFUSED/m);
   }, 60_000);
+
+  it('a mistyped --pg-schema is refused, naming the schemas that hold a store, and none is created', async () => {
+    const typo = `${schema}_typo`;
+    for (const args of [
+      ['export', 'sft', '--db', pgUrl!, '--pg-schema', typo, '--out', join(dir, 'typo')],
+      ['purify', '--db', pgUrl!, '--pg-schema', typo],
+    ]) {
+      const result = await runCli(args, {}, 60_000);
+      expect(result.code, args.join(' ')).toBe(1);
+      expect(result.stderr).toContain(`--pg-schema: the schema ${typo} of postgres://`);
+      expect(result.stderr).toMatch(new RegExp(`schemas that do: .*\\b${schema}\\b`));
+    }
+    const pgClient = new (await import('pg')).default.Client({ connectionString: pgUrl! });
+    await pgClient.connect();
+    try {
+      const { rows } = await pgClient.query('SELECT 1 FROM pg_namespace WHERE nspname = $1', [typo]);
+      expect(rows).toHaveLength(0);
+    } finally {
+      await pgClient.end();
+    }
+  }, 120_000);
 });

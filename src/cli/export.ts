@@ -95,7 +95,7 @@ export function registerExportCommands(program: Command): void {
       const location = existingStoreOf(opts);
       if (existsSync(opts.out) && !statSync(opts.out).isDirectory())
         throw new ValidationError(`--out: ${opts.out} is not a directory`, 'out');
-      const store = await openStore(location);
+      const store = await openStore(location, { existing: true });
       const progress = progressReporter(`export ${kind}`, 'trajectories');
       let manifest: ExportManifest;
       try {

@@ -50,7 +50,7 @@ export function registerPurifyCommand(program: Command): void {
     .option('--details', 'list every trajectory in the summary')
     .action(async (opts) => {
       const location = existingStoreOf(opts);
-      const store = await openStore(location);
+      const store = await openStore(location, { existing: true });
       const progress = progressReporter('purify', 'trajectories', process.stderr);
       try {
         const summary = await purifyStore(poolOps(store), {

@@ -35,6 +35,8 @@ export interface OpenStoreOptions {
   channelDefaults?: Partial<ChannelConfig>;
   /** Connections of a PostgreSQL store (default 10). */
   poolSize?: number;
+  /** A command that reads a store: a PostgreSQL schema without one is refused, not created. */
+  existing?: boolean;
 }
 
 /** Opens (and migrates) the store at `location`. */
@@ -49,6 +51,7 @@ export async function openStore(
       schema: where.schema,
       channelDefaults: options.channelDefaults,
       ...(options.poolSize !== undefined ? { poolSize: options.poolSize } : {}),
+      ...(options.existing ? { existing: true } : {}),
     });
   return openSqliteStore({
     path: where.path,

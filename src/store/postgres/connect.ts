@@ -1,6 +1,6 @@
 import { Kysely, Migrator, PostgresDialect } from 'kysely';
 import pg from 'pg';
-import { StepwiseError } from '../../domain/index.js';
+import { StepwiseError, ValidationError } from '../../domain/index.js';
 import { postgresMigrations } from './migrations.js';
 
 /** A schema name used as is in SQL (search_path, CREATE SCHEMA): plain lower-case only. */
@@ -37,6 +37,26 @@ export interface PostgresDatabaseOptions {
   poolSize: number;
   /** Names what is opened in error messages ("the store", "the reward job queue"). */
   what: string;
+  /**
+   * The schema must already hold a store (a command that reads one): a mistyped `--pg-schema` is
+   * refused, naming the schemas that do, instead of being created empty.
+   */
+  existing?: boolean;
+}
+
+/** Refuses a schema without a store's tables, naming the schemas of this database that have them. */
+async function checkExisting(pool: pg.Pool, schema: string, url: string): Promise<void> {
+  const { rows } = await pool.query<{ table_schema: string }>(
+    `SELECT table_schema FROM information_schema.tables WHERE table_name = 'steps' ORDER BY table_schema`,
+  );
+  const stores = rows.map((r) => r.table_schema);
+  if (stores.includes(schema)) return;
+  throw new ValidationError(
+    `--pg-schema: the schema ${schema} of ${redactUrl(url)} holds no Stepwise store (${
+      stores.length > 0 ? `schemas that do: ${stores.join(', ')}` : 'none of its schemas does'
+    })`,
+    'pg-schema',
+  );
 }
 
 /**
@@ -65,6 +85,7 @@ export async function openPostgresDatabase<DB>(
   // pool discards it on release, as it is no longer queryable.
   pool.on('connect', (client) => client.on('error', () => {}));
   try {
+    if (options.existing) await checkExisting(pool, schema, options.url);
     if (schema !== 'public') {
       // Processes starting together race to create it: the losers find it made.
       await pool.query(`CREATE SCHEMA IF NOT EXISTS ${schema}`).catch((error: { code?: string }) => {
@@ -73,6 +94,7 @@ export async function openPostgresDatabase<DB>(
     }
   } catch (error) {
     await pool.end();
+    if (error instanceof ValidationError) throw error;
     throw new Error(`cannot reach PostgreSQL at ${redactUrl(options.url)}: ${(error as Error).message}`);
   }
   const kysely = new Kysely<DB>({ dialect: new PostgresDialect({ pool }) });

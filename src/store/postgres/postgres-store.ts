@@ -64,6 +64,8 @@ export interface PostgresStoreOptions {
   tailCacheTokens?: number;
   /** Listen for changes made by other processes (default true). */
   listen?: boolean;
+  /** The schema must already hold a store (connect.ts `existing`). */
+  existing?: boolean;
 }
 
 /** Events that may let a waiting consumer lease (the others only feed event readers). */
@@ -83,6 +85,7 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
     schema: options.schema,
     poolSize: options.poolSize ?? 10,
     what: 'the store',
+    ...(options.existing ? { existing: true } : {}),
   });
   const store = new PostgresStore(pool, kysely, schema, options);
   if (options.listen !== false) await store.listen();
