@@ -2,7 +2,6 @@ import { z } from 'zod';
 import { ClientId } from './ids.js';
 import { JsonObject, StoredJsonObject } from './json.js';
 import { MAX_STEP_INDEX } from './step.js';
-import type { SignalOut } from './wire-batch.js';
 
 /**
  * Who produced a signal. `agent`: declared by the agent under its own base_url; `user`: read by the
@@ -102,19 +101,5 @@ export function signalFromWire(wire: Omit<SignalWire, 'trajectory_uid'>, traject
     source: wire.source,
     ...(wire.version === undefined ? {} : { version: wire.version }),
     ...(wire.details === undefined ? {} : { details: wire.details }),
-  };
-}
-
-/** The wire form a trainer, an agent or a batch receives (its schema: wire-batch.ts). */
-export function signalToWire(s: Signal): SignalOut {
-  return {
-    trajectory_uid: s.trajectoryId,
-    step_index: s.stepIndex,
-    name: s.name,
-    value: s.value,
-    source: s.source,
-    version: s.version,
-    details: s.details,
-    created_at: s.createdAt,
   };
 }

@@ -1,7 +1,6 @@
 import { z } from 'zod';
 import { ChannelName, ClientId } from './ids.js';
 import { JsonObject, StoredJsonObject } from './json.js';
-import type { StepOut } from './wire-batch.js';
 
 /** Highest step index a trajectory may have (stores key steps by trajectory and index). */
 export const MAX_STEP_INDEX = 1_000_000;
@@ -295,36 +294,6 @@ export function stepFromWire(wire: z.output<typeof StepWire>): NewStep {
     trainingPromptIds: wire.training_prompt_ids ?? null,
     routedExperts: wire.routed_experts ?? null,
     multiModalData: wire.multi_modal_data ?? null,
-  };
-}
-
-/** The wire form a trainer, an agent or a batch receives (its schema: wire-batch.ts). */
-export function stepToWire(step: Step): StepOut {
-  return {
-    trajectory_uid: step.trajectoryId,
-    prompt_uid: step.groupId,
-    channel: step.channel,
-    step_index: step.index,
-    prompt_ids: step.promptIds,
-    response_ids: step.responseIds,
-    reward: step.reward,
-    policy_version: step.policyVersion,
-    is_last: step.isLast,
-    metadata: step.metadata,
-    rollout_log_probs: step.responseLogprobs,
-    token_source: step.tokenSource,
-    finish_reason: step.finishReason,
-    messages: step.messages,
-    tools: step.tools,
-    response_text: step.responseText,
-    tool_calls: step.toolCalls,
-    tool_results: step.toolResults,
-    timings: { latency_ms: step.latencyMs, ttft_ms: step.ttftMs },
-    engine_id: step.engineId,
-    training_prompt_ids: step.trainingPromptIds,
-    routed_experts: step.routedExperts,
-    multi_modal_data: step.multiModalData,
-    created_at: step.createdAt,
   };
 }
 

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { Quality } from './label.js';
-import { SignalSource } from './signal.js';
-import { TokenSource, ToolResult } from './step.js';
+import { type Signal, SignalSource } from './signal.js';
+import { type Step, TokenSource, ToolResult } from './step.js';
 
 /*
  * The wire a trainer reads, as one schema for both languages: a leased batch in the `json` format
@@ -52,6 +52,36 @@ export const StepOutWire = z
   .meta({ id: 'StepOut', description: 'A captured step as a trainer or a query receives it.' });
 export type StepOut = z.infer<typeof StepOutWire>;
 
+/** A step in its wire form. */
+export function stepToWire(step: Step): StepOut {
+  return {
+    trajectory_uid: step.trajectoryId,
+    prompt_uid: step.groupId,
+    channel: step.channel,
+    step_index: step.index,
+    prompt_ids: step.promptIds,
+    response_ids: step.responseIds,
+    reward: step.reward,
+    policy_version: step.policyVersion,
+    is_last: step.isLast,
+    metadata: step.metadata,
+    rollout_log_probs: step.responseLogprobs,
+    token_source: step.tokenSource,
+    finish_reason: step.finishReason,
+    messages: step.messages,
+    tools: step.tools,
+    response_text: step.responseText,
+    tool_calls: step.toolCalls,
+    tool_results: step.toolResults,
+    timings: { latency_ms: step.latencyMs, ttft_ms: step.ttftMs },
+    engine_id: step.engineId,
+    training_prompt_ids: step.trainingPromptIds,
+    routed_experts: step.routedExperts,
+    multi_modal_data: step.multiModalData,
+    created_at: step.createdAt,
+  };
+}
+
 export const SignalOutWire = z
   .strictObject({
     trajectory_uid: z.string(),
@@ -65,6 +95,20 @@ export const SignalOutWire = z
   })
   .meta({ id: 'SignalOut', description: 'A reward or quality signal in force.' });
 export type SignalOut = z.infer<typeof SignalOutWire>;
+
+/** A signal in its wire form. */
+export function signalToWire(s: Signal): SignalOut {
+  return {
+    trajectory_uid: s.trajectoryId,
+    step_index: s.stepIndex,
+    name: s.name,
+    value: s.value,
+    source: s.source,
+    version: s.version,
+    details: s.details,
+    created_at: s.createdAt,
+  };
+}
 
 export const StepLabelWire = z
   .strictObject({ quality: Quality.nullable(), tags: z.array(z.string()), note: z.string().nullable() })

@@ -8,14 +8,14 @@ import {
   type TrajectoryRowsBatchJson,
 } from '../domain/index.js';
 
-// The wire's types are its schema's (domain/wire-batch.ts); kept importable from here.
-export type { BatchCurationWire, BatchJson, StepLabelOut, TrajectoryRowJson, TrajectoryRowsBatchJson };
-
-import type { CurrentLabel, LeasedBatch } from '../store/store.js';
+import type { LeasedBatch } from '../store/store.js';
 import { type AdvantageEstimator, groupAdvantages } from './advantages.js';
 import { isOffPolicy, needsLogprobRecompute, trainingPrompt } from './off-policy.js';
 import { type PackingWire, packingToWire, packPrefixTree } from './packing.js';
 import { stitchTrajectory, type TrajectoryRow } from './trajectory-rows.js';
+
+// The wire's types are its schema's (domain/wire-batch.ts); kept importable from here.
+export type { BatchCurationWire, BatchJson, StepLabelOut, TrajectoryRowJson, TrajectoryRowsBatchJson };
 
 type TrajectoryJson = BatchJson['groups'][number]['trajectories'][number];
 
