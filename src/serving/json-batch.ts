@@ -8,7 +8,7 @@ import {
   type TrajectoryRowsBatchJson,
 } from '../domain/index.js';
 
-import type { LeasedBatch } from '../store/store.js';
+import type { CurrentLabel, LeasedBatch } from '../store/store.js';
 import { type AdvantageEstimator, groupAdvantages } from './advantages.js';
 import { isOffPolicy, needsLogprobRecompute, trainingPrompt } from './off-policy.js';
 import { type PackingWire, packingToWire, packPrefixTree } from './packing.js';
