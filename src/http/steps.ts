@@ -4,7 +4,6 @@ import { ChannelName, ClientId, parseOrThrow, stepToWire, TrajectoryStatus } fro
 import type { DataPool } from '../pool/data-pool.js';
 import { offload } from '../services/offload.js';
 import { OFFLOAD_BODY_BYTES, type ParsedSteps, parseStepsBody } from '../services/steps-body.js';
-import { Transfer } from '../util/worker-rpc.js';
 import type { ApiApp } from './app.js';
 import { requireScope } from './auth.js';
 import { ownedBytes } from './json-body.js';

@@ -7,11 +7,10 @@ import {
   type TrajectoryRowJson,
   type TrajectoryRowsBatchJson,
 } from '../domain/index.js';
-
 import type { CurrentLabel, LeasedBatch } from '../store/store.js';
 import { type AdvantageEstimator, groupAdvantages } from './advantages.js';
 import { isOffPolicy, needsLogprobRecompute, trainingPrompt } from './off-policy.js';
-import { type PackingWire, packingToWire, packPrefixTree } from './packing.js';
+import { packingToWire, packPrefixTree } from './packing.js';
 import { stitchTrajectory, type TrajectoryRow } from './trajectory-rows.js';
 
 // The wire's types are its schema's (domain/wire-batch.ts); kept importable from here.
