@@ -108,15 +108,16 @@ describe("the gym's built-in agent with CLEANER on a DeepSeek-V3 engine", () => 
     expect(() =>
       agentSpec({ agent: 'builtin', maxTurns: 24, cleaner: true, engine: [`sim,model-dir=${llama.dir}`] }),
     ).toThrow(/family llama3\) does not support CLEANER's graft point/);
-    // Without CLEANER the agent reads nothing of the model's tokens: no refusal.
-    expect(
-      agentSpec({ agent: 'builtin', maxTurns: 24, engine: [`sim,model-dir=${llama.dir}`] }),
-    ).toMatchObject({
-      model: { dir: llama.dir },
-    });
+    // Without CLEANER the agent reads nothing of the model's tokens: no refusal, and no folder kept
+    // (a run id does not change with it; rollout workers are sent no path).
+    const plain = agentSpec({ agent: 'builtin', maxTurns: 24, engine: [`sim,model-dir=${llama.dir}`] });
+    expect(plain).toEqual({ kind: 'builtin', maxTurns: 24 });
     expect(() =>
       agentSpec({ agent: 'builtin', maxTurns: 24, cleaner: true, modelDir: join(dir, 'missing') }),
     ).toThrow(/--model-dir .*missing/);
+    expect(() => agentSpec({ agent: 'builtin', maxTurns: 24, modelDir: folder.dir })).toThrow(
+      /--model-dir is what CLEANER grafts with/,
+    );
     expect(() => agentSpec({ agent: 'codex', maxTurns: 24, modelDir: folder.dir })).toThrow(
       /--model-dir is the built-in agent's/,
     );

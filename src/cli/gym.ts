@@ -123,7 +123,7 @@ export function addRunOptions(command: Command): Command {
     )
     .option(
       '--model-dir <dir>',
-      "built-in agent: the engine's model folder, whose tokenizer CLEANER grafts with (default: the in-process engines' model-dir, else the built-in Qwen3)",
+      "built-in agent with --cleaner: the engine's model folder, whose tool-call token CLEANER grafts at (default: the in-process engines' model-dir, else the built-in Qwen3)",
     )
     .option('--model-family <name>', 'built-in agent: the family of --model-dir (detected when absent)')
     .option(

@@ -32,15 +32,19 @@ import type { GymTask } from './tasks/schema.js';
  */
 
 /**
- * The built-in agent's model: `--model-dir` (and `--model-family`), else the folder every in-process
- * engine names; null for the built-in Qwen3. A folder that cannot serve CLEANER is refused here,
- * naming the model, before any sample runs.
+ * The built-in agent's model, which only CLEANER reads: `--model-dir` (and `--model-family`), else
+ * the folder every in-process engine names; null for the built-in Qwen3, and whenever CLEANER is off
+ * (the agent then needs no folder, a run id does not change with one, and rollout workers are not
+ * sent a path). A folder that cannot serve CLEANER is refused here, naming the model, before any
+ * sample runs.
  */
 function builtinModel(
   opts: { modelDir?: string; modelFamily?: string; engine?: readonly string[] },
   cleaner: boolean,
 ): ModelRef | null {
   let model: ModelRef | null = null;
+  if (opts.modelDir !== undefined && !cleaner)
+    throw new ValidationError('--model-dir is what CLEANER grafts with: give it with --cleaner', 'model-dir');
   if (opts.modelDir !== undefined) {
     model = { dir: resolve(opts.modelDir), ...(opts.modelFamily ? { family: opts.modelFamily } : {}) };
   } else {
@@ -59,6 +63,7 @@ function builtinModel(
     if (named.size === 1 && first?.modelDir)
       model = { dir: resolve(first.modelDir), ...(first.family ? { family: first.family } : {}) };
   }
+  if (!cleaner) return null;
   if (model) {
     let adapter: ModelAdapter;
     try {
@@ -66,7 +71,7 @@ function builtinModel(
     } catch (error) {
       throw new ValidationError(`--model-dir ${model.dir}: ${(error as Error).message}`, 'model-dir');
     }
-    if (cleaner) adapter.toolCallOpenId();
+    adapter.toolCallOpenId();
   }
   return model;
 }

@@ -148,10 +148,18 @@ const utf8 = new TextDecoder('utf-8', { ignoreBOM: true });
 
 const strictUtf8 = new TextDecoder('utf-8', { ignoreBOM: true, fatal: true });
 
-/** The text of `ids`, as the tokenizer decodes it; a RangeError for an id the table does not hold. */
-export function decodeWithTable(table: TokenTable, ids: ArrayLike<number>): string {
+/**
+ * The text of `ids`, as the tokenizer decodes it; a RangeError for an id the table does not hold.
+ * `piece: true` reads them as part of a longer text (one token of a strip): the decoder's strip of a
+ * leading space (Mistral's) applies only where a text starts.
+ */
+export function decodeWithTable(
+  table: TokenTable,
+  ids: ArrayLike<number>,
+  options: { piece?: boolean } = {},
+): string {
   const text = table.byteTokens ? decodeSentencePiece(table, table.byteTokens, ids) : decodeBytes(table, ids);
-  return table.stripLeadingSpace && text.startsWith(' ') ? text.slice(1) : text;
+  return table.stripLeadingSpace && !options.piece && text.startsWith(' ') ? text.slice(1) : text;
 }
 
 /** Byte-fallback decoding: a run of byte tokens is one string if it is UTF-8, else U+FFFD per byte. */

@@ -241,20 +241,21 @@ export class SimEngine {
     if (this.openers.length === 0) return { turn: 0, pastCalls: [] };
     const ends = adapter.endOfTurnTokens;
     const pastCalls: PastToolCall[][] = [];
-    let pending = '';
-    const marker = this.openers[0]!;
-    for (const piece of splitOnAny(prompt, this.openers).slice(1)) {
-      const at = Math.min(...ends.map((e) => piece.indexOf(e)).filter((i) => i >= 0));
-      // A piece with no end is part of the turn the next piece ends (gpt-oss: analysis, then a call).
+    // A piece with no end is part of the turn the next piece ends (gpt-oss: analysis, then a call):
+    // it is joined to that piece by the marker between them.
+    let pending: string | null = null;
+    for (const { marker, piece } of turnsAfter(prompt, this.openers)) {
+      const text: string = pending === null ? piece : pending + marker + piece;
+      const at = Math.min(...ends.map((e) => text.indexOf(e)).filter((i) => i >= 0));
       if (!Number.isFinite(at)) {
-        pending += piece + marker;
+        pending = text;
         continue;
       }
-      const calls = adapter.parse(pending + piece.slice(0, at), { newToolCallId: () => '' }).toolCalls;
+      const calls = adapter.parse(text.slice(0, at), { newToolCallId: () => '' }).toolCalls;
       pastCalls.push(
         calls.map((c) => ({ name: c.function.name, arguments: jsonOrText(c.function.arguments) })),
       );
-      pending = '';
+      pending = null;
     }
     return { turn: pastCalls.length, pastCalls };
   }
@@ -591,7 +592,13 @@ function turnOpeners(adapter: ModelAdapter): string[] {
     return at === -1 ? '' : text.slice(at + mark.length);
   };
   const openers = new Set<string>();
-  const afterUser = after([{ role: 'user', content: mark }]);
+  // The generation prompt where the template has one (gpt-oss's `<|start|>assistant`, which also
+  // opens each further message of a turn); else what follows a user's text (Mistral's `[/INST]`).
+  const opening = { role: 'user' as const, content: '.' };
+  const open = adapter.render({ messages: [opening], addGenerationPrompt: true });
+  const closed = adapter.render({ messages: [opening], addGenerationPrompt: false });
+  const prompt = open.startsWith(closed) ? open.slice(closed.length) : '';
+  const afterUser = prompt !== '' ? prompt : after([{ role: 'user', content: mark }]);
   if (afterUser !== '') openers.add(afterUser);
   try {
     // The id may be written after the result (Mistral's `"call_id": ...`): two ids, the common tail.
@@ -617,9 +624,12 @@ function turnOpeners(adapter: ModelAdapter): string[] {
   return [...openers].sort((a, b) => b.length - a.length);
 }
 
-/** `text` split at every occurrence of any of `markers` (tried longest first, as given). */
-function splitOnAny(text: string, markers: readonly string[]): string[] {
-  if (markers.length === 1) return text.split(markers[0]!);
+/** The pieces of `text` after each occurrence of any of `markers` (tried longest first), with the marker. */
+function turnsAfter(text: string, markers: readonly string[]): { marker: string; piece: string }[] {
   const escaped = markers.map((m) => m.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'));
-  return text.split(new RegExp(escaped.join('|')));
+  // A capturing split keeps each marker: [before, marker, piece, marker, piece, ...].
+  const parts = text.split(new RegExp(`(${escaped.join('|')})`));
+  const out: { marker: string; piece: string }[] = [];
+  for (let i = 1; i + 1 < parts.length; i += 2) out.push({ marker: parts[i]!, piece: parts[i + 1]! });
+  return out;
 }

@@ -49,7 +49,7 @@ function tableDecoder(model: string, table: TokenTable): StepDecoder {
     },
     token(id) {
       try {
-        return decodeWithTable(table, [id]);
+        return decodeWithTable(table, [id], { piece: true });
       } catch {
         return '\ufffd';
       }
