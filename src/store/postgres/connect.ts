@@ -46,8 +46,10 @@ export interface PostgresDatabaseOptions {
 
 /** Refuses a schema without a store's tables, naming the schemas of this database that have them. */
 async function checkExisting(pool: pg.Pool, schema: string, url: string): Promise<void> {
+  // A store's schema holds its steps and the migrator's record of them (a foreign `steps` does not count).
   const { rows } = await pool.query<{ table_schema: string }>(
-    `SELECT table_schema FROM information_schema.tables WHERE table_name = 'steps' ORDER BY table_schema`,
+    `SELECT table_schema FROM information_schema.tables WHERE table_name IN ('steps', 'kysely_migration')
+     GROUP BY table_schema HAVING count(*) = 2 ORDER BY table_schema`,
   );
   const stores = rows.map((r) => r.table_schema);
   if (stores.includes(schema)) return;
