@@ -2,30 +2,9 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { StepWireInput } from '../src/domain/index.js';
 import { StepwiseClient, StepwiseHttpError } from '../src/sdk/client.js';
 import { type RunningServer, startServer } from '../src/server/server.js';
-
-function wireEpisode(trajectory: string, prompt: string, n: number, reward = 1): StepWireInput[] {
-  const steps: StepWireInput[] = [];
-  let history = [11, 12, 13];
-  for (let i = 0; i < n; i++) {
-    const prompt_ids = history.concat([100 + i]);
-    const response_ids = [200 + i, 300 + i];
-    steps.push({
-      trajectory_uid: trajectory,
-      prompt_uid: prompt,
-      step_index: i,
-      prompt_ids,
-      response_ids,
-      rollout_log_probs: [-0.5, -0.25],
-      reward: i === n - 1 ? reward : 0,
-      is_last: i === n - 1,
-    });
-    history = prompt_ids.concat(response_ids);
-  }
-  return steps;
-}
+import { wireEpisode } from './support/steps.js';
 
 describe('HTTP API', () => {
   let dir: string;

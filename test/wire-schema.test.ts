@@ -4,15 +4,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { generateWire, PYTHON_FILE, SCHEMA_FILE } from '../scripts/wire.js';
-import {
-  AGENT_HEADERS,
-  BatchJsonWire,
-  LEASE_HEADERS,
-  RowsBatchJsonWire,
-  type StepWireInput,
-} from '../src/domain/index.js';
+import { AGENT_HEADERS, BatchJsonWire, LEASE_HEADERS, RowsBatchJsonWire } from '../src/domain/index.js';
 import { StepwiseClient } from '../src/sdk/client.js';
 import { findTrainPython, runPython } from '../src/train/python.js';
+import { wireEpisode } from './support/steps.js';
 import { testServers } from './support/test-servers.js';
 
 /*
@@ -27,27 +22,6 @@ import { testServers } from './support/test-servers.js';
 const python = findTrainPython();
 const required = Boolean(process.env.STEPWISE_TRAIN_PYTHON);
 const { serve } = testServers('wire');
-
-function episode(trajectory: string, prompt: string, n: number, reward: number): StepWireInput[] {
-  const steps: StepWireInput[] = [];
-  let history = [11, 12, 13];
-  for (let i = 0; i < n; i++) {
-    const prompt_ids = history.concat([100 + i]);
-    const response_ids = [200 + i, 300 + i];
-    steps.push({
-      trajectory_uid: trajectory,
-      prompt_uid: prompt,
-      step_index: i,
-      prompt_ids,
-      response_ids,
-      rollout_log_probs: [-0.5, -0.25],
-      reward: i === n - 1 ? reward : 0,
-      is_last: i === n - 1,
-    });
-    history = prompt_ids.concat(response_ids);
-  }
-  return steps;
-}
 
 describe('the generated wire files', () => {
   it('are what the zod schemas generate (run `npm run gen:wire` after changing them)', () => {
@@ -82,7 +56,7 @@ describe('leased batches against the wire schema', () => {
     const client = new StepwiseClient({ baseUrl: server.url });
     for (const [g, group] of ['p1', 'p2'].entries())
       for (let r = 0; r < 2; r++)
-        await client.submitSteps(episode(`t${g}${r}`, group, 2 + r, r), { nRollouts: 2 });
+        await client.submitSteps(wireEpisode(`t${g}${r}`, group, 2 + r, r), { nRollouts: 2 });
     await client.addSignals([
       { trajectory_uid: 't00', name: 'judge', value: 0.5, source: 'judge' },
       {
