@@ -47,6 +47,18 @@ interface EngineState extends Engine {
   models: string[];
   /** The first served model's context length, where the engine reports it (vLLM's `max_model_len`). */
   maxModelLen: number | null;
+  /** Why the engine is out of routing (a weight switch it failed), until a switch succeeds on it. */
+  disabled: string | null;
+}
+
+/** An engine as `/v1/stats` reports it. */
+export interface EngineStatus {
+  id: string;
+  kind: Engine['kind'];
+  healthy: boolean;
+  outstanding: number;
+  /** Why it is out of routing, or null when it serves. */
+  disabled: string | null;
 }
 
 /** A call in progress on one engine; `done()` once its body is consumed or abandoned. */
@@ -80,6 +92,7 @@ export class EngineRouter {
       healthy: true,
       models: [],
       maxModelLen: null,
+      disabled: null,
     }));
     this.maxAffinity = options.maxAffinity ?? 100_000;
   }
@@ -152,13 +165,38 @@ export class EngineRouter {
     return this.engines.find((e) => e.id === engineId)?.maxModelLen ?? null;
   }
 
+  /** Takes an engine out of routing (its calls go to the others) until `enable`. */
+  disable(engineId: string, why: string): void {
+    const engine = this.engines.find((e) => e.id === engineId);
+    if (!engine) return;
+    if (engine.disabled === null)
+      this.options.logger?.warn({ engine: engineId, why }, 'engine taken out of routing');
+    engine.disabled = why;
+  }
+
+  enable(engineId: string): void {
+    const engine = this.engines.find((e) => e.id === engineId);
+    if (engine?.disabled != null) this.options.logger?.info({ engine: engineId }, 'engine back in routing');
+    if (engine) engine.disabled = null;
+  }
+
+  status(): EngineStatus[] {
+    return this.engines.map((e) => ({
+      id: e.id,
+      kind: e.kind,
+      healthy: e.healthy,
+      outstanding: e.outstanding,
+      disabled: e.disabled,
+    }));
+  }
+
   private pick(key: string | null, excluded: Set<EngineState>): EngineState | null {
     const pinned = key === null ? undefined : this.affinity.get(key);
-    if (pinned?.healthy && !excluded.has(pinned)) return pinned;
+    if (pinned?.healthy && pinned.disabled === null && !excluded.has(pinned)) return pinned;
     let best: EngineState | null = null;
     for (const healthy of [true, false]) {
       for (const e of this.engines) {
-        if (excluded.has(e) || e.healthy !== healthy) continue;
+        if (excluded.has(e) || e.healthy !== healthy || e.disabled !== null) continue;
         if (!best || e.outstanding < best.outstanding) best = e;
       }
       if (best) break;
@@ -199,7 +237,17 @@ export class EngineRouter {
     let last: unknown = null;
     for (;;) {
       const engine = this.pick(key, tried);
-      if (!engine) throw last ?? new UpstreamError('no engine is available', 503, false);
+      if (!engine)
+        throw (
+          last ??
+          new UpstreamError(
+            this.engines.every((e) => e.disabled !== null)
+              ? `no engine is available: every engine is out of routing (${this.engines[0]!.disabled})`
+              : 'no engine is available',
+            503,
+            false,
+          )
+        );
       tried.add(engine);
       engine.outstanding++;
       let released = false;

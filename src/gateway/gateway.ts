@@ -7,7 +7,7 @@ import {
   type Trajectory,
   ValidationError,
 } from '../domain/index.js';
-import type { EngineRouter } from '../engines/router.js';
+import type { EngineRouter, EngineStatus } from '../engines/router.js';
 import type { DataPool } from '../pool/data-pool.js';
 import { type CaptureTokenizer, inThreadTokenizer } from '../services/capture-tokenizer.js';
 import { offThreadTokenizer } from '../services/offload.js';
@@ -41,6 +41,7 @@ import {
   type Session,
   settle,
 } from './session.js';
+import { type SwitchReport, type SwitchRequest, switchWeights } from './weight-switch.js';
 
 // The gateway's core, independent of HTTP. An answer ends only once its step is committed, and sessions
 // are a cache of the store, so another process continues a trajectory. docs/gateway.md#capture
@@ -57,6 +58,8 @@ export interface GatewayOptions {
   logger?: Pick<Logger, 'warn' | 'info' | 'error'> & Partial<Pick<Logger, 'debug'>>;
   /** Longest a drain waits for running generations before switching anyway (default 60 s). */
   drainTimeoutMs?: number;
+  /** Longest one engine may take for one phase of a weight switch (default 10 min: a big load). */
+  switchTimeoutMs?: number;
   /** Trajectory sessions unused this long are dropped from memory (they reload from the store; default 10 min). */
   sessionCacheMs?: number;
   /**
@@ -104,6 +107,7 @@ export class Gateway {
   private readonly sessions = new Map<string, Session>();
   private readonly loading = new Map<string, Promise<Session>>();
   private readonly drainTimeoutMs: number;
+  private readonly switchTimeoutMs: number;
   private readonly sessionCacheMs: number;
   private readonly sessionRecheckMs: number;
   private readonly generateMaxTokens: number | null;
@@ -128,6 +132,7 @@ export class Gateway {
     this.tokenizing = options.tokenizer ? inThreadTokenizer(options.tokenizer) : offThreadTokenizer;
     this.logger = options.logger;
     this.drainTimeoutMs = options.drainTimeoutMs ?? 60_000;
+    this.switchTimeoutMs = options.switchTimeoutMs ?? 600_000;
     this.sessionCacheMs = options.sessionCacheMs ?? 600_000;
     this.sessionRecheckMs = options.sessionRecheckMs ?? 30_000;
     this.generateMaxTokens = options.generateMaxTokens ?? null;
@@ -184,8 +189,10 @@ export class Gateway {
     cached_trajectories: number;
     lost_steps: number;
     token_continuity?: ReturnType<ContinuityCounters['toJSON']>;
+    engines: EngineStatus[];
   } {
     return {
+      engines: this.router?.status() ?? [],
       sessions: this.online.stats(),
       cached_trajectories: this.sessions.size,
       lost_steps: this.lostSteps,
@@ -395,6 +402,21 @@ export class Gateway {
     if (timedOut)
       this.logger?.warn({ version, waitedMs }, 'drain timed out; switched with generations running');
     return { waitedMs, timedOut };
+  }
+
+  /** Switches the fleet's weights and the version together (weight-switch.ts). */
+  async switchWeights(request: SwitchRequest): Promise<SwitchReport> {
+    return switchWeights(
+      {
+        router: this.requireRouter(),
+        gate: this.gate,
+        setVersion: (version) => this.pool.setPolicyVersion(version),
+        logger: this.logger,
+        phaseTimeoutMs: this.switchTimeoutMs,
+        drainTimeoutMs: this.drainTimeoutMs,
+      },
+      request,
+    );
   }
 
   // ---- LLM calls ------------------------------------------------------------------------------

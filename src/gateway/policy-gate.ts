@@ -28,7 +28,15 @@ export class PolicyGate {
     if (this.inFlight === 0) this.onIdle?.();
   }
 
-  /** Holds new generations, waits up to timeoutMs for running ones, runs `change`, lets all go. */
+  /** Holds new generations while `change` runs, letting running ones go on (a weight switch). */
+  async hold<T>(change: () => Promise<T>): Promise<T> {
+    return (await this.drain(change, 0)).value;
+  }
+
+  /**
+   * Holds new generations, waits up to timeoutMs for running ones (none with 0), runs `change`,
+   * lets all go.
+   */
   async drain<T>(
     change: () => Promise<T>,
     timeoutMs: number,
@@ -41,7 +49,7 @@ export class PolicyGate {
     const started = performance.now();
     let timedOut = false;
     try {
-      if (this.inFlight > 0) {
+      if (this.inFlight > 0 && timeoutMs > 0) {
         await new Promise<void>((resolve) => {
           const timer = setTimeout(() => {
             timedOut = true;

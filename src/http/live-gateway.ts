@@ -12,6 +12,12 @@ export interface LiveGateway {
   ): Promise<Trajectory>;
   /** Sets the policy version; with `drain`, once the running generations finish (or time out). */
   setPolicyVersion(version: number, drain: boolean): Promise<{ waitedMs: number; timedOut: boolean }>;
+  /** Switches the engines' weights and the version together (gateway/weight-switch.ts). */
+  switchWeights(request: {
+    version: number;
+    mode: 'abort' | 'keep' | 'wait';
+    weights: { path: string } | { update_info: Record<string, unknown> } | null;
+  }): Promise<object>;
   /** This process's gateway counters. */
   stats(): object;
 }

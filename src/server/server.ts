@@ -55,6 +55,7 @@ export interface ServerOptions {
   gatewayOptions?: Pick<
     GatewayOptions,
     | 'drainTimeoutMs'
+    | 'switchTimeoutMs'
     | 'sessionCacheMs'
     | 'sessionIdleMs'
     | 'maxSessions'

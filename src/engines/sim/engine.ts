@@ -94,7 +94,8 @@ export interface SimGeneration {
   topLogprobs?: TopLogprob[][];
   /** Completion text without `<|im_end|>`: `decode(tokenIds)` minus the EOS. */
   text: string;
-  finishReason: 'stop' | 'length';
+  /** `abort`: a pause or an abort ended it early, with the tokens ready by then (pause.ts). */
+  finishReason: 'stop' | 'length' | 'abort';
   /** The stop string that ended the text, if one did. */
   stopReason: string | null;
   /** The end-of-turn token a completion stops on (the family's; `<|im_end|>` when absent). */

@@ -40,7 +40,7 @@ export interface ChatCompletion {
       function_call: null;
     };
     logprobs: { content: LogprobContent[] } | null;
-    finish_reason: 'stop' | 'length' | 'tool_calls';
+    finish_reason: 'stop' | 'length' | 'tool_calls' | 'abort';
     stop_reason: string | null;
     token_ids: number[] | null;
   }[];
@@ -66,7 +66,7 @@ export interface ChatCompletionChunk {
     index: 0;
     delta: ChunkDelta;
     logprobs: { content: LogprobContent[] } | null;
-    finish_reason: 'stop' | 'length' | 'tool_calls' | null;
+    finish_reason: 'stop' | 'length' | 'tool_calls' | 'abort' | null;
     stop_reason?: string | null;
     token_ids?: number[] | null;
   }[];
@@ -81,7 +81,7 @@ export interface TimedChunk<C = ChatCompletionChunk> {
   tokensThrough: number;
 }
 
-export function finishReasonOf(result: SimResult): 'stop' | 'length' | 'tool_calls' {
+export function finishReasonOf(result: SimResult): 'stop' | 'length' | 'tool_calls' | 'abort' {
   return result.finishReason === 'stop' && result.toolCalls.length > 0 ? 'tool_calls' : result.finishReason;
 }
 
@@ -309,7 +309,7 @@ export interface TextCompletion {
     index: 0;
     text: string;
     logprobs: CompletionLogprobs | null;
-    finish_reason: 'stop' | 'length';
+    finish_reason: 'stop' | 'length' | 'abort';
     stop_reason: string | null;
     prompt_logprobs: null;
     prompt_token_ids: number[] | null;
@@ -330,7 +330,7 @@ export interface TextCompletionChunk {
     index: 0;
     text: string;
     logprobs: CompletionLogprobs | null;
-    finish_reason: 'stop' | 'length' | null;
+    finish_reason: 'stop' | 'length' | 'abort' | null;
     stop_reason: string | null;
     /** The prompt's ids in the first chunk (when `return_token_ids`), null after. */
     prompt_token_ids: number[] | null;

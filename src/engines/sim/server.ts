@@ -7,12 +7,14 @@ import { fromZodError, StepwiseError, ValidationError } from '../../domain/error
 import { ChatMessage, ChatTool } from '../../text/index.js';
 import { encodeSseDone, encodeSseEvent } from '../../text/sse.js';
 import { SGLANG_SAMPLING_NAMES } from '../sglang.js';
+import { mountControlRoutes } from './control-routes.js';
 import { ResponseFormat, ToolChoice } from './controls.js';
 import {
   SIM_MAX_MODEL_LEN,
   type SimChatRequest,
   type SimCompletionRequest,
   type SimEngine,
+  type SimGeneration,
   type SimTextResult,
 } from './engine.js';
 import {
@@ -24,6 +26,8 @@ import {
   toTextCompletionChunks,
 } from './format.js';
 import { instantLatency, type LatencyModel } from './latency.js';
+import { cutGeneration } from './partial.js';
+import { SimPauseControl, type SimRun } from './pause.js';
 
 /*
  * The HTTP face of the sim engine: the subset of vLLM's OpenAI-compatible server that agents and the
@@ -50,6 +54,8 @@ export interface SimAppOptions {
   model?: string;
   /** Called when a streaming handler finishes, for tests and metrics. */
   onStreamEnd?: (end: SimStreamEnd) => void;
+  /** Pause, resume and weight versions (pause.ts); one per sim. */
+  control?: SimPauseControl;
 }
 
 const nullable = <T extends z.ZodType>(schema: T) => schema.nullable().optional();
@@ -154,18 +160,6 @@ async function jsonBody(c: Context): Promise<unknown> {
   }
 }
 
-const sleep = (ms: number, signal: { aborted: boolean; wake?: () => void }) =>
-  new Promise<void>((resolve) => {
-    if (ms <= 0 || signal.aborted) return resolve();
-    const timer = setTimeout(done, ms);
-    function done() {
-      clearTimeout(timer);
-      signal.wake = undefined;
-      resolve();
-    }
-    signal.wake = done;
-  });
-
 export function createSimApp(options: SimAppOptions): Hono {
   const { engine } = options;
   const latency = options.latency ?? instantLatency;
@@ -178,19 +172,34 @@ export function createSimApp(options: SimAppOptions): Hono {
 
   mountErrorsAndModels(app, model, created);
 
-  /** Waits out the whole completion's latency, then answers with the body. */
-  const respond = async (c: Context, started: number, result: { tokenIds: number[] }, body: object) => {
-    await sleep(latency.totalMs(result) - (performance.now() - started), { aborted: false });
-    return c.json(body);
-  };
+  const control = options.control ?? new SimPauseControl();
+  mountControlRoutes(app, control);
 
-  /** SSE: each chunk once the latency schedule says its last token is ready, then `[DONE]`. */
-  const sendStream = (
+  /**
+   * Admits a generation (new ones wait while paused), runs it, and answers once its latency says it
+   * is done, or at once with the tokens ready so far when a pause aborts it.
+   */
+  const generate = async <R extends SimGeneration & { options: { returnTokenIds: boolean } }>(
     c: Context,
-    started: number,
-    result: { tokenIds: number[] },
-    chunks: readonly TimedChunk<object>[],
-  ) => streamChunks(c, started, latency.schedule(result), chunks, options.onStreamEnd);
+    run: () => R,
+    whole: (result: R) => object,
+    chunks: (result: R) => readonly TimedChunk<object>[],
+    streamed: boolean,
+  ) => {
+    await control.admit();
+    const started = performance.now();
+    const result = run();
+    const active = control.start(latency.schedule(result), started);
+    const cut = (count: number) => cutGeneration(result, count, engine.tokenizer);
+    if (streamed) return streamChunks(c, active, chunks(result), (k) => chunks(cut(k)), options.onStreamEnd);
+    try {
+      const done = await active.until(latency.totalMs(result), { aborted: false });
+      const answered = done ? result : cut(active.ready());
+      return c.json(withSpans(whole(answered), active, 0, answered.tokenIds.length));
+    } finally {
+      active.end();
+    }
+  };
 
   const meta = (prefix: string): ResponseMeta => ({
     id: `${prefix}${randomBytes(16).toString('hex')}`,
@@ -199,43 +208,49 @@ export function createSimApp(options: SimAppOptions): Hono {
   });
 
   app.post('/v1/chat/completions', async (c) => {
-    const started = performance.now();
     const body = await jsonBody(c);
     const parsed = ChatCompletionBody.safeParse(body);
     if (!parsed.success) throw fromZodError(parsed.error);
     // The engine gets the body as sent: zod's copy would normalise content and reorder tool keys.
     const request = body as SimChatRequest;
-    const result = engine.complete(request);
     const id = meta('chatcmpl-');
-    if (request.stream !== true) {
-      return respond(c, started, result, toChatCompletion(result, id, engine.tokenizer));
-    }
-    return sendStream(c, started, result, toChatCompletionChunks(result, id, engine.tokenizer));
+    return generate(
+      c,
+      () => engine.complete(request),
+      (r) => toChatCompletion(r, id, engine.tokenizer),
+      (r) => toChatCompletionChunks(r, id, engine.tokenizer),
+      request.stream === true,
+    );
   });
 
   app.post('/v1/completions', async (c) => {
-    const started = performance.now();
     const body = await jsonBody(c);
     const parsed = CompletionBody.safeParse(body);
     if (!parsed.success) throw fromZodError(parsed.error);
     // As sent, but with the prompt unwrapped from a batch of one.
     const request = { ...(body as object), prompt: parsed.data.prompt } as SimCompletionRequest;
-    const result = engine.completeText(request);
     const id = meta('cmpl-');
-    if (request.stream !== true) {
-      return respond(c, started, result, toTextCompletion(result, id, engine.tokenizer));
-    }
-    return sendStream(c, started, result, toTextCompletionChunks(result, id, engine.tokenizer));
+    return generate(
+      c,
+      () => engine.completeText(request),
+      (r) => toTextCompletion(r, id, engine.tokenizer),
+      (r) => toTextCompletionChunks(r, id, engine.tokenizer),
+      request.stream === true,
+    );
   });
 
   // SGLang's /generate over the same engine as /v1/completions: the answer TokenizerManager builds
   // (python/sglang/srt/managers/tokenizer_manager.py), finish reasons as SGLang's FINISH_* objects.
   app.post('/generate', async (c) => {
-    const started = performance.now();
     const parsed = NativeGenerateBody.safeParse(await jsonBody(c));
     if (!parsed.success) throw fromZodError(parsed.error);
-    const result = engine.completeText(generateRequest(parsed.data));
-    return respond(c, started, result, generateAnswer(result, engine.tokenizer, parsed.data.return_logprob));
+    return generate(
+      c,
+      () => engine.completeText(generateRequest(parsed.data)),
+      (r) => generateAnswer(r, engine.tokenizer, parsed.data.return_logprob),
+      () => [],
+      false,
+    );
   });
 
   return app;
@@ -276,12 +291,16 @@ function mountErrorsAndModels(app: Hono, model: string, created: number): void {
   );
 }
 
-/** Writes each chunk once its last token is due on `schedule`, then `[DONE]`. */
+/**
+ * Writes each chunk once its last token is due on the run's schedule, then `[DONE]`. A pause that
+ * aborts the run ends the stream with `cut(k)`'s chunks past those sent: the rest of the k tokens
+ * ready, and a finish_reason "abort".
+ */
 function streamChunks(
   c: Context,
-  started: number,
-  schedule: readonly number[],
+  run: SimRun,
   chunks: readonly TimedChunk<object>[],
+  cut: (count: number) => readonly TimedChunk<object>[],
   onStreamEnd: SimAppOptions['onStreamEnd'],
 ) {
   c.header('content-type', 'text/event-stream');
@@ -294,19 +313,54 @@ function streamChunks(
       signal.wake?.();
     });
     let sent = 0;
+    let through = 0;
+    const write = async ({ chunk, tokensThrough }: TimedChunk<object>) => {
+      await out.write(
+        encodeSseEvent({ data: JSON.stringify(withSpans(chunk, run, through, tokensThrough)) }),
+      );
+      through = Math.max(through, tokensThrough);
+      sent++;
+    };
     try {
-      for (const { chunk, tokensThrough } of chunks) {
-        const due = tokensThrough > 0 ? (schedule[tokensThrough - 1] ?? 0) : 0;
-        await sleep(due - (performance.now() - started), signal);
-        if (signal.aborted) break;
-        await out.write(encodeSseEvent({ data: JSON.stringify(chunk) }));
-        sent++;
+      for (const timed of chunks) {
+        const due = timed.tokensThrough > 0 ? (run.schedule[timed.tokensThrough - 1] ?? 0) : 0;
+        if (!(await run.until(due, signal))) break;
+        await write(timed);
+      }
+      if (run.aborted && !signal.aborted) {
+        const rest = cut(run.ready());
+        for (const timed of rest.slice(sent === 0 ? 0 : 1))
+          if (timed.tokensThrough > through || isFinal(timed.chunk)) await write(timed);
       }
       if (!signal.aborted) await out.write(encodeSseDone());
     } finally {
+      run.end();
       onStreamEnd?.({ aborted: signal.aborted || out.aborted, chunksSent: sent });
     }
   });
+}
+
+/** A chunk that ends the choice (its finish_reason) or carries only usage. */
+function isFinal(chunk: object): boolean {
+  const choices = (chunk as { choices?: { finish_reason?: unknown }[] }).choices ?? [];
+  return choices.length === 0 || choices.some((c) => c.finish_reason != null);
+}
+
+/**
+ * Adds `weight_version_spans` to each choice that carries token ids: the weights version that
+ * produced each of its tokens [from, to), so a gateway can stamp tokens across a `keep` switch.
+ */
+function withSpans<T extends object>(body: T, run: SimRun, from: number, to: number): T {
+  const choices = (body as { choices?: { token_ids?: unknown }[] }).choices;
+  if (!choices) {
+    // SGLang's /generate: its meta_info names the weights version it ran under.
+    const meta = (body as { meta_info?: Record<string, unknown> }).meta_info;
+    if (meta) meta.weight_version_spans = run.spans(from, to);
+    return body;
+  }
+  for (const choice of choices as Record<string, unknown>[])
+    if (Array.isArray(choice.token_ids)) choice.weight_version_spans = run.spans(from, to);
+  return body;
 }
 
 type NativeGenerate = z.infer<typeof NativeGenerateBody>;
