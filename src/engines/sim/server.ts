@@ -175,31 +175,14 @@ export function createSimApp(options: SimAppOptions): Hono {
   const control = options.control ?? new SimPauseControl();
   mountControlRoutes(app, control);
 
-  /**
-   * Admits a generation (new ones wait while paused), runs it, and answers once its latency says it
-   * is done, or at once with the tokens ready so far when a pause aborts it.
-   */
-  const generate = async <R extends SimGeneration & { options: { returnTokenIds: boolean } }>(
+  const pacing: Pacing = { control, latency, tokenizer: engine.tokenizer, onStreamEnd: options.onStreamEnd };
+  const generate = <R extends AnsweredGeneration>(
     c: Context,
     run: () => R,
     whole: (result: R) => object,
     chunks: (result: R) => readonly TimedChunk<object>[],
     streamed: boolean,
-  ) => {
-    await control.admit();
-    const started = performance.now();
-    const result = run();
-    const active = control.start(latency.schedule(result), started);
-    const cut = (count: number) => cutGeneration(result, count, engine.tokenizer);
-    if (streamed) return streamChunks(c, active, chunks(result), (k) => chunks(cut(k)), options.onStreamEnd);
-    try {
-      const done = await active.until(latency.totalMs(result), { aborted: false });
-      const answered = done ? result : cut(active.ready());
-      return c.json(withSpans(whole(answered), active, 0, answered.tokenIds.length));
-    } finally {
-      active.end();
-    }
-  };
+  ) => answerGeneration(c, pacing, { run, whole, chunks, streamed });
 
   const meta = (prefix: string): ResponseMeta => ({
     id: `${prefix}${randomBytes(16).toString('hex')}`,
@@ -254,6 +237,47 @@ export function createSimApp(options: SimAppOptions): Hono {
   });
 
   return app;
+}
+
+type AnsweredGeneration = SimGeneration & { options: { returnTokenIds: boolean } };
+
+/** What paces a generation's answer: the pause control, the latency model, the tokenizer. */
+interface Pacing {
+  control: SimPauseControl;
+  latency: LatencyModel;
+  tokenizer: SimEngine['tokenizer'];
+  onStreamEnd: SimAppOptions['onStreamEnd'];
+}
+
+/**
+ * Admits a generation (new ones wait while paused), runs it, and answers once its latency says it
+ * is done, or at once with the tokens ready so far when a pause aborts it.
+ */
+async function answerGeneration<R extends AnsweredGeneration>(
+  c: Context,
+  pacing: Pacing,
+  g: {
+    run: () => R;
+    whole: (result: R) => object;
+    chunks: (result: R) => readonly TimedChunk<object>[];
+    streamed: boolean;
+  },
+) {
+  const { control, latency } = pacing;
+  await control.admit();
+  const started = performance.now();
+  const result = g.run();
+  const active = control.start(latency.schedule(result), started);
+  const cut = (count: number) => cutGeneration(result, count, pacing.tokenizer);
+  if (g.streamed)
+    return streamChunks(c, active, g.chunks(result), (k) => g.chunks(cut(k)), pacing.onStreamEnd);
+  try {
+    const done = await active.until(latency.totalMs(result), { aborted: false });
+    const answered = done ? result : cut(active.ready());
+    return c.json(withSpans(g.whole(answered), active, 0, answered.tokenIds.length));
+  } finally {
+    active.end();
+  }
 }
 
 /** Errors as OpenAI's, unknown routes a 404, `/health` and the served model. */

@@ -14,16 +14,25 @@ Weights switch atomically between generations (SGLang's endpoint names):
 safetensors body (`?version=N`); `GET /weights` says which version is served.
 
 Generations run one at a time under one lock (a reference, not a throughput engine).
+
+vLLM's dev-mode RL control routes, with vLLM's semantics (control.py): `POST /pause?mode=abort|wait|keep`,
+`POST /resume`, `GET /is_paused`, `POST /abort_requests`, and the weight-update session
+`POST /start_weight_update`, `/update_weights {"update_info": {"model_path": DIR}}`,
+`/finish_weight_update {"weight_version": V}`, `GET /weight_info`. Every choice that carries
+`token_ids` also carries `weight_version_spans` (`[[version, count], ...]`: the weights behind each).
 """
 
+from .control import Control, Run
 from .core import Generation, ReferenceEngine, RequestError, Sampling, Token, parse_tool_calls
 from .server import EngineHandler, make_server
 
 __all__ = [
+    "Control",
     "EngineHandler",
     "Generation",
     "ReferenceEngine",
     "RequestError",
+    "Run",
     "Sampling",
     "Token",
     "make_server",

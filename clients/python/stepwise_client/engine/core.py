@@ -20,6 +20,7 @@ import torch
 from safetensors.torch import load_file
 
 from ..models import Policy
+from .control import Control, Run
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
 MAX_TOP_LOGPROBS = 20
@@ -54,13 +55,25 @@ class Token:
     id: int
     logprob: float
     top: list[tuple[int, float]]
+    version: int | None = None  # the engine's weights version when it was sampled
+
+
+def version_spans(tokens: list[Token]) -> list[list[Any]]:
+    """`[[version, count], ...]` over the tokens in order: which weights produced each."""
+    spans: list[list[Any]] = []
+    for t in tokens:
+        if spans and spans[-1][0] == t.version:
+            spans[-1][1] += 1
+        else:
+            spans.append([t.version, 1])
+    return spans
 
 
 @dataclass
 class Generation:
     prompt_ids: list[int]
     tokens: list[Token]
-    finish_reason: str  # stop | length
+    finish_reason: str  # stop | length | abort
     stop_reason: str | None
     text: str  # decoded output without special tokens, cut at a stop string
 
@@ -157,10 +170,17 @@ class ReferenceEngine:
         self.max_model_len = max_model_len
         self.seed = seed
         self.requests = 0
-        self.weights_version: int | None = None
+        self.weights_version: int | None = None  # the int `GET /weights` and the token spans report
+        self.weight_version: Any = None  # as /finish_weight_update gave it (vLLM's weight_version)
+        self.weight_label: str | None = None
+        self.weight_gen = 0  # completed weight updates, any route
+        self.weights_epoch = 0  # tensor loads: a parked generation's KV cache is stale when it moved
         self.weights_loaded_at = time.time()
-        # One generation at a time; a weight update takes the same lock, so it lands between requests.
+        self.tokens_sampled = 0  # a counter tests and logs can watch
+        # One generation at a time; a weight update takes the same lock, so it lands between requests,
+        # unless the engine is paused (see control.py).
         self.lock = threading.Lock()
+        self.control = Control(self.lock)
         eos = {self.tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")}
         self.eos_ids = {i for i in eos if isinstance(i, int) and i >= 0}
         self.special_ids = set(self.tokenizer.all_special_ids)
@@ -274,14 +294,25 @@ class ReferenceEngine:
         return int(torch.searchsorted(cdf, u).clamp(max=probs.numel() - 1))
 
     @torch.no_grad()
-    def tokens(self, prompt_ids: list[int], s: Sampling) -> Iterator[Token]:
-        """Samples token by token with a KV cache; call with `self.lock` held."""
+    def tokens(self, prompt_ids: list[int], s: Sampling, run: Run | None = None) -> Iterator[Token]:
+        """Samples token by token with a KV cache; call with `self.lock` held, or as a `run` of
+        `self.control`, which may stop it (abort) or park it at each token boundary.
+        """
         model = self.policy.model
         device = next(model.parameters()).device
         generator = self._generator(s.seed)
+        ids = list(prompt_ids)
         past = None
-        step_input = torch.tensor([prompt_ids], device=device)
+        epoch = self.weights_epoch
+        step_input = torch.tensor([ids], device=device)
         for _ in range(s.max_tokens):
+            if run is not None and not self.control.boundary(run):
+                run.stopped = True
+                return
+            if past is not None and epoch != self.weights_epoch:
+                # Weights changed while parked: rebuild the cache for everything so far under the new ones.
+                past, step_input = None, torch.tensor([ids], device=device)
+            epoch, version = self.weights_epoch, self.weights_version
             out = model(input_ids=step_input, past_key_values=past, use_cache=True, logits_to_keep=1)
             past = out.past_key_values
             logits = out.logits[0, -1].float().cpu()
@@ -292,18 +323,28 @@ class ReferenceEngine:
             if s.top_logprobs:
                 values, ids = torch.topk(logprobs, s.top_logprobs)
                 top = list(zip(ids.tolist(), values.tolist()))
-            yield Token(token_id, float(logprobs[token_id]), top)
+            self.tokens_sampled += 1
+            yield Token(token_id, float(logprobs[token_id]), top, version)
             if token_id in self.eos_ids and not s.ignore_eos:
                 return
+            ids.append(token_id)
             step_input = torch.tensor([[token_id]], device=device)
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
-    def generate(self, prompt_ids: list[int], s: Sampling, on_token: Callable[[Generation], None] | None = None) -> Generation:
-        """The whole generation; `on_token` sees it grow (for streaming). Call with the lock held."""
+    def generate(
+        self,
+        prompt_ids: list[int],
+        s: Sampling,
+        on_token: Callable[[Generation], None] | None = None,
+        run: Run | None = None,
+    ) -> Generation:
+        """The whole generation; `on_token` sees it grow (for streaming). Call with the lock held, or
+        as a `run` (then an abort ends it with what it has, finish_reason "abort").
+        """
         g = Generation(prompt_ids, [], "length", None, "")
-        for token in self.tokens(prompt_ids, s):
+        for token in self.tokens(prompt_ids, s, run):
             g.tokens.append(token)
             if token.id in self.eos_ids and not s.ignore_eos:
                 g.finish_reason = "stop"
@@ -315,17 +356,23 @@ class ReferenceEngine:
                 break
             if on_token:
                 on_token(g)
+        if run is not None and run.stopped:
+            g.finish_reason = "abort"
         return g
 
     # --- weights -----------------------------------------------------------------------------
 
-    def load_state_dict(self, state: dict[str, torch.Tensor], version: int | None) -> dict[str, Any]:
+    def load_state_dict(self, state: dict[str, torch.Tensor], version: int | None, *, in_update: bool = False) -> dict[str, Any]:
+        """Loads tensors in place. A one-shot load (the SGLang-named routes) also names the version;
+        within /start_weight_update../finish_weight_update (`in_update`) the finish names it.
+        """
         started = time.perf_counter()
         model = self.policy.model
         params = next(model.parameters())
         state = {k: v.to(dtype=params.dtype, device=params.device) for k, v in state.items()}
-        with self.lock:
+        with self.control.weights_change():
             missing, unexpected = model.load_state_dict(state, strict=False)
+            self.weights_epoch += 1  # even a refused load may have copied some tensors
             # Tied weights (lm_head = embed_tokens) may be sent once; anything else missing is an error.
             missing = [k for k in missing if not (k == "lm_head.weight" and model.config.tie_word_embeddings)]
             if missing or unexpected:
@@ -333,11 +380,12 @@ class ReferenceEngine:
                     f"weights: missing {missing[:5]}, unexpected {unexpected[:5]} (this engine's model differs)",
                     "weights",
                 )
-            self.weights_version = version
+            if not in_update:
+                self._set_version(version, None)
             self.weights_loaded_at = time.time()
-        return {"ok": True, "version": version, "loaded_ms": round((time.perf_counter() - started) * 1000, 3)}
+        return {"ok": True, "version": self.weights_version, "loaded_ms": round((time.perf_counter() - started) * 1000, 3)}
 
-    def load_from_disk(self, folder: str, version: int | None) -> dict[str, Any]:
+    def load_from_disk(self, folder: str, version: int | None, *, in_update: bool = False) -> dict[str, Any]:
         path = Path(folder)
         files = sorted(path.glob("*.safetensors")) if path.is_dir() else []
         if not files:
@@ -345,7 +393,50 @@ class ReferenceEngine:
         state: dict[str, torch.Tensor] = {}
         for f in files:
             state.update(load_file(str(f)))
-        return self.load_state_dict(state, version)
+        return self.load_state_dict(state, version, in_update=in_update)
+
+    def _set_version(self, version: Any, label: str | None) -> None:
+        self.weight_version = version
+        decimal = isinstance(version, str) and version.isascii() and version.isdecimal()
+        is_int = isinstance(version, int) and not isinstance(version, bool)
+        self.weights_version = int(version) if decimal else version if is_int else None
+        self.weight_label = label
+        self.weight_gen += 1
+
+    # --- vLLM's weight-update session: start, update (any number), finish ----------------------
+
+    def start_weight_update(self) -> dict[str, Any]:
+        if not self.control.start_update():
+            raise RequestError("a weight update is already in progress: finish it first", None, 409)
+        return {"message": "Weight update started"}
+
+    def update_weights(self, body: dict[str, Any]) -> dict[str, Any]:
+        """`{"update_info": {"model_path": DIR}}`: this engine's weight transfer is from disk."""
+        info = body.get("update_info")
+        folder = info.get("model_path") if isinstance(info, dict) else None
+        if not isinstance(folder, str) or not folder:
+            raise RequestError('update_info: must be {"model_path": a folder of .safetensors files}', "update_info")
+        if not self.control.update_active:
+            raise RequestError("no weight update in progress: call /start_weight_update first", None, 409)
+        try:
+            self.load_from_disk(folder, None, in_update=True)
+        except RequestError as error:
+            raise RequestError(f"update_info: {error}", "update_info") from None
+        return {"message": "Weights updated"}
+
+    def finish_weight_update(self, body: dict[str, Any]) -> dict[str, Any]:
+        version, label = body.get("weight_version"), body.get("weight_label")
+        if version is not None and (isinstance(version, bool) or not isinstance(version, (str, int))):
+            raise RequestError("weight_version: must be a string", "weight_version")
+        if label is not None and not isinstance(label, str):
+            raise RequestError("weight_label: must be a string", "weight_label")
+        if not self.control.finish_update():
+            raise RequestError("no weight update in progress: call /start_weight_update first", None, 409)
+        self._set_version(version, label)
+        return {"message": "Weight update finished", "weight_gen": self.weight_gen, "weight_label": label}
+
+    def weight_info(self) -> dict[str, Any]:
+        return {"weight_version": self.weight_version, "weight_gen": self.weight_gen, "weight_label": self.weight_label}
 
     # --- wire formats ------------------------------------------------------------------------
 

@@ -1,5 +1,6 @@
-"""The reference engine's HTTP side: vLLM's OpenAI-compatible routes and the weight-update routes,
-on the standard library's threading HTTP server.
+"""The reference engine's HTTP side: vLLM's OpenAI-compatible routes, the weight-update routes and
+vLLM's RL control routes (pause, resume, abort, weight-update session), on the standard library's
+threading HTTP server: one thread per connection, a generation runs on its request's thread.
 """
 
 from __future__ import annotations
@@ -24,7 +25,17 @@ from .core import (
     Token,
     int_field,
     parse_tool_calls,
+    version_spans,
 )
+from .control import PAUSE_MODES
+
+TRUE_WORDS = ("true", "1", "yes", "on")
+FALSE_WORDS = ("false", "0", "no", "off")
+
+
+def _spans(tokens: list[Token], want_ids: bool) -> dict[str, Any]:
+    """The extension field beside `token_ids`: which weights version sampled each of them."""
+    return {"weight_version_spans": version_spans(tokens)} if want_ids else {}
 
 
 def _usage(g: Generation) -> dict[str, Any]:
@@ -53,7 +64,8 @@ class EngineHandler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def _error(self, status: int, message: str, param: str | None = None) -> None:
-        kind = "BadRequestError" if status == 400 else "NotFoundError" if status == 404 else "InternalServerError"
+        kinds = {400: "BadRequestError", 404: "NotFoundError", 409: "ConflictError"}
+        kind = kinds.get(status, "InternalServerError")
         self._send_json(status, {"error": {"message": message, "type": kind, "param": param, "code": status}})
 
     def _body(self) -> bytes:
@@ -76,6 +88,22 @@ class EngineHandler(BaseHTTPRequestHandler):
         if not isinstance(body, dict):
             raise RequestError("the body must be a JSON object")
         return body
+
+    def _optional_json(self) -> dict[str, Any]:
+        """A control route's body: none or empty reads as `{}`."""
+        if self.headers.get("content-length") in (None, "0"):
+            return {}
+        return self._json_body()
+
+    def _request_id(self, body: dict[str, Any], prefix: str) -> tuple[str, set[str]]:
+        """vLLM's ids: `prefix-` + the body's request_id or X-Request-Id, else random; an abort may
+        name the answer's id or the caller's own.
+        """
+        given = self.headers.get("x-request-id") or body.get("request_id")
+        if isinstance(given, str) and given:
+            return f"{prefix}-{given}", {f"{prefix}-{given}", given}
+        rid = f"{prefix}-{secrets.token_hex(16)}"
+        return rid, {rid}
 
     def _start_stream(self) -> None:
         self.streaming = True
@@ -142,6 +170,10 @@ class EngineHandler(BaseHTTPRequestHandler):
             )
         elif path == "/weights":
             self._send_json(200, {"version": e.weights_version, "loaded_at": e.weights_loaded_at})
+        elif path == "/is_paused":
+            self._send_json(200, {"is_paused": e.control.is_paused()})
+        elif path == "/weight_info":
+            self._send_json(200, e.weight_info())
         else:
             self._error(404, f"no route GET {path}")
 
@@ -152,12 +184,51 @@ class EngineHandler(BaseHTTPRequestHandler):
             "/v1/completions": self._completions,
             "/update_weights_from_disk": self._weights_from_disk,
             "/update_weights_from_tensor": lambda: self._weights_from_tensor(parse_qs(url.query)),
+            "/pause": lambda: self._pause(parse_qs(url.query)),
+            "/resume": self._resume,
+            "/abort_requests": self._abort_requests,
+            "/start_weight_update": lambda: self._answer(self.engine.start_weight_update),
+            "/update_weights": lambda: self._answer(self.engine.update_weights, self._optional_json()),
+            "/finish_weight_update": lambda: self._answer(self.engine.finish_weight_update, self._optional_json()),
         }
         self._dispatch(routes.get(url.path) or (lambda: self._no_route(url.path)))
 
     def _no_route(self, path: str) -> None:
         self._body()  # read, so the connection can serve the next request
         raise RequestError(f"no route POST {path}", None, 404)
+
+    # --- control (vLLM's dev-mode RL routes) ------------------------------------------------
+
+    def _answer(self, action: Callable[..., dict[str, Any]], *args: Any) -> None:
+        if not args:
+            self._optional_json()  # read, so the connection can serve the next request
+        self._send_json(200, action(*args))
+
+    def _pause(self, query: dict[str, list[str]]) -> None:
+        self._optional_json()
+        mode = query.get("mode", ["abort"])[0]
+        if mode not in PAUSE_MODES:
+            raise RequestError(f"mode: must be one of {', '.join(PAUSE_MODES)}, not {mode!r}", "mode")
+        # clear_cache is accepted for vLLM's shape; this engine keeps no cache across generations.
+        clear = query.get("clear_cache", ["true"])[0].lower()
+        if clear not in TRUE_WORDS + FALSE_WORDS:
+            raise RequestError(f"clear_cache: must be true or false, not {clear!r}", "clear_cache")
+        self.engine.control.pause(mode)
+        self._send_json(200, {"status": "paused"})
+
+    def _resume(self) -> None:
+        self._optional_json()
+        self.engine.control.resume()
+        self._send_json(200, {"status": "resumed"})
+
+    def _abort_requests(self) -> None:
+        ids = self._optional_json().get("request_ids")
+        if ids is not None and not (isinstance(ids, list) and all(isinstance(i, str) for i in ids)):
+            raise RequestError("request_ids: must be a list of strings", "request_ids")
+        aborted = self.engine.control.abort(None if ids is None else set(ids))
+        self._send_json(200, {"status": "aborted", "aborted": aborted})
+
+    # --- weights (SGLang's names) ------------------------------------------------------------
 
     def _weights_from_disk(self) -> None:
         body = self._json_body()
@@ -189,12 +260,13 @@ class EngineHandler(BaseHTTPRequestHandler):
         want_ids = body.get("return_token_ids") is True
         tool_choice = body.get("tool_choice", "auto" if body.get("tools") else "none")
         parse_tools = bool(body.get("tools")) and tool_choice != "none"
-        meta = {"id": f"chatcmpl-{secrets.token_hex(16)}", "created": int(time.time()), "model": body.get("model") or e.served_name}
+        rid, keys = self._request_id(body, "chatcmpl")
+        meta = {"id": rid, "created": int(time.time()), "model": body.get("model") or e.served_name}
         if body.get("stream") is True:
-            self._chat_stream(body, prompt_ids, s, want_ids, parse_tools, meta)
+            self._chat_stream(body, prompt_ids, s, want_ids, parse_tools, meta, keys)
             return
-        with e.lock:
-            g = e.generate(prompt_ids, s)
+        with e.control.generation(keys) as run:
+            g = e.generate(prompt_ids, s, run=run)
         content, calls = parse_tool_calls(g.text) if parse_tools else (g.text, [])
         finish = "tool_calls" if calls and g.finish_reason == "stop" else g.finish_reason
         self._send_json(
@@ -219,6 +291,7 @@ class EngineHandler(BaseHTTPRequestHandler):
                         "finish_reason": finish,
                         "stop_reason": g.stop_reason,
                         "token_ids": [t.id for t in g.tokens] if want_ids else None,
+                        **_spans(g.tokens, want_ids),
                     }
                 ],
                 "service_tier": None,
@@ -230,7 +303,16 @@ class EngineHandler(BaseHTTPRequestHandler):
             },
         )
 
-    def _chat_stream(self, body: dict[str, Any], prompt_ids: list[int], s: Sampling, want_ids: bool, parse_tools: bool, meta: dict[str, Any]) -> None:
+    def _chat_stream(
+        self,
+        body: dict[str, Any],
+        prompt_ids: list[int],
+        s: Sampling,
+        want_ids: bool,
+        parse_tools: bool,
+        meta: dict[str, Any],
+        keys: set[str],
+    ) -> None:
         """Content token by token; from a `<tool_call>` on, tokens are held and the calls sent whole."""
         e = self.engine
         base = {**meta, "object": "chat.completion.chunk"}
@@ -247,6 +329,7 @@ class EngineHandler(BaseHTTPRequestHandler):
             }
             if want_ids:
                 choice["token_ids"] = [t.id for t in tokens]
+                choice.update(_spans(tokens, want_ids))
             choice.update(extra)
             return {**base, "choices": [choice]}
 
@@ -272,10 +355,10 @@ class EngineHandler(BaseHTTPRequestHandler):
         first = {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}]}
         if want_ids:
             first["prompt_token_ids"] = prompt_ids
-        with e.lock:
+        with e.control.generation(keys) as run:
             self._start_stream()
             self._event(first)
-            g = e.generate(prompt_ids, s, on_token)
+            g = e.generate(prompt_ids, s, on_token, run)
         content, calls = parse_tool_calls(g.text) if parse_tools else (g.text, [])
         rest = g.tokens[sent_tokens:]
         eos_last = bool(rest) and rest[-1].id in e.eos_ids and g.finish_reason == "stop"
@@ -304,48 +387,13 @@ class EngineHandler(BaseHTTPRequestHandler):
         prompt_ids = e.prompt_of(body)
         s = e.sampling_of(body, len(prompt_ids), chat=False)
         want_ids = body.get("return_token_ids") is True
-        meta = {"id": f"cmpl-{secrets.token_hex(16)}", "created": int(time.time()), "model": body.get("model") or e.served_name}
-        base = {**meta, "object": "text_completion"}
+        rid, keys = self._request_id(body, "cmpl")
+        base = {"id": rid, "created": int(time.time()), "model": body.get("model") or e.served_name, "object": "text_completion"}
         if body.get("stream") is True:
-            usage_wanted = isinstance(body.get("stream_options"), dict) and body["stream_options"].get("include_usage") is True
-            sent_text = 0
-            sent_tokens = 0
-
-            def choice(text: str, tokens: list[Token], offset: int, finish: str | None, first: bool, stop: str | None = None) -> dict[str, Any]:
-                return {
-                    **base,
-                    "choices": [
-                        {
-                            "index": 0,
-                            "text": text,
-                            "logprobs": e.legacy_logprobs(tokens, offset) if s.want_logprobs else None,
-                            "finish_reason": finish,
-                            "stop_reason": stop,
-                            "prompt_token_ids": prompt_ids if want_ids and first else None,
-                            "token_ids": [t.id for t in tokens] if want_ids else None,
-                        }
-                    ],
-                    "usage": None,
-                }
-
-            def on_token(g: Generation) -> None:
-                nonlocal sent_text, sent_tokens
-                end = len(g.text) - 1 if g.text.endswith("\ufffd") else len(g.text)
-                if end > sent_text:
-                    self._event(choice(g.text[sent_text:end], g.tokens[sent_tokens:], sent_text, None, sent_tokens == 0))
-                    sent_text, sent_tokens = end, len(g.tokens)
-
-            with e.lock:
-                self._start_stream()
-                g = e.generate(prompt_ids, s, on_token)
-            rest = g.tokens[sent_tokens:]
-            self._event(choice(g.text[sent_text:], rest, sent_text, g.finish_reason, sent_tokens == 0, g.stop_reason))
-            if usage_wanted:
-                self._event({**base, "choices": [], "usage": _usage(g)})
-            self._end_stream()
+            self._completions_stream(body, prompt_ids, s, want_ids, base, keys)
             return
-        with e.lock:
-            g = e.generate(prompt_ids, s)
+        with e.control.generation(keys) as run:
+            g = e.generate(prompt_ids, s, run=run)
         self._send_json(
             200,
             {
@@ -360,6 +408,7 @@ class EngineHandler(BaseHTTPRequestHandler):
                         "prompt_logprobs": None,
                         "prompt_token_ids": prompt_ids if want_ids else None,
                         "token_ids": [t.id for t in g.tokens] if want_ids else None,
+                        **_spans(g.tokens, want_ids),
                     }
                 ],
                 "service_tier": None,
@@ -368,6 +417,48 @@ class EngineHandler(BaseHTTPRequestHandler):
                 "kv_transfer_params": None,
             },
         )
+
+    def _completions_stream(
+        self, body: dict[str, Any], prompt_ids: list[int], s: Sampling, want_ids: bool, base: dict[str, Any], keys: set[str]
+    ) -> None:
+        e = self.engine
+        usage_wanted = isinstance(body.get("stream_options"), dict) and body["stream_options"].get("include_usage") is True
+        sent_text = 0
+        sent_tokens = 0
+
+        def choice(text: str, tokens: list[Token], offset: int, finish: str | None, first: bool, stop: str | None = None) -> dict[str, Any]:
+            return {
+                **base,
+                "choices": [
+                    {
+                        "index": 0,
+                        "text": text,
+                        "logprobs": e.legacy_logprobs(tokens, offset) if s.want_logprobs else None,
+                        "finish_reason": finish,
+                        "stop_reason": stop,
+                        "prompt_token_ids": prompt_ids if want_ids and first else None,
+                        "token_ids": [t.id for t in tokens] if want_ids else None,
+                        **_spans(tokens, want_ids),
+                    }
+                ],
+                "usage": None,
+            }
+
+        def on_token(g: Generation) -> None:
+            nonlocal sent_text, sent_tokens
+            end = len(g.text) - 1 if g.text.endswith("\ufffd") else len(g.text)
+            if end > sent_text:
+                self._event(choice(g.text[sent_text:end], g.tokens[sent_tokens:], sent_text, None, sent_tokens == 0))
+                sent_text, sent_tokens = end, len(g.tokens)
+
+        with e.control.generation(keys) as run:
+            self._start_stream()
+            g = e.generate(prompt_ids, s, on_token, run)
+        rest = g.tokens[sent_tokens:]
+        self._event(choice(g.text[sent_text:], rest, sent_text, g.finish_reason, sent_tokens == 0, g.stop_reason))
+        if usage_wanted:
+            self._event({**base, "choices": [], "usage": _usage(g)})
+        self._end_stream()
 
 
 def make_server(engine: ReferenceEngine, host: str = "127.0.0.1", port: int = 0, verbose: bool = False) -> ThreadingHTTPServer:
