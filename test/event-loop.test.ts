@@ -165,6 +165,7 @@ describe('the event loop stays free', () => {
       usage: null,
       model: null,
       idsIncomplete: false,
+      versionSpans: null,
     };
     // Warm the worker (its tokenizer loads once), then count this thread's ticks during one call.
     await offThreadTokenizer.retokenizeText('warm', captured);

@@ -56,6 +56,26 @@ const Logprobs = z.custom<number[]>().transform((value: unknown, ctx): number[] 
 });
 
 /**
+ * Runs of response tokens by the policy version that produced them: `[version, count]`, versions
+ * rising, counts positive (docs/datapool.md#partial-rollouts).
+ */
+export const VersionSpans = z
+  .array(
+    z.tuple([
+      z.number().int('must be an integer').min(0, 'must be >= 0').max(MAX_POLICY_VERSION),
+      z.number().int('must be an integer').min(1, 'must be >= 1'),
+    ]),
+  )
+  .min(1, 'must hold at least one span')
+  .max(MAX_PROMPT_TOKENS)
+  .superRefine((spans, ctx) => {
+    for (let i = 1; i < spans.length; i++)
+      if (spans[i]![0] <= spans[i - 1]![0])
+        ctx.addIssue({ code: 'custom', path: [i, 0], message: 'versions must rise from span to span' });
+  });
+export type VersionSpans = [version: number, count: number][];
+
+/**
  * Bounds of a step's MoE routing (Claw-R1's `routed_experts`, for routing replay): one expert id
  * per token, layer and top-k slot. Ids fit in uint16 and a step holds at most 2^23 of them (16 MiB
  * stored), so one step never buys more storage than that.
@@ -157,6 +177,9 @@ export const StepWire = z
       .default({})
       .transform((m) => m ?? {}),
     rollout_log_probs: Logprobs.nullable().optional(),
+    // Which policy version produced each response token, as runs [version, count] in order (a
+    // generation that spanned a weight switch has several); absent: all of them policy_version's.
+    version_spans: VersionSpans.nullable().optional(),
     token_source: TokenSource.default('submitted'),
     finish_reason: z.string().max(64).nullable().optional(),
     // What the agent saw: kept for judges, SFT export and the dashboard.
@@ -193,6 +216,21 @@ export const StepWire = z
           message: `${length} token ids; a step holds at most ${MAX_PROMPT_TOKENS} (MAX_PROMPT_TOKENS)`,
         });
     }
+    if (step.version_spans != null) {
+      const covered = step.version_spans.reduce((n, [, count]) => n + count, 0);
+      if (covered !== step.response_ids.length)
+        ctx.addIssue({
+          code: 'custom',
+          path: ['version_spans'],
+          message: `covers ${covered} tokens; response_ids has ${step.response_ids.length}`,
+        });
+      if (step.policy_version !== undefined && step.version_spans[0]?.[0] !== step.policy_version)
+        ctx.addIssue({
+          code: 'custom',
+          path: ['version_spans'],
+          message: `starts at version ${step.version_spans[0]?.[0]}; policy_version is ${step.policy_version} (the version of the first token)`,
+        });
+    }
     if (step.rollout_log_probs != null && step.rollout_log_probs.length !== step.response_ids.length) {
       ctx.addIssue({
         code: 'custom',
@@ -212,6 +250,8 @@ export const Step = z.object({
   promptIds: z.array(z.number().int()),
   responseIds: z.array(z.number().int()),
   responseLogprobs: z.array(z.number()).nullable(),
+  /** The version of each run of response tokens (a generation across a weight switch); null: all policyVersion's. */
+  versionSpans: z.array(z.tuple([z.number().int(), z.number().int()])).nullable(),
   reward: z.number().nullable(),
   policyVersion: z.number().int().min(0),
   isLast: z.boolean(),
@@ -248,6 +288,7 @@ export function newStep(
 ): NewStep {
   return {
     responseLogprobs: null,
+    versionSpans: null,
     reward: null,
     policyVersion: null,
     isLast: false,
@@ -277,8 +318,10 @@ export function stepFromWire(wire: z.output<typeof StepWire>): NewStep {
     promptIds: wire.prompt_ids,
     responseIds: wire.response_ids,
     responseLogprobs: wire.rollout_log_probs ?? null,
+    // One span is no information beyond policy_version: kept as none.
+    versionSpans: wire.version_spans && wire.version_spans.length > 1 ? wire.version_spans : null,
     reward: wire.reward ?? null,
-    policyVersion: wire.policy_version ?? null,
+    policyVersion: wire.policy_version ?? wire.version_spans?.[0]?.[0] ?? null,
     isLast: wire.is_last,
     metadata: wire.metadata,
     tokenSource: wire.token_source,

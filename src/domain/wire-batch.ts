@@ -29,6 +29,11 @@ export const StepOutWire = z
     metadata: Json,
     /** The engine's logprob of each response token; null when the step came without them. */
     rollout_log_probs: z.array(z.number()).nullable(),
+    /**
+     * The policy version of each run of response tokens, `[version, count]` in order, for a step
+     * whose generation spanned a weight switch; null: every token is policy_version's.
+     */
+    version_spans: z.array(z.tuple([z.number().int(), z.number().int()])).nullable(),
     token_source: TokenSource,
     finish_reason: z.string().nullable(),
     messages: z.array(Json).nullable(),
@@ -66,6 +71,7 @@ export function stepToWire(step: Step): StepOut {
     is_last: step.isLast,
     metadata: step.metadata,
     rollout_log_probs: step.responseLogprobs,
+    version_spans: step.versionSpans,
     token_source: step.tokenSource,
     finish_reason: step.finishReason,
     messages: step.messages,

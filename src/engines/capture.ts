@@ -27,6 +27,13 @@ export interface Captured {
   /** The answer's `id` (`chatcmpl-...`), as the engine named it. */
   id?: string;
   /**
+   * The weights version of each run of response ids, as the engine reported them
+   * (`weight_version_spans`: the sim, the reference engine, and the gateway's own splice of a
+   * partial rollout), null for ids that came without (the call's own version); null when they were
+   * malformed. A version is as the engine names it.
+   */
+  versionSpans: EngineVersionSpan[] | null;
+  /**
    * The engine sent ids, but fewer than it generated (its usage says more): vLLM's streaming tool
    * parser drops the chunks of the tokens it holds back (vLLM issue 27482), so the ids are unusable.
    */
@@ -39,6 +46,19 @@ export interface Captured {
 }
 
 type Json = Record<string, unknown>;
+
+/** `[weights version, count]` as an engine reports it (a version it was never given is null). */
+export type EngineVersionSpan = [version: number | string | null, count: number];
+
+function isSpan(v: unknown): v is EngineVersionSpan {
+  return (
+    Array.isArray(v) &&
+    v.length === 2 &&
+    (v[0] === null || typeof v[0] === 'number' || (typeof v[0] === 'string' && v[0].length <= 64)) &&
+    Number.isSafeInteger(v[1]) &&
+    (v[1] as number) > 0
+  );
+}
 
 /** The id arrays of a completion: the prompt's echo (top level or per choice) and each choice's output. */
 const ANSWER_ID_FIELDS = ['prompt_token_ids', 'token_ids'] as const;
@@ -81,6 +101,8 @@ export class CompletionCapture {
   private model: string | null = null;
   private id: string | null = null;
   private malformed: string | null = null;
+  private spans: EngineVersionSpan[] = [];
+  private spansMissing = false;
   /** Time of the first chunk that carried generated tokens (for time to first token). */
   firstTokenAt: number | null = null;
 
@@ -169,6 +191,7 @@ export class CompletionCapture {
       (typeof choice.text === 'string' && choice.text !== '');
     if (out) for (const id of out) this.responseIds.push(id);
     else if (carriesTokens) this.idsMissing = true;
+    if (out && out.length > 0) this.readSpans(choice.weight_version_spans, out.length);
     let count = 0;
     if (logprobs && Array.isArray(logprobs.content)) {
       for (const entry of logprobs.content) {
@@ -184,6 +207,26 @@ export class CompletionCapture {
       }
     }
     if (out && count !== out.length) this.logprobsMissing = true;
+  }
+
+  /**
+   * The spans of `count` ids just read. Ids without any are the call's own version's (null); spans
+   * that are malformed or do not cover them leave the answer's spans unknown.
+   */
+  private readSpans(value: unknown, count: number): void {
+    if (value === undefined || value === null) value = [[null, count]];
+    if (!Array.isArray(value) || !value.every(isSpan)) {
+      this.spansMissing = true;
+      return;
+    }
+    let covered = 0;
+    for (const [version, n] of value) {
+      covered += n;
+      const last = this.spans[this.spans.length - 1];
+      if (last && last[0] === version) last[1] += n;
+      else this.spans.push([version, n]);
+    }
+    if (covered !== count) this.spansMissing = true;
   }
 
   private mergeCall(raw: unknown, index: number): void {
@@ -229,6 +272,7 @@ export class CompletionCapture {
       model: this.model,
       ...(this.id !== null ? { id: this.id } : {}),
       idsIncomplete,
+      versionSpans: responseIds && !this.spansMissing && this.spans.length > 0 ? this.spans : null,
     };
     if (this.malformed === null) return captured;
     return { ...captured, promptIds: null, malformed: this.malformed };

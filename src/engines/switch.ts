@@ -10,7 +10,8 @@ export type { SwitchMode, WeightsSource };
  * - vLLM (and the reference engine and the sim, which speak its dev-mode RL routes,
  *   vllm/entrypoints/serve/rlhf/api_router.py): POST /pause?mode=abort|wait|keep, then
  *   /start_weight_update, /update_weights {update_info}, /finish_weight_update {weight_version},
- *   then /resume; GET /weight_info reads the version back.
+ *   then /resume; GET /weight_info reads the version back. Weights the trainer pushed itself
+ *   (NCCL, between the pause and the switch) are named by /update_weight_version {new_version}.
  * - SGLang (python/sglang/srt/entrypoints/http_server.py): POST /pause_generation {mode}, then
  *   /update_weights_from_disk {model_path, weight_version}, then /continue_generation.
  */
@@ -61,7 +62,15 @@ function vllmSwitch(engine: Engine): EngineSwitch {
       await call(engine, 'POST', `/pause?mode=${mode}`, null, signal);
     },
     async load(weights, version, signal) {
-      if (weights === null) return;
+      // Weights the trainer pushed itself: the engine only learns their version (its answers stamp it).
+      if (weights === null)
+        return void (await call(
+          engine,
+          'POST',
+          '/update_weight_version',
+          { new_version: String(version) },
+          signal,
+        ));
       const updateInfo = 'path' in weights ? { model_path: weights.path } : weights.update_info;
       await call(engine, 'POST', '/start_weight_update', {}, signal);
       await call(engine, 'POST', '/update_weights', { update_info: updateInfo }, signal);
@@ -87,7 +96,14 @@ function sglangSwitch(engine: Engine): EngineSwitch {
       await call(engine, 'POST', '/pause_generation', { mode: SGLANG_MODE[mode] }, signal);
     },
     async load(weights, version, signal) {
-      if (weights === null) return;
+      if (weights === null)
+        return void (await call(
+          engine,
+          'POST',
+          '/update_weight_version',
+          { new_version: String(version) },
+          signal,
+        ));
       if (!('path' in weights)) throw new UpstreamError('SGLang loads weights.path only', 502, false);
       await call(
         engine,

@@ -6,6 +6,9 @@ import type { CallContext, ForwardAnswer } from './call-context.js';
 import type { RoutedCall, StepRecorder } from './capture.js';
 import { type Forwarding, forwardError, forwardWhole } from './forward.js';
 import { forwardStream } from './forward-stream.js';
+import type { SpliceDeps } from './partial/continuation.js';
+import { splicedStream } from './partial/stream.js';
+import { splicedWhole } from './partial/whole.js';
 
 /*
  * The core of every call, inside its middleware: route to an engine, forward its answer, capture
@@ -15,10 +18,12 @@ import { forwardStream } from './forward-stream.js';
 export interface CallCoreOptions {
   pool: Pick<DataPool, 'policyVersion'>;
   recorder: Pick<StepRecorder, 'fail'>;
+  /** Continues answers a weight switch cut (partial rollouts, partial/); absent: they pass as cut. */
+  splice?: SpliceDeps;
 }
 
 /** Routes the call as its middleware left it, and forwards the engine's answer with `ctx.forward`. */
-export function callCore({ pool, recorder }: CallCoreOptions): (ctx: CallContext) => Promise<Answer> {
+export function callCore({ pool, recorder, splice }: CallCoreOptions): (ctx: CallContext) => Promise<Answer> {
   return async (ctx) => {
     const version = await pool.policyVersion();
     const started = performance.now();
@@ -35,6 +40,15 @@ export function callCore({ pool, recorder }: CallCoreOptions): (ctx: CallContext
     } catch (error) {
       recorder.fail(ctx.session, ctx.attachments, error, null, ctx.signal.aborted);
       throw error;
+    }
+    if (splice && routed.reply.status === 200 && routed.engine.kind !== 'openai') {
+      const reply = (ctx.request.stream === true ? splicedStream : splicedWhole)(
+        ctx,
+        routed,
+        version,
+        splice,
+      );
+      routed = { ...routed, reply };
     }
     return await ctx.forward(routedCall(ctx, routed, version, started));
   };

@@ -2,11 +2,13 @@ import type { Logger } from 'pino';
 import {
   ConflictError,
   type JsonObject,
+  MAX_POLICY_VERSION,
   type NewStep,
   StepwiseError,
   ValidationError,
+  type VersionSpans,
 } from '../domain/index.js';
-import type { Captured, CompletionCapture } from '../engines/capture.js';
+import type { Captured, CompletionCapture, EngineVersionSpan } from '../engines/capture.js';
 import type { Engine, RoutedReply } from '../engines/router.js';
 import type { DataPool } from '../pool/data-pool.js';
 import type { CaptureTokenizer } from '../services/capture-tokenizer.js';
@@ -63,6 +65,29 @@ const SAMPLING_FIELDS = [
   'add_generation_prompt',
   'continue_final_message',
 ] as const;
+
+/**
+ * The policy version of each run of a step's response ids from the spans its engine reported: an
+ * engine version that is no integer (one the engine was never given) is the call's own version.
+ * Null when the spans say nothing beyond one version, or run backwards (then unusable).
+ */
+export function stepVersions(
+  reported: EngineVersionSpan[] | null,
+  callVersion: number,
+): { first: number; spans: VersionSpans | null } | null {
+  if (!reported) return null;
+  const spans: VersionSpans = [];
+  for (const [raw, count] of reported) {
+    const n =
+      typeof raw === 'number' ? raw : typeof raw === 'string' && /^\d{1,10}$/.test(raw) ? Number(raw) : NaN;
+    const version = Number.isSafeInteger(n) && n <= MAX_POLICY_VERSION ? n : callVersion;
+    const last = spans[spans.length - 1];
+    if (last && last[0] === version) last[1] += count;
+    else if (last && last[0] > version) return null;
+    else spans.push([version, count]);
+  }
+  return { first: spans[0]![0], spans: spans.length > 1 ? spans : null };
+}
 
 /** One LLM call on its way from the engine to the agent. */
 export interface RoutedCall {
@@ -166,6 +191,7 @@ export class StepRecorder {
     const metadata = stepMetadata(ctx, captured, ids);
     const trainingPromptIds = await this.trainingPromptOf(ctx, ids, metadata);
     const index = session.nextIndex++;
+    const versions = ids.source === 'engine' ? stepVersions(captured.versionSpans, ctx.version) : null;
     const step: NewStep = {
       trajectoryId: session.id,
       groupId: session.groupId,
@@ -173,8 +199,9 @@ export class StepRecorder {
       promptIds: ids.promptIds,
       responseIds: ids.responseIds,
       responseLogprobs: ids.logprobs,
+      versionSpans: versions?.spans ?? null,
       reward: null,
-      policyVersion: ctx.version,
+      policyVersion: versions?.first ?? ctx.version,
       isLast: false,
       metadata,
       tokenSource: ids.source,

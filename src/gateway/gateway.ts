@@ -163,7 +163,15 @@ export class Gateway {
     };
     this.pipeline = composeCall(
       options.middleware?.(services) ?? [],
-      callCore({ pool: this.pool, recorder: this.recorder }),
+      callCore({
+        pool: this.pool,
+        recorder: this.recorder,
+        splice: {
+          settled: () => this.gate.settled(),
+          version: () => this.pool.policyVersion(),
+          decode: (ids, engine) => this.tokenizing.decode(ids, engine.model),
+        },
+      }),
     );
     this.online = new OnlineSessions(this, {
       idleMs: options.sessionIdleMs,

@@ -17,6 +17,11 @@ export class PolicyGate {
     return this.holding !== null;
   }
 
+  /** Resolves once no drain or hold is on (a call already counted waits here, uncounted as it is). */
+  async settled(): Promise<void> {
+    while (this.holding) await this.holding;
+  }
+
   /** Waits while a drain is on, then counts one more generation. */
   async enter(): Promise<void> {
     while (this.holding) await this.holding;

@@ -112,6 +112,8 @@ interface StepView {
   /** multi_modal_data (Claw-R1), or `mmb: 1` when it equals the base step's (a multi-turn prompt's images, once). */
   mm?: Record<string, unknown>;
   mmb?: 1;
+  /** The response's version spans, where a generation spanned a weight switch. */
+  vs?: [number, number][];
 }
 
 interface PromptEdit {
@@ -185,6 +187,7 @@ export function encodeStep(
   if (step.toolCalls) view.tc = step.toolCalls;
   if (step.toolResults) view.tr = step.toolResults;
   if (step.trainingPromptIds) view.tp = promptEdit(prompt, step.trainingPromptIds);
+  if (step.versionSpans) view.vs = step.versionSpans;
   if (step.multiModalData) {
     const same =
       base?.multiModal != null && JSON.stringify(base.multiModal) === JSON.stringify(step.multiModalData);
@@ -318,6 +321,7 @@ export function decodeSteps(
       promptIds: toNumbers(prompt),
       responseIds: toNumbers(response),
       responseLogprobs: decodeFloats(row.logprobs),
+      versionSpans: view.vs ?? null,
       reward: row.reward,
       policyVersion: row.policy_version,
       isLast: row.is_last === 1,

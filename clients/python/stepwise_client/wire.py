@@ -141,6 +141,7 @@ class BatchStep:
     is_last: bool
     metadata: dict[str, Any]
     rollout_log_probs: list[float] | None
+    version_spans: list[tuple[int, int]] | None
     token_source: Literal["engine", "retokenized", "submitted"]
     finish_reason: str | None
     messages: list[dict[str, Any]] | None
@@ -172,6 +173,7 @@ class BatchStep:
             is_last=_field(d, "is_last", "BatchStep"),
             metadata=_field(d, "metadata", "BatchStep"),
             rollout_log_probs=_field(d, "rollout_log_probs", "BatchStep"),
+            version_spans=_apply(_field(d, "version_spans", "BatchStep"), lambda v: None if v is None else [tuple(x) for x in v]),
             token_source=_field(d, "token_source", "BatchStep"),
             finish_reason=_field(d, "finish_reason", "BatchStep"),
             messages=_field(d, "messages", "BatchStep"),
@@ -515,6 +517,7 @@ class StepOut:
     is_last: bool
     metadata: dict[str, Any]
     rollout_log_probs: list[float] | None
+    version_spans: list[tuple[int, int]] | None
     token_source: Literal["engine", "retokenized", "submitted"]
     finish_reason: str | None
     messages: list[dict[str, Any]] | None
@@ -544,6 +547,7 @@ class StepOut:
             is_last=_field(d, "is_last", "StepOut"),
             metadata=_field(d, "metadata", "StepOut"),
             rollout_log_probs=_field(d, "rollout_log_probs", "StepOut"),
+            version_spans=_apply(_field(d, "version_spans", "StepOut"), lambda v: None if v is None else [tuple(x) for x in v]),
             token_source=_field(d, "token_source", "StepOut"),
             finish_reason=_field(d, "finish_reason", "StepOut"),
             messages=_field(d, "messages", "StepOut"),

@@ -174,6 +174,7 @@ function purifiedSteps(
         usage: null,
         model: null,
         idsIncomplete: false,
+        versionSpans: null,
       },
       tokenizer,
     );

@@ -72,6 +72,13 @@ export function mountControlRoutes(app: Hono, control: SimPauseControl): void {
       weight_label: weights.label,
     });
   });
+  app.post('/update_weight_version', async (c) => {
+    const body = await bodyOf(c);
+    if (typeof body.new_version !== 'string')
+      throw new ValidationError('new_version: must be a string', 'new_version');
+    weights.version = body.new_version;
+    return c.json({ success: true, new_version: body.new_version });
+  });
   app.get('/weight_info', (c) =>
     c.json({ weight_version: weights.version, weight_gen: weights.gen, weight_label: weights.label }),
   );

@@ -28,6 +28,7 @@ import {
 import { instantLatency, type LatencyModel } from './latency.js';
 import { cutGeneration } from './partial.js';
 import { SimPauseControl, type SimRun } from './pause.js';
+import { RecentGenerations, resumeGeneration } from './resume.js';
 
 /*
  * The HTTP face of the sim engine: the subset of vLLM's OpenAI-compatible server that agents and the
@@ -175,7 +176,21 @@ export function createSimApp(options: SimAppOptions): Hono {
   const control = options.control ?? new SimPauseControl();
   mountControlRoutes(app, control);
 
-  const pacing: Pacing = { control, latency, tokenizer: engine.tokenizer, onStreamEnd: options.onStreamEnd };
+  const pacing: Pacing = {
+    control,
+    latency,
+    tokenizer: engine.tokenizer,
+    onStreamEnd: options.onStreamEnd,
+    recent: new RecentGenerations(),
+  };
+  /** A text completion, or the rest of a recent generation its prompt of ids continues (resume.ts). */
+  const completeText = (request: SimCompletionRequest): SimTextResult => {
+    const ids = Array.isArray(request.prompt) ? (request.prompt as number[]) : null;
+    const found = ids ? pacing.recent.find(ids) : null;
+    return found
+      ? resumeGeneration(found.generation, found.done, request, [...ids!], engine.tokenizer)
+      : engine.completeText(request);
+  };
   const generate = <R extends AnsweredGeneration>(
     c: Context,
     run: () => R,
@@ -215,7 +230,7 @@ export function createSimApp(options: SimAppOptions): Hono {
     const id = meta('cmpl-');
     return generate(
       c,
-      () => engine.completeText(request),
+      () => completeText(request),
       (r) => toTextCompletion(r, id, engine.tokenizer),
       (r) => toTextCompletionChunks(r, id, engine.tokenizer),
       request.stream === true,
@@ -247,6 +262,7 @@ interface Pacing {
   latency: LatencyModel;
   tokenizer: SimEngine['tokenizer'];
   onStreamEnd: SimAppOptions['onStreamEnd'];
+  recent: RecentGenerations;
 }
 
 /**
@@ -267,8 +283,9 @@ async function answerGeneration<R extends AnsweredGeneration>(
   await control.admit();
   const started = performance.now();
   const result = g.run();
+  pacing.recent.add(result);
   const active = control.start(latency.schedule(result), started);
-  const cut = (count: number) => cutGeneration(result, count, pacing.tokenizer);
+  const cut = (count: number) => cutGeneration(result, count, pacing.tokenizer, g.streamed);
   if (g.streamed)
     return streamChunks(c, active, g.chunks(result), (k) => g.chunks(cut(k)), pacing.onStreamEnd);
   try {

@@ -435,6 +435,16 @@ class ReferenceEngine:
         self._set_version(version, label)
         return {"message": "Weight update finished", "weight_gen": self.weight_gen, "weight_label": label}
 
+    def update_weight_version(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Names the weights in force (vLLM's /update_weight_version): a trainer pushed them itself."""
+        version = body.get("new_version")
+        if not isinstance(version, str):
+            raise RequestError("new_version: must be a string", "new_version")
+        gen, label = self.weight_gen, self.weight_label
+        self._set_version(version, label)
+        self.weight_gen = gen  # a name, not an update
+        return {"success": True, "new_version": version}
+
     def weight_info(self) -> dict[str, Any]:
         return {"weight_version": self.weight_version, "weight_gen": self.weight_gen, "weight_label": self.weight_label}
 

@@ -190,6 +190,7 @@ class EngineHandler(BaseHTTPRequestHandler):
             "/start_weight_update": lambda: self._answer(self.engine.start_weight_update),
             "/update_weights": lambda: self._answer(self.engine.update_weights, self._optional_json()),
             "/finish_weight_update": lambda: self._answer(self.engine.finish_weight_update, self._optional_json()),
+            "/update_weight_version": lambda: self._answer(self.engine.update_weight_version, self._optional_json()),
         }
         self._dispatch(routes.get(url.path) or (lambda: self._no_route(url.path)))
 
