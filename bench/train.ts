@@ -11,6 +11,9 @@
  * same groups packed (`json` + `prefix_tree`) and padded, builds the tensors and runs one forward +
  * backward of the policy-gradient loss on the tiny Qwen3-architecture model, in the same process and
  * minute; tokens/s counts the batch's real (unpadded, unpacked) tokens per second of model step.
+ * It then builds the packed batch's FlexAttention tree BlockMask both ways, blockwise from the
+ * packing (what the trainer uses) and `create_block_mask` over the T×T grid, and reports each one's
+ * time and allocation peak, on the batch and on its groups repeated to 60k tokens (grid up to 16k).
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
@@ -19,7 +22,7 @@ import { type NewStep, newStep } from '../src/domain/index.js';
 import { startServer } from '../src/server/server.js';
 import { requireTrainPython, runPython } from '../src/train/python.js';
 import { seededRandom } from '../src/util/random.js';
-import { codeVersion, fix, int, log, machineInfo, REPO_ROOT, recordRun } from './support.js';
+import { codeVersion, fix, int, log, machineInfo, mib, REPO_ROOT, recordRun } from './support.js';
 
 const VOCAB = 151_669;
 
@@ -67,8 +70,30 @@ interface ModeResult {
   step_s: number;
   tokens_per_s: number;
 }
+interface MaskBuild {
+  s: number;
+  peak_bytes: number | null;
+}
+interface MaskRow {
+  tokens: number;
+  groups: number;
+  blocks_per_side: number;
+  listed_blocks: number;
+  full_blocks: number;
+  blockwise: MaskBuild;
+  grid: MaskBuild | null;
+  same_blocks?: boolean;
+}
+interface MaskReport {
+  block_size: number;
+  peak_method: string;
+  grid_limit_tokens: number;
+  batch: MaskRow;
+  large: MaskRow;
+}
 interface PythonReport {
   torch: string;
+  mask: MaskReport;
   shape: Record<
     'packed' | 'padded',
     { computed_tokens: number; original_tokens: number; response_tokens: number }
@@ -130,6 +155,21 @@ async function main(): Promise<void> {
     `| tensors from the lease, median | ${fix(packed.tensor_s * 1000, 0)} ms | ${fix(padded.tensor_s * 1000, 0)} ms |`,
     `| (lease + tensors) / model step | ${fix(stepwiseShare(packed), 3)} | ${fix(stepwiseShare(padded), 3)} |`,
   ];
+  const mask = report.mask;
+  const peak = (b: MaskBuild) => (b.peak_bytes === null ? 'n/a' : mib(b.peak_bytes));
+  const build = (b: MaskBuild) => `${peak(b)} / ${fix(b.s * 1000, 0)} ms`;
+  const grid = (r: MaskRow) =>
+    r.grid
+      ? `${build(r.grid)}${r.same_blocks ? ', same blocks' : ', **blocks differ**'}`
+      : `not run (over ${int(mask.grid_limit_tokens)} tokens)`;
+  const maskRow = (what: string, r: MaskRow) =>
+    `| ${what} | ${int(r.tokens)} (${int(r.groups)} groups) | ${int(r.listed_blocks)} of ${int(r.blocks_per_side ** 2)} (${int(r.full_blocks)} full) | ${build(r.blockwise)} | ${grid(r)} |`;
+  const maskRows = [
+    `| tree BlockMask (${mask.block_size}-token blocks) | tokens | blocks listed | blockwise (\`flex_mask\`): peak / time | grid (\`create_block_mask\`): peak / time |`,
+    '|---|---:|---:|---:|---:|',
+    maskRow("the benchmark's packed batch", mask.batch),
+    maskRow('its groups repeated', mask.large),
+  ];
   const command = `npm run bench:train${args.length ? ` -- ${args.join(' ')}` : ''}  (tsx bench/train.ts)`;
   const section = [
     '## Trainer benchmark (`bench/train.ts`)',
@@ -137,6 +177,10 @@ async function main(): Promise<void> {
     `Packed over padded trainer tokens/s: **${fix(speedup, 2)}×** in the same run (tiny Qwen3-architecture model, fp32, CPU, torch ${report.torch}; ${shape.groups} groups × ${shape.rollouts} rollouts × ${shape.steps} steps, ${reps} reps).`,
     '',
     ...rows,
+    '',
+    `The tree mask as a FlexAttention BlockMask, built on the CPU; peak: ${mask.peak_method}.`,
+    '',
+    ...maskRows,
     '',
     ...machineInfo(command, loadAtStart, codeAtStart, {
       stack: `Python trainer (torch ${report.torch})`,

@@ -183,8 +183,8 @@ function expectGroupRows(batch: BatchSummary, group: PlannedGroup): void {
   expect(batch.response_width).toBe(Math.max(...planned.map((s) => s.response.length)));
   expect([batch.truncated_steps, batch.dropped_steps]).toEqual([0, 0]);
   expect(batch.aligned).toBe(true);
-  // 10 row arrays (with advantages and the training prompts) + 11 row keys + 2 id lists
-  expect(batch.members).toBe(23);
+  // 11 row arrays (with advantages, the training prompts and the response versions) + 11 row keys + 2 id lists
+  expect(batch.members).toBe(24);
   for (const row of batch.steps) {
     const ti = group.trajectories.findIndex((t) => t.uid === row.trajectory_uid);
     const trajectory = group.trajectories[ti]!;

@@ -44,7 +44,13 @@ describe('the generated wire files', () => {
 });
 
 describe('leased batches against the wire schema', () => {
-  const cases: { name: string; batch: unknown; expect: { groups: number; trajectories: number } }[] = [];
+  const cases: {
+    name: string;
+    batch: unknown;
+    expect: { groups: number; trajectories: number };
+    /** Partial rollouts: each step's response-token versions and which tokens train, written by hand. */
+    partial?: { versions: Record<string, number[]>; trained: Record<string, boolean[]> };
+  }[] = [];
   let dir = '';
   beforeAll(() => {
     dir = mkdtempSync(join(tmpdir(), 'stepwise-wire-cases-'));
@@ -115,7 +121,61 @@ describe('leased batches against the wire schema', () => {
     for (const name of Object.values(LEASE_HEADERS).filter((h) => h !== LEASE_HEADERS.curation))
       expect(headers, name).toContain(name);
     await client.nack(padded.headers.get(LEASE_HEADERS.leaseId)!);
+    await partialCases(server.url, lease);
   });
+
+  /** A channel that masks partial rollouts, with a step whose response spans a weight switch. */
+  async function partialCases(url: string, lease: (body: Record<string, unknown>) => Promise<Response>) {
+    const put = await fetch(`${url}/v1/channels/partial`, {
+      method: 'PUT',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ partial_rollouts: 'mask' }),
+    });
+    expect(put.status).toBe(200);
+    const steps = [
+      {
+        trajectory_uid: 'wp',
+        response_ids: [10, 11, 12],
+        policy_version: 0,
+        version_spans: [
+          [0, 1],
+          [1, 2],
+        ],
+      },
+      { trajectory_uid: 'wq', response_ids: [20, 21], policy_version: 1 },
+    ].map((s) => ({
+      ...s,
+      prompt_uid: 'pp',
+      step_index: 0,
+      prompt_ids: [1, 2, 3],
+      is_last: true,
+      reward: 0,
+    }));
+    const posted = await fetch(`${url}/v1/steps`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ steps, n_rollouts: 2, channel: 'partial' }),
+    });
+    expect(posted.status).toBe(200);
+    const partial = {
+      versions: { 'wp/0': [0, 1, 1], 'wq/0': [1, 1] },
+      trained: { 'wp/0': [false, true, true], 'wq/0': [true, true] },
+    };
+    const forms: [string, Record<string, unknown>][] = [
+      ['partial-packed', { pack: 'prefix_tree' }],
+      ['partial-rows', { rows: 'trajectory' }],
+    ];
+    for (const [name, body] of forms) {
+      const batch = (await (await lease({ channel: 'partial', batch_size: 1, ...body })).json()) as {
+        lease_id: string;
+        rows?: string;
+      };
+      const parsed = (batch.rows === 'trajectory' ? RowsBatchJsonWire : BatchJsonWire).safeParse(batch);
+      expect(parsed.error?.issues, name).toBeUndefined();
+      cases.push({ name, batch, expect: { groups: 1, trajectories: 2 }, partial });
+      await fetch(`${url}/v1/batches/${batch.lease_id}/nack`, { method: 'POST' });
+    }
+  }
 
   it("the Python client's pytest suite reads the same batches into its generated dataclasses", async () => {
     const hasPytest = python !== null && spawnSync(python, ['-c', 'import pytest']).status === 0;
@@ -123,7 +183,7 @@ describe('leased batches against the wire schema', () => {
       if (required) throw new Error('STEPWISE_TRAIN_PYTHON is set but has no pytest (.ci/run installs it)');
       return;
     }
-    expect(cases).toHaveLength(3);
+    expect(cases).toHaveLength(5);
     const file = join(dir, 'cases.json');
     writeFileSync(file, JSON.stringify({ cases }));
     const tests = new URL('../clients/python/tests', import.meta.url).pathname;

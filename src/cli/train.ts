@@ -20,6 +20,11 @@ export function registerTrainCommand(program: Command): void {
     if (!Number.isFinite(n) || n <= 0) throw new InvalidArgumentError(`${flag} must be a number > 0`);
     return n;
   };
+  const choice = (flag: string, values: readonly string[]) => (value: string) => {
+    if (!values.includes(value))
+      throw new InvalidArgumentError(`${flag} must be one of ${values.join(', ')}`);
+    return value;
+  };
   program
     .command('train')
     .description(
@@ -71,6 +76,11 @@ export function registerTrainCommand(program: Command): void {
       1,
     )
     .option('--concurrency <n>', 'samples run at once', int('--concurrency', 1), 2)
+    .option(
+      '--async <mode>',
+      'fully asynchronous: rollouts never wait for a version (admission control bounds their lead) and each update switches the engines in flight, cutting running generations (abort, continued as partial rollouts) or freezing them (keep)',
+      choice('--async', ['abort', 'keep']),
+    )
     .option('--no-update', 'the control run: the same loop without optimizer steps')
     .option('--port <port>', 'port of the gateway (0: any free port)', int('--port', 0), 0)
     .action(async (opts) => {
@@ -90,6 +100,7 @@ export function registerTrainCommand(program: Command): void {
         epochs: opts.epochs,
         maxStaleness: opts.maxStaleness,
         concurrency: opts.concurrency,
+        ...(opts.async ? { async: opts.async } : {}),
         update: opts.update,
         port: opts.port,
         print: (line) => console.log(line),

@@ -11,6 +11,7 @@ import type { DashboardEnv, DashboardOptions } from './options.js';
 import { mountBatchPages } from './pages/batches.js';
 import { mountEventPages } from './pages/events.js';
 import { mountGymPages } from './pages/gym.js';
+import { mountMismatchPage } from './pages/mismatch.js';
 import { mountOverview } from './pages/overview.js';
 import { mountTrajectoryPages } from './pages/trajectories.js';
 import { html, readForm } from './respond.js';
@@ -99,6 +100,7 @@ export function mountDashboard(app: Hono<DashboardEnv>, options: DashboardOption
   mountTrajectoryPages(app, options);
   mountBatchPages(app, options);
   mountGymPages(app, options);
+  mountMismatchPage(app, options);
 }
 
 /** Only a dashboard path is a place to return to after signing in. */

@@ -11,6 +11,7 @@ export const NAV = [
   { href: '/dashboard/events', label: 'Events' },
   { href: '/dashboard/trajectories', label: 'Trajectories' },
   { href: '/dashboard/batches', label: 'Batches' },
+  { href: '/dashboard/mismatch', label: 'Mismatch' },
   { href: '/dashboard/gym', label: 'Gym' },
 ] as const;
 

@@ -27,6 +27,12 @@ const fields = {
   n_rollouts: z.number().int().min(1).max(4096).nullable(),
   max_queue_size: z.number().int().min(1).nullable(),
   max_staleness: z.number().int().min(0).nullable(),
+  /**
+   * Groups per trainer batch (the trainer sets it). With `max_staleness` it is admission control
+   * (AReaL's staleness bound η): at most (max_staleness + 1) × batch_groups groups are unconsumed
+   * at once; a new group waits (a 429) rather than be generated to go stale (pool/admission.ts).
+   */
+  batch_groups: z.number().int().min(1).max(65_536).nullable(),
   stale_policy: z.enum(['drop', 'flag']),
   group_timeout_ms: z.number().int().min(1).nullable(),
   incomplete_policy: z.enum(['drop', 'serve_partial']),
@@ -56,6 +62,11 @@ const fields = {
    * gateway answers and its agents parse; for clients that cannot ask per trajectory.
    */
   raw_tool_calls: z.boolean(),
+  /**
+   * A step generated across a weight switch (version_spans): `train` on all its tokens, or `mask`
+   * the ones before its last switch out of the loss (slime's --mask-offpolicy-in-partial-rollout).
+   */
+  partial_rollouts: z.enum(['train', 'mask']),
 };
 
 /** Per-channel pool policy; persisted so every process sharing the store applies the same rules. */
@@ -72,6 +83,7 @@ export const DEFAULT_CHANNEL_CONFIG: ChannelConfig = {
   n_rollouts: null,
   max_queue_size: null,
   max_staleness: null,
+  batch_groups: null,
   stale_policy: 'drop',
   group_timeout_ms: null,
   incomplete_policy: 'drop',
@@ -87,4 +99,5 @@ export const DEFAULT_CHANNEL_CONFIG: ChannelConfig = {
   required_signals: [],
   trust_agent_reward: false,
   raw_tool_calls: false,
+  partial_rollouts: 'train',
 };

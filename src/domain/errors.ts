@@ -41,6 +41,18 @@ export class ConflictError extends StepwiseError {
   }
 }
 
+/** Too much is in flight: try again later (the answer says when, in `Retry-After`). */
+export class BusyError extends StepwiseError {
+  override readonly name = 'BusyError';
+  constructor(
+    message: string,
+    code: string,
+    readonly retryAfterS = 1,
+  ) {
+    super(message, 429, code, undefined, true);
+  }
+}
+
 export class AuthError extends StepwiseError {
   override readonly name = 'AuthError';
   constructor(message: string, status: 401 | 403) {
@@ -99,6 +111,8 @@ export function deserializeError(e: SerializedError): Error {
       return new ConflictError(e.message, e.field);
     case 'AuthError':
       return new AuthError(e.message, e.status === 403 ? 403 : 401);
+    case 'BusyError':
+      return new BusyError(e.message, e.code ?? 'busy');
   }
   if (e.status !== undefined && e.code !== undefined) {
     return new StepwiseError(e.message, e.status, e.code, e.field, e.isRetryable ?? false);

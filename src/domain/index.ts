@@ -6,6 +6,7 @@ export * from './ids.js';
 export * from './json.js';
 export * from './label.js';
 export * from './lease.js';
+export * from './mismatch.js';
 export * from './signal.js';
 export * from './step.js';
 export * from './trajectory.js';

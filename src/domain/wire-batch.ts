@@ -137,8 +137,15 @@ export const PackingWire = z
     sequences: z.array(Ids),
     position_ids: Ids,
     owner: Ids.optional(),
+    /** Per packed token (with `owner`): the version that produced it as its owner's response token, -1 where none. */
+    versions: Ids.optional(),
+    /** Per packed token (with `owner`): 1 where its owner trains on it (0 on prompt-only and masked tokens). */
+    loss_mask: Ids.optional(),
     owner_offsets: Ids.optional(),
     owner_ids: Ids.optional(),
+    /** Beside `owner_ids` (`share_responses`): each owner's version of the token, and whether it trains on it. */
+    owner_versions: Ids.optional(),
+    owner_loss_mask: Ids.optional(),
     loss_weight: z.array(z.number()).optional(),
     ratio: z.number(),
     original_tokens: z.number().int(),
@@ -152,6 +159,8 @@ export const TrajectoryRowWire = z
     last_step: z.number().int(),
     input_ids: Ids,
     loss_mask: Ids,
+    /** Per token: the policy version that produced it; a prompt token has its step's `policy_version`. */
+    versions: Ids,
     logprobs: z.array(z.number().nullable()).nullable(),
     prompt_length: z.number().int(),
     reward: z.number().nullable(),
@@ -255,6 +264,8 @@ const batchFields = {
   curation: BatchCurationWire,
   /** Guided steps left out: no hint-free training prompt. */
   untrainable_steps: z.number().int(),
+  /** The channel's setting: `mask` leaves the tokens a step generated before its last weight switch out of the loss. */
+  partial_rollouts: z.enum(['train', 'mask']),
 };
 
 export const BatchJsonWire = z

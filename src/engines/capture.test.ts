@@ -149,6 +149,7 @@ describe('CompletionCapture: whole answers', () => {
       usage: null,
       model: null,
       idsIncomplete: false,
+      versionSpans: null,
     });
   });
 });

@@ -67,24 +67,28 @@ const SAMPLING_FIELDS = [
 ] as const;
 
 /**
- * The policy version of each run of a step's response ids from the spans its engine reported: an
- * engine version that is no integer (one the engine was never given) is the call's own version.
- * Null when the spans say nothing beyond one version, or run backwards (then unusable).
+ * The policy version of each run of a step's response ids, from the spans its engine reported. A
+ * run's label counts when it names a version after the one before it (the call's own, for the first
+ * run) and not past the pool's version now: a call that waited at a paused engine ran wholly on the
+ * weights a switch loaded. A label outside that (an engine's own numbering, weights pushed without
+ * a switch) leaves the run to the version before it. Null spans when one version made them all.
  */
 export function stepVersions(
   reported: EngineVersionSpan[] | null,
   callVersion: number,
+  nowVersion: number,
 ): { first: number; spans: VersionSpans | null } | null {
-  if (!reported) return null;
+  if (!reported || reported.length === 0) return null;
   const spans: VersionSpans = [];
+  let previous = callVersion;
   for (const [raw, count] of reported) {
     const n =
       typeof raw === 'number' ? raw : typeof raw === 'string' && /^\d{1,10}$/.test(raw) ? Number(raw) : NaN;
-    const version = Number.isSafeInteger(n) && n <= MAX_POLICY_VERSION ? n : callVersion;
+    const version = Number.isSafeInteger(n) && n > previous && n <= nowVersion ? n : previous;
     const last = spans[spans.length - 1];
     if (last && last[0] === version) last[1] += count;
-    else if (last && last[0] > version) return null;
     else spans.push([version, count]);
+    previous = version;
   }
   return { first: spans[0]![0], spans: spans.length > 1 ? spans : null };
 }
@@ -191,7 +195,10 @@ export class StepRecorder {
     const metadata = stepMetadata(ctx, captured, ids);
     const trainingPromptIds = await this.trainingPromptOf(ctx, ids, metadata);
     const index = session.nextIndex++;
-    const versions = ids.source === 'engine' ? stepVersions(captured.versionSpans, ctx.version) : null;
+    const versions =
+      ids.source === 'engine'
+        ? stepVersions(captured.versionSpans, ctx.version, await this.options.pool.policyVersion())
+        : null;
     const step: NewStep = {
       trajectoryId: session.id,
       groupId: session.groupId,

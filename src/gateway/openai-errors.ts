@@ -1,4 +1,4 @@
-import { StepwiseError } from '../domain/errors.js';
+import { BusyError, StepwiseError } from '../domain/errors.js';
 import { type Answer, JSON_HEADERS } from './answer.js';
 
 /** OpenAI's error body: what every OpenAI SDK turns into a typed exception. */
@@ -52,7 +52,11 @@ export function openaiErrorResponse(
 /** Any thrown error as an OpenAI-style answer (unexpected ones as a bare 500). */
 export function errorAnswer(error: unknown): Answer {
   if (error instanceof StepwiseError) {
-    return openaiError(error.status, error.message, error.field ?? null, error.code);
+    const answer = openaiError(error.status, error.message, error.field ?? null, error.code);
+    // A busy answer says when to ask again (admission control's 429).
+    if (error instanceof BusyError)
+      return { ...answer, headers: { ...answer.headers, 'retry-after': String(error.retryAfterS) } };
+    return answer;
   }
   return openaiError(500, 'internal error', null, 'internal');
 }

@@ -306,6 +306,7 @@ export type SampleEnv = Pick<
   | 'unsafeNoSandbox'
   | 'rootfs'
   | 'judge'
+  | 'signal'
 >;
 
 /** Points where a caller of `runSample` keeps its own records (the distributed workers do). */
@@ -416,6 +417,8 @@ export async function runSample(
             }
           : {}),
         ...(job.holdForGuidance !== undefined ? { holdForGuidance: job.holdForGuidance } : {}),
+        // A channel's staleness budget may hold the sample here (admission control) until the run stops.
+        ...(options.signal ? { signal: options.signal } : {}),
         metadata: {
           ...job.metadata,
           task_id: task.id,

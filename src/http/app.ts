@@ -1,7 +1,7 @@
 import { Hono } from 'hono';
 import { HTTPException } from 'hono/http-exception';
 import type { Logger } from 'pino';
-import { StepwiseError } from '../domain/index.js';
+import { BusyError, StepwiseError } from '../domain/index.js';
 import type { DataPool } from '../pool/data-pool.js';
 import { type ApiKey, type AuthVariables, authenticate } from './auth.js';
 import { refuseNulQuery } from './json-body.js';
@@ -27,6 +27,7 @@ export function createApiApp(options: ApiAppOptions): ApiApp {
   const app = new Hono<ApiEnv>();
 
   app.onError((error, c) => {
+    if (error instanceof BusyError) c.header('Retry-After', String(error.retryAfterS));
     if (error instanceof StepwiseError) return c.json(error.toJSON(), error.status as 400);
     if (error instanceof HTTPException) {
       return c.json(

@@ -15,7 +15,9 @@ export function mountBatchRoutes(app: ApiApp, pool: DataPool): void {
     if (!batch) return c.body(null, 204);
     let rendered: RenderedBatch;
     try {
-      rendered = await renderBatch(batch, request);
+      // Read after the lease: how this channel's batches treat tokens generated before a weight switch.
+      const { partial_rollouts } = await pool.channelConfig(batch.lease.channel);
+      rendered = await renderBatch(batch, request, partial_rollouts);
     } catch (error) {
       // Nothing was served: the groups go back to the queue at once rather than at lease expiry.
       await pool.nack(batch.lease.id);

@@ -16,13 +16,19 @@ const DriftQuery = z.strictObject({
   limit: z.coerce.number().int().min(1).max(MAX_DRIFT_TRAJECTORIES).default(100),
 });
 
-/** `GET /v1/stats`: the pool's counters (of one channel, or all), with this process's gateway's. */
+/**
+ * `GET /v1/stats`: the pool's counters (of one channel, or all), the trainers' reported mismatch per
+ * engine and version, and this process's gateway's counters.
+ */
 export function mountStatsRoutes(app: ApiApp, pool: DataPool, gateway?: LiveGateway): void {
   app.get('/v1/stats', requireScope('trainer'), async (c) => {
     const { channel } = parseOrThrow(StatsQuery, c.req.query());
-    const stats = await pool.stats(channel ?? null);
+    const [stats, mismatch] = await Promise.all([
+      pool.stats(channel ?? null),
+      pool.mismatch(channel ?? null),
+    ]);
     // The gateway's counters are this process's, whatever the channel filter.
-    return c.json(gateway ? { ...stats, gateway: gateway.stats() } : stats);
+    return c.json({ ...stats, mismatch, ...(gateway ? { gateway: gateway.stats() } : {}) });
   });
   // Prefix breaks and token continuity per model, over the latest `limit` trajectories (drift.ts).
   app.get('/v1/stats/drift', requireScope('trainer'), async (c) => {

@@ -5,6 +5,7 @@ import {
   type Label,
   type LabelInput,
   type Lease,
+  type MismatchReport,
   parseOrThrow,
   type Signal,
   type SignalInput,
@@ -33,6 +34,7 @@ import { holdForGuidance, releaseGuidance } from './groups.js';
 import { isRefusal, submitAll, submitEach } from './ingest.js';
 import { leaseGroups, previewLease, serveLease } from './lease.js';
 import { endLease } from './leases.js';
+import { recordMismatch } from './mismatch.js';
 import { sweep } from './sweep.js';
 import {
   completeTrajectory,
@@ -84,6 +86,15 @@ export interface PoolOps extends Omit<Store, 'write' | 'read' | 'views'>, ReadMo
   addSignals(signals: SignalInput[], now: number): Promise<Signal[]>;
   ackLease(leaseId: string, now: number): Promise<Lease>;
   nackLease(leaseId: string, now: number): Promise<Lease>;
+  /**
+   * Stores a trainer's rollout-vs-trainer mismatch for steps of a lease (each must be in one of its
+   * groups), with each step's engine and policy version as stored.
+   */
+  recordMismatch(
+    leaseId: string,
+    reports: MismatchReport[],
+    now: number,
+  ): Promise<{ leaseId: string; steps: number }>;
   /** Expires overdue leases, applies incomplete-group timeouts and closes idle open trajectories. */
   sweep(now: number): Promise<GroupSweepResult>;
   /** Leases up to batchSize ready groups FIFO; null (and nothing leased) when fewer are ready. */
@@ -222,6 +233,14 @@ export class PoolCore implements PoolOps {
     return this.store.write((tx) => sweep(tx, now));
   }
 
+  recordMismatch(
+    leaseId: string,
+    reports: MismatchReport[],
+    now: number,
+  ): Promise<{ leaseId: string; steps: number }> {
+    return this.store.write((tx) => recordMismatch(tx, leaseId, reports, now));
+  }
+
   async leaseBatch(params: LeaseParams, now: number): Promise<LeasedBatch | null> {
     // A lease is soft state (lost, its groups are served again): its commit waits for no flush.
     const leased = await this.store.write((tx) => leaseGroups(tx, params, now), { durable: false });
@@ -260,6 +279,7 @@ export class PoolCore implements PoolOps {
   dashboardSummary: ReadModels['dashboardSummary'] = (...a) => this.store.views.dashboardSummary(...a);
   gymRuns: ReadModels['gymRuns'] = (...a) => this.store.views.gymRuns(...a);
   listLeases: ReadModels['listLeases'] = (...a) => this.store.views.listLeases(...a);
+  mismatch: ReadModels['mismatch'] = (...a) => this.store.views.mismatch(...a);
   readEvents: Store['readEvents'] = (...a) => this.store.readEvents(...a);
   lastEventSeq: Store['lastEventSeq'] = (...a) => this.store.lastEventSeq(...a);
   describe: Store['describe'] = (...a) => this.store.describe(...a);

@@ -7,6 +7,8 @@ import {
   type LabelInput,
   type Lease,
   type LeaseRequest,
+  type MismatchReport,
+  type MismatchStats,
   type NewStep,
   type PoolEvent,
   type Signal,
@@ -244,6 +246,8 @@ export class DataPool {
           maxStaleness: request.max_staleness ?? null,
           consumer: request.consumer,
           ttlMs: request.ttl_ms,
+          // The last try does without stragglers: a lease never waits past its wait_ms.
+          patient: deadline - this.clock() > this.pollIntervalMs,
         },
         this.clock(),
       );
@@ -320,6 +324,17 @@ export class DataPool {
 
   stats(channel: string | null = null): Promise<PoolStats> {
     return this.store.stats(channel);
+  }
+
+  /** Stores a trainer's mismatch report for steps of a lease (docs/trainers.md#mismatch-telemetry). */
+  reportMismatch(leaseId: string, reports: MismatchReport[]): Promise<{ leaseId: string; steps: number }> {
+    this.assertOpen();
+    return this.store.recordMismatch(leaseId, reports, this.clock());
+  }
+
+  /** Reported mismatch per engine (its `recent` latest leases) and per policy version. */
+  mismatch(channel: string | null = null, recent?: number): Promise<MismatchStats> {
+    return this.store.mismatch(channel, recent);
   }
 
   events(query: EventQuery): Promise<PoolEvent[]> {

@@ -26,6 +26,7 @@ import type {
   ServedTrajectory,
 } from '../store/store.js';
 import type { PoolTx, Rule } from '../store/tx.js';
+import { admissionLimit } from './admission.js';
 import { adoptGroupSize, dropGroup, sweepCollecting } from './groups.js';
 import { expireLeases } from './leases.js';
 
@@ -88,28 +89,41 @@ export function* leaseGroups(tx: PoolTx, params: LeaseParams, now: number): Rule
   const config = yield* declareGroupSize(tx, params, now);
   const maxStaleness = params.maxStaleness ?? config.max_staleness;
   const policyVersion = yield* tx.policyVersion();
+  const admission = maxStaleness !== null && admissionLimit(config) !== null;
+  if (admission && params.patient && (yield* straggling(tx, params.channel, policyVersion, maxStaleness)))
+    return null;
   const chosen: Omit<Pick, 'members'>[] = [];
   const drops: CurationDrop[] = [];
-  let after = 0;
-  queue: for (;;) {
-    const rows = yield* tx.readyGroups(params.channel, after, pageSize(params));
-    if (rows.length === 0) break;
-    for (const row of rows) {
-      after = Number(row.ready_seq);
-      const staleness = candidate(row, params, policyVersion);
-      if (staleness === null) continue;
-      const stale = maxStaleness !== null && staleness > maxStaleness;
-      if (stale && config.stale_policy === 'drop') {
-        yield* dropGroup(tx, row, 'stale', now);
-        continue;
+  /** Takes `row` into the batch unless it is dropped or does not fit; true once the batch is full. */
+  const consider = function* (row: GroupRow): Rule<boolean> {
+    const staleness = candidate(row, params, policyVersion);
+    if (staleness === null) return false;
+    const stale = maxStaleness !== null && staleness > maxStaleness;
+    if (stale && config.stale_policy === 'drop') {
+      yield* dropGroup(tx, row, 'stale', now);
+      return false;
+    }
+    let curated: Curated | null = null;
+    if (!isNoop(config.curation)) {
+      curated = yield* curate(tx, row, config.curation, now, drops);
+      if (curated === null) return false; // dropped: the next ready group takes its place
+    }
+    chosen.push({ row, staleness, stale, curated });
+    return chosen.length === params.batchSize;
+  };
+  if (admission) {
+    // Groups this batch's update would make too stale go first, so none is left to go stale.
+    for (const row of yield* edgeFirst(tx, params, policyVersion, maxStaleness))
+      if (yield* consider(row)) break;
+  } else {
+    let after = 0;
+    queue: for (;;) {
+      const rows = yield* tx.readyGroups(params.channel, after, pageSize(params));
+      if (rows.length === 0) break;
+      for (const row of rows) {
+        after = Number(row.ready_seq);
+        if (yield* consider(row)) break queue;
       }
-      let curated: Curated | null = null;
-      if (!isNoop(config.curation)) {
-        curated = yield* curate(tx, row, config.curation, now, drops);
-        if (curated === null) continue; // dropped: the next ready group takes its place
-      }
-      chosen.push({ row, staleness, stale, curated });
-      if (chosen.length === params.batchSize) break queue;
     }
   }
   if (chosen.length < params.batchSize) return null;
@@ -145,6 +159,41 @@ export function* leaseGroups(tx: PoolTx, params: LeaseParams, now: number): Rule
     now,
   );
   return { lease: toLease(lease), policyVersion, picks, drops };
+}
+
+/**
+ * Whether an open rollout of the channel has a token this batch's update would make too stale
+ * (its version at the edge of max_staleness): a patient lease waits for it rather than leave its
+ * group to be dropped (long-horizon tasks are not starved by fast ones).
+ */
+function* straggling(
+  tx: PoolTx,
+  channel: string,
+  policyVersion: number,
+  maxStaleness: number,
+): Rule<boolean> {
+  const oldest = yield* tx.oldestOpenVersion(channel);
+  const waits = oldest !== null && policyVersion - oldest >= maxStaleness;
+  if (waits) tx.log.count(channel, 'straggler_waits');
+  return waits;
+}
+
+/** Every ready group (bounded by admission), those at the edge of max_staleness first, else in queue order. */
+function* edgeFirst(
+  tx: PoolTx,
+  params: LeaseParams,
+  policyVersion: number,
+  maxStaleness: number,
+): Rule<GroupRow[]> {
+  const rows: GroupRow[] = [];
+  for (let after = 0; ; ) {
+    const page = yield* tx.readyGroups(params.channel, after, 256);
+    if (page.length === 0) break;
+    rows.push(...page);
+    after = Number(page[page.length - 1]!.ready_seq);
+  }
+  const atEdge = (row: GroupRow) => (candidate(row, params, policyVersion) ?? -1) >= maxStaleness;
+  return [...rows.filter(atEdge), ...rows.filter((row) => !atEdge(row))];
 }
 
 /** The leased groups as the trainer receives them: read after the lease commits (the groups are ours). */

@@ -15,6 +15,7 @@ import {
 } from '../store/rows.js';
 import type { CallFailure, CompleteInput, CreateTrajectoryInput, Refusal } from '../store/store.js';
 import { done, type PoolTx, type Rule } from '../store/tx.js';
+import { admitGroup } from './admission.js';
 import { settleGroup } from './groups.js';
 
 /**
@@ -63,8 +64,12 @@ export function* createTrajectory(
 ): Rule<TrajectoryRow> {
   if (yield* tx.trajectory(input.id))
     throw new ConflictError(`trajectory ${input.id} already exists`, 'trajectory_uid');
-  if (input.newGroup && (yield* tx.group(input.channel, input.groupId)))
+  const group = yield* tx.group(input.channel, input.groupId);
+  if (input.newGroup && group)
     throw new ConflictError(`group ${input.groupId} already exists in channel ${input.channel}`, 'group_id');
+  // A rollout about to start a new group waits for the channel's staleness budget (steps already
+  // generated and submitted are never refused for it: that would waste them).
+  if (!group) yield* admitGroup(tx, input.channel, now);
   const row = yield* insertTrajectory(tx, input, now);
   tx.emit('trajectory_created', input.channel, { trajectory_uid: input.id, group_id: input.groupId }, now);
   return row;

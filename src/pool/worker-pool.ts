@@ -129,6 +129,8 @@ export class WorkerPool implements PoolOps {
   nackLease: PoolOps['nackLease'] = (...a) => this.call('nackLease', a);
   getLease: PoolOps['getLease'] = (...a) => this.call('getLease', a);
   sweep: PoolOps['sweep'] = (...a) => this.call('sweep', a);
+  recordMismatch: PoolOps['recordMismatch'] = (...a) => this.call('recordMismatch', a);
+  mismatch: PoolOps['mismatch'] = (...a) => this.call('mismatch', a);
   addLabels: PoolOps['addLabels'] = (...a) => this.call('addLabels', a);
   getLabels: PoolOps['getLabels'] = (...a) => this.call('getLabels', a);
   getCurrentLabels: PoolOps['getCurrentLabels'] = (...a) => this.call('getCurrentLabels', a);

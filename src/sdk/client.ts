@@ -134,6 +134,13 @@ export interface InitTrajectoryOptions {
   holdForGuidance?: number;
   /** The agent reads tool calls from the raw `<tool_call>` text in content. */
   rawToolCalls?: boolean;
+  /**
+   * While the channel's staleness budget is spent (a 429 `staleness_budget`: admission control),
+   * wait and ask again (default), or throw at once (`false`).
+   */
+  waitForBudget?: boolean;
+  /** Stops the wait for budget. */
+  signal?: AbortSignal;
 }
 
 /** An opened trajectory: the agent's LLM calls go to `base_url`. */
@@ -229,6 +236,19 @@ export class StepwiseClient {
 
   /** Opens a trajectory (POST /init_trajectory) for an agent to run under its base_url. */
   async initTrajectory(options: InitTrajectoryOptions = {}): Promise<InitTrajectoryResult> {
+    // Admission control: the first rollout of a new group waits until the trainer frees budget.
+    for (let delay = 250; ; delay = Math.min(delay * 1.5, 2_000)) {
+      try {
+        return await this.initOnce(options);
+      } catch (error) {
+        const busy = error instanceof StepwiseHttpError && error.code === 'staleness_budget';
+        if (!busy || options.waitForBudget === false) throw error;
+        await sleep(delay, options.signal);
+      }
+    }
+  }
+
+  private async initOnce(options: InitTrajectoryOptions): Promise<InitTrajectoryResult> {
     const { data } = await this.request<InitTrajectoryResult>('POST', '/init_trajectory', {
       group_id: options.groupId,
       channel: options.channel,
@@ -483,4 +503,20 @@ function listParams(o: ListOptions): URLSearchParams {
   set('limit', o.limit);
   set('offset', o.offset);
   return p;
+}
+
+/** Waits `ms`, or rejects when `signal` aborts. */
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
+    const timer = setTimeout(resolve, ms);
+    signal?.addEventListener(
+      'abort',
+      () => {
+        clearTimeout(timer);
+        reject(signal.reason);
+      },
+      { once: true },
+    );
+  });
 }

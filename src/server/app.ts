@@ -11,6 +11,7 @@ import { mountChannelRoutes } from '../http/channels.js';
 import { mountEventRoutes } from '../http/events.js';
 import { mountGroupRoutes } from '../http/groups.js';
 import { mountLabelRoutes } from '../http/labels.js';
+import { mountMismatchRoutes } from '../http/mismatch.js';
 import { mountPolicyVersionRoutes } from '../http/policy-version.js';
 import { mountSignalRoutes } from '../http/signals.js';
 import { mountStatsRoutes } from '../http/stats.js';
@@ -56,6 +57,7 @@ export function createApp(options: AppOptions): Hono<ApiEnv> {
 
   // ---- trainers ----
   mountBatchRoutes(app, pool);
+  mountMismatchRoutes(app, pool);
   mountPolicyVersionRoutes(app, pool, gateway);
   mountExportRoutes(app, pool);
 

@@ -4,6 +4,7 @@ import type { LeasedBatch, ServedTrajectory } from '../store/store.js';
 import { type AdvantageEstimator, groupAdvantages } from './advantages.js';
 import { isOffPolicy } from './off-policy.js';
 import { type RowKind, stitchTrajectory, type TrajectoryRow } from './trajectory-rows.js';
+import { type PartialRollouts, responseLossMask, responseVersions } from './versions.js';
 
 /*
  * The `arrow` batch format: an Arrow IPC stream, one row per step (docs/serving.md). The columns are
@@ -129,7 +130,7 @@ function sharedTail(shared: SharedColumns): ArrowColumn[] {
 
 export function arrowColumns(
   batch: LeasedBatch,
-  options: { advantage?: AdvantageEstimator; rows?: RowKind },
+  options: { advantage?: AdvantageEstimator; rows?: RowKind; partialRollouts?: PartialRollouts },
 ): ArrowColumn[] {
   if (options.rows === 'trajectory') return trajectoryRowColumns(batch, options);
   const steps: Step[] = [];
@@ -156,6 +157,16 @@ export function arrowColumns(
       'list_float32',
       steps.map((s) => s.responseLogprobs),
     ),
+    listColumn('response_versions', 'list_int32', steps.map(responseVersions)),
+    listColumn(
+      'response_mask',
+      'list_uint8',
+      steps.map(
+        (s) =>
+          responseLossMask(s, options.partialRollouts ?? 'train') ??
+          new Uint8Array(s.responseIds.length).fill(1),
+      ),
+    ),
     listColumn(
       'training_prompt_ids',
       'list_int32',
@@ -179,14 +190,14 @@ export function arrowColumns(
 /** `rows: "trajectory"`: one row per stitched sequence (trajectory-rows.ts). */
 function trajectoryRowColumns(
   batch: LeasedBatch,
-  options: { advantage?: AdvantageEstimator },
+  options: { advantage?: AdvantageEstimator; partialRollouts?: PartialRollouts },
 ): ArrowColumn[] {
   const rows: TrajectoryRow[] = [];
   const uids: string[] = [];
   const isLast: boolean[] = [];
   const finishReason: (string | null)[] = [];
   const shared = eachTrajectory(batch, options.advantage ?? 'grpo', (t) => {
-    const stitched = stitchTrajectory(t.trajectory, t.steps);
+    const stitched = stitchTrajectory(t.trajectory, t.steps, options.partialRollouts);
     const byIndex = new Map(t.steps.map((s) => [s.index, s]));
     for (const row of stitched) {
       const last = byIndex.get(row.lastStep)!;
@@ -216,6 +227,11 @@ function trajectoryRowColumns(
       'logprobs',
       'list_float32',
       rows.map((r) => (r.hasLogprobs ? r.logprobs : null)),
+    ),
+    listColumn(
+      'versions',
+      'list_int32',
+      rows.map((r) => r.versions),
     ),
     { name: 'prompt_length', kind: 'int32', values: Int32Array.from(rows, (r) => r.promptLength) },
     { name: 'reward', kind: 'float64', values: rows.map((r) => r.reward) },

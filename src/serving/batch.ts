@@ -9,6 +9,7 @@ import { npzParts } from './npz.js';
 import { withoutUntrainableSteps } from './off-policy.js';
 import { batchToPadded } from './padded-batch.js';
 import { ROW_KINDS } from './trajectory-rows.js';
+import type { PartialRollouts } from './versions.js';
 
 /** `POST /v1/batches/lease`: the pool's lease fields plus how the batch is laid out (docs/serving.md). */
 export const BatchRequest = LeaseRequest.extend({
@@ -54,8 +55,16 @@ export interface RenderedBatch {
   headers: Record<string, string>;
 }
 
-/** Lays a leased batch out in the requested format. Throws OverlongError under `overlong: reject`. */
-export async function renderBatch(leased: LeasedBatch, request: BatchRequest): Promise<RenderedBatch> {
+/**
+ * Lays a leased batch out in the requested format. Throws OverlongError under `overlong: reject`.
+ * `partialRollouts` is the channel's setting (versions.ts): what the loss masks do with the tokens a
+ * step generated before its last weight switch.
+ */
+export async function renderBatch(
+  leased: LeasedBatch,
+  request: BatchRequest,
+  partialRollouts: PartialRollouts = 'train',
+): Promise<RenderedBatch> {
   // Guided steps without a hint-free prompt are left out of every format, and counted (off-policy.ts).
   const { batch, untrainable } = withoutUntrainableSteps(leased);
   const lease: Record<string, string> = {
@@ -76,6 +85,7 @@ export async function renderBatch(leased: LeasedBatch, request: BatchRequest): P
       const json = batchToTrajectoryRowsJson(batch, {
         advantage: request.advantage,
         untrainableSteps: untrainable,
+        partialRollouts,
       });
       return { contentType: 'application/json', body: JSON.stringify(json), headers: lease };
     }
@@ -84,11 +94,16 @@ export async function renderBatch(leased: LeasedBatch, request: BatchRequest): P
       pack: request.pack,
       shareResponses: request.share_responses,
       untrainableSteps: untrainable,
+      partialRollouts,
     });
     return { contentType: 'application/json', body: JSON.stringify(json), headers: lease };
   }
   if (request.format === 'arrow') {
-    const columns = arrowColumns(batch, { advantage: request.advantage, rows: request.rows });
+    const columns = arrowColumns(batch, {
+      advantage: request.advantage,
+      rows: request.rows,
+      partialRollouts,
+    });
     return {
       contentType: 'application/vnd.apache.arrow.stream',
       body: [await encodeArrow(columns)],
@@ -107,6 +122,7 @@ export async function renderBatch(leased: LeasedBatch, request: BatchRequest): P
     padTokenId: request.pad_token_id,
     advantage: request.advantage,
     rows: request.rows,
+    partialRollouts,
   });
   return {
     contentType: 'application/zip',

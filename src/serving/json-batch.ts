@@ -10,8 +10,9 @@ import {
 import type { CurrentLabel, LeasedBatch } from '../store/store.js';
 import { type AdvantageEstimator, groupAdvantages } from './advantages.js';
 import { isOffPolicy, needsLogprobRecompute, trainingPrompt } from './off-policy.js';
-import { packingToWire, packPrefixTree } from './packing.js';
+import { type PackingWire, packedResponseValues, packingToWire, packPrefixTree } from './packing.js';
 import { stitchTrajectory, type TrajectoryRow } from './trajectory-rows.js';
+import { type PartialRollouts, responseLossMask, responseVersions } from './versions.js';
 
 // The wire's types are its schema's (domain/wire-batch.ts); kept importable from here.
 export type { BatchCurationWire, BatchJson, StepLabelOut, TrajectoryRowJson, TrajectoryRowsBatchJson };
@@ -29,6 +30,8 @@ export interface JsonBatchOptions {
   shareResponses?: boolean;
   /** How many guided steps the lease left out for want of a training prompt (reported as is). */
   untrainableSteps?: number;
+  /** The channel's `partial_rollouts`: said on the batch, applied to stitched rows and packings. */
+  partialRollouts?: PartialRollouts;
 }
 
 /** What curation did while this batch was leased, with reward metrics over kept and dropped data. */
@@ -81,6 +84,7 @@ function trajectoryRowToWire(row: TrajectoryRow, advantage: number | undefined):
     last_step: row.lastStep,
     input_ids: row.tokens,
     loss_mask: Array.from(row.lossMask),
+    versions: Array.from(row.versions),
     logprobs: row.hasLogprobs ? Array.from(row.logprobs, (lp, i) => (row.lossMask[i] ? lp : null)) : null,
     prompt_length: row.promptLength,
     reward: row.reward,
@@ -102,7 +106,9 @@ export function batchToTrajectoryRowsJson(
   options: Omit<JsonBatchOptions, 'pack' | 'shareResponses'> = {},
 ): TrajectoryRowsBatchJson {
   const json = buildJson(batch, options, (t, advantage) =>
-    stitchTrajectory(t.trajectory, t.steps).map((row) => trajectoryRowToWire(row, advantage)),
+    stitchTrajectory(t.trajectory, t.steps, options.partialRollouts).map((row) =>
+      trajectoryRowToWire(row, advantage),
+    ),
   );
   return {
     ...json,
@@ -127,6 +133,7 @@ function buildJson<Row>(
     policy_version: batch.policyVersion,
     curation: batchCuration(batch),
     untrainable_steps: options.untrainableSteps ?? 0,
+    partial_rollouts: options.partialRollouts ?? 'train',
     groups: batch.groups.map((g) => {
       const advantages = options.advantage
         ? groupAdvantages(
@@ -167,17 +174,54 @@ function buildJson<Row>(
           };
         }),
       };
-      if (options.pack === 'prefix_tree') {
-        // Packed for the trainer's forward pass: a guided step's hint-free training prompt (ActGuide).
-        const inputs = g.trajectories.flatMap((t) =>
-          t.steps.map((s) => {
-            const prompt = trainingPrompt(t.trajectory, s);
-            return { tokens: [...prompt, ...s.responseIds], promptLength: prompt.length };
-          }),
-        );
-        group.packing = packingToWire(packPrefixTree(inputs, { shareResponses: options.shareResponses }));
-      }
+      if (options.pack === 'prefix_tree') group.packing = groupPacking(g, options);
       return group;
     }),
+  };
+}
+
+/**
+ * A group's steps packed for the trainer's forward pass (a guided step's hint-free training prompt,
+ * ActGuide), with each response token's policy version and loss mask in packed order.
+ */
+function groupPacking(g: LeasedBatch['groups'][number], options: JsonBatchOptions): PackingWire {
+  const steps = g.trajectories.flatMap((t) =>
+    t.steps.map((s) => ({ s, prompt: trainingPrompt(t.trajectory, s) })),
+  );
+  const packed = packPrefixTree(
+    steps.map(({ s, prompt }) => ({ tokens: [...prompt, ...s.responseIds], promptLength: prompt.length })),
+    { shareResponses: options.shareResponses },
+  );
+  const promptLengths = steps.map(({ prompt }) => prompt.length);
+  const versions = packedResponseValues(
+    packed,
+    promptLengths,
+    steps.map(({ s }) => responseVersions(s)),
+    -1,
+  );
+  const mask = packedResponseValues(
+    packed,
+    promptLengths,
+    steps.map(
+      ({ s }) =>
+        responseLossMask(s, options.partialRollouts ?? 'train') ??
+        new Uint8Array(s.responseIds.length).fill(1),
+    ),
+    0,
+  );
+  const wire = packingToWire(packed);
+  if (!packed.owners) return { ...wire, versions: Array.from(versions), loss_mask: Array.from(mask) };
+  const { offsets } = packed.owners;
+  // A shared position weighs as many times as the owners that train on it.
+  const weight = Array.from(offsets.subarray(1), (end, j) => {
+    let n = 0;
+    for (let e = offsets[j]!; e < end; e++) n += mask[e]!;
+    return n;
+  });
+  return {
+    ...wire,
+    owner_versions: Array.from(versions),
+    owner_loss_mask: Array.from(mask),
+    loss_weight: weight,
   };
 }

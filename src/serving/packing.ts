@@ -363,6 +363,22 @@ export function packPrefixTree(inputs: readonly PackInput[], options: PackOption
   };
 }
 
+/** Calls `each(pos, k)` for sequence i's response token k at packed position pos, in order. */
+function eachResponsePosition(
+  path: Int32Array,
+  promptLength: number,
+  nodeStart: Int32Array,
+  nodeLength: Int32Array,
+  each: (pos: number, k: number) => void,
+): void {
+  let k = 0;
+  for (const node of path) {
+    const s = nodeStart[node]!;
+    for (let pos = s; pos < s + nodeLength[node]!; pos++, k++)
+      if (k >= promptLength) each(pos, k - promptLength);
+  }
+}
+
 /** Every sequence's response positions, inverted: per packed token, the sequences that train on it. */
 function ownersOf(
   sequences: readonly Int32Array[],
@@ -371,13 +387,8 @@ function ownersOf(
   nodeLength: Int32Array,
   size: number,
 ): { offsets: Int32Array; ids: Int32Array } {
-  const visit = (i: number, each: (pos: number) => void) => {
-    let k = 0;
-    for (const node of sequences[i]!) {
-      const s = nodeStart[node]!;
-      for (let pos = s; pos < s + nodeLength[node]!; pos++, k++) if (k >= promptLengths[i]!) each(pos);
-    }
-  };
+  const visit = (i: number, each: (pos: number) => void) =>
+    eachResponsePosition(sequences[i]!, promptLengths[i]!, nodeStart, nodeLength, each);
   const offsets = new Int32Array(size + 1);
   for (let i = 0; i < sequences.length; i++) visit(i, (pos) => offsets[pos + 1]!++);
   for (let j = 0; j < size; j++) offsets[j + 1]! += offsets[j]!;
@@ -385,6 +396,38 @@ function ownersOf(
   const fill = offsets.slice(0, size);
   for (let i = 0; i < sequences.length; i++) visit(i, (pos) => (ids[fill[pos]!++] = i));
   return { offsets, ids };
+}
+
+/**
+ * Per-response-token values of the sequences (`values[i][k]`: sequence i's response token k, such as
+ * its policy version) in packed order: one per packed token (`none` where no sequence owns it), or,
+ * with `shareResponses`, one per entry of `owners.ids` (a shared position has one per owner).
+ */
+export function packedResponseValues(
+  p: Packing,
+  promptLengths: ArrayLike<number>,
+  values: readonly ArrayLike<number>[],
+  none: number,
+): Int32Array {
+  const size = p.tokens.length;
+  if (p.owners) {
+    const out = new Int32Array(p.owners.ids.length);
+    // Owners were listed in sequence order (ownersOf): walking the sequences in order refills them.
+    const next = p.owners.offsets.slice(0, size);
+    p.sequences.forEach((path, i) => {
+      eachResponsePosition(path, promptLengths[i]!, p.nodeStart, p.nodeLength, (pos, k) => {
+        out[next[pos]!++] = values[i]![k]!;
+      });
+    });
+    return out;
+  }
+  const out = new Int32Array(size).fill(none);
+  p.sequences.forEach((path, i) => {
+    eachResponsePosition(path, promptLengths[i]!, p.nodeStart, p.nodeLength, (pos, k) => {
+      out[pos] = values[i]![k]!;
+    });
+  });
+  return out;
 }
 
 /** Recovers sequence i's tokens from a Packing (for tests and trainers). */

@@ -1,5 +1,6 @@
 import type { Step, Trajectory } from '../domain/index.js';
 import { trainingPrompt } from './off-policy.js';
+import { maskedPrefix, type PartialRollouts, responseVersions } from './versions.js';
 
 /*
  * `rows: "trajectory"` (docs/serving.md#trajectory-rows): a trajectory's steps stitched into one
@@ -26,10 +27,13 @@ export interface TrajectoryRow {
   lastStep: number;
   /** The first step's (training) prompt, then each step's new prompt tokens and its response. */
   tokens: number[];
-  /** 1 on response tokens (the policy's), 0 on prompt tokens (system, user, tool, environment). */
+  /** 1 on response tokens (the policy's), 0 on prompt tokens (system, user, tool, environment) and
+   * on response tokens `partial_rollouts: "mask"` leaves out. */
   lossMask: Uint8Array;
   /** The engine's logprob on each response token, 0 where the mask is 0. */
   logprobs: Float32Array;
+  /** The policy version of each token: a response token's own, its step's policyVersion on a prompt token. */
+  versions: Int32Array;
   /** Every covered step came with rollout logprobs (else the trainer recomputes them). */
   hasLogprobs: boolean;
   /** Tokens before the first response token: the first step's prompt. */
@@ -55,11 +59,13 @@ function extendsRow(tokens: readonly number[], prompt: readonly number[]): boole
 export function stitchTrajectory(
   trajectory: Pick<Trajectory, 'id' | 'guided'>,
   steps: readonly Step[],
+  partialRollouts: PartialRollouts = 'train',
 ): TrajectoryRow[] {
   const rows: TrajectoryRow[] = [];
   let tokens: number[] = [];
   let mask: number[] = [];
   let logprobs: number[] = [];
+  let versions: number[] = [];
   let spans: StepSpan[] = [];
   let current: { first: number; last: number; hasLogprobs: boolean; version: number; prompt: number } | null =
     null;
@@ -72,6 +78,7 @@ export function stitchTrajectory(
       tokens,
       lossMask: Uint8Array.from(mask),
       logprobs: Float32Array.from(logprobs),
+      versions: Int32Array.from(versions),
       hasLogprobs: current.hasLogprobs,
       promptLength: current.prompt,
       spans,
@@ -91,6 +98,7 @@ export function stitchTrajectory(
       tokens = [];
       mask = [];
       logprobs = [];
+      versions = [];
       spans = [];
       current = {
         first: step.index,
@@ -109,13 +117,18 @@ export function stitchTrajectory(
       tokens.push(prompt[i]!);
       mask.push(0);
       logprobs.push(0);
+      versions.push(step.policyVersion);
     }
     const responseStart = tokens.length;
     const lp = step.responseLogprobs;
+    const produced = responseVersions(step);
+    const masked = maskedPrefix(step, partialRollouts);
     for (const [k, id] of step.responseIds.entries()) {
       tokens.push(id);
-      mask.push(1);
-      logprobs.push(lp?.[k] ?? 0);
+      // A masked token reads like context: loss mask 0, logprob 0 (null in json).
+      mask.push(k < masked ? 0 : 1);
+      logprobs.push(k < masked ? 0 : (lp?.[k] ?? 0));
+      versions.push(produced[k]!);
     }
     spans.push({
       stepIndex: step.index,

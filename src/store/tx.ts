@@ -1,4 +1,5 @@
 import type { ChannelConfig, EventType, LabelInput, NewStep, Signal, Step } from '../domain/index.js';
+import type { MismatchRow, StepOrigin, StepRef } from './mismatch.js';
 import type {
   GroupRow,
   LabelCurrentRow,
@@ -129,6 +130,10 @@ export interface PoolTx {
   /** The group's counted complete rollouts with a reward above `threshold`. */
   completeAbove(row: GroupRow, threshold: number): Rule<number>;
   countReady(channel: string): Rule<number>;
+  /** Groups of the channel not yet consumed or dropped: collecting, held, ready or leased. */
+  unconsumedGroups(channel: string): Rule<number>;
+  /** The oldest policy version of any step of the channel's open trajectories (null: none has a step). */
+  oldestOpenVersion(channel: string): Rule<number | null>;
   /** Up to `limit` ready groups after queue position `after`, in queue order (others' locked rows skipped). */
   readyGroups(channel: string, after: number, limit: number): Rule<GroupRow[]>;
   /** The rollouts a group is served with: those that completed while it collected, in completion order. */
@@ -205,4 +210,9 @@ export interface PoolTx {
   endLeaseRow(id: string, state: LeaseRow['state'], now: number): Rule<void>;
   /** Moves the lease's leased groups to `consumed` (ack) or back to `ready`; returns how many. */
   releaseLeasedGroups(leaseId: string, to: 'consumed' | 'ready', now: number): Rule<number>;
+
+  /** Per step, in order: its trajectory's group and channel and the stored step's engine and version (undefined: no such trajectory). */
+  stepOrigins(steps: readonly StepRef[]): Rule<(StepOrigin | undefined)[]>;
+  /** Stores a lease's reported mismatch rows (replacing earlier ones of the same steps) and rebuilds its tallies. */
+  saveMismatch(lease: LeaseRow, rows: readonly MismatchRow[], now: number): Rule<void>;
 }

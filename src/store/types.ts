@@ -93,6 +93,11 @@ export interface LeaseParams {
   maxStaleness: number | null;
   consumer: string;
   ttlMs: number;
+  /**
+   * Time is left to wait: with admission control on, the lease waits for an open rollout that
+   * this batch's update would make too stale (pool/lease.ts#straggling).
+   */
+  patient?: boolean;
 }
 
 /** The latest curation state of a step (stepIndex set) or a whole trajectory (stepIndex null). */

@@ -59,6 +59,13 @@ export interface TrainOptions {
   concurrency: number;
   /** false: the same loop with no optimizer step (the control run). */
   update: boolean;
+  /**
+   * Fully asynchronous: rounds never wait for a version (the channel's admission control bounds
+   * their lead) and each update switches the engines in flight through the gateway, running
+   * generations cut and continued (`abort`: partial rollouts) or frozen (`keep`). Unset: rounds
+   * wait for the version `maxStaleness` behind them and updates drain (docs/trainers.md).
+   */
+  async?: 'abort' | 'keep';
   port?: number;
   /** The Python with the `train` extra (default: `requireTrainPython()`). */
   python?: string;
@@ -169,7 +176,13 @@ export async function runTrain(o: TrainOptions): Promise<TrainResult> {
       dbPath: join(out, 'train.db'),
       port: o.port ?? 0,
       engines: [`vllm=${engine.url}`],
-      channelDefaults: { n_rollouts: o.rollouts, max_staleness: o.maxStaleness, stale_policy: 'drop' },
+      channelDefaults: {
+        n_rollouts: o.rollouts,
+        max_staleness: o.maxStaleness,
+        stale_policy: 'drop',
+        // Asynchronous rounds are held by admission control instead of waiting for versions.
+        ...(o.async ? { batch_groups: groups } : {}),
+      },
     });
     say(
       `serve     stepwise on ${server.url} (SQLite at ${join(out, 'train.db')}; engine vllm=${engine.url})`,
@@ -221,6 +234,7 @@ export async function runTrain(o: TrainOptions): Promise<TrainResult> {
       '--checkpoint',
       join(out, 'policy'),
       ...(o.update ? [] : ['--no-update']),
+      ...(o.async ? ['--switch', o.async, '--versions-dir', join(out, 'versions')] : []),
     ];
     const proc = spawnPython(python, args);
     trainer = proc;
@@ -264,8 +278,9 @@ export async function runTrain(o: TrainOptions): Promise<TrainResult> {
     };
     let rounds = 0;
     for (let round = 0; round < o.versions; round++) {
-      // Bounded lead: round r waits for version r - max_staleness, so its groups are never too stale.
-      await waitForVersion(round - o.maxStaleness);
+      // Bounded lead: round r waits for version r - max_staleness, so its groups are never too stale
+      // (asynchronously, admission control holds each new group instead).
+      if (!o.async) await waitForVersion(round - o.maxStaleness);
       if (events.failed()) throw events.error();
       const mean = await runRound(round, TRAIN_CHANNEL);
       rounds = round + 1;

@@ -9,6 +9,7 @@ import {
   PoolEvent,
   Signal,
   Step,
+  StepwiseError,
   Trajectory,
 } from '../../src/domain/index.js';
 import { type PoolOps, poolOps } from '../../src/pool/core.js';
@@ -289,6 +290,89 @@ export function runStoreConformance(name: string, open: () => Promise<StoreHarne
       expect((await store.getGroup('train', 'g'))!).toMatchObject({ expected: null, state: 'collecting' });
       await submit([makeStep('u', 'h', 0, [1], [2], { isLast: true, metadata: { n_rollouts: 1 } })]);
       expect((await store.getGroup('train', 'h'))!.state).toBe('ready');
+    });
+
+    describe('admission control (max_staleness and batch_groups)', () => {
+      const init = (id: string, groupId: string) =>
+        store.createTrajectory({ id, groupId, channel: 'train', nRollouts: 2, metadata: {} }, tick());
+      /** Two rollouts of a group, both finished with a step made at `version`. */
+      const finish = async (groupId: string, version: number, reward = 0) => {
+        for (const r of [0, 1]) {
+          const id = `${groupId}-r${r}`;
+          if (!(await store.getTrajectory(id))) await init(id, groupId);
+          await submit([
+            makeStep(id, groupId, 0, [1, 2], [3], {
+              isLast: true,
+              reward: r === 0 ? reward : 1 - reward,
+              policyVersion: version,
+            }),
+          ]);
+        }
+      };
+
+      it('admits a new group only while fewer than (max_staleness + 1) x batch_groups are unconsumed', async () => {
+        await store.setChannelConfig('train', { max_staleness: 1, batch_groups: 2, n_rollouts: 2 }, tick());
+        for (const g of ['g1', 'g2', 'g3', 'g4']) await init(`${g}-r0`, g);
+        const refused = await store
+          .createTrajectory(
+            { id: 'g5-r0', groupId: 'g5', channel: 'train', nRollouts: 2, metadata: {} },
+            tick(),
+          )
+          .catch((e: unknown) => e);
+        expect(refused).toBeInstanceOf(StepwiseError);
+        expect(refused).toMatchObject({ status: 429, code: 'staleness_budget', isRetryable: true });
+        // Nothing was changed by the refusal; a later rollout of an admitted group still joins it.
+        expect(await store.getTrajectory('g5-r0')).toBeNull();
+        expect(await store.getGroup('train', 'g5')).toBeNull();
+        await init('g1-r1', 'g1');
+        expect((await store.getGroup('train', 'g1'))!.nTrajectories).toBe(2);
+        // Consuming a batch frees budget for as many new groups.
+        await finish('g1', 0);
+        await finish('g2', 0);
+        const batch = await lease({ batchSize: 2 });
+        expect(batch!.groups.map((g) => g.group.id).sort()).toEqual(['g1', 'g2']);
+        await store.ackLease(batch!.lease.id, tick());
+        await init('g5-r0', 'g5');
+        await init('g6-r0', 'g6');
+        await expect(init('g7-r0', 'g7')).rejects.toMatchObject({ status: 429 });
+      });
+
+      it('without batch_groups or max_staleness nothing is refused', async () => {
+        await store.setChannelConfig('train', { max_staleness: 0 }, tick());
+        for (let g = 0; g < 6; g++) await init(`h${g}`, `h${g}`);
+        expect((await store.stats('train')).groups.collecting).toBe(6);
+      });
+
+      it('serves groups at the edge of max_staleness first, and a patient lease waits for an open straggler', async () => {
+        await store.setChannelConfig('train', { max_staleness: 1, batch_groups: 2, n_rollouts: 2 }, tick());
+        await store.setPolicyVersion(4, tick());
+        await finish('fresh', 4);
+        await finish('old', 3);
+        // In queue order `fresh` is first; `old` would be stale after this update: it goes first.
+        const first = await lease({ batchSize: 1 });
+        expect(first!.groups.map((g) => g.group.id)).toEqual(['old']);
+        await store.ackLease(first!.lease.id, tick());
+        // An open rollout with a step at version 3: the next update would leave it stale.
+        await init('slow-r0', 'slow');
+        await submit([makeStep('slow-r0', 'slow', 0, [1], [2], { policyVersion: 3 })]);
+        expect(await lease({ batchSize: 1, patient: true })).toBeNull();
+        // Once it finishes (with its group), it is served, not dropped.
+        await submit([
+          makeStep('slow-r0', 'slow', 1, [1, 2, 5], [6], { isLast: true, reward: 1, policyVersion: 4 }),
+        ]);
+        await init('slow-r1', 'slow');
+        await submit([
+          makeStep('slow-r1', 'slow', 0, [1], [2], { isLast: true, reward: 0, policyVersion: 4 }),
+        ]);
+        const next = await lease({ batchSize: 1, patient: true });
+        expect(next!.groups.map((g) => g.group.id)).toEqual(['slow']);
+        expect((await store.stats('train')).dropped.stale ?? 0).toBe(0);
+        // An impatient lease (its wait is over) does not wait for stragglers.
+        await init('late-r0', 'late');
+        await submit([makeStep('late-r0', 'late', 0, [1], [2], { policyVersion: 3 })]);
+        expect(await lease({ batchSize: 1, patient: true })).toBeNull();
+        expect((await lease({ batchSize: 1 }))!.groups.map((g) => g.group.id)).toEqual(['fresh']);
+      });
     });
 
     describe('trajectories and groups', () => {

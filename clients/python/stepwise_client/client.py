@@ -22,6 +22,8 @@ Advantage = Literal["grpo", "drgrpo", "rloo"]
 Overlong = Literal["reject", "truncate", "drop"]
 
 _RETRY_STATUSES = frozenset((502, 503, 504))
+#: Steps per `report_mismatch` request: the server takes at most 10,000.
+MISMATCH_STEPS_PER_CALL = 10_000
 _CONTENT_TYPES: dict[str, BatchFormat] = {
     "application/json": "json",
     "application/zip": "padded",
@@ -289,6 +291,47 @@ class StepwiseClient:
         return self._request(
             "PUT", "/v1/policy-version", body={"version": version, "drain": drain}, timeout=timeout
         ).json()
+
+    def switch_weights(
+        self,
+        version: int,
+        mode: str = "abort",
+        *,
+        path: str | None = None,
+        update_info: dict[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        """Switches the engines' weights and the policy version together (PUT /v1/policy-version with a mode).
+
+        The gateway pauses every engine (`abort`: running generations are cut and continued under the
+        new weights as partial rollouts; `keep`: frozen, then continued; `wait`: finished first), has
+        it load `path` (a checkpoint folder) or vLLM's `update_info`, sets the version and resumes.
+        Without either, the weights were pushed already and engines only learn their version. The
+        answer lists `switched` and `failed` engines (docs/gateway.md#weight-switch).
+        """
+        if path is not None and update_info is not None:
+            raise ValueError("give path or update_info, not both")
+        body: dict[str, Any] = {"version": version, "mode": mode}
+        if path is not None:
+            body["weights"] = {"path": path}
+        elif update_info is not None:
+            body["weights"] = {"update_info": update_info}
+        return self._request("PUT", "/v1/policy-version", body=body, timeout=timeout or self.timeout + 600.0).json()
+
+    def report_mismatch(self, lease_id: str, steps: list[dict[str, Any]]) -> dict[str, Any]:
+        """Posts a lease's rollout-vs-trainer mismatch, one entry per step (`stepwise_client.mismatch`):
+        `{trajectory_uid, step_index, tokens, k1, k3, max_abs_diff, masked_fraction}`.
+
+        The pool checks each step is in the lease's groups and stores it with the step's engine and
+        policy version; `GET /v1/stats` reads it back under `mismatch`. A step reported again replaces
+        its row, so the call is retried like an ack. Sent in parts of `MISMATCH_STEPS_PER_CALL`.
+        """
+        path = f"/v1/batches/{quote(lease_id, safe='')}/mismatch"
+        stored = 0
+        for start in range(0, len(steps), MISMATCH_STEPS_PER_CALL):
+            part = steps[start : start + MISMATCH_STEPS_PER_CALL]
+            stored += int(self._request("POST", path, body={"steps": part}).json()["steps"])
+        return {"lease_id": lease_id, "steps": stored}
 
     def policy_version(self) -> int:
         """The pool's current policy version."""

@@ -8,6 +8,9 @@
 2. RL: wait for `--batch-groups` ready groups, lease them (prefix-tree packed), take `--epochs`
    clipped policy-gradient steps, ack, push the weights to the engines and bump the pool's policy
    version with drain. `--no-update` runs the same loop without the optimizer step (a control run).
+   With `--switch abort|keep` each version is saved under `--versions-dir` and the gateway switches
+   the engines to it in flight (running generations continue as partial rollouts); every batch's
+   behaviour log-probs are then checked against the checkpoint of the version that made each token.
 
 Progress goes to stdout as JSON lines, one object per event (`warmup`, `ready`, `update`, `done`,
 `error`), for the orchestrator; everything else (library warnings) goes to stderr.
@@ -22,16 +25,18 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import load_file
 
 from .client import StepwiseClient
 from .errors import StepwiseError
 from .lifeline import exit_with_parent
 from .models import load_policy
 from .sft import examples_from_messages, read_sft_rows, sft
-from .trainer import LossConfig, Trainer, save_checkpoint
+from .trainer import LossConfig, Trainer, batch_logprobs, save_checkpoint
 
 
 def emit(event: str, **fields: Any) -> None:
@@ -69,6 +74,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--wait-s", type=float, default=900.0, help="longest wait for a full batch")
     p.add_argument("--lease-ttl-s", type=int, default=900, help="time an update may take before its groups go back")
     p.add_argument("--checkpoint", default=None, help="save the final policy here (a model folder)")
+    p.add_argument(
+        "--switch",
+        default="drain",
+        choices=["drain", "abort", "keep"],
+        help="how a new version reaches the engines: pushed, then the version set with drain; or saved and switched in flight by the gateway (abort: running generations cut and continued; keep: frozen)",
+    )
+    p.add_argument("--versions-dir", default=None, help="with --switch abort|keep: each version's weights, a model folder per version")
     p.add_argument("--save-warmup", default=None, help="save the warmed-up policy here (a model folder) before RL")
     return p.parse_args(argv)
 
@@ -119,8 +131,14 @@ def main(argv: list[str] | None = None) -> int:
         epochs=args.epochs,
     )
     assert trainer.version is not None
+    in_flight = args.switch != "drain"
+    if in_flight and not args.versions_dir:
+        raise ValueError("--switch abort|keep needs --versions-dir")
     # The warm-up is what the engines serve from the start, under the pool's current version.
     trainer.push_weights(trainer.version)
+    checkpoints = VersionCheckpoints(args.versions_dir, policy) if in_flight else None
+    if checkpoints:
+        checkpoints.save(trainer.version)
     # SIGINT ends the run after the update in progress (`stepwise train --target-reward`, or Ctrl-C):
     # the checkpoint is still saved and `done` still emitted.
     stop = threading.Event()
@@ -138,11 +156,23 @@ def main(argv: list[str] | None = None) -> int:
             inputs = trainer.inputs(batch)
             staleness = inputs.tokens.staleness
             metrics: dict[str, Any] = {"tokens": float(inputs.tokens.targets.numel())}
+            if checkpoints:
+                metrics.update(checkpoints.verify(inputs))
+            # The trainer's log-probs against the engines' (mismatch telemetry: /v1/stats, the dashboard).
             if not args.no_update:
-                metrics = trainer.update(batch, inputs)
+                metrics.update(trainer.update(batch, inputs, report_mismatch=True))
+            else:
+                metrics.update(trainer.report_mismatch(batch, inputs))
         rewards = [float(g.get("reward") or 0.0) for g in _trajectories(batch)]
         published = time.perf_counter()
-        trainer.publish()
+        if checkpoints:
+            trainer.version += 1
+            folder = checkpoints.save(trainer.version)
+            answer = client.switch_weights(trainer.version, args.switch, path=folder)
+            if answer.get("failed"):
+                raise StepwiseError(f"engines failed to switch to version {trainer.version}: {answer['failed']}")
+        else:
+            trainer.publish()
         emit(
             "update",
             version=trainer.version,
@@ -160,6 +190,44 @@ def main(argv: list[str] | None = None) -> int:
         save_checkpoint(policy, args.checkpoint)
     emit("done", version=trainer.version)
     return 0
+
+
+class VersionCheckpoints:
+    """Each version's weights as a model folder (what the engines load), and the exactness check
+    of a batch's behaviour log-probs against them: every token's against the version that made it."""
+
+    def __init__(self, folder: str, policy: Any) -> None:
+        self.folder = Path(folder)
+        self.policy = policy
+        self.scratch: Any = None
+
+    def path(self, version: int) -> str:
+        return str(self.folder / f"v{version}")
+
+    def save(self, version: int) -> str:
+        save_checkpoint(self.policy, self.path(version))
+        return self.path(version)
+
+    @torch.no_grad()
+    def verify(self, inputs: Any) -> dict[str, float]:
+        tokens = inputs.tokens
+        known = tokens.has_behaviour & ~tokens.off_policy
+        worst, versions = 0.0, sorted({int(v) for v in tokens.versions[known].tolist()})
+        for version in versions:
+            if self.scratch is None:
+                self.scratch = load_policy(self.path(version)).model.eval()
+            else:
+                self.scratch.load_state_dict(load_file(str(Path(self.path(version)) / "model.safetensors")), strict=False)
+            logp = batch_logprobs(self.scratch, inputs)
+            mine = known & (tokens.versions == version)
+            worst = max(worst, float((logp - tokens.behaviour_logp)[mine].abs().max()) if bool(mine.any()) else 0.0)
+        sequences = tokens.sequence[known]
+        mixed = {int(s) for s in sequences.unique().tolist() if len(set(tokens.versions[known][sequences == s].tolist())) > 1}
+        return {
+            "behaviour_exact_max": worst,
+            "versions_checked": float(len(versions)),
+            "partial_steps": float(len(mixed)),
+        }
 
 
 def _trajectories(batch: Any) -> list[dict[str, Any]]:

@@ -3,6 +3,11 @@
 Both give the same response tokens in the same order (group → trajectory → step → token), so a loss
 computed from either is the same number. The trainer's view of a guided step (ActGuide-RL) is its
 hint-free `training_prompt_ids`; every other step's is its prompt.
+
+A step generated across a weight switch has response tokens of several policy versions
+(`version_spans`); each token carries its own (`ResponseTokens.versions`). On a channel with
+`partial_rollouts: "mask"` the tokens before a step's last switch are left out of the loss: the
+padded format's `response_mask` already says so, and a `json` batch's tokens are masked here.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ class ResponseTokens:
     sequence: torch.Tensor  # (N,) int64: which step (batch row) the token belongs to
     off_policy: torch.Tensor  # (N,) bool
     staleness: torch.Tensor  # (N,) int64: batch policy version minus the step's version
+    versions: torch.Tensor  # (N,) int64: the policy version that produced each token
     rows: int  # steps in the batch
 
 
@@ -58,6 +64,26 @@ class PackedInputs:
         return self.input_ids.numel() / max(self.original_tokens, 1)
 
 
+def step_versions(step: dict[str, Any]) -> list[int]:
+    """The policy version of each response token of a `json` step: its `version_spans` expanded, else
+    its `policy_version` throughout."""
+    n = len(step["response_ids"])
+    spans = step.get("version_spans")
+    if not spans:
+        return [int(step.get("policy_version") or 0)] * n
+    out = [int(v) for v, count in spans for _ in range(count)][:n]
+    return out + [out[-1] if out else 0] * (n - len(out))
+
+
+def masked_prefix(step: dict[str, Any], partial_rollouts: str | None) -> int:
+    """How many leading response tokens a `json` step leaves out of the loss: under
+    `partial_rollouts: "mask"`, those before its last version switch (every span but the last)."""
+    spans = step.get("version_spans")
+    if partial_rollouts != "mask" or not spans or len(spans) < 2:
+        return 0
+    return min(sum(count for _, count in spans[:-1]), len(step["response_ids"]))
+
+
 def padded_inputs(batch: Batch, *, training_prompts: bool = True) -> PaddedInputs:
     """A `format="padded"` batch as tensors; rows train on their training prompt (ActGuide) by default."""
     a = batch.arrays
@@ -73,12 +99,17 @@ def padded_inputs(batch: Batch, *, training_prompts: bool = True) -> PaddedInput
         prompts, prompt_lengths = t("prompts").long(), t("prompt_lengths").long()
     P = prompts.shape[1]
     prompt_mask = torch.arange(P).unsqueeze(0) >= (P - prompt_lengths).unsqueeze(1)
-    attention_mask = torch.cat([prompt_mask, response_mask], dim=1).long()
+    # Attention covers every real token; the loss mask (response_mask) may leave some of them out
+    # (tool output inside a stitched row, tokens before a masked weight switch).
+    real = torch.arange(R).unsqueeze(0) < t("response_lengths").long().unsqueeze(1)
+    attention_mask = torch.cat([prompt_mask, real], dim=1).long()
     position_ids = (attention_mask.cumsum(1) - 1).clamp(min=0)
     rows = response_mask.nonzero(as_tuple=False)
     row, col = rows[:, 0], rows[:, 1]
     has_logp = t("has_log_probs").bool()
     version = batch.policy_version if batch.policy_version is not None else 0
+    # A server without per-token versions: every token is its row's policy version.
+    versions = t("response_versions").long() if "response_versions" in a else t("policy_version").long().unsqueeze(1).expand(B, R)
     tokens = ResponseTokens(
         targets=responses[row, col],
         behaviour_logp=t("rollout_log_probs").float()[row, col],
@@ -88,6 +119,7 @@ def padded_inputs(batch: Batch, *, training_prompts: bool = True) -> PaddedInput
         off_policy=t("off_policy").bool()[row],
         staleness=(version - t("policy_version").long())[row].clamp(min=0),
         rows=B,
+        versions=versions[row, col],
     )
     return PaddedInputs(
         input_ids=torch.cat([prompts, responses], dim=1),
@@ -111,7 +143,8 @@ def packed_inputs(batch: Batch | dict[str, Any]) -> PackedInputs:
     node_of: list[int] = []
     node_parent: list[int] = []
     predictor: list[int] = []
-    cols: dict[str, list[Any]] = {k: [] for k in ("targets", "logp", "has", "adv", "seq", "off", "stale")}
+    cols: dict[str, list[Any]] = {k: [] for k in ("targets", "logp", "has", "adv", "seq", "off", "stale", "versions")}
+    partial_rollouts = data.get("partial_rollouts")
     original = 0
     row = 0
     bounds = [0]
@@ -139,12 +172,14 @@ def packed_inputs(batch: Batch | dict[str, Any]) -> PackedInputs:
                 raise ValueError(f"step {tr['trajectory_uid']}/{step['step_index']}: the packed path has {len(positions)} tokens, not {len(prompt) + len(response)}")
             logp = step.get("rollout_log_probs")
             advantage = tr.get("advantage", 0.0) or 0.0
+            versions = step_versions(step)
+            masked = masked_prefix(step, partial_rollouts)
             for k, token in enumerate(response):
                 at = positions[len(prompt) + k]
                 if ids[at] != token:
                     raise ValueError(f"step {tr['trajectory_uid']}/{step['step_index']}: packed token {at} is not response token {k}")
-                if parents[at] < 0:
-                    continue  # a response with no prompt before it: nothing predicts its first token
+                if parents[at] < 0 or k < masked:
+                    continue  # nothing predicts a root's first token; a masked token has no loss
                 predictor.append(parents[at])
                 cols["targets"].append(token)
                 cols["logp"].append(logp[k] if logp else 0.0)
@@ -153,6 +188,7 @@ def packed_inputs(batch: Batch | dict[str, Any]) -> PackedInputs:
                 cols["seq"].append(row)
                 cols["off"].append(bool(tr.get("off_policy")))
                 cols["stale"].append(max(version - (step.get("policy_version") or 0), 0))
+                cols["versions"].append(versions[k])
             row += 1
     n_nodes = len(node_parent)
     ancestor = torch.eye(n_nodes, dtype=torch.bool)
@@ -168,6 +204,7 @@ def packed_inputs(batch: Batch | dict[str, Any]) -> PackedInputs:
         off_policy=torch.tensor(cols["off"], dtype=torch.bool),
         staleness=torch.tensor(cols["stale"], dtype=torch.long),
         rows=row,
+        versions=torch.tensor(cols["versions"], dtype=torch.long),
     )
     return PackedInputs(
         input_ids=torch.tensor(ids, dtype=torch.long),

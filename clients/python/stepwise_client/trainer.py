@@ -15,7 +15,10 @@ The loss is token-level PPO over the served response tokens with the advantages 
 μ is the engine's `rollout_log_probs` (the behaviour policy: an older version for stale groups, the
 hinted prompt for ActGuide's guided rows); π_prox is the trainer's policy before this update. Rows
 without rollout log-probs (`recompute_log_probs`) take μ = π_prox, so w = 1. With one update per
-lease, π_θ = π_prox at the step, so r = 1 and its gradient is the plain policy gradient.
+lease, π_θ = π_prox at the step, so r = 1 and its gradient is the plain policy gradient. w_t is
+`LossConfig`'s rollout correction (`stepwise_client.rollout_corr`: token or sequence IS, and
+token, sequence or geometric rejection masks); `Trainer.report_mismatch` sends the pool how far
+π_prox is from μ per step.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -30,7 +34,11 @@ import torch
 from safetensors.torch import save as save_safetensors
 
 from .client import Batch, StepwiseClient
+from .errors import StepwiseError
+from .flex_mask import tree_block_mask
+from .mismatch import row_steps, step_mismatch, summarize
 from .models import Policy
+from .rollout_corr import Correction, RolloutIS, RolloutRS, rollout_correction, rs_bounds, rs_level
 from .tensors import PackedInputs, PaddedInputs, ResponseTokens, packed_inputs, padded_inputs
 
 LossAggregation = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
@@ -131,18 +139,9 @@ def tree_mask(inputs: PackedInputs, device: torch.device | str = "cpu", start: i
 
 
 def flex_block_mask(inputs: PackedInputs, device: torch.device | str = "cpu") -> Any:
-    """The same mask as a FlexAttention BlockMask (block-sparse: no dense T×T mask is materialised)."""
-    from torch.nn.attention.flex_attention import create_block_mask
-
-    node = inputs.node_of.to(device)
-    ancestor = inputs.node_ancestor.to(device)
-
-    def mask_mod(b: Any, h: Any, q: Any, kv: Any) -> Any:
-        nq, nk = node[q], node[kv]
-        return ancestor[nq, nk] & ((nq != nk) | (kv <= q))
-
-    T = node.numel()
-    return create_block_mask(mask_mod, B=None, H=None, Q_LEN=T, KV_LEN=T, device=str(device))
+    """The same mask as a FlexAttention BlockMask, built blockwise from the packing's node intervals:
+    its memory grows with the blocks, never with T² (`flex_mask.tree_block_mask`)."""
+    return tree_block_mask(inputs, device)
 
 
 def packed_logprobs(model: torch.nn.Module, inputs: PackedInputs, *, attention: str | None = None) -> torch.Tensor:
@@ -188,11 +187,52 @@ class LossConfig:
     clip_high: float = 0.2
     #: Dual-clip bound c for negative advantages (verl's `clip_ratio_c`); None turns it off.
     dual_clip: float | None = 3.0
-    #: C in w = min(π_prox / μ, C): bounds the weight of stale tokens.
+    #: C in w = min(π_prox / μ, C): bounds the weight of stale tokens (`rollout_is_threshold`, when
+    #: that is left at None).
     is_cap: float = 2.0
     aggregation: LossAggregation = "token-mean"
     #: Dr.GRPO's constant normaliser for `seq-mean-token-sum-norm` (tokens per sequence).
     norm_length: int = 1024
+    #: Rollout correction with verl's names (`stepwise_client.rollout_corr`): the importance weight
+    #: per `token` (truncated IS, the default) or per `sequence`, or none.
+    rollout_is: RolloutIS | None = "token"
+    #: The IS weight's upper bound; None: `is_cap`.
+    rollout_is_threshold: float | None = None
+    #: Rejection mask: `token` (IcePop; `icepop`), `sequence` (MIS) or `geometric`; None: no mask.
+    rollout_rs: RolloutRS | None = None
+    #: The mask keeps ratios in [rollout_rs_threshold_lower, rollout_rs_threshold]; lower defaults to 1 / upper.
+    rollout_rs_threshold: float | None = None
+    rollout_rs_threshold_lower: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.rollout_is not in ("token", "sequence", None):
+            raise ValueError(f"rollout_is must be 'token', 'sequence' or None, got {self.rollout_is!r}")
+        if self.rollout_rs is not None:
+            rs_level(self.rollout_rs)
+            rs_bounds(self.rollout_rs_threshold, self.rollout_rs_threshold_lower)
+
+
+def rollout_correction_of(prox_logp: torch.Tensor, tokens: ResponseTokens, config: LossConfig) -> Correction:
+    """The weights and mask `config` puts on the batch's tokens, from π_prox and the served μ.
+
+    Rows without rollout log-probs take μ = π_prox (ratio 1); guided rows are exempt (weight 1, kept).
+    """
+    device = prox_logp.device
+    prox = prox_logp.detach()
+    has = tokens.has_behaviour.to(device)
+    behaviour = torch.where(has, tokens.behaviour_logp.to(device), prox)
+    return rollout_correction(
+        prox,
+        behaviour,
+        tokens.off_policy.to(device) & has,
+        tokens.sequence,
+        tokens.rows,
+        rollout_is=config.rollout_is,
+        rollout_is_threshold=config.is_cap if config.rollout_is_threshold is None else config.rollout_is_threshold,
+        rollout_rs=config.rollout_rs,
+        rollout_rs_threshold=config.rollout_rs_threshold,
+        rollout_rs_threshold_lower=config.rollout_rs_threshold_lower,
+    )
 
 
 def policy_loss(
@@ -202,6 +242,7 @@ def policy_loss(
 
     Guided rows (ActGuide-RL, `off_policy` with rollout log-probs) follow the paper's objective
     instead: the ratio π_θ(y | hint-free prompt) / μ(y | hinted prompt), PPO-clipped, weight 1.
+    Tokens the rollout correction masks leave the loss and its token counts.
     """
     device = logp.device
     prox = prox_logp.detach().to(device)
@@ -215,17 +256,17 @@ def policy_loss(
     per_token = torch.maximum(-adv * ratio, -adv * clipped)
     if config.dual_clip is not None:
         per_token = torch.where(adv < 0, torch.minimum(per_token, -adv * config.dual_clip), per_token)
-    raw_weight = torch.exp((prox - behaviour).clamp(-20.0, 20.0))
-    weight = torch.where(guided, torch.ones_like(raw_weight), raw_weight.clamp(max=config.is_cap))
-    per_token = per_token * weight
+    correction = rollout_correction_of(prox, tokens, config)
+    keep = correction.mask
+    per_token = torch.where(keep, per_token * correction.weights, torch.zeros_like(per_token))
     seq = tokens.sequence.to(device)
     n_seq = max(tokens.rows, 1)
     if config.aggregation == "token-mean":
-        loss = per_token.sum() / max(per_token.numel(), 1)
+        loss = per_token.sum() / max(int(keep.sum()), 1)
     else:
         sums = torch.zeros(n_seq, device=device, dtype=per_token.dtype).index_add(0, seq, per_token)
         if config.aggregation == "seq-mean-token-mean":
-            counts = torch.zeros(n_seq, device=device).index_add(0, seq, torch.ones_like(per_token))
+            counts = torch.zeros(n_seq, device=device).index_add(0, seq, keep.float())
             loss = (sums / counts.clamp(min=1)).sum() / max(int((counts > 0).sum()), 1)
         else:
             loss = sums.sum() / (n_seq * config.norm_length)
@@ -234,8 +275,7 @@ def policy_loss(
         stats = {
             "tokens": float(per_token.numel()),
             "clip_fraction": float(((ratio - clipped).abs() > 0).float().sum()) / n,
-            "is_weight_mean": float(weight.sum()) / n,
-            "is_truncated_fraction": float(((raw_weight > config.is_cap) & ~guided).float().sum()) / n,
+            **correction.stats,
             "behaviour_abs_diff_max": float((prox - behaviour)[~guided].abs().max()) if bool((~guided).any()) else 0.0,
             "guided_tokens": float(guided.sum()),
         }
@@ -284,8 +324,14 @@ class Trainer:
     def inputs(self, batch: Batch) -> PaddedInputs | PackedInputs:
         return packed_inputs(batch) if batch.format == "json" else padded_inputs(batch)
 
-    def update(self, batch: Batch, inputs: PaddedInputs | PackedInputs | None = None) -> dict[str, float]:
-        """`epochs` optimizer steps on a leased batch (its tensors, when already built); the caller settles it."""
+    def update(
+        self, batch: Batch, inputs: PaddedInputs | PackedInputs | None = None, *, report_mismatch: bool = False
+    ) -> dict[str, float]:
+        """`epochs` optimizer steps on a leased batch (its tensors, when already built); the caller settles it.
+
+        `report_mismatch`: right after the first (proximal) pass, before any step, post the batch's
+        mismatch to the pool (`report_mismatch`); its summary joins the metrics.
+        """
         model = self.policy.model
         inputs = inputs if inputs is not None else self.inputs(batch)
         if inputs.tokens.targets.numel() == 0:
@@ -294,10 +340,13 @@ class Trainer:
         started = time.perf_counter()
         assert self.optimizer is not None
         prox: torch.Tensor | None = None
+        reported: dict[str, float] = {}
         for _ in range(max(1, self.epochs)):
             logp = batch_logprobs(model, inputs)
             if prox is None:
                 prox = logp.detach()
+                if report_mismatch:
+                    reported = self.report_mismatch(batch, inputs, prox)
             loss, stats = policy_loss(logp, prox, inputs.tokens, self.loss)
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -308,15 +357,52 @@ class Trainer:
                 raise FloatingPointError(f"non-finite gradient norm {float(grad_norm)}: batch {batch.lease_id} is nacked")
             self.optimizer.step()
         model.eval()
-        return {**stats, "loss": loss.item(), "grad_norm": float(grad_norm), "update_s": time.perf_counter() - started}
+        return {
+            **stats,
+            **reported,
+            "loss": loss.item(),
+            "grad_norm": float(grad_norm),
+            "update_s": time.perf_counter() - started,
+        }
 
-    def train_step(self, batch_size: int, **lease_options: Any) -> dict[str, Any] | None:
-        """Leases, updates and acks (nacks when the update raises); None when nothing was ready."""
+    def mismatch(
+        self, batch: Batch, inputs: PaddedInputs | PackedInputs, prox_logp: torch.Tensor
+    ) -> list[dict[str, Any]]:
+        """Each step's mismatch between the served behaviour log-probs and `prox_logp` (this trainer's
+        log-probs of `inputs.tokens` before the update), with the fraction of its tokens that this
+        trainer's rollout correction (`loss`) masks: `StepwiseClient.report_mismatch`'s steps."""
+        correction = rollout_correction_of(prox_logp, inputs.tokens, self.loss)
+        return step_mismatch(inputs.tokens, prox_logp, row_steps(batch), masked=~correction.mask)
+
+    def report_mismatch(
+        self, batch: Batch, inputs: PaddedInputs | PackedInputs, prox_logp: torch.Tensor | None = None
+    ) -> dict[str, float]:
+        """Posts the batch's mismatch to the pool and returns its summary (`mismatch_k3`, ...).
+
+        `prox_logp`: the proximal pass's log-probs; None runs one (no gradients). Telemetry never
+        fails an update: an error of the post is warned about and `mismatch_reported` is 0.
+        """
+        if prox_logp is None:
+            with torch.no_grad():
+                prox_logp = batch_logprobs(self.policy.model, inputs)
+        steps = self.mismatch(batch, inputs, prox_logp)
+        summary = summarize(steps)
+        try:
+            if steps:
+                self.client.report_mismatch(batch.lease_id, steps)
+        except StepwiseError as error:
+            warnings.warn(f"mismatch of lease {batch.lease_id} not reported: {error}", stacklevel=2)
+            return {**summary, "mismatch_reported": 0.0}
+        return {**summary, "mismatch_reported": 1.0}
+
+    def train_step(self, batch_size: int, *, report_mismatch: bool = False, **lease_options: Any) -> dict[str, Any] | None:
+        """Leases, updates and acks (nacks when the update raises); None when nothing was ready.
+        `report_mismatch`: as `update`'s."""
         batch = self.lease(batch_size, **lease_options)
         if batch is None:
             return None
         with batch:
-            metrics = self.update(batch)
+            metrics = self.update(batch, report_mismatch=report_mismatch)
         rewards = _trajectory_rewards(batch)
         return {**metrics, "lease_id": batch.lease_id, "rows": batch.rows, "rewards": rewards}
 
@@ -368,12 +454,14 @@ def save_checkpoint(policy: Policy, folder: str) -> None:
 
 
 __all__ = [
+    "Correction",
     "LossConfig",
     "Trainer",
     "batch_logprobs",
     "packed_logprobs",
     "padded_logprobs",
     "policy_loss",
+    "rollout_correction_of",
     "save_checkpoint",
     "target_logprobs",
     "tree_mask",

@@ -109,6 +109,7 @@ class BatchJson:
     policy_version: int
     curation: BatchCuration
     untrainable_steps: int
+    partial_rollouts: Literal["train", "mask"]
     groups: list[BatchGroup]
 
     @classmethod
@@ -122,6 +123,7 @@ class BatchJson:
             policy_version=_field(d, "policy_version", "BatchJson"),
             curation=_apply(_field(d, "curation", "BatchJson"), lambda v: BatchCuration.from_dict(v)),
             untrainable_steps=_field(d, "untrainable_steps", "BatchJson"),
+            partial_rollouts=_field(d, "partial_rollouts", "BatchJson"),
             groups=_apply(_field(d, "groups", "BatchJson"), lambda v: [BatchGroup.from_dict(x) for x in v]),
         )
 
@@ -300,8 +302,12 @@ class Packing:
     ratio: float
     original_tokens: int
     owner: list[int] | None = None
+    versions: list[int] | None = None
+    loss_mask: list[int] | None = None
     owner_offsets: list[int] | None = None
     owner_ids: list[int] | None = None
+    owner_versions: list[int] | None = None
+    owner_loss_mask: list[int] | None = None
     loss_weight: list[float] | None = None
 
     @classmethod
@@ -316,8 +322,12 @@ class Packing:
             ratio=_field(d, "ratio", "Packing"),
             original_tokens=_field(d, "original_tokens", "Packing"),
             owner=d.get("owner"),
+            versions=d.get("versions"),
+            loss_mask=d.get("loss_mask"),
             owner_offsets=d.get("owner_offsets"),
             owner_ids=d.get("owner_ids"),
+            owner_versions=d.get("owner_versions"),
+            owner_loss_mask=d.get("owner_loss_mask"),
             loss_weight=d.get("loss_weight"),
         )
 
@@ -371,6 +381,7 @@ class RowsBatchJson:
     policy_version: int
     curation: BatchCuration
     untrainable_steps: int
+    partial_rollouts: Literal["train", "mask"]
     rows: Literal["trajectory"]
     groups: list[RowsGroup]
 
@@ -385,6 +396,7 @@ class RowsBatchJson:
             policy_version=_field(d, "policy_version", "RowsBatchJson"),
             curation=_apply(_field(d, "curation", "RowsBatchJson"), lambda v: BatchCuration.from_dict(v)),
             untrainable_steps=_field(d, "untrainable_steps", "RowsBatchJson"),
+            partial_rollouts=_field(d, "partial_rollouts", "RowsBatchJson"),
             rows=_field(d, "rows", "RowsBatchJson"),
             groups=_apply(_field(d, "groups", "RowsBatchJson"), lambda v: [RowsGroup.from_dict(x) for x in v]),
         )
@@ -610,6 +622,7 @@ class TrajectoryRow:
     last_step: int
     input_ids: list[int]
     loss_mask: list[int]
+    versions: list[int]
     logprobs: list[float | None] | None
     prompt_length: int
     reward: float | None
@@ -625,6 +638,7 @@ class TrajectoryRow:
             last_step=_field(d, "last_step", "TrajectoryRow"),
             input_ids=_field(d, "input_ids", "TrajectoryRow"),
             loss_mask=_field(d, "loss_mask", "TrajectoryRow"),
+            versions=_field(d, "versions", "TrajectoryRow"),
             logprobs=_field(d, "logprobs", "TrajectoryRow"),
             prompt_length=_field(d, "prompt_length", "TrajectoryRow"),
             reward=_field(d, "reward", "TrajectoryRow"),

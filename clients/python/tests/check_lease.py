@@ -33,6 +33,7 @@ ROW_MEMBERS = {
     "response_mask": "|u1",
     "rm_scores": "<f4",
     "rollout_log_probs": "<f4",
+    "response_versions": "<i4",
     "advantages": "<f4",
     "training_prompts": "<i4",
 }
@@ -135,6 +136,9 @@ def check_padded(batch: Batch, pad: int = 0) -> dict[str, Any]:
         check(all(s == 0 for s in off_last), f"row {b}: rm_scores off the last response token")
         check(all(x == 0 for x in logprobs[rl:]), f"row {b}: logprobs on padding")
         check(len(set(adv[:rl])) <= 1, f"row {b}: advantage not constant over the response")
+        # No generation here spans a weight switch: every response token is the row's version, padding 0.
+        versions = v["response_versions"][b]
+        check(versions == [v["policy_version"][b]] * rl + [0] * (R - rl), f"row {b}: response_versions {versions}")
         key = (v["group_index"][b], v["trajectory_index"][b], v["step_index"][b])
         in_range = 0 <= key[0] < len(v["group_ids"]) and 0 <= key[1] < len(v["trajectory_uids"])
         check(in_range, f"row {b}: index out of range")

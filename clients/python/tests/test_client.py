@@ -247,6 +247,26 @@ class RetryTest(unittest.TestCase):
         self.assertEqual(_Handler.seen[0][:3], ("PUT", "/v1/policy-version", {"version": 3, "drain": False}))
         self.assertEqual(_Handler.seen[1][1], "/v1/stats?channel=eval")
 
+    def test_report_mismatch_posts_in_parts_and_retries_like_an_ack(self) -> None:
+        from stepwise_client import client as client_module
+
+        zero = {"tokens": 1, "k1": 0.0, "k3": 0.0, "max_abs_diff": 0.0, "masked_fraction": 0.0}
+        steps = [{"trajectory_uid": f"t{i}", "step_index": 0, **zero} for i in range(5)]
+        path = "/v1/batches/L%2F1/mismatch"
+        busy = (503, {"error": {"code": "unavailable", "message": "restarting"}})
+        _Handler.script = {path: [busy] + [(200, {"lease_id": "L/1", "steps": n}) for n in (2, 2, 1)]}
+        saved = client_module.MISMATCH_STEPS_PER_CALL
+        client_module.MISMATCH_STEPS_PER_CALL = 2
+        try:
+            self.assertEqual(self.client.report_mismatch("L/1", steps), {"lease_id": "L/1", "steps": 5})
+        finally:
+            client_module.MISMATCH_STEPS_PER_CALL = saved
+        # The 503 was retried; then three parts of 2, 2 and 1 steps, in order.
+        self.assertEqual([(m, p) for m, p, _, _ in _Handler.seen], [("POST", path)] * 4)
+        parts = [[s["trajectory_uid"] for s in body["steps"]] for _, _, body, _ in _Handler.seen[1:]]
+        self.assertEqual(parts, [["t0", "t1"], ["t2", "t3"], ["t4"]])
+        self.assertEqual(len(self.sleeps), 1)
+
     def test_a_lease_that_cannot_connect_is_retried_then_fails(self) -> None:
         self.server.shutdown()
         self.server.server_close()

@@ -38,6 +38,11 @@ export function mountControlRoutes(app: Hono, control: SimPauseControl): void {
     return c.json({ status: 'resumed' });
   });
   app.get('/is_paused', (c) => c.json({ is_paused: control.paused }));
+  // The sim's own: how busy it has been (bench/async.ts reads an engine's busy fraction here).
+  app.get('/sim/usage', (c) => {
+    const { busyMs, totalMs } = control.usage();
+    return c.json({ busy_ms: busyMs, total_ms: totalMs, running: control.runningCount });
+  });
   app.post('/abort_requests', async (c) => {
     await bodyOf(c);
     return c.json({ status: 'aborted', aborted: control.abortAll() });

@@ -155,3 +155,27 @@ describe('sim pause and weight switch (vLLM semantics)', () => {
     expect(((await bad.json()) as Json).error.param).toBe('mode');
   });
 });
+
+describe('the sim engine shares a token budget between running sequences', () => {
+  it('slows each sequence as more share the budget, and stops the clock while paused', async () => {
+    const control = new SimPauseControl({ perSequence: 100, budget: 150 });
+    expect(control.speed).toBe(1);
+    const a = control.start([10, 20, 30], performance.now());
+    expect(control.speed).toBe(1);
+    const b = control.start([10, 20, 30], performance.now());
+    // Two sequences at 100 tokens/s nominal would need 200: each gets 150 / 200 of its speed.
+    expect(control.speed).toBe(0.75);
+    await control.pause('keep');
+    expect(control.speed).toBe(0);
+    const frozen = a.elapsed();
+    await new Promise((r) => setTimeout(r, 30));
+    expect(a.elapsed()).toBe(frozen);
+    control.resume();
+    b.end();
+    expect(control.speed).toBe(1);
+    a.end();
+    const { busyMs, totalMs } = control.usage();
+    expect(busyMs).toBeGreaterThan(0);
+    expect(busyMs).toBeLessThan(totalMs);
+  });
+});

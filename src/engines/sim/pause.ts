@@ -8,7 +8,9 @@
  * In every mode new generations wait while paused; none is refused.
  *
  * The sim computes a whole completion at once and paces it with its latency model, so "a token is
- * ready" is "its time on the schedule has passed", counted on a clock that stops while paused.
+ * ready" is "its time on the schedule has passed", counted on the engine's generation clock: it
+ * stops while paused, and with a token budget (a GPU's decode throughput shared by its running
+ * sequences) it runs slower the more sequences share it.
  */
 
 export type PauseMode = 'abort' | 'wait' | 'keep';
@@ -27,8 +29,8 @@ export interface SimWeights {
 
 /** One generation being paced out: its clock, its schedule and where each weights version began. */
 export class SimRun {
-  /** Paused time of the controller when this run started: later pauses stop its clock. */
-  private readonly pausedBase: number;
+  /** The engine's generation clock when this run started. */
+  private readonly startedAt: number;
   private abortedAt: number | null = null;
   /** Token index where each version began, oldest first. */
   private readonly boundaries: { from: number; version: string | null }[];
@@ -37,15 +39,15 @@ export class SimRun {
   constructor(
     private readonly control: SimPauseControl,
     readonly schedule: readonly number[],
-    private readonly started: number,
+    started: number,
   ) {
-    this.pausedBase = control.pausedMs(started);
+    this.startedAt = control.clockMs(started);
     this.boundaries = [{ from: 0, version: control.weights.version }];
   }
 
-  /** Milliseconds of generation so far: wall time less the time the engine was paused. */
+  /** Milliseconds of generation so far, on the engine's clock (stopped while paused, slowed by sharing). */
   elapsed(now = performance.now()): number {
-    return now - this.started - (this.control.pausedMs(now) - this.pausedBase);
+    return this.control.clockMs(now) - this.startedAt;
   }
 
   /** Tokens ready now (all of them once aborted: the abort fixed the count). */
@@ -74,10 +76,9 @@ export class SimRun {
     const from = this.ready();
     if (from === last.from) last.version = version;
     else this.boundaries.push({ from, version });
-    this.wake?.();
   }
 
-  /** The weights version of each span of the first `count` tokens. */
+  /** The weights version of each span of tokens [from, to). */
   spans(from: number, to: number): VersionSpan[] {
     const out: VersionSpan[] = [];
     for (let b = 0; b < this.boundaries.length; b++) {
@@ -89,31 +90,30 @@ export class SimRun {
   }
 
   /**
-   * Waits until `dueMs` of generation time have passed (pauses stretch it), the run is aborted, or
-   * the client left: true when due.
+   * Waits until `dueMs` of generation time have passed (pauses and sharing stretch it), the run is
+   * aborted, or the client left: true when due.
    */
   async until(dueMs: number, gone: { aborted: boolean; wake?: () => void }): Promise<boolean> {
     for (;;) {
       if (this.aborted || gone.aborted) return false;
-      if (this.control.paused) await this.control.resumed();
-      else {
-        const left = dueMs - this.elapsed();
-        if (left <= 0) return true;
-        await new Promise<void>((resolve) => {
-          const timer = setTimeout(done, left);
-          function done() {
-            clearTimeout(timer);
-            resolve();
-          }
-          this.wake = done;
-          gone.wake = done;
-        });
-        this.wake = null;
-      }
+      const left = dueMs - this.elapsed();
+      if (left <= 0) return true;
+      const speed = this.control.speed;
+      await new Promise<void>((resolve) => {
+        // Stopped (paused): only a poke (resume, abort) wakes it; else when due at today's speed.
+        const timer = speed > 0 ? setTimeout(done, left / speed) : null;
+        function done() {
+          if (timer) clearTimeout(timer);
+          resolve();
+        }
+        this.wake = done;
+        gone.wake = done;
+      });
+      this.wake = null;
     }
   }
 
-  /** Wakes the run's wait (the controller paused, resumed or aborted it). */
+  /** Wakes the run's wait: the engine's speed changed (a pause, a resume, another sequence). */
   poke(): void {
     this.wake?.();
   }
@@ -128,40 +128,87 @@ function wireVersion(version: string | null): number | string | null {
   return version !== null && /^\d{1,15}$/.test(version) ? Number(version) : version;
 }
 
+/** A GPU's decode throughput: each sequence's nominal speed, and the total its running ones share. */
+export interface SimCapacity {
+  perSequence: number;
+  budget: number;
+}
+
 export class SimPauseControl {
-  private pausedSince: number | null = null;
-  private pausedTotal = 0;
+  private isPaused = false;
+  /** While a wait-mode pause drains, new generations wait but running ones go on. */
+  private holdNew = false;
   private readonly running = new Set<SimRun>();
   private resumeWaiters: (() => void)[] = [];
   private idleWaiters: (() => void)[] = [];
   readonly weights: SimWeights = { version: null, gen: 0, label: '', updating: false };
+  // The generation clock: `clockAt` ms of it at real time `realAt`, running at `speed` since.
+  private clockAt = 0;
+  private realAt = performance.now();
+  private currentSpeed = 1;
+  private busy = { ms: 0, since: null as number | null };
+  private readonly startedAt = performance.now();
+
+  /** Without a capacity every sequence runs at its latency model's speed, however many run. */
+  constructor(private readonly capacity: SimCapacity | null = null) {}
 
   get paused(): boolean {
-    return this.pausedSince !== null;
+    return this.isPaused;
   }
 
   get runningCount(): number {
     return this.running.size;
   }
 
-  /** Total paused milliseconds up to `now`. */
-  pausedMs(now: number): number {
-    return this.pausedTotal + (this.pausedSince === null ? 0 : now - this.pausedSince);
+  /** How fast generation time passes now: 0 while paused, below 1 when sequences share the budget. */
+  get speed(): number {
+    return this.currentSpeed;
+  }
+
+  /** The generation clock at real time `now`. */
+  clockMs(now: number): number {
+    return this.clockAt + (now - this.realAt) * this.currentSpeed;
+  }
+
+  /** Busy (some sequence generating, not paused) and total milliseconds since the sim started. */
+  usage(now = performance.now()): { busyMs: number; totalMs: number } {
+    const open = this.busy.since === null ? 0 : now - this.busy.since;
+    return { busyMs: this.busy.ms + open, totalMs: now - this.startedAt };
+  }
+
+  /** The speed changed (pause, resume, a sequence came or went): the clock is rebased, runs re-time. */
+  private retime(): void {
+    const now = performance.now();
+    this.clockAt = this.clockMs(now);
+    this.realAt = now;
+    const n = this.running.size;
+    const share =
+      this.capacity && n > 0 ? Math.min(1, this.capacity.budget / (n * this.capacity.perSequence)) : 1;
+    this.currentSpeed = this.isPaused ? 0 : share;
+    const busy = !this.isPaused && n > 0;
+    if (busy && this.busy.since === null) this.busy.since = now;
+    if (!busy && this.busy.since !== null) {
+      this.busy.ms += now - this.busy.since;
+      this.busy.since = null;
+    }
+    for (const run of this.running) run.poke();
   }
 
   /** Waits while paused (or while a wait-mode pause drains): new generations start only when it runs. */
   async admit(): Promise<void> {
-    while (this.paused || this.holdNew) await this.resumed();
+    while (this.isPaused || this.holdNew) await this.resumed();
   }
 
   start(schedule: readonly number[], started: number): SimRun {
     const run = new SimRun(this, schedule, started);
     this.running.add(run);
+    this.retime();
     return run;
   }
 
   finished(run: SimRun): void {
-    this.running.delete(run);
+    if (!this.running.delete(run)) return;
+    this.retime();
     if (this.running.size === 0) for (const idle of this.idleWaiters.splice(0)) idle();
   }
 
@@ -171,30 +218,24 @@ export class SimPauseControl {
   }
 
   async pause(mode: PauseMode): Promise<void> {
-    if (!this.paused) this.pausedSince = performance.now();
-    for (const run of this.running) {
-      if (mode === 'abort') run.abort();
-      else run.poke();
-    }
-    if (mode === 'wait' && this.running.size > 0) {
-      // Running generations go on (their clock does not stop); only new ones wait.
-      this.pausedTotal += performance.now() - this.pausedSince!;
-      this.pausedSince = null;
+    if (mode === 'wait' && this.running.size > 0 && !this.isPaused) {
+      // Running generations go on; only new ones wait until they have ended.
       this.holdNew = true;
-      for (const run of this.running) run.poke();
       await new Promise<void>((resolve) => this.idleWaiters.push(resolve));
       this.holdNew = false;
-      if (!this.paused) this.pausedSince = performance.now();
     }
+    this.isPaused = true;
+    this.retime();
+    if (mode === 'abort') for (const run of this.running) run.abort();
   }
 
-  /** While a wait-mode pause drains, new generations wait but running ones go on. */
-  private holdNew = false;
-
   resume(): void {
-    if (this.pausedSince !== null) this.pausedTotal += performance.now() - this.pausedSince;
-    this.pausedSince = null;
-    for (const run of this.running) run.switched(this.weights.version);
+    this.holdNew = false;
+    if (this.isPaused) {
+      this.isPaused = false;
+      for (const run of this.running) run.switched(this.weights.version);
+      this.retime();
+    }
     for (const go of this.resumeWaiters.splice(0)) go();
   }
 

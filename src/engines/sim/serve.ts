@@ -4,6 +4,7 @@ import { createModelAdapter, type ModelAdapter, ModelFeatureError } from '../../
 import { listen } from '../../util/http-server.js';
 import { SimEngine } from './engine.js';
 import { instantLatency, latencyModel } from './latency.js';
+import { SimPauseControl } from './pause.js';
 import {
   type InjectedErrorKind,
   namedPolicies,
@@ -35,6 +36,11 @@ export interface SimServerOptions {
   ttftMs?: number;
   /** Decode speed; 0 or absent with no ttft means instant. */
   tokensPerSecond?: number;
+  /**
+   * With `tokensPerSecond`: the tokens per second all running sequences share (a GPU's decode
+   * throughput); beyond budget / tokensPerSecond sequences each runs slower. Absent: no limit.
+   */
+  tokenBudget?: number;
   model?: string;
   /** A model folder whose tokenizer the sim speaks with (Qwen3's built-in files when absent). */
   modelDir?: string;
@@ -103,7 +109,10 @@ export function buildSimApp(options: SimServerOptions = {}): { app: Hono; model:
     seed: options.seed ?? 0,
     ...(options.modelDir ? { adapter: simAdapter(options.modelDir, options.family) } : {}),
   });
-  return { app: createSimApp({ engine, latency, model }), model };
+  const control = new SimPauseControl(
+    options.tokenBudget && tps > 0 ? { perSequence: tps, budget: options.tokenBudget } : null,
+  );
+  return { app: createSimApp({ engine, latency, model, control }), model };
 }
 
 /** Serves the sim engine on its own (`stepwise sim`). */

@@ -176,28 +176,15 @@ export function createSimApp(options: SimAppOptions): Hono {
   const control = options.control ?? new SimPauseControl();
   mountControlRoutes(app, control);
 
+  const recent = new RecentGenerations();
   const pacing: Pacing = {
     control,
     latency,
     tokenizer: engine.tokenizer,
     onStreamEnd: options.onStreamEnd,
-    recent: new RecentGenerations(),
+    recent,
   };
-  /** A text completion, or the rest of a recent generation its prompt of ids continues (resume.ts). */
-  const completeText = (request: SimCompletionRequest): SimTextResult => {
-    const ids = Array.isArray(request.prompt) ? (request.prompt as number[]) : null;
-    const found = ids ? pacing.recent.find(ids) : null;
-    return found
-      ? resumeGeneration(found.generation, found.done, request, [...ids!], engine.tokenizer)
-      : engine.completeText(request);
-  };
-  const generate = <R extends AnsweredGeneration>(
-    c: Context,
-    run: () => R,
-    whole: (result: R) => object,
-    chunks: (result: R) => readonly TimedChunk<object>[],
-    streamed: boolean,
-  ) => answerGeneration(c, pacing, { run, whole, chunks, streamed });
+  const completeText = textCompleter(engine, recent);
 
   const meta = (prefix: string): ResponseMeta => ({
     id: `${prefix}${randomBytes(16).toString('hex')}`,
@@ -212,13 +199,12 @@ export function createSimApp(options: SimAppOptions): Hono {
     // The engine gets the body as sent: zod's copy would normalise content and reorder tool keys.
     const request = body as SimChatRequest;
     const id = meta('chatcmpl-');
-    return generate(
-      c,
-      () => engine.complete(request),
-      (r) => toChatCompletion(r, id, engine.tokenizer),
-      (r) => toChatCompletionChunks(r, id, engine.tokenizer),
-      request.stream === true,
-    );
+    return answerGeneration(c, pacing, {
+      run: () => engine.complete(request),
+      whole: (r) => toChatCompletion(r, id, engine.tokenizer),
+      chunks: (r) => toChatCompletionChunks(r, id, engine.tokenizer),
+      streamed: request.stream === true,
+    });
   });
 
   app.post('/v1/completions', async (c) => {
@@ -228,13 +214,12 @@ export function createSimApp(options: SimAppOptions): Hono {
     // As sent, but with the prompt unwrapped from a batch of one.
     const request = { ...(body as object), prompt: parsed.data.prompt } as SimCompletionRequest;
     const id = meta('cmpl-');
-    return generate(
-      c,
-      () => completeText(request),
-      (r) => toTextCompletion(r, id, engine.tokenizer),
-      (r) => toTextCompletionChunks(r, id, engine.tokenizer),
-      request.stream === true,
-    );
+    return answerGeneration(c, pacing, {
+      run: () => completeText(request),
+      whole: (r) => toTextCompletion(r, id, engine.tokenizer),
+      chunks: (r) => toTextCompletionChunks(r, id, engine.tokenizer),
+      streamed: request.stream === true,
+    });
   });
 
   // SGLang's /generate over the same engine as /v1/completions: the answer TokenizerManager builds
@@ -242,16 +227,26 @@ export function createSimApp(options: SimAppOptions): Hono {
   app.post('/generate', async (c) => {
     const parsed = NativeGenerateBody.safeParse(await jsonBody(c));
     if (!parsed.success) throw fromZodError(parsed.error);
-    return generate(
-      c,
-      () => engine.completeText(generateRequest(parsed.data)),
-      (r) => generateAnswer(r, engine.tokenizer, parsed.data.return_logprob),
-      () => [],
-      false,
-    );
+    return answerGeneration(c, pacing, {
+      run: () => engine.completeText(generateRequest(parsed.data)),
+      whole: (r) => generateAnswer(r, engine.tokenizer, parsed.data.return_logprob),
+      chunks: () => [],
+      streamed: false,
+    });
   });
 
   return app;
+}
+
+/** A text completion, or the rest of a recent generation its prompt of ids continues (resume.ts). */
+function textCompleter(engine: SimEngine, recent: RecentGenerations) {
+  return (request: SimCompletionRequest): SimTextResult => {
+    const ids = Array.isArray(request.prompt) ? (request.prompt as number[]) : null;
+    const found = ids ? recent.find(ids) : null;
+    return found
+      ? resumeGeneration(found.generation, found.done, request, [...ids!], engine.tokenizer)
+      : engine.completeText(request);
+  };
 }
 
 type AnsweredGeneration = SimGeneration & { options: { returnTokenIds: boolean } };

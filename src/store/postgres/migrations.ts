@@ -161,6 +161,28 @@ const migrations: Record<string, Migration> = {
         .execute(db);
     },
   },
+  '0008_mismatch': {
+    async up(db: Kysely<unknown>) {
+      // As SQLite's 0008_mismatch: reported steps, and their per lease, engine and version tallies.
+      const statements = [
+        `CREATE TABLE mismatch (
+           lease_id text NOT NULL, trajectory_id text NOT NULL, step_index integer NOT NULL,
+           channel text NOT NULL, engine_id text, policy_version integer NOT NULL, tokens integer NOT NULL,
+           k1 double precision NOT NULL, k3 double precision NOT NULL, max_abs_diff double precision NOT NULL,
+           masked_fraction double precision NOT NULL, created_at bigint NOT NULL,
+           PRIMARY KEY (lease_id, trajectory_id, step_index)
+         )`,
+        `CREATE TABLE mismatch_leases (
+           lease_id text NOT NULL, engine text NOT NULL, policy_version integer NOT NULL, channel text NOT NULL,
+           at bigint NOT NULL, steps integer NOT NULL, tokens bigint NOT NULL, k1_sum double precision NOT NULL,
+           k3_sum double precision NOT NULL, max_abs_diff double precision NOT NULL,
+           masked_sum double precision NOT NULL, PRIMARY KEY (lease_id, engine, policy_version)
+         )`,
+        `CREATE INDEX mismatch_leases_channel ON mismatch_leases (channel, engine, at)`,
+      ];
+      for (const statement of statements) await sql.raw(statement).execute(db);
+    },
+  },
 };
 
 export const postgresMigrations: MigrationProvider = {

@@ -1,4 +1,5 @@
-import type { GroupState, Lease } from '../../domain/index.js';
+import type { GroupState, Lease, MismatchStats } from '../../domain/index.js';
+import { assembleMismatch, type MismatchSums, mismatchQueries } from '../mismatch.js';
 import type { ReadModels } from '../read-models.js';
 import {
   assembleStats,
@@ -130,6 +131,21 @@ export class PgReadModels implements ReadModels {
         policyVersion: await runAsync(tx.policyVersion()),
         readyVersions,
         lastEventSeq,
+      });
+    });
+  }
+
+  async mismatch(channel: string | null, recent = 20): Promise<MismatchStats> {
+    const queries = mismatchQueries('WHERE $1::text IS NULL OR channel = $1', '$2');
+    return this.db.snapshot(async (tx) => {
+      // Every query gets both parameters: PostgreSQL wants each one a query names to be given.
+      const all = (sql: string) =>
+        tx.rows<MismatchSums>(sql, sql.includes('$2') ? [channel, recent] : [channel]);
+      return assembleMismatch({
+        engines: await all(queries.engines),
+        engineVersions: await all(queries.engineVersions),
+        versions: await all(queries.versions),
+        recent: await all(queries.recent),
       });
     });
   }

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import type pg from 'pg';
 import type { ChannelConfig, EventType, LabelInput, NewStep, Signal, Step } from '../../domain/index.js';
+import type { MismatchRow, StepOrigin, StepRef } from '../mismatch.js';
 import {
   currentSignalsByTrajectory,
   type GroupRow,
@@ -16,6 +17,7 @@ import {
 import { encodeStep, STEP_KEY_SPAN, type StepRow, type StepTail, stepKey } from '../step-codec.js';
 import type { GroupPatch, Join, PoolTx, Rule, TrajectoryPatch } from '../tx.js';
 import type { CurrentLabel, ToolResultAttachment } from '../types.js';
+import { saveMismatch, stepOrigins } from './mismatch.js';
 
 const statementNames = new Map<string, string>();
 
@@ -349,6 +351,22 @@ export class PgTx implements PoolTx {
     return Number(ready!.n);
   }
 
+  *unconsumedGroups(channel: string): Rule<number> {
+    const row = yield* this.one<{ n: number }>(
+      "SELECT count(*) AS n FROM groups WHERE channel = $1 AND state IN ('collecting', 'pending_guidance', 'ready', 'leased')",
+      [channel],
+    );
+    return Number(row!.n);
+  }
+
+  *oldestOpenVersion(channel: string): Rule<number | null> {
+    const row = yield* this.one<{ v: number | null }>(
+      "SELECT min(min_policy_version) AS v FROM trajectories WHERE channel = $1 AND status = 'open'",
+      [channel],
+    );
+    return row?.v == null ? null : Number(row.v);
+  }
+
   oldestReady(channel: string, n: number): Rule<GroupRow[]> {
     // Groups another transaction is leasing right now are not waiting in the queue: skip them.
     return this.select<GroupRow>(
@@ -645,5 +663,13 @@ export class PgTx implements PoolTx {
           "UPDATE groups SET state = 'ready', lease_id = NULL WHERE lease_id = $1 AND state = 'leased'",
           [leaseId],
         );
+  }
+
+  stepOrigins(steps: readonly StepRef[]): Rule<(StepOrigin | undefined)[]> {
+    return stepOrigins(this, steps);
+  }
+
+  saveMismatch(lease: LeaseRow, rows: readonly MismatchRow[], now: number): Rule<void> {
+    return saveMismatch(this, lease, rows, now);
   }
 }

@@ -164,6 +164,30 @@ const migrations: Record<string, Migration> = {
       for (const statement of statements) await sql.raw(statement).execute(db);
     },
   },
+  '0008_mismatch': {
+    async up(db: Kysely<unknown>) {
+      const statements = [
+        // Rollout-vs-trainer mismatch a trainer reported per leased step (src/pool/mismatch.ts); the
+        // engine and version are the stored step's. A step reported again for a lease replaces its row.
+        `CREATE TABLE mismatch (
+           lease_id TEXT NOT NULL, trajectory_id TEXT NOT NULL, step_index INTEGER NOT NULL,
+           channel TEXT NOT NULL, engine_id TEXT, policy_version INTEGER NOT NULL, tokens INTEGER NOT NULL,
+           k1 REAL NOT NULL, k3 REAL NOT NULL, max_abs_diff REAL NOT NULL, masked_fraction REAL NOT NULL,
+           created_at INTEGER NOT NULL, PRIMARY KEY (lease_id, trajectory_id, step_index)
+         ) WITHOUT ROWID`,
+        // Per lease, engine ('' for none) and version, rebuilt from the rows above on each report:
+        // what /v1/stats aggregates, leases x engines x versions rows rather than one per step.
+        `CREATE TABLE mismatch_leases (
+           lease_id TEXT NOT NULL, engine TEXT NOT NULL, policy_version INTEGER NOT NULL, channel TEXT NOT NULL,
+           at INTEGER NOT NULL, steps INTEGER NOT NULL, tokens INTEGER NOT NULL, k1_sum REAL NOT NULL,
+           k3_sum REAL NOT NULL, max_abs_diff REAL NOT NULL, masked_sum REAL NOT NULL,
+           PRIMARY KEY (lease_id, engine, policy_version)
+         ) WITHOUT ROWID`,
+        `CREATE INDEX mismatch_leases_channel ON mismatch_leases (channel, engine, at)`,
+      ];
+      for (const statement of statements) await sql.raw(statement).execute(db);
+    },
+  },
 };
 
 export const sqliteMigrations: MigrationProvider = {

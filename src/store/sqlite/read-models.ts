@@ -1,4 +1,5 @@
-import type { GroupState, Lease } from '../../domain/index.js';
+import type { GroupState, Lease, MismatchStats } from '../../domain/index.js';
+import { assembleMismatch, type MismatchSums, mismatchQueries } from '../mismatch.js';
 import type { ReadModels } from '../read-models.js';
 import {
   assembleStats,
@@ -147,6 +148,19 @@ export class SqliteReadModels implements ReadModels {
       policyVersion,
       readyVersions: versionRows,
       lastEventSeq: this.db.lastEventSeq(),
+    });
+  }
+
+  async mismatch(channel: string | null, recent = 20): Promise<MismatchStats> {
+    const queries = mismatchQueries(channel === null ? '' : 'WHERE channel = ?', '?');
+    const args = channel === null ? [] : [channel];
+    const all = (sql: string, ...more: unknown[]) =>
+      this.db.stmt(sql).all(...args, ...more) as MismatchSums[];
+    return assembleMismatch({
+      engines: all(queries.engines),
+      engineVersions: all(queries.engineVersions),
+      versions: all(queries.versions),
+      recent: all(queries.recent, recent),
     });
   }
 }

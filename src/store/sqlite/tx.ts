@@ -1,5 +1,14 @@
 import type { ChannelConfig, EventType, LabelInput, NewStep, Signal, Step } from '../../domain/index.js';
 import {
+  MISMATCH_COLUMNS,
+  MISMATCH_UPSERT,
+  type MismatchRow,
+  mismatchRollupSql,
+  mismatchValues,
+  type StepOrigin,
+  type StepRef,
+} from '../mismatch.js';
+import {
   currentSignalsByTrajectory,
   type GroupRow,
   type LabelCurrentRow,
@@ -274,6 +283,20 @@ export class SqliteTx implements PoolTx {
     return done(n);
   }
 
+  unconsumedGroups(channel: string): Rule<number> {
+    const { n } = this.stmt(
+      "SELECT count(*) AS n FROM groups WHERE channel = ? AND state IN ('collecting', 'pending_guidance', 'ready', 'leased')",
+    ).get(channel) as { n: number };
+    return done(n);
+  }
+
+  oldestOpenVersion(channel: string): Rule<number | null> {
+    const { v } = this.stmt(
+      "SELECT min(min_policy_version) AS v FROM trajectories WHERE channel = ? AND status = 'open'",
+    ).get(channel) as { v: number | null };
+    return done(v);
+  }
+
   oldestReady(channel: string, n: number): Rule<GroupRow[]> {
     return done(
       this.stmt("SELECT * FROM groups WHERE channel = ? AND state = 'ready' ORDER BY ready_seq LIMIT ?").all(
@@ -537,5 +560,28 @@ export class SqliteTx implements PoolTx {
             "UPDATE groups SET state = 'ready', lease_id = NULL WHERE lease_id = ? AND state = 'leased'",
           ).run(leaseId);
     return done(result.changes);
+  }
+
+  stepOrigins(steps: readonly StepRef[]): Rule<(StepOrigin | undefined)[]> {
+    const get = this.stmt(
+      `SELECT t.group_id, t.channel, s.key IS NOT NULL AS found, s.engine_id, s.policy_version
+       FROM trajectories t LEFT JOIN steps s ON s.key = t.seq * ${STEP_KEY_SPAN} + ? WHERE t.id = ?`,
+    );
+    return done(
+      steps.map((ref) => {
+        const row = get.get(ref.index, ref.trajectoryId) as StepOrigin | undefined;
+        return row && { ...row, found: Boolean(row.found) };
+      }),
+    );
+  }
+
+  saveMismatch(lease: LeaseRow, rows: readonly MismatchRow[], now: number): Rule<void> {
+    const upsert = this.stmt(
+      `INSERT INTO mismatch (${MISMATCH_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ${MISMATCH_UPSERT}`,
+    );
+    for (const r of rows) upsert.run(...mismatchValues(lease, r, now));
+    this.stmt('DELETE FROM mismatch_leases WHERE lease_id = ?').run(lease.id);
+    this.stmt(mismatchRollupSql('?', '?')).run(lease.created_at, lease.id);
+    return done(undefined);
   }
 }
