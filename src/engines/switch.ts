@@ -10,7 +10,7 @@ export type { SwitchMode, WeightsSource };
  * - vLLM (and the reference engine and the sim, which speak its dev-mode RL routes,
  *   vllm/entrypoints/serve/rlhf/api_router.py): POST /pause?mode=abort|wait|keep, then
  *   /start_weight_update, /update_weights {update_info}, /finish_weight_update {weight_version},
- *   then /resume; GET /weight_info reads the version back. Weights the trainer pushed itself
+ *   then /resume. Weights the trainer pushed itself
  *   (NCCL, between the pause and the switch) are named by /update_weight_version {new_version}.
  * - SGLang (python/sglang/srt/entrypoints/http_server.py): POST /pause_generation {mode}, then
  *   /update_weights_from_disk {model_path, weight_version}, then /continue_generation.
@@ -20,8 +20,6 @@ export interface EngineSwitch {
   pause(mode: SwitchMode, signal: AbortSignal): Promise<void>;
   load(weights: WeightsSource | null, version: number, signal: AbortSignal): Promise<void>;
   resume(signal: AbortSignal): Promise<void>;
-  /** The weights version the engine reports (null where it reports none). */
-  weightVersion(signal: AbortSignal): Promise<string | null>;
 }
 
 /** Why an engine cannot take part in a switch at all (checked before anything is paused). */
@@ -56,21 +54,21 @@ async function call(
   }
 }
 
+/**
+ * Weights the trainer pushed itself (both vLLM and SGLang name it `/update_weight_version`): the
+ * engine only learns their version, which its answers stamp on the tokens after it.
+ */
+async function nameVersion(engine: Engine, version: number, signal: AbortSignal): Promise<void> {
+  await call(engine, 'POST', '/update_weight_version', { new_version: String(version) }, signal);
+}
+
 function vllmSwitch(engine: Engine): EngineSwitch {
   return {
     async pause(mode, signal) {
       await call(engine, 'POST', `/pause?mode=${mode}`, null, signal);
     },
     async load(weights, version, signal) {
-      // Weights the trainer pushed itself: the engine only learns their version (its answers stamp it).
-      if (weights === null)
-        return void (await call(
-          engine,
-          'POST',
-          '/update_weight_version',
-          { new_version: String(version) },
-          signal,
-        ));
+      if (weights === null) return nameVersion(engine, version, signal);
       const updateInfo = 'path' in weights ? { model_path: weights.path } : weights.update_info;
       await call(engine, 'POST', '/start_weight_update', {}, signal);
       await call(engine, 'POST', '/update_weights', { update_info: updateInfo }, signal);
@@ -78,10 +76,6 @@ function vllmSwitch(engine: Engine): EngineSwitch {
     },
     async resume(signal) {
       await call(engine, 'POST', '/resume', null, signal);
-    },
-    async weightVersion(signal) {
-      const info = (await call(engine, 'GET', '/weight_info', null, signal)) as { weight_version?: unknown };
-      return info.weight_version == null ? null : String(info.weight_version);
     },
   };
 }
@@ -96,14 +90,7 @@ function sglangSwitch(engine: Engine): EngineSwitch {
       await call(engine, 'POST', '/pause_generation', { mode: SGLANG_MODE[mode] }, signal);
     },
     async load(weights, version, signal) {
-      if (weights === null)
-        return void (await call(
-          engine,
-          'POST',
-          '/update_weight_version',
-          { new_version: String(version) },
-          signal,
-        ));
+      if (weights === null) return nameVersion(engine, version, signal);
       if (!('path' in weights)) throw new UpstreamError('SGLang loads weights.path only', 502, false);
       await call(
         engine,
@@ -115,12 +102,6 @@ function sglangSwitch(engine: Engine): EngineSwitch {
     },
     async resume(signal) {
       await call(engine, 'POST', '/continue_generation', {}, signal);
-    },
-    async weightVersion(signal) {
-      const info = (await call(engine, 'GET', '/get_weight_version', null, signal)) as {
-        weight_version?: unknown;
-      };
-      return info.weight_version == null ? null : String(info.weight_version);
     },
   };
 }

@@ -169,7 +169,7 @@ export function planContinuation(
 }
 
 /** Sampling fields a chat request shares with `/v1/completions` (vLLM's SamplingParams). */
-const SAMPLING = [
+export const SAMPLING = [
   'temperature',
   'top_p',
   'top_k',

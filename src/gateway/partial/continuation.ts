@@ -5,6 +5,7 @@ import type { ModelAdapter } from '../../text/model-adapter.js';
 import { qwen3Adapter } from '../../text/model-adapter.js';
 import type { CallContext } from '../call-context.js';
 import { isObject } from '../call-request.js';
+import { SAMPLING } from '../continuity.js';
 
 /*
  * A partial rollout's continuation: an engine paused with `abort` answers a running call with the
@@ -27,22 +28,15 @@ export interface SpliceDeps {
   decode(ids: number[], engine: Engine): Promise<string>;
 }
 
-/** Sampling fields a continuation keeps from the agent's request, under vLLM's completion names. */
+/**
+ * What a continuation keeps from the agent's request: the sampling fields a chat shares with
+ * `/v1/completions` (token continuity's list), and how its text is decoded. `min_tokens` is
+ * counted down apart.
+ */
 const KEPT = [
-  'temperature',
-  'top_p',
-  'top_k',
-  'min_p',
-  'seed',
-  'stop',
-  'stop_token_ids',
-  'presence_penalty',
-  'frequency_penalty',
-  'repetition_penalty',
-  'ignore_eos',
+  ...SAMPLING.filter((key) => key !== 'min_tokens'),
   'skip_special_tokens',
   'include_stop_str_in_output',
-  'logit_bias',
 ] as const;
 
 /** The request's token budget: what it asked for, or what the engine's context leaves. */
