@@ -7,7 +7,7 @@ import { testServers } from './support/test-servers.js';
  * Admission control over real HTTP: with `max_staleness` and `batch_groups` set, the first rollout
  * of a group beyond the staleness budget gets a retryable 429 (`Retry-After`) at /init_trajectory,
  * and the SDK's initTrajectory (the gym runner's and rollout workers' way in) waits and asks again
- * until the trainer's ack frees budget. The pool rules themselves are checked on both stores in
+ * until the trainer's next version frees budget. The pool rules themselves are checked on both stores in
  * test/support/store-conformance.ts.
  */
 
@@ -44,11 +44,14 @@ describe('admission control at /init_trajectory', () => {
     });
     await new Promise((r) => setTimeout(r, 600));
     expect(opened).toBe(false);
-    // The trainer consumes the first group: budget for one more.
+    // The trainer consumes the first group and publishes its update: budget for one more.
     await sdk.completeTrajectory(first.trajectory_uid, { reward: 1 });
     const batch = await sdk.lease({ batchSize: 1, channel: 'train', waitMs: 5_000 });
     expect(batch).not.toBeNull();
     await sdk.ack(batch!.lease_id);
+    await new Promise((r) => setTimeout(r, 600));
+    expect(opened).toBe(false);
+    await sdk.setPolicyVersion(1);
     const second = await waiting;
     expect(second.trajectory_uid).not.toBe(first.trajectory_uid);
     const stats = await callJson('GET', `${server.url}/v1/stats?channel=train`);

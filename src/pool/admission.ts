@@ -3,10 +3,12 @@ import type { PoolTx, Rule } from '../store/tx.js';
 
 /*
  * Admission control (AReaL's staleness bound η): a trainer consuming `batch_groups` groups per
- * policy version trains a group at staleness ⌊Q / batch_groups⌋, where Q is the number of groups
- * unconsumed ahead of it. So a channel with `max_staleness` η and `batch_groups` B admits a new
- * group only while fewer than (η + 1) × B are unconsumed: rollouts wait instead of being generated
- * only to be dropped as stale. Later rollouts of an admitted group always join it.
+ * policy version trains a group at staleness ⌊Q / batch_groups⌋, where Q counts the groups ahead of
+ * it: unconsumed ones, and those the trainer took under the version in force (its update in
+ * progress; they stop counting when the version it publishes is set). So a channel with
+ * `max_staleness` η and `batch_groups` B admits a new group only while Q < (η + 1) × B: rollouts
+ * wait instead of being generated only to be dropped as stale. Later rollouts of an admitted group
+ * always join it.
  */
 
 /** The most unconsumed groups the channel admits, or null when admission is off. */
@@ -21,11 +23,11 @@ export function* admitGroup(tx: PoolTx, channel: string, now: number): Rule<void
   if (limit === null) return;
   // Held until commit: concurrent first rollouts of new groups are counted one after another.
   yield* tx.lockChannel(channel, now);
-  const unconsumed = yield* tx.unconsumedGroups(channel);
-  if (unconsumed < limit) return;
+  const ahead = yield* tx.groupsAhead(channel, yield* tx.policyVersion());
+  if (ahead < limit) return;
   tx.log.count(channel, 'admission_waits');
   throw new BusyError(
-    `channel ${channel}: ${unconsumed} groups are unconsumed, its staleness budget ((max_staleness + 1) × batch_groups = ${limit}); start this group once the trainer consumes one`,
+    `channel ${channel}: ${ahead} groups are ahead of a new one (unconsumed, or in the update in progress), its staleness budget ((max_staleness + 1) × batch_groups = ${limit}); start this group once the trainer consumes one and publishes its version`,
     'staleness_budget',
   );
 }

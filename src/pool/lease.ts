@@ -132,7 +132,7 @@ export function* leaseGroups(tx: PoolTx, params: LeaseParams, now: number): Rule
   const picks: Pick[] = [];
   let nSteps = 0;
   for (const { row, staleness, stale, curated } of chosen) {
-    yield* tx.updateGroup(row, { state: 'leased', lease_id: leaseId });
+    yield* tx.updateGroup(row, { state: 'leased', lease_id: leaseId, leased_version: policyVersion });
     const members = curated?.members ?? (yield* tx.groupMembers(row));
     for (const t of members) nSteps += t.n_steps;
     if (stale) tx.log.count(params.channel, 'groups_served_stale');

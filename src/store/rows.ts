@@ -44,6 +44,8 @@ export interface GroupRow {
   ready_at: number | null;
   ready_seq: number | null;
   lease_id: string | null;
+  /** The policy version in force when the group was last leased. */
+  leased_version: number | null;
   consumed_at: number | null;
   guidance_hold: number | null;
   pending_since: number | null;

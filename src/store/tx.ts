@@ -80,6 +80,7 @@ export type GroupPatch = Partial<
     | 'ready_at'
     | 'ready_seq'
     | 'lease_id'
+    | 'leased_version'
     | 'consumed_at'
     | 'guidance_hold'
     | 'pending_since'
@@ -130,8 +131,11 @@ export interface PoolTx {
   /** The group's counted complete rollouts with a reward above `threshold`. */
   completeAbove(row: GroupRow, threshold: number): Rule<number>;
   countReady(channel: string): Rule<number>;
-  /** Groups of the channel not yet consumed or dropped: collecting, held, ready or leased. */
-  unconsumedGroups(channel: string): Rule<number>;
+  /**
+   * Groups of the channel a trainer at `version` has yet to train on: collecting, held or ready, and
+   * those leased or consumed under `version` or later (the batch of the update in progress).
+   */
+  groupsAhead(channel: string, version: number): Rule<number>;
   /** The oldest policy version of any step of the channel's open trajectories (null: none has a step). */
   oldestOpenVersion(channel: string): Rule<number | null>;
   /** Up to `limit` ready groups after queue position `after`, in queue order (others' locked rows skipped). */

@@ -244,7 +244,7 @@ export async function runTrain(o: TrainOptions): Promise<TrainResult> {
 
     // 3. Rollouts, asynchronously with the trainer.
     const samples: { result: SampleResult; round: number }[] = [];
-    const runRound = async (round: number, channel: string): Promise<number> => {
+    const runRound = async (round: number, channel: string, signal?: AbortSignal): Promise<number> => {
       const tasks = copyTasks(seededRandom('train', o.seed, round), groups, `r${round}`);
       const runId = `train-${o.seed}-r${round}`;
       const { results } = await runGym({
@@ -260,33 +260,51 @@ export async function runTrain(o: TrainOptions): Promise<TrainResult> {
         workDir: join(out, 'work'),
         sampleTimeoutMs: 300_000,
         unsafeNoSandbox,
-        signal: o.signal,
+        signal,
       });
       for (const result of results) samples.push({ result, round });
       const scored = results.filter((r) => r.status === 'complete');
       const mean = scored.reduce((a, r) => a + r.score, 0) / Math.max(scored.length, 1);
       say(
-        `rollouts  round ${round + 1}${channel === EVAL_CHANNEL ? ' (final policy)' : `/${o.versions}`}: mean reward ${mean.toFixed(3)} over ${scored.length} rollouts${scored.length < results.length ? `, ${results.length - scored.length} infrastructure failures` : ''}`,
+        `rollouts  round ${round + 1}${channel === EVAL_CHANNEL ? ' (final policy)' : round < o.versions ? `/${o.versions}` : ' (for groups the pool dropped)'}: mean reward ${mean.toFixed(3)} over ${scored.length} rollouts${scored.length < results.length ? `, ${results.length - scored.length} infrastructure failures` : ''}`,
       );
       return mean;
     };
-    const waitForVersion = async (offset: number) => {
-      while ((await server!.pool.policyVersion()) - startVersion < offset) {
+    // Rounds stop when the trainer ends: one held by admission control would otherwise wait forever.
+    const trainerEnded = new AbortController();
+    void events.done.then(
+      () => trainerEnded.abort(),
+      () => trainerEnded.abort(),
+    );
+    const roundSignal = o.signal ? AbortSignal.any([o.signal, trainerEnded.signal]) : trainerEnded.signal;
+    /** Polls `ready` until it holds (true) or the trainer has ended (false). */
+    const until = async (ready: () => Promise<boolean>): Promise<boolean> => {
+      for (;;) {
         if (events.failed()) throw events.error();
+        if (trainerEnded.signal.aborted) return false;
+        if (await ready()) return true;
         await sleep(200, o.signal);
       }
     };
+    const versionAt = async (offset: number) => (await server!.pool.policyVersion()) - startVersion >= offset;
+    // The trainer takes `groups` groups per version; a group the pool drops (stale, timed out) is made
+    // again by a further round, so a drop never leaves the trainer waiting for a batch.
+    const needsMore = async (round: number) => {
+      const { dropped } = await server!.pool.stats(TRAIN_CHANNEL);
+      const lost = Object.values(dropped).reduce((a, n) => a + (n ?? 0), 0);
+      return round * groups - lost < o.versions * groups;
+    };
     let rounds = 0;
-    for (let round = 0; round < o.versions; round++) {
+    for (let round = 0; ; round++) {
+      if (!(await until(() => needsMore(round)))) break;
       // Bounded lead: round r waits for version r - max_staleness, so its groups are never too stale
       // (asynchronously, admission control holds each new group instead).
-      if (!o.async) await waitForVersion(round - o.maxStaleness);
-      if (events.failed()) throw events.error();
-      const mean = await runRound(round, TRAIN_CHANNEL);
+      if (!o.async && !(await until(() => versionAt(round - o.maxStaleness)))) break;
+      const mean = await runRound(round, TRAIN_CHANNEL, roundSignal);
       rounds = round + 1;
       if (o.targetReward !== undefined && mean >= o.targetReward && round < o.versions - 1) {
         // The update of this round's batch is the last: the trainer finishes it, then ends (SIGINT).
-        await waitForVersion(round + 1);
+        await until(() => versionAt(round + 1));
         say(
           `train     mean reward ${mean.toFixed(3)} reached --target-reward ${o.targetReward}: stopping after version ${round + 1}`,
         );
@@ -295,7 +313,7 @@ export async function runTrain(o: TrainOptions): Promise<TrainResult> {
       }
     }
     await events.done;
-    await runRound(rounds, EVAL_CHANNEL);
+    await runRound(rounds, EVAL_CHANNEL, o.signal);
 
     // 4. Rewards by the version that generated each rollout.
     const byVersion = new Map<number, number[]>();

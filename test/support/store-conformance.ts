@@ -310,7 +310,7 @@ export function runStoreConformance(name: string, open: () => Promise<StoreHarne
         }
       };
 
-      it('admits a new group only while fewer than (max_staleness + 1) x batch_groups are unconsumed', async () => {
+      it('admits a new group only while fewer than (max_staleness + 1) x batch_groups are ahead of it', async () => {
         await store.setChannelConfig('train', { max_staleness: 1, batch_groups: 2, n_rollouts: 2 }, tick());
         for (const g of ['g1', 'g2', 'g3', 'g4']) await init(`${g}-r0`, g);
         const refused = await store
@@ -326,15 +326,28 @@ export function runStoreConformance(name: string, open: () => Promise<StoreHarne
         expect(await store.getGroup('train', 'g5')).toBeNull();
         await init('g1-r1', 'g1');
         expect((await store.getGroup('train', 'g1'))!.nTrajectories).toBe(2);
-        // Consuming a batch frees budget for as many new groups.
+        // A consumed batch is the update in progress: its groups count until the version the update
+        // publishes is set (a group started before would be trained two versions on, too stale).
         await finish('g1', 0);
         await finish('g2', 0);
         const batch = await lease({ batchSize: 2 });
         expect(batch!.groups.map((g) => g.group.id).sort()).toEqual(['g1', 'g2']);
         await store.ackLease(batch!.lease.id, tick());
+        await expect(init('g5-r0', 'g5')).rejects.toMatchObject({ status: 429, code: 'staleness_budget' });
+        // The new version frees budget for as many new groups as the batch held.
+        await store.setPolicyVersion(1, tick());
         await init('g5-r0', 'g5');
         await init('g6-r0', 'g6');
         await expect(init('g7-r0', 'g7')).rejects.toMatchObject({ status: 429 });
+        // A batch leased under the new version counts until the next one, acked or not.
+        await finish('g3', 1);
+        await finish('g4', 1);
+        const next = await lease({ batchSize: 2 });
+        await expect(init('g7-r0', 'g7')).rejects.toMatchObject({ status: 429 });
+        await store.ackLease(next!.lease.id, tick());
+        await expect(init('g7-r0', 'g7')).rejects.toMatchObject({ status: 429 });
+        await store.setPolicyVersion(2, tick());
+        await init('g7-r0', 'g7');
       });
 
       it('without batch_groups or max_staleness nothing is refused', async () => {

@@ -183,6 +183,17 @@ const migrations: Record<string, Migration> = {
       for (const statement of statements) await sql.raw(statement).execute(db);
     },
   },
+  '0009_leased_version': {
+    async up(db: Kysely<unknown>) {
+      // As SQLite's 0009_leased_version: the version each group was leased under.
+      await sql.raw('ALTER TABLE groups ADD COLUMN leased_version integer').execute(db);
+      await sql
+        .raw(
+          'CREATE INDEX groups_leased_version ON groups (channel, leased_version) WHERE leased_version IS NOT NULL',
+        )
+        .execute(db);
+    },
+  },
 };
 
 export const postgresMigrations: MigrationProvider = {

@@ -351,10 +351,11 @@ export class PgTx implements PoolTx {
     return Number(ready!.n);
   }
 
-  *unconsumedGroups(channel: string): Rule<number> {
+  *groupsAhead(channel: string, version: number): Rule<number> {
     const row = yield* this.one<{ n: number }>(
-      "SELECT count(*) AS n FROM groups WHERE channel = $1 AND state IN ('collecting', 'pending_guidance', 'ready', 'leased')",
-      [channel],
+      `SELECT count(*) AS n FROM groups WHERE channel = $1 AND (state IN ('collecting', 'pending_guidance', 'ready')
+         OR (state IN ('leased', 'consumed') AND leased_version >= $2) OR (state = 'leased' AND leased_version IS NULL))`,
+      [channel, version],
     );
     return Number(row!.n);
   }

@@ -188,6 +188,18 @@ const migrations: Record<string, Migration> = {
       for (const statement of statements) await sql.raw(statement).execute(db);
     },
   },
+  '0009_leased_version': {
+    async up(db: Kysely<unknown>) {
+      // The policy version a group was leased under: admission control counts the groups of the
+      // batch being trained (leased or consumed under the version in force) as still ahead.
+      await sql.raw('ALTER TABLE groups ADD COLUMN leased_version INTEGER').execute(db);
+      await sql
+        .raw(
+          'CREATE INDEX groups_leased_version ON groups (channel, leased_version) WHERE leased_version IS NOT NULL',
+        )
+        .execute(db);
+    },
+  },
 };
 
 export const sqliteMigrations: MigrationProvider = {

@@ -283,10 +283,11 @@ export class SqliteTx implements PoolTx {
     return done(n);
   }
 
-  unconsumedGroups(channel: string): Rule<number> {
+  groupsAhead(channel: string, version: number): Rule<number> {
     const { n } = this.stmt(
-      "SELECT count(*) AS n FROM groups WHERE channel = ? AND state IN ('collecting', 'pending_guidance', 'ready', 'leased')",
-    ).get(channel) as { n: number };
+      `SELECT count(*) AS n FROM groups WHERE channel = ? AND (state IN ('collecting', 'pending_guidance', 'ready')
+         OR (state IN ('leased', 'consumed') AND leased_version >= ?) OR (state = 'leased' AND leased_version IS NULL))`,
+    ).get(channel, version) as { n: number };
     return done(n);
   }
 
