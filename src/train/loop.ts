@@ -503,6 +503,7 @@ function writeOutputs(
       clip: o.clip ?? DEFAULT_CLIP,
       epochs: o.epochs,
       max_staleness: o.maxStaleness,
+      async: o.async ?? null,
       concurrency: o.concurrency,
       start_version: c.startVersion,
     },
