@@ -6,8 +6,9 @@ import {
   type Signal,
   SignalInput,
 } from '../domain/index.js';
-import { foldLabel, labelChangedData, TRAJECTORY_LABEL, type TrajectoryRow, toLabel } from '../store/rows.js';
+import { TRAJECTORY_LABEL, type TrajectoryRow, toLabel } from '../store/rows.js';
 import type { PoolTx, Rule } from '../store/tx.js';
+import { foldLabel, labelChangedData } from './checks.js';
 import { settleGroup } from './groups.js';
 
 // Feedback on stored trajectories: curation labels (human or tool) and reward/quality signals.

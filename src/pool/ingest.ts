@@ -1,13 +1,8 @@
 import { ConflictError, StepwiseError } from '../domain/index.js';
-import {
-  checkAppend,
-  checkRetry,
-  checkStepTarget,
-  declaredRollouts,
-  type TrajectoryRow,
-} from '../store/rows.js';
+import type { TrajectoryRow } from '../store/rows.js';
 import type { SubmitOutcome, SubmitRequest } from '../store/store.js';
 import type { PoolTx, Rule } from '../store/tx.js';
+import { checkAppend, checkRetry, checkStepTarget, declaredRollouts } from './checks.js';
 import { finishTrajectory, insertTrajectory } from './trajectories.js';
 
 export interface Submitted {

@@ -5,17 +5,11 @@ import {
   tooBigMessage,
   ValidationError,
 } from '../domain/index.js';
-import {
-  callFailedData,
-  checkMovable,
-  type GroupRow,
-  newTrajectoryRow,
-  refusalData,
-  type TrajectoryRow,
-} from '../store/rows.js';
+import type { GroupRow, TrajectoryRow } from '../store/rows.js';
 import type { CallFailure, CompleteInput, CreateTrajectoryInput, Refusal } from '../store/store.js';
 import { done, type PoolTx, type Rule } from '../store/tx.js';
 import { admitGroup } from './admission.js';
+import { callFailedData, checkMovable, newTrajectoryRow, refusalData } from './checks.js';
 import { settleGroup } from './groups.js';
 
 /**
