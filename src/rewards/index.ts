@@ -28,16 +28,13 @@ export {
   type JobKind,
   type JobRequest,
   type JobState,
+  openPostgresRewardJobQueue,
   openRewardJobQueue,
+  type PostgresRewardJobQueueOptions,
   type RewardJob,
   type RewardJobQueue,
-  SqliteRewardJobQueue,
+  StoredRewardJobQueue,
 } from './job-queue.js';
-export {
-  openPostgresRewardJobQueue,
-  PostgresRewardJobQueue,
-  type PostgresRewardJobQueueOptions,
-} from './job-queue-postgres.js';
 export {
   definePlugin,
   isRetryable,

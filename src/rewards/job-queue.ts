@@ -1,28 +1,30 @@
-import Database from 'better-sqlite3';
-import { Kysely, Migrator, SqliteDialect } from 'kysely';
-import { StepwiseError } from '../domain/index.js';
-import { sqliteMigrations } from '../store/sqlite/migrations.js';
-import { type Statement, statementCache } from '../store/sqlite/statements.js';
+import {
+  type AttemptError,
+  JOB_STATES,
+  type JobFilter,
+  type JobKind,
+  type JobRow,
+  type JobState,
+  type JobStore,
+  type JobTarget,
+  type JobTx,
+} from '../store/jobs.js';
+import { openPostgresJobStore, type PostgresJobStoreOptions } from '../store/postgres/jobs.js';
+import { openSqliteJobStore, type SqliteJobStoreOptions } from '../store/sqlite/jobs.js';
+import type { Rule } from '../store/tx.js';
 
-// The reward job queue in the store's SQLite file, through a connection of its own, so jobs survive a
-// restart and processes sharing the file share it. States, leases, dedup: docs/rewards.md#reward-jobs
+// The reward job queue: its rules, written once over the row primitives of either backend
+// (store/sqlite/jobs.ts, store/postgres/jobs.ts), each run in one transaction of it. States, leases,
+// dedup: docs/rewards.md#reward-jobs
 
-export type JobKind = 'function' | 'combine';
+export type { AttemptError, JobFilter, JobKind, JobRow, JobState };
+export { JOB_STATES };
 
 /**
  * Ends the `reason` of a job queued for a trajectory still open: its result never stands in for the
  * finished trajectory's, so completion queues the function again.
  */
 export const UNFINISHED_SUFFIX = ':open';
-export type JobState = 'pending' | 'running' | 'done' | 'failed' | 'superseded';
-export const JOB_STATES: readonly JobState[] = ['pending', 'running', 'done', 'failed', 'superseded'];
-
-export interface AttemptError {
-  attempt: number;
-  at: number;
-  message: string;
-  retryable: boolean;
-}
 
 export interface RewardJob {
   id: number;
@@ -73,19 +75,7 @@ export interface EnqueueOutcome {
   created: boolean;
 }
 
-export interface JobFilter {
-  state?: JobState;
-  kind?: JobKind;
-  channel?: string;
-  trajectoryId?: string;
-  groupId?: string;
-  function?: string;
-  /** Only jobs with a smaller id (pages newest first). */
-  beforeId?: number;
-  limit: number;
-}
-
-/** The queue's contract; SQLite here, another database later. */
+/** The queue's contract, on SQLite or PostgreSQL. */
 export interface RewardJobQueue {
   enqueue(requests: JobRequest[], now: number): Promise<EnqueueOutcome[]>;
   /** Takes up to `limit` due jobs for `worker`; each gets a lease of `leaseMs(job)`. */
@@ -127,47 +117,9 @@ export interface RewardJobQueue {
   close(): Promise<void>;
 }
 
-/** What a job listing filters on, as (column, operator, value): each backend writes its own SQL. */
-export function jobFilterConditions(filter: JobFilter): { column: string; op: '=' | '<'; value: unknown }[] {
-  const all: { column: string; op: '=' | '<'; value: unknown }[] = [
-    { column: 'state', op: '=', value: filter.state },
-    { column: 'kind', op: '=', value: filter.kind },
-    { column: 'channel', op: '=', value: filter.channel },
-    { column: 'trajectory_id', op: '=', value: filter.trajectoryId },
-    { column: 'group_id', op: '=', value: filter.groupId },
-    { column: 'function', op: '=', value: filter.function },
-    { column: 'id', op: '<', value: filter.beforeId },
-  ];
-  return all.filter((c) => c.value !== undefined);
-}
-
-/** A `reward_jobs` row as both backends store it. */
-export interface JobRow {
-  id: number;
-  kind: JobKind;
-  channel: string;
-  trajectory_id: string | null;
-  group_id: string | null;
-  function: string;
-  version: string;
-  state: JobState;
-  attempts: number;
-  max_attempts: number;
-  run_at: number;
-  lease_until: number | null;
-  worker: string | null;
-  error: string | null;
-  errors: string;
-  result: string | null;
-  reason: string;
-  created_at: number;
-  updated_at: number;
-  finished_at: number | null;
-}
-
 export function toJob(row: JobRow): RewardJob {
   return {
-    id: row.id,
+    id: Number(row.id),
     kind: row.kind,
     channel: row.channel,
     trajectoryId: row.trajectory_id,
@@ -177,154 +129,173 @@ export function toJob(row: JobRow): RewardJob {
     state: row.state,
     attempts: row.attempts,
     maxAttempts: row.max_attempts,
-    runAt: row.run_at,
-    leaseUntil: row.lease_until,
+    runAt: Number(row.run_at),
+    leaseUntil: row.lease_until === null ? null : Number(row.lease_until),
     worker: row.worker,
     error: row.error,
     errors: JSON.parse(row.errors) as AttemptError[],
     result: row.result === null ? null : (JSON.parse(row.result) as Record<string, unknown>),
     reason: row.reason,
-    createdAt: row.created_at,
-    updatedAt: row.updated_at,
-    finishedAt: row.finished_at,
+    createdAt: Number(row.created_at),
+    updatedAt: Number(row.updated_at),
+    finishedAt: row.finished_at === null ? null : Number(row.finished_at),
   };
 }
 
-export interface RewardJobQueueOptions {
-  /** The store's database file; null: a private in-memory database (jobs end with the process). */
-  path: string | null;
-  busyTimeoutMs?: number;
-  /** NORMAL (default): a committed job survives a process crash; FULL: also a power loss. */
-  synchronous?: 'FULL' | 'NORMAL';
+const targetOf = (row: JobRow): JobTarget => ({
+  kind: row.kind,
+  function: row.function,
+  trajectoryId: row.trajectory_id,
+  groupId: row.group_id,
+});
+
+const errorsOf = (row: JobRow): AttemptError[] => JSON.parse(row.errors) as AttemptError[];
+
+/** Queues each request, or finds the job that stands for it. */
+function* enqueueAll(tx: JobTx, requests: JobRequest[], now: number): Rule<EnqueueOutcome[]> {
+  if (requests.length === 0) return [];
+  yield* tx.lockTargets(requests);
+  const outcomes: EnqueueOutcome[] = [];
+  for (const r of requests) outcomes.push(yield* enqueueOne(tx, r, outcomes, now));
+  return outcomes;
 }
 
-/** Opens the queue on the store's file (creating its tables if the store has not yet). */
-export async function openRewardJobQueue(options: RewardJobQueueOptions): Promise<SqliteRewardJobQueue> {
-  const db = new Database(options.path ?? ':memory:');
-  if (options.path !== null) db.pragma('journal_mode = WAL');
-  db.pragma(`synchronous = ${options.synchronous ?? 'NORMAL'}`);
-  db.pragma(`busy_timeout = ${options.busyTimeoutMs ?? 10_000}`);
-  const kysely = new Kysely<unknown>({ dialect: new SqliteDialect({ database: db }) });
-  const { error, results } = await new Migrator({ db: kysely, provider: sqliteMigrations }).migrateToLatest();
-  const failed = results?.find((r) => r.status === 'Error');
-  if (error || failed) {
-    await kysely.destroy();
-    throw new Error(
-      `migrating the reward job queue failed at ${failed?.migrationName ?? '?'}: ${String(error)}`,
-    );
-  }
-  return new SqliteRewardJobQueue(db, kysely);
-}
-
-export class SqliteRewardJobQueue implements RewardJobQueue {
-  private closed = false;
-
-  /** Prepared statements, one per SQL text. */
-  private readonly stmt: (source: string) => Statement;
-
-  constructor(
-    private readonly db: Database.Database,
-    private readonly kysely: Kysely<unknown>,
-  ) {
-    this.stmt = statementCache(db);
-  }
-
-  private write<T>(fn: () => T): T {
-    if (this.closed)
-      throw new StepwiseError('the reward job queue is closed', 503, 'unavailable', undefined, true);
-    return this.db.transaction(fn).immediate();
-  }
-
-  private row(id: number): JobRow | undefined {
-    return this.stmt('SELECT * FROM reward_jobs WHERE id = ?').get(id) as JobRow | undefined;
-  }
-
-  /**
-   * The jobs of one target and function in `states`, newest first. The target is matched with `=`
-   * on the column that is set, so the (trajectory_id, function) or (group_id, function) index is used.
-   */
-  private jobsOf(
-    kind: JobKind,
-    fn: string,
-    trajectoryId: string | null,
-    groupId: string | null,
-    states: string,
-  ): JobRow[] {
-    // A job has a trajectory or a group, never both. `+` keeps the other terms off the indexes: an
-    // index on the unset column (all NULL there) would match every job of the other kind.
-    const target = trajectoryId !== null ? 'trajectory_id = ?' : 'group_id = ? AND +trajectory_id IS NULL';
-    return this.stmt(
-      `SELECT * FROM reward_jobs WHERE ${target} AND function = ? AND +kind = ? AND +state IN (${states})
-         ORDER BY id DESC`,
-    ).all(trajectoryId ?? groupId, fn, kind) as JobRow[];
-  }
-
-  /** The pending job with the same kind, function and target, other than `except`. */
-  private pendingTwin(
-    kind: JobKind,
-    fn: string,
-    trajectoryId: string | null,
-    groupId: string | null,
-    except = -1,
-  ): JobRow | undefined {
-    return this.jobsOf(kind, fn, trajectoryId, groupId, `'pending'`).find((r) => r.id !== except);
-  }
-
-  private enqueueTx(requests: JobRequest[], now: number): EnqueueOutcome[] {
-    const outcomes: EnqueueOutcome[] = [];
-    for (const r of requests) outcomes.push(this.enqueueOne(r, outcomes, now));
-    return outcomes;
-  }
-
-  private enqueueOne(r: JobRequest, earlier: EnqueueOutcome[], now: number): EnqueueOutcome {
-    // Skipped: the job that was queued instead will queue this one when it finishes.
-    const after = r.unlessCreated?.map((i) => earlier[i]).find((o) => o?.created);
-    if (after) return { job: after.job, created: false };
-    const twin = this.pendingTwin(r.kind, r.function, r.trajectoryId, r.groupId);
+function* enqueueOne(tx: JobTx, r: JobRequest, earlier: EnqueueOutcome[], now: number): Rule<EnqueueOutcome> {
+  // Skipped: the job that was queued instead will queue this one when it finishes.
+  const after = r.unlessCreated?.map((i) => earlier[i]).find((o) => o?.created);
+  if (after) return { job: after.job, created: false };
+  for (let tries = 0; tries < 8; tries++) {
+    // Locked, so a claim cannot take it while its version changes (the claim skips it instead).
+    const twin = yield* tx.jobOf(r, ['pending'], { lock: true });
     if (twin) {
-      if (twin.version !== r.version || twin.max_attempts !== r.maxAttempts) {
-        this.stmt('UPDATE reward_jobs SET version = ?, max_attempts = ?, updated_at = ? WHERE id = ?').run(
-          r.version,
-          r.maxAttempts,
-          now,
-          twin.id,
-        );
-      }
-      return { job: toJob(this.row(twin.id)!), created: false };
+      if (twin.version === r.version && twin.max_attempts === r.maxAttempts)
+        return { job: toJob(twin), created: false };
+      const updated = yield* tx.updateJob(twin.id, {
+        version: r.version,
+        max_attempts: r.maxAttempts,
+        updated_at: now,
+      });
+      return { job: toJob(updated), created: false };
     }
     if (r.kind === 'function' && !r.force) {
-      const ran = this.jobsOf(
-        r.kind,
-        r.function,
-        r.trajectoryId,
-        r.groupId,
-        `'running', 'done', 'failed'`,
-      ).find((row) => row.version === r.version && !row.reason.endsWith(UNFINISHED_SUFFIX));
+      // A result computed while the trajectory was open never stands in for the finished one's.
+      const ran = yield* tx.jobOf(r, ['running', 'done', 'failed'], {
+        version: { version: r.version, unfinished: UNFINISHED_SUFFIX },
+      });
       if (ran) return { job: toJob(ran), created: false };
     }
-    const { lastInsertRowid } = this.stmt(
-      `INSERT INTO reward_jobs (kind, channel, trajectory_id, group_id, function, version, state, attempts,
-         max_attempts, run_at, reason, created_at, updated_at)
-       VALUES (?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?, ?, ?)`,
-    ).run(
-      r.kind,
-      r.channel,
-      r.trajectoryId,
-      r.groupId,
-      r.function,
-      r.version,
-      r.maxAttempts,
-      now,
-      r.reason,
-      now,
-      now,
-    );
-    return { job: toJob(this.row(Number(lastInsertRowid))!), created: true };
+    const inserted = yield* tx.insertJob(r, now);
+    if (inserted) return { job: toJob(inserted), created: true };
+    // Another process queued the pending twin since: the next turn finds it.
   }
+  throw Object.assign(new Error('queueing a reward job kept racing with other processes'), { code: '40001' });
+}
+
+/** Ends a job whose pending twin will do its work instead. */
+function* supersede(
+  tx: JobTx,
+  id: number,
+  error: string | null,
+  errors: AttemptError[],
+  now: number,
+): Rule<JobRow> {
+  return yield* tx.updateJob(id, {
+    state: 'superseded',
+    error,
+    errors: JSON.stringify(errors),
+    lease_until: null,
+    worker: null,
+    updated_at: now,
+    finished_at: now,
+  });
+}
+
+function* claimJobs(
+  tx: JobTx,
+  worker: string,
+  limit: number,
+  now: number,
+  leaseMs: (job: RewardJob) => number,
+): Rule<RewardJob[]> {
+  const claimed: RewardJob[] = [];
+  // Jobs whose worker went away (its lease passed): that attempt is lost and counts.
+  for (const row of yield* tx.lostJobs(now, limit)) {
+    const message = `attempt ${row.attempts} was lost: its worker (${row.worker}) stopped before finishing`;
+    const errors = [...errorsOf(row), { attempt: row.attempts, at: now, message, retryable: true }];
+    if (row.attempts >= row.max_attempts) {
+      yield* tx.updateJob(row.id, {
+        state: 'failed',
+        error: message,
+        errors: JSON.stringify(errors),
+        lease_until: null,
+        worker: null,
+        updated_at: now,
+        finished_at: now,
+      });
+      continue;
+    }
+    if (yield* tx.jobOf(targetOf(row), ['pending'], { except: row.id })) {
+      yield* supersede(tx, row.id, message, errors, now);
+      continue;
+    }
+    const taken = yield* tx.updateJob(row.id, {
+      attempts: row.attempts + 1,
+      lease_until: now + leaseMs(toJob(row)),
+      worker,
+      error: message,
+      errors: JSON.stringify(errors),
+      updated_at: now,
+    });
+    claimed.push(toJob(taken));
+  }
+  // Never two jobs for one target and function at once: a pending job whose twin runs waits.
+  const need = limit - claimed.length;
+  if (need <= 0) return claimed;
+  for (const row of yield* tx.dueJobs(now, need)) {
+    const taken = yield* tx.updateJob(row.id, {
+      state: 'running',
+      attempts: row.attempts + 1,
+      lease_until: now + leaseMs(toJob(row)),
+      worker,
+      updated_at: now,
+    });
+    claimed.push(toJob(taken));
+  }
+  return claimed;
+}
+
+/** Gives a running job back: pending again unless its pending twin stands for it. */
+function* requeue(
+  tx: JobTx,
+  row: JobRow,
+  error: AttemptError | null,
+  runAt: number,
+  now: number,
+): Rule<JobRow> {
+  const errors = error ? [...errorsOf(row), error] : errorsOf(row);
+  const message = error ? error.message : row.error;
+  if (yield* tx.jobOf(targetOf(row), ['pending'], { except: row.id }))
+    return yield* supersede(tx, row.id, message, errors, now);
+  return yield* tx.updateJob(row.id, {
+    state: 'pending',
+    run_at: runAt,
+    error: message,
+    errors: JSON.stringify(errors),
+    lease_until: null,
+    worker: null,
+    updated_at: now,
+    // A release does not count the attempt it gives back.
+    ...(error ? {} : { attempts: row.attempts - 1 }),
+  });
+}
+
+/** The queue over a backend: each operation one transaction running its rule. */
+export class StoredRewardJobQueue implements RewardJobQueue {
+  constructor(private readonly store: JobStore) {}
 
   async enqueue(requests: JobRequest[], now: number): Promise<EnqueueOutcome[]> {
     if (requests.length === 0) return [];
-    return this.write(() => this.enqueueTx(requests, now));
+    return this.store.write((tx) => enqueueAll(tx, requests, now));
   }
 
   async claim(
@@ -334,205 +305,118 @@ export class SqliteRewardJobQueue implements RewardJobQueue {
     leaseMs: (job: RewardJob) => number,
   ): Promise<RewardJob[]> {
     if (limit <= 0) return [];
-    return this.write(() => {
-      const claimed: RewardJob[] = [];
-      // Jobs whose worker went away (its lease passed): that attempt is lost and counts.
-      const lost = this.stmt(
-        `SELECT * FROM reward_jobs WHERE state = 'running' AND lease_until < ? ORDER BY lease_until LIMIT ?`,
-      ).all(now, limit) as JobRow[];
-      for (const row of lost) {
-        const errors = JSON.parse(row.errors) as AttemptError[];
-        const message = `attempt ${row.attempts} was lost: its worker (${row.worker}) stopped before finishing`;
-        errors.push({ attempt: row.attempts, at: now, message, retryable: true });
-        if (row.attempts >= row.max_attempts) {
-          this.stmt(
-            `UPDATE reward_jobs SET state = 'failed', error = ?, errors = ?, lease_until = NULL, worker = NULL,
-               updated_at = ?, finished_at = ? WHERE id = ?`,
-          ).run(message, JSON.stringify(errors), now, now, row.id);
-          continue;
-        }
-        if (this.pendingTwin(row.kind, row.function, row.trajectory_id, row.group_id, row.id)) {
-          this.supersede(row.id, message, errors, now);
-          continue;
-        }
-        this.stmt(
-          `UPDATE reward_jobs SET attempts = attempts + 1, lease_until = ?, worker = ?, error = ?, errors = ?,
-             updated_at = ? WHERE id = ?`,
-        ).run(now + leaseMs(toJob(row)), worker, message, JSON.stringify(errors), now, row.id);
-        claimed.push(toJob(this.row(row.id)!));
-      }
-      // Never two jobs for one target and function at once: a pending job whose twin runs waits. Each
-      // running job blocks at most one pending one, so this window always holds enough others.
-      const need = limit - claimed.length;
-      const { running } = this.stmt(
-        `SELECT count(*) AS running FROM reward_jobs WHERE state = 'running'`,
-      ).get() as {
-        running: number;
-      };
-      const candidates = this.stmt(
-        `SELECT * FROM reward_jobs WHERE state = 'pending' AND run_at <= ? ORDER BY run_at, id LIMIT ?`,
-      ).all(now, need + running) as JobRow[];
-      const due = candidates
-        .filter((r) => this.jobsOf(r.kind, r.function, r.trajectory_id, r.group_id, `'running'`).length === 0)
-        .slice(0, need);
-      const take = this.stmt(
-        `UPDATE reward_jobs SET state = 'running', attempts = attempts + 1, lease_until = ?, worker = ?,
-           updated_at = ? WHERE id = ?`,
-      );
-      for (const row of due) {
-        take.run(now + leaseMs(toJob(row)), worker, now, row.id);
-        claimed.push(toJob(this.row(row.id)!));
-      }
-      return claimed;
-    });
+    return this.store.write((tx) => claimJobs(tx, worker, limit, now, leaseMs));
   }
 
-  private supersede(id: number, error: string | null, errors: AttemptError[], now: number): void {
-    this.stmt(
-      `UPDATE reward_jobs SET state = 'superseded', error = ?, errors = ?, lease_until = NULL, worker = NULL,
-         updated_at = ?, finished_at = ? WHERE id = ?`,
-    ).run(error, JSON.stringify(errors), now, now, id);
-  }
-
-  /** The job if it is running for this worker. */
-  private owned(id: number, worker: string): JobRow | null {
-    const row = this.row(id);
-    return row && row.state === 'running' && row.worker === worker ? row : null;
-  }
-
-  async complete(
+  complete(
     id: number,
     worker: string,
     result: Record<string, unknown>,
     now: number,
     followUps: JobRequest[] = [],
   ): Promise<RewardJob | null> {
-    return this.write(() => {
-      if (!this.owned(id, worker)) return null;
-      this.stmt(
-        `UPDATE reward_jobs SET state = 'done', result = ?, lease_until = NULL, updated_at = ?, finished_at = ?
-           WHERE id = ?`,
-      ).run(JSON.stringify(result), now, now, id);
-      this.enqueueTx(followUps, now);
-      return toJob(this.row(id)!);
+    return this.store.write(function* (tx) {
+      if (!(yield* tx.ownedJob(id, worker))) return null;
+      const row = yield* tx.updateJob(id, {
+        state: 'done',
+        result: JSON.stringify(result),
+        lease_until: null,
+        updated_at: now,
+        finished_at: now,
+      });
+      // Follow-ups never change this job: it is done, and only pending twins are updated.
+      yield* enqueueAll(tx, followUps, now);
+      return toJob(row);
     });
   }
 
-  async retry(
+  retry(
     id: number,
     worker: string,
     error: AttemptError,
     runAt: number,
     now: number,
   ): Promise<RewardJob | null> {
-    return this.write(() => {
-      const row = this.owned(id, worker);
-      if (!row) return null;
-      const errors = [...(JSON.parse(row.errors) as AttemptError[]), error];
-      if (this.pendingTwin(row.kind, row.function, row.trajectory_id, row.group_id, id)) {
-        this.supersede(id, error.message, errors, now);
-      } else {
-        this.stmt(
-          `UPDATE reward_jobs SET state = 'pending', run_at = ?, error = ?, errors = ?, lease_until = NULL,
-             worker = NULL, updated_at = ? WHERE id = ?`,
-        ).run(runAt, error.message, JSON.stringify(errors), now, id);
-      }
-      return toJob(this.row(id)!);
+    return this.store.write(function* (tx) {
+      const row = yield* tx.ownedJob(id, worker);
+      return row ? toJob(yield* requeue(tx, row, error, runAt, now)) : null;
     });
   }
 
-  async fail(id: number, worker: string, error: AttemptError, now: number): Promise<RewardJob | null> {
-    return this.write(() => {
-      const row = this.owned(id, worker);
+  fail(id: number, worker: string, error: AttemptError, now: number): Promise<RewardJob | null> {
+    return this.store.write(function* (tx) {
+      const row = yield* tx.ownedJob(id, worker);
       if (!row) return null;
-      const errors = [...(JSON.parse(row.errors) as AttemptError[]), error];
-      this.stmt(
-        `UPDATE reward_jobs SET state = 'failed', error = ?, errors = ?, lease_until = NULL, updated_at = ?,
-           finished_at = ? WHERE id = ?`,
-      ).run(error.message, JSON.stringify(errors), now, now, id);
-      return toJob(this.row(id)!);
+      const updated = yield* tx.updateJob(id, {
+        state: 'failed',
+        error: error.message,
+        errors: JSON.stringify([...errorsOf(row), error]),
+        lease_until: null,
+        updated_at: now,
+        finished_at: now,
+      });
+      return toJob(updated);
     });
   }
 
   async release(id: number, worker: string, now: number): Promise<void> {
-    this.write(() => {
-      const row = this.owned(id, worker);
-      if (!row) return;
-      if (this.pendingTwin(row.kind, row.function, row.trajectory_id, row.group_id, id)) {
-        this.supersede(id, row.error, JSON.parse(row.errors) as AttemptError[], now);
-        return;
-      }
-      this.stmt(
-        `UPDATE reward_jobs SET state = 'pending', attempts = attempts - 1, run_at = ?, lease_until = NULL,
-           worker = NULL, updated_at = ? WHERE id = ?`,
-      ).run(now, now, id);
+    await this.store.write(function* (tx) {
+      const row = yield* tx.ownedJob(id, worker);
+      if (row) yield* requeue(tx, row, null, now, now);
     });
   }
 
   async get(id: number): Promise<RewardJob | null> {
-    const row = this.row(id);
+    const row = await this.store.row(id);
     return row ? toJob(row) : null;
   }
 
   async getMany(ids: readonly number[]): Promise<RewardJob[]> {
-    return ids.flatMap((id) => {
-      const row = this.row(id);
-      return row ? [toJob(row)] : [];
-    });
+    return (await this.store.rows(ids)).map(toJob);
   }
 
   async list(filter: JobFilter): Promise<RewardJob[]> {
-    // With a target named, its index narrows best: `+` keeps SQLite from picking the state index.
-    const byTarget = filter.trajectoryId !== undefined || filter.groupId !== undefined;
-    const conditions = jobFilterConditions(filter);
-    const where =
-      conditions.length > 0
-        ? `WHERE ${conditions.map((c) => `${c.column === 'state' && byTarget ? '+state' : c.column} ${c.op} ?`).join(' AND ')}`
-        : '';
-    const rows = this.db
-      .prepare(`SELECT * FROM reward_jobs ${where} ORDER BY id DESC LIMIT ?`)
-      .all(...conditions.map((c) => c.value), filter.limit) as JobRow[];
-    return rows.map(toJob);
+    return (await this.store.list(filter)).map(toJob);
   }
 
   async counts(): Promise<Record<JobState, number>> {
     const counts = Object.fromEntries(JOB_STATES.map((s) => [s, 0])) as Record<JobState, number>;
-    const rows = this.stmt('SELECT state, count(*) AS n FROM reward_jobs GROUP BY state').all() as {
-      state: JobState;
-      n: number;
-    }[];
-    for (const r of rows) counts[r.state] = r.n;
+    for (const r of await this.store.counts()) counts[r.state] = Number(r.n);
     return counts;
   }
 
-  async nextDue(): Promise<number | null> {
-    const row = this.stmt(`SELECT min(run_at) AS at FROM reward_jobs WHERE state = 'pending'`).get() as {
-      at: number | null;
-    };
-    return row.at;
+  nextDue(): Promise<number | null> {
+    return this.store.nextDue();
   }
 
-  async cursor(name: string): Promise<number | null> {
-    const row = this.stmt('SELECT seq FROM reward_cursors WHERE name = ?').get(name) as
-      | { seq: number }
-      | undefined;
-    return row?.seq ?? null;
+  cursor(name: string): Promise<number | null> {
+    return this.store.cursor(name);
   }
 
-  async advance(name: string, seq: number, requests: JobRequest[], now: number): Promise<EnqueueOutcome[]> {
-    return this.write(() => {
-      const outcomes = this.enqueueTx(requests, now);
-      this.stmt(
-        `INSERT INTO reward_cursors (name, seq, updated_at) VALUES (?, ?, ?)
-           ON CONFLICT (name) DO UPDATE SET seq = max(seq, excluded.seq), updated_at = excluded.updated_at`,
-      ).run(name, seq, now);
+  advance(name: string, seq: number, requests: JobRequest[], now: number): Promise<EnqueueOutcome[]> {
+    return this.store.write(function* (tx) {
+      const outcomes = yield* enqueueAll(tx, requests, now);
+      yield* tx.moveCursor(name, seq, now);
       return outcomes;
     });
   }
 
-  async close(): Promise<void> {
-    if (this.closed) return;
-    this.closed = true;
-    await this.kysely.destroy();
+  close(): Promise<void> {
+    return this.store.close();
   }
+}
+
+export type RewardJobQueueOptions = SqliteJobStoreOptions;
+export type PostgresRewardJobQueueOptions = PostgresJobStoreOptions;
+
+/** Opens the queue on the store's SQLite file (creating its tables if the store has not yet). */
+export async function openRewardJobQueue(options: RewardJobQueueOptions): Promise<RewardJobQueue> {
+  return new StoredRewardJobQueue(await openSqliteJobStore(options));
+}
+
+/** Opens the queue in the store's PostgreSQL schema (creating its tables, and the store's, if missing). */
+export async function openPostgresRewardJobQueue(
+  options: PostgresRewardJobQueueOptions,
+): Promise<RewardJobQueue> {
+  return new StoredRewardJobQueue(await openPostgresJobStore(options));
 }

@@ -15,12 +15,12 @@ import { type RewardFunction, type RewardsConfig, type Scoring, scoringFor } fro
 import {
   type JobRequest,
   type JobState,
+  openPostgresRewardJobQueue,
   openRewardJobQueue,
   type RewardJob,
   type RewardJobQueue,
   UNFINISHED_SUFFIX,
 } from './job-queue.js';
-import { openPostgresRewardJobQueue } from './job-queue-postgres.js';
 import { jsonEqual } from './json-path.js';
 import {
   NotApplicableError,

@@ -98,7 +98,7 @@ const migrations: Record<string, Migration> = {
       // A job's target, as the queue matches it: its trajectory, else its group.
       const target = `(coalesce('t:' || trajectory_id, 'g:' || group_id))`;
       const statements = [
-        // Reward jobs (src/rewards/job-queue-postgres.ts), as SQLite's 0003_reward_jobs.
+        // Reward jobs (src/store/postgres/jobs.ts), as SQLite's 0003_reward_jobs.
         `CREATE TABLE reward_jobs (
            id bigserial PRIMARY KEY, kind text NOT NULL, channel text NOT NULL, trajectory_id text,
            group_id text, function text NOT NULL, version text NOT NULL, state text NOT NULL,
