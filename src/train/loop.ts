@@ -188,54 +188,15 @@ export async function runTrain(o: TrainOptions): Promise<TrainResult> {
       `serve     stepwise on ${server.url} (SQLite at ${join(out, 'train.db')}; engine vllm=${engine.url})`,
     );
     const startVersion = await server.pool.policyVersion();
-    const args = [
-      '-m',
-      'stepwise_client.rl',
-      '--pool',
-      server.url,
-      '--engine',
-      engine.url,
-      '--model',
-      init ?? 'tiny',
-      '--seed',
-      String(o.seed),
-      '--threads',
-      '1',
-      ...(warmup
-        ? [
-            '--sft',
-            join(sftDir, 'sft.jsonl'),
-            '--warmup-steps',
-            String(o.warmupSteps),
-            '--warmup-lr',
-            String(o.warmupLr),
-            '--save-warmup',
-            join(out, 'warmup'),
-          ]
-        : []),
-      '--chat-template-kwargs',
-      JSON.stringify(CHAT_TEMPLATE_KWARGS),
-      '--versions',
-      String(o.versions),
-      '--batch-groups',
-      String(groups),
-      '--channel',
-      TRAIN_CHANNEL,
-      '--max-staleness',
-      String(o.maxStaleness),
-      '--lr',
-      String(o.lr),
-      '--adam-eps',
-      String(o.adamEps ?? DEFAULT_ADAM_EPS),
-      '--epochs',
-      String(o.epochs),
-      '--clip',
-      String(o.clip ?? DEFAULT_CLIP),
-      '--checkpoint',
-      join(out, 'policy'),
-      ...(o.update ? [] : ['--no-update']),
-      ...(o.async ? ['--switch', o.async, '--versions-dir', join(out, 'versions')] : []),
-    ];
+    const args = trainerArgs(o, {
+      poolUrl: server.url,
+      engineUrl: engine.url,
+      init,
+      warmup,
+      sftDir,
+      out,
+      groups,
+    });
     const proc = spawnPython(python, args);
     trainer = proc;
     const events = trainerEvents(proc, say);
@@ -243,94 +204,22 @@ export async function runTrain(o: TrainOptions): Promise<TrainResult> {
     say(`trainer   ready at policy version ${startVersion}${o.update ? '' : ' (control run: no updates)'}`);
 
     // 3. Rollouts, asynchronously with the trainer.
-    const samples: { result: SampleResult; round: number }[] = [];
-    const runRound = async (round: number, channel: string, signal?: AbortSignal): Promise<number> => {
-      const tasks = copyTasks(seededRandom('train', o.seed, round), groups, `r${round}`);
-      const runId = `train-${o.seed}-r${round}`;
-      const { results } = await runGym({
-        tasks,
-        samples: o.rollouts,
-        concurrency: o.concurrency,
-        gatewayUrl: server!.url,
-        model: 'tiny',
-        agent: AGENT,
-        runId,
-        channel,
-        stateFile: join(out, 'rounds', `${runId}.jsonl`),
-        workDir: join(out, 'work'),
-        sampleTimeoutMs: 300_000,
-        unsafeNoSandbox,
-        signal,
-      });
-      for (const result of results) samples.push({ result, round });
-      const scored = results.filter((r) => r.status === 'complete');
-      const mean = scored.reduce((a, r) => a + r.score, 0) / Math.max(scored.length, 1);
-      say(
-        `rollouts  round ${round + 1}${channel === EVAL_CHANNEL ? ' (final policy)' : round < o.versions ? `/${o.versions}` : ' (for groups the pool dropped)'}: mean reward ${mean.toFixed(3)} over ${scored.length} rollouts${scored.length < results.length ? `, ${results.length - scored.length} infrastructure failures` : ''}`,
-      );
-      return mean;
+    const rounds: Rounds = {
+      o,
+      serverUrl: server.url,
+      pool: server.pool,
+      out,
+      groups,
+      unsafeNoSandbox,
+      say,
+      samples: [],
     };
-    // Rounds stop when the trainer ends: one held by admission control would otherwise wait forever.
-    const trainerEnded = new AbortController();
-    void events.done.then(
-      () => trainerEnded.abort(),
-      () => trainerEnded.abort(),
-    );
-    const roundSignal = o.signal ? AbortSignal.any([o.signal, trainerEnded.signal]) : trainerEnded.signal;
-    /** Polls `ready` until it holds (true) or the trainer has ended (false). */
-    const until = async (ready: () => Promise<boolean>): Promise<boolean> => {
-      for (;;) {
-        if (events.failed()) throw events.error();
-        if (trainerEnded.signal.aborted) return false;
-        if (await ready()) return true;
-        await sleep(200, o.signal);
-      }
-    };
-    const versionAt = async (offset: number) => (await server!.pool.policyVersion()) - startVersion >= offset;
-    // The trainer takes `groups` groups per version; a group the pool drops (stale, timed out) is made
-    // again by a further round, so a drop never leaves the trainer waiting for a batch.
-    const needsMore = async (round: number) => {
-      const { dropped } = await server!.pool.stats(TRAIN_CHANNEL);
-      const lost = Object.values(dropped).reduce((a, n) => a + (n ?? 0), 0);
-      return round * groups - lost < o.versions * groups;
-    };
-    let rounds = 0;
-    for (let round = 0; ; round++) {
-      if (!(await until(() => needsMore(round)))) break;
-      // Bounded lead: round r waits for version r - max_staleness, so its groups are never too stale
-      // (asynchronously, admission control holds each new group instead).
-      if (!o.async && !(await until(() => versionAt(round - o.maxStaleness)))) break;
-      const mean = await runRound(round, TRAIN_CHANNEL, roundSignal);
-      rounds = round + 1;
-      if (o.targetReward !== undefined && mean >= o.targetReward && round < o.versions - 1) {
-        // The update of this round's batch is the last: the trainer finishes it, then ends (SIGINT).
-        await until(() => versionAt(round + 1));
-        say(
-          `train     mean reward ${mean.toFixed(3)} reached --target-reward ${o.targetReward}: stopping after version ${round + 1}`,
-        );
-        proc.child.kill('SIGINT');
-        break;
-      }
-    }
+    const made = await trainRounds(rounds, { events, proc, startVersion });
     await events.done;
-    await runRound(rounds, EVAL_CHANNEL, o.signal);
+    await runRound(rounds, made, EVAL_CHANNEL, o.signal);
 
     // 4. Rewards by the version that generated each rollout.
-    const byVersion = new Map<number, number[]>();
-    for (const { result } of samples) {
-      if (result.status !== 'complete' || !result.trajectoryUid) continue;
-      const steps = await server.pool.getTrajectorySteps(result.trajectoryUid);
-      if (steps.length === 0) continue;
-      const version = Math.min(...steps.map((s) => s.policyVersion));
-      byVersion.set(version, [...(byVersion.get(version) ?? []), result.score]);
-    }
-    const rewardByVersion = [...byVersion.entries()]
-      .sort(([a], [b]) => a - b)
-      .map(([version, rewards]) => ({
-        version,
-        rollouts: rewards.length,
-        meanReward: rewards.reduce((a, b) => a + b, 0) / rewards.length,
-      }));
+    const rewardByVersion = await rewardsByVersion(server.pool, rounds.samples);
     const staleDropped = (await server.pool.stats(TRAIN_CHANNEL)).dropped.stale ?? 0;
     const seconds = (performance.now() - started) / 1000;
     const result: TrainResult = { out, rewardByVersion, updates: events.updates, staleDropped, seconds };
@@ -345,6 +234,195 @@ export async function runTrain(o: TrainOptions): Promise<TrainResult> {
     await server?.close();
     await engine.stop(2000);
   }
+}
+
+/** What the rounds of rollouts share: the run's options, its server, and the samples so far. */
+interface Rounds {
+  o: TrainOptions;
+  serverUrl: string;
+  pool: RunningServer['pool'];
+  out: string;
+  groups: number;
+  unsafeNoSandbox: boolean;
+  say: (line: string) => void;
+  samples: { result: SampleResult; round: number }[];
+}
+
+/** One round: a copy task per group, `rollouts` samples each, through the gym; its mean reward. */
+async function runRound(c: Rounds, round: number, channel: string, signal?: AbortSignal): Promise<number> {
+  const { o } = c;
+  const tasks = copyTasks(seededRandom('train', o.seed, round), c.groups, `r${round}`);
+  const runId = `train-${o.seed}-r${round}`;
+  const { results } = await runGym({
+    tasks,
+    samples: o.rollouts,
+    concurrency: o.concurrency,
+    gatewayUrl: c.serverUrl,
+    model: 'tiny',
+    agent: AGENT,
+    runId,
+    channel,
+    stateFile: join(c.out, 'rounds', `${runId}.jsonl`),
+    workDir: join(c.out, 'work'),
+    sampleTimeoutMs: 300_000,
+    unsafeNoSandbox: c.unsafeNoSandbox,
+    signal,
+  });
+  for (const result of results) c.samples.push({ result, round });
+  const scored = results.filter((r) => r.status === 'complete');
+  const mean = scored.reduce((a, r) => a + r.score, 0) / Math.max(scored.length, 1);
+  const which =
+    channel === EVAL_CHANNEL
+      ? ' (final policy)'
+      : round < o.versions
+        ? `/${o.versions}`
+        : ' (for groups the pool dropped)';
+  const failed = results.length - scored.length;
+  c.say(
+    `rollouts  round ${round + 1}${which}: mean reward ${mean.toFixed(3)} over ${scored.length} rollouts${failed > 0 ? `, ${failed} infrastructure failures` : ''}`,
+  );
+  return mean;
+}
+
+/**
+ * Training rounds until the trainer has its batches (or --target-reward is reached); the number of
+ * rounds made. Rounds stop when the trainer ends: one held by admission control would otherwise
+ * wait forever.
+ */
+async function trainRounds(
+  c: Rounds,
+  t: { events: TrainerEvents; proc: PythonProcess; startVersion: number },
+): Promise<number> {
+  const { o, groups } = c;
+  const { events } = t;
+  const trainerEnded = new AbortController();
+  void events.done.then(
+    () => trainerEnded.abort(),
+    () => trainerEnded.abort(),
+  );
+  const roundSignal = o.signal ? AbortSignal.any([o.signal, trainerEnded.signal]) : trainerEnded.signal;
+  /** Polls `ready` until it holds (true) or the trainer has ended (false). */
+  const until = async (ready: () => Promise<boolean>): Promise<boolean> => {
+    for (;;) {
+      if (events.failed()) throw events.error();
+      if (trainerEnded.signal.aborted) return false;
+      if (await ready()) return true;
+      await sleep(200, o.signal);
+    }
+  };
+  const versionAt = async (offset: number) => (await c.pool.policyVersion()) - t.startVersion >= offset;
+  // The trainer takes `groups` groups per version; a group the pool drops (stale, timed out) is made
+  // again by a further round, so a drop never leaves the trainer waiting for a batch.
+  const needsMore = async (round: number) => {
+    const { dropped } = await c.pool.stats(TRAIN_CHANNEL);
+    const lost = Object.values(dropped).reduce((a, n) => a + (n ?? 0), 0);
+    return round * groups - lost < o.versions * groups;
+  };
+  let rounds = 0;
+  for (let round = 0; ; round++) {
+    if (!(await until(() => needsMore(round)))) break;
+    // Bounded lead: round r waits for version r - max_staleness, so its groups are never too stale
+    // (asynchronously, admission control holds each new group instead).
+    if (!o.async && !(await until(() => versionAt(round - o.maxStaleness)))) break;
+    const mean = await runRound(c, round, TRAIN_CHANNEL, roundSignal);
+    rounds = round + 1;
+    if (o.targetReward !== undefined && mean >= o.targetReward && round < o.versions - 1) {
+      // The update of this round's batch is the last: the trainer finishes it, then ends (SIGINT).
+      await until(() => versionAt(round + 1));
+      c.say(
+        `train     mean reward ${mean.toFixed(3)} reached --target-reward ${o.targetReward}: stopping after version ${round + 1}`,
+      );
+      t.proc.child.kill('SIGINT');
+      break;
+    }
+  }
+  return rounds;
+}
+
+/** The Python trainer's command line (`python -m stepwise_client.rl ...`). */
+function trainerArgs(
+  o: TrainOptions,
+  c: {
+    poolUrl: string;
+    engineUrl: string;
+    init: string | undefined;
+    warmup: boolean;
+    sftDir: string;
+    out: string;
+    groups: number;
+  },
+): string[] {
+  const { init, warmup, sftDir, out, groups } = c;
+  return [
+    '-m',
+    'stepwise_client.rl',
+    '--pool',
+    c.poolUrl,
+    '--engine',
+    c.engineUrl,
+    '--model',
+    init ?? 'tiny',
+    '--seed',
+    String(o.seed),
+    '--threads',
+    '1',
+    ...(warmup
+      ? [
+          '--sft',
+          join(sftDir, 'sft.jsonl'),
+          '--warmup-steps',
+          String(o.warmupSteps),
+          '--warmup-lr',
+          String(o.warmupLr),
+          '--save-warmup',
+          join(out, 'warmup'),
+        ]
+      : []),
+    '--chat-template-kwargs',
+    JSON.stringify(CHAT_TEMPLATE_KWARGS),
+    '--versions',
+    String(o.versions),
+    '--batch-groups',
+    String(groups),
+    '--channel',
+    TRAIN_CHANNEL,
+    '--max-staleness',
+    String(o.maxStaleness),
+    '--lr',
+    String(o.lr),
+    '--adam-eps',
+    String(o.adamEps ?? DEFAULT_ADAM_EPS),
+    '--epochs',
+    String(o.epochs),
+    '--clip',
+    String(o.clip ?? DEFAULT_CLIP),
+    '--checkpoint',
+    join(out, 'policy'),
+    ...(o.update ? [] : ['--no-update']),
+    ...(o.async ? ['--switch', o.async, '--versions-dir', join(out, 'versions')] : []),
+  ];
+}
+
+/** Mean reward by the policy version that generated each complete rollout (its oldest step's). */
+async function rewardsByVersion(
+  pool: RunningServer['pool'],
+  samples: { result: SampleResult }[],
+): Promise<TrainResult['rewardByVersion']> {
+  const byVersion = new Map<number, number[]>();
+  for (const { result } of samples) {
+    if (result.status !== 'complete' || !result.trajectoryUid) continue;
+    const steps = await pool.getTrajectorySteps(result.trajectoryUid);
+    if (steps.length === 0) continue;
+    const version = Math.min(...steps.map((s) => s.policyVersion));
+    byVersion.set(version, [...(byVersion.get(version) ?? []), result.score]);
+  }
+  return [...byVersion.entries()]
+    .sort(([a], [b]) => a - b)
+    .map(([version, rewards]) => ({
+      version,
+      rollouts: rewards.length,
+      meanReward: rewards.reduce((a, b) => a + b, 0) / rewards.length,
+    }));
 }
 
 /** The sim plays the reference agent on `tasks`; the verified rollouts become `sftDir/sft.jsonl`. */
