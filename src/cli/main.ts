@@ -157,7 +157,21 @@ export function buildCli(): Command {
 }
 
 function addServerOptions(command: Command, role: 'all' | 'gateway'): void {
-  command
+  for (const add of [
+    addStoreOptions,
+    addGatewayOptions,
+    addSimOptions,
+    addPoolOptions,
+    addLimitOptions,
+    addServiceOptions,
+  ])
+    add(command);
+  command.action((opts) => serve(opts, role));
+}
+
+/** Options of `serve` and `gateway`: store and listening: where the pool keeps its data, the address and the keys. */
+function addStoreOptions(command: Command): Command {
+  return command
     .option(
       '--db <path|url>',
       'SQLite database file, or a PostgreSQL URL (postgres://user@host:5432/db, as --pg)',
@@ -173,7 +187,12 @@ function addServerOptions(command: Command, role: 'all' | 'gateway'): void {
       process.env.STEPWISE_PG_SCHEMA ?? 'public',
     )
     .option('--host <host>', 'address to bind (non-loopback requires API keys)', '127.0.0.1')
-    .option('--api-key <key:scopes>', 'API key with scopes agent,trainer,admin (repeatable)', collect, [])
+    .option('--api-key <key:scopes>', 'API key with scopes agent,trainer,admin (repeatable)', collect, []);
+}
+
+/** Options of `serve` and `gateway`: the gateway: engines, upstream limits, online sessions. */
+function addGatewayOptions(command: Command): Command {
+  return command
     .option(
       '--engine <spec>',
       'inference engine: sim (built in), vllm=http://host:8000, sglang=http://host:30000 or openai=https://host/v1 (repeatable)',
@@ -218,7 +237,12 @@ function addServerOptions(command: Command, role: 'all' | 'gateway'): void {
       '--session-channel <name>',
       "the channel of online sessions' trajectories; an agent's key may name another (X-Stepwise-Channel) only where that channel sets trust_agent_reward",
       'online',
-    )
+    );
+}
+
+/** Options of `serve` and `gateway`: the built-in sim engine. */
+function addSimOptions(command: Command): Command {
+  return command
     .addOption(
       new Option('--sim-policy <name>', 'what the built-in sim says')
         .choices(['echo', 'random', 'scripted', 'reference'])
@@ -245,7 +269,12 @@ function addServerOptions(command: Command, role: 'all' | 'gateway'): void {
       'simulated decode speed (0: instant)',
       int('--sim-tokens-per-second'),
       0,
-    )
+    );
+}
+
+/** Options of `serve` and `gateway`: SQLite durability and the defaults of new channels. */
+function addPoolOptions(command: Command): Command {
+  return command
     .addOption(
       new Option(
         '--sync <mode>',
@@ -276,7 +305,12 @@ function addServerOptions(command: Command, role: 'all' | 'gateway'): void {
         'drop',
         'serve_partial',
       ]),
-    )
+    );
+}
+
+/** Options of `serve` and `gateway`: bounds on request work: bodies, connections, rates. */
+function addLimitOptions(command: Command): Command {
+  return command
     .option('--max-body-mb <mb>', 'largest request body accepted', int('--max-body-mb', 1), 64)
     .option(
       '--max-bodies-in-flight-mb <mb>',
@@ -301,7 +335,12 @@ function addServerOptions(command: Command, role: 'all' | 'gateway'): void {
       'trajectories opened (POST /init_trajectory) per second per API key (a burst of 10 s worth; 0: unlimited)',
       int('--trajectory-rate-limit'),
       DEFAULT_RATE_LIMITS.trajectoriesPerSecond,
-    )
+    );
+}
+
+/** Options of `serve` and `gateway`: the services beside the pool: rewards, the store's thread, telemetry. */
+function addServiceOptions(command: Command): Command {
+  return command
     .option('--rewards <file>', 'reward functions, combinations and workers (JSON; docs/rewards.md)')
     .option(
       '--reward-workers <n>',
@@ -325,98 +364,101 @@ function addServerOptions(command: Command, role: 'all' | 'gateway'): void {
       '--otlp-content',
       'put prompts and answers on the spans too (gen_ai.input/output.messages)',
       false,
-    )
-    .action(async (opts) => {
-      if (opts.simPolicy === 'scripted' && !opts.simScript)
-        throw new InvalidArgumentError('--sim-policy scripted needs --sim-script FILE');
-      if (opts.simPolicy === 'reference' && !opts.simTasks)
-        throw new InvalidArgumentError('--sim-policy reference needs --sim-tasks PATH');
-      const logger = createLogger();
-      // Read here, not as the option's default: --help must not print a password.
-      const pgUrl: string | undefined = opts.pg ?? (process.env.STEPWISE_PG_URL || undefined);
-      const location: StoreLocation = pgUrl
-        ? { kind: 'postgres', url: pgUrl, schema: opts.pgSchema }
-        : storeLocation(opts.db, opts.pgSchema);
-      const envKeys = (process.env.STEPWISE_API_KEYS ?? '').split(/\s+/).filter(Boolean);
-      const channelDefaults = Object.fromEntries(
-        Object.entries({
-          n_rollouts: opts.nRollouts,
-          max_queue_size: opts.maxQueueSize,
-          max_staleness: opts.maxStaleness,
-          stale_policy: opts.stalePolicy,
-          group_timeout_ms: opts.groupTimeoutMs,
-          incomplete_policy: opts.incompletePolicy,
-        }).filter(([, v]) => v !== undefined),
-      );
-      const server = await startServer({
-        dbPath: opts.db,
-        pg: location.kind === 'postgres' ? { url: location.url, schema: location.schema } : undefined,
-        host: opts.host,
-        port: opts.port,
-        apiKeys: [...opts.apiKey, ...envKeys],
-        synchronous: opts.sync === 'normal' ? 'NORMAL' : 'FULL',
-        channelDefaults,
-        maxBodyBytes: opts.maxBodyMb * 1024 * 1024,
-        maxBodiesInFlightBytes: opts.maxBodiesInFlightMb * 1024 * 1024,
-        maxConnections: opts.maxConnections,
-        rateLimits: {
-          requestsPerSecond: opts.rateLimit,
-          requestBurst: opts.rateLimit * 10,
-          trajectoriesPerSecond: opts.trajectoryRateLimit,
-          trajectoryBurst: opts.trajectoryRateLimit * 10,
-        },
-        storeThread: opts.storeThread,
-        logger,
-        role,
-        engines: opts.engine,
-        sim: {
-          policy: opts.simPolicy,
-          script: opts.simScript ? JSON.parse(readFileSync(opts.simScript, 'utf8')) : undefined,
-          tasks: opts.simTasks ? referenceTasks(await loadTasks(opts.simTasks)) : undefined,
-          errorRate: opts.simErrorRate,
-          errorKinds: opts.simErrorKinds,
-          giveUpRate: opts.simGiveUpRate,
-          seed: opts.simSeed,
-          ttftMs: opts.simTtftMs,
-          tokensPerSecond: opts.simTokensPerSecond,
-        },
-        upstreamApiKey: process.env.STEPWISE_UPSTREAM_API_KEY,
-        upstreamTimeoutMs: opts.upstreamTimeoutMs,
-        publicUrl: opts.publicUrl,
-        gatewayOptions: {
-          sessionIdleMs: opts.sessionIdleMs,
-          maxSessions: opts.maxSessions,
-          maxSessionsPerKey: opts.maxSessionsPerKey,
-          sessionChannel: opts.sessionChannel,
-          generateMaxTokens: opts.generateMaxTokens,
-          tokenContinuity: opts.tokenContinuity === true,
-        },
-        rewards: opts.rewards ? await loadRewardsConfig(opts.rewards) : undefined,
-        rewardWorkers: opts.rewardWorkers,
-        telemetry:
-          opts.otlpEndpoint || otlpEndpointFromEnv()
-            ? { endpoint: opts.otlpEndpoint, content: opts.otlpContent }
-            : undefined,
-      });
-      logger.info(
-        {
-          url: server.url,
-          ...(location.kind === 'postgres'
-            ? { pg: redactUrl(location.url), schema: location.schema }
-            : { db: location.path }),
-          role,
-          engines: opts.engine,
-        },
-        role === 'gateway' ? 'stepwise gateway serving' : 'stepwise serving',
-      );
-      const stop = async (signal: string) => {
-        logger.info({ signal }, 'shutting down');
-        await server.close();
-        process.exit(0);
-      };
-      process.once('SIGINT', () => void stop('SIGINT'));
-      process.once('SIGTERM', () => void stop('SIGTERM'));
-    });
+    );
+}
+
+/** `serve` and `gateway`: starts the server the options describe, until SIGINT or SIGTERM. */
+// biome-ignore lint/suspicious/noExplicitAny: commander's parsed options, typed by the declarations above.
+async function serve(opts: any, role: 'all' | 'gateway'): Promise<void> {
+  if (opts.simPolicy === 'scripted' && !opts.simScript)
+    throw new InvalidArgumentError('--sim-policy scripted needs --sim-script FILE');
+  if (opts.simPolicy === 'reference' && !opts.simTasks)
+    throw new InvalidArgumentError('--sim-policy reference needs --sim-tasks PATH');
+  const logger = createLogger();
+  // Read here, not as the option's default: --help must not print a password.
+  const pgUrl: string | undefined = opts.pg ?? (process.env.STEPWISE_PG_URL || undefined);
+  const location: StoreLocation = pgUrl
+    ? { kind: 'postgres', url: pgUrl, schema: opts.pgSchema }
+    : storeLocation(opts.db, opts.pgSchema);
+  const envKeys = (process.env.STEPWISE_API_KEYS ?? '').split(/\s+/).filter(Boolean);
+  const channelDefaults = Object.fromEntries(
+    Object.entries({
+      n_rollouts: opts.nRollouts,
+      max_queue_size: opts.maxQueueSize,
+      max_staleness: opts.maxStaleness,
+      stale_policy: opts.stalePolicy,
+      group_timeout_ms: opts.groupTimeoutMs,
+      incomplete_policy: opts.incompletePolicy,
+    }).filter(([, v]) => v !== undefined),
+  );
+  const server = await startServer({
+    dbPath: opts.db,
+    pg: location.kind === 'postgres' ? { url: location.url, schema: location.schema } : undefined,
+    host: opts.host,
+    port: opts.port,
+    apiKeys: [...opts.apiKey, ...envKeys],
+    synchronous: opts.sync === 'normal' ? 'NORMAL' : 'FULL',
+    channelDefaults,
+    maxBodyBytes: opts.maxBodyMb * 1024 * 1024,
+    maxBodiesInFlightBytes: opts.maxBodiesInFlightMb * 1024 * 1024,
+    maxConnections: opts.maxConnections,
+    rateLimits: {
+      requestsPerSecond: opts.rateLimit,
+      requestBurst: opts.rateLimit * 10,
+      trajectoriesPerSecond: opts.trajectoryRateLimit,
+      trajectoryBurst: opts.trajectoryRateLimit * 10,
+    },
+    storeThread: opts.storeThread,
+    logger,
+    role,
+    engines: opts.engine,
+    sim: {
+      policy: opts.simPolicy,
+      script: opts.simScript ? JSON.parse(readFileSync(opts.simScript, 'utf8')) : undefined,
+      tasks: opts.simTasks ? referenceTasks(await loadTasks(opts.simTasks)) : undefined,
+      errorRate: opts.simErrorRate,
+      errorKinds: opts.simErrorKinds,
+      giveUpRate: opts.simGiveUpRate,
+      seed: opts.simSeed,
+      ttftMs: opts.simTtftMs,
+      tokensPerSecond: opts.simTokensPerSecond,
+    },
+    upstreamApiKey: process.env.STEPWISE_UPSTREAM_API_KEY,
+    upstreamTimeoutMs: opts.upstreamTimeoutMs,
+    publicUrl: opts.publicUrl,
+    gatewayOptions: {
+      sessionIdleMs: opts.sessionIdleMs,
+      maxSessions: opts.maxSessions,
+      maxSessionsPerKey: opts.maxSessionsPerKey,
+      sessionChannel: opts.sessionChannel,
+      generateMaxTokens: opts.generateMaxTokens,
+      tokenContinuity: opts.tokenContinuity === true,
+    },
+    rewards: opts.rewards ? await loadRewardsConfig(opts.rewards) : undefined,
+    rewardWorkers: opts.rewardWorkers,
+    telemetry:
+      opts.otlpEndpoint || otlpEndpointFromEnv()
+        ? { endpoint: opts.otlpEndpoint, content: opts.otlpContent }
+        : undefined,
+  });
+  logger.info(
+    {
+      url: server.url,
+      ...(location.kind === 'postgres'
+        ? { pg: redactUrl(location.url), schema: location.schema }
+        : { db: location.path }),
+      role,
+      engines: opts.engine,
+    },
+    role === 'gateway' ? 'stepwise gateway serving' : 'stepwise serving',
+  );
+  const stop = async (signal: string) => {
+    logger.info({ signal }, 'shutting down');
+    await server.close();
+    process.exit(0);
+  };
+  process.once('SIGINT', () => void stop('SIGINT'));
+  process.once('SIGTERM', () => void stop('SIGTERM'));
 }
 
 /** Runs the CLI; errors print one line and exit non-zero. */
