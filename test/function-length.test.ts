@@ -41,7 +41,6 @@ const PROJECT_ALLOWED = new Set<string>([
   'src/gym/verify/checks.ts:evaluate',
   'src/rewards/combination.ts:parseCombination',
   'src/server/server.ts:startServer',
-  'src/serving/packing.ts:packPrefixTree',
 ]);
 
 function sourceFiles(dir: string): string[] {

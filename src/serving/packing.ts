@@ -324,27 +324,7 @@ export function packPrefixTree(inputs: readonly PackInput[], options: PackOption
     id++;
   }
 
-  // Paths: walk up from each sequence's last node; all paths share one buffer.
-  const ends = new Int32Array(inputs.length);
-  const pathLengths = new Int32Array(inputs.length);
-  let pathTotal = 0;
-  for (let i = 0; i < inputs.length; i++) {
-    ends[i] = lastPos[i] === NONE ? NONE : nodeAtLastPos[lastPos[i]!]!;
-    let d = 0;
-    for (let v = ends[i]!; v !== NONE; v = nodeParent[v]!) d++;
-    pathLengths[i] = d;
-    pathTotal += d;
-  }
-  const pathBuffer = new Int32Array(pathTotal);
-  const sequences: Int32Array[] = new Array(inputs.length);
-  let offset = 0;
-  for (let i = 0; i < inputs.length; i++) {
-    const path = pathBuffer.subarray(offset, offset + pathLengths[i]!);
-    let j = path.length;
-    for (let v = ends[i]!; v !== NONE; v = nodeParent[v]!) path[--j] = v;
-    sequences[i] = path;
-    offset += path.length;
-  }
+  const sequences = nodePaths(lastPos, nodeAtLastPos, nodeParent);
 
   return {
     tokens,
@@ -361,6 +341,32 @@ export function packPrefixTree(inputs: readonly PackInput[], options: PackOption
     ratio: originalTokens === 0 ? 1 : size / originalTokens,
     originalTokens,
   };
+}
+
+/** Each sequence's path of nodes from the root: walked up from its last node; one buffer for all. */
+function nodePaths(lastPos: Int32Array, nodeAtLastPos: Int32Array, nodeParent: Int32Array): Int32Array[] {
+  const n = lastPos.length;
+  const ends = new Int32Array(n);
+  const pathLengths = new Int32Array(n);
+  let pathTotal = 0;
+  for (let i = 0; i < n; i++) {
+    ends[i] = lastPos[i] === NONE ? NONE : nodeAtLastPos[lastPos[i]!]!;
+    let d = 0;
+    for (let v = ends[i]!; v !== NONE; v = nodeParent[v]!) d++;
+    pathLengths[i] = d;
+    pathTotal += d;
+  }
+  const pathBuffer = new Int32Array(pathTotal);
+  const sequences: Int32Array[] = new Array(n);
+  let offset = 0;
+  for (let i = 0; i < n; i++) {
+    const path = pathBuffer.subarray(offset, offset + pathLengths[i]!);
+    let j = path.length;
+    for (let v = ends[i]!; v !== NONE; v = nodeParent[v]!) path[--j] = v;
+    sequences[i] = path;
+    offset += path.length;
+  }
+  return sequences;
 }
 
 /** Calls `each(pos, k)` for sequence i's response token k at packed position pos, in order. */
