@@ -146,118 +146,144 @@ export function parseCombination(text: string, field = 'combination'): Combinati
   if (text.length > MAX_EXPRESSION_CHARS) {
     throw new ValidationError(`${field}: must be at most ${MAX_EXPRESSION_CHARS} characters`, field);
   }
-  const tokens = tokenize(text, field);
-  let pos = 0;
-  let depth = 0;
-  const names = new Set<string>();
-  const peek = () => tokens[pos]!;
-  const fail = (why: string, token = peek()): never => {
-    throw new CombinationSyntaxError(why, token.at + 1, field);
-  };
-  const isOp = (op: string) => {
-    const t = peek();
+  const parser = new Parser(tokenize(text, field), field);
+  const root = parser.expr();
+  if (parser.peek().type !== 'end') parser.fail(`unexpected ${describe(parser.peek())}`);
+  return { text, root, names: [...parser.names] };
+}
+
+/** Recursive descent over the tokens: `??` binds loosest, then `+ -`, then `* /`, then unary `-`. */
+class Parser {
+  private pos = 0;
+  private depth = 0;
+  readonly names = new Set<string>();
+
+  constructor(
+    private readonly tokens: Token[],
+    private readonly field: string,
+  ) {}
+
+  peek(): Token {
+    return this.tokens[this.pos]!;
+  }
+
+  fail(why: string, token = this.peek()): never {
+    throw new CombinationSyntaxError(why, token.at + 1, this.field);
+  }
+
+  private isOp(op: string): boolean {
+    const t = this.peek();
     return t.type === 'op' && t.op === op;
-  };
-  const expect = (op: string) => {
-    if (!isOp(op)) fail(`expected "${op}" but found ${describe(peek())}`);
-    pos++;
-  };
-  const nested = <T>(fn: () => T): T => {
-    if (++depth > MAX_DEPTH) fail(`nested deeper than ${MAX_DEPTH} levels`);
+  }
+
+  private expect(op: string): void {
+    if (!this.isOp(op)) this.fail(`expected "${op}" but found ${describe(this.peek())}`);
+    this.pos++;
+  }
+
+  private nested<T>(fn: () => T): T {
+    if (++this.depth > MAX_DEPTH) this.fail(`nested deeper than ${MAX_DEPTH} levels`);
     try {
       return fn();
     } finally {
-      depth--;
+      this.depth--;
     }
-  };
+  }
 
-  const expr = (): CombinationNode =>
-    nested(() => {
-      let left = additive();
-      while (isOp('??')) {
-        pos++;
-        left = { kind: 'coalesce', left, right: additive() };
+  expr(): CombinationNode {
+    return this.nested(() => {
+      let left = this.additive();
+      while (this.isOp('??')) {
+        this.pos++;
+        left = { kind: 'coalesce', left, right: this.additive() };
       }
       return left;
     });
-  const additive = (): CombinationNode => {
-    let left = product();
+  }
+
+  private additive(): CombinationNode {
+    let left = this.product();
     for (;;) {
-      const t = peek();
+      const t = this.peek();
       if (t.type !== 'op' || (t.op !== '+' && t.op !== '-')) return left;
-      pos++;
-      left = { kind: 'binary', op: t.op, left, right: product() };
+      this.pos++;
+      left = { kind: 'binary', op: t.op, left, right: this.product() };
     }
-  };
-  const product = (): CombinationNode => {
-    let left = unary();
+  }
+
+  private product(): CombinationNode {
+    let left = this.unary();
     for (;;) {
-      const t = peek();
+      const t = this.peek();
       if (t.type !== 'op' || (t.op !== '*' && t.op !== '/')) return left;
-      pos++;
-      left = { kind: 'binary', op: t.op, left, right: unary() };
+      this.pos++;
+      left = { kind: 'binary', op: t.op, left, right: this.unary() };
     }
-  };
-  const unary = (): CombinationNode =>
-    nested(() => {
-      if (isOp('-')) {
-        pos++;
-        return { kind: 'negate', operand: unary() };
+  }
+
+  private unary(): CombinationNode {
+    return this.nested(() => {
+      if (this.isOp('-')) {
+        this.pos++;
+        return { kind: 'negate', operand: this.unary() };
       }
-      return primary();
+      return this.primary();
     });
-  const signalRef = (t: Extract<Token, { type: 'name' }>): SignalRef => {
-    names.add(t.name);
+  }
+
+  private signalRef(t: Extract<Token, { type: 'name' }>): SignalRef {
+    this.names.add(t.name);
     return { name: t.name, source: t.source };
-  };
-  const primary = (): CombinationNode => {
-    const t = peek();
+  }
+
+  private primary(): CombinationNode {
+    const t = this.peek();
     if (t.type === 'number') {
-      pos++;
+      this.pos++;
       return { kind: 'number', value: t.value };
     }
     if (t.type === 'op' && t.op === '(') {
-      pos++;
-      const inner = expr();
-      expect(')');
+      this.pos++;
+      const inner = this.expr();
+      this.expect(')');
       return inner;
     }
     if (t.type === 'name') {
-      pos++;
-      const next = peek();
+      this.pos++;
+      const next = this.peek();
       if (t.quoted || t.source !== null || next.type !== 'op' || next.op !== '(') {
-        return { kind: 'signal', ref: signalRef(t) };
+        return { kind: 'signal', ref: this.signalRef(t) };
       }
-      // A call.
-      pos++;
-      if (EXTREMES.has(t.name)) {
-        const args = [expr()];
-        while (isOp(',')) {
-          pos++;
-          args.push(expr());
-        }
-        expect(')');
-        return { kind: 'extreme', fn: t.name as 'min' | 'max', args };
-      }
-      if (AGGREGATES.has(t.name)) {
-        const arg = peek();
-        if (arg.type !== 'name') fail(`${t.name}() takes one signal name, found ${describe(arg)}`);
-        pos++;
-        expect(')');
-        return {
-          kind: 'aggregate',
-          fn: t.name as 'mean',
-          ref: signalRef(arg as Extract<Token, { type: 'name' }>),
-        };
-      }
-      return fail(`unknown function "${t.name}" (functions: min, max, mean, sum, count)`, t);
+      this.pos++;
+      return this.call(t);
     }
-    return fail(`expected a number, a signal name or "(" but found ${describe(t)}`);
-  };
+    return this.fail(`expected a number, a signal name or "(" but found ${describe(t)}`);
+  }
 
-  const root = expr();
-  if (peek().type !== 'end') fail(`unexpected ${describe(peek())}`);
-  return { text, root, names: [...names] };
+  /** A function call, its "(" read. */
+  private call(t: Extract<Token, { type: 'name' }>): CombinationNode {
+    if (EXTREMES.has(t.name)) {
+      const args = [this.expr()];
+      while (this.isOp(',')) {
+        this.pos++;
+        args.push(this.expr());
+      }
+      this.expect(')');
+      return { kind: 'extreme', fn: t.name as 'min' | 'max', args };
+    }
+    if (AGGREGATES.has(t.name)) {
+      const arg = this.peek();
+      if (arg.type !== 'name') this.fail(`${t.name}() takes one signal name, found ${describe(arg)}`);
+      this.pos++;
+      this.expect(')');
+      return {
+        kind: 'aggregate',
+        fn: t.name as 'mean',
+        ref: this.signalRef(arg as Extract<Token, { type: 'name' }>),
+      };
+    }
+    return this.fail(`unknown function "${t.name}" (functions: min, max, mean, sum, count)`, t);
+  }
 }
 
 function refLabel(ref: SignalRef): string {
