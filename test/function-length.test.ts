@@ -39,7 +39,6 @@ const PROJECT_ALLOWED = new Set<string>([
   'src/gym/sandbox/index.ts:runInSandbox',
   'src/gym/sandbox/supervise.ts:supervise',
   'src/gym/verify/checks.ts:evaluate',
-  'src/server/server.ts:startServer',
 ]);
 
 function sourceFiles(dir: string): string[] {

@@ -93,15 +93,8 @@ const guardIn =
     return refused === null ? null : inCallShape(path, refused);
   };
 
-/** Opens the store, starts the pool and serves the HTTP API; close() shuts all of it down in order. */
-export async function startServer(options: ServerOptions): Promise<RunningServer> {
-  const host = options.host ?? '127.0.0.1';
-  const apiKeys = (options.apiKeys ?? []).map(parseApiKey);
-  if (apiKeys.length === 0 && !isLoopback(host)) {
-    throw new Error(
-      `refusing to listen on ${host} without API keys: pass --api-key KEY:scopes (or STEPWISE_API_KEYS), or bind to 127.0.0.1`,
-    );
-  }
+/** The store the options name (SQLite, on its own thread or not, or PostgreSQL) and its DataPool, started. */
+async function openPool(options: ServerOptions): Promise<{ pool: DataPool; pg?: ServerOptions['pg'] }> {
   const location: StoreLocation = options.pg
     ? { kind: 'postgres', ...options.pg }
     : storeLocation(options.dbPath);
@@ -120,6 +113,19 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     commitsInFlight: pg ? 4 : onWorker ? 2 : 1,
     logger: options.logger,
   }).start();
+  return { pool, pg };
+}
+
+/** Opens the store, starts the pool and serves the HTTP API; close() shuts all of it down in order. */
+export async function startServer(options: ServerOptions): Promise<RunningServer> {
+  const host = options.host ?? '127.0.0.1';
+  const apiKeys = (options.apiKeys ?? []).map(parseApiKey);
+  if (apiKeys.length === 0 && !isLoopback(host)) {
+    throw new Error(
+      `refusing to listen on ${host} without API keys: pass --api-key KEY:scopes (or STEPWISE_API_KEYS), or bind to 127.0.0.1`,
+    );
+  }
+  const { pool, pg } = await openPool(options);
   let gateway: Gateway;
   let listening: Listening;
   let rewards: RewardService | null = null;
