@@ -66,6 +66,23 @@ export function buildCli(): Command {
     .option('--port <port>', 'port to listen on', int('--port'), 8101);
   for (const command of [serve, gateway]) addServerOptions(command, command === gateway ? 'gateway' : 'all');
 
+  registerSimCommand(program);
+  registerDemoCommand(program);
+  registerExportCommands(program);
+  registerGymCommands(program);
+  registerBenchCommand(program);
+  registerToolsCommand(program);
+  registerOpenClawCommand(program);
+  registerCodexCommand(program);
+  registerPurifyCommand(program);
+  registerWorkerCommands(program);
+  registerTrainCommand(program);
+
+  return program;
+}
+
+/** `stepwise sim`: the built-in sim engine on its own. */
+function registerSimCommand(program: Command): void {
   program
     .command('sim')
     .description('serve the built-in sim engine (vLLM OpenAI-compatible API, named sim-*) standalone')
@@ -121,7 +138,10 @@ export function buildCli(): Command {
       process.once('SIGINT', () => void stop());
       process.once('SIGTERM', () => void stop());
     });
+}
 
+/** `stepwise demo`: the README's main job. */
+function registerDemoCommand(program: Command): void {
   program
     .command('demo')
     .description(
@@ -142,18 +162,6 @@ export function buildCli(): Command {
         `demo done: ${result.samples} samples (mean score ${result.meanScore.toFixed(2)}), ${result.consumedGroups} groups / ${result.consumedSteps} steps trained on, ${result.toolErrors} tool errors recorded, ${result.sftLines} SFT conversations`,
       );
     });
-
-  registerExportCommands(program);
-  registerGymCommands(program);
-  registerBenchCommand(program);
-  registerToolsCommand(program);
-  registerOpenClawCommand(program);
-  registerCodexCommand(program);
-  registerPurifyCommand(program);
-  registerWorkerCommands(program);
-  registerTrainCommand(program);
-
-  return program;
 }
 
 function addServerOptions(command: Command, role: 'all' | 'gateway'): void {
