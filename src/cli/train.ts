@@ -83,32 +83,36 @@ export function registerTrainCommand(program: Command): void {
     )
     .option('--no-update', 'the control run: the same loop without optimizer steps')
     .option('--port <port>', 'port of the gateway (0: any free port)', int('--port', 0), 0)
-    .action(async (opts) => {
-      const result = await runTrain({
-        out: opts.out,
-        seed: opts.seed,
-        versions: opts.versions,
-        targetReward: opts.targetReward,
-        groups: opts.groups,
-        rollouts: opts.rollouts,
-        warmupSteps: opts.warmupSteps,
-        warmupLr: opts.warmupLr,
-        init: opts.init,
-        lr: opts.lr,
-        adamEps: opts.adamEps,
-        clip: opts.clip,
-        epochs: opts.epochs,
-        maxStaleness: opts.maxStaleness,
-        concurrency: opts.concurrency,
-        ...(opts.async ? { async: opts.async } : {}),
-        update: opts.update,
-        port: opts.port,
-        print: (line) => console.log(line),
-      });
-      const first = result.rewardByVersion[0];
-      const last = result.rewardByVersion.at(-1);
-      console.log(
-        `train done: mean reward ${first?.meanReward.toFixed(2)} at version ${first?.version} -> ${last?.meanReward.toFixed(2)} at version ${last?.version}; curve in ${result.out}/reward.html`,
-      );
-    });
+    .action(train);
+}
+
+/** Runs the loop the options describe, and says where its curve is. */
+// biome-ignore lint/suspicious/noExplicitAny: commander's parsed options, typed by the declarations above.
+async function train(opts: any): Promise<void> {
+  const result = await runTrain({
+    out: opts.out,
+    seed: opts.seed,
+    versions: opts.versions,
+    targetReward: opts.targetReward,
+    groups: opts.groups,
+    rollouts: opts.rollouts,
+    warmupSteps: opts.warmupSteps,
+    warmupLr: opts.warmupLr,
+    init: opts.init,
+    lr: opts.lr,
+    adamEps: opts.adamEps,
+    clip: opts.clip,
+    epochs: opts.epochs,
+    maxStaleness: opts.maxStaleness,
+    concurrency: opts.concurrency,
+    ...(opts.async ? { async: opts.async } : {}),
+    update: opts.update,
+    port: opts.port,
+    print: (line) => console.log(line),
+  });
+  const first = result.rewardByVersion[0];
+  const last = result.rewardByVersion.at(-1);
+  console.log(
+    `train done: mean reward ${first?.meanReward.toFixed(2)} at version ${first?.version} -> ${last?.meanReward.toFixed(2)} at version ${last?.version}; curve in ${result.out}/reward.html`,
+  );
 }
