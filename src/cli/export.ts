@@ -73,57 +73,7 @@ export function registerExportCommands(program: Command): void {
         ADVANTAGE_ESTIMATORS,
       ),
     )
-    .action(async (kind: string, opts) => {
-      const parsed = ExportRequest.safeParse({
-        kind,
-        channel: opts.channel,
-        status: opts.status,
-        min_reward: opts.minReward,
-        max_reward: opts.maxReward,
-        trainable: opts.trainable === undefined ? undefined : opts.trainable === 'true',
-        quality: opts.quality,
-        tag: opts.tag,
-        group: opts.group,
-        task: opts.task,
-        min_margin: opts.minMargin,
-        advantage: opts.advantage,
-      });
-      if (!parsed.success) {
-        const error = fromZodError(parsed.error);
-        throw new ValidationError(error.message.replace(/^[^:]*:/, `${flagOf(error.field)}:`), error.field);
-      }
-      const location = existingStoreOf(opts);
-      if (existsSync(opts.out) && !statSync(opts.out).isDirectory())
-        throw new ValidationError(`--out: ${opts.out} is not a directory`, 'out');
-      const store = await openStore(location, { existing: true });
-      const progress = progressReporter(`export ${kind}`, 'trajectories');
-      let manifest: ExportManifest;
-      try {
-        manifest = await runExport({
-          store: poolOps(store),
-          request: parsed.data,
-          outDir: opts.out,
-          overwrite: opts.force === true,
-          onProgress: (done, total) => progress.update(done, total),
-        });
-      } catch (error) {
-        // The CLI speaks in flags.
-        if (error instanceof StepwiseError && error.field === 'out')
-          throw new StepwiseError(error.message.replace(/^out:/, '--out:'), error.status, error.code, 'out');
-        throw error;
-      } finally {
-        progress.stop();
-        await store.close();
-      }
-      const file = manifest.files[0]!;
-      const skipped = Object.entries(manifest.counts.skipped)
-        .map(([reason, n]) => `${reason} ${n}`)
-        .join(', ');
-      console.log(
-        `exported ${file.records} ${kind === 'rl' ? 'row' : 'line'}${file.records === 1 ? '' : 's'} from ${manifest.counts.trajectories} trajectories (${manifest.counts.steps} steps) to ${join(opts.out, file.name)}${skipped ? `; skipped: ${skipped}` : ''}`,
-      );
-      console.log(`manifest: ${join(opts.out, MANIFEST_FILE)} (sha256 ${file.sha256})`);
-    });
+    .action(exportDataset);
 
   const importCommand = program
     .command('import')
@@ -131,30 +81,88 @@ export function registerExportCommands(program: Command): void {
       'load a trajectories.jsonl written by `stepwise export trajectories` into a store (checked whole first)',
     )
     .argument('<file>', 'trajectories.jsonl (a manifest.json beside it is checked against the file)');
-  addStoreOptions(importCommand).action(async (file: string, opts) => {
-    if (!existsSync(file) || !statSync(file).isFile())
-      throw new ValidationError(`<file>: ${file} does not exist`, 'file');
-    const location = storeOf(opts);
-    // A new SQLite database is created only for a file that passed the checks.
-    const checked =
-      location.kind === 'sqlite' && !existsSync(location.path) ? await checkImport(file, null) : undefined;
-    // A bulk load: commits need not wait for the disk (a crash mid-import means running it again).
-    const store = await openStore(location, { synchronous: 'NORMAL' });
-    const progress = progressReporter('import', 'trajectories');
-    let result: ImportResult;
-    try {
-      result = await importTrajectories({
-        store: poolOps(store),
-        file,
-        checked,
-        onProgress: (done, total) => progress.update(done, total),
-      });
-    } finally {
-      progress.stop();
-      await store.close();
-    }
-    console.log(
-      `imported ${result.trajectories} trajectories (${result.steps} steps, ${result.labels} labels) into ${describeLocation(location)}${result.verified ? '; sha256 matches the manifest' : ''}`,
-    );
+  addStoreOptions(importCommand).action(importDataset);
+}
+
+/** `stepwise export <kind>`: the request checked as flags, the dataset and its manifest written. */
+// biome-ignore lint/suspicious/noExplicitAny: commander's parsed options, typed by the declarations above.
+async function exportDataset(kind: string, opts: any): Promise<void> {
+  const parsed = ExportRequest.safeParse({
+    kind,
+    channel: opts.channel,
+    status: opts.status,
+    min_reward: opts.minReward,
+    max_reward: opts.maxReward,
+    trainable: opts.trainable === undefined ? undefined : opts.trainable === 'true',
+    quality: opts.quality,
+    tag: opts.tag,
+    group: opts.group,
+    task: opts.task,
+    min_margin: opts.minMargin,
+    advantage: opts.advantage,
   });
+  if (!parsed.success) {
+    const error = fromZodError(parsed.error);
+    throw new ValidationError(error.message.replace(/^[^:]*:/, `${flagOf(error.field)}:`), error.field);
+  }
+  const location = existingStoreOf(opts);
+  if (existsSync(opts.out) && !statSync(opts.out).isDirectory())
+    throw new ValidationError(`--out: ${opts.out} is not a directory`, 'out');
+  const store = await openStore(location, { existing: true });
+  const progress = progressReporter(`export ${kind}`, 'trajectories');
+  let manifest: ExportManifest;
+  try {
+    manifest = await runExport({
+      store: poolOps(store),
+      request: parsed.data,
+      outDir: opts.out,
+      overwrite: opts.force === true,
+      onProgress: (done, total) => progress.update(done, total),
+    });
+  } catch (error) {
+    // The CLI speaks in flags.
+    if (error instanceof StepwiseError && error.field === 'out')
+      throw new StepwiseError(error.message.replace(/^out:/, '--out:'), error.status, error.code, 'out');
+    throw error;
+  } finally {
+    progress.stop();
+    await store.close();
+  }
+  const file = manifest.files[0]!;
+  const skipped = Object.entries(manifest.counts.skipped)
+    .map(([reason, n]) => `${reason} ${n}`)
+    .join(', ');
+  console.log(
+    `exported ${file.records} ${kind === 'rl' ? 'row' : 'line'}${file.records === 1 ? '' : 's'} from ${manifest.counts.trajectories} trajectories (${manifest.counts.steps} steps) to ${join(opts.out, file.name)}${skipped ? `; skipped: ${skipped}` : ''}`,
+  );
+  console.log(`manifest: ${join(opts.out, MANIFEST_FILE)} (sha256 ${file.sha256})`);
+}
+
+/** `stepwise import <file>`: a checked trajectories.jsonl loaded into the store. */
+// biome-ignore lint/suspicious/noExplicitAny: commander's parsed options, typed by the declarations above.
+async function importDataset(file: string, opts: any): Promise<void> {
+  if (!existsSync(file) || !statSync(file).isFile())
+    throw new ValidationError(`<file>: ${file} does not exist`, 'file');
+  const location = storeOf(opts);
+  // A new SQLite database is created only for a file that passed the checks.
+  const checked =
+    location.kind === 'sqlite' && !existsSync(location.path) ? await checkImport(file, null) : undefined;
+  // A bulk load: commits need not wait for the disk (a crash mid-import means running it again).
+  const store = await openStore(location, { synchronous: 'NORMAL' });
+  const progress = progressReporter('import', 'trajectories');
+  let result: ImportResult;
+  try {
+    result = await importTrajectories({
+      store: poolOps(store),
+      file,
+      checked,
+      onProgress: (done, total) => progress.update(done, total),
+    });
+  } finally {
+    progress.stop();
+    await store.close();
+  }
+  console.log(
+    `imported ${result.trajectories} trajectories (${result.steps} steps, ${result.labels} labels) into ${describeLocation(location)}${result.verified ? '; sha256 matches the manifest' : ''}`,
+  );
 }
