@@ -26,7 +26,6 @@ const PROJECT_ALLOWED = new Set<string>([
   'src/cli/demo.ts:demoActGuide',
   'src/cli/demo.ts:demoCleaner',
   'src/cli/demo.ts:runDemo',
-  'src/cli/worker.ts:registerRolloutWorkerCommand',
   'src/curation/cleaner/derive.ts:purifyStore',
   'src/gym/agent/builtin.ts:runBuiltinAgent',
   'src/gym/distributed/worker.ts:handle',

@@ -93,79 +93,81 @@ function registerRolloutWorkerCommand(worker: Command): Command {
       30,
     )
     .option('--unsafe-no-sandbox', 'run agents and verifiers WITHOUT isolation (never on untrusted tasks)')
-    .action(async (opts: RolloutWorkerCliOptions) => {
-      // From the environment here, not as a default: --help would print its password.
-      const pg = opts.pg || process.env.STEPWISE_PG_URL;
-      if (!pg)
-        throw new InvalidArgumentError('--pg <url> (or STEPWISE_PG_URL) is required: the rollout queue');
-      checkPgUrl(pg, '--pg');
-      checkQueueSchema(opts.queueSchema);
-      if (opts.gateway) {
-        try {
-          new URL(opts.gateway);
-        } catch {
-          throw new InvalidArgumentError(`--gateway: '${opts.gateway}' is not a URL`);
-        }
-      }
-      const logger = createLogger();
-      if (opts.unsafeNoSandbox)
-        logger.warn('--unsafe-no-sandbox: agents and verifiers run on this machine WITHOUT isolation');
-      else {
-        const check = checkSandbox();
-        if (!check.ok)
-          throw new Error(
-            `the sandbox is unavailable (${check.reason}); install bubblewrap, or pass --unsafe-no-sandbox`,
-          );
-      }
-      const queue = await RolloutQueue.open({
-        url: pg,
-        schema: opts.queueSchema,
-        maintenanceSeconds: opts.maintenanceSeconds,
-        maxConnections: opts.concurrency + 4,
-        onError: (error) => logger.error({ err: error }, 'rollout queue error'),
-      });
-      const worker = startRolloutWorker({
-        queue,
-        concurrency: opts.concurrency,
-        gatewayUrl: opts.gateway?.replace(/\/+$/, ''),
-        apiKey: opts.apiKey,
-        judgeApiKey: opts.judgeApiKey,
-        workDir: resolve(opts.workDir),
-        keepWorkspaces: opts.keepWorkspaces,
-        toolsDir: opts.toolsDir,
-        unsafeNoSandbox: opts.unsafeNoSandbox,
-        pollMs: opts.pollMs,
-        onEvent: (event) => logEvent(logger, event),
-      });
-      logger.info(
-        {
-          worker: worker.name,
-          schema: queue.schema,
-          concurrency: opts.concurrency,
-          gateway: opts.gateway ?? null,
-        },
-        'stepwise rollout worker ready',
+    .action(runRolloutWorker);
+}
+
+/** `stepwise worker rollouts`: runs the queue's samples until SIGINT or SIGTERM. */
+async function runRolloutWorker(opts: RolloutWorkerCliOptions): Promise<void> {
+  // From the environment here, not as a default: --help would print its password.
+  const pg = opts.pg || process.env.STEPWISE_PG_URL;
+  if (!pg) throw new InvalidArgumentError('--pg <url> (or STEPWISE_PG_URL) is required: the rollout queue');
+  checkPgUrl(pg, '--pg');
+  checkQueueSchema(opts.queueSchema);
+  if (opts.gateway) {
+    try {
+      new URL(opts.gateway);
+    } catch {
+      throw new InvalidArgumentError(`--gateway: '${opts.gateway}' is not a URL`);
+    }
+  }
+  const logger = createLogger();
+  if (opts.unsafeNoSandbox)
+    logger.warn('--unsafe-no-sandbox: agents and verifiers run on this machine WITHOUT isolation');
+  else {
+    const check = checkSandbox();
+    if (!check.ok)
+      throw new Error(
+        `the sandbox is unavailable (${check.reason}); install bubblewrap, or pass --unsafe-no-sandbox`,
       );
-      await new Promise<void>((done) => {
-        let stopping = false;
-        const stop = (signal: string) => {
-          // A second signal does not wait: the running samples' jobs go to other workers after their lease.
-          if (stopping) process.exit(130);
-          stopping = true;
-          logger.info({ signal }, 'stopping: finishing the running samples (signal again to quit now)');
-          void worker
-            .stop()
-            .then(() => queue.close())
-            .then(() => {
-              logger.info(worker.stats, 'stepwise rollout worker stopped');
-              done();
-            });
-        };
-        process.on('SIGINT', () => stop('SIGINT'));
-        process.on('SIGTERM', () => stop('SIGTERM'));
-      });
-      process.exit(0);
-    });
+  }
+  const queue = await RolloutQueue.open({
+    url: pg,
+    schema: opts.queueSchema,
+    maintenanceSeconds: opts.maintenanceSeconds,
+    maxConnections: opts.concurrency + 4,
+    onError: (error) => logger.error({ err: error }, 'rollout queue error'),
+  });
+  const worker = startRolloutWorker({
+    queue,
+    concurrency: opts.concurrency,
+    gatewayUrl: opts.gateway?.replace(/\/+$/, ''),
+    apiKey: opts.apiKey,
+    judgeApiKey: opts.judgeApiKey,
+    workDir: resolve(opts.workDir),
+    keepWorkspaces: opts.keepWorkspaces,
+    toolsDir: opts.toolsDir,
+    unsafeNoSandbox: opts.unsafeNoSandbox,
+    pollMs: opts.pollMs,
+    onEvent: (event) => logEvent(logger, event),
+  });
+  logger.info(
+    {
+      worker: worker.name,
+      schema: queue.schema,
+      concurrency: opts.concurrency,
+      gateway: opts.gateway ?? null,
+    },
+    'stepwise rollout worker ready',
+  );
+  await new Promise<void>((done) => {
+    let stopping = false;
+    const stop = (signal: string) => {
+      // A second signal does not wait: the running samples' jobs go to other workers after their lease.
+      if (stopping) process.exit(130);
+      stopping = true;
+      logger.info({ signal }, 'stopping: finishing the running samples (signal again to quit now)');
+      void worker
+        .stop()
+        .then(() => queue.close())
+        .then(() => {
+          logger.info(worker.stats, 'stepwise rollout worker stopped');
+          done();
+        });
+    };
+    process.on('SIGINT', () => stop('SIGINT'));
+    process.on('SIGTERM', () => stop('SIGTERM'));
+  });
+  process.exit(0);
 }
 
 function logEvent(logger: ReturnType<typeof createLogger>, event: RolloutWorkerEvent): void {
