@@ -5,7 +5,7 @@ import { HINT_HEADING } from '../curation/actguide/index.js';
 import { ExportRequest } from '../export/request.js';
 import { runExport } from '../export/run-export.js';
 import { type GuideSummary, REPLACED_TAG, runGuided } from '../gym/guide.js';
-import { runGym, type SampleResult, summarize } from '../gym/runner.js';
+import { type GymRunOptions, runGym, type SampleResult, summarize } from '../gym/runner.js';
 import { checkSandbox } from '../gym/sandbox/index.js';
 import { synthesize } from '../gym/synth/index.js';
 import { referenceTasks } from '../gym/tasks/index.js';
@@ -164,76 +164,15 @@ export async function runDemo(o: DemoOptions): Promise<DemoResult> {
     );
     say(`tasks     synthesized ${tasks.length}: ${[...new Set(tasks.map((t) => t.category))].join(', ')}`);
     const runId = `demo-${o.seed}`;
-    const gym = runGym({
-      tasks,
-      samples: o.rollouts,
-      concurrency: o.concurrency,
-      gatewayUrl: server.url,
-      model: 'sim-qwen3',
-      agent: { kind: 'builtin', maxTurns: 24 },
-      runId,
-      stateFile: join(out, `state-${runId}.jsonl`),
-      workDir: join(out, 'work'),
-      sampleTimeoutMs: 120_000,
-      unsafeNoSandbox: !sandboxed,
-      onSample: (r, done, total) =>
-        say(
-          `agent     ${done}/${total} ${r.taskId} #${r.sample}: score ${r.score.toFixed(2)}, ${r.toolCalls} tool calls, ${r.toolErrors} failed`,
-        ),
-    });
+    const gym = runGym(demoRun(o, { out, gatewayUrl: server.url, tasks, runId, sandboxed }));
     // The trainer leases while the agents work: groups are served as they complete.
-    let consumedGroups = 0;
-    let consumedSteps = 0;
-    let nacked = false;
-    let version = 0;
-    let gymDone = false;
-    const finished = gym.then(
-      (r) => {
-        gymDone = true;
-        return r;
-      },
-      (error: unknown) => {
-        gymDone = true;
-        throw error;
-      },
-    );
-    while (consumedGroups < tasks.length) {
-      const size = Math.min(o.batchSize, tasks.length - consumedGroups);
-      const batch = await client.lease({
-        batchSize: size,
-        nRollouts: o.rollouts,
-        waitMs: gymDone ? 0 : 5_000,
-        consumer: 'demo-trainer',
-        advantage: 'grpo',
-      });
-      if (!batch) {
-        if (gymDone) break; // what is left never completed a group (e.g. infrastructure failures)
-        continue;
-      }
-      const steps = batch.groups.reduce(
-        (n, g) => n + g.trajectories.reduce((m, t) => m + t.steps.length, 0),
-        0,
-      );
-      const advantages = batch.groups.map(
-        (g) => `[${g.trajectories.map((t) => (t.advantage ?? 0).toFixed(2)).join(' ')}]`,
-      );
-      say(
-        `trainer   leased ${batch.groups.length} groups, ${steps} steps; GRPO advantages ${advantages.join(' ')}`,
-      );
-      if (!nacked) {
-        nacked = true;
-        await client.nack(batch.lease_id);
-        say('trainer   nacked it (simulated failed update): the same groups are served again first');
-        continue;
-      }
-      await client.ack(batch.lease_id);
-      consumedGroups += batch.groups.length;
-      consumedSteps += steps;
-      version++;
-      await client.setPolicyVersion(version);
-      say(`trainer   acked; weights synced, policy version -> ${version}`);
-    }
-    const { results } = await finished;
+    const { consumedGroups, consumedSteps } = await demoTrainer(client, gym, {
+      groups: tasks.length,
+      batchSize: o.batchSize,
+      rollouts: o.rollouts,
+      say,
+    });
+    const { results } = await gym;
     const summary = summarize(results, 0);
     const manifest = await runExport({
       store: server.pool.store,
@@ -259,27 +198,13 @@ export async function runDemo(o: DemoOptions): Promise<DemoResult> {
     say(
       `browse    ${server.url}/v1/stats · ${server.url}/v1/trajectories (the dashboard comes with issue 8)`,
     );
-    const section = { out, seed: o.seed, concurrency: o.concurrency, sandboxed, say };
-    const cleanerTasks = o.cleanerTasks ?? 3;
-    const cleaner =
-      cleanerTasks > 0
-        ? await demoCleaner({
-            ...section,
-            tasks: synthesize({ n: cleanerTasks, seed: o.seed }),
-            samples: o.cleanerSamples ?? 2,
-            errorRate: o.cleanerErrorRate ?? 0.5,
-          })
-        : null;
-    const guideTasks = o.guideTasks ?? 3;
-    const actguide =
-      guideTasks > 0
-        ? await demoActGuide({
-            ...section,
-            tasks: synthesize({ n: guideTasks, seed: o.seed }),
-            samples: o.guideSamples ?? 2,
-            needsPlan: o.needsPlan ?? 0.6,
-          })
-        : null;
+    const { cleaner, actguide } = await demoSections(o, {
+      out,
+      seed: o.seed,
+      concurrency: o.concurrency,
+      sandboxed,
+      say,
+    });
     return {
       url: server.url,
       samples: summary.samples,
@@ -299,6 +224,181 @@ export async function runDemo(o: DemoOptions): Promise<DemoResult> {
     await server.close();
     if (tempDir) rmSync(tempDir, { recursive: true, force: true });
   }
+}
+
+/** The demo's gym run: every task `rollouts` times by the built-in agent, each sample reported. */
+function demoRun(
+  o: DemoOptions,
+  c: { out: string; gatewayUrl: string; tasks: GymTask[]; runId: string; sandboxed: boolean },
+): GymRunOptions {
+  const say = o.print;
+  const { out, runId, tasks, sandboxed, gatewayUrl } = c;
+  return {
+    tasks,
+    samples: o.rollouts,
+    concurrency: o.concurrency,
+    gatewayUrl,
+    model: 'sim-qwen3',
+    agent: { kind: 'builtin', maxTurns: 24 },
+    runId,
+    stateFile: join(out, `state-${runId}.jsonl`),
+    workDir: join(out, 'work'),
+    sampleTimeoutMs: 120_000,
+    unsafeNoSandbox: !sandboxed,
+    onSample: (r, done, total) =>
+      say(
+        `agent     ${done}/${total} ${r.taskId} #${r.sample}: score ${r.score.toFixed(2)}, ${r.toolCalls} tool calls, ${r.toolErrors} failed`,
+      ),
+  };
+}
+
+type PassTrajectories = Awaited<ReturnType<typeof readTrajectories>>;
+
+/** The CLEANER rollout with the most rollbacks beside its plain twin: their final contexts, side by side. */
+function cleanerExample(
+  plain: PassTrajectories,
+  cleaned: PassTrajectories,
+  say: (line: string) => void,
+): CleanerDemoResult['example'] {
+  let example: CleanerDemoResult['example'] = null;
+  let most = 0;
+  for (const [key, { result, stored }] of cleaned) {
+    const twin = plain.get(key);
+    const n = Number(
+      (stored.metadata.cleaner as { rollbacks_triggered?: number } | undefined)?.rollbacks_triggered ?? 0,
+    );
+    if (!twin || n <= most) continue;
+    most = n;
+    example = {
+      taskId: result.taskId,
+      sample: result.sample,
+      plainTrajectory: twin.stored.trajectory_uid,
+      cleanerTrajectory: stored.trajectory_uid,
+      before: contextLines(twin.stored),
+      after: contextLines(stored),
+    };
+  }
+  if (example) {
+    const width = 52;
+    say(
+      `cleaner   one rollout, ${example.taskId} #${example.sample}: the final stored context of each run (its last LLM call's messages)`,
+    );
+    say(
+      `          ${'without CLEANER (errors stay, trained on)'.padEnd(width)} │ with CLEANER (failed turns rolled back)`,
+    );
+    for (const [left, right] of sideBySide(example.before, example.after))
+      say(`          ${clip(left, width).padEnd(width)} │ ${clip(right, width)}`);
+    say(
+      `          stored as trajectories ${example.plainTrajectory} (channel cleaner-off) and ${example.cleanerTrajectory} (cleaner-on)`,
+    );
+  }
+  return example;
+}
+
+/** A guided trajectory's guidance and the hint section of its stored first prompt. */
+async function showGuided(
+  client: StepwiseClient,
+  shown: { trajectory_uid: string; metadata: Record<string, unknown> },
+  say: (line: string) => void,
+): Promise<void> {
+  const g = shown.metadata.guidance as Record<string, unknown>;
+  const steps = (await client.getTrajectory(shown.trajectory_uid)).steps;
+  const user = ((steps[0]?.messages ?? []) as WireMessage[]).find((m) => m.role === 'user');
+  const prompt = contentText(user?.content);
+  const at = prompt.indexOf(HINT_HEADING);
+  const { hint: _hint, ...rest } = g;
+  say(`actguide  guided trajectory ${shown.trajectory_uid}: metadata.guidance ${JSON.stringify(rest)}`);
+  say('actguide  the hint section of its stored step-0 prompt, after the task prompt:');
+  for (const line of (at >= 0 ? prompt.slice(at) : prompt).split('\n')) say(`          ${clip(line, 110)}`);
+}
+
+/** The CLEANER and ActGuide-RL sections of the demo, each skipped when given no tasks. */
+async function demoSections(
+  o: DemoOptions,
+  section: Omit<SectionContext, 'tasks' | 'samples'>,
+): Promise<{ cleaner: CleanerDemoResult | null; actguide: ActGuideDemoResult | null }> {
+  const cleanerTasks = o.cleanerTasks ?? 3;
+  const cleaner =
+    cleanerTasks > 0
+      ? await demoCleaner({
+          ...section,
+          tasks: synthesize({ n: cleanerTasks, seed: o.seed }),
+          samples: o.cleanerSamples ?? 2,
+          errorRate: o.cleanerErrorRate ?? 0.5,
+        })
+      : null;
+  const guideTasks = o.guideTasks ?? 3;
+  const actguide =
+    guideTasks > 0
+      ? await demoActGuide({
+          ...section,
+          tasks: synthesize({ n: guideTasks, seed: o.seed }),
+          samples: o.guideSamples ?? 2,
+          needsPlan: o.needsPlan ?? 0.6,
+        })
+      : null;
+  return { cleaner, actguide };
+}
+
+/**
+ * The demo's trainer: leases groups as they complete while `gym` runs, nacks the first batch (a
+ * failed update, served again), acks the rest and bumps the policy version after each.
+ */
+async function demoTrainer(
+  client: StepwiseClient,
+  gym: Promise<unknown>,
+  c: { groups: number; batchSize: number; rollouts: number; say: (line: string) => void },
+): Promise<{ consumedGroups: number; consumedSteps: number }> {
+  let consumedGroups = 0;
+  let consumedSteps = 0;
+  let nacked = false;
+  let version = 0;
+  let gymDone = false;
+  gym.then(
+    () => {
+      gymDone = true;
+    },
+    () => {
+      gymDone = true;
+    },
+  );
+  while (consumedGroups < c.groups) {
+    const size = Math.min(c.batchSize, c.groups - consumedGroups);
+    const batch = await client.lease({
+      batchSize: size,
+      nRollouts: c.rollouts,
+      waitMs: gymDone ? 0 : 5_000,
+      consumer: 'demo-trainer',
+      advantage: 'grpo',
+    });
+    if (!batch) {
+      if (gymDone) break; // what is left never completed a group (e.g. infrastructure failures)
+      continue;
+    }
+    const steps = batch.groups.reduce(
+      (n, g) => n + g.trajectories.reduce((m, t) => m + t.steps.length, 0),
+      0,
+    );
+    const advantages = batch.groups.map(
+      (g) => `[${g.trajectories.map((t) => (t.advantage ?? 0).toFixed(2)).join(' ')}]`,
+    );
+    c.say(
+      `trainer   leased ${batch.groups.length} groups, ${steps} steps; GRPO advantages ${advantages.join(' ')}`,
+    );
+    if (!nacked) {
+      nacked = true;
+      await client.nack(batch.lease_id);
+      c.say('trainer   nacked it (simulated failed update): the same groups are served again first');
+      continue;
+    }
+    await client.ack(batch.lease_id);
+    consumedGroups += batch.groups.length;
+    consumedSteps += steps;
+    version++;
+    await client.setPolicyVersion(version);
+    c.say(`trainer   acked; weights synced, policy version -> ${version}`);
+  }
+  return { consumedGroups, consumedSteps };
 }
 
 interface SectionContext {
@@ -490,39 +590,7 @@ async function demoCleaner(c: SectionContext & { errorRate: number }): Promise<C
         .join(', ')}`,
     );
 
-    // The rollout with the most rollbacks, beside its plain twin.
-    let example: CleanerDemoResult['example'] = null;
-    let most = 0;
-    for (const [key, { result, stored }] of cleaned.stored) {
-      const twin = plain.stored.get(key);
-      const n = Number(
-        (stored.metadata.cleaner as { rollbacks_triggered?: number } | undefined)?.rollbacks_triggered ?? 0,
-      );
-      if (!twin || n <= most) continue;
-      most = n;
-      example = {
-        taskId: result.taskId,
-        sample: result.sample,
-        plainTrajectory: twin.stored.trajectory_uid,
-        cleanerTrajectory: stored.trajectory_uid,
-        before: contextLines(twin.stored),
-        after: contextLines(stored),
-      };
-    }
-    if (example) {
-      const width = 52;
-      say(
-        `cleaner   one rollout, ${example.taskId} #${example.sample}: the final stored context of each run (its last LLM call's messages)`,
-      );
-      say(
-        `          ${'without CLEANER (errors stay, trained on)'.padEnd(width)} │ with CLEANER (failed turns rolled back)`,
-      );
-      for (const [left, right] of sideBySide(example.before, example.after))
-        say(`          ${clip(left, width).padEnd(width)} │ ${clip(right, width)}`);
-      say(
-        `          stored as trajectories ${example.plainTrajectory} (channel cleaner-off) and ${example.cleanerTrajectory} (cleaner-on)`,
-      );
-    }
+    const example = cleanerExample(plain.stored, cleaned.stored, say);
     return {
       errorRate: c.errorRate,
       tasks: c.tasks.length,
@@ -609,19 +677,7 @@ async function demoActGuide(c: SectionContext & { needsPlan: number }): Promise<
     say(
       `actguide  store: ${guidedTrajectories.length} guided trajectories (${withGuidance.length} with metadata.guidance off_policy), ${replaced.total} unguided ones labelled trainable=false '${REPLACED_TAG}', ${probes.total} probes in channel train-probe`,
     );
-    const shown = withGuidance[0];
-    if (shown) {
-      const g = guidance(shown)!;
-      const steps = (await client.getTrajectory(shown.trajectory_uid)).steps;
-      const user = ((steps[0]?.messages ?? []) as WireMessage[]).find((m) => m.role === 'user');
-      const prompt = contentText(user?.content);
-      const at = prompt.indexOf(HINT_HEADING);
-      const { hint: _hint, ...rest } = g;
-      say(`actguide  guided trajectory ${shown.trajectory_uid}: metadata.guidance ${JSON.stringify(rest)}`);
-      say('actguide  the hint section of its stored step-0 prompt, after the task prompt:');
-      for (const line of (at >= 0 ? prompt.slice(at) : prompt).split('\n'))
-        say(`          ${clip(line, 110)}`);
-    }
+    if (withGuidance[0]) await showGuided(client, withGuidance[0], say);
     const tasks: ActGuideTaskResult[] = run.guidance.decisions.map((d) => ({
       taskId: d.taskId,
       actions: d.guidance?.actions ?? c.tasks.find((t) => t.id === d.taskId)?.referenceActions?.length ?? 0,
