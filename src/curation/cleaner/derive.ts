@@ -354,25 +354,7 @@ export async function purifyStore(
     throw new ValidationError('into: derived trajectories go to another channel than --channel', 'into');
   const tokenizer = options.tokenizer ?? loadQwen3Tokenizer();
   const clock = options.clock ?? Date.now;
-  const summary: PurifySummary = {
-    dry_run: options.dryRun === true,
-    scanned: 0,
-    purified: 0,
-    copied: 0,
-    skipped: {},
-    metrics: {
-      rollbacks_triggered: 0,
-      recovered: 0,
-      failed: 0,
-      shallow: 0,
-      deep: 0,
-      removed_error_types: {},
-      tool_errors_before: 0,
-      tool_errors_after: 0,
-    },
-    options: resolved,
-    trajectories: [],
-  };
+  const summary = emptySummary(options, resolved);
   const skip = (reason: PurifySkipReason) => {
     summary.skipped[reason] = (summary.skipped[reason] ?? 0) + 1;
   };
@@ -381,16 +363,9 @@ export async function purifyStore(
   for await (const source of candidates(store, options)) {
     summary.scanned++;
     options.onProgress?.(summary.scanned, Math.max(total, summary.scanned));
-    if (source.derivedFrom !== null) {
-      skip('derived');
-      continue;
-    }
-    if (source.probe) {
-      skip('probe');
-      continue;
-    }
-    if (source.status !== 'complete') {
-      skip('not_complete');
+    const ineligible = ineligibleReason(source);
+    if (ineligible) {
+      skip(ineligible);
       continue;
     }
     const into = options.into ?? `${source.channel}-purified`;
@@ -414,46 +389,24 @@ export async function purifyStore(
     });
     const m = online ? onlineMetrics(source.metadata.cleaner) : result.report.metrics;
     const before = original.at(-1)!;
-    const flagged = new Set(
-      original.flatMap((s) =>
-        (s.toolResults ?? [])
-          .filter((r) => r.error)
-          .map((r) => `${(r.tool_call_id ?? '').replace(/[^0-9a-z]/gi, '')}\u0000${r.content}`),
-      ),
-    );
-    let steps: NewStep[];
-    let grafted: TrainingView | null = null;
-    if (online) {
-      // Rolled back online: the captured calls are purified already, at the token level (graft.ts).
-      grafted = trainingView(original, online.repairs, {
-        abandonedSteps: online.abandonedSteps,
-        toolCallTokenId: online.toolCallTokenId ?? undefined,
-        ...(options.modelOf ? { modelOf: options.modelOf } : {}),
-      });
-      steps = reindexed(derivedId, grafted.steps);
-    } else if (result.changed) {
-      if (!templateReproduces(original[0]!, tokenizer)) {
-        skip('template_mismatch');
-        continue;
-      }
-      steps = purifiedSteps(source, derivedId, original, result.messages, tokenizer);
-    } else {
-      steps = copiedSteps(derivedId, original);
+    const flagged = flaggedOutputs(original);
+    const derived = derivedSteps(source, derivedId, original, {
+      online,
+      result,
+      tokenizer,
+      modelOf: options.modelOf,
+    });
+    if (!derived) {
+      skip('template_mismatch');
+      continue;
     }
-    summary.metrics.rollbacks_triggered += m.rollbacksTriggered;
-    summary.metrics.recovered += m.recovered;
-    summary.metrics.failed += m.failed;
-    summary.metrics.shallow += m.shallow;
-    summary.metrics.deep += m.deep;
-    for (const [type, n] of Object.entries(m.removedErrorTypes))
-      summary.metrics.removed_error_types[type] = (summary.metrics.removed_error_types[type] ?? 0) + n;
-    summary.metrics.tool_errors_before += failedToolMessages(
-      (before.messages ?? []) as JsonObject[],
-      flagged,
-    );
-    summary.metrics.tool_errors_after += grafted
-      ? failedToolMessages(servedContext(grafted.steps), flagged)
-      : failedToolMessages(result.messages, flagged);
+    const { steps, grafted } = derived;
+    tallyMetrics(summary.metrics, m, {
+      before: failedToolMessages((before.messages ?? []) as JsonObject[], flagged),
+      after: grafted
+        ? failedToolMessages(servedContext(grafted.steps), flagged)
+        : failedToolMessages(result.messages, flagged),
+    });
     const changed = grafted ? grafted.grafts.length + grafted.removed.length > 0 : result.changed;
     if (changed) summary.purified++;
     else summary.copied++;
@@ -463,62 +416,196 @@ export async function purifyStore(
       channel: into,
       group_id: source.groupId,
       outcome: changed ? 'purified' : 'copied',
-      repairs: online ? online.repairs.length : result.repairs.length,
-      mode: online
-        ? online.repairs.length > 0
-          ? modeOf(online.repairs.map((r) => r.mode))
-          : null
-        : (result.derivation?.mode ?? null),
+      ...repairsOf(online, result),
       steps_before: original.length,
       steps_after: steps.length,
     });
     if (options.dryRun) continue;
 
-    // The derived group mirrors the source group: as many rollouts as it completed.
-    const groupKey = `${source.channel}\u0000${source.groupId}`;
-    let size = groupSizes.get(groupKey);
-    if (size === undefined) {
-      size = (await store.getGroup(source.channel, source.groupId))?.nComplete ?? 1;
-      groupSizes.set(groupKey, size);
-    }
-    const derivation: Record<string, unknown> =
-      online && grafted && changed
-        ? {
-            derived_from: source.id,
-            purified_offline: false,
-            purified_online: true,
-            mode: modeOf(online.repairs.map((r) => r.mode)),
-            grafts: grafted.grafts.map((g) => ({ index: g.index, from: g.from, modes: g.modes })),
-            removed_steps: grafted.removed,
-          }
-        : !online && result.derivation
-          ? { ...result.derivation }
-          : { derived_from: source.id, purified_offline: false, unchanged: true };
-    if (!existing) {
-      await store.createTrajectory(
-        {
-          id: derivedId,
-          groupId: source.groupId,
-          channel: into,
-          nRollouts: size,
-          metadata: {
-            ...source.metadata,
-            // An online run keeps its own record; an offline purification writes its report.
-            ...(!online && result.derivation ? { cleaner: result.derivation.cleaner } : {}),
-          },
-          taskId: source.taskId,
-          guided: source.guided,
-          guidanceK: source.guidanceK,
-          derivedFrom: source.id,
-          derivation,
-        },
-        clock(),
-      );
-    }
-    // Steps already written by a run that crashed are skipped by the store as duplicates.
-    const [outcome] = await store.submitBatch([{ channel: into, nRollouts: size, steps }], clock());
-    if (outcome && !outcome.ok) throw outcome.error;
-    await store.completeTrajectory(derivedId, { reward: source.reward, status: 'complete' }, clock());
+    const derivation = derivationOf(source, online, grafted, changed, result);
+    const cleanerReport = !online && result.derivation ? result.derivation.cleaner : undefined;
+    await writeDerived(store, {
+      source,
+      derivedId,
+      into,
+      existing,
+      steps,
+      derivation,
+      cleanerReport,
+      groupSizes,
+      clock,
+    });
   }
   return summary;
+}
+
+function emptySummary(options: PurifyStoreOptions, resolved: PurifySummary['options']): PurifySummary {
+  return {
+    dry_run: options.dryRun === true,
+    scanned: 0,
+    purified: 0,
+    copied: 0,
+    skipped: {},
+    metrics: {
+      rollbacks_triggered: 0,
+      recovered: 0,
+      failed: 0,
+      shallow: 0,
+      deep: 0,
+      removed_error_types: {},
+      tool_errors_before: 0,
+      tool_errors_after: 0,
+    },
+    options: resolved,
+    trajectories: [],
+  };
+}
+
+/** Adds one trajectory's rollback metrics and failed tool messages (before, after) to the totals. */
+function tallyMetrics(
+  metrics: PurifySummary['metrics'],
+  m: ReturnType<typeof onlineMetrics>,
+  toolErrors: { before: number; after: number },
+): void {
+  metrics.rollbacks_triggered += m.rollbacksTriggered;
+  metrics.recovered += m.recovered;
+  metrics.failed += m.failed;
+  metrics.shallow += m.shallow;
+  metrics.deep += m.deep;
+  for (const [type, n] of Object.entries(m.removedErrorTypes))
+    metrics.removed_error_types[type] = (metrics.removed_error_types[type] ?? 0) + n;
+  metrics.tool_errors_before += toolErrors.before;
+  metrics.tool_errors_after += toolErrors.after;
+}
+
+/** The derived trajectory's `derivation`: online grafts, an offline purification's record, or unchanged. */
+function derivationOf(
+  source: Trajectory,
+  online: ReturnType<typeof onlineCleaner>,
+  grafted: TrainingView | null,
+  changed: boolean,
+  result: ReturnType<typeof purifyTrajectory>,
+): Record<string, unknown> {
+  return online && grafted && changed
+    ? {
+        derived_from: source.id,
+        purified_offline: false,
+        purified_online: true,
+        mode: modeOf(online.repairs.map((r) => r.mode)),
+        grafts: grafted.grafts.map((g) => ({ index: g.index, from: g.from, modes: g.modes })),
+        removed_steps: grafted.removed,
+      }
+    : !online && result.derivation
+      ? { ...result.derivation }
+      : { derived_from: source.id, purified_offline: false, unchanged: true };
+}
+
+/** Writes the derived trajectory (created once, its steps, completed with the source's reward). */
+async function writeDerived(
+  store: PurifyPool,
+  c: {
+    source: Trajectory;
+    derivedId: string;
+    into: string;
+    existing: Trajectory | null;
+    steps: NewStep[];
+    derivation: Record<string, unknown>;
+    /** An offline purification's report, for the derived trajectory's metadata. */
+    cleanerReport: unknown;
+    groupSizes: Map<string, number>;
+    clock: () => number;
+  },
+): Promise<void> {
+  const { source, derivedId, into, existing, steps, derivation, groupSizes, clock } = c;
+  // The derived group mirrors the source group: as many rollouts as it completed.
+  const groupKey = `${source.channel}\u0000${source.groupId}`;
+  let size = groupSizes.get(groupKey);
+  if (size === undefined) {
+    size = (await store.getGroup(source.channel, source.groupId))?.nComplete ?? 1;
+    groupSizes.set(groupKey, size);
+  }
+  if (!existing) {
+    await store.createTrajectory(
+      {
+        id: derivedId,
+        groupId: source.groupId,
+        channel: into,
+        nRollouts: size,
+        metadata: {
+          ...source.metadata,
+          // An online run keeps its own record; an offline purification writes its report.
+          ...(c.cleanerReport ? { cleaner: c.cleanerReport } : {}),
+        },
+        taskId: source.taskId,
+        guided: source.guided,
+        guidanceK: source.guidanceK,
+        derivedFrom: source.id,
+        derivation,
+      },
+      clock(),
+    );
+  }
+  // Steps already written by a run that crashed are skipped by the store as duplicates.
+  const [outcome] = await store.submitBatch([{ channel: into, nRollouts: size, steps }], clock());
+  if (outcome && !outcome.ok) throw outcome.error;
+  await store.completeTrajectory(derivedId, { reward: source.reward, status: 'complete' }, clock());
+}
+
+/** Why a trajectory is never purified (derived itself, a probe, not complete), or null. */
+function ineligibleReason(source: Trajectory): PurifySkipReason | null {
+  if (source.derivedFrom !== null) return 'derived';
+  if (source.probe) return 'probe';
+  if (source.status !== 'complete') return 'not_complete';
+  return null;
+}
+
+/** The tool outputs the gateway flagged as failures, keyed by call id (alphanumerics) and content. */
+function flaggedOutputs(steps: readonly Step[]): Set<string> {
+  return new Set(
+    steps.flatMap((s) =>
+      (s.toolResults ?? [])
+        .filter((r) => r.error)
+        .map((r) => `${(r.tool_call_id ?? '').replace(/[^0-9a-z]/gi, '')}\u0000${r.content}`),
+    ),
+  );
+}
+
+/** How many repairs a purification made, and their mode (online: the run's own record). */
+function repairsOf(
+  online: ReturnType<typeof onlineCleaner>,
+  result: ReturnType<typeof purifyTrajectory>,
+): { repairs: number; mode: PurifySummary['trajectories'][number]['mode'] } {
+  if (!online) return { repairs: result.repairs.length, mode: result.derivation?.mode ?? null };
+  const modes = online.repairs.map((r) => r.mode);
+  return { repairs: modes.length, mode: modes.length > 0 ? modeOf(modes) : null };
+}
+
+/**
+ * The derived trajectory's steps: grafted from an online run's repairs, rebuilt from an offline
+ * purification's messages, or copied; null when the model's template does not reproduce the prompt.
+ */
+function derivedSteps(
+  source: Trajectory,
+  derivedId: string,
+  original: Step[],
+  c: {
+    online: ReturnType<typeof onlineCleaner>;
+    result: ReturnType<typeof purifyTrajectory>;
+    tokenizer: ChatTokenizer;
+    modelOf: PurifyStoreOptions['modelOf'];
+  },
+): { steps: NewStep[]; grafted: TrainingView | null } | null {
+  const { online, result, tokenizer } = c;
+  if (online) {
+    // Rolled back online: the captured calls are purified already, at the token level (graft.ts).
+    const grafted = trainingView(original, online.repairs, {
+      abandonedSteps: online.abandonedSteps,
+      toolCallTokenId: online.toolCallTokenId ?? undefined,
+      ...(c.modelOf ? { modelOf: c.modelOf } : {}),
+    });
+    return { steps: reindexed(derivedId, grafted.steps), grafted };
+  }
+  if (!result.changed) return { steps: copiedSteps(derivedId, original), grafted: null };
+  if (!templateReproduces(original[0]!, tokenizer)) return null;
+  return { steps: purifiedSteps(source, derivedId, original, result.messages, tokenizer), grafted: null };
 }
