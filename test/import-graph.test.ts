@@ -100,7 +100,7 @@ describe('import graph of src/', () => {
       text: ['domain'],
       engines: ['domain', 'text', 'util'],
       store: ['domain'],
-      serving: ['domain', 'store'],
+      serving: ['domain', 'pool', 'store'],
       sdk: ['domain', 'serving', 'store'],
       gym: ['curation', 'domain', 'engines', 'sdk', 'text', 'util'],
       services: ['curation', 'domain', 'engines', 'text', 'util'],
@@ -110,6 +110,12 @@ describe('import graph of src/', () => {
       const extra = [...(folderEdges.get(folder) ?? [])].filter((f) => !allowed.includes(f));
       expect(extra, `${folder} imports`).toEqual([]);
     }
+    // What serving reads of the pool is its vocabulary (what a lease serves), not its rules.
+    const servingToPool = [...fileEdges]
+      .filter(([file]) => relative(SRC, file).startsWith('serving/'))
+      .flatMap(([, targets]) => [...targets].map((t) => relative(SRC, t)))
+      .filter((t) => t.startsWith('pool/'));
+    expect(new Set(servingToPool)).toEqual(new Set(['pool/types.ts']));
   });
 
   it('keeps the layers inside gym/: the install kit below the sandbox and the agents, each agent its own', () => {

@@ -4,10 +4,11 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ConflictError } from '../src/domain/index.js';
 import { type PoolOps, poolOps } from '../src/pool/core.js';
+import type { LeaseParams } from '../src/pool/types.js';
 import { WorkerPool } from '../src/pool/worker-pool.js';
 import { openPostgresStore } from '../src/store/postgres/postgres-store.js';
 import { openSqliteStore } from '../src/store/sqlite/sqlite-store.js';
-import type { LeaseParams, Store } from '../src/store/store.js';
+import type { Store } from '../src/store/store.js';
 import { dropSchema, freshSchema, pgUrl } from './support/postgres.js';
 
 /*

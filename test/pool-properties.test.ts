@@ -23,9 +23,10 @@ import {
   stepFromWire,
 } from '../src/domain/index.js';
 import { DataPool } from '../src/pool/data-pool.js';
+import type { LeasedBatch } from '../src/pool/types.js';
 import { openPostgresStore } from '../src/store/postgres/postgres-store.js';
 import { openSqliteStore } from '../src/store/sqlite/sqlite-store.js';
-import type { LeasedBatch, Store } from '../src/store/store.js';
+import type { Store } from '../src/store/store.js';
 import { dropSchema, freshSchema, pgUrl } from './support/postgres.js';
 
 // ---- the world a run plays in -------------------------------------------------------------------

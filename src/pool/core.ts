@@ -18,11 +18,6 @@ import type {
   CallFailure,
   CompleteInput,
   CreateTrajectoryInput,
-  GroupSweepResult,
-  GuidanceRelease,
-  LeasedBatch,
-  LeaseParams,
-  PreviewGroup,
   Refusal,
   Store,
   SubmitOutcome,
@@ -44,6 +39,7 @@ import {
   recordCallFailure,
   recordRefusal,
 } from './trajectories.js';
+import type { GroupSweepResult, GuidanceRelease, LeasedBatch, LeaseParams, PreviewGroup } from './types.js';
 
 /**
  * The pool's operations: its rules, each run in one transaction of the store, and the store's reads.

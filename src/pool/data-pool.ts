@@ -23,8 +23,6 @@ import type {
   CreateTrajectoryInput,
   EventQuery,
   GroupQuery,
-  GuidanceRelease,
-  LeasedBatch,
   Page,
   PoolStats,
   Refusal,
@@ -38,6 +36,7 @@ import type {
   TrajectoryRead,
 } from '../store/store.js';
 import { type PackedStep, type PoolOps, poolOps } from './core.js';
+import type { GuidanceRelease, LeasedBatch } from './types.js';
 import { WriteCoalescer } from './write-coalescer.js';
 
 export interface DataPoolOptions {

@@ -1,7 +1,7 @@
 import { type ChannelConfig, ConflictError, type DropReason, NotFoundError } from '../domain/index.js';
 import type { GroupRow } from '../store/rows.js';
-import type { GuidanceRelease } from '../store/store.js';
 import type { PoolTx, Rule } from '../store/tx.js';
+import type { GuidanceRelease } from './types.js';
 
 // A group's life: collecting -> ready (or pending_guidance) -> leased -> consumed, or dropped.
 

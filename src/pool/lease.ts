@@ -16,19 +16,19 @@ import {
   toLease,
   toTrajectory,
 } from '../store/rows.js';
+import type { CurrentLabel } from '../store/store.js';
+import type { PoolTx, Rule } from '../store/tx.js';
+import { admissionLimit } from './admission.js';
+import { adoptGroupSize, dropGroup, sweepCollecting } from './groups.js';
+import { expireLeases } from './leases.js';
 import type {
   CurationDrop,
-  CurrentLabel,
   LeasedBatch,
   LeaseParams,
   PreviewGroup,
   ServedGroup,
   ServedTrajectory,
-} from '../store/store.js';
-import type { PoolTx, Rule } from '../store/tx.js';
-import { admissionLimit } from './admission.js';
-import { adoptGroupSize, dropGroup, sweepCollecting } from './groups.js';
-import { expireLeases } from './leases.js';
+} from './types.js';
 
 /** A ready group after curation: the members it is served with, what was left out, decoded steps. */
 export interface Curated {

@@ -1,6 +1,6 @@
 import { Worker } from 'node:worker_threads';
 import type { Step } from '../domain/index.js';
-import type { LeasedBatch, ServedTrajectory } from '../store/store.js';
+import type { LeasedBatch, ServedTrajectory } from '../pool/types.js';
 import { type AdvantageEstimator, groupAdvantages } from './advantages.js';
 import { isOffPolicy } from './off-policy.js';
 import { type RowKind, stitchTrajectory, type TrajectoryRow } from './trajectory-rows.js';

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { LeaseRequest, ValidationError } from '../domain/index.js';
 import { LEASE_HEADERS } from '../domain/wire-headers.js';
-import type { LeasedBatch } from '../store/store.js';
+import type { LeasedBatch } from '../pool/types.js';
 import { ADVANTAGE_ESTIMATORS } from './advantages.js';
 import { arrowColumns, arrowRows, encodeArrow } from './arrow-batch.js';
 import { batchCuration, batchToJson, batchToTrajectoryRowsJson } from './json-batch.js';

@@ -7,7 +7,8 @@ import {
   type TrajectoryRowJson,
   type TrajectoryRowsBatchJson,
 } from '../domain/index.js';
-import type { CurrentLabel, LeasedBatch } from '../store/store.js';
+import type { LeasedBatch } from '../pool/types.js';
+import type { CurrentLabel } from '../store/store.js';
 import { type AdvantageEstimator, groupAdvantages } from './advantages.js';
 import { isOffPolicy, needsLogprobRecompute, trainingPrompt } from './off-policy.js';
 import { type PackingWire, packedResponseValues, packingToWire, packPrefixTree } from './packing.js';

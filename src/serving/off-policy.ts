@@ -1,5 +1,5 @@
 import type { Step, Trajectory } from '../domain/index.js';
-import type { LeasedBatch } from '../store/store.js';
+import type { LeasedBatch } from '../pool/types.js';
 
 /*
  * What a trainer must know to weigh a trajectory it did not sample itself. A guided rollout

@@ -1,5 +1,5 @@
 import { StepwiseError } from '../domain/index.js';
-import type { LeasedBatch } from '../store/store.js';
+import type { LeasedBatch } from '../pool/types.js';
 import { type AdvantageEstimator, groupAdvantages } from './advantages.js';
 import type { NpyArray } from './npz.js';
 import { isOffPolicy, trainingPrompt } from './off-policy.js';

@@ -85,21 +85,6 @@ export interface CompleteInput {
   status: Exclude<TrajectoryStatus, 'open'>;
 }
 
-export interface LeaseParams {
-  channel: string;
-  batchSize: number;
-  nRollouts: number | null;
-  /** Overrides the channel's max_staleness for this lease when given. */
-  maxStaleness: number | null;
-  consumer: string;
-  ttlMs: number;
-  /**
-   * Time is left to wait: with admission control on, the lease waits for an open rollout that
-   * this batch's update would make too stale (pool/lease.ts#straggling).
-   */
-  patient?: boolean;
-}
-
 /** The latest curation state of a step (stepIndex set) or a whole trajectory (stepIndex null). */
 export interface CurrentLabel {
   trajectoryId: string;
@@ -108,44 +93,6 @@ export interface CurrentLabel {
   trainable: boolean | null;
   tags: string[];
   note: string | null;
-}
-
-export interface ServedTrajectory {
-  trajectory: Trajectory;
-  steps: Step[];
-  labels: CurrentLabel[];
-  /** The signals in force: the latest per (step, name, source), oldest first. */
-  signals: Signal[];
-}
-
-export interface ServedGroup {
-  group: Group;
-  staleness: number;
-  stale: boolean;
-  trajectories: ServedTrajectory[];
-  /** Trajectories the channel's curation left out of this group, with the reason (absent: none). */
-  excluded?: {
-    trajectoryId: string;
-    reason: ExclusionReason;
-    reward: number | null;
-    detail?: Record<string, unknown>;
-  }[];
-}
-
-/** A ready group the channel's curation dropped while this lease was filled (its place was refilled). */
-export interface CurationDrop {
-  groupId: string;
-  reason: DropReason;
-  /** Rewards of its complete rollouts, for metrics over kept and dropped data alike. */
-  rewards: (number | null)[];
-}
-
-export interface LeasedBatch {
-  lease: Lease;
-  policyVersion: number;
-  groups: ServedGroup[];
-  /** Groups curation dropped while filling this lease (absent: none). */
-  dropped?: CurationDrop[];
 }
 
 /** What the dashboard's overview shows beyond stats(): how rewards and group outcomes are spread. */
@@ -160,17 +107,6 @@ export interface LeaseQuery {
   channel?: string;
   limit: number;
   offset: number;
-}
-
-/** One group as the next lease would see it (a read-only rehearsal: nothing is leased or dropped). */
-export interface PreviewGroup {
-  group: Group;
-  staleness: number;
-  /** `serve`, or why the lease would drop it (and take the next group instead). */
-  decision: 'serve' | DropReason;
-  /** Trajectories it would be served with, and how many of their steps are trainable. */
-  served: { trajectory: Trajectory; steps: number; trainableSteps: number }[];
-  excluded: { trajectoryId: string; reason: ExclusionReason; reward: number | null }[];
 }
 
 /** Reward metrics over a set of trajectories (mean over those with a reward; null when none has). */
@@ -329,19 +265,6 @@ export interface PoolStats {
  * `policy` (the policy version changed), `events` (only new events to read).
  */
 export type StoreChange = 'ready' | 'policy' | 'events';
-
-export interface GroupSweepResult {
-  /** Open trajectories closed as aborted after their channel's idle timeout. */
-  idleAborted: number;
-  dropped: number;
-  servedPartial: number;
-  expiredLeases: number;
-  /** Groups whose guidance hold timed out, released as they were. */
-  guidanceReleased: number;
-}
-
-/** Why a group left `pending_guidance`. */
-export type GuidanceRelease = 'replaced' | 'abandoned' | 'operator' | 'timeout';
 
 export interface GroupQuery {
   channel?: string;

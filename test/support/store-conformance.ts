@@ -13,7 +13,8 @@ import {
   Trajectory,
 } from '../../src/domain/index.js';
 import { type PoolOps, poolOps } from '../../src/pool/core.js';
-import type { LeaseParams, Store, TrajectoryQuery } from '../../src/store/store.js';
+import type { LeaseParams } from '../../src/pool/types.js';
+import type { Store, TrajectoryQuery } from '../../src/store/store.js';
 import { episode, makeStep } from './steps.js';
 
 export { episode, makeStep };

@@ -1,7 +1,8 @@
 import type { Hono } from 'hono';
 import { z } from 'zod';
 import { type ChannelConfig, ChannelName, fromZodError, type Lease } from '../../domain/index.js';
-import type { PoolStats, PreviewGroup } from '../../store/store.js';
+import type { PreviewGroup } from '../../pool/types.js';
+import type { PoolStats } from '../../store/store.js';
 import { formatTime } from '../assets/event-summary.js';
 import { fmt, Page } from '../layout.js';
 import type { DashboardEnv, DashboardOptions } from '../options.js';
