@@ -77,8 +77,7 @@ const READY_EVENTS = new Set<EventType>([
   'label_changed',
 ]);
 
-/** One open transaction: its connection, what it logged and the channel settings it read. */
-/** A statement under a name derived from its text: pg prepares it once per connection. */
+/** Opens the store in its schema (migrating it, or refusing a schema without one when `existing`). */
 export async function openPostgresStore(options: PostgresStoreOptions): Promise<PostgresStore> {
   const { pool, kysely, schema } = await openPostgresDatabase<ListSchema>({
     url: options.url,
