@@ -2,7 +2,6 @@ import type { Logger } from 'pino';
 import {
   ConflictError,
   type JsonObject,
-  MAX_POLICY_VERSION,
   type NewStep,
   StepwiseError,
   ValidationError,

@@ -232,168 +232,157 @@ export async function runGuided(
   mkdirSync(stateDir, { recursive: true });
   const decisionsFile = join(stateDir, 'decisions.jsonl');
   const decided = readDecisions(decisionsFile);
-  const probes: SampleResult[] = [];
-  const guided: SampleResult[] = [];
   const channel = options.channel ?? 'train';
-  const probeChannel = guide.probeChannel ?? `${channel}-probe`;
-  // One pass of a task with a hint of k actions: probe rollouts, or the guided group itself.
-  const pass = async (
-    task: GymTask,
-    groupId: string,
-    plan: ResolvedPlan,
-    k: number,
-    phase: 'probe' | 'guided',
-  ) => {
-    const actions = plan.actions;
-    const hint = renderHint(actions, k);
-    const samples = phase === 'probe' ? config.probeRollouts : options.samples;
-    const guidance = {
-      k,
-      strategy: config.strategy,
-      hint,
-      mode,
-      actions: actions.length,
-      plan_source: plan.source,
-      ...(plan.from ? { plan_from: plan.from } : {}),
-    };
-    const { results } = await runSamples({
-      ...gymOptions,
-      // In assistant_prefix mode the task prompt stays as it is: the gateway opens each call with the hint.
-      tasks: [mode === 'user_prompt' ? { ...task, prompt: guidedPrompt(task.prompt, hint) } : task],
-      samples,
-      concurrency: Math.max(1, Math.min(options.concurrency, samples)),
-      channel: phase === 'probe' ? probeChannel : options.channel,
-      stateFile: join(
-        stateDir,
-        phase === 'probe' ? `probe-${task.id}-k${k}.jsonl` : `guided-${task.id}.jsonl`,
-      ),
-      groupOf: () => (phase === 'probe' ? `${groupId}.probe-${k}` : `${groupId}.guided`),
-      guidance: { kind: phase === 'probe' ? 'probe' : 'guided', k, hint, mode },
-      metadataOf: () => ({
-        guidance:
-          phase === 'probe'
-            ? { ...guidance, probe: true, for_group: groupId }
-            : { ...guidance, off_policy: true, replaces: groupId },
-      }),
-      onSample: (result) => guide.onSample?.(result, phase),
-    });
-    (phase === 'probe' ? probes : guided).push(...results);
-    return results;
+  const todo = undecidedGroups(options, unguided.results, decided, config.threshold);
+  const plans = await plansOfHardGroups(todo, options, config.threshold);
+  if (options.signal?.aborted) return { ...unguided, guidance: guidanceSoFar(decided, options.tasks) };
+  const run: GuideRun = {
+    options,
+    gymOptions,
+    runSamples,
+    config,
+    mode,
+    holding,
+    stateDir,
+    probeChannel: guide.probeChannel ?? `${channel}-probe`,
+    probes: [],
+    guided: [],
+    plans,
+    holds: groupHolds(options, channel, todo),
   };
 
+  const decisions = new Map(decided);
+  let refresher: NodeJS.Timeout | null = null;
+  if (holding) {
+    await run.holds.refresh();
+    refresher = setInterval(() => void run.holds.refresh(), guide.holdRefreshMs ?? 10 * 60_000);
+    refresher.unref();
+  }
+  let failure: { error: unknown } | null = null;
+  try {
+    failure = await decideAll(run, todo, decisions, decisionsFile);
+  } finally {
+    if (refresher) clearInterval(refresher);
+    // A failed guide releases every group it did not decide: none waits for a replacement that will
+    // not come. A run cut short (aborted) keeps them held for a resumed run, as before.
+    if (holding && !options.signal?.aborted) await run.holds.releaseUndecided();
+  }
+  if (failure !== null) throw failure.error;
+  const { probes, guided } = run;
+  return { ...unguided, guidance: { ...guidanceSoFar(decisions, options.tasks), probes, guided } };
+}
+
+/** A task's unguided group, judged hard or not, waiting for the guide's decision. */
+interface GroupToDecide {
+  task: GymTask;
+  groupId: string;
+  rewards: number[];
+  hard: boolean;
+  /** Its trajectories, labelled untrainable once a guided group replaces it. */
+  replaced: string[];
+}
+
+/** What the guide's steps share: the run, its guidance settings and the guide's state so far. */
+interface GuideRun {
+  options: GuidedRunOptions;
+  gymOptions: GymRunOptions;
+  runSamples: typeof runGym;
+  config: GuidanceConfig;
+  mode: InjectionMode;
+  holding: boolean;
+  stateDir: string;
+  probeChannel: string;
+  /** The probe and guided samples run so far, pass by pass. */
+  probes: SampleResult[];
+  guided: SampleResult[];
+  plans: ReadonlyMap<string, ResolvedPlan>;
+  holds: ReturnType<typeof groupHolds>;
+}
+
+/** The tasks without a decision yet, by id, each with its unguided group's rewards and hardness. */
+function undecidedGroups(
+  options: GuidedRunOptions,
+  unguided: readonly SampleResult[],
+  decided: ReadonlyMap<string, GuideDecision>,
+  threshold: number,
+): GroupToDecide[] {
   const byTask = new Map<string, SampleResult[]>();
-  for (const r of unguided.results) byTask.set(r.taskId, [...(byTask.get(r.taskId) ?? []), r]);
-  const todo = [...options.tasks]
+  for (const r of unguided) byTask.set(r.taskId, [...(byTask.get(r.taskId) ?? []), r]);
+  return [...options.tasks]
     .sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))
     .filter((t) => !decided.has(t.id))
     .map((task) => {
       const results = byTask.get(task.id) ?? [];
       const groupId = results[0]?.groupId ?? `${options.runId}.${task.id}`;
       const rewards = scores(results);
-      const hard = isHardGroup(rewards, config.threshold);
+      const hard = isHardGroup(rewards, threshold);
       const replaced = results.flatMap((r) => (r.trajectoryUid ? [r.trajectoryUid] : []));
       return { task, groupId, rewards, hard, replaced };
     });
+}
+
+/** The plan of each hard group's task, looked up one task at a time. */
+async function plansOfHardGroups(
+  todo: readonly GroupToDecide[],
+  options: GuidedRunOptions,
+  threshold: number,
+): Promise<Map<string, ResolvedPlan>> {
   // Every hard group is guided: with its plan, else with the hint None (the paper re-runs them all).
   const plans = new Map<string, ResolvedPlan>();
   for (const t of todo)
     if (t.hard)
       plans.set(
         t.task.id,
-        (await planFor(t.task, options, config.threshold)) ?? { actions: [], source: 'none', from: null },
+        (await planFor(t.task, options, threshold)) ?? { actions: [], source: 'none', from: null },
       );
-  if (options.signal?.aborted) return { ...unguided, guidance: guidanceSoFar(decided, options.tasks) };
-  const hold = (t: (typeof todo)[number]) => groupHold(options, channel, t.groupId);
+  return plans;
+}
 
-  // Groups not decided yet: held again now (the unguided pass may have been long), then every
-  // holdRefreshMs, and released in the end if the guide fails before deciding them.
+/**
+ * The holds of the groups not decided yet: held again now (the unguided pass may have been long),
+ * then every holdRefreshMs, and released in the end if the guide fails before deciding them.
+ */
+function groupHolds(options: GuidedRunOptions, channel: string, todo: readonly GroupToDecide[]) {
+  const hold = (t: GroupToDecide) => groupHold(options, channel, t.groupId);
   const undecided = new Set(todo);
   let refreshing: Promise<void> = Promise.resolve();
-  const refreshHolds = () => {
-    refreshing = (async () => {
+  return {
+    hold,
+    refresh: () => {
+      refreshing = (async () => {
+        for (const item of undecided)
+          if (item.hard)
+            await hold(item)
+              .hold()
+              .catch(() => {});
+      })();
+      return refreshing;
+    },
+    // Before a group's hold is released: no refresh may hold it again after.
+    settle: async (item: GroupToDecide) => {
+      undecided.delete(item);
+      await refreshing;
+    },
+    releaseUndecided: async () => {
       for (const item of undecided)
-        if (item.hard)
-          await hold(item)
-            .hold()
-            .catch(() => {});
-    })();
-    return refreshing;
-  };
-  // Before a group's hold is released: no refresh may hold it again after.
-  const settle = async (item: (typeof todo)[number]) => {
-    undecided.delete(item);
-    await refreshing;
-  };
-
-  const decide = async (item: (typeof todo)[number]): Promise<GuideDecision> => {
-    const { task, groupId, rewards, hard, replaced } = item;
-    const base = { taskId: task.id, groupId, rewards, hard };
-    if (!hard) {
-      // Not hard here (the store may have judged by a reward set later): it goes on to ready.
-      await settle(item);
-      if (holding) await hold(item).release('abandoned');
-      return { ...base, reason: null, guidance: null };
-    }
-    // Held already when it settled; this also holds one that settled ready (e.g. a run made before).
-    const note = holding ? await hold(item).hold() : null;
-    const plan = plans.get(task.id)!;
-    const actions = plan.actions;
-    const guidedGroup = `${groupId}.guided`;
-    let decision: GuideDecision;
-    try {
-      const choice = await chooseGuidanceK(
-        actions,
-        async (k) => scores(await pass(task, groupId, plan, k, 'probe')),
-        config,
-      );
-      const guidedRewards = scores(await pass(task, groupId, plan, choice.k, 'guided'));
-      if (options.signal?.aborted) throw new Aborted();
-      decision = {
-        ...base,
-        reason: note,
-        guidance: {
-          k: choice.k,
-          strategy: choice.strategy,
-          hint: renderHint(actions, choice.k),
-          planSource: plan.source,
-          planFrom: plan.from,
-          actions: actions.length,
-          probes: choice.probes,
-          groupId: guidedGroup,
-          rewards: guidedRewards,
-          rescued: guidedRewards.some((r) => r > config.threshold),
-          replaced,
-          mode,
-        },
-      };
-      // The guided group has landed: the hard group's rollouts are kept but never trained on.
-      await labelReplaced(
-        options,
-        replaced.map((trajectoryId) => ({ trajectoryId, guidedGroup })),
-      );
-    } catch (error) {
-      // A run cut short stays held (a resumed run guides it; the hold times out otherwise). A failed
-      // one is released as it was, unlabelled: no group waits for a replacement that will not come.
-      if (!(error instanceof Aborted) && !options.signal?.aborted && holding) {
-        await settle(item);
         await hold(item)
           .release('abandoned')
           .catch(() => {});
-      }
-      throw error;
-    }
-    await settle(item);
-    if (holding) await hold(item).release('replaced');
-    return decision;
+    },
   };
+}
 
-  const decisions = new Map(decided);
-  let refresher: NodeJS.Timeout | null = null;
-  if (holding) {
-    await refreshHolds();
-    refresher = setInterval(() => void refreshHolds(), guide.holdRefreshMs ?? 10 * 60_000);
-    refresher.unref();
-  }
+/**
+ * Decides the groups of `todo`, a few at once, each decision appended to the decisions file as it is
+ * made; the first failure stops the rest and is returned (a run cut short just stops).
+ */
+async function decideAll(
+  run: GuideRun,
+  todo: readonly GroupToDecide[],
+  decisions: Map<string, GuideDecision>,
+  decisionsFile: string,
+): Promise<{ error: unknown } | null> {
+  const { options, config } = run;
   let next = 0;
   let failure: { error: unknown } | null = null;
   // Each guided task runs its passes with up to `samples` rollouts at once: share the concurrency.
@@ -406,33 +395,133 @@ export async function runGuided(
       const item = todo[next++]!;
       let decision: GuideDecision;
       try {
-        decision = await decide(item);
+        decision = await decide(run, item);
       } catch (error) {
         if (error instanceof Aborted) return; // a pass cut short decides nothing
-        // The other workers stop taking groups; what is left undecided is released below.
+        // The other workers stop taking groups; what is left undecided runGuided releases.
         failure ??= { error };
         return;
       }
       if (options.signal?.aborted) return;
       appendFileSync(decisionsFile, `${JSON.stringify(decision)}\n`);
       decisions.set(item.task.id, decision);
-      guide.onDecision?.(decision);
+      options.guide.onDecision?.(decision);
     }
   };
-  try {
-    await Promise.all(Array.from({ length: Math.min(width, Math.max(1, todo.length)) }, worker));
-  } finally {
-    if (refresher) clearInterval(refresher);
-    // A failed guide releases every group it did not decide: none waits for a replacement that will
-    // not come. A run cut short (aborted) keeps them held for a resumed run, as before.
-    if (holding && !options.signal?.aborted)
-      for (const item of undecided)
-        await hold(item)
-          .release('abandoned')
-          .catch(() => {});
+  await Promise.all(Array.from({ length: Math.min(width, Math.max(1, todo.length)) }, worker));
+  return failure;
+}
+
+/** One group's decision: a hard one guided (probes, then the guided group) and replaced, else left. */
+async function decide(run: GuideRun, item: GroupToDecide): Promise<GuideDecision> {
+  const { options, config, holding, holds } = run;
+  const { task, groupId, rewards, hard, replaced } = item;
+  const base = { taskId: task.id, groupId, rewards, hard };
+  if (!hard) {
+    // Not hard here (the store may have judged by a reward set later): it goes on to ready.
+    await holds.settle(item);
+    if (holding) await holds.hold(item).release('abandoned');
+    return { ...base, reason: null, guidance: null };
   }
-  if (failure !== null) throw (failure as { error: unknown }).error;
-  return { ...unguided, guidance: { ...guidanceSoFar(decisions, options.tasks), probes, guided } };
+  // Held already when it settled; this also holds one that settled ready (e.g. a run made before).
+  const note = holding ? await holds.hold(item).hold() : null;
+  const plan = run.plans.get(task.id)!;
+  const actions = plan.actions;
+  const guidedGroup = `${groupId}.guided`;
+  let decision: GuideDecision;
+  try {
+    const choice = await chooseGuidanceK(
+      actions,
+      async (k) => scores(await guidedPass(run, task, groupId, plan, k, 'probe')),
+      config,
+    );
+    const guidedRewards = scores(await guidedPass(run, task, groupId, plan, choice.k, 'guided'));
+    if (options.signal?.aborted) throw new Aborted();
+    decision = {
+      ...base,
+      reason: note,
+      guidance: {
+        k: choice.k,
+        strategy: choice.strategy,
+        hint: renderHint(actions, choice.k),
+        planSource: plan.source,
+        planFrom: plan.from,
+        actions: actions.length,
+        probes: choice.probes,
+        groupId: guidedGroup,
+        rewards: guidedRewards,
+        rescued: guidedRewards.some((r) => r > config.threshold),
+        replaced,
+        mode: run.mode,
+      },
+    };
+    // The guided group has landed: the hard group's rollouts are kept but never trained on.
+    await labelReplaced(
+      options,
+      replaced.map((trajectoryId) => ({ trajectoryId, guidedGroup })),
+    );
+  } catch (error) {
+    // A run cut short stays held (a resumed run guides it; the hold times out otherwise). A failed
+    // one is released as it was, unlabelled: no group waits for a replacement that will not come.
+    if (!(error instanceof Aborted) && !options.signal?.aborted && holding) {
+      await holds.settle(item);
+      await holds
+        .hold(item)
+        .release('abandoned')
+        .catch(() => {});
+    }
+    throw error;
+  }
+  await holds.settle(item);
+  if (holding) await holds.hold(item).release('replaced');
+  return decision;
+}
+
+/** One pass of a task with a hint of k actions: probe rollouts, or the guided group itself. */
+async function guidedPass(
+  run: GuideRun,
+  task: GymTask,
+  groupId: string,
+  plan: ResolvedPlan,
+  k: number,
+  phase: 'probe' | 'guided',
+): Promise<SampleResult[]> {
+  const { options, config, mode } = run;
+  const actions = plan.actions;
+  const hint = renderHint(actions, k);
+  const samples = phase === 'probe' ? config.probeRollouts : options.samples;
+  const guidance = {
+    k,
+    strategy: config.strategy,
+    hint,
+    mode,
+    actions: actions.length,
+    plan_source: plan.source,
+    ...(plan.from ? { plan_from: plan.from } : {}),
+  };
+  const { results } = await run.runSamples({
+    ...run.gymOptions,
+    // In assistant_prefix mode the task prompt stays as it is: the gateway opens each call with the hint.
+    tasks: [mode === 'user_prompt' ? { ...task, prompt: guidedPrompt(task.prompt, hint) } : task],
+    samples,
+    concurrency: Math.max(1, Math.min(options.concurrency, samples)),
+    channel: phase === 'probe' ? run.probeChannel : options.channel,
+    stateFile: join(
+      run.stateDir,
+      phase === 'probe' ? `probe-${task.id}-k${k}.jsonl` : `guided-${task.id}.jsonl`,
+    ),
+    groupOf: () => (phase === 'probe' ? `${groupId}.probe-${k}` : `${groupId}.guided`),
+    guidance: { kind: phase === 'probe' ? 'probe' : 'guided', k, hint, mode },
+    metadataOf: () => ({
+      guidance:
+        phase === 'probe'
+          ? { ...guidance, probe: true, for_group: groupId }
+          : { ...guidance, off_policy: true, replaces: groupId },
+    }),
+    onSample: (result) => options.guide.onSample?.(result, phase),
+  });
+  (phase === 'probe' ? run.probes : run.guided).push(...results);
+  return results;
 }
 
 /** A guided pass cut short by the run's signal: it decides nothing. */

@@ -364,19 +364,7 @@ export async function runSample(
 ): Promise<SampleResult> {
   const { task, sample } = job;
   const started = performance.now();
-  const groupId = job.groupId;
-  const base: Omit<SampleResult, 'status' | 'score' | 'agent' | 'reason' | 'durationMs'> = {
-    taskId: task.id,
-    category: task.category,
-    sample,
-    groupId,
-    trajectoryUid: null,
-    code: null,
-    rubric: null,
-    verifierFailed: false,
-    toolCalls: 0,
-    toolErrors: 0,
-  };
+  const base = sampleBase(job);
   mkdirSync(options.workDir, { recursive: true });
   // A process killed mid-sample left its workspace mounted on the host: unmounted before this one.
   if (!options.unsafeNoSandbox) await sweepDeadWorkspaces(options.workDir);
@@ -403,75 +391,20 @@ export async function runSample(
     return result;
   };
   try {
-    trajectory = await onServer(options, (server) =>
-      server.initTrajectory({
-        groupId,
-        nRollouts: job.nRollouts,
-        ...(job.channel ? { channel: job.channel } : {}),
-        ...(job.guidance
-          ? {
-              [job.guidance.kind]: true,
-              guidanceK: job.guidance.k,
-              guidanceHint: job.guidance.hint,
-              ...(job.guidance.mode ? { guidanceMode: job.guidance.mode } : {}),
-            }
-          : {}),
-        ...(job.holdForGuidance !== undefined ? { holdForGuidance: job.holdForGuidance } : {}),
-        // A channel's staleness budget may hold the sample here (admission control) until the run stops.
-        ...(options.signal ? { signal: options.signal } : {}),
-        metadata: {
-          ...job.metadata,
-          task_id: task.id,
-          sample,
-          category: task.category,
-          run_id: job.runId,
-        },
-      }),
-    );
+    trajectory = await initSampleTrajectory(job, options);
     base.trajectoryUid = trajectory.trajectory_uid;
     await hooks.onTrajectory?.({ trajectoryUid: trajectory.trajectory_uid, baseUrl: trajectory.base_url });
     volume = await createWorkspaceVolume(workspace, workspaceQuota(options.limits), {
       mount: !options.unsafeNoSandbox,
     });
     await workspaceFor(task, workspace);
-    const sandbox = {
-      limits: options.limits,
-      unsafeNoSandbox: options.unsafeNoSandbox,
-      ...(options.rootfs !== undefined ? { rootfs: options.rootfs } : {}),
-    };
-    let outcome: AgentOutcome | null = null;
-    let agentError: string | null = null;
-    const timeout = AbortSignal.timeout(options.sampleTimeoutMs);
-    // Every LLM call of the sample listens on it: a long episode is not a listener leak.
-    setMaxListeners(0, timeout);
-    try {
-      const run = {
-        baseUrl: trajectory.base_url,
-        apiKey: options.apiKey,
-        model: options.model,
-        task,
-        workspace,
-        sandbox,
-        timeoutMs: options.sampleTimeoutMs,
-      };
-      const { agent } = options;
-      outcome = await agentEntry(agent).run(agent, run, {
-        seed: job.seed,
-        signal: timeout,
-        onCleanerReport: (report) => {
-          cleaner.report = report;
-        },
-        mergeMetadata: (metadata) => mergeMetadata(options, run.baseUrl, metadata),
-      });
-    } catch (error) {
-      if (isInfra(error) && !timeout.aborted) throw error;
-      agentError =
-        error instanceof AgentFailed
-          ? error.message
-          : timeout.aborted
-            ? `the agent did not finish within ${options.sampleTimeoutMs} ms`
-            : `the agent failed: ${(error as Error).message}`;
-    }
+    const sandbox = sampleSandbox(options);
+    const { outcome, agentError } = await runAgent(job, options, {
+      baseUrl: trajectory.base_url,
+      workspace,
+      sandbox,
+      cleaner,
+    });
     // A failure to store it is the infrastructure's: a trajectory completed without it would be
     // served with its failed attempts.
     await recordCleaner();
@@ -493,50 +426,8 @@ export async function runSample(
       judge: options.judge,
       finalMessage: outcome.answer ?? '',
     }).catch((error: unknown) => unreadableWorkspace(error));
-    // The scores land as signals on the trajectory: the verifier's code score with its sub-scores,
-    // the judge's rubric score when there is one, and the combined score (also the reward).
-    const signals: Omit<SignalWire, 'trajectory_uid'>[] = [
-      {
-        name: 'code',
-        value: verdict.code,
-        source: 'verifier',
-        details: {
-          verifier: task.verifier.kind,
-          verifier_failed: verdict.verifierFailed,
-          reason: verdict.reason,
-          subscores: verdict.subscores,
-        },
-      },
-      { name: 'score', value: verdict.score, source: 'verifier', details: { weights: task.weights } },
-    ];
-    if (verdict.rubric !== null) signals.push({ name: 'rubric', value: verdict.rubric, source: 'judge' });
-    const id = trajectory.trajectory_uid;
-    await onServer(options, (server) =>
-      server.addSignals(signals.map((s) => ({ ...s, trajectory_uid: id }))),
-    );
-    const refused = outcome.gatewayRefused;
-    if (refused)
-      await onServer(options, (server) =>
-        server.reportRefusals(id, {
-          attempts: refused.slice(0, 100),
-          count: refused.length,
-          reason: "outside the trajectory's LLM routes: refused by the sandbox's gateway bridge",
-        }),
-      );
-    return await finish({
-      ...base,
-      status: 'complete',
-      score: verdict.score,
-      code: verdict.code,
-      rubric: verdict.rubric,
-      verifierFailed: verdict.verifierFailed,
-      agent: outcome.ended === 'answer' ? 'finished' : 'max_turns',
-      reason: verdict.reason,
-      toolCalls: outcome.toolCalls,
-      toolErrors: outcome.toolErrors,
-      durationMs: performance.now() - started,
-      ...(outcome.gatewayRefused ? { gatewayRefused: outcome.gatewayRefused } : {}),
-    });
+    await storeVerdict(options, trajectory.trajectory_uid, task, verdict, outcome.gatewayRefused);
+    return await finish(verifiedResult(base, verdict, outcome, started));
   } catch (error) {
     // The infrastructure failed: close the trajectory so serving masks it, and say why.
     const reason = `${(error as Error).name}: ${(error as Error).message}`;
@@ -554,6 +445,174 @@ export async function runSample(
     if (!options.keepWorkspaces) await removeWorkspace(dir, volume);
     else await keepWorkspace(volume);
   }
+}
+
+/** What a sample's result says whatever its outcome; `trajectoryUid` is filled in once it exists. */
+type SampleBase = Omit<SampleResult, 'status' | 'score' | 'agent' | 'reason' | 'durationMs'>;
+
+function sampleBase(job: SampleJob): SampleBase {
+  return {
+    taskId: job.task.id,
+    category: job.task.category,
+    sample: job.sample,
+    groupId: job.groupId,
+    trajectoryUid: null,
+    code: null,
+    rubric: null,
+    verifierFailed: false,
+    toolCalls: 0,
+    toolErrors: 0,
+  };
+}
+
+/** The sample's trajectory at the gateway: in its group, with the run's guidance, hold and metadata. */
+function initSampleTrajectory(job: SampleJob, options: SampleEnv) {
+  const { task, sample } = job;
+  return onServer(options, (server) =>
+    server.initTrajectory({
+      groupId: job.groupId,
+      nRollouts: job.nRollouts,
+      ...(job.channel ? { channel: job.channel } : {}),
+      ...(job.guidance
+        ? {
+            [job.guidance.kind]: true,
+            guidanceK: job.guidance.k,
+            guidanceHint: job.guidance.hint,
+            ...(job.guidance.mode ? { guidanceMode: job.guidance.mode } : {}),
+          }
+        : {}),
+      ...(job.holdForGuidance !== undefined ? { holdForGuidance: job.holdForGuidance } : {}),
+      // A channel's staleness budget may hold the sample here (admission control) until the run stops.
+      ...(options.signal ? { signal: options.signal } : {}),
+      metadata: {
+        ...job.metadata,
+        task_id: task.id,
+        sample,
+        category: task.category,
+        run_id: job.runId,
+      },
+    }),
+  );
+}
+
+/** The sandbox the agent's tools and the verifier run in. */
+function sampleSandbox(options: SampleEnv) {
+  return {
+    limits: options.limits,
+    unsafeNoSandbox: options.unsafeNoSandbox,
+    ...(options.rootfs !== undefined ? { rootfs: options.rootfs } : {}),
+  };
+}
+
+/**
+ * The agent's episode in the workspace, under the sample's timeout: its outcome, or (outcome null) why
+ * the agent failed. A failure of the infrastructure before the timeout throws.
+ */
+async function runAgent(
+  job: SampleJob,
+  options: SampleEnv,
+  at: {
+    baseUrl: string;
+    workspace: string;
+    sandbox: ReturnType<typeof sampleSandbox>;
+    cleaner: { report: CleanerReport | null };
+  },
+): Promise<{ outcome: AgentOutcome | null; agentError: string | null }> {
+  const { task } = job;
+  const { workspace, sandbox, cleaner } = at;
+  let outcome: AgentOutcome | null = null;
+  let agentError: string | null = null;
+  const timeout = AbortSignal.timeout(options.sampleTimeoutMs);
+  // Every LLM call of the sample listens on it: a long episode is not a listener leak.
+  setMaxListeners(0, timeout);
+  try {
+    const run = {
+      baseUrl: at.baseUrl,
+      apiKey: options.apiKey,
+      model: options.model,
+      task,
+      workspace,
+      sandbox,
+      timeoutMs: options.sampleTimeoutMs,
+    };
+    const { agent } = options;
+    outcome = await agentEntry(agent).run(agent, run, {
+      seed: job.seed,
+      signal: timeout,
+      onCleanerReport: (report) => {
+        cleaner.report = report;
+      },
+      mergeMetadata: (metadata) => mergeMetadata(options, run.baseUrl, metadata),
+    });
+  } catch (error) {
+    if (isInfra(error) && !timeout.aborted) throw error;
+    agentError =
+      error instanceof AgentFailed
+        ? error.message
+        : timeout.aborted
+          ? `the agent did not finish within ${options.sampleTimeoutMs} ms`
+          : `the agent failed: ${(error as Error).message}`;
+  }
+  return { outcome, agentError };
+}
+
+/** Stores a verdict on trajectory `id`, with what the gateway bridge refused the agent (if anything). */
+async function storeVerdict(
+  options: SampleEnv,
+  id: string,
+  task: GymTask,
+  verdict: VerifyResult,
+  refused: string[] | undefined,
+): Promise<void> {
+  // The scores land as signals on the trajectory: the verifier's code score with its sub-scores,
+  // the judge's rubric score when there is one, and the combined score (also the reward).
+  const signals: Omit<SignalWire, 'trajectory_uid'>[] = [
+    {
+      name: 'code',
+      value: verdict.code,
+      source: 'verifier',
+      details: {
+        verifier: task.verifier.kind,
+        verifier_failed: verdict.verifierFailed,
+        reason: verdict.reason,
+        subscores: verdict.subscores,
+      },
+    },
+    { name: 'score', value: verdict.score, source: 'verifier', details: { weights: task.weights } },
+  ];
+  if (verdict.rubric !== null) signals.push({ name: 'rubric', value: verdict.rubric, source: 'judge' });
+  await onServer(options, (server) => server.addSignals(signals.map((s) => ({ ...s, trajectory_uid: id }))));
+  if (refused)
+    await onServer(options, (server) =>
+      server.reportRefusals(id, {
+        attempts: refused.slice(0, 100),
+        count: refused.length,
+        reason: "outside the trajectory's LLM routes: refused by the sandbox's gateway bridge",
+      }),
+    );
+}
+
+/** The result of a sample whose agent ended and whose workspace was verified. */
+function verifiedResult(
+  base: SampleBase,
+  verdict: VerifyResult,
+  outcome: AgentOutcome,
+  started: number,
+): SampleResult {
+  return {
+    ...base,
+    status: 'complete',
+    score: verdict.score,
+    code: verdict.code,
+    rubric: verdict.rubric,
+    verifierFailed: verdict.verifierFailed,
+    agent: outcome.ended === 'answer' ? 'finished' : 'max_turns',
+    reason: verdict.reason,
+    toolCalls: outcome.toolCalls,
+    toolErrors: outcome.toolErrors,
+    durationMs: performance.now() - started,
+    ...(outcome.gatewayRefused ? { gatewayRefused: outcome.gatewayRefused } : {}),
+  };
 }
 
 /** Room the verifier gets on top of the agent's quota, for the files it brings (ClawGym's reward/). */

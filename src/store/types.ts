@@ -5,13 +5,9 @@ import type {
   ExclusionReason,
   Group,
   Label,
-  Lease,
   NewStep,
-  Signal,
-  Step,
   StepwiseError,
   ToolResult,
-  Trajectory,
   TrajectoryStatus,
 } from '../domain/index.js';
 

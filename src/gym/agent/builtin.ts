@@ -11,12 +11,23 @@ import {
   type RepairRecord,
   repairedAssistantMessage,
 } from '../../curation/cleaner/report.js';
-import { type CleanerOptions, SaarSession, withRetryNote } from '../../curation/cleaner/saar.js';
+import {
+  type CleanerOptions,
+  SaarSession,
+  type ToolResultsDecision,
+  withRetryNote,
+} from '../../curation/cleaner/saar.js';
 import { type ModelAdapter, qwen3Adapter } from '../../text/model-adapter.js';
 import { type Random, seededRandom } from '../../util/random.js';
 import type { SandboxOptions } from '../sandbox/index.js';
 import type { GymTask } from '../tasks/schema.js';
-import { runTool, TOOL_DEFINITIONS, type ToolDefinition, type ToolOutcome } from '../tools/index.js';
+import {
+  runTool,
+  TOOL_DEFINITIONS,
+  type ToolContext,
+  type ToolDefinition,
+  type ToolOutcome,
+} from '../tools/index.js';
 
 // The built-in Claw-style agent: the `openai` client on a trajectory's base_url, the workspace tools, model
 // turns until an answer without a tool call. With `cleaner`: docs/cleaner.md#online-the-built-in-agent
@@ -129,8 +140,47 @@ type FunctionCall = ChatCompletionMessageToolCall & { type: 'function' };
 type AssistantMessage = ChatCompletionMessageParam & { role: 'assistant'; tool_calls?: FunctionCall[] };
 
 export async function runBuiltinAgent(options: BuiltinAgentOptions): Promise<AgentOutcome> {
+  const episode = startEpisode(options);
+  try {
+    return await runTurns(episode);
+  } finally {
+    // Every way out, a throw included: the runner must know what was rolled back before it
+    // completes the trajectory, or the failed attempts would be served as captured.
+    if (episode.saar) options.onCleanerReport?.(cleanerReport(episode));
+  }
+}
+
+/** What one episode's steps share: the client and history, CLEANER's session and record, the counts. */
+interface EpisodeState {
+  options: BuiltinAgentOptions;
+  maxTurns: number;
+  client: OpenAI;
+  messages: ChatCompletionMessageParam[];
+  context: ToolContext;
+  tools: ToolDefinition[];
+  saar: SaarSession | null;
+  repairs: RepairRecord[];
+  /** Regenerations asked for and never received (the episode ended while they were owed). */
+  abandonedSteps: number[];
+  marker: number | null;
+  tokenizer: ModelAdapter['tokenizer'] | null;
+  llmCalls: number;
+  toolCalls: number;
+  toolErrors: number;
+}
+
+/** A model turn as the loop uses it; `step` is the LLM call's index (the gateway's step index). */
+interface GeneratedTurn {
+  step: number;
+  assistant: AssistantMessage;
+  calls: FunctionCall[];
+  text: string;
+  callText: string | undefined;
+}
+
+/** The episode before its first turn; what refuses the options (CLEANER's model, a tool) throws here. */
+function startEpisode(options: BuiltinAgentOptions): EpisodeState {
   const { task } = options;
-  const maxTurns = options.maxTurns ?? 30;
   const client = new OpenAI({
     baseURL: options.baseUrl,
     apiKey: options.apiKey ?? 'stepwise',
@@ -154,170 +204,223 @@ export async function runBuiltinAgent(options: BuiltinAgentOptions): Promise<Age
           (options.seed === undefined ? Math.random : seededRandom('cleaner-rollback', options.seed)),
       )
     : null;
-  const repairs: RepairRecord[] = [];
-  /** Regenerations asked for and never received (the episode ended while they were owed). */
-  const abandonedSteps: number[] = [];
   const adapter = saar ? (options.modelAdapter ?? qwen3Adapter()) : null;
   const marker = adapter?.toolCallOpenId() ?? null;
   const tokenizer = adapter?.tokenizer ?? null;
-  const cleanerReport = (): CleanerReport => ({
-    options: saar!.state.options,
-    metrics: saar!.finish(),
-    repairs: [...repairs],
-    abandonedSteps: [...abandonedSteps],
-    toolCallTokenId: marker,
-  });
   const tools = offeredTools(options.tools, options.toolDescriptions);
-  let llmCalls = 0;
-  let toolCalls = 0;
-  let toolErrors = 0;
-  /** One model turn through the gateway; `step` is the LLM call's index (the gateway's step index). */
-  const generate = async (history: ChatCompletionMessageParam[]) => {
-    const completion = await client.chat.completions.create(
-      {
-        model: options.model,
-        messages: history,
-        tools,
-        ...(options.maxTokens === undefined ? {} : { max_tokens: options.maxTokens }),
-        ...(options.chatTemplateKwargs ? { chat_template_kwargs: options.chatTemplateKwargs } : {}),
-        ...(options.seed === undefined ? {} : { seed: options.seed }),
-        ...(options.temperature === undefined ? {} : { temperature: options.temperature }),
-      },
-      { signal: options.signal },
-    );
-    const step = llmCalls++;
-    const choice = completion.choices[0];
-    const message = choice?.message;
-    const calls = (message?.tool_calls ?? []).filter((c): c is FunctionCall => c.type === 'function');
-    const assistant: AssistantMessage = {
-      role: 'assistant',
-      content: message?.content ?? null,
-      ...(calls.length > 0 ? { tool_calls: calls } : {}),
-    };
-    return { step, assistant, calls, text: message?.content ?? '', callText: callText(choice) };
+  return {
+    options,
+    maxTurns: options.maxTurns ?? 30,
+    client,
+    messages,
+    context,
+    tools,
+    saar,
+    repairs: [],
+    abandonedSteps: [],
+    marker,
+    tokenizer,
+    llmCalls: 0,
+    toolCalls: 0,
+    toolErrors: 0,
   };
-  /**
-   * CLEANER's similarity text: the engine's response ids (`token_ids`, which the gateway asks vLLM
-   * and the sim for) from the first `<tool_call>` on, decoded with special tokens kept, as the
-   * authors decode theirs. Without ids, or without the marker in them, the text is rebuilt from the
-   * parsed calls (saar.ts).
-   */
-  const callText = (choice: unknown): string | undefined => {
-    if (!tokenizer || marker === null) return undefined;
-    const parsed = ChoiceTokenIds.safeParse(choice);
-    if (!parsed.success) return undefined;
-    const ids = parsed.data.token_ids;
-    const at = toolCallStart(ids, marker);
-    return at === null ? undefined : tokenizer.decode(ids.slice(at));
-  };
-  const execute = async (calls: readonly FunctionCall[]) => {
-    const outcomes: ToolOutcome[] = [];
-    for (const call of calls) {
-      toolCalls++;
-      const outcome = await runTool(call.function.name, call.function.arguments, context);
-      if (!outcome.ok) toolErrors++;
-      outcomes.push(outcome);
-    }
-    return outcomes;
-  };
-  const toolMessages = (calls: readonly FunctionCall[], outcomes: readonly ToolOutcome[]) =>
-    calls.map(
-      (call, i): ChatCompletionMessageParam => ({
-        role: 'tool',
-        tool_call_id: call.id,
-        content: outcomes[i]!.content,
-      }),
-    );
-  const finish = (ended: AgentOutcome['ended'], turns: number, answer: string | null): AgentOutcome => {
-    return {
-      ended,
-      turns,
-      toolCalls,
-      toolErrors,
-      answer,
-      ...(saar ? { cleaner: cleanerReport() } : {}),
-    };
-  };
-  try {
-    return await loop();
-  } finally {
-    // Every way out, a throw included: the runner must know what was rolled back before it
-    // completes the trajectory, or the failed attempts would be served as captured.
-    if (saar) options.onCleanerReport?.(cleanerReport());
-  }
+}
 
-  async function loop(): Promise<AgentOutcome> {
-    let turn = 0;
-    while (turn < maxTurns) {
-      turn++;
-      const generated = await generate(messages);
-      if (generated.calls.length === 0) {
-        messages.push(generated.assistant);
-        return finish('answer', turn, generated.text);
-      }
-      // The turn stands at `at` in the history; a rollback rewrites it there.
-      const at = messages.push(generated.assistant) - 1;
-      let current = generated;
-      for (;;) {
-        const outcomes = await execute(current.calls);
-        const decision = saar?.toolResults(outcomes) ?? { kind: 'keep' as const, recovered: false };
-        if (decision.kind === 'keep') {
-          messages.push(...toolMessages(current.calls, outcomes));
-          break;
-        }
-        // What the authors' loop shows on a failure it rolls back or gives up on: one tool message,
-        // the last failed call's output (with the retry note when it gives up after N >= 2 rollbacks).
-        const last = outcomes.findLastIndex((o) => !o.ok);
-        const error: ChatCompletionMessageParam = {
-          role: 'tool',
-          tool_call_id: current.calls[last]!.id,
-          content:
-            decision.kind === 'give_up' && decision.note !== null
-              ? withRetryNote(outcomes[last]!.content, decision.retries)
-              : outcomes[last]!.content,
-        };
-        if (decision.kind === 'give_up') {
-          messages.push(error);
-          break;
-        }
-        if (turn + 1 >= maxTurns) {
-          // The authors' regeneration counts as a turn until their checkpoint restores the counter, and
-          // a turn that reaches max_assistant_turns ends the episode first: a failure on the last two
-          // turns is never repaired. Their T′ is then thrown away unread, so it is not asked for here.
-          saar!.abandon();
-          return finish('max_turns', turn, null);
-        }
-        // Show the model its error and let it redo the turn. Otherwise, as in the authors' loop, a
-        // regeneration is not a turn of its own (maxRetries and maxAttempts bound them).
-        const owed = llmCalls;
-        const regenerated = await generate([...messages, error]).catch((e: unknown) => {
-          // Its step, if the gateway stored it, was asked with the error in view: never served.
-          abandonedSteps.push(owed);
-          saar!.abandon();
-          throw e;
-        });
-        const failed = messages[at] as AssistantMessage;
-        const repair = saar!.regenerated(
-          chatTurn(failed.content, failed.tool_calls ?? [], current.callText),
-          chatTurn(regenerated.assistant.content, regenerated.calls, regenerated.callText),
-        );
-        if (repair.kind === 'keep_error') {
-          // T' answered instead of calling a tool: the error stays, and T' is the episode's answer.
-          messages.push(error, regenerated.assistant);
-          return finish('answer', turn, regenerated.text);
-        }
-        repairs.push({
-          failedStep: current.step,
-          retryStep: regenerated.step,
-          similarity: repair.similarity,
-          mode: repair.mode,
-          errorTypes: repair.removedErrorTypes,
-        });
-        // The failed call and its error leave the history; the repaired turn's calls run next.
-        messages[at] = repairedAssistantMessage(failed, regenerated.assistant, repair.mode);
-        current = regenerated;
-      }
-    }
-    return finish('max_turns', maxTurns, null);
+function cleanerReport(episode: EpisodeState): CleanerReport {
+  return {
+    options: episode.saar!.state.options,
+    metrics: episode.saar!.finish(),
+    repairs: [...episode.repairs],
+    abandonedSteps: [...episode.abandonedSteps],
+    toolCallTokenId: episode.marker,
+  };
+}
+
+/** One model turn through the gateway. */
+async function generate(
+  episode: EpisodeState,
+  history: ChatCompletionMessageParam[],
+): Promise<GeneratedTurn> {
+  const { options } = episode;
+  const completion = await episode.client.chat.completions.create(
+    {
+      model: options.model,
+      messages: history,
+      tools: episode.tools,
+      ...(options.maxTokens === undefined ? {} : { max_tokens: options.maxTokens }),
+      ...(options.chatTemplateKwargs ? { chat_template_kwargs: options.chatTemplateKwargs } : {}),
+      ...(options.seed === undefined ? {} : { seed: options.seed }),
+      ...(options.temperature === undefined ? {} : { temperature: options.temperature }),
+    },
+    { signal: options.signal },
+  );
+  const step = episode.llmCalls++;
+  const choice = completion.choices[0];
+  const message = choice?.message;
+  const calls = (message?.tool_calls ?? []).filter((c): c is FunctionCall => c.type === 'function');
+  const assistant: AssistantMessage = {
+    role: 'assistant',
+    content: message?.content ?? null,
+    ...(calls.length > 0 ? { tool_calls: calls } : {}),
+  };
+  return { step, assistant, calls, text: message?.content ?? '', callText: callText(episode, choice) };
+}
+
+/**
+ * CLEANER's similarity text: the engine's response ids (`token_ids`, which the gateway asks vLLM
+ * and the sim for) from the first `<tool_call>` on, decoded with special tokens kept, as the
+ * authors decode theirs. Without ids, or without the marker in them, the text is rebuilt from the
+ * parsed calls (saar.ts).
+ */
+function callText(episode: EpisodeState, choice: unknown): string | undefined {
+  const { tokenizer, marker } = episode;
+  if (!tokenizer || marker === null) return undefined;
+  const parsed = ChoiceTokenIds.safeParse(choice);
+  if (!parsed.success) return undefined;
+  const ids = parsed.data.token_ids;
+  const at = toolCallStart(ids, marker);
+  return at === null ? undefined : tokenizer.decode(ids.slice(at));
+}
+
+/** Runs the calls one after another, counting them and their errors. */
+async function execute(episode: EpisodeState, calls: readonly FunctionCall[]): Promise<ToolOutcome[]> {
+  const outcomes: ToolOutcome[] = [];
+  for (const call of calls) {
+    episode.toolCalls++;
+    const outcome = await runTool(call.function.name, call.function.arguments, episode.context);
+    if (!outcome.ok) episode.toolErrors++;
+    outcomes.push(outcome);
   }
+  return outcomes;
+}
+
+const toolMessages = (calls: readonly FunctionCall[], outcomes: readonly ToolOutcome[]) =>
+  calls.map(
+    (call, i): ChatCompletionMessageParam => ({
+      role: 'tool',
+      tool_call_id: call.id,
+      content: outcomes[i]!.content,
+    }),
+  );
+
+function finish(
+  episode: EpisodeState,
+  ended: AgentOutcome['ended'],
+  turns: number,
+  answer: string | null,
+): AgentOutcome {
+  return {
+    ended,
+    turns,
+    toolCalls: episode.toolCalls,
+    toolErrors: episode.toolErrors,
+    answer,
+    ...(episode.saar ? { cleaner: cleanerReport(episode) } : {}),
+  };
+}
+
+/** Model turns until one answers without a tool call, or the turn budget runs out. */
+async function runTurns(episode: EpisodeState): Promise<AgentOutcome> {
+  const { messages, maxTurns } = episode;
+  let turn = 0;
+  while (turn < maxTurns) {
+    turn++;
+    const generated = await generate(episode, messages);
+    if (generated.calls.length === 0) {
+      messages.push(generated.assistant);
+      return finish(episode, 'answer', turn, generated.text);
+    }
+    const ended = await runToolTurn(episode, turn, generated);
+    if (ended) return ended;
+  }
+  return finish(episode, 'max_turns', maxTurns, null);
+}
+
+/**
+ * A turn with tool calls: its calls run and, while CLEANER rolls a failure back, the regenerated
+ * turn takes its place and its calls run. Returns the outcome when the turn ends the episode, else null.
+ */
+async function runToolTurn(
+  episode: EpisodeState,
+  turn: number,
+  generated: GeneratedTurn,
+): Promise<AgentOutcome | null> {
+  const { messages, maxTurns, saar } = episode;
+  // The turn stands at `at` in the history; a rollback rewrites it there.
+  const at = messages.push(generated.assistant) - 1;
+  let current = generated;
+  for (;;) {
+    const outcomes = await execute(episode, current.calls);
+    const decision = saar?.toolResults(outcomes) ?? { kind: 'keep' as const, recovered: false };
+    if (decision.kind === 'keep') {
+      messages.push(...toolMessages(current.calls, outcomes));
+      return null;
+    }
+    const error = failedCallMessage(current.calls, outcomes, decision);
+    if (decision.kind === 'give_up') {
+      messages.push(error);
+      return null;
+    }
+    if (turn + 1 >= maxTurns) {
+      // The authors' regeneration counts as a turn until their checkpoint restores the counter, and
+      // a turn that reaches max_assistant_turns ends the episode first: a failure on the last two
+      // turns is never repaired. Their T′ is then thrown away unread, so it is not asked for here.
+      saar!.abandon();
+      return finish(episode, 'max_turns', turn, null);
+    }
+    // Show the model its error and let it redo the turn. Otherwise, as in the authors' loop, a
+    // regeneration is not a turn of its own (maxRetries and maxAttempts bound them).
+    const regenerated = await regenerate(episode, error);
+    const failed = messages[at] as AssistantMessage;
+    const repair = saar!.regenerated(
+      chatTurn(failed.content, failed.tool_calls ?? [], current.callText),
+      chatTurn(regenerated.assistant.content, regenerated.calls, regenerated.callText),
+    );
+    if (repair.kind === 'keep_error') {
+      // T' answered instead of calling a tool: the error stays, and T' is the episode's answer.
+      messages.push(error, regenerated.assistant);
+      return finish(episode, 'answer', turn, regenerated.text);
+    }
+    episode.repairs.push({
+      failedStep: current.step,
+      retryStep: regenerated.step,
+      similarity: repair.similarity,
+      mode: repair.mode,
+      errorTypes: repair.removedErrorTypes,
+    });
+    // The failed call and its error leave the history; the repaired turn's calls run next.
+    messages[at] = repairedAssistantMessage(failed, regenerated.assistant, repair.mode);
+    current = regenerated;
+  }
+}
+
+/**
+ * What the authors' loop shows on a failure it rolls back or gives up on: one tool message,
+ * the last failed call's output (with the retry note when it gives up after N >= 2 rollbacks).
+ */
+function failedCallMessage(
+  calls: readonly FunctionCall[],
+  outcomes: readonly ToolOutcome[],
+  decision: Exclude<ToolResultsDecision, { kind: 'keep' }>,
+): ChatCompletionMessageParam {
+  const last = outcomes.findLastIndex((o) => !o.ok);
+  return {
+    role: 'tool',
+    tool_call_id: calls[last]!.id,
+    content:
+      decision.kind === 'give_up' && decision.note !== null
+        ? withRetryNote(outcomes[last]!.content, decision.retries)
+        : outcomes[last]!.content,
+  };
+}
+
+/** The failed turn asked again with its error in view. */
+async function regenerate(episode: EpisodeState, error: ChatCompletionMessageParam): Promise<GeneratedTurn> {
+  const owed = episode.llmCalls;
+  return generate(episode, [...episode.messages, error]).catch((e: unknown) => {
+    // Its step, if the gateway stored it, was asked with the error in view: never served.
+    episode.abandonedSteps.push(owed);
+    episode.saar!.abandon();
+    throw e;
+  });
 }

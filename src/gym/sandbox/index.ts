@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
   BWRAP,
+  type BwrapPlan,
   bwrapArgs,
   groupFile,
   HOSTS_FILE,
@@ -71,27 +72,11 @@ export async function runInSandbox(
   const cwd = sandboxCwd(mountDir, run.cwd);
   const timeoutMs = run.timeoutMs ?? limits.wallMs;
   const maxOutputBytes = run.maxOutputBytes ?? MIB;
-  if (!(timeoutMs > 0)) throw new TypeError(`sandbox timeoutMs must be positive, got ${timeoutMs}`);
-  if (!(maxOutputBytes >= 0))
-    throw new TypeError(`sandbox maxOutputBytes must be >= 0, got ${maxOutputBytes}`);
-  if (typeof command !== 'string') throw new TypeError('sandbox command must be a string');
-  if (command.includes('\0')) throw new TypeError('sandbox command contains a NUL byte');
-  if (Buffer.byteLength(command) > MAX_COMMAND_BYTES) {
-    throw new RangeError(
-      `sandbox command is ${Buffer.byteLength(command)} bytes; the most is ${MAX_COMMAND_BYTES}`,
-    );
-  }
+  checkRunSettings(command, timeoutMs, maxOutputBytes);
   const env = sandboxEnv(mountDir, options.env);
   const gateway = options.gateway ? resolveGateway(options.gateway) : undefined;
   const workspace = await realWorkspace(options.workspace);
-  const readOnlyBinds = await Promise.all(
-    (options.readOnlyBinds ?? []).map(async ({ source, target }) => ({
-      source: await realpath(source).catch(() => {
-        throw new SandboxError(`the read-only bind source ${source} does not exist`);
-      }),
-      target: normalizeBindTarget(target, mountDir),
-    })),
-  );
+  const readOnlyBinds = await realReadOnlyBinds(options.readOnlyBinds ?? [], mountDir);
 
   if (options.unsafeNoSandbox) {
     if (options.rootfs !== undefined)
@@ -110,24 +95,57 @@ export async function runInSandbox(
       gateway,
     });
   }
+  return runInBwrap(options, run, {
+    workspace,
+    mountDir,
+    cwd,
+    env,
+    limits,
+    command,
+    timeoutMs,
+    maxOutputBytes,
+    gateway,
+    readOnlyBinds,
+  });
+}
+
+/** A run's inputs, checked and resolved by runInSandbox. */
+interface ResolvedRun {
+  workspace: string;
+  mountDir: string;
+  cwd: string;
+  env: Record<string, string>;
+  limits: SandboxLimits;
+  command: string;
+  timeoutMs: number;
+  maxOutputBytes: number;
+  gateway: Gateway | undefined;
+  readOnlyBinds: { source: string; target: string }[];
+}
+
+/** The sandbox proper: bwrap and the supervisor, in a run directory and control group of their own. */
+async function runInBwrap(
+  options: SandboxOptions,
+  run: RunSettings,
+  resolved: ResolvedRun,
+): Promise<RunResult> {
+  const {
+    workspace,
+    mountDir,
+    cwd,
+    env,
+    limits,
+    command,
+    timeoutMs,
+    maxOutputBytes,
+    gateway,
+    readOnlyBinds,
+  } = resolved;
   if (!existsSync(BWRAP)) throw new SandboxError(`bubblewrap is not installed (${BWRAP} not found)`);
   const rootfs = options.rootfs === undefined ? undefined : await hermeticRoot(options.rootfs);
 
-  const privileged = process.getuid?.() === 0;
-  // Unprivileged, bwrap's --disable-userns already holds; as root the filter is the only wall.
-  const seccomp = noUserNamespaceFilter();
-  if (privileged && !seccomp) {
-    throw new SandboxError(
-      `no seccomp filter against user namespaces for ${process.arch}: the sandbox cannot run as root here`,
-    );
-  }
-  const uid = privileged ? sandboxUidFor(workspace) : (process.getuid?.() ?? 0);
-  const gid = privileged ? uid : (process.getgid?.() ?? 0);
-  if (privileged) {
-    await chownTree(workspace, uid, gid).catch((error: Error) => {
-      throw new SandboxError(`cannot hand the workspace to the sandbox uid: ${error.message}`);
-    });
-  }
+  const identity = await sandboxIdentity(workspace);
+  const { privileged, seccomp } = identity;
   // A workspace that starts past the quota may keep what it has (and shrink), not grow.
   const diskQuotaBytes = Math.floor(limits.diskMb * MIB);
   const startBytes = (await volumeBytes(workspace)) ?? (await treeBytes(workspace).catch(() => 0));
@@ -143,58 +161,31 @@ export async function runInSandbox(
     // A copy's writes land on its own capped tmpfs: the quota then counts /tmp and /dev/shm only.
     const measured = copy ? join(runDir, 'no-workspace') : workspace;
     if (copy) await mkdir(measured);
-    const etcFiles = {
-      passwd: join(runDir, 'passwd'),
-      group: join(runDir, 'group'),
-      hosts: join(runDir, 'hosts'),
-    };
-    await writeFile(etcFiles.passwd, passwdFile(uid, sandboxHome(mountDir)));
-    await writeFile(etcFiles.group, groupFile(gid));
-    await writeFile(etcFiles.hosts, HOSTS_FILE);
+    const etcFiles = await writeEtcFiles(runDir, identity, mountDir);
     const gatewaySocket = gateway ? join(runDir, 'gateway.sock') : undefined;
     if (gateway && gatewaySocket) {
       bridge = await startBridge(gatewaySocket, gateway.target, gateway.scope).catch((error: Error) => {
         throw new SandboxError(`cannot start the gateway bridge: ${error.message}`);
       });
     }
-    const config: SupervisorConfig = {
-      statusFd: STATUS_FDS.supervisor,
-      controlFd: STATUS_FDS.control,
-      cwd: copy ? mountDir : cwd,
-      ...(privileged ? { uid, gid } : {}),
-      limits: {
-        cpu: Math.ceil(limits.cpuSeconds),
-        as: Math.floor(limits.memoryMb * MIB),
-        nproc: limits.processes + (privileged ? 0 : SUPERVISOR_TASKS),
-        fsize: Math.floor(limits.fileSizeMb * MIB),
-      },
-      ...(gateway ? { gateway: { port: gateway.port, socket: INSIDE_GATEWAY_SOCKET } } : {}),
-    };
+    const config = supervisorConfig(identity, limits, copy ? mountDir : cwd, gateway);
     const tmpBytes = Math.floor(limits.memoryMb * MIB);
-    const args = [
-      ...bwrapArgs({
-        privileged,
-        workspace,
-        mountDir,
-        etcFiles,
-        tmpBytes,
-        shmBytes: Math.min(tmpBytes, 64 * MIB),
-        ...(gatewaySocket ? { gatewaySocket } : {}),
-        readOnlyBinds,
-        statusFd: STATUS_FDS.bwrap,
-        ...(seccomp ? { seccompFd: STATUS_FDS.seccomp } : {}),
-        ...(rootfs ? { rootfs } : {}),
-        ...(copy ? { workspaceCopyBytes: startBytes + diskQuotaBytes } : {}),
-      }),
-      '--',
-      PYTHON,
-      '-I',
-      '-S',
-      '-c',
-      SUPERVISOR_PY,
-      JSON.stringify(config),
-      copy ? `${copyWorkspaceScript(mountDir, cwd)}\n${command}` : command,
-    ];
+    const plan: BwrapPlan = {
+      privileged,
+      workspace,
+      mountDir,
+      etcFiles,
+      tmpBytes,
+      shmBytes: Math.min(tmpBytes, 64 * MIB),
+      ...(gatewaySocket ? { gatewaySocket } : {}),
+      readOnlyBinds,
+      statusFd: STATUS_FDS.bwrap,
+      ...(seccomp ? { seccompFd: STATUS_FDS.seccomp } : {}),
+      ...(rootfs ? { rootfs } : {}),
+      ...(copy ? { workspaceCopyBytes: startBytes + diskQuotaBytes } : {}),
+    };
+    const script = copy ? `${copyWorkspaceScript(mountDir, cwd)}\n${command}` : command;
+    const args = sandboxArgs(plan, config, script);
     let supervised: Supervised;
     try {
       supervised = await supervise({
@@ -208,12 +199,7 @@ export async function runInSandbox(
         ...(seccomp ? { seccomp } : {}),
         diskQuota: copy
           ? { workspace: measured, limitBytes: diskQuotaBytes }
-          : {
-              workspace,
-              limitBytes: Math.max(diskQuotaBytes, startBytes),
-              // A run that starts on a full workspace may still delete; one that fills it is stopped.
-              stopWhenFull: !(await volumeFull(workspace)),
-            },
+          : await workspaceQuota(workspace, diskQuotaBytes, startBytes),
         ...(group ? { groupProcs: group.procs } : {}),
       });
     } catch (error) {
@@ -228,6 +214,116 @@ export async function runInSandbox(
   }
 }
 
+/** Arguments checked before anything is set up. */
+function checkRunSettings(command: string, timeoutMs: number, maxOutputBytes: number): void {
+  if (!(timeoutMs > 0)) throw new TypeError(`sandbox timeoutMs must be positive, got ${timeoutMs}`);
+  if (!(maxOutputBytes >= 0))
+    throw new TypeError(`sandbox maxOutputBytes must be >= 0, got ${maxOutputBytes}`);
+  if (typeof command !== 'string') throw new TypeError('sandbox command must be a string');
+  if (command.includes('\0')) throw new TypeError('sandbox command contains a NUL byte');
+  if (Buffer.byteLength(command) > MAX_COMMAND_BYTES) {
+    throw new RangeError(
+      `sandbox command is ${Buffer.byteLength(command)} bytes; the most is ${MAX_COMMAND_BYTES}`,
+    );
+  }
+}
+
+/** Read-only binds with real host sources and normalized targets inside. */
+function realReadOnlyBinds(
+  binds: readonly { source: string; target: string }[],
+  mountDir: string,
+): Promise<{ source: string; target: string }[]> {
+  return Promise.all(
+    binds.map(async ({ source, target }) => ({
+      source: await realpath(source).catch(() => {
+        throw new SandboxError(`the read-only bind source ${source} does not exist`);
+      }),
+      target: normalizeBindTarget(target, mountDir),
+    })),
+  );
+}
+
+/** Who the sandbox runs as, and the seccomp filter bwrap loads. */
+interface SandboxIdentity {
+  privileged: boolean;
+  seccomp: Buffer | null;
+  uid: number;
+  gid: number;
+}
+
+/** As root, the sandbox gets a uid of its own, and the workspace is handed to it. */
+async function sandboxIdentity(workspace: string): Promise<SandboxIdentity> {
+  const privileged = process.getuid?.() === 0;
+  // Unprivileged, bwrap's --disable-userns already holds; as root the filter is the only wall.
+  const seccomp = noUserNamespaceFilter();
+  if (privileged && !seccomp) {
+    throw new SandboxError(
+      `no seccomp filter against user namespaces for ${process.arch}: the sandbox cannot run as root here`,
+    );
+  }
+  const uid = privileged ? sandboxUidFor(workspace) : (process.getuid?.() ?? 0);
+  const gid = privileged ? uid : (process.getgid?.() ?? 0);
+  if (privileged) {
+    await chownTree(workspace, uid, gid).catch((error: Error) => {
+      throw new SandboxError(`cannot hand the workspace to the sandbox uid: ${error.message}`);
+    });
+  }
+  return { privileged, seccomp, uid, gid };
+}
+
+/** Writes the sandbox's /etc/passwd, /etc/group and /etc/hosts into runDir. */
+async function writeEtcFiles(
+  runDir: string,
+  { uid, gid }: SandboxIdentity,
+  mountDir: string,
+): Promise<BwrapPlan['etcFiles']> {
+  const etcFiles = {
+    passwd: join(runDir, 'passwd'),
+    group: join(runDir, 'group'),
+    hosts: join(runDir, 'hosts'),
+  };
+  await writeFile(etcFiles.passwd, passwdFile(uid, sandboxHome(mountDir)));
+  await writeFile(etcFiles.group, groupFile(gid));
+  await writeFile(etcFiles.hosts, HOSTS_FILE);
+  return etcFiles;
+}
+
+function supervisorConfig(
+  { privileged, uid, gid }: SandboxIdentity,
+  limits: SandboxLimits,
+  cwd: string,
+  gateway: Gateway | undefined,
+): SupervisorConfig {
+  return {
+    statusFd: STATUS_FDS.supervisor,
+    controlFd: STATUS_FDS.control,
+    cwd,
+    ...(privileged ? { uid, gid } : {}),
+    limits: {
+      cpu: Math.ceil(limits.cpuSeconds),
+      as: Math.floor(limits.memoryMb * MIB),
+      nproc: limits.processes + (privileged ? 0 : SUPERVISOR_TASKS),
+      fsize: Math.floor(limits.fileSizeMb * MIB),
+    },
+    ...(gateway ? { gateway: { port: gateway.port, socket: INSIDE_GATEWAY_SOCKET } } : {}),
+  };
+}
+
+/** bwrap's arguments, then the supervisor it runs: python with its config and the command. */
+function sandboxArgs(plan: BwrapPlan, config: SupervisorConfig, command: string): string[] {
+  return [...bwrapArgs(plan), '--', PYTHON, '-I', '-S', '-c', SUPERVISOR_PY, JSON.stringify(config), command];
+}
+
+/** The disk quota of a run in the workspace itself (not a copy). */
+async function workspaceQuota(workspace: string, diskQuotaBytes: number, startBytes: number) {
+  return {
+    workspace,
+    limitBytes: Math.max(diskQuotaBytes, startBytes),
+    // A run that starts on a full workspace may still delete; one that fills it is stopped.
+    stopWhenFull: !(await volumeFull(workspace)),
+  };
+}
+
 /**
  * Fills a copied workspace before the command: symlinks, hard links and modes kept, FIFOs, sockets and
  * devices left out (a verifier must not block on a FIFO); what cannot be copied is left out quietly.
@@ -240,6 +336,8 @@ function copyWorkspaceScript(mountDir: string, cwd: string): string {
     `cd -- ${shellWord(cwd)} || exit 1`,
   ].join('; ');
 }
+
+type Gateway = ReturnType<typeof resolveGateway>;
 
 function resolveGateway(gateway: { url: string; port?: number; scope?: BridgeScope }) {
   const target = gatewayTarget(gateway.url);

@@ -1,4 +1,4 @@
-import { spawn } from 'node:child_process';
+import { type ChildProcess, spawn } from 'node:child_process';
 import { readFile, readlink } from 'node:fs/promises';
 import type { Readable, Writable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -67,13 +67,71 @@ const DISK_POLL_MAX_MS = 2_000;
 
 export async function supervise(run: SupervisedRun): Promise<Supervised> {
   const begin = performance.now();
+  const child = spawnSandbox(run);
+  const exited = new Promise<{ code: number | null; signal: string | null }>((resolve, reject) => {
+    child.once('error', reject);
+    child.once('exit', (code, signal) => resolve({ code, signal }));
+  });
+
+  const stdout = new OutputBuffer(run.maxOutputBytes);
+  const stderr = new OutputBuffer(run.maxOutputBytes);
+  const drained = Promise.all([stdout.attach(child.stdout), stderr.attach(child.stderr)]);
+  const { bwrapStatus, supervisorStatus, control } = statusPipes(child, run.seccomp);
+  const sandbox = readBwrapStatus(bwrapStatus);
+  const progress = readSupervisorStatus(supervisorStatus);
+
+  if (run.stdin !== undefined && child.stdin) {
+    child.stdin.on('error', () => undefined);
+    child.stdin.end(run.stdin);
+  }
+
+  const stopped: Stopped = { timedOut: false, killed: false, overDiskQuota: null };
+  const hardKill = () => killSandbox(child, sandbox, stopped);
+  const clearTimers = startWallClock(run, control, hardKill, stopped);
+
+  // Over the disk quota: SIGKILL at once, as every further moment is more bytes written.
+  const stopPolling = new AbortController();
+  const quota = run.diskQuota;
+  if (quota) pollDiskQuota(quota, sandbox, hardKill, stopped, stopPolling.signal);
+
+  let bwrap: { code: number | null; signal: string | null };
+  try {
+    bwrap = await exited;
+  } finally {
+    clearTimers();
+    stopPolling.abort();
+  }
+  // Output and status end when the last process holding them is gone; bound the wait all the same.
+  await settleWithin(Promise.all([drained, ended(bwrapStatus), ended(supervisorStatus)]), 2_000);
+  for (const stream of [bwrapStatus, supervisorStatus, control, child.stdout, child.stderr])
+    stream?.destroy();
+
+  const init = sandbox.init();
+  if (init !== null) await waitForNamespaceEnd(init.pid, init.pidNamespace, 5_000);
+
+  return {
+    started: progress.started,
+    failedReason: progress.failedReason,
+    exit: progress.exit,
+    bwrap,
+    timedOut: stopped.timedOut,
+    killed: stopped.killed,
+    overDiskQuota: stopped.overDiskQuota,
+    stdout,
+    stderr,
+    durationMs: Math.round(performance.now() - begin),
+  };
+}
+
+/** Spawns bwrap, first joining the control groups when there are any. */
+function spawnSandbox(run: SupervisedRun): ChildProcess {
   const [executable, args] = run.groupProcs?.length
     ? [
         '/bin/sh',
         ['-c', JOIN_GROUPS, 'stepwise-sandbox', ...run.groupProcs, '--', run.executable, ...run.args],
       ]
     : [run.executable, run.args];
-  const child = spawn(executable, args, {
+  return spawn(executable, args, {
     stdio: [
       run.stdin === undefined ? 'ignore' : 'pipe',
       'pipe',
@@ -88,56 +146,37 @@ export async function supervise(run: SupervisedRun): Promise<Supervised> {
     // Its own process group, so the whole group can be killed; bwrap --die-with-parent ties it to us.
     detached: true,
   });
-  const exited = new Promise<{ code: number | null; signal: string | null }>((resolve, reject) => {
-    child.once('error', reject);
-    child.once('exit', (code, signal) => resolve({ code, signal }));
-  });
+}
 
-  const stdout = new OutputBuffer(run.maxOutputBytes);
-  const stderr = new OutputBuffer(run.maxOutputBytes);
-  const drained = Promise.all([stdout.attach(child.stdout), stderr.attach(child.stderr)]);
+/** The status and control pipes of STATUS_FDS; the seccomp filter is written into its own at once. */
+function statusPipes(child: ChildProcess, seccompFilter: Buffer | undefined) {
   // Node's typings stop at fd 4; the pipes past it exist all the same.
   const pipes = child.stdio as unknown as (Readable & Writable)[];
   const bwrapStatus = pipes[STATUS_FDS.bwrap]!;
   const supervisorStatus = pipes[STATUS_FDS.supervisor]!;
   const control = pipes[STATUS_FDS.control]!;
   control.on('error', () => undefined);
-  if (run.seccomp) {
+  if (seccompFilter) {
     const seccomp = pipes[STATUS_FDS.seccomp]!;
     seccomp.on('error', () => undefined);
-    seccomp.end(run.seccomp);
+    seccomp.end(seccompFilter);
   }
+  return { bwrapStatus, supervisorStatus, control };
+}
 
+/** What bwrap's JSON status says of the sandbox: its pid 1 and its pid namespace, once known. */
+interface BwrapStatus {
+  initPid(): number | null;
+  init(): SandboxInit | null;
+}
+
+function readBwrapStatus(stream: Readable): BwrapStatus {
   let bwrapText = '';
-  bwrapStatus.setEncoding('utf8');
-  bwrapStatus.on('data', (text: string) => {
+  stream.setEncoding('utf8');
+  stream.on('data', (text: string) => {
     bwrapText += text;
   });
-  bwrapStatus.on('error', () => undefined);
-
-  let started = false;
-  let failedReason: string | null = null;
-  let exit: SupervisorExit | null = null;
-  let pendingLine = '';
-  supervisorStatus.setEncoding('utf8');
-  supervisorStatus.on('data', (text: string) => {
-    pendingLine += text;
-    let newline = pendingLine.indexOf('\n');
-    while (newline >= 0) {
-      const event = parseEvent(pendingLine.slice(0, newline));
-      pendingLine = pendingLine.slice(newline + 1);
-      if (event?.event === 'started') started = true;
-      else if (event?.event === 'failed') failedReason = String(event.reason ?? 'unknown reason');
-      else if (event?.event === 'exit') exit = toExit(event);
-      newline = pendingLine.indexOf('\n');
-    }
-  });
-  supervisorStatus.on('error', () => undefined);
-
-  if (run.stdin !== undefined && child.stdin) {
-    child.stdin.on('error', () => undefined);
-    child.stdin.end(run.stdin);
-  }
+  stream.on('error', () => undefined);
 
   const initPid = () => {
     const match = /"child-pid"\s*:\s*(\d+)/.exec(bwrapText);
@@ -148,73 +187,94 @@ export async function supervise(run: SupervisedRun): Promise<Supervised> {
     const ns = /"pid-namespace"\s*:\s*(\d+)/.exec(bwrapText);
     return pid !== null && ns ? { pid, pidNamespace: ns[1]! } : null;
   };
-  let timedOut = false;
-  let killed = false;
+  return { initPid, init };
+}
+
+/** What the supervisor has said so far, one JSON event a line. */
+interface SupervisorProgress {
+  started: boolean;
+  failedReason: string | null;
+  exit: SupervisorExit | null;
+}
+
+function readSupervisorStatus(stream: Readable): SupervisorProgress {
+  const progress: SupervisorProgress = { started: false, failedReason: null, exit: null };
+  let pendingLine = '';
+  stream.setEncoding('utf8');
+  stream.on('data', (text: string) => {
+    pendingLine += text;
+    let newline = pendingLine.indexOf('\n');
+    while (newline >= 0) {
+      const event = parseEvent(pendingLine.slice(0, newline));
+      pendingLine = pendingLine.slice(newline + 1);
+      if (event?.event === 'started') progress.started = true;
+      else if (event?.event === 'failed') progress.failedReason = String(event.reason ?? 'unknown reason');
+      else if (event?.event === 'exit') progress.exit = toExit(event);
+      newline = pendingLine.indexOf('\n');
+    }
+  });
+  stream.on('error', () => undefined);
+  return progress;
+}
+
+/** How the run was stopped, if it was; set as it happens. */
+interface Stopped {
+  timedOut: boolean;
+  killed: boolean;
+  overDiskQuota: number | null;
+}
+
+/** SIGKILL to bwrap's process group and to the sandbox's pid 1. */
+function killSandbox(child: ChildProcess, sandbox: BwrapStatus, stopped: Stopped): void {
+  stopped.killed = true;
+  signalQuietly(-(child.pid ?? 0), 'SIGKILL');
+  const pid = sandbox.initPid();
+  if (pid !== null) signalQuietly(pid, 'SIGKILL');
+}
+
+/** At the timeout the supervisor is told to end the command; after the grace period, SIGKILL. */
+function startWallClock(
+  run: SupervisedRun,
+  control: Writable,
+  hardKill: () => void,
+  stopped: Stopped,
+): () => void {
   let grace: NodeJS.Timeout | undefined;
-  const hardKill = () => {
-    killed = true;
-    signalQuietly(-(child.pid ?? 0), 'SIGKILL');
-    const pid = initPid();
-    if (pid !== null) signalQuietly(pid, 'SIGKILL');
-  };
   const wall = setTimeout(() => {
-    timedOut = true;
+    stopped.timedOut = true;
     control.write('T');
     grace = setTimeout(hardKill, run.graceMs);
   }, run.timeoutMs);
-
-  // Over the disk quota: SIGKILL at once, as every further moment is more bytes written.
-  let overDiskQuota: number | null = null;
-  const stopPolling = new AbortController();
-  const quota = run.diskQuota;
-  if (quota) {
-    // Not awaited at the end: a measurement under way when bwrap exits sees the abort and stops there.
-    void (async () => {
-      while (!stopPolling.signal.aborted) {
-        const begin = performance.now();
-        const used = await sandboxBytes(quota.workspace, init()).catch(() => 0);
-        if (stopPolling.signal.aborted) return;
-        if (used > quota.limitBytes || (quota.stopWhenFull && (await volumeFull(quota.workspace)))) {
-          overDiskQuota = used;
-          hardKill();
-          return;
-        }
-        const took = performance.now() - begin;
-        const pause = Math.min(DISK_POLL_MAX_MS, Math.max(DISK_POLL_MS - took, 3 * took));
-        await sleep(pause, undefined, { signal: stopPolling.signal }).catch(() => undefined);
-      }
-    })();
-  }
-
-  let bwrap: { code: number | null; signal: string | null };
-  try {
-    bwrap = await exited;
-  } finally {
+  return () => {
     clearTimeout(wall);
     clearTimeout(grace);
-    stopPolling.abort();
-  }
-  // Output and status end when the last process holding them is gone; bound the wait all the same.
-  await settleWithin(Promise.all([drained, ended(bwrapStatus), ended(supervisorStatus)]), 2_000);
-  for (const stream of [bwrapStatus, supervisorStatus, control, child.stdout, child.stderr])
-    stream?.destroy();
-
-  const pid = initPid();
-  const nsMatch = /"pid-namespace"\s*:\s*(\d+)/.exec(bwrapText);
-  if (pid !== null && nsMatch) await waitForNamespaceEnd(pid, nsMatch[1]!, 5_000);
-
-  return {
-    started,
-    failedReason,
-    exit,
-    bwrap,
-    timedOut,
-    killed,
-    overDiskQuota,
-    stdout,
-    stderr,
-    durationMs: Math.round(performance.now() - begin),
   };
+}
+
+/** Measures what the sandbox holds every DISK_POLL_MS or more; over the quota, it is killed. */
+function pollDiskQuota(
+  quota: NonNullable<SupervisedRun['diskQuota']>,
+  sandbox: BwrapStatus,
+  hardKill: () => void,
+  stopped: Stopped,
+  stopPolling: AbortSignal,
+): void {
+  // Not awaited at the end: a measurement under way when bwrap exits sees the abort and stops there.
+  void (async () => {
+    while (!stopPolling.aborted) {
+      const begin = performance.now();
+      const used = await sandboxBytes(quota.workspace, sandbox.init()).catch(() => 0);
+      if (stopPolling.aborted) return;
+      if (used > quota.limitBytes || (quota.stopWhenFull && (await volumeFull(quota.workspace)))) {
+        stopped.overDiskQuota = used;
+        hardKill();
+        return;
+      }
+      const took = performance.now() - begin;
+      const pause = Math.min(DISK_POLL_MAX_MS, Math.max(DISK_POLL_MS - took, 3 * took));
+      await sleep(pause, undefined, { signal: stopPolling }).catch(() => undefined);
+    }
+  })();
 }
 
 function ended(stream: Readable): Promise<void> {

@@ -106,125 +106,156 @@ export function rowsMatchScore(actual: readonly string[][], expected: readonly s
   return { matched, score: matched / denominator };
 }
 
+/** One kind of check, narrowed from the union so each evaluator sees only its own fields. */
+type CheckOf<K extends Check['kind']> = Extract<Check, { kind: K }>;
+
+/** Dispatches on the check's kind; the switch stays exhaustive, so a new kind must get an evaluator. */
 async function evaluate(check: Check, workspace: string, options: ChecksOptions): Promise<Outcome> {
   switch (check.kind) {
-    case 'file_exists': {
-      const entry = await resolveInWorkspace(workspace, check.path);
-      if (entry.kind === 'escape' || entry.kind === 'unreadable') return fail(entry.reason);
-      if (entry.kind === 'file' || entry.kind === 'dir') return pass(`${check.path} exists`);
-      return fail(
-        entry.kind === 'broken' ? `${check.path} is a broken symlink` : `${check.path} does not exist`,
-      );
-    }
-    case 'file_absent': {
-      const entry = await resolveInWorkspace(workspace, check.path);
-      if (entry.kind === 'escape' || entry.kind === 'unreadable') return fail(entry.reason);
-      return entry.kind === 'missing' ? pass(`${check.path} is absent`) : fail(`${check.path} exists`);
-    }
-    case 'parses': {
-      const parsed =
-        check.format === 'json'
-          ? await readJson(workspace, check.path)
-          : await readCsv(workspace, check.path);
-      if ('error' in parsed) return fail(`${check.path}: ${parsed.error}`);
-      return pass(`${check.path} parses as ${check.format}`);
-    }
-    case 'csv_columns': {
-      const parsed = await readCsv(workspace, check.path);
-      if ('error' in parsed) return fail(`${check.path}: ${parsed.error}`);
-      const header = parsed.table.header.map((h) => h.trim());
-      const want = check.columns.map((c) => c.trim());
-      const same = check.ordered
-        ? show(header) === show(want)
-        : show([...header].sort()) === show([...want].sort());
-      return same
-        ? pass(`header is ${show(header)}`)
-        : fail(`header is ${show(header)}, expected ${show(want)}`);
-    }
-    case 'json_keys': {
-      const parsed = await readJson(workspace, check.path);
-      if ('error' in parsed) return fail(`${check.path}: ${parsed.error}`);
-      if (!isPlainObject(parsed.value)) return fail(`${check.path} is not a JSON object`);
-      const missing = check.keys.filter((k) => !Object.hasOwn(parsed.value as object, k));
-      return missing.length === 0 ? pass('all keys present') : fail(`missing keys ${show(missing)}`);
-    }
-    case 'json_value': {
-      const parsed = await readJson(workspace, check.path);
-      if ('error' in parsed) return fail(`${check.path}: ${parsed.error}`);
-      let lookup: ReturnType<typeof resolvePointer>;
-      try {
-        lookup = resolvePointer(parsed.value, check.pointer);
-      } catch (err) {
-        if (err instanceof JsonPointerError) return fail(`invalid pointer: ${err.message}`);
-        throw err;
-      }
-      if (!lookup.found) return fail(lookup.reason);
-      return jsonEquals(lookup.value, check.expected, check.tolerance)
-        ? pass(`${check.pointer || '/'} is ${show(lookup.value)}`)
-        : fail(`${check.pointer || '/'} is ${show(lookup.value)}, expected ${show(check.expected)}`);
-    }
-    case 'rows_match': {
-      const parsed = await readCsv(workspace, check.path);
-      if ('error' in parsed) return fail(`${check.path}: ${parsed.error}`);
-      const header = parsed.table.header.map((h) => h.trim());
-      const indexes = check.columns.map((c) => header.indexOf(c.trim()));
-      const absent = check.columns.filter((_, i) => indexes[i] === -1);
-      if (absent.length > 0) return fail(`missing columns ${show(absent)}`);
-      const rows = parsed.table.rows.map((r) => indexes.map((i) => r[i]!));
-      const { matched, score } = rowsMatchScore(rows, check.expected, check.ordered);
-      return {
-        score,
-        detail: `${matched} of ${check.expected.length} expected rows found in ${rows.length} rows`,
-      };
-    }
-    case 'text_contains': {
-      const read = await readWorkspaceText(workspace, check.path);
-      if ('error' in read) return fail(`${check.path}: ${read.error}`);
-      let found: boolean;
-      if (check.regex) {
-        let re: RegExp;
-        try {
-          re = new RegExp(check.pattern, check.ignoreCase ? 'i' : '');
-        } catch (err) {
-          return fail(`invalid regex: ${(err as Error).message}`);
-        }
-        found = re.test(read.text);
-      } else {
-        found = check.ignoreCase
-          ? read.text.toLowerCase().includes(check.pattern.toLowerCase())
-          : read.text.includes(check.pattern);
-      }
-      const what = `${show(check.pattern)} ${found ? 'found' : 'not found'} in ${check.path}`;
-      return found !== check.absent ? pass(what) : fail(what);
-    }
-    case 'word_count': {
-      const read = await readWorkspaceText(workspace, check.path);
-      if ('error' in read) return fail(`${check.path}: ${read.error}`);
-      const words = read.text.split(/\s+/).filter((w) => w !== '').length;
-      const ok =
-        (check.min === undefined || words >= check.min) && (check.max === undefined || words <= check.max);
-      const range = `[${check.min ?? 0}, ${check.max ?? '∞'}]`;
-      return ok ? pass(`${words} words, within ${range}`) : fail(`${words} words, outside ${range}`);
-    }
-    case 'command': {
-      const mountDir = options.mountDir ?? DEFAULT_MOUNT_DIR;
-      const run = options.runInSandbox ?? defaultSandboxRunner;
-      // A SandboxError is the infrastructure's failure and propagates to the runner.
-      const sandbox = await verifierSandbox(options.sandbox, workspace, mountDir);
-      const result = await run(sandbox.options, check.command, {
-        cwd: mountDir,
-        timeoutMs: check.timeoutMs,
-      }).finally(() => sandbox.close());
-      if (result.timedOut) return fail(`timed out after ${check.timeoutMs} ms`);
-      if (result.limitHit) return fail(`hit the sandbox's ${result.limitHit} limit`);
-      if (result.signal) return fail(`killed by ${result.signal}`);
-      const stderr = tail(result.stderr, 200);
-      const detail = `exit code ${result.exitCode}${result.exitCode !== check.exitCode && stderr ? `: ${stderr}` : ''}`;
-      return result.exitCode === check.exitCode
-        ? pass(detail)
-        : fail(`${detail}, expected ${check.exitCode}`);
-    }
+    case 'file_exists':
+      return checkFileExists(check, workspace);
+    case 'file_absent':
+      return checkFileAbsent(check, workspace);
+    case 'parses':
+      return checkParses(check, workspace);
+    case 'csv_columns':
+      return checkCsvColumns(check, workspace);
+    case 'json_keys':
+      return checkJsonKeys(check, workspace);
+    case 'json_value':
+      return checkJsonValue(check, workspace);
+    case 'rows_match':
+      return checkRowsMatch(check, workspace);
+    case 'text_contains':
+      return checkTextContains(check, workspace);
+    case 'word_count':
+      return checkWordCount(check, workspace);
+    case 'command':
+      return checkCommand(check, workspace, options);
   }
+}
+
+async function checkFileExists(check: CheckOf<'file_exists'>, workspace: string): Promise<Outcome> {
+  const entry = await resolveInWorkspace(workspace, check.path);
+  if (entry.kind === 'escape' || entry.kind === 'unreadable') return fail(entry.reason);
+  if (entry.kind === 'file' || entry.kind === 'dir') return pass(`${check.path} exists`);
+  return fail(entry.kind === 'broken' ? `${check.path} is a broken symlink` : `${check.path} does not exist`);
+}
+
+async function checkFileAbsent(check: CheckOf<'file_absent'>, workspace: string): Promise<Outcome> {
+  const entry = await resolveInWorkspace(workspace, check.path);
+  if (entry.kind === 'escape' || entry.kind === 'unreadable') return fail(entry.reason);
+  return entry.kind === 'missing' ? pass(`${check.path} is absent`) : fail(`${check.path} exists`);
+}
+
+async function checkParses(check: CheckOf<'parses'>, workspace: string): Promise<Outcome> {
+  const parsed =
+    check.format === 'json' ? await readJson(workspace, check.path) : await readCsv(workspace, check.path);
+  if ('error' in parsed) return fail(`${check.path}: ${parsed.error}`);
+  return pass(`${check.path} parses as ${check.format}`);
+}
+
+async function checkCsvColumns(check: CheckOf<'csv_columns'>, workspace: string): Promise<Outcome> {
+  const parsed = await readCsv(workspace, check.path);
+  if ('error' in parsed) return fail(`${check.path}: ${parsed.error}`);
+  const header = parsed.table.header.map((h) => h.trim());
+  const want = check.columns.map((c) => c.trim());
+  const same = check.ordered
+    ? show(header) === show(want)
+    : show([...header].sort()) === show([...want].sort());
+  return same ? pass(`header is ${show(header)}`) : fail(`header is ${show(header)}, expected ${show(want)}`);
+}
+
+async function checkJsonKeys(check: CheckOf<'json_keys'>, workspace: string): Promise<Outcome> {
+  const parsed = await readJson(workspace, check.path);
+  if ('error' in parsed) return fail(`${check.path}: ${parsed.error}`);
+  if (!isPlainObject(parsed.value)) return fail(`${check.path} is not a JSON object`);
+  const missing = check.keys.filter((k) => !Object.hasOwn(parsed.value as object, k));
+  return missing.length === 0 ? pass('all keys present') : fail(`missing keys ${show(missing)}`);
+}
+
+async function checkJsonValue(check: CheckOf<'json_value'>, workspace: string): Promise<Outcome> {
+  const parsed = await readJson(workspace, check.path);
+  if ('error' in parsed) return fail(`${check.path}: ${parsed.error}`);
+  let lookup: ReturnType<typeof resolvePointer>;
+  try {
+    lookup = resolvePointer(parsed.value, check.pointer);
+  } catch (err) {
+    if (err instanceof JsonPointerError) return fail(`invalid pointer: ${err.message}`);
+    throw err;
+  }
+  if (!lookup.found) return fail(lookup.reason);
+  return jsonEquals(lookup.value, check.expected, check.tolerance)
+    ? pass(`${check.pointer || '/'} is ${show(lookup.value)}`)
+    : fail(`${check.pointer || '/'} is ${show(lookup.value)}, expected ${show(check.expected)}`);
+}
+
+async function checkRowsMatch(check: CheckOf<'rows_match'>, workspace: string): Promise<Outcome> {
+  const parsed = await readCsv(workspace, check.path);
+  if ('error' in parsed) return fail(`${check.path}: ${parsed.error}`);
+  const header = parsed.table.header.map((h) => h.trim());
+  const indexes = check.columns.map((c) => header.indexOf(c.trim()));
+  const absent = check.columns.filter((_, i) => indexes[i] === -1);
+  if (absent.length > 0) return fail(`missing columns ${show(absent)}`);
+  const rows = parsed.table.rows.map((r) => indexes.map((i) => r[i]!));
+  const { matched, score } = rowsMatchScore(rows, check.expected, check.ordered);
+  return {
+    score,
+    detail: `${matched} of ${check.expected.length} expected rows found in ${rows.length} rows`,
+  };
+}
+
+async function checkTextContains(check: CheckOf<'text_contains'>, workspace: string): Promise<Outcome> {
+  const read = await readWorkspaceText(workspace, check.path);
+  if ('error' in read) return fail(`${check.path}: ${read.error}`);
+  let found: boolean;
+  if (check.regex) {
+    let re: RegExp;
+    try {
+      re = new RegExp(check.pattern, check.ignoreCase ? 'i' : '');
+    } catch (err) {
+      return fail(`invalid regex: ${(err as Error).message}`);
+    }
+    found = re.test(read.text);
+  } else {
+    found = check.ignoreCase
+      ? read.text.toLowerCase().includes(check.pattern.toLowerCase())
+      : read.text.includes(check.pattern);
+  }
+  const what = `${show(check.pattern)} ${found ? 'found' : 'not found'} in ${check.path}`;
+  return found !== check.absent ? pass(what) : fail(what);
+}
+
+async function checkWordCount(check: CheckOf<'word_count'>, workspace: string): Promise<Outcome> {
+  const read = await readWorkspaceText(workspace, check.path);
+  if ('error' in read) return fail(`${check.path}: ${read.error}`);
+  const words = read.text.split(/\s+/).filter((w) => w !== '').length;
+  const ok =
+    (check.min === undefined || words >= check.min) && (check.max === undefined || words <= check.max);
+  const range = `[${check.min ?? 0}, ${check.max ?? '∞'}]`;
+  return ok ? pass(`${words} words, within ${range}`) : fail(`${words} words, outside ${range}`);
+}
+
+/** The only check that runs in the sandbox: the command's exit code against the expected one. */
+async function checkCommand(
+  check: CheckOf<'command'>,
+  workspace: string,
+  options: ChecksOptions,
+): Promise<Outcome> {
+  const mountDir = options.mountDir ?? DEFAULT_MOUNT_DIR;
+  const run = options.runInSandbox ?? defaultSandboxRunner;
+  // A SandboxError is the infrastructure's failure and propagates to the runner.
+  const sandbox = await verifierSandbox(options.sandbox, workspace, mountDir);
+  const result = await run(sandbox.options, check.command, {
+    cwd: mountDir,
+    timeoutMs: check.timeoutMs,
+  }).finally(() => sandbox.close());
+  if (result.timedOut) return fail(`timed out after ${check.timeoutMs} ms`);
+  if (result.limitHit) return fail(`hit the sandbox's ${result.limitHit} limit`);
+  if (result.signal) return fail(`killed by ${result.signal}`);
+  const stderr = tail(result.stderr, 200);
+  const detail = `exit code ${result.exitCode}${result.exitCode !== check.exitCode && stderr ? `: ${stderr}` : ''}`;
+  return result.exitCode === check.exitCode ? pass(detail) : fail(`${detail}, expected ${check.exitCode}`);
 }
 
 /** Evaluates every check (in order); a name used twice gets `#2`, `#3`, ... for its later uses. */
