@@ -1,6 +1,7 @@
 import { join } from 'node:path';
 import { HINT_HEADING } from '../curation/actguide/index.js';
-import { type GuideSummary, REPLACED_TAG, runGuided } from '../gym/guide.js';
+import { REPLACED_TAG, runGuided } from '../gym/guide.js';
+import type { GuideSummary } from '../gym/guide-decisions.js';
 import { runGym, type SampleResult } from '../gym/runner.js';
 import { synthesize } from '../gym/synth/index.js';
 import { referenceTasks } from '../gym/tasks/index.js';

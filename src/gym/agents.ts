@@ -15,7 +15,7 @@ import { openClawDriver } from './agent/openclaw/run.js';
  * The agents a gym run can use, one entry a kind: the built-in agent, a command template, and the
  * installed agents (a driver each, run by agent/installed.ts). Every entry ends the same way: an
  * outcome, or AgentFailed when the agent failed (the sample scores 0); anything else it throws is
- * the infrastructure's (the runner decides: runner.ts isInfra).
+ * the infrastructure's (the runner decides: sample.ts isInfra).
  */
 
 export type AgentSpec =

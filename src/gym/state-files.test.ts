@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { type GuideDecision, readDecisions } from './guide.js';
+import { type GuideDecision, readDecisions } from './guide-decisions.js';
 import { readSampleState, type SampleResult, sampleKey } from './runner.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'stepwise-state-'));

@@ -1,7 +1,6 @@
 import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { createInterface } from 'node:readline';
 import { ValidationError } from '../domain/errors.js';
 import { ExportRequest } from '../export/request.js';
 import { runExport } from '../export/run-export.js';
@@ -20,6 +19,9 @@ import {
 } from './python.js';
 import { rewardCurveHtml } from './report.js';
 import { COPY_TARGETS, copyTasks } from './tasks.js';
+import { type TrainerEvents, type TrainerUpdate, trainerEvents } from './trainer-events.js';
+
+export type { TrainerUpdate };
 
 // `stepwise train`: the RL loop on one machine, end to end (warm-up data, engine, rollouts, updates):
 // docs/trainers.md#stepwise-train-the-loop-as-one-command
@@ -87,21 +89,6 @@ export interface TrainResult {
   /** Groups dropped as stale by the pool, from its stats. */
   staleDropped: number;
   seconds: number;
-}
-
-/** One `update` line of the trainer process. */
-export interface TrainerUpdate {
-  version: number;
-  groups: number | null;
-  trajectories: number;
-  reward_mean: number;
-  staleness_max: number;
-  loss?: number;
-  tokens?: number;
-  pack_ratio?: number | null;
-  update_s?: number;
-  wait_s: number;
-  publish_s: number;
 }
 
 /** What the agent sends with every call, and what the warm-up renders its prompts with. */
@@ -467,86 +454,6 @@ async function referenceRollouts(c: {
   } finally {
     await server.close();
   }
-}
-
-interface TrainerEvents {
-  ready: Promise<void>;
-  done: Promise<void>;
-  updates: TrainerUpdate[];
-  failed(): boolean;
-  error(): Error;
-}
-
-/** Follows the trainer's JSON lines; `ready` and `done` reject when it fails or exits early. */
-function trainerEvents(proc: PythonProcess, say: (line: string) => void): TrainerEvents {
-  const updates: TrainerUpdate[] = [];
-  let failure: Error | null = null;
-  let onReady!: () => void;
-  let onDone!: () => void;
-  let onFail!: (error: Error) => void;
-  const ready = new Promise<void>((res, rej) => {
-    onReady = res;
-    onFail = (error) => {
-      failure = error;
-      rej(error);
-      doneReject(error);
-    };
-  });
-  let doneReject!: (error: Error) => void;
-  const done = new Promise<void>((res, rej) => {
-    onDone = res;
-    doneReject = rej;
-  });
-  // Whichever of the two nobody awaits yet must not surface as an unhandled rejection.
-  ready.catch(() => {});
-  done.catch(() => {});
-  let message = '';
-  createInterface({ input: proc.child.stdout! }).on('line', (line) => {
-    let event: Record<string, unknown>;
-    try {
-      event = JSON.parse(line) as Record<string, unknown>;
-    } catch {
-      return;
-    }
-    switch (event.event) {
-      case 'warmup':
-        if ((event.step as number) % 40 === 0 || event.step === event.steps)
-          say(
-            `trainer   warm-up step ${event.step}/${event.steps}: loss ${(event.loss as number).toFixed(4)}`,
-          );
-        break;
-      case 'ready':
-        onReady();
-        break;
-      case 'update': {
-        const u = event as unknown as TrainerUpdate;
-        updates.push(u);
-        say(
-          `trainer   version ${u.version}: ${u.trajectories} rollouts, reward ${u.reward_mean.toFixed(3)}, staleness <= ${u.staleness_max}` +
-            (u.loss === undefined ? '' : `, loss ${u.loss.toFixed(4)}`) +
-            (u.pack_ratio ? `, packed ${(u.pack_ratio * 100).toFixed(0)}% of the tokens` : '') +
-            (u.update_s === undefined ? '' : `, update ${u.update_s.toFixed(1)} s`),
-        );
-        break;
-      }
-      case 'done':
-        onDone();
-        break;
-      case 'error':
-        message = String(event.message);
-        break;
-    }
-  });
-  void proc.exited.then((code) => {
-    onFail(new Error(`the trainer exited with code ${code}${message ? `: ${message}` : ''}\n${proc.log()}`));
-  });
-  return {
-    ready,
-    done,
-    updates,
-    failed: () => failure !== null,
-    error: () => failure ?? new Error('the trainer failed'),
-  };
 }
 
 function writeOutputs(

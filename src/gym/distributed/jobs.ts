@@ -2,7 +2,8 @@ import { createHash } from 'node:crypto';
 import { z } from 'zod';
 import { CleanerOptions } from '../../curation/cleaner/saar.js';
 import { JsonObject } from '../../domain/json.js';
-import { type AgentSpec, SampleResultLine } from '../runner.js';
+import type { AgentSpec } from '../runner.js';
+import { SampleResultLine } from '../sample.js';
 import { GymTask } from '../tasks/schema.js';
 
 /*
