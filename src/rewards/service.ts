@@ -1,14 +1,5 @@
 import type { Logger } from 'pino';
-import { trainingSteps } from '../curation/cleaner/graft.js';
-import {
-  ConflictError,
-  NotFoundError,
-  type PoolEvent,
-  type Signal,
-  type SignalInput,
-  type Trajectory,
-  ValidationError,
-} from '../domain/index.js';
+import { NotFoundError, type Signal, type Trajectory, ValidationError } from '../domain/index.js';
 import type { DataPool } from '../pool/data-pool.js';
 import { CombinationEvalError, evaluateCombination, requiredSignalNames } from './combination.js';
 import { type RewardFunction, type RewardsConfig, type Scoring, scoringFor } from './config.js';
@@ -21,22 +12,14 @@ import {
   type RewardJobQueue,
   UNFINISHED_SUFFIX,
 } from './job-queue.js';
-import { jsonEqual } from './json-path.js';
-import {
-  NotApplicableError,
-  RewardError,
-  type RewardManifest,
-  type RewardScore,
-  type TrajectoryView,
-} from './plugin.js';
+import { RewardJobPlanner } from './job-requests.js';
+import { RewardJobRunner } from './job-runner.js';
+import { NotApplicableError, type RewardManifest } from './plugin.js';
+import { RewardScheduler } from './scheduler.js';
 import { type JobOutcome, RewardWorkers } from './workers.js';
 
 // The rewards module at run time: a scheduler following the pool's event log, the workers, and the entry
 // points the HTTP API calls. When jobs are queued: docs/rewards.md#reward-jobs
-
-const CURSOR = 'scheduler';
-const SCHEDULED_EVENTS = ['trajectory_completed', 'group_ready', 'signal_added'] as const;
-const MAX_RESULT_VALUES = 20;
 
 export interface RewardServiceOptions {
   pool: DataPool;
@@ -139,14 +122,11 @@ export class RewardService {
   readonly workers: RewardWorkers;
   private readonly pool: DataPool;
   private readonly clock: () => number;
-  private readonly logger?: Pick<Logger, 'warn' | 'info'>;
   private readonly schedule: boolean;
   private readonly ownsQueue: boolean;
-  /** Signal names some combination reads that are not its own scoring's functions (human, env, ...). */
-  private readonly externalInputs: Set<string>;
-  private readonly hasGroupFunctions: boolean;
-  private scheduler: Promise<void> | null = null;
-  private stopScheduler: (() => void) | null = null;
+  private readonly planner: RewardJobPlanner;
+  private readonly runner: RewardJobRunner;
+  private readonly scheduler: RewardScheduler;
   private stopped = false;
 
   private constructor(options: RewardServiceOptions & { queue: RewardJobQueue }, ownsQueue: boolean) {
@@ -155,16 +135,9 @@ export class RewardService {
     this.queue = options.queue;
     this.ownsQueue = ownsQueue;
     this.clock = options.clock ?? Date.now;
-    this.logger = options.logger;
     this.schedule = options.schedule ?? true;
-    this.hasGroupFunctions = [...this.config.functions.values()].some((f) => f.plugin.target === 'group');
-    this.externalInputs = new Set(
-      [...this.config.channels.values(), ...this.config.tasks.values(), this.config.default].flatMap((s) =>
-        s?.combination
-          ? s.combination.combination.names.filter((n) => !s.functions.some((f) => f.name === n))
-          : [],
-      ),
-    );
+    this.planner = new RewardJobPlanner(this.pool, this.config);
+    this.runner = new RewardJobRunner(this.pool, this.config, this.planner);
     const w = options.config.workers;
     this.workers = new RewardWorkers({
       queue: this.queue,
@@ -178,6 +151,15 @@ export class RewardService {
       random: options.random,
       logger: options.logger,
       workerId: options.workerId,
+    });
+    this.scheduler = new RewardScheduler({
+      pool: this.pool,
+      config: this.config,
+      queue: this.queue,
+      planner: this.planner,
+      workers: this.workers,
+      clock: this.clock,
+      logger: options.logger,
     });
   }
 
@@ -199,7 +181,7 @@ export class RewardService {
   start(): this {
     if (this.stopped) return this;
     this.workers.start();
-    if (this.schedule && !this.scheduler) this.scheduler = this.follow();
+    if (this.schedule) this.scheduler.start();
     return this;
   }
 
@@ -207,8 +189,7 @@ export class RewardService {
   async close(): Promise<void> {
     if (this.stopped) return;
     this.stopped = true;
-    this.stopScheduler?.();
-    await this.scheduler;
+    await this.scheduler.stop();
     await this.workers.stop();
     if (this.ownsQueue) await this.queue.close();
   }
@@ -223,312 +204,9 @@ export class RewardService {
       : this.config.workers.timeout_ms;
   }
 
-  // ---- job requests ---------------------------------------------------------------------------
-
-  private functionJob(
-    fn: RewardFunction,
-    t: Pick<Trajectory, 'id' | 'groupId' | 'channel'>,
-    reason: string,
-    force = false,
-  ): JobRequest {
-    const group = fn.plugin.target === 'group';
-    return {
-      kind: 'function',
-      channel: t.channel,
-      trajectoryId: group ? null : t.id,
-      groupId: group ? t.groupId : null,
-      function: fn.name,
-      version: fn.version,
-      maxAttempts: fn.maxAttempts,
-      reason,
-      force,
-    };
-  }
-
-  private combineJob(scoring: Scoring, t: Pick<Trajectory, 'id' | 'channel'>, reason: string): JobRequest[] {
-    const rule = scoring.combination;
-    if (!rule) return [];
-    return [
-      {
-        kind: 'combine',
-        channel: t.channel,
-        trajectoryId: t.id,
-        groupId: null,
-        function: rule.signal,
-        version: rule.version,
-        maxAttempts: this.config.workers.max_attempts,
-        reason,
-      },
-    ];
-  }
-
-  /** Whether every expected rollout of the trajectory's group has finished (or the group moved on). */
-  private async groupFinished(t: Trajectory): Promise<boolean> {
-    const group = await this.pool.store.getGroup(t.channel, t.groupId);
-    if (!group) return false;
-    if (group.state !== 'collecting') return true;
-    return group.expected !== null && group.nFinished >= group.expected;
-  }
-
-  private async jobsForCompleted(t: Trajectory, reason: string): Promise<JobRequest[]> {
-    const scoring = scoringFor(this.config, t);
-    if (!scoring) return [];
-    const requests: JobRequest[] = [];
-    const computed = scoring.functions.filter((f) => f.handler !== null);
-    for (const fn of computed)
-      if (fn.plugin.target !== 'group') requests.push(this.functionJob(fn, t, reason));
-    const groupFns = computed.filter((f) => f.plugin.target === 'group');
-    if (groupFns.length > 0 && (await this.groupFinished(t))) {
-      for (const fn of groupFns) requests.push(this.functionJob(fn, t, reason));
-    }
-    // Jobs of functions the combination reads queue it as they finish; queue it here only if none
-    // was queued (its inputs come from elsewhere, or were computed already).
-    const feeding = requests.flatMap((r, i) =>
-      scoring.combination?.combination.names.includes(r.function) ? [i] : [],
-    );
-    for (const c of this.combineJob(scoring, t, reason)) requests.push({ ...c, unlessCreated: feeding });
-    return requests;
-  }
-
-  /** A ready group's group-target jobs (its scoring is that of its members: they share a prompt). */
-  private async groupJobs(channel: string, groupId: string, reason: string): Promise<JobRequest[]> {
-    const members = await this.pool.listTrajectories({
-      channel,
-      groupId,
-      status: 'complete',
-      limit: 1,
-      offset: 0,
-    });
-    const first = members.items[0];
-    if (!first) return [];
-    const scoring = scoringFor(this.config, first);
-    if (!scoring) return [];
-    return scoring.functions
-      .filter((f) => f.handler !== null && f.plugin.target === 'group')
-      .map((f) => this.functionJob(f, first, reason));
-  }
-
-  private async jobsForEvent(event: PoolEvent): Promise<JobRequest[]> {
-    const data = event.data as Record<string, unknown>;
-    if (event.type === 'trajectory_completed') {
-      if (data.update === true || data.status !== 'complete') return [];
-      const t = await this.pool.getTrajectory(String(data.trajectory_uid));
-      return t ? this.jobsForCompleted(t, 'completed') : [];
-    }
-    if (event.type === 'group_ready' && event.channel && this.hasGroupFunctions) {
-      return this.groupJobs(event.channel, String(data.group_id), 'group_ready');
-    }
-    if (event.type === 'signal_added') {
-      const name = String(data.name);
-      const t = await this.signalTarget(event, name);
-      if (!t) return [];
-      const scoring = scoringFor(this.config, t);
-      const rule = scoring?.combination;
-      // A configured function's own signals are combined by its job as it finishes.
-      if (!scoring || !rule?.combination.names.includes(name)) return [];
-      if (scoring.functions.some((f) => f.name === name)) return [];
-      return this.combineJob(scoring, t, 'signal');
-    }
-    return [];
-  }
-
-  /** The trajectory a signal event is about, when some combination reads that signal from outside. */
-  private async signalTarget(event: PoolEvent, name: string): Promise<Trajectory | null> {
-    if (!this.externalInputs.has(name)) return null;
-    return this.pool.getTrajectory(String((event.data as Record<string, unknown>).trajectory_uid));
-  }
-
-  // ---- the scheduler --------------------------------------------------------------------------
-
-  private async follow(): Promise<void> {
-    let cursor: number;
-    try {
-      const saved = await this.queue.cursor(CURSOR);
-      if (saved !== null) cursor = saved;
-      else if (this.config.backfill) cursor = 0;
-      else {
-        cursor = await this.pool.store.lastEventSeq();
-        await this.queue.advance(CURSOR, cursor, [], this.clock());
-      }
-    } catch (err) {
-      this.logger?.warn({ err }, 'the reward scheduler could not start');
-      return;
-    }
-    const pollMs = this.config.workers.poll_ms;
-    while (!this.stopped) {
-      let busy = false;
-      try {
-        const events = await this.pool.events({ after: cursor, limit: 500, types: [...SCHEDULED_EVENTS] });
-        if (events.length > 0) {
-          const requests: JobRequest[] = [];
-          for (const event of events) requests.push(...(await this.jobsForEvent(event)));
-          const last = events.at(-1)!.seq;
-          const outcomes = await this.queue.advance(CURSOR, last, requests, this.clock());
-          cursor = last;
-          if (outcomes.some((o) => o.created)) this.workers.poke();
-          busy = events.length === 500;
-        }
-      } catch (err) {
-        if (this.stopped) break;
-        this.logger?.warn({ err }, 'the reward scheduler failed to read events; will retry');
-      }
-      if (!busy && !this.stopped) await this.pause(pollMs);
-    }
-  }
-
-  private pause(ms: number): Promise<void> {
-    return new Promise((resolve) => {
-      const done = () => {
-        clearTimeout(timer);
-        this.stopScheduler = null;
-        resolve();
-      };
-      const timer = setTimeout(done, ms);
-      this.stopScheduler = done;
-    });
-  }
-
-  // ---- running jobs ---------------------------------------------------------------------------
-
-  /** What reward functions read: the steps a trainer receives (an online CLEANER run's purified view). */
-  private async view(t: Trajectory): Promise<TrajectoryView> {
-    const [steps, signals] = await Promise.all([
-      this.pool.getTrajectorySteps(t.id),
-      this.pool.getSignals(t.id, { current: true }),
-    ]);
-    return { trajectory: t, steps: trainingSteps(t, steps), signals };
-  }
-
   /** Runs one job: the JobRunner of the workers. */
   async runJob(job: RewardJob, signal: AbortSignal): Promise<JobOutcome> {
-    return job.kind === 'combine' ? this.runCombine(job) : this.runFunction(job, signal);
-  }
-
-  private async runFunction(job: RewardJob, signal: AbortSignal): Promise<JobOutcome> {
-    const fn = this.config.functions.get(job.function);
-    if (!fn) throw new NotApplicableError(`reward function ${job.function} is not configured any more`);
-    if (!fn.handler)
-      throw new NotApplicableError(`reward function ${job.function} computes nothing (human feedback)`);
-    let targets: Trajectory[];
-    if (job.groupId !== null) {
-      targets = [];
-      for (let offset = 0; ; offset += 500) {
-        const page = await this.pool.listTrajectories({
-          channel: job.channel,
-          groupId: job.groupId,
-          status: 'complete',
-          limit: 500,
-          offset,
-        });
-        targets.push(...page.items);
-        if (page.items.length < 500) break;
-      }
-      if (targets.length === 0)
-        throw new NotApplicableError(`group ${job.groupId} has no complete trajectories`);
-    } else {
-      const t = await this.pool.getTrajectory(job.trajectoryId!);
-      if (!t) throw new NotApplicableError(`trajectory ${job.trajectoryId} does not exist`);
-      targets = [t];
-    }
-    const views = await Promise.all(targets.map((t) => this.view(t)));
-    const scores = await fn.handler(views, { signal });
-    if (signal.aborted) throw signal.reason;
-    checkScores(fn, views, scores);
-    const signals: SignalInput[] = scores.map((s) => ({
-      trajectoryId: s.trajectoryId,
-      stepIndex: s.stepIndex,
-      name: fn.name,
-      value: s.value,
-      source: fn.plugin.source,
-      version: fn.version,
-      details: { ...(s.details ?? {}), plugin: fn.plugin.name, job: job.id },
-    }));
-    await this.pool.addSignals(signals);
-    const followUps: JobRequest[] = [];
-    for (const t of targets) {
-      const scoring = scoringFor(this.config, t);
-      if (scoring?.combination?.combination.names.includes(fn.name)) {
-        followUps.push(...this.combineJob(scoring, t, `after:${fn.name}`));
-      }
-    }
-    return {
-      result: {
-        version: fn.version,
-        signals: scores.length,
-        values: scores.slice(0, MAX_RESULT_VALUES).map((s) => ({
-          trajectory_uid: s.trajectoryId,
-          step_index: s.stepIndex,
-          value: s.value,
-        })),
-      },
-      followUps,
-    };
-  }
-
-  private async runCombine(job: RewardJob): Promise<JobOutcome> {
-    const t = await this.pool.getTrajectory(job.trajectoryId!);
-    if (!t) throw new NotApplicableError(`trajectory ${job.trajectoryId} does not exist`);
-    const rule = scoringFor(this.config, t)?.combination;
-    if (!rule) return { result: { skipped: 'no combination is configured for this trajectory' } };
-    const signals = await this.pool.getSignals(t.id, { current: true });
-    let evaluation: ReturnType<typeof evaluateCombination>;
-    try {
-      evaluation = evaluateCombination(rule.combination, signals);
-    } catch (error) {
-      if (error instanceof CombinationEvalError)
-        throw new RewardError(error.message, false, 'combination_failed');
-      throw error;
-    }
-    if (!evaluation.ok) return { result: { waiting: evaluation.missing } };
-    const { value, inputs } = evaluation;
-    const current = signals.find(
-      (s) => s.stepIndex === null && s.name === rule.signal && s.source === rule.source,
-    );
-    const unchanged =
-      current !== undefined &&
-      current.value === value &&
-      current.version === rule.version &&
-      jsonEqual((current.details as { inputs?: unknown }).inputs, inputs);
-    // The reward first: a group gated on this signal (required_signals) turns ready with it, and
-    // must not be leased with the reward still unset.
-    let rewardWritten: boolean | null = null;
-    let rewardNote: string | null = null;
-    if (rule.writeReward && t.status === 'complete') {
-      if (t.reward === value) rewardWritten = true;
-      else {
-        try {
-          await this.pool.completeTrajectory(t.id, { reward: value, status: 'complete' });
-          rewardWritten = true;
-        } catch (error) {
-          if (!(error instanceof ConflictError)) throw error;
-          // Its group was already handed to a trainer: the signal stays as the record.
-          rewardWritten = false;
-          rewardNote = error.message;
-        }
-      }
-    }
-    if (!unchanged) {
-      await this.pool.addSignals([
-        {
-          trajectoryId: t.id,
-          stepIndex: null,
-          name: rule.signal,
-          value,
-          source: rule.source,
-          version: rule.version,
-          details: { expression: rule.combination.text, inputs, job: job.id },
-        },
-      ]);
-    }
-    return {
-      result: {
-        value,
-        inputs,
-        unchanged,
-        reward_written: rewardWritten,
-        ...(rewardNote ? { reward_note: rewardNote } : {}),
-      },
-    };
+    return this.runner.runJob(job, signal);
   }
 
   // ---- entry points ---------------------------------------------------------------------------
@@ -596,12 +274,12 @@ export class RewardService {
     const recompute = options.recompute ?? false;
     let groupPending = false;
     for (const fn of chosen) {
-      if (fn.plugin.target === 'group' && !(await this.groupFinished(t))) {
+      if (fn.plugin.target === 'group' && !(await this.planner.groupFinished(t))) {
         groupPending = true;
         continue;
       }
       const reason = t.status === 'open' ? `compute_reward${UNFINISHED_SUFFIX}` : 'compute_reward';
-      requests.push(this.functionJob(fn, t, reason, recompute));
+      requests.push(this.planner.functionJob(fn, t, reason, recompute));
     }
     const outcomes = await this.queue.enqueue(requests, this.clock());
     this.workers.poke();
@@ -610,7 +288,10 @@ export class RewardService {
     let settled = await this.settle(t.id, groupId, 'function', deadline);
     const ids = outcomes.map((o) => o.job.id);
     if (settled && scoring.combination) {
-      const [combine] = await this.queue.enqueue(this.combineJob(scoring, t, 'compute_reward'), this.clock());
+      const [combine] = await this.queue.enqueue(
+        this.planner.combineJob(scoring, t, 'compute_reward'),
+        this.clock(),
+      );
       this.workers.poke();
       if (combine) ids.push(combine.job.id);
       settled = await this.settle(t.id, null, 'combine', deadline);
@@ -722,10 +403,10 @@ export class RewardService {
             if (groupsSeen.has(key)) continue;
             groupsSeen.add(key);
           }
-          requests.push(this.functionJob(fn, t, 'recompute', true));
+          requests.push(this.planner.functionJob(fn, t, 'recompute', true));
         }
         if (only !== undefined && scoring.combination?.signal === only) {
-          requests.push(...this.combineJob(scoring, t, 'recompute'));
+          requests.push(...this.planner.combineJob(scoring, t, 'recompute'));
         }
       }
       const outcomes = await this.queue.enqueue(requests, this.clock());
@@ -805,32 +486,5 @@ export class RewardService {
       workers: { ...this.workers.stats(), worker_id: this.workers.workerId },
       jobs: await this.queue.counts(),
     };
-  }
-}
-
-/** A handler's answer must score exactly its targets, with finite values. */
-function checkScores(fn: RewardFunction, views: TrajectoryView[], scores: RewardScore[]): void {
-  const bad = (why: string) =>
-    new RewardError(`plugin ${fn.plugin.name} answered badly: ${why}`, false, 'bad_plugin_answer');
-  const byId = new Map(views.map((v) => [v.trajectory.id, v]));
-  const seen = new Set<string>();
-  for (const s of scores) {
-    const view = byId.get(s.trajectoryId);
-    if (!view) throw bad(`a score for trajectory ${s.trajectoryId}, which it was not given`);
-    if (!Number.isFinite(s.value)) throw bad(`a non-finite score ${s.value}`);
-    if (fn.plugin.target === 'step') {
-      if (s.stepIndex === null || !view.steps.some((st) => st.index === s.stepIndex)) {
-        throw bad(`a step score for step ${s.stepIndex} of ${s.trajectoryId}, which does not exist`);
-      }
-    } else if (s.stepIndex !== null) {
-      throw bad('a step score from a trajectory-level function');
-    }
-    const key = `${s.trajectoryId}\u0000${s.stepIndex}`;
-    if (seen.has(key)) throw bad(`two scores for ${key.replace('\u0000', ' step ')}`);
-    seen.add(key);
-  }
-  if (fn.plugin.target !== 'step') {
-    for (const v of views)
-      if (!seen.has(`${v.trajectory.id}\u0000null`)) throw bad(`no score for ${v.trajectory.id}`);
   }
 }
