@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { ValidationError } from '../domain/index.js';
-import { sessionKeyFromBody, sessionKeyOf, stripCounter } from './online-sessions.js';
+import { sessionKeyFromBody, sessionKeyOf, stripCounter } from './session-keys.js';
 
 describe('session keys', () => {
   it('drops an all-digit counter after the last colon, and only that', () => {

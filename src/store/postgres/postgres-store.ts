@@ -50,7 +50,8 @@ import type {
 import { type PoolTx, type Rule, runAsync } from '../tx.js';
 import { applicationName, inTransaction, openPostgresDatabase, redactUrl, unavailable } from './connect.js';
 import { PgReadModels } from './read-models.js';
-import { PgTx, type PgTxContext, prepared } from './tx.js';
+import { prepared } from './queries.js';
+import { PgTx, type PgTxContext } from './tx.js';
 
 export interface PostgresStoreOptions {
   /** `postgres://user@host:port/database` */

@@ -1,35 +1,29 @@
-import { createHash } from 'node:crypto';
 import type pg from 'pg';
 import type { ChannelConfig, EventType, LabelInput, NewStep, Signal, Step } from '../../domain/index.js';
 import type { MismatchRow, StepOrigin, StepRef } from '../mismatch.js';
 import {
-  currentSignalsByTrajectory,
   type GroupRow,
   type LabelCurrentRow,
   type LabelRow,
   type LeaseRow,
   type PriorStep,
-  type SignalRow,
   type TrajectoryRow,
   TxLog,
-  toCurrentLabel,
 } from '../rows.js';
 import { encodeStep, STEP_KEY_SPAN, type StepRow, type StepTail, stepKey } from '../step-codec.js';
 import type { GroupPatch, Join, PoolTx, Rule, TrajectoryPatch } from '../tx.js';
 import type { CurrentLabel, ToolResultAttachment } from '../types.js';
+import {
+  currentLabel,
+  currentLabels,
+  currentSignals,
+  insertLabel,
+  insertSignal,
+  setCurrentLabel,
+} from './labels.js';
+import { endLeaseRow, insertLease, lease, overdueLeases, releaseLeasedGroups } from './leases.js';
 import { saveMismatch, stepOrigins } from './mismatch.js';
-
-const statementNames = new Map<string, string>();
-
-/** A named (server-side prepared) statement per SQL text: parsed once per connection. */
-export function prepared(text: string, values: unknown[]): pg.QueryConfig {
-  let name = statementNames.get(text);
-  if (!name) {
-    name = `s${createHash('sha1').update(text).digest('hex').slice(0, 20)}`;
-    statementNames.set(text, name);
-  }
-  return { name, text, values };
-}
+import { prepared } from './queries.js';
 
 export interface PgTxContext {
   channelDefaults: ChannelConfig;
@@ -530,140 +524,53 @@ export class PgTx implements PoolTx {
     return new Map(rows.map((row) => [row.id, bySeq.get(row.seq) ?? []]));
   }
 
-  *currentLabels(ids: readonly string[]): Rule<Map<string, CurrentLabel[]>> {
-    const out = new Map<string, CurrentLabel[]>();
-    if (ids.length === 0) return out;
-    const rows = yield* this.select<LabelCurrentRow>(
-      'SELECT * FROM label_current WHERE trajectory_id = ANY($1::text[]) ORDER BY trajectory_id, step_index',
-      [ids],
-    );
-    for (const row of rows) {
-      const list = out.get(row.trajectory_id);
-      if (list) list.push(toCurrentLabel(row));
-      else out.set(row.trajectory_id, [toCurrentLabel(row)]);
-    }
-    return out;
+  currentLabels(ids: readonly string[]): Rule<Map<string, CurrentLabel[]>> {
+    return currentLabels(this, ids);
   }
 
-  *currentSignals(ids: readonly string[]): Rule<Map<string, Signal[]>> {
-    if (ids.length === 0) return new Map();
-    const rows = yield* this.select<SignalRow>(
-      'SELECT * FROM signals WHERE trajectory_id = ANY($1::text[]) ORDER BY trajectory_id, created_at, id',
-      [ids],
-    );
-    return currentSignalsByTrajectory(rows);
+  currentSignals(ids: readonly string[]): Rule<Map<string, Signal[]>> {
+    return currentSignals(this, ids);
   }
 
-  *insertLabel(
+  insertLabel(
     trajectoryId: string,
     stepIndex: number | null,
     input: LabelInput,
     now: number,
   ): Rule<LabelRow> {
-    return (yield* this.one<LabelRow>(
-      `INSERT INTO labels (trajectory_id, step_index, quality, trainable, tags, note, author, created_at)
-       VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING *`,
-      [
-        trajectoryId,
-        stepIndex,
-        input.quality ?? null,
-        input.trainable == null ? null : input.trainable ? 1 : 0,
-        input.tags ? JSON.stringify(input.tags) : null,
-        input.note ?? null,
-        input.author ?? null,
-        now,
-      ],
-    ))!;
+    return insertLabel(this, trajectoryId, stepIndex, input, now);
   }
 
   currentLabel(trajectoryId: string, key: number): Rule<LabelCurrentRow | undefined> {
-    return this.one<LabelCurrentRow>(
-      'SELECT * FROM label_current WHERE trajectory_id = $1 AND step_index = $2',
-      [trajectoryId, key],
-    );
+    return currentLabel(this, trajectoryId, key);
   }
 
-  *setCurrentLabel(row: LabelCurrentRow, tags: readonly string[] | undefined): Rule<void> {
-    yield* this.update(
-      `INSERT INTO label_current (trajectory_id, step_index, quality, trainable, tags, note, updated_at)
-       VALUES ($1, $2, $3, $4, $5, $6, $7)
-       ON CONFLICT (trajectory_id, step_index) DO UPDATE SET quality = excluded.quality,
-         trainable = excluded.trainable, tags = excluded.tags, note = excluded.note, updated_at = excluded.updated_at`,
-      [row.trajectory_id, row.step_index, row.quality, row.trainable, row.tags, row.note, row.updated_at],
-    );
-    if (tags === undefined) return;
-    yield* this.update('DELETE FROM label_tags WHERE trajectory_id = $1 AND step_index = $2', [
-      row.trajectory_id,
-      row.step_index,
-    ]);
-    if (tags.length > 0)
-      yield* this.update(
-        `INSERT INTO label_tags (tag, trajectory_id, step_index)
-         SELECT DISTINCT unnest($1::text[]), $2::text, $3::int ON CONFLICT DO NOTHING`,
-        [tags, row.trajectory_id, row.step_index],
-      );
+  setCurrentLabel(row: LabelCurrentRow, tags: readonly string[] | undefined): Rule<void> {
+    return setCurrentLabel(this, row, tags);
   }
 
-  *insertSignal(trajectoryId: string, signal: Omit<Signal, 'createdAt'>, now: number): Rule<void> {
-    const details = Object.keys(signal.details).length > 0 ? JSON.stringify(signal.details) : null;
-    yield* this.update(
-      `INSERT INTO signals (trajectory_id, step_index, name, value, source, version, details, created_at)
-       VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
-      [
-        trajectoryId,
-        signal.stepIndex,
-        signal.name,
-        signal.value,
-        signal.source,
-        signal.version,
-        details,
-        now,
-      ],
-    );
+  insertSignal(trajectoryId: string, signal: Omit<Signal, 'createdAt'>, now: number): Rule<void> {
+    return insertSignal(this, trajectoryId, signal, now);
   }
 
   lease(id: string): Rule<LeaseRow | undefined> {
-    return this.one<LeaseRow>('SELECT * FROM leases WHERE id = $1 FOR UPDATE', [id]);
+    return lease(this, id);
   }
 
-  *insertLease(row: LeaseRow): Rule<void> {
-    yield* this.update(
-      `INSERT INTO leases (id, channel, consumer, state, group_ids, n_steps, created_at, expires_at)
-       VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
-      [
-        row.id,
-        row.channel,
-        row.consumer,
-        row.state,
-        row.group_ids,
-        row.n_steps,
-        row.created_at,
-        row.expires_at,
-      ],
-    );
+  insertLease(row: LeaseRow): Rule<void> {
+    return insertLease(this, row);
   }
 
   overdueLeases(now: number): Rule<LeaseRow[]> {
-    return this.select<LeaseRow>(
-      "SELECT * FROM leases WHERE state = 'active' AND expires_at < $1 ORDER BY id FOR UPDATE SKIP LOCKED",
-      [now],
-    );
+    return overdueLeases(this, now);
   }
 
-  *endLeaseRow(id: string, state: LeaseRow['state'], now: number): Rule<void> {
-    yield* this.update('UPDATE leases SET state = $1, ended_at = $2 WHERE id = $3', [state, now, id]);
+  endLeaseRow(id: string, state: LeaseRow['state'], now: number): Rule<void> {
+    return endLeaseRow(this, id, state, now);
   }
 
   releaseLeasedGroups(leaseId: string, to: 'consumed' | 'ready', now: number): Rule<number> {
-    return to === 'consumed'
-      ? this.update(
-          "UPDATE groups SET state = 'consumed', consumed_at = $1, lease_id = NULL WHERE lease_id = $2 AND state = 'leased'",
-          [now, leaseId],
-        )
-      : this.update(
-          "UPDATE groups SET state = 'ready', lease_id = NULL WHERE lease_id = $1 AND state = 'leased'",
-          [leaseId],
-        );
+    return releaseLeasedGroups(this, leaseId, to, now);
   }
 
   stepOrigins(steps: readonly StepRef[]): Rule<(StepOrigin | undefined)[]> {
