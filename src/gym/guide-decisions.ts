@@ -1,4 +1,3 @@
-import { existsSync, readFileSync } from 'node:fs';
 import { z } from 'zod';
 import {
   GUIDE_STRATEGIES,
@@ -7,7 +6,7 @@ import {
   INJECTION_MODES,
   type InjectionMode,
 } from '../curation/actguide/index.js';
-import { stateLineError } from './runner.js';
+import { readStateLines } from './runner.js';
 
 // The guide's decisions (guide.ts): what one says, its line in the decisions file, and their summary.
 // Apart from the guide itself: read back on resume and by the state-file checks without running it.
@@ -93,20 +92,8 @@ const GuideDecisionLine: z.ZodType<GuideDecision> = z.object({
 
 export function readDecisions(path: string): Map<string, GuideDecision> {
   const decisions = new Map<string, GuideDecision>();
-  if (!existsSync(path)) return decisions;
-  for (const [i, line] of readFileSync(path, 'utf8').split('\n').entries()) {
-    if (line.trim() === '') continue;
-    let value: unknown;
-    try {
-      value = JSON.parse(line);
-    } catch {
-      // Torn by a crash mid-write: that task is decided again (its samples resume from their state).
-      continue;
-    }
-    const parsed = GuideDecisionLine.safeParse(value);
-    if (!parsed.success) throw stateLineError(path, i + 1, parsed.error);
-    decisions.set(parsed.data.taskId, parsed.data);
-  }
+  // A line torn by a crash mid-write is skipped: that task is decided again (its samples resume from their state).
+  for (const d of readStateLines(path, GuideDecisionLine)) decisions.set(d.taskId, d);
   return decisions;
 }
 

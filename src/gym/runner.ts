@@ -67,20 +67,31 @@ export const sampleKey = (taskId: string, sample: number) => `${taskId}\0${sampl
  */
 export function readSampleState(path: string): Map<string, SampleResult> {
   const done = new Map<string, SampleResult>();
-  if (!existsSync(path)) return done;
+  // A line torn by a crash mid-write is skipped: that sample runs again.
+  for (const r of readStateLines(path, SampleResultLine)) done.set(sampleKey(r.taskId, r.sample), r);
+  return done;
+}
+
+/**
+ * The records of a JSON-lines state file, in order (none when it does not exist): a line that is not
+ * JSON was torn by a crash mid-write and is skipped; one that is JSON but not `schema` is refused.
+ */
+export function readStateLines<T>(path: string, schema: z.ZodType<T>): T[] {
+  if (!existsSync(path)) return [];
+  const records: T[] = [];
   for (const [i, line] of readFileSync(path, 'utf8').split('\n').entries()) {
     if (line.trim() === '') continue;
     let value: unknown;
     try {
       value = JSON.parse(line);
     } catch {
-      continue; // A line torn by a crash mid-write: that sample runs again.
+      continue;
     }
-    const parsed = SampleResultLine.safeParse(value);
+    const parsed = schema.safeParse(value);
     if (!parsed.success) throw stateLineError(path, i + 1, parsed.error);
-    done.set(sampleKey(parsed.data.taskId, parsed.data.sample), parsed.data);
+    records.push(parsed.data);
   }
-  return done;
+  return records;
 }
 
 /** A state file's line that is no record of its kind: names the file, the line and the field. */

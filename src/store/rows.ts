@@ -5,6 +5,7 @@ import {
   type Group,
   type GroupState,
   type Label,
+  type LabelInput,
   type Lease,
   type LeaseState,
   type Signal,
@@ -180,6 +181,25 @@ export class TxLog {
 }
 
 export const TRAJECTORY_LABEL = -1;
+
+/** A `labels` row's values after its id, in column order (trajectory_id ... created_at). */
+export function labelValues(
+  trajectoryId: string,
+  stepIndex: number | null,
+  input: LabelInput,
+  now: number,
+): unknown[] {
+  return [
+    trajectoryId,
+    stepIndex,
+    input.quality ?? null,
+    input.trainable == null ? null : input.trainable ? 1 : 0,
+    input.tags ? JSON.stringify(input.tags) : null,
+    input.note ?? null,
+    input.author ?? null,
+    now,
+  ];
+}
 
 export function toGroup(row: GroupRow): Group {
   return {

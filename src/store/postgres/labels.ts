@@ -3,6 +3,7 @@ import {
   currentSignalsByTrajectory,
   type LabelCurrentRow,
   type LabelRow,
+  labelValues,
   type SignalRow,
   toCurrentLabel,
 } from '../rows.js';
@@ -50,16 +51,7 @@ export function* insertLabel(
     tx,
     `INSERT INTO labels (trajectory_id, step_index, quality, trainable, tags, note, author, created_at)
        VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING *`,
-    [
-      trajectoryId,
-      stepIndex,
-      input.quality ?? null,
-      input.trainable == null ? null : input.trainable ? 1 : 0,
-      input.tags ? JSON.stringify(input.tags) : null,
-      input.note ?? null,
-      input.author ?? null,
-      now,
-    ],
+    labelValues(trajectoryId, stepIndex, input, now),
   ))!;
 }
 

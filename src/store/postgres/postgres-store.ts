@@ -49,8 +49,8 @@ import type {
 } from '../store.js';
 import { type PoolTx, type Rule, runAsync } from '../tx.js';
 import { applicationName, inTransaction, openPostgresDatabase, redactUrl, unavailable } from './connect.js';
-import { PgReadModels } from './read-models.js';
 import { prepared } from './queries.js';
+import { PgReadModels } from './read-models.js';
 import { PgTx, type PgTxContext } from './tx.js';
 
 export interface PostgresStoreOptions {

@@ -14,6 +14,7 @@ import {
   type LabelCurrentRow,
   type LabelRow,
   type LeaseRow,
+  labelValues,
   type PriorStep,
   type SignalRow,
   type TrajectoryRow,
@@ -284,10 +285,12 @@ export class SqliteTx implements PoolTx {
   }
 
   groupsAhead(channel: string, version: number): Rule<number> {
+    // Three counts, each on an index: one OR over the channel would walk every consumed group it ever had.
     const { n } = this.stmt(
-      `SELECT count(*) AS n FROM groups WHERE channel = ? AND (state IN ('collecting', 'pending_guidance', 'ready')
-         OR (state IN ('leased', 'consumed') AND leased_version >= ?) OR (state = 'leased' AND leased_version IS NULL))`,
-    ).get(channel, version) as { n: number };
+      `SELECT (SELECT count(*) FROM groups WHERE channel = @channel AND state IN ('collecting', 'pending_guidance', 'ready'))
+         + (SELECT count(*) FROM groups WHERE channel = @channel AND leased_version >= @version AND state IN ('leased', 'consumed'))
+         + (SELECT count(*) FROM groups WHERE channel = @channel AND state = 'leased' AND leased_version IS NULL) AS n`,
+    ).get({ channel, version }) as { n: number };
     return done(n);
   }
 
@@ -468,16 +471,7 @@ export class SqliteTx implements PoolTx {
       this.stmt(
         `INSERT INTO labels (trajectory_id, step_index, quality, trainable, tags, note, author, created_at)
          VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING *`,
-      ).get(
-        trajectoryId,
-        stepIndex,
-        input.quality ?? null,
-        input.trainable == null ? null : input.trainable ? 1 : 0,
-        input.tags ? JSON.stringify(input.tags) : null,
-        input.note ?? null,
-        input.author ?? null,
-        now,
-      ) as LabelRow,
+      ).get(...labelValues(trajectoryId, stepIndex, input, now)) as LabelRow,
     );
   }
 
