@@ -23,10 +23,10 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
 import OpenAI from 'openai';
-import { type RunningSimServer, startSimServer } from '../src/engines/sim/serve.js';
-import { StepwiseClient } from '../src/sdk/client.js';
-import { type RunningServer, startServer } from '../src/server/server.js';
-import { seededRandom } from '../src/util/random.js';
+import { type RunningSimServer, startSimServer } from '../packages/core/src/engines/sim/serve.js';
+import { StepwiseClient } from '../packages/core/src/sdk/client.js';
+import { type RunningServer, startServer } from '../packages/core/src/server/server.js';
+import { seededRandom } from '../packages/core/src/util/random.js';
 import { codeVersion, exitOnHelp, fix, log, recordRun, round } from './support.js';
 
 exitOnHelp(import.meta.url);

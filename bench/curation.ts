@@ -34,7 +34,7 @@
 import { copyFileSync, existsSync, mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
-import { type PurifiableStep, purifyTrajectory } from '../src/curation/cleaner/index.js';
+import { type PurifiableStep, purifyTrajectory } from '../packages/core/src/curation/cleaner/index.js';
 import {
   type ChannelCuration,
   type JsonObject,
@@ -42,13 +42,17 @@ import {
   type NewStep,
   newStep,
   type ToolResult,
-} from '../src/domain/index.js';
-import { poolOps } from '../src/pool/core.js';
-import { DataPool } from '../src/pool/data-pool.js';
-import { RewardService, type RewardsConfigFile, resolveRewardsConfig } from '../src/rewards/index.js';
-import { openSqliteStore } from '../src/store/sqlite/sqlite-store.js';
-import type { SubmitRequest } from '../src/store/store.js';
-import { pick, type Random, randomInt, seededRandom } from '../src/util/random.js';
+} from '../packages/core/src/domain/index.js';
+import { poolOps } from '../packages/core/src/pool/core.js';
+import { DataPool } from '../packages/core/src/pool/data-pool.js';
+import {
+  RewardService,
+  type RewardsConfigFile,
+  resolveRewardsConfig,
+} from '../packages/core/src/rewards/index.js';
+import { openSqliteStore } from '../packages/core/src/store/sqlite/sqlite-store.js';
+import type { SubmitRequest } from '../packages/core/src/store/store.js';
+import { pick, type Random, randomInt, seededRandom } from '../packages/core/src/util/random.js';
 import { codeVersion, exitOnHelp, fix, int, log, machineInfo } from './support.js';
 
 const args = process.argv.slice(2);

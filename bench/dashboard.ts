@@ -13,12 +13,12 @@ import { existsSync, mkdirSync, renameSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
-import { type NewStep, newStep } from '../src/domain/index.js';
-import { poolOps } from '../src/pool/core.js';
-import { startServer } from '../src/server/server.js';
-import { openSqliteStore } from '../src/store/sqlite/sqlite-store.js';
-import type { SubmitRequest } from '../src/store/store.js';
-import { seededRandom } from '../src/util/random.js';
+import { type NewStep, newStep } from '../packages/core/src/domain/index.js';
+import { poolOps } from '../packages/core/src/pool/core.js';
+import { startServer } from '../packages/core/src/server/server.js';
+import { openSqliteStore } from '../packages/core/src/store/sqlite/sqlite-store.js';
+import type { SubmitRequest } from '../packages/core/src/store/store.js';
+import { seededRandom } from '../packages/core/src/util/random.js';
 import {
   codeVersion,
   exitOnHelp,

@@ -25,8 +25,8 @@ import os from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Agent, request } from 'undici';
-import { startSimServer } from '../src/engines/sim/serve.js';
-import { startServer } from '../src/server/server.js';
+import { startSimServer } from '../packages/core/src/engines/sim/serve.js';
+import { startServer } from '../packages/core/src/server/server.js';
 import { benchStalls, type StallSection, stallReport } from './stalls.js';
 import {
   codeVersion,

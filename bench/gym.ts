@@ -9,14 +9,14 @@
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
-import { runGym } from '../src/gym/runner.js';
-import { checkSandbox, runInSandbox } from '../src/gym/sandbox/index.js';
-import { synthesize } from '../src/gym/synth/index.js';
-import { referenceTasks, workspaceFor } from '../src/gym/tasks/index.js';
-import type { GymTask } from '../src/gym/tasks/schema.js';
-import { runTool } from '../src/gym/tools/index.js';
-import { verify } from '../src/gym/verify/index.js';
-import { startServer } from '../src/server/server.js';
+import { startServer } from '../packages/core/src/server/server.js';
+import { runGym } from '../packages/gym/src/runner.js';
+import { checkSandbox, runInSandbox } from '../packages/gym/src/sandbox/index.js';
+import { referenceTasks, workspaceFor } from '../packages/gym/src/tasks/index.js';
+import type { GymTask } from '../packages/gym/src/tasks/schema.js';
+import { runTool } from '../packages/gym/src/tools/index.js';
+import { verify } from '../packages/gym/src/verify/index.js';
+import { synthesize } from '../packages/gym-synth/src/index.js';
 import { codeVersion, fix, int, log, machineInfo, percentile, recordRun, round } from './support.js';
 
 const median = (values: number[]) => {

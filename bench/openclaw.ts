@@ -12,17 +12,17 @@
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
-import { startSimServer } from '../src/engines/sim/serve.js';
-import { installOpenClaw } from '../src/gym/agent/openclaw/install.js';
-import { runOpenClawAgent } from '../src/gym/agent/openclaw/run.js';
-import { defaultToolsDir } from '../src/gym/install-kit/index.js';
-import { runGym } from '../src/gym/runner.js';
-import { checkSandbox } from '../src/gym/sandbox/index.js';
-import { synthesize } from '../src/gym/synth/index.js';
-import { referenceTasks, workspaceFor } from '../src/gym/tasks/index.js';
-import type { GymTask } from '../src/gym/tasks/schema.js';
-import { verify } from '../src/gym/verify/index.js';
-import { startServer } from '../src/server/server.js';
+import { startSimServer } from '../packages/core/src/engines/sim/serve.js';
+import { startServer } from '../packages/core/src/server/server.js';
+import { installOpenClaw } from '../packages/gym/src/agent/openclaw/install.js';
+import { runOpenClawAgent } from '../packages/gym/src/agent/openclaw/run.js';
+import { defaultToolsDir } from '../packages/gym/src/install-kit/index.js';
+import { runGym } from '../packages/gym/src/runner.js';
+import { checkSandbox } from '../packages/gym/src/sandbox/index.js';
+import { referenceTasks, workspaceFor } from '../packages/gym/src/tasks/index.js';
+import type { GymTask } from '../packages/gym/src/tasks/schema.js';
+import { verify } from '../packages/gym/src/verify/index.js';
+import { synthesize } from '../packages/gym-synth/src/index.js';
 import { codeVersion, fix, int, log, machineInfo, recordRun, round } from './support.js';
 
 const TIMEOUT_MS = 300_000;

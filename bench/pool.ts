@@ -17,13 +17,17 @@ import os from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import Database from 'better-sqlite3';
-import { seededRandom, syntheticTrajectory } from '../src/cli/synthetic.js';
-import { LeaseRequest, type NewStep, type StepWireInput, stepFromWire } from '../src/domain/index.js';
-import { poolOps } from '../src/pool/core.js';
-import { DataPool } from '../src/pool/data-pool.js';
-import { StepwiseClient } from '../src/sdk/client.js';
-import { startServer } from '../src/server/server.js';
-import { openSqliteStore, type SqliteStore } from '../src/store/sqlite/sqlite-store.js';
+import {
+  LeaseRequest,
+  type NewStep,
+  type StepWireInput,
+  stepFromWire,
+} from '../packages/core/src/domain/index.js';
+import { poolOps } from '../packages/core/src/pool/core.js';
+import { DataPool } from '../packages/core/src/pool/data-pool.js';
+import { StepwiseClient } from '../packages/core/src/sdk/client.js';
+import { startServer } from '../packages/core/src/server/server.js';
+import { openSqliteStore, type SqliteStore } from '../packages/core/src/store/sqlite/sqlite-store.js';
 import {
   encodeStep,
   INSERT_STEP_SQL,
@@ -32,9 +36,10 @@ import {
   type StepTail,
   stepKey,
   stepRowValues,
-} from '../src/store/step-codec.js';
-import type { SubmitRequest } from '../src/store/store.js';
-import { encodeTokens } from '../src/store/token-codec.js';
+} from '../packages/core/src/store/step-codec.js';
+import type { SubmitRequest } from '../packages/core/src/store/store.js';
+import { encodeTokens } from '../packages/core/src/store/token-codec.js';
+import { seededRandom, syntheticTrajectory } from '../src/cli/synthetic.js';
 import {
   codeVersion,
   exitOnHelp,

@@ -18,9 +18,9 @@ import http from 'node:http';
 import os from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
+import { StepwiseClient } from '../packages/core/src/sdk/client.js';
+import { redactUrl } from '../packages/core/src/store/postgres/postgres-store.js';
 import { seededRandom, syntheticTrajectory } from '../src/cli/synthetic.js';
-import { StepwiseClient } from '../src/sdk/client.js';
-import { redactUrl } from '../src/store/postgres/postgres-store.js';
 import {
   killAllServerProcesses,
   type ServerProcess,

@@ -15,12 +15,12 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
 import { Agent, request } from 'undici';
-import { type NewStep, newStep } from '../src/domain/index.js';
-import { startServer } from '../src/server/server.js';
-import { type BatchRequest, renderBatch } from '../src/serving/batch.js';
-import { packPrefixTree } from '../src/serving/packing.js';
-import { stitchTrajectory } from '../src/serving/trajectory-rows.js';
-import { seededRandom } from '../src/util/random.js';
+import { type NewStep, newStep } from '../packages/core/src/domain/index.js';
+import { startServer } from '../packages/core/src/server/server.js';
+import { type BatchRequest, renderBatch } from '../packages/core/src/serving/batch.js';
+import { packPrefixTree } from '../packages/core/src/serving/packing.js';
+import { stitchTrajectory } from '../packages/core/src/serving/trajectory-rows.js';
+import { seededRandom } from '../packages/core/src/util/random.js';
 import { codeVersion, fix, int, log, machineInfo, mib, recordRun, round, verdict } from './support.js';
 
 const PACKING_TARGET = 20e6; // tokens/s

@@ -12,8 +12,8 @@ import { Session } from 'node:inspector/promises';
 import os, { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
-import { MAX_METADATA_BYTES, MAX_PROMPT_TOKENS } from '../src/domain/index.js';
-import { startServer } from '../src/server/server.js';
+import { MAX_METADATA_BYTES, MAX_PROMPT_TOKENS } from '../packages/core/src/domain/index.js';
+import { startServer } from '../packages/core/src/server/server.js';
 import { codeVersion, recordRun, round } from './support.js';
 
 export interface Stall {

@@ -18,10 +18,10 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
-import { type NewStep, newStep } from '../src/domain/index.js';
-import { startServer } from '../src/server/server.js';
+import { type NewStep, newStep } from '../packages/core/src/domain/index.js';
+import { startServer } from '../packages/core/src/server/server.js';
+import { seededRandom } from '../packages/core/src/util/random.js';
 import { requireTrainPython, runPython } from '../src/train/python.js';
-import { seededRandom } from '../src/util/random.js';
 import { codeVersion, fix, int, log, machineInfo, mib, REPO_ROOT, recordRun } from './support.js';
 
 const VOCAB = 151_669;

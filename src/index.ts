@@ -9,7 +9,7 @@ export {
   planFromSteps,
   promptViews,
   renderHint,
-} from './curation/actguide/index.js';
+} from '@stepwise/core/curation/actguide/index.js';
 export {
   callSimilarity,
   purifyStore,
@@ -17,9 +17,13 @@ export {
   SaarSession,
   sequenceRatio,
   toolCallText,
-} from './curation/cleaner/index.js';
-export { curateGroup, repetitionFraction } from './curation/pipeline.js';
-export { ChannelConfig, type ChannelCuration, DEFAULT_CHANNEL_CONFIG } from './domain/channel.js';
+} from '@stepwise/core/curation/cleaner/index.js';
+export { curateGroup, repetitionFraction } from '@stepwise/core/curation/pipeline.js';
+export {
+  ChannelConfig,
+  type ChannelCuration,
+  DEFAULT_CHANNEL_CONFIG,
+} from '@stepwise/core/domain/channel.js';
 export {
   type BinaryBatch,
   type BinaryLeaseOptions,
@@ -29,4 +33,4 @@ export {
   StepwiseClient,
   type StepwiseClientOptions,
   StepwiseHttpError,
-} from './sdk/client.js';
+} from '@stepwise/core/sdk/client.js';

@@ -19,12 +19,16 @@ import {
   renderHint,
   stripHint,
   withAssistantPrefix,
-} from '../src/curation/actguide/index.js';
-import { ValidationError } from '../src/domain/errors.js';
-import { assistantTurns, type PolicyContext, referencePolicy } from '../src/engines/sim/policies.js';
-import { readActionLogs } from '../src/gym/guide-run.js';
-import { loadQwen3Tokenizer, tokenizeChat } from '../src/text/index.js';
-import { seededRandom } from '../src/util/random.js';
+} from '../packages/core/src/curation/actguide/index.js';
+import { ValidationError } from '../packages/core/src/domain/errors.js';
+import {
+  assistantTurns,
+  type PolicyContext,
+  referencePolicy,
+} from '../packages/core/src/engines/sim/policies.js';
+import { loadQwen3Tokenizer, tokenizeChat } from '../packages/core/src/text/index.js';
+import { seededRandom } from '../packages/core/src/util/random.js';
+import { readActionLogs } from '../packages/gym/src/guide-run.js';
 
 /*
  * ActGuide-RL's pure pieces: the hint (format and placement), the scheduler's worked examples, the two

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { StepwiseClient } from '../src/sdk/client.js';
+import { StepwiseClient } from '../packages/core/src/sdk/client.js';
 import { callJson } from './support/http.js';
 import { testServers } from './support/test-servers.js';
 

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import { afterAll, describe, expect, it } from 'vitest';
-import { type RunningServer, type ServerOptions, startServer } from '../src/server/server.js';
+import { type RunningServer, type ServerOptions, startServer } from '../packages/core/src/server/server.js';
 import { callJson } from './support/http.js';
 import { dropSchema, freshSchema, pgUrl } from './support/postgres.js';
 

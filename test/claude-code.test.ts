@@ -3,17 +3,20 @@ import { type AddressInfo, createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CLAUDE_CODE_VERSION, type ClaudeCodeInstall } from '../src/gym/agent/claude-code/install.js';
-import { runClaudeCodeAgent } from '../src/gym/agent/claude-code/run.js';
-import { defaultToolsDir } from '../src/gym/install-kit/index.js';
-import { type GymRunOptions, runGym } from '../src/gym/runner.js';
-import { checkSandbox } from '../src/gym/sandbox/index.js';
-import { findRootfs } from '../src/gym/sandbox/rootfs.js';
-import { synthesize } from '../src/gym/synth/index.js';
-import { referenceTasks } from '../src/gym/tasks/index.js';
-import { GymTask } from '../src/gym/tasks/schema.js';
-import { type RunningServer, startServer } from '../src/server/server.js';
-import { loadQwen3Tokenizer } from '../src/text/index.js';
+import { type RunningServer, startServer } from '../packages/core/src/server/server.js';
+import { loadQwen3Tokenizer } from '../packages/core/src/text/index.js';
+import {
+  CLAUDE_CODE_VERSION,
+  type ClaudeCodeInstall,
+} from '../packages/gym/src/agent/claude-code/install.js';
+import { runClaudeCodeAgent } from '../packages/gym/src/agent/claude-code/run.js';
+import { defaultToolsDir } from '../packages/gym/src/install-kit/index.js';
+import { type GymRunOptions, runGym } from '../packages/gym/src/runner.js';
+import { checkSandbox } from '../packages/gym/src/sandbox/index.js';
+import { findRootfs } from '../packages/gym/src/sandbox/rootfs.js';
+import { referenceTasks } from '../packages/gym/src/tasks/index.js';
+import { GymTask } from '../packages/gym/src/tasks/schema.js';
+import { synthesize } from '../packages/gym-synth/src/index.js';
 import { claudeCodeSkip, requireClaudeCode } from './support/claude-code.js';
 import { runCli } from './support/server-process.js';
 

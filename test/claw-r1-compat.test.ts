@@ -4,9 +4,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import { afterAll, describe, expect, it } from 'vitest';
-import { resolveRewardsConfig } from '../src/rewards/config.js';
-import { type RunningServer, type ServerOptions, startServer } from '../src/server/server.js';
-import { loadQwen3Tokenizer } from '../src/text/tokenizer.js';
+import { resolveRewardsConfig } from '../packages/core/src/rewards/config.js';
+import { type RunningServer, type ServerOptions, startServer } from '../packages/core/src/server/server.js';
+import { loadQwen3Tokenizer } from '../packages/core/src/text/tokenizer.js';
 import { callJson, type Json } from './support/http.js';
 import { dropSchema, freshSchema, pgUrl } from './support/postgres.js';
 

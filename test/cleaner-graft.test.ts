@@ -7,10 +7,10 @@ import {
   toolCallStart,
   trainingSteps,
   trainingView,
-} from '../src/curation/cleaner/graft.js';
-import { callSimilarity } from '../src/curation/cleaner/saar.js';
-import { newStep, type Step } from '../src/domain/index.js';
-import { loadQwen3Tokenizer, tokenizeChat } from '../src/text/index.js';
+} from '../packages/core/src/curation/cleaner/graft.js';
+import { callSimilarity } from '../packages/core/src/curation/cleaner/saar.js';
+import { newStep, type Step } from '../packages/core/src/domain/index.js';
+import { loadQwen3Tokenizer, tokenizeChat } from '../packages/core/src/text/index.js';
 
 /*
  * The token-level graft a lease serves for an online CLEANER trajectory, on the authors' own setup:

@@ -2,13 +2,13 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { agentSpec } from '../src/gym/run.js';
-import { runGym } from '../src/gym/runner.js';
-import { checkSandbox } from '../src/gym/sandbox/index.js';
-import { synthesize } from '../src/gym/synth/index.js';
-import { referenceTasks } from '../src/gym/tasks/reference.js';
-import { type RunningServer, startServer } from '../src/server/server.js';
-import { batchToJson } from '../src/serving/json-batch.js';
+import { type RunningServer, startServer } from '../packages/core/src/server/server.js';
+import { batchToJson } from '../packages/core/src/serving/json-batch.js';
+import { agentSpec } from '../packages/gym/src/run.js';
+import { runGym } from '../packages/gym/src/runner.js';
+import { checkSandbox } from '../packages/gym/src/sandbox/index.js';
+import { referenceTasks } from '../packages/gym/src/tasks/reference.js';
+import { synthesize } from '../packages/gym-synth/src/index.js';
 import { makeModelFolder } from './support/model-folders.js';
 
 /*

@@ -1,11 +1,15 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { trainingSteps, trainingView } from '../src/curation/cleaner/graft.js';
-import { newStep, type Step } from '../src/domain/index.js';
-import { runBuiltinAgent } from '../src/gym/agent/builtin.js';
-import { createModelAdapter, graftRefusal, type ModelAdapter } from '../src/text/model-adapter.js';
-import type { RecordedModel } from '../src/text/step-model.js';
+import { trainingSteps, trainingView } from '../packages/core/src/curation/cleaner/graft.js';
+import { newStep, type Step } from '../packages/core/src/domain/index.js';
+import {
+  createModelAdapter,
+  graftRefusal,
+  type ModelAdapter,
+} from '../packages/core/src/text/model-adapter.js';
+import type { RecordedModel } from '../packages/core/src/text/step-model.js';
+import { runBuiltinAgent } from '../packages/gym/src/agent/builtin.js';
 import { type FixtureFamily, makeModelFolder } from './support/model-folders.js';
 
 /*

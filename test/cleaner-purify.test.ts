@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { type PurifiableStep, purifyTrajectory } from '../src/curation/cleaner/purify.js';
-import { sequenceRatio } from '../src/curation/cleaner/sequence-matcher.js';
-import type { JsonObject } from '../src/domain/json.js';
+import { type PurifiableStep, purifyTrajectory } from '../packages/core/src/curation/cleaner/purify.js';
+import { sequenceRatio } from '../packages/core/src/curation/cleaner/sequence-matcher.js';
+import type { JsonObject } from '../packages/core/src/domain/json.js';
 
 /*
  * Offline purification over steps shaped as the gateway stores them: each step's `messages` is the

@@ -9,11 +9,11 @@ import {
   type SaarToolCall,
   type SaarTurn,
   toolCallText,
-} from '../src/curation/cleaner/saar.js';
-import { sequenceRatio } from '../src/curation/cleaner/sequence-matcher.js';
-import { ValidationError } from '../src/domain/errors.js';
-import { renderToolCalls } from '../src/text/tool-calls.js';
-import { seededRandom } from '../src/util/random.js';
+} from '../packages/core/src/curation/cleaner/saar.js';
+import { sequenceRatio } from '../packages/core/src/curation/cleaner/sequence-matcher.js';
+import { ValidationError } from '../packages/core/src/domain/errors.js';
+import { renderToolCalls } from '../packages/core/src/text/tool-calls.js';
+import { seededRandom } from '../packages/core/src/util/random.js';
 
 /* SAAR's rules one by one, on the pure state machine (no model, no tools). */
 

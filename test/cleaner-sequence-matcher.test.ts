@@ -6,7 +6,7 @@ import {
   type MatchingBlock,
   matchingBlocks,
   sequenceRatio,
-} from '../src/curation/cleaner/sequence-matcher.js';
+} from '../packages/core/src/curation/cleaner/sequence-matcher.js';
 
 /*
  * The port against the real thing: thousands of generated pairs (short ones, long ones that trigger

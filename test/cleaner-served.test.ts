@@ -3,20 +3,20 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parquetReadObjects } from 'hyparquet';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { sequenceRatio } from '../src/curation/cleaner/sequence-matcher.js';
-import type { Step } from '../src/domain/step.js';
-import { SimEngine } from '../src/engines/sim/engine.js';
-import type { Policy, PolicyOutput } from '../src/engines/sim/policies.js';
-import { createSimApp } from '../src/engines/sim/server.js';
-import { ExportRequest } from '../src/export/request.js';
-import { runExport } from '../src/export/run-export.js';
-import { runGym, type SampleResult } from '../src/gym/runner.js';
-import { checkSandbox } from '../src/gym/sandbox/index.js';
-import { GymTask } from '../src/gym/tasks/schema.js';
-import { type RunningServer, startServer } from '../src/server/server.js';
-import { batchToJson } from '../src/serving/json-batch.js';
-import { loadQwen3Tokenizer } from '../src/text/index.js';
-import { type Listening, listen } from '../src/util/http-server.js';
+import { sequenceRatio } from '../packages/core/src/curation/cleaner/sequence-matcher.js';
+import type { Step } from '../packages/core/src/domain/step.js';
+import { SimEngine } from '../packages/core/src/engines/sim/engine.js';
+import type { Policy, PolicyOutput } from '../packages/core/src/engines/sim/policies.js';
+import { createSimApp } from '../packages/core/src/engines/sim/server.js';
+import { ExportRequest } from '../packages/core/src/export/request.js';
+import { runExport } from '../packages/core/src/export/run-export.js';
+import { type RunningServer, startServer } from '../packages/core/src/server/server.js';
+import { batchToJson } from '../packages/core/src/serving/json-batch.js';
+import { loadQwen3Tokenizer } from '../packages/core/src/text/index.js';
+import { type Listening, listen } from '../packages/core/src/util/http-server.js';
+import { runGym, type SampleResult } from '../packages/gym/src/runner.js';
+import { checkSandbox } from '../packages/gym/src/sandbox/index.js';
+import { GymTask } from '../packages/gym/src/tasks/schema.js';
 
 /*
  * What a lease serves after online CLEANER episodes that go beyond one slip and its fix: the

@@ -8,10 +8,10 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { StepWireInput } from '../packages/core/src/domain/index.js';
+import { StepwiseClient, StepwiseHttpError } from '../packages/core/src/sdk/client.js';
+import { openSqliteStore } from '../packages/core/src/store/sqlite/sqlite-store.js';
 import { seededRandom, syntheticTrajectory } from '../src/cli/synthetic.js';
-import type { StepWireInput } from '../src/domain/index.js';
-import { StepwiseClient, StepwiseHttpError } from '../src/sdk/client.js';
-import { openSqliteStore } from '../src/store/sqlite/sqlite-store.js';
 import {
   killAllServerProcesses,
   runCli,

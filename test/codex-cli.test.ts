@@ -3,8 +3,8 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CODEX_VERSION } from '../src/gym/agent/codex/install.js';
-import { type RunningServer, startServer } from '../src/server/server.js';
+import { type RunningServer, startServer } from '../packages/core/src/server/server.js';
+import { CODEX_VERSION } from '../packages/gym/src/agent/codex/install.js';
 import { runCli } from './support/server-process.js';
 
 /*

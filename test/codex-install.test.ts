@@ -20,8 +20,8 @@ import {
   findCodex,
   installCodex,
   unpackCodex,
-} from '../src/gym/agent/codex/install.js';
-import { IntegrityError } from '../src/gym/install-kit/index.js';
+} from '../packages/gym/src/agent/codex/install.js';
+import { IntegrityError } from '../packages/gym/src/install-kit/index.js';
 import { testCodex } from './support/codex.js';
 
 const execFileP = promisify(execFile);

@@ -7,9 +7,9 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { StepOut, StepWireInput } from '../packages/core/src/domain/index.js';
+import { StepwiseClient, StepwiseHttpError } from '../packages/core/src/sdk/client.js';
 import { seededRandom, syntheticTrajectory } from '../src/cli/synthetic.js';
-import type { StepOut, StepWireInput } from '../src/domain/index.js';
-import { StepwiseClient, StepwiseHttpError } from '../src/sdk/client.js';
 import { killAllServerProcesses, startServerProcess } from './support/server-process.js';
 
 const CLIENTS = 32;

@@ -2,11 +2,11 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { NewStep } from '../src/domain/index.js';
-import { type PoolOps, poolOps } from '../src/pool/core.js';
-import { startServer } from '../src/server/server.js';
-import { batchToJson } from '../src/serving/json-batch.js';
-import { openSqliteStore } from '../src/store/sqlite/sqlite-store.js';
+import type { NewStep } from '../packages/core/src/domain/index.js';
+import { type PoolOps, poolOps } from '../packages/core/src/pool/core.js';
+import { startServer } from '../packages/core/src/server/server.js';
+import { batchToJson } from '../packages/core/src/serving/json-batch.js';
+import { openSqliteStore } from '../packages/core/src/store/sqlite/sqlite-store.js';
 import { episode } from './support/steps.js';
 
 /*

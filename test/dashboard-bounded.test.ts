@@ -12,10 +12,10 @@ import {
   jsonPreview,
   PAGE_CAP_BYTES,
   TextBlock,
-} from '../src/dashboard/bounded.js';
-import { html } from '../src/dashboard/respond.js';
-import type { NewStep } from '../src/domain/index.js';
-import { type RunningServer, startServer } from '../src/server/server.js';
+} from '../packages/core/src/dashboard/bounded.js';
+import { html } from '../packages/core/src/dashboard/respond.js';
+import type { NewStep } from '../packages/core/src/domain/index.js';
+import { type RunningServer, startServer } from '../packages/core/src/server/server.js';
 import { chromiumReady, launchBrowser, openPage } from './support/browser.js';
 import { makeStep } from './support/steps.js';
 

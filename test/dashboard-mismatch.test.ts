@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Browser } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type RunningServer, startServer } from '../src/server/server.js';
+import { type RunningServer, startServer } from '../packages/core/src/server/server.js';
 import { chromiumReady, launchBrowser, openPage, screenshot } from './support/browser.js';
 import { lease, report, step, submitGroup } from './support/mismatch.js';
 

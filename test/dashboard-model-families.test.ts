@@ -1,6 +1,6 @@
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { TokenDecoders } from '../src/dashboard/pages/trajectories/decoders.js';
+import { TokenDecoders } from '../packages/core/src/dashboard/pages/trajectories/decoders.js';
 import { findTrainPython, runPython } from '../src/train/python.js';
 import { type FixtureFamily, makeModelFolder } from './support/model-folders.js';
 import { makeStep } from './support/steps.js';

@@ -3,11 +3,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Browser, Page } from 'playwright-core';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { NewStep } from '../src/domain/index.js';
-import { type PoolOps, poolOps } from '../src/pool/core.js';
-import type { LeaseParams } from '../src/pool/types.js';
-import { type RunningServer, startServer } from '../src/server/server.js';
-import { openSqliteStore } from '../src/store/sqlite/sqlite-store.js';
+import type { NewStep } from '../packages/core/src/domain/index.js';
+import { type PoolOps, poolOps } from '../packages/core/src/pool/core.js';
+import type { LeaseParams } from '../packages/core/src/pool/types.js';
+import { type RunningServer, startServer } from '../packages/core/src/server/server.js';
+import { openSqliteStore } from '../packages/core/src/store/sqlite/sqlite-store.js';
 import { chromiumReady, dashboardFixture, openPage, screenshot } from './support/browser.js';
 import { episode, makeStep } from './support/steps.js';
 

@@ -1,17 +1,17 @@
 import type { Browser } from 'playwright-core';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { purifyStore } from '../src/curation/cleaner/derive.js';
-import { parseListFilters } from '../src/dashboard/pages/trajectories/filters.js';
+import { purifyStore } from '../packages/core/src/curation/cleaner/derive.js';
+import { parseListFilters } from '../packages/core/src/dashboard/pages/trajectories/filters.js';
 import {
   isStepIndex,
   labelsFromForm,
   parseBulk,
   safeListUrl,
-} from '../src/dashboard/pages/trajectories/label-forms.js';
-import type { Step, Trajectory } from '../src/domain/index.js';
-import type { RunningServer } from '../src/server/server.js';
-import { packPrefixTree } from '../src/serving/packing.js';
-import { contentText, loadQwen3Tokenizer } from '../src/text/index.js';
+} from '../packages/core/src/dashboard/pages/trajectories/label-forms.js';
+import type { Step, Trajectory } from '../packages/core/src/domain/index.js';
+import type { RunningServer } from '../packages/core/src/server/server.js';
+import { packPrefixTree } from '../packages/core/src/serving/packing.js';
+import { contentText, loadQwen3Tokenizer } from '../packages/core/src/text/index.js';
 import { chromiumReady, dashboardFixture, openPage, screenshot } from './support/browser.js';
 import { episode, makeStep } from './support/steps.js';
 

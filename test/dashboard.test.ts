@@ -1,8 +1,8 @@
 import { join } from 'node:path';
 import type { Browser } from 'playwright-core';
 import { describe, expect, it } from 'vitest';
-import { type RunningServer, startServer } from '../src/server/server.js';
-import type { PoolStats } from '../src/store/store.js';
+import { type RunningServer, startServer } from '../packages/core/src/server/server.js';
+import type { PoolStats } from '../packages/core/src/store/store.js';
 import { chromiumReady, dashboardFixture, openPage, screenshot } from './support/browser.js';
 import { episode } from './support/steps.js';
 

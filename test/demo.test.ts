@@ -2,10 +2,10 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import type { Step } from '../packages/core/src/domain/step.js';
+import { neededPlanSteps } from '../packages/core/src/engines/sim/plan-hint.js';
+import { startServer } from '../packages/core/src/server/server.js';
 import { runDemo } from '../src/cli/demo.js';
-import type { Step } from '../src/domain/step.js';
-import { neededPlanSteps } from '../src/engines/sim/plan-hint.js';
-import { startServer } from '../src/server/server.js';
 
 type Message = { role: string; content?: unknown };
 

@@ -1,18 +1,18 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { StepwiseError } from '../src/domain/errors.js';
-import { GatewayUnavailable } from '../src/gym/agent/installed.js';
-import { IntegrityError, ToolInstallError } from '../src/gym/install-kit/index.js';
-import { SandboxError } from '../src/gym/sandbox/index.js';
-import { ToolFailure } from '../src/gym/tools/failure.js';
-import { CsvError, parseCsvTable } from '../src/gym/verify/index.js';
-import { CombinationEvalError } from '../src/rewards/combination.js';
-import { JsonPathError, parseJsonPath } from '../src/rewards/json-path.js';
-import { isRetryable } from '../src/rewards/plugin.js';
-import { StepwiseHttpError } from '../src/sdk/client.js';
+import { StepwiseError } from '../packages/core/src/domain/errors.js';
+import { CombinationEvalError } from '../packages/core/src/rewards/combination.js';
+import { JsonPathError, parseJsonPath } from '../packages/core/src/rewards/json-path.js';
+import { isRetryable } from '../packages/core/src/rewards/plugin.js';
+import { StepwiseHttpError } from '../packages/core/src/sdk/client.js';
+import { GatewayUnavailable } from '../packages/gym/src/agent/installed.js';
+import { IntegrityError, ToolInstallError } from '../packages/gym/src/install-kit/index.js';
+import { SandboxError } from '../packages/gym/src/sandbox/index.js';
+import { ToolFailure } from '../packages/gym/src/tools/failure.js';
+import { CsvError, parseCsvTable } from '../packages/gym/src/verify/index.js';
 
-const SRC = join(import.meta.dirname, '..', 'src');
+const ROOT = join(import.meta.dirname, '..');
 
 function sourceFiles(dir: string): string[] {
   return readdirSync(dir, { withFileTypes: true }).flatMap((e) => {
@@ -23,14 +23,14 @@ function sourceFiles(dir: string): string[] {
 }
 
 describe('the StepwiseError family (issue 26)', () => {
-  it('no class in src/ extends a built-in error except StepwiseError itself', () => {
+  it('no class in the sources extends a built-in error except StepwiseError itself', () => {
     const strays: string[] = [];
-    for (const file of sourceFiles(SRC)) {
+    for (const file of ['src', 'packages'].flatMap((d) => sourceFiles(join(ROOT, d)))) {
       const text = readFileSync(file, 'utf8');
       for (const m of text.matchAll(
         /class\s+(\w+)\s+extends\s+(Error|TypeError|RangeError|SyntaxError)\b/g,
       )) {
-        if (m[1] !== 'StepwiseError') strays.push(`${relative(SRC, file)}: ${m[1]} extends ${m[2]}`);
+        if (m[1] !== 'StepwiseError') strays.push(`${relative(ROOT, file)}: ${m[1]} extends ${m[2]}`);
       }
     }
     expect(strays).toEqual([]);

@@ -2,12 +2,12 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { MAX_PROMPT_TOKENS } from '../src/domain/index.js';
-import type { Captured } from '../src/engines/capture.js';
-import { type RunningServer, startServer } from '../src/server/server.js';
-import { inThreadTokenizer } from '../src/services/capture-tokenizer.js';
-import { offThreadTokenizer } from '../src/services/offload.js';
-import { loadQwen3Tokenizer } from '../src/text/tokenizer.js';
+import { MAX_PROMPT_TOKENS } from '../packages/core/src/domain/index.js';
+import type { Captured } from '../packages/core/src/engines/capture.js';
+import { type RunningServer, startServer } from '../packages/core/src/server/server.js';
+import { inThreadTokenizer } from '../packages/core/src/services/capture-tokenizer.js';
+import { offThreadTokenizer } from '../packages/core/src/services/offload.js';
+import { loadQwen3Tokenizer } from '../packages/core/src/text/tokenizer.js';
 import { callJson } from './support/http.js';
 
 /*

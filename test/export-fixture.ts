@@ -4,9 +4,9 @@
  * mismatched rewards, token-only steps, open and aborted rollouts, another channel, curation labels,
  * guidance fields, and steps that arrived out of order.
  */
-import type { JsonObject, NewStep } from '../src/domain/index.js';
-import { DataPool } from '../src/pool/data-pool.js';
-import { openSqliteStore } from '../src/store/sqlite/sqlite-store.js';
+import type { JsonObject, NewStep } from '../packages/core/src/domain/index.js';
+import { DataPool } from '../packages/core/src/pool/data-pool.js';
+import { openSqliteStore } from '../packages/core/src/store/sqlite/sqlite-store.js';
 import { makeStep } from './support/steps.js';
 
 export const TOOLS: JsonObject[] = [

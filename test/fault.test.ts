@@ -6,9 +6,9 @@ import { join } from 'node:path';
 import OpenAI from 'openai';
 import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
+import type { StepWireInput } from '../packages/core/src/domain/index.js';
+import { applicationName } from '../packages/core/src/store/postgres/connect.js';
 import { seededRandom, syntheticTrajectory } from '../src/cli/synthetic.js';
-import type { StepWireInput } from '../src/domain/index.js';
-import { applicationName } from '../src/store/postgres/connect.js';
 import { dropSchema, freshSchema, pgUrl } from './support/postgres.js';
 import { killAllServerProcesses, type ServerProcess, startServerProcess } from './support/server-process.js';
 

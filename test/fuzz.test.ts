@@ -5,8 +5,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { resolveRewardsConfig } from '../src/rewards/index.js';
-import { type RunningServer, type ServerOptions, startServer } from '../src/server/server.js';
+import { resolveRewardsConfig } from '../packages/core/src/rewards/index.js';
+import { type RunningServer, type ServerOptions, startServer } from '../packages/core/src/server/server.js';
 import { dropSchema, freshSchema, pgUrl } from './support/postgres.js';
 
 /*

@@ -3,9 +3,9 @@ import http from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { parseApiKey } from '../src/http/auth.js';
-import { createApp } from '../src/server/app.js';
-import { type RunningServer, type ServerOptions, startServer } from '../src/server/server.js';
+import { parseApiKey } from '../packages/core/src/http/auth.js';
+import { createApp } from '../packages/core/src/server/app.js';
+import { type RunningServer, type ServerOptions, startServer } from '../packages/core/src/server/server.js';
 
 /*
  * The LLM calls (chat/completions and completions under a base_url or at the fixed one, /generate,

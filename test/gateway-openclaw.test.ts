@@ -4,10 +4,10 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import OpenAI from 'openai';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import type { Step } from '../src/domain/index.js';
-import type { ReferenceTask } from '../src/engines/sim/policies.js';
-import { type RunningServer, startServer } from '../src/server/server.js';
-import { loadQwen3Tokenizer } from '../src/text/index.js';
+import type { Step } from '../packages/core/src/domain/index.js';
+import type { ReferenceTask } from '../packages/core/src/engines/sim/policies.js';
+import { type RunningServer, startServer } from '../packages/core/src/server/server.js';
+import { loadQwen3Tokenizer } from '../packages/core/src/text/index.js';
 
 /*
  * OpenClaw's traffic through the gateway, over real HTTP on loopback, with the official openai client

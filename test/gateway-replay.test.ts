@@ -5,8 +5,8 @@ import { join } from 'node:path';
 import fc from 'fast-check';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type RunningServer, startServer } from '../src/server/server.js';
-import { loadQwen3Tokenizer } from '../src/text/index.js';
+import { type RunningServer, startServer } from '../packages/core/src/server/server.js';
+import { loadQwen3Tokenizer } from '../packages/core/src/text/index.js';
 
 /*
  * The gateway against recorded vLLM wire fixtures (test/fixtures/vllm, see its README), replayed by

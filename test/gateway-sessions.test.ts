@@ -4,9 +4,9 @@ import { join } from 'node:path';
 import OpenAI from 'openai';
 import type { ChatCompletionMessageParam } from 'openai/resources/chat/completions';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import type { Trajectory } from '../src/domain/index.js';
-import { OPENCLAW_INTERNAL_MARKER } from '../src/gateway/feedback.js';
-import { type RunningServer, type ServerOptions, startServer } from '../src/server/server.js';
+import type { Trajectory } from '../packages/core/src/domain/index.js';
+import { OPENCLAW_INTERNAL_MARKER } from '../packages/core/src/gateway/feedback.js';
+import { type RunningServer, type ServerOptions, startServer } from '../packages/core/src/server/server.js';
 import { killAllServerProcesses, startServerProcess } from './support/server-process.js';
 
 /*

@@ -4,9 +4,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { startSimServer } from '../src/engines/sim/serve.js';
-import { type RunningServer, startServer } from '../src/server/server.js';
-import { loadQwen3Tokenizer, renderChat } from '../src/text/index.js';
+import { startSimServer } from '../packages/core/src/engines/sim/serve.js';
+import { type RunningServer, startServer } from '../packages/core/src/server/server.js';
+import { loadQwen3Tokenizer, renderChat } from '../packages/core/src/text/index.js';
 import { callJson, type Json } from './support/http.js';
 
 /*

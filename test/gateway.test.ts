@@ -1,10 +1,10 @@
 import http from 'node:http';
 import OpenAI from 'openai';
 import { describe, expect, it, onTestFinished, vi } from 'vitest';
-import { HINT_HEADING } from '../src/curation/actguide/index.js';
-import type { Step } from '../src/domain/index.js';
-import type { RunningServer } from '../src/server/server.js';
-import { loadQwen3Tokenizer, renderChat } from '../src/text/index.js';
+import { HINT_HEADING } from '../packages/core/src/curation/actguide/index.js';
+import type { Step } from '../packages/core/src/domain/index.js';
+import type { RunningServer } from '../packages/core/src/server/server.js';
+import { loadQwen3Tokenizer, renderChat } from '../packages/core/src/text/index.js';
 import { testServers } from './support/test-servers.js';
 
 /*
@@ -933,7 +933,7 @@ describe('gateway: bad input and failing engines', () => {
 describe('gateway: retokenized mode (an OpenAI-compatible upstream without ids)', () => {
   /** A stand-in for a hosted OpenAI-compatible API: the sim's answers with every id and logprob removed. */
   async function idlessUpstream(script: unknown[]): Promise<{ url: string; close(): void }> {
-    const { buildSimApp } = await import('../src/engines/sim/index.js');
+    const { buildSimApp } = await import('../packages/core/src/engines/sim/index.js');
     const { app } = buildSimApp({ policy: 'scripted', script, model: 'sim-hosted' });
     const strip = (o: Record<string, unknown>) => {
       delete o.prompt_token_ids;
@@ -1089,8 +1089,10 @@ describe('gateway: no session leaks', () => {
 
 describe('gateway: cancellation reaches the engine', () => {
   it('a disconnecting agent stops the generation on the engine, over HTTP', async () => {
-    const { createSimApp, latencyModel, SimEngine, echoPolicy } = await import('../src/engines/sim/index.js');
-    const { listen } = await import('../src/util/http-server.js');
+    const { createSimApp, latencyModel, SimEngine, echoPolicy } = await import(
+      '../packages/core/src/engines/sim/index.js'
+    );
+    const { listen } = await import('../packages/core/src/util/http-server.js');
     const ends: { aborted: boolean; chunksSent: number }[] = [];
     const sim = createSimApp({
       engine: new SimEngine({ policy: echoPolicy }),

@@ -3,8 +3,8 @@ import http from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { MAX_PROMPT_TOKENS } from '../src/domain/index.js';
-import { type RunningServer, startServer } from '../src/server/server.js';
+import { MAX_PROMPT_TOKENS } from '../packages/core/src/domain/index.js';
+import { type RunningServer, startServer } from '../packages/core/src/server/server.js';
 
 /*
  * The biggest answers an engine gives: a completion echoing a MAX_PROMPT_TOKENS-id prompt

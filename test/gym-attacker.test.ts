@@ -2,10 +2,10 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { runGym } from '../src/gym/runner.js';
-import { checkSandbox } from '../src/gym/sandbox/index.js';
-import { referenceTasks } from '../src/gym/tasks/index.js';
-import { type RunningServer, startServer } from '../src/server/server.js';
+import { type RunningServer, startServer } from '../packages/core/src/server/server.js';
+import { runGym } from '../packages/gym/src/runner.js';
+import { checkSandbox } from '../packages/gym/src/sandbox/index.js';
+import { referenceTasks } from '../packages/gym/src/tasks/index.js';
 import { jsonTask } from './support/gym-tasks.js';
 
 /*

@@ -2,7 +2,7 @@ import { copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync } from 'nod
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { checkSandbox } from '../src/gym/sandbox/index.js';
+import { checkSandbox } from '../packages/gym/src/sandbox/index.js';
 import { CLAWGYM_SAMPLE } from './support/clawgym-sample.js';
 import { runCli, startServerProcess } from './support/server-process.js';
 

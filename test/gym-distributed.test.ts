@@ -5,17 +5,17 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { type RunningServer, startServer } from '../packages/core/src/server/server.js';
 import {
   enqueueRun,
   RolloutQueue,
   type RolloutWorker,
   runGymDistributed,
   startRolloutWorker,
-} from '../src/gym/distributed.js';
-import { type GymRunOptions, runGym, type SampleResult } from '../src/gym/runner.js';
-import { checkSandbox } from '../src/gym/sandbox/index.js';
-import { referenceTasks, taskToJsonLine } from '../src/gym/tasks/index.js';
-import { type RunningServer, startServer } from '../src/server/server.js';
+} from '../packages/gym/src/distributed.js';
+import { type GymRunOptions, runGym, type SampleResult } from '../packages/gym/src/runner.js';
+import { checkSandbox } from '../packages/gym/src/sandbox/index.js';
+import { referenceTasks, taskToJsonLine } from '../packages/gym/src/tasks/index.js';
 import { jsonTask, sumTask } from './support/gym-tasks.js';
 import { logLine, runCli, spawnCli, waitForExit } from './support/server-process.js';
 

@@ -2,9 +2,9 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'nod
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { checkSandbox } from '../src/gym/sandbox/index.js';
-import { loadTasks, workspaceFor } from '../src/gym/tasks/index.js';
-import { REWARD_PAYLOAD_FILE, verify } from '../src/gym/verify/index.js';
+import { checkSandbox } from '../packages/gym/src/sandbox/index.js';
+import { loadTasks, workspaceFor } from '../packages/gym/src/tasks/index.js';
+import { REWARD_PAYLOAD_FILE, verify } from '../packages/gym/src/verify/index.js';
 
 /*
  * ClawGym's reward payload: after an episode its rollout writes `.openclaw_reward_payload.json`

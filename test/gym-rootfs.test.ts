@@ -5,8 +5,8 @@ import { createServer } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { defaultToolsDir, ToolInstallError } from '../src/gym/install-kit/index.js';
-import { runInSandbox } from '../src/gym/sandbox/index.js';
+import { defaultToolsDir, ToolInstallError } from '../packages/gym/src/install-kit/index.js';
+import { runInSandbox } from '../packages/gym/src/sandbox/index.js';
 import {
   findRootfs,
   installRootfs,
@@ -14,7 +14,7 @@ import {
   readRootfsLock,
   readRootfsSnapshot,
   snapshotUrl,
-} from '../src/gym/sandbox/rootfs.js';
+} from '../packages/gym/src/sandbox/rootfs.js';
 import { CLAWGYM_SAMPLE } from './support/clawgym-sample.js';
 import { runCli } from './support/server-process.js';
 

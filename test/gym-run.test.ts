@@ -1,10 +1,10 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { type GymRunOptions, runGym } from '../src/gym/runner.js';
-import { checkSandbox } from '../src/gym/sandbox/index.js';
-import { referenceTasks } from '../src/gym/tasks/index.js';
-import { startServer } from '../src/server/server.js';
+import { startServer } from '../packages/core/src/server/server.js';
+import { type GymRunOptions, runGym } from '../packages/gym/src/runner.js';
+import { checkSandbox } from '../packages/gym/src/sandbox/index.js';
+import { referenceTasks } from '../packages/gym/src/tasks/index.js';
 import { jsonTask, sumTask } from './support/gym-tasks.js';
 import { simServerFixture } from './support/sim-server.js';
 

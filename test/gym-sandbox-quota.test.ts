@@ -2,10 +2,10 @@ import { mkdirSync, mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type GymRunOptions, runGym } from '../src/gym/runner.js';
-import { checkSandbox, runInSandbox } from '../src/gym/sandbox/index.js';
-import { referenceTasks } from '../src/gym/tasks/index.js';
-import { type RunningServer, startServer } from '../src/server/server.js';
+import { type RunningServer, startServer } from '../packages/core/src/server/server.js';
+import { type GymRunOptions, runGym } from '../packages/gym/src/runner.js';
+import { checkSandbox, runInSandbox } from '../packages/gym/src/sandbox/index.js';
+import { referenceTasks } from '../packages/gym/src/tasks/index.js';
 import { jsonTask } from './support/gym-tasks.js';
 import { unmountUnder } from './support/hostile-trees.js';
 

@@ -18,7 +18,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { checkSandbox, runInSandbox, SandboxError, type SandboxOptions } from '../src/gym/sandbox/index.js';
+import {
+  checkSandbox,
+  runInSandbox,
+  SandboxError,
+  type SandboxOptions,
+} from '../packages/gym/src/sandbox/index.js';
 
 /*
  * Containment tests against the real bubblewrap: every one runs an escape or an abuse and asserts it

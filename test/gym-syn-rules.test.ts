@@ -2,10 +2,10 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'nod
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { type RunningSimServer, startSimServer } from '../src/engines/sim/serve.js';
-import { checkSandbox } from '../src/gym/sandbox/index.js';
-import { loadTasks, workspaceFor, writeClawGymFolder } from '../src/gym/tasks/index.js';
-import { buildJudgeMessages, verify } from '../src/gym/verify/index.js';
+import { type RunningSimServer, startSimServer } from '../packages/core/src/engines/sim/serve.js';
+import { checkSandbox } from '../packages/gym/src/sandbox/index.js';
+import { loadTasks, workspaceFor, writeClawGymFolder } from '../packages/gym/src/tasks/index.js';
+import { buildJudgeMessages, verify } from '../packages/gym/src/verify/index.js';
 
 /*
  * ClawGym-SynData's rubric and aggregation fields. The fixtures are shaped exactly as its code writes

@@ -2,9 +2,9 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'nod
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { checkSandbox } from '../src/gym/sandbox/index.js';
-import { loadTasks, workspaceFor, writeClawGymFolder } from '../src/gym/tasks/index.js';
-import { verify } from '../src/gym/verify/index.js';
+import { checkSandbox } from '../packages/gym/src/sandbox/index.js';
+import { loadTasks, workspaceFor, writeClawGymFolder } from '../packages/gym/src/tasks/index.js';
+import { verify } from '../packages/gym/src/verify/index.js';
 
 /*
  * ClawGym-SynData's Hugging Face form, `syn_task.jsonl`: records shaped as ClawGym's converter

@@ -8,12 +8,14 @@ import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { SimEngine } from '../src/engines/sim/engine.js';
-import { type PolicyContext, scriptedPolicy } from '../src/engines/sim/policies.js';
-import { createSimApp } from '../src/engines/sim/server.js';
-import { checkSandbox } from '../src/gym/sandbox/index.js';
-import { gateTask } from '../src/gym/synth/gate.js';
-import { CLOSING_SENTENCE } from '../src/gym/synth/index.js';
+import { SimEngine } from '../packages/core/src/engines/sim/engine.js';
+import { type PolicyContext, scriptedPolicy } from '../packages/core/src/engines/sim/policies.js';
+import { createSimApp } from '../packages/core/src/engines/sim/server.js';
+import { type Listening, listen } from '../packages/core/src/util/http-server.js';
+import { gateTask } from '../packages/gym/src/gate.js';
+import { checkSandbox } from '../packages/gym/src/sandbox/index.js';
+import { CATEGORIES, GymTask } from '../packages/gym/src/tasks/schema.js';
+import { CLOSING_SENTENCE } from '../packages/gym-synth/src/index.js';
 import {
   dropNearDuplicates,
   extractJson,
@@ -25,10 +27,8 @@ import {
   readIntent,
   shingles,
   synthesizeWithLlm,
-} from '../src/gym/synth/llm.js';
-import { MANIFEST_FILE, TASKS_FILE } from '../src/gym/synth/output.js';
-import { CATEGORIES, GymTask } from '../src/gym/tasks/schema.js';
-import { type Listening, listen } from '../src/util/http-server.js';
+} from '../packages/gym-synth/src/llm.js';
+import { MANIFEST_FILE, TASKS_FILE } from '../packages/gym-synth/src/output.js';
 import { synthCli } from './support/synth-cli.js';
 
 const sandbox = checkSandbox();

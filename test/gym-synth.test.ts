@@ -9,8 +9,10 @@ import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { checkSandbox } from '../src/gym/sandbox/index.js';
-import { gateTask, gateTasks, scaffoldPaths } from '../src/gym/synth/gate.js';
+import { gateTask, gateTasks, scaffoldPaths } from '../packages/gym/src/gate.js';
+import { checkSandbox } from '../packages/gym/src/sandbox/index.js';
+import { loadTasks } from '../packages/gym/src/tasks/index.js';
+import { CATEGORIES, type Check, GymTask } from '../packages/gym/src/tasks/schema.js';
 import {
   buildTask,
   CLOSING_SENTENCE,
@@ -20,10 +22,8 @@ import {
   synthesize,
   TEMPLATES,
   templatesOf,
-} from '../src/gym/synth/index.js';
-import { MANIFEST_FILE, TASKS_FILE, writeSynthOutput } from '../src/gym/synth/output.js';
-import { loadTasks } from '../src/gym/tasks/index.js';
-import { CATEGORIES, type Check, GymTask } from '../src/gym/tasks/schema.js';
+} from '../packages/gym-synth/src/index.js';
+import { MANIFEST_FILE, TASKS_FILE, writeSynthOutput } from '../packages/gym-synth/src/output.js';
 import { CLAWGYM_SAMPLE } from './support/clawgym-sample.js';
 import { synthCli } from './support/synth-cli.js';
 

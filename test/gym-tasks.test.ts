@@ -14,8 +14,8 @@ import {
   workspaceFor,
   writeClawGymFolder,
   writeTasksJsonl,
-} from '../src/gym/tasks/index.js';
-import { detectPythonJsonFormat, pythonJsonDumps } from '../src/gym/tasks/python-json.js';
+} from '../packages/gym/src/tasks/index.js';
+import { detectPythonJsonFormat, pythonJsonDumps } from '../packages/gym/src/tasks/python-json.js';
 import { CLAWGYM_SAMPLE } from './support/clawgym-sample.js';
 
 const SAMPLE = CLAWGYM_SAMPLE;

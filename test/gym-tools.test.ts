@@ -11,9 +11,14 @@ import {
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { detectToolError } from '../src/gateway/tool-results.js';
-import { offeredTools } from '../src/gym/agent/builtin.js';
-import { runTool, TOOL_DEFINITIONS, type ToolContext, type ToolOutcome } from '../src/gym/tools/index.js';
+import { detectToolError } from '../packages/core/src/gateway/tool-results.js';
+import { offeredTools } from '../packages/gym/src/agent/builtin.js';
+import {
+  runTool,
+  TOOL_DEFINITIONS,
+  type ToolContext,
+  type ToolOutcome,
+} from '../packages/gym/src/tools/index.js';
 
 /* The agent tools over a real temporary workspace; exec runs in the real sandbox. */
 

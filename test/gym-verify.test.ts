@@ -3,9 +3,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type RunningSimServer, startSimServer } from '../src/engines/sim/serve.js';
-import { GymTask, type GymTaskInput, loadTasks, workspaceFor } from '../src/gym/tasks/index.js';
-import { Check } from '../src/gym/tasks/schema.js';
+import { type RunningSimServer, startSimServer } from '../packages/core/src/engines/sim/serve.js';
+import { GymTask, type GymTaskInput, loadTasks, workspaceFor } from '../packages/gym/src/tasks/index.js';
+import { Check } from '../packages/gym/src/tasks/schema.js';
 import {
   buildJudgeMessages,
   CsvError,
@@ -21,13 +21,13 @@ import {
   scoreFromStdout,
   snapToBand,
   verify,
-} from '../src/gym/verify/index.js';
+} from '../packages/gym/src/verify/index.js';
 import { CLAWGYM_SAMPLE } from './support/clawgym-sample.js';
 
 const SAMPLE = CLAWGYM_SAMPLE;
 
 // The sandbox is built alongside; its tests run whenever it exists and works on this machine.
-const sandboxPath = '../src/gym/sandbox/index.js';
+const sandboxPath = '../packages/gym/src/sandbox/index.js';
 const sandboxModule = (await import(sandboxPath).catch(() => null)) as {
   checkSandbox(): { ok: boolean; reason?: string };
 } | null;

@@ -3,11 +3,26 @@ import { dirname, join, normalize, relative } from 'node:path';
 import { describe, expect, it } from 'vitest';
 
 /*
- * The layers of docs/architecture.md, checked on the source: every relative import (type-only ones
- * included: they couple files too) is an edge between files and between their folders under src/.
+ * The packages and layers of docs/architecture.md, checked on the source: every import of a file of
+ * ours (relative, or a workspace package's name; type-only ones included: they couple files too) is an
+ * edge between files, between their folders and between their packages. A file's logical path is its
+ * path under its package's src/, the gym's under `gym/`, the synthesis's under `gym-synth/`, the CLI's
+ * (the root package, the composition root) under src/ as it is.
  */
 
-const SRC = join(import.meta.dirname, '..', 'src');
+const ROOT = join(import.meta.dirname, '..');
+const PACKAGES = {
+  core: join(ROOT, 'packages/core/src'),
+  gym: join(ROOT, 'packages/gym/src'),
+  'gym-synth': join(ROOT, 'packages/gym-synth/src'),
+  app: join(ROOT, 'src'),
+} as const;
+type Package = keyof typeof PACKAGES;
+const NAMES: Record<string, Package> = {
+  '@stepwise/core': 'core',
+  '@stepwise/gym': 'gym',
+  '@stepwise/gym-synth': 'gym-synth',
+};
 
 function sourceFiles(dir: string): string[] {
   return readdirSync(dir, { withFileTypes: true }).flatMap((e) => {
@@ -17,10 +32,20 @@ function sourceFiles(dir: string): string[] {
   });
 }
 
-const IMPORT = /(?:^|\n)\s*(?:import|export)\s[^'"]*?['"](\.{1,2}\/[^'"]+)['"]/g;
+const packageOf = (file: string): Package =>
+  (Object.keys(PACKAGES) as Package[]).find((p) => p !== 'app' && file.startsWith(`${PACKAGES[p]}/`)) ??
+  'app';
 
-function resolveImport(from: string, spec: string): string | null {
-  const base = normalize(join(dirname(from), spec)).replace(/\.js$/, '');
+/** The path the layer rules speak of: the core's folders at the top, the gym's under gym/. */
+const logical = (file: string): string => {
+  const pkg = packageOf(file);
+  const rel = relative(PACKAGES[pkg], file);
+  return pkg === 'core' || pkg === 'app' ? rel : `${pkg}/${rel}`;
+};
+
+const IMPORT = /(?:^|\n)\s*(?:import|export)\s[^'"]*?['"]((?:\.{1,2}\/|@stepwise\/)[^'"]+)['"]/g;
+
+function existing(base: string): string | null {
   for (const candidate of [`${base}.ts`, `${base}.tsx`, `${base}.mjs`, join(base, 'index.ts'), base]) {
     try {
       if (statSync(candidate).isFile()) return candidate;
@@ -29,16 +54,30 @@ function resolveImport(from: string, spec: string): string | null {
   return null;
 }
 
+/** The file an import names: relative to the importer, or a package's entry (its index, or a module path). */
+function resolveImport(from: string, spec: string): string | null {
+  if (spec.startsWith('.')) return existing(normalize(join(dirname(from), spec)).replace(/\.js$/, ''));
+  const [scope, name, ...rest] = spec.split('/');
+  const pkg = NAMES[`${scope}/${name}`];
+  if (!pkg) throw new Error(`${from}: unknown package ${spec}`);
+  return existing(join(PACKAGES[pkg], rest.length ? rest.join('/').replace(/\.js$/, '') : 'index'));
+}
+
 const folderOf = (file: string) => {
-  const parts = relative(SRC, file).split('/');
+  const parts = logical(file).split('/');
   return parts.length > 1 ? parts[0]! : '(root)';
 };
 
+/** Each import as written, by importing file. */
+const specs = new Map<string, string[]>();
 const fileEdges = new Map<string, Set<string>>();
 const folderEdges = new Map<string, Set<string>>();
-for (const file of sourceFiles(SRC)) {
+const packageEdges = new Map<Package, Set<Package>>();
+for (const file of Object.values(PACKAGES).flatMap((dir) => sourceFiles(dir))) {
   const targets = new Set<string>();
+  const written: string[] = [];
   for (const match of readFileSync(file, 'utf8').matchAll(IMPORT)) {
+    written.push(match[1]!);
     const target = resolveImport(file, match[1]!);
     if (!target) continue;
     targets.add(target);
@@ -46,8 +85,13 @@ for (const file of sourceFiles(SRC)) {
       const set = folderEdges.get(folderOf(file)) ?? new Set();
       folderEdges.set(folderOf(file), set.add(folderOf(target)));
     }
+    if (packageOf(file) !== packageOf(target)) {
+      const set = packageEdges.get(packageOf(file)) ?? new Set();
+      packageEdges.set(packageOf(file), set.add(packageOf(target)));
+    }
   }
   fileEdges.set(file, targets);
+  specs.set(file, written);
 }
 
 /** Strongly connected components with more than one member (Tarjan). */
@@ -84,9 +128,52 @@ function cycles(graph: Map<string, Set<string>>): string[][] {
   return out;
 }
 
-describe('import graph of src/', () => {
+describe('packages', () => {
+  it('depend downward only: the core on nothing of ours, the gym on the core, the synthesis on both', () => {
+    const edges = Object.fromEntries([...packageEdges].map(([p, to]) => [p, [...to].sort()]));
+    expect(edges).toEqual({ gym: ['core'], 'gym-synth': ['core', 'gym'], app: ['core', 'gym', 'gym-synth'] });
+  });
+
+  it('has the gym and the synthesis use only the public API of the packages below them', () => {
+    const inward = [...specs]
+      .filter(([file]) => packageOf(file) === 'gym' || packageOf(file) === 'gym-synth')
+      .flatMap(([file, written]) =>
+        written
+          .filter((s) => s.startsWith('@stepwise/') && s.split('/').length > 2)
+          .map((s) => `${logical(file)}: ${s}`),
+      );
+    expect(inward).toEqual([]);
+  });
+
+  it('has no relative import that leaves its package', () => {
+    const leaving = [...specs].flatMap(([file, written]) =>
+      written
+        .filter((s) => s.startsWith('.'))
+        .filter((s) => {
+          const target = resolveImport(file, s);
+          return target !== null && packageOf(target) !== packageOf(file);
+        })
+        .map((s) => `${logical(file)}: ${s}`),
+    );
+    expect(leaving).toEqual([]);
+  });
+
+  it('declares in each package.json the workspace packages it imports', () => {
+    for (const [pkg, dir] of Object.entries(PACKAGES) as [Package, string][]) {
+      const manifest = JSON.parse(readFileSync(join(dir, '..', 'package.json'), 'utf8')) as {
+        dependencies?: Record<string, string>;
+      };
+      const declared = Object.keys(manifest.dependencies ?? {})
+        .filter((d) => d in NAMES)
+        .map((d) => NAMES[d]);
+      expect(declared.sort(), pkg).toEqual([...(packageEdges.get(pkg) ?? [])].sort());
+    }
+  });
+});
+
+describe('import graph of the sources', () => {
   it('has no cycle between files', () => {
-    expect(cycles(fileEdges).map((c) => c.map((f) => relative(SRC, f)))).toEqual([]);
+    expect(cycles(fileEdges).map((c) => c.map((f) => logical(f)))).toEqual([]);
   });
 
   it('has no cycle between folders', () => {
@@ -102,7 +189,6 @@ describe('import graph of src/', () => {
       store: ['domain'],
       serving: ['domain', 'pool', 'store'],
       sdk: ['domain', 'serving', 'store'],
-      gym: ['curation', 'domain', 'engines', 'sdk', 'text', 'util'],
       services: ['curation', 'domain', 'engines', 'text', 'util'],
       http: ['domain', 'pool', 'serving', 'services', 'text', 'util'],
     };
@@ -112,8 +198,8 @@ describe('import graph of src/', () => {
     }
     // What serving reads of the pool is its vocabulary (what a lease serves), not its rules.
     const servingToPool = [...fileEdges]
-      .filter(([file]) => relative(SRC, file).startsWith('serving/'))
-      .flatMap(([, targets]) => [...targets].map((t) => relative(SRC, t)))
+      .filter(([file]) => packageOf(file) === 'core' && logical(file).startsWith('serving/'))
+      .flatMap(([, targets]) => [...targets].map((t) => logical(t)))
       .filter((t) => t.startsWith('pool/'));
     expect(new Set(servingToPool)).toEqual(new Set(['pool/types.ts']));
   });
@@ -122,11 +208,11 @@ describe('import graph of src/', () => {
     /** `from`'s files (a folder under src/) that import a file under `to`. */
     const edges = (from: string, to: string) =>
       [...fileEdges]
-        .filter(([file]) => relative(SRC, file).startsWith(`${from}/`))
+        .filter(([file]) => logical(file).startsWith(`${from}/`))
         .flatMap(([file, targets]) =>
           [...targets]
-            .filter((t) => relative(SRC, t).startsWith(`${to}/`))
-            .map((t) => `${relative(SRC, file)} -> ${relative(SRC, t)}`),
+            .filter((t) => logical(t).startsWith(`${to}/`))
+            .map((t) => `${logical(file)} -> ${logical(t)}`),
         );
     // The sandbox runs agents; it knows none of them (its root image's install uses the kit).
     expect(edges('gym/sandbox', 'gym/agent')).toEqual([]);
@@ -135,8 +221,8 @@ describe('import graph of src/', () => {
       expect(edges('gym/install-kit', above)).toEqual([]);
     expect(
       [...fileEdges]
-        .filter(([file]) => relative(SRC, file).startsWith('gym/install-kit/'))
-        .flatMap(([, targets]) => [...targets].map((t) => relative(SRC, t)))
+        .filter(([file]) => logical(file).startsWith('gym/install-kit/'))
+        .flatMap(([, targets]) => [...targets].map((t) => logical(t)))
         .filter((t) => t.startsWith('gym/') && !t.startsWith('gym/install-kit/')),
     ).toEqual([]);
     // An installed agent is a driver (agent/installed.ts); none reaches into another's folder.

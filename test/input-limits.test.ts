@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { type RunningServer, startServer } from '../src/server/server.js';
+import { type RunningServer, startServer } from '../packages/core/src/server/server.js';
 import { dropSchema, freshSchema, pgUrl } from './support/postgres.js';
 
 /*

@@ -4,9 +4,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Anthropic, { type APIError } from '@anthropic-ai/sdk';
 import { afterAll, afterEach, beforeAll, describe, expect, it, onTestFinished, vi } from 'vitest';
-import type { Step } from '../src/domain/index.js';
-import { type RunningServer, type ServerOptions, startServer } from '../src/server/server.js';
-import { loadQwen3Tokenizer } from '../src/text/index.js';
+import type { Step } from '../packages/core/src/domain/index.js';
+import { type RunningServer, type ServerOptions, startServer } from '../packages/core/src/server/server.js';
+import { loadQwen3Tokenizer } from '../packages/core/src/text/index.js';
 import { dropSchema, freshSchema, pgUrl } from './support/postgres.js';
 
 /*

@@ -3,9 +3,13 @@ import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { ChatMessageInput } from '../src/text/chat-template.js';
-import { createModelAdapter, type ModelAdapter, ModelFeatureError } from '../src/text/model-adapter.js';
-import { sequentialToolCallIds } from '../src/text/tool-calls.js';
+import type { ChatMessageInput } from '../packages/core/src/text/chat-template.js';
+import {
+  createModelAdapter,
+  type ModelAdapter,
+  ModelFeatureError,
+} from '../packages/core/src/text/model-adapter.js';
+import { sequentialToolCallIds } from '../packages/core/src/text/tool-calls.js';
 import { findTrainPython, runPython } from '../src/train/python.js';
 import { type FixtureFamily, makeModelFolder } from './support/model-folders.js';
 import { READ_FILE_TOOLS, toolLoop } from './support/tool-loop.js';

@@ -3,9 +3,9 @@ import { copyFileSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFile
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { ChatMessageInput } from '../src/text/chat-template.js';
-import { createModelAdapter, type ModelAdapter } from '../src/text/model-adapter.js';
-import { sequentialToolCallIds } from '../src/text/tool-calls.js';
+import type { ChatMessageInput } from '../packages/core/src/text/chat-template.js';
+import { createModelAdapter, type ModelAdapter } from '../packages/core/src/text/model-adapter.js';
+import { sequentialToolCallIds } from '../packages/core/src/text/tool-calls.js';
 import { findTrainPython, runPython } from '../src/train/python.js';
 import { READ_FILE_TOOLS, toolLoop } from './support/tool-loop.js';
 

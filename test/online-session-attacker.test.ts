@@ -4,9 +4,9 @@ import { join } from 'node:path';
 import OpenAI from 'openai';
 import type { ChatCompletionMessageParam } from 'openai/resources/chat/completions';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import type { Trajectory } from '../src/domain/index.js';
-import { type RewardsConfigFile, resolveRewardsConfig } from '../src/rewards/index.js';
-import { type RunningServer, type ServerOptions, startServer } from '../src/server/server.js';
+import type { Trajectory } from '../packages/core/src/domain/index.js';
+import { type RewardsConfigFile, resolveRewardsConfig } from '../packages/core/src/rewards/index.js';
+import { type RunningServer, type ServerOptions, startServer } from '../packages/core/src/server/server.js';
 import { callJson } from './support/http.js';
 import { dropSchema, freshSchema, pgUrl } from './support/postgres.js';
 

@@ -23,20 +23,20 @@ import {
   OPENCLAW_VERSION,
   openClawLockHash,
   unpackNode,
-} from '../src/gym/agent/openclaw/install.js';
+} from '../packages/gym/src/agent/openclaw/install.js';
 import {
   defaultToolsDir,
   IntegrityError,
   installOnce,
   ToolInstallError,
   verifyIntegrity,
-} from '../src/gym/install-kit/index.js';
+} from '../packages/gym/src/install-kit/index.js';
 import { ROOT, runCli } from './support/server-process.js';
 
 const execFileP = promisify(execFile);
 const INSTALL_NAME = `openclaw-${OPENCLAW_VERSION}`;
-const INSTALL_MODULE = join(ROOT, 'src/gym/agent/openclaw/install.ts');
-const KIT_MODULE = join(ROOT, 'src/gym/install-kit/index.ts');
+const INSTALL_MODULE = join(ROOT, 'packages/gym/src/agent/openclaw/install.ts');
+const KIT_MODULE = join(ROOT, 'packages/gym/src/install-kit/index.ts');
 
 let scratch = '';
 
@@ -565,7 +565,7 @@ console.log(JSON.stringify(result));
       expect(help.stdout).toContain('Usage: openclaw agent exec');
       // The committed lockfile is what got installed.
       expect(readFileSync(join(install.dir, 'app', 'package-lock.json'), 'utf8')).toBe(
-        readFileSync(join(ROOT, 'src/gym/agent/openclaw/lock/package-lock.json'), 'utf8'),
+        readFileSync(join(ROOT, 'packages/gym/src/agent/openclaw/lock/package-lock.json'), 'utf8'),
       );
 
       const stampBefore = readFileSync(join(install.dir, 'stamp.json'), 'utf8');

@@ -3,8 +3,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Step } from '../src/domain/index.js';
-import { type RunningServer, startServer } from '../src/server/server.js';
+import type { Step } from '../packages/core/src/domain/index.js';
+import { type RunningServer, startServer } from '../packages/core/src/server/server.js';
 import {
   findTrainPython,
   type ReferenceEngine,

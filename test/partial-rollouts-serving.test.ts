@@ -4,9 +4,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { tableFromIPC } from 'apache-arrow';
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { StepWireInput } from '../src/domain/index.js';
-import { type RunningServer, type ServerOptions, startServer } from '../src/server/server.js';
-import type { BatchJson, TrajectoryRowsBatchJson } from '../src/serving/json-batch.js';
+import type { StepWireInput } from '../packages/core/src/domain/index.js';
+import { type RunningServer, type ServerOptions, startServer } from '../packages/core/src/server/server.js';
+import type { BatchJson, TrajectoryRowsBatchJson } from '../packages/core/src/serving/json-batch.js';
 import { dropSchema, freshSchema, pgUrl } from './support/postgres.js';
 
 /*

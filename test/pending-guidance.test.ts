@@ -2,13 +2,13 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { ConflictError } from '../src/domain/index.js';
-import { type PoolOps, poolOps } from '../src/pool/core.js';
-import type { LeaseParams } from '../src/pool/types.js';
-import { WorkerPool } from '../src/pool/worker-pool.js';
-import { openPostgresStore } from '../src/store/postgres/postgres-store.js';
-import { openSqliteStore } from '../src/store/sqlite/sqlite-store.js';
-import type { Store } from '../src/store/store.js';
+import { ConflictError } from '../packages/core/src/domain/index.js';
+import { type PoolOps, poolOps } from '../packages/core/src/pool/core.js';
+import type { LeaseParams } from '../packages/core/src/pool/types.js';
+import { WorkerPool } from '../packages/core/src/pool/worker-pool.js';
+import { openPostgresStore } from '../packages/core/src/store/postgres/postgres-store.js';
+import { openSqliteStore } from '../packages/core/src/store/sqlite/sqlite-store.js';
+import type { Store } from '../packages/core/src/store/store.js';
 import { dropSchema, freshSchema, pgUrl } from './support/postgres.js';
 
 /*

@@ -11,7 +11,6 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import fc from 'fast-check';
 import { afterEach, describe, expect, it } from 'vitest';
-import { seededRandom, syntheticTrajectory } from '../src/cli/synthetic.js';
 import {
   type DropReason,
   type GroupState,
@@ -21,12 +20,13 @@ import {
   StepWire,
   StepwiseError,
   stepFromWire,
-} from '../src/domain/index.js';
-import { DataPool } from '../src/pool/data-pool.js';
-import type { LeasedBatch } from '../src/pool/types.js';
-import { openPostgresStore } from '../src/store/postgres/postgres-store.js';
-import { openSqliteStore } from '../src/store/sqlite/sqlite-store.js';
-import type { Store } from '../src/store/store.js';
+} from '../packages/core/src/domain/index.js';
+import { DataPool } from '../packages/core/src/pool/data-pool.js';
+import type { LeasedBatch } from '../packages/core/src/pool/types.js';
+import { openPostgresStore } from '../packages/core/src/store/postgres/postgres-store.js';
+import { openSqliteStore } from '../packages/core/src/store/sqlite/sqlite-store.js';
+import type { Store } from '../packages/core/src/store/store.js';
+import { seededRandom, syntheticTrajectory } from '../src/cli/synthetic.js';
 import { dropSchema, freshSchema, pgUrl } from './support/postgres.js';
 
 // ---- the world a run plays in -------------------------------------------------------------------

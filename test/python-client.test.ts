@@ -4,8 +4,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { StepWireInput } from '../src/domain/index.js';
-import { type RunningServer, startServer } from '../src/server/server.js';
+import type { StepWireInput } from '../packages/core/src/domain/index.js';
+import { type RunningServer, startServer } from '../packages/core/src/server/server.js';
 
 /*
  * The Python trainer client (clients/python) against a real server: python3 leases `padded` and

@@ -1,9 +1,9 @@
 import http from 'node:http';
 import OpenAI from 'openai';
 import { describe, expect, it, onTestFinished } from 'vitest';
-import type { Step } from '../src/domain/index.js';
-import type { RunningServer } from '../src/server/server.js';
-import { loadQwen3Tokenizer, renderChat } from '../src/text/index.js';
+import type { Step } from '../packages/core/src/domain/index.js';
+import type { RunningServer } from '../packages/core/src/server/server.js';
+import { loadQwen3Tokenizer, renderChat } from '../packages/core/src/text/index.js';
 import { testServers } from './support/test-servers.js';
 
 /*

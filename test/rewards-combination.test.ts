@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { type Signal, ValidationError } from '../src/domain/index.js';
+import { type Signal, ValidationError } from '../packages/core/src/domain/index.js';
 import {
   CombinationEvalError,
   CombinationSyntaxError,
@@ -8,7 +8,7 @@ import {
   parseCombination,
   requiredSignalNames,
   resolveRewardsConfig,
-} from '../src/rewards/index.js';
+} from '../packages/core/src/rewards/index.js';
 
 let clock = 0;
 function sig(name: string, value: number, extra: Partial<Signal> = {}): Signal {

@@ -3,8 +3,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { type RewardsConfigFile, resolveRewardsConfig } from '../src/rewards/index.js';
-import { type RunningServer, type ServerOptions, startServer } from '../src/server/server.js';
+import { type RewardsConfigFile, resolveRewardsConfig } from '../packages/core/src/rewards/index.js';
+import { type RunningServer, type ServerOptions, startServer } from '../packages/core/src/server/server.js';
 import { eventually, type FakeServer, fakeServer } from './rewards-support.js';
 import { callJson, type Json } from './support/http.js';
 

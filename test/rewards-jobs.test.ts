@@ -3,8 +3,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { newStep } from '../src/domain/index.js';
-import type { DataPool } from '../src/pool/data-pool.js';
+import { newStep } from '../packages/core/src/domain/index.js';
+import type { DataPool } from '../packages/core/src/pool/data-pool.js';
 import {
   type JobRequest,
   openPostgresRewardJobQueue,
@@ -14,8 +14,8 @@ import {
   RewardService,
   type RewardsConfigFile,
   resolveRewardsConfig,
-} from '../src/rewards/index.js';
-import { openPostgresStore } from '../src/store/postgres/postgres-store.js';
+} from '../packages/core/src/rewards/index.js';
+import { openPostgresStore } from '../packages/core/src/store/postgres/postgres-store.js';
 import { runRewardJobQueueSuite } from './rewards-queue-suite.js';
 import {
   addTrajectory,

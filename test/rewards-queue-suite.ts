@@ -4,8 +4,13 @@
  * are explicit numbers: the queue never reads a clock.
  */
 import { afterEach, describe, expect, it } from 'vitest';
-import { StepwiseError } from '../src/domain/index.js';
-import type { AttemptError, JobRequest, RewardJob, RewardJobQueue } from '../src/rewards/index.js';
+import { StepwiseError } from '../packages/core/src/domain/index.js';
+import type {
+  AttemptError,
+  JobRequest,
+  RewardJob,
+  RewardJobQueue,
+} from '../packages/core/src/rewards/index.js';
 
 export interface QueueDatabase {
   /** A queue on this database; every call is another instance (its own connection or pool). */

@@ -5,11 +5,16 @@
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { newStep, type Step, type Trajectory, unstoredTrajectory } from '../src/domain/index.js';
-import { DataPool } from '../src/pool/data-pool.js';
-import type { TrajectoryView } from '../src/rewards/plugin.js';
-import { openPostgresStore } from '../src/store/postgres/postgres-store.js';
-import { openSqliteStore } from '../src/store/sqlite/sqlite-store.js';
+import {
+  newStep,
+  type Step,
+  type Trajectory,
+  unstoredTrajectory,
+} from '../packages/core/src/domain/index.js';
+import { DataPool } from '../packages/core/src/pool/data-pool.js';
+import type { TrajectoryView } from '../packages/core/src/rewards/plugin.js';
+import { openPostgresStore } from '../packages/core/src/store/postgres/postgres-store.js';
+import { openSqliteStore } from '../packages/core/src/store/sqlite/sqlite-store.js';
 
 export interface FakeServer {
   url: string;

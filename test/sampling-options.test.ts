@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type RunningServer, startServer } from '../src/server/server.js';
+import { type RunningServer, startServer } from '../packages/core/src/server/server.js';
 
 /*
  * The gateway's input limits on LLM calls (issue 24, docs/security.md): sampling options are

@@ -2,8 +2,8 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { StepwiseClient, StepwiseHttpError } from '../src/sdk/client.js';
-import { type RunningServer, startServer } from '../src/server/server.js';
+import { StepwiseClient, StepwiseHttpError } from '../packages/core/src/sdk/client.js';
+import { type RunningServer, startServer } from '../packages/core/src/server/server.js';
 
 /* The sdk's calls for episode owners (the gym's runner and guide) against a real server. */
 

@@ -4,10 +4,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { tableFromIPC } from 'apache-arrow';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { NewStep } from '../src/domain/index.js';
-import { StepwiseClient } from '../src/sdk/client.js';
-import { type RunningServer, startServer } from '../src/server/server.js';
-import type { BatchJson } from '../src/serving/json-batch.js';
+import type { NewStep } from '../packages/core/src/domain/index.js';
+import { StepwiseClient } from '../packages/core/src/sdk/client.js';
+import { type RunningServer, startServer } from '../packages/core/src/server/server.js';
+import type { BatchJson } from '../packages/core/src/serving/json-batch.js';
 import { makeStep } from './support/steps.js';
 
 type ErrorBody = { error: { field?: string } };

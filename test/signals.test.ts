@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import type { SignalOut } from '../src/domain/index.js';
-import type { RunningServer } from '../src/server/server.js';
-import type { BatchJson } from '../src/serving/json-batch.js';
+import type { SignalOut } from '../packages/core/src/domain/index.js';
+import type { RunningServer } from '../packages/core/src/server/server.js';
+import type { BatchJson } from '../packages/core/src/serving/json-batch.js';
 import { callJson } from './support/http.js';
 import { episode } from './support/steps.js';
 import { testServers } from './support/test-servers.js';

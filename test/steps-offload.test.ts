@@ -2,9 +2,9 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it, vi } from 'vitest';
-import { MAX_PROMPT_TOKENS } from '../src/domain/index.js';
-import { type RunningServer, startServer } from '../src/server/server.js';
-import { OFFLOAD_BODY_BYTES } from '../src/services/steps-body.js';
+import { MAX_PROMPT_TOKENS } from '../packages/core/src/domain/index.js';
+import { type RunningServer, startServer } from '../packages/core/src/server/server.js';
+import { OFFLOAD_BODY_BYTES } from '../packages/core/src/services/steps-body.js';
 import { callJson } from './support/http.js';
 import { dropSchema, freshSchema, pgUrl } from './support/postgres.js';
 

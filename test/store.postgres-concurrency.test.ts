@@ -1,8 +1,8 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { poolOps } from '../src/pool/core.js';
-import { DataPool } from '../src/pool/data-pool.js';
-import { openPostgresStore, type PostgresStore } from '../src/store/postgres/postgres-store.js';
-import type { StoreChange } from '../src/store/store.js';
+import { poolOps } from '../packages/core/src/pool/core.js';
+import { DataPool } from '../packages/core/src/pool/data-pool.js';
+import { openPostgresStore, type PostgresStore } from '../packages/core/src/store/postgres/postgres-store.js';
+import type { StoreChange } from '../packages/core/src/store/store.js';
 import { dropSchema, freshSchema, pgUrl } from './support/postgres.js';
 import { episode } from './support/store-conformance.js';
 

@@ -1,6 +1,6 @@
 import { describe } from 'vitest';
-import { openPostgresStore } from '../src/store/postgres/postgres-store.js';
-import type { Store } from '../src/store/store.js';
+import { openPostgresStore } from '../packages/core/src/store/postgres/postgres-store.js';
+import type { Store } from '../packages/core/src/store/store.js';
 import { dropSchema, freshSchema, pgUrl } from './support/postgres.js';
 import { runStoreConformance } from './support/store-conformance.js';
 

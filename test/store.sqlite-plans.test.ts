@@ -2,9 +2,9 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { poolOps } from '../src/pool/core.js';
-import { openSqliteStore, type SqliteStore } from '../src/store/sqlite/sqlite-store.js';
-import type { StepQuery, TrajectoryQuery } from '../src/store/store.js';
+import { poolOps } from '../packages/core/src/pool/core.js';
+import { openSqliteStore, type SqliteStore } from '../packages/core/src/store/sqlite/sqlite-store.js';
+import type { StepQuery, TrajectoryQuery } from '../packages/core/src/store/store.js';
 import { episode } from './support/store-conformance.js';
 
 /** A plan line that reads a whole table or index rather than searching it. */

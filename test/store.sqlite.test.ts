@@ -1,8 +1,8 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { openSqliteStore } from '../src/store/sqlite/sqlite-store.js';
-import type { Store } from '../src/store/store.js';
+import { openSqliteStore } from '../packages/core/src/store/sqlite/sqlite-store.js';
+import type { Store } from '../packages/core/src/store/store.js';
 import { runStoreConformance } from './support/store-conformance.js';
 
 runStoreConformance('sqlite', async () => {

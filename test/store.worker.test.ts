@@ -1,7 +1,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { WorkerPool } from '../src/pool/worker-pool.js';
+import { WorkerPool } from '../packages/core/src/pool/worker-pool.js';
 import { runStoreConformance } from './support/store-conformance.js';
 
 // The same behaviour when the SQLite store runs on a worker thread behind message passing.

@@ -1,9 +1,9 @@
 import OpenAI from 'openai';
 import { describe, expect, it, onTestFinished } from 'vitest';
-import type { Step } from '../src/domain/index.js';
-import { startSimServer } from '../src/engines/sim/serve.js';
-import type { RunningServer } from '../src/server/server.js';
-import { loadQwen3Tokenizer, renderChat } from '../src/text/index.js';
+import type { Step } from '../packages/core/src/domain/index.js';
+import { startSimServer } from '../packages/core/src/engines/sim/serve.js';
+import type { RunningServer } from '../packages/core/src/server/server.js';
+import { loadQwen3Tokenizer, renderChat } from '../packages/core/src/text/index.js';
 import { dropSchema, freshSchema, pgUrl } from './support/postgres.js';
 import { testServers } from './support/test-servers.js';
 

@@ -2,7 +2,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { decodeWithTable, loadTokenTable } from '../src/text/token-table.js';
+import { decodeWithTable, loadTokenTable } from '../packages/core/src/text/token-table.js';
 import { findTrainPython, runPython } from '../src/train/python.js';
 import { makeModelFolder } from './support/model-folders.js';
 

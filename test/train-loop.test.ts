@@ -2,7 +2,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { openSqliteStore } from '../src/store/sqlite/sqlite-store.js';
+import { openSqliteStore } from '../packages/core/src/store/sqlite/sqlite-store.js';
 import { runTrain, type TrainOptions, type TrainResult } from '../src/train/loop.js';
 import { findTrainPython } from '../src/train/python.js';
 

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import OpenAI from 'openai';
 import type { ChatCompletionMessageParam, ChatCompletionTool } from 'openai/resources/chat/completions';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type RunningServer, startServer } from '../src/server/server.js';
+import { type RunningServer, startServer } from '../packages/core/src/server/server.js';
 import {
   findTrainPython,
   type ReferenceEngine,

@@ -6,10 +6,10 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { tableFromIPC } from 'apache-arrow';
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { StepWireInput } from '../src/domain/index.js';
-import { StepwiseClient } from '../src/sdk/client.js';
-import { type RunningServer, startServer } from '../src/server/server.js';
-import type { TrajectoryRowsBatchJson } from '../src/serving/json-batch.js';
+import type { StepWireInput } from '../packages/core/src/domain/index.js';
+import { StepwiseClient } from '../packages/core/src/sdk/client.js';
+import { type RunningServer, startServer } from '../packages/core/src/server/server.js';
+import type { TrajectoryRowsBatchJson } from '../packages/core/src/serving/json-batch.js';
 import { dropSchema, freshSchema, pgUrl } from './support/postgres.js';
 
 /*

@@ -4,9 +4,9 @@ import { readdir, readFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { checkSandbox, runInSandbox } from '../src/gym/sandbox/index.js';
-import { GymTask, loadTasks, workspaceFor } from '../src/gym/tasks/index.js';
-import { listOutputFiles, verify } from '../src/gym/verify/index.js';
+import { checkSandbox, runInSandbox } from '../packages/gym/src/sandbox/index.js';
+import { GymTask, loadTasks, workspaceFor } from '../packages/gym/src/tasks/index.js';
+import { listOutputFiles, verify } from '../packages/gym/src/verify/index.js';
 import { CLAWGYM_SAMPLE } from './support/clawgym-sample.js';
 
 /*

@@ -2,8 +2,8 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { NewStep } from '../src/domain/index.js';
-import { type RunningServer, startServer } from '../src/server/server.js';
+import type { NewStep } from '../packages/core/src/domain/index.js';
+import { type RunningServer, startServer } from '../packages/core/src/server/server.js';
 import { findTrainPython, runPython } from '../src/train/python.js';
 import { makeStep } from './support/steps.js';
 

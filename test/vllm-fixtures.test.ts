@@ -15,7 +15,7 @@ import {
   renderToolCalls,
   SseDecoder,
   tokenizeChat,
-} from '../src/text/index.js';
+} from '../packages/core/src/text/index.js';
 import { buildFixtures } from './fixtures/vllm/generate.js';
 
 const dir = join(import.meta.dirname, 'fixtures/vllm');

@@ -1,7 +1,7 @@
 import http from 'node:http';
 import OpenAI from 'openai';
 import { afterEach, describe, expect, it } from 'vitest';
-import { type RunningSimServer, startSimServer } from '../src/engines/sim/serve.js';
+import { type RunningSimServer, startSimServer } from '../packages/core/src/engines/sim/serve.js';
 import { callJson, type Json, openTrajectory } from './support/http.js';
 import { testServers } from './support/test-servers.js';
 

@@ -1,9 +1,9 @@
 import Anthropic, { type APIError } from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 import { describe, expect, it } from 'vitest';
-import type { Step } from '../src/domain/index.js';
-import type { RunningServer } from '../src/server/server.js';
-import { loadQwen3Tokenizer } from '../src/text/index.js';
+import type { Step } from '../packages/core/src/domain/index.js';
+import type { RunningServer } from '../packages/core/src/server/server.js';
+import { loadQwen3Tokenizer } from '../packages/core/src/text/index.js';
 import { type OpenedTrajectory, openTrajectory } from './support/http.js';
 import { testServers } from './support/test-servers.js';
 

@@ -3,9 +3,14 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  AGENT_HEADERS,
+  BatchJsonWire,
+  LEASE_HEADERS,
+  RowsBatchJsonWire,
+} from '../packages/core/src/domain/index.js';
+import { StepwiseClient } from '../packages/core/src/sdk/client.js';
 import { generateWire, PYTHON_FILE, SCHEMA_FILE } from '../scripts/wire.js';
-import { AGENT_HEADERS, BatchJsonWire, LEASE_HEADERS, RowsBatchJsonWire } from '../src/domain/index.js';
-import { StepwiseClient } from '../src/sdk/client.js';
 import { findTrainPython, runPython } from '../src/train/python.js';
 import { wireEpisode } from './support/steps.js';
 import { testServers } from './support/test-servers.js';

@@ -1,7 +1,7 @@
 import { join, resolve } from 'node:path';
+import { benchReport, reportMarkdown, writeReport } from '@stepwise/gym/bench.js';
+import { formatSummary, type RunCommandOptions } from '@stepwise/gym/run.js';
 import type { Command } from 'commander';
-import { benchReport, reportMarkdown, writeReport } from '../gym/bench.js';
-import { formatSummary, type RunCommandOptions } from '../gym/run.js';
 import { addRunOptions, runWithGateway } from './gym.js';
 
 /* `stepwise bench`: a gym run scored the ClawGym-Bench way (src/gym/bench.ts), its report written to --out. */

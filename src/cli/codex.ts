@@ -1,6 +1,6 @@
 import { writeFileSync } from 'node:fs';
+import { CODEX_KEY_ENV, renderCodexConfig } from '@stepwise/gym/agent/codex/config.js';
 import { type Command, InvalidArgumentError } from 'commander';
-import { CODEX_KEY_ENV, renderCodexConfig } from '../gym/agent/codex/config.js';
 import { servedModel } from './openclaw.js';
 
 /*

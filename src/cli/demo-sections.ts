@@ -1,14 +1,14 @@
 import { join } from 'node:path';
-import { HINT_HEADING } from '../curation/actguide/index.js';
-import { REPLACED_TAG, runGuided } from '../gym/guide.js';
-import type { GuideSummary } from '../gym/guide-decisions.js';
-import { runGym, type SampleResult } from '../gym/runner.js';
-import { synthesize } from '../gym/synth/index.js';
-import { referenceTasks } from '../gym/tasks/index.js';
-import type { GymTask } from '../gym/tasks/schema.js';
-import { StepwiseClient } from '../sdk/client.js';
-import { startServer } from '../server/server.js';
-import { contentText } from '../text/content.js';
+import { HINT_HEADING } from '@stepwise/core/curation/actguide/index.js';
+import { StepwiseClient } from '@stepwise/core/sdk/client.js';
+import { startServer } from '@stepwise/core/server/server.js';
+import { contentText } from '@stepwise/core/text/content.js';
+import { REPLACED_TAG, runGuided } from '@stepwise/gym/guide.js';
+import type { GuideSummary } from '@stepwise/gym/guide-decisions.js';
+import { runGym, type SampleResult } from '@stepwise/gym/runner.js';
+import { referenceTasks } from '@stepwise/gym/tasks/index.js';
+import type { GymTask } from '@stepwise/gym/tasks/schema.js';
+import { synthesize } from '@stepwise/gym-synth/index.js';
 
 // The demo's two algorithm sections, each on a store and sim of its own: CLEANER (the same tasks
 // without and with rollback) and ActGuide-RL (hard groups replaced by guided ones).

@@ -1,15 +1,15 @@
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { ExportRequest } from '../export/request.js';
-import { runExport } from '../export/run-export.js';
-import { type GymRunOptions, runGym, summarize } from '../gym/runner.js';
-import { checkSandbox } from '../gym/sandbox/index.js';
-import { synthesize } from '../gym/synth/index.js';
-import { referenceTasks } from '../gym/tasks/index.js';
-import type { GymTask } from '../gym/tasks/schema.js';
-import { StepwiseClient } from '../sdk/client.js';
-import { startServer } from '../server/server.js';
+import { ExportRequest } from '@stepwise/core/export/request.js';
+import { runExport } from '@stepwise/core/export/run-export.js';
+import { StepwiseClient } from '@stepwise/core/sdk/client.js';
+import { startServer } from '@stepwise/core/server/server.js';
+import { type GymRunOptions, runGym, summarize } from '@stepwise/gym/runner.js';
+import { checkSandbox } from '@stepwise/gym/sandbox/index.js';
+import { referenceTasks } from '@stepwise/gym/tasks/index.js';
+import type { GymTask } from '@stepwise/gym/tasks/schema.js';
+import { synthesize } from '@stepwise/gym-synth/index.js';
 import {
   type ActGuideDemoResult,
   type CleanerDemoResult,

@@ -1,15 +1,21 @@
 import { existsSync, statSync } from 'node:fs';
 import { join } from 'node:path';
+import {
+  fromZodError,
+  Quality,
+  StepwiseError,
+  TrajectoryStatus,
+  ValidationError,
+} from '@stepwise/core/domain/index.js';
+import { checkImport, type ImportResult, importTrajectories } from '@stepwise/core/export/import.js';
+import { type ExportManifest, MANIFEST_FILE } from '@stepwise/core/export/manifest.js';
+import { EXPORT_KINDS, ExportRequest } from '@stepwise/core/export/request.js';
+import { runExport } from '@stepwise/core/export/run-export.js';
+import { poolOps } from '@stepwise/core/pool/core.js';
+import { ADVANTAGE_ESTIMATORS } from '@stepwise/core/serving/advantages.js';
+import { describeLocation, openStore } from '@stepwise/core/store/open-store.js';
+import { progressReporter } from '@stepwise/core/util/progress.js';
 import { type Command, InvalidArgumentError, Option } from 'commander';
-import { fromZodError, Quality, StepwiseError, TrajectoryStatus, ValidationError } from '../domain/index.js';
-import { checkImport, type ImportResult, importTrajectories } from '../export/import.js';
-import { type ExportManifest, MANIFEST_FILE } from '../export/manifest.js';
-import { EXPORT_KINDS, ExportRequest } from '../export/request.js';
-import { runExport } from '../export/run-export.js';
-import { poolOps } from '../pool/core.js';
-import { ADVANTAGE_ESTIMATORS } from '../serving/advantages.js';
-import { describeLocation, openStore } from '../store/open-store.js';
-import { progressReporter } from '../util/progress.js';
 import { addStoreOptions, existingStoreOf, storeOf } from './store-options.js';
 
 function finite(flag: string) {

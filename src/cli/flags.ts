@@ -1,5 +1,5 @@
+import { type InjectedErrorKind, REFERENCE_ERROR_KINDS } from '@stepwise/core/engines/sim/policies.js';
 import { InvalidArgumentError } from 'commander';
-import { type InjectedErrorKind, REFERENCE_ERROR_KINDS } from '../engines/sim/policies.js';
 
 /** Parses an integer flag of at least `min`; a bad value names the flag. */
 export function positiveInt(flag: string, min = 1) {

@@ -1,8 +1,9 @@
 import { join } from 'node:path';
-import { type Command, InvalidArgumentError, Option } from 'commander';
-import { StepwiseError, ValidationError } from '../domain/errors.js';
-import { MAX_TASKS, parseSeed, type SynthSeed, synthesize, TEMPLATES } from '../gym/synth/index.js';
-import { llmManifestOf, synthesizeWithLlm, writeLlmManifest } from '../gym/synth/llm.js';
+import { StepwiseError, ValidationError } from '@stepwise/core/domain/errors.js';
+import { progressReporter } from '@stepwise/core/util/progress.js';
+import { CATEGORIES } from '@stepwise/gym/tasks/schema.js';
+import { MAX_TASKS, parseSeed, type SynthSeed, synthesize, TEMPLATES } from '@stepwise/gym-synth/index.js';
+import { llmManifestOf, synthesizeWithLlm, writeLlmManifest } from '@stepwise/gym-synth/llm.js';
 import {
   checkOutDir,
   MANIFEST_FILE,
@@ -10,9 +11,8 @@ import {
   type SynthFormat,
   TASKS_FILE,
   writeSynthOutput,
-} from '../gym/synth/output.js';
-import { CATEGORIES } from '../gym/tasks/schema.js';
-import { progressReporter } from '../util/progress.js';
+} from '@stepwise/gym-synth/output.js';
+import { type Command, InvalidArgumentError, Option } from 'commander';
 
 /*
  * `stepwise gym synth`: synthesize tasks and write them as tasks.jsonl or ClawGym folders, with a

@@ -1,16 +1,22 @@
 import { join } from 'node:path';
+import { GUIDE_STRATEGIES, INJECTION_MODES } from '@stepwise/core/curation/actguide/index.js';
+import type { InjectedErrorKind } from '@stepwise/core/engines/sim/policies.js';
+import { type RunningServer, startServer } from '@stepwise/core/server/server.js';
+import { DEFAULT_QUEUE_SCHEMA } from '@stepwise/gym/distributed/queue.js';
+import { DEFAULT_JOB_RETRIES } from '@stepwise/gym/distributed.js';
+import { type GuideCommandOptions, guidedRunner } from '@stepwise/gym/guide-run.js';
+import {
+  formatSummary,
+  type GymRunner,
+  planGymRun,
+  type RunCommandOptions,
+  runGymPlan,
+} from '@stepwise/gym/run.js';
+import type { GymRunOptions, GymSummary, SampleResult } from '@stepwise/gym/runner.js';
+import { referenceTasks, TASK_SET_HELP } from '@stepwise/gym/tasks/index.js';
+import type { GymTask } from '@stepwise/gym/tasks/schema.js';
+import { type ValidateOptions, validateCommand } from '@stepwise/gym/validate.js';
 import { type Command, InvalidArgumentError, Option } from 'commander';
-import { GUIDE_STRATEGIES, INJECTION_MODES } from '../curation/actguide/index.js';
-import type { InjectedErrorKind } from '../engines/sim/policies.js';
-import { DEFAULT_QUEUE_SCHEMA } from '../gym/distributed/queue.js';
-import { DEFAULT_JOB_RETRIES } from '../gym/distributed.js';
-import { type GuideCommandOptions, guidedRunner } from '../gym/guide-run.js';
-import { formatSummary, type GymRunner, planGymRun, type RunCommandOptions, runGymPlan } from '../gym/run.js';
-import type { GymRunOptions, GymSummary, SampleResult } from '../gym/runner.js';
-import { referenceTasks, TASK_SET_HELP } from '../gym/tasks/index.js';
-import type { GymTask } from '../gym/tasks/schema.js';
-import { type ValidateOptions, validateCommand } from '../gym/validate.js';
-import { type RunningServer, startServer } from '../server/server.js';
 import { errorKinds, positiveInt, probability } from './flags.js';
 import { registerSynthCommand } from './gym-synth.js';
 

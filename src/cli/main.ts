@@ -1,15 +1,15 @@
 import { readFileSync } from 'node:fs';
+import { startSimServer } from '@stepwise/core/engines/sim/serve.js';
+import { DEFAULT_RATE_LIMITS } from '@stepwise/core/http/key-rates.js';
+import { loadRewardsConfig } from '@stepwise/core/rewards/config.js';
+import { otlpEndpointFromEnv, tracesUrl } from '@stepwise/core/server/otel.js';
+import { startServer } from '@stepwise/core/server/server.js';
+import { type StoreLocation, storeLocation } from '@stepwise/core/store/open-store.js';
+import { redactUrl } from '@stepwise/core/store/postgres/postgres-store.js';
+import { DEFAULT_MAX_CONNECTIONS } from '@stepwise/core/util/http-server.js';
+import { createLogger } from '@stepwise/core/util/logger.js';
+import { loadTasks, referenceTasks, TASK_SET_HELP } from '@stepwise/gym/tasks/index.js';
 import { Command, InvalidArgumentError, Option } from 'commander';
-import { startSimServer } from '../engines/sim/serve.js';
-import { loadTasks, referenceTasks, TASK_SET_HELP } from '../gym/tasks/index.js';
-import { DEFAULT_RATE_LIMITS } from '../http/key-rates.js';
-import { loadRewardsConfig } from '../rewards/config.js';
-import { otlpEndpointFromEnv, tracesUrl } from '../server/otel.js';
-import { startServer } from '../server/server.js';
-import { type StoreLocation, storeLocation } from '../store/open-store.js';
-import { redactUrl } from '../store/postgres/postgres-store.js';
-import { DEFAULT_MAX_CONNECTIONS } from '../util/http-server.js';
-import { createLogger } from '../util/logger.js';
 import { registerBenchCommand } from './bench.js';
 import { registerCodexCommand } from './codex.js';
 import { runDemo } from './demo.js';
@@ -18,6 +18,7 @@ import { errorKinds } from './flags.js';
 import { registerGymCommands } from './gym.js';
 import { registerOpenClawCommand } from './openclaw.js';
 import { registerPurifyCommand } from './purify.js';
+import { rewardPlugins } from './reward-plugins.js';
 import { registerToolsCommand } from './tools.js';
 import { registerTrainCommand } from './train.js';
 import { registerWorkerCommands } from './worker.js';
@@ -442,7 +443,7 @@ async function serve(opts: any, role: 'all' | 'gateway'): Promise<void> {
       generateMaxTokens: opts.generateMaxTokens,
       tokenContinuity: opts.tokenContinuity === true,
     },
-    rewards: opts.rewards ? await loadRewardsConfig(opts.rewards) : undefined,
+    rewards: opts.rewards ? await loadRewardsConfig(opts.rewards, rewardPlugins()) : undefined,
     rewardWorkers: opts.rewardWorkers,
     telemetry:
       opts.otlpEndpoint || otlpEndpointFromEnv()

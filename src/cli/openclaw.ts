@@ -1,6 +1,6 @@
 import { writeFileSync } from 'node:fs';
+import { renderOpenClawConfig } from '@stepwise/gym/agent/openclaw/config.js';
 import { type Command, InvalidArgumentError } from 'commander';
-import { renderOpenClawConfig } from '../gym/agent/openclaw/config.js';
 
 /*
  * `stepwise openclaw config`: the provider block that makes a person's everyday OpenClaw a source of

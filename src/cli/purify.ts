@@ -1,9 +1,9 @@
+import { purifyStore } from '@stepwise/core/curation/cleaner/derive.js';
+import { StepwiseError } from '@stepwise/core/domain/index.js';
+import { poolOps } from '@stepwise/core/pool/core.js';
+import { openStore } from '@stepwise/core/store/open-store.js';
+import { progressReporter } from '@stepwise/core/util/progress.js';
 import { type Command, InvalidArgumentError } from 'commander';
-import { purifyStore } from '../curation/cleaner/derive.js';
-import { StepwiseError } from '../domain/index.js';
-import { poolOps } from '../pool/core.js';
-import { openStore } from '../store/open-store.js';
-import { progressReporter } from '../util/progress.js';
 import { addStoreOptions, existingStoreOf } from './store-options.js';
 
 const unit = (flag: string) => (value: string) => {

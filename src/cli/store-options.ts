@@ -1,7 +1,7 @@
 import { existsSync, statSync } from 'node:fs';
+import { ValidationError } from '@stepwise/core/domain/index.js';
+import { type StoreLocation, storeLocation } from '@stepwise/core/store/open-store.js';
 import { type Command, Option } from 'commander';
-import { ValidationError } from '../domain/index.js';
-import { type StoreLocation, storeLocation } from '../store/open-store.js';
 
 // The store a command reads or writes, as `stepwise serve` names it: --db, a SQLite file or a PostgreSQL URL.
 

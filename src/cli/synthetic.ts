@@ -1,6 +1,6 @@
-import type { StepWireInput } from '../domain/index.js';
+import type { StepWireInput } from '@stepwise/core/domain/index.js';
 
-export { seededRandom } from '../util/random.js';
+export { seededRandom } from '@stepwise/core/util/random.js';
 
 export interface SyntheticTrajectoryOptions {
   trajectoryUid: string;

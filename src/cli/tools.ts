@@ -1,14 +1,18 @@
-import type { Command } from 'commander';
-import { CLAUDE_CODE_VERSION, findClaudeCode, installClaudeCode } from '../gym/agent/claude-code/install.js';
-import { CODEX_VERSION, findCodex, installCodex } from '../gym/agent/codex/install.js';
+import {
+  CLAUDE_CODE_VERSION,
+  findClaudeCode,
+  installClaudeCode,
+} from '@stepwise/gym/agent/claude-code/install.js';
+import { CODEX_VERSION, findCodex, installCodex } from '@stepwise/gym/agent/codex/install.js';
 import {
   findOpenClaw,
   installOpenClaw,
   NODE_VERSION,
   OPENCLAW_VERSION,
-} from '../gym/agent/openclaw/install.js';
-import { defaultToolsDir } from '../gym/install-kit/index.js';
-import { findRootfs, installRootfs, readRootfsLock, rootfsId } from '../gym/sandbox/rootfs.js';
+} from '@stepwise/gym/agent/openclaw/install.js';
+import { defaultToolsDir } from '@stepwise/gym/install-kit/index.js';
+import { findRootfs, installRootfs, readRootfsLock, rootfsId } from '@stepwise/gym/sandbox/rootfs.js';
+import type { Command } from 'commander';
 
 /*
  * `stepwise tools install|path <tool>`: the external programs Stepwise runs as black boxes,

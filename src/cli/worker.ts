@@ -1,20 +1,21 @@
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { type Command, InvalidArgumentError } from 'commander';
+import { DataPool } from '@stepwise/core/pool/data-pool.js';
+import { loadRewardsConfig } from '@stepwise/core/rewards/config.js';
+import { RewardService } from '@stepwise/core/rewards/service.js';
+import { openPostgresStore, redactUrl } from '@stepwise/core/store/postgres/postgres-store.js';
+import { createLogger } from '@stepwise/core/util/logger.js';
 import {
   checkPgUrl,
   checkQueueSchema,
   DEFAULT_QUEUE_SCHEMA,
   RolloutQueue,
-} from '../gym/distributed/queue.js';
-import { type RolloutWorkerEvent, startRolloutWorker } from '../gym/distributed/worker.js';
-import { checkSandbox } from '../gym/sandbox/index.js';
-import { DataPool } from '../pool/data-pool.js';
-import { loadRewardsConfig } from '../rewards/config.js';
-import { RewardService } from '../rewards/service.js';
-import { openPostgresStore, redactUrl } from '../store/postgres/postgres-store.js';
-import { createLogger } from '../util/logger.js';
+} from '@stepwise/gym/distributed/queue.js';
+import { type RolloutWorkerEvent, startRolloutWorker } from '@stepwise/gym/distributed/worker.js';
+import { checkSandbox } from '@stepwise/gym/sandbox/index.js';
+import { type Command, InvalidArgumentError } from 'commander';
 import { positiveInt } from './flags.js';
+import { rewardPlugins } from './reward-plugins.js';
 
 /*
  * `stepwise worker ...`: processes that work a PostgreSQL-backed queue, any number of them on any
@@ -270,7 +271,7 @@ function registerRewardWorkerCommand(worker: Command): Command {
       if (!url)
         throw new InvalidArgumentError('--pg (or STEPWISE_PG_URL): the PostgreSQL database of the store');
       const logger = createLogger();
-      const config = await loadRewardsConfig(opts.rewards);
+      const config = await loadRewardsConfig(opts.rewards, rewardPlugins());
       const store = await openPostgresStore({ url, schema: opts.pgSchema });
       const pool = new DataPool({ store, logger });
       let service: RewardService;

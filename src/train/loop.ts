@@ -1,15 +1,15 @@
 import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { ValidationError } from '../domain/errors.js';
-import { ExportRequest } from '../export/request.js';
-import { runExport } from '../export/run-export.js';
-import { type AgentSpec, runGym, type SampleResult } from '../gym/runner.js';
-import { checkSandbox } from '../gym/sandbox/index.js';
-import { referenceTasks } from '../gym/tasks/index.js';
-import type { GymTask } from '../gym/tasks/schema.js';
-import { type RunningServer, startServer } from '../server/server.js';
-import { seededRandom } from '../util/random.js';
+import { ValidationError } from '@stepwise/core/domain/errors.js';
+import { ExportRequest } from '@stepwise/core/export/request.js';
+import { runExport } from '@stepwise/core/export/run-export.js';
+import { type RunningServer, startServer } from '@stepwise/core/server/server.js';
+import { seededRandom } from '@stepwise/core/util/random.js';
+import { type AgentSpec, runGym, type SampleResult } from '@stepwise/gym/runner.js';
+import { checkSandbox } from '@stepwise/gym/sandbox/index.js';
+import { referenceTasks } from '@stepwise/gym/tasks/index.js';
+import type { GymTask } from '@stepwise/gym/tasks/schema.js';
 import {
   PYTHON_CLIENT_DIR,
   type PythonProcess,

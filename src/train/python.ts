@@ -1,7 +1,7 @@
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import { StepwiseError } from '../domain/errors.js';
+import { StepwiseError } from '@stepwise/core/domain/errors.js';
 
 /*
  * The Python side of training: the reference engine and trainer of `clients/python` (its `train`

@@ -1,5 +1,5 @@
-import { GymTask } from '../gym/tasks/schema.js';
-import type { Random } from '../util/random.js';
+import type { Random } from '@stepwise/core/util/random.js';
+import { GymTask } from '@stepwise/gym/tasks/schema.js';
 
 // The copy task `stepwise train` teaches a tiny model, and why the file to name is the one thing RL has
 // to learn: docs/trainers.md#stepwise-train-the-loop-as-one-command ("The task", "Why a tiny model").

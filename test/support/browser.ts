@@ -18,8 +18,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type Browser, chromium, type Page } from 'playwright-core';
 import { afterAll, beforeAll } from 'vitest';
+import { type RunningServer, startServer } from '../../packages/core/src/server/server.js';
 import { runDemo } from '../../src/cli/demo.js';
-import { type RunningServer, startServer } from '../../src/server/server.js';
 
 export const CHROMIUM = process.env.STEPWISE_CHROMIUM ?? '/usr/bin/chromium';
 export const chromiumReady = existsSync(CHROMIUM);

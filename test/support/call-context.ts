@@ -1,9 +1,13 @@
-import type { JsonObject } from '../../src/domain/index.js';
-import type { Engine } from '../../src/engines/router.js';
-import type { Answer } from '../../src/gateway/answer.js';
-import { CallContext, type CallRouter, type ForwardAnswer } from '../../src/gateway/call-context.js';
-import { type CallKind, checkCallRequest } from '../../src/gateway/call-request.js';
-import { newSession, type Session } from '../../src/gateway/session.js';
+import type { JsonObject } from '../../packages/core/src/domain/index.js';
+import type { Engine } from '../../packages/core/src/engines/router.js';
+import type { Answer } from '../../packages/core/src/gateway/answer.js';
+import {
+  CallContext,
+  type CallRouter,
+  type ForwardAnswer,
+} from '../../packages/core/src/gateway/call-context.js';
+import { type CallKind, checkCallRequest } from '../../packages/core/src/gateway/call-request.js';
+import { newSession, type Session } from '../../packages/core/src/gateway/session.js';
 
 /** A call's context for a middleware's unit test: no engine is reached unless `router` says so. */
 export function callContext(options: {

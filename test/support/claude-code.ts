@@ -1,5 +1,5 @@
-import { findClaudeCode } from '../../src/gym/agent/claude-code/install.js';
-import { defaultToolsDir } from '../../src/gym/install-kit/index.js';
+import { findClaudeCode } from '../../packages/gym/src/agent/claude-code/install.js';
+import { defaultToolsDir } from '../../packages/gym/src/install-kit/index.js';
 
 /**
  * The Claude Code install the tests use: `stepwise tools install claude-code` into $STEPWISE_TOOLS_DIR

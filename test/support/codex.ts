@@ -1,4 +1,4 @@
-import { type CodexInstall, findCodex } from '../../src/gym/agent/codex/install.js';
+import { type CodexInstall, findCodex } from '../../packages/gym/src/agent/codex/install.js';
 import { TEST_TOOLS_DIR } from './openclaw.js';
 
 /**

@@ -1,4 +1,4 @@
-import { GymTask } from '../../src/gym/tasks/schema.js';
+import { GymTask } from '../../packages/gym/src/tasks/schema.js';
 
 /*
  * Two small gym tasks the runner and CLEANER tests share: a sum read from a file and written with a

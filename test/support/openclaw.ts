@@ -1,6 +1,6 @@
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { installOpenClaw, type OpenClawInstall } from '../../src/gym/agent/openclaw/install.js';
+import { installOpenClaw, type OpenClawInstall } from '../../packages/gym/src/agent/openclaw/install.js';
 
 /**
  * The tools folder the OpenClaw tests share: $STEPWISE_TOOLS_DIR (CI points it at a cache that

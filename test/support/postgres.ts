@@ -1,6 +1,9 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
-import { openPostgresStore, type PostgresStore } from '../../src/store/postgres/postgres-store.js';
+import {
+  openPostgresStore,
+  type PostgresStore,
+} from '../../packages/core/src/store/postgres/postgres-store.js';
 
 /** The PostgreSQL that tests run against (CI sets it); suites skip themselves when it is unset. */
 export const pgUrl = process.env.STEPWISE_TEST_PG_URL;

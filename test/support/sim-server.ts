@@ -2,8 +2,8 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll } from 'vitest';
-import type { SimServerOptions } from '../../src/engines/sim/index.js';
-import { type RunningServer, startServer } from '../../src/server/server.js';
+import type { SimServerOptions } from '../../packages/core/src/engines/sim/index.js';
+import { type RunningServer, startServer } from '../../packages/core/src/server/server.js';
 
 export interface SimServerFixture {
   /** A temporary folder, removed after the block: the store's file and anything else the tests write. */

@@ -1,5 +1,5 @@
-import type { StepWireInput } from '../../src/domain/index.js';
-import { type NewStep, newStep } from '../../src/domain/index.js';
+import type { StepWireInput } from '../../packages/core/src/domain/index.js';
+import { type NewStep, newStep } from '../../packages/core/src/domain/index.js';
 
 export function makeStep(
   trajectoryId: string,

@@ -11,10 +11,10 @@ import {
   Step,
   StepwiseError,
   Trajectory,
-} from '../../src/domain/index.js';
-import { type PoolOps, poolOps } from '../../src/pool/core.js';
-import type { LeaseParams } from '../../src/pool/types.js';
-import type { Store, TrajectoryQuery } from '../../src/store/store.js';
+} from '../../packages/core/src/domain/index.js';
+import { type PoolOps, poolOps } from '../../packages/core/src/pool/core.js';
+import type { LeaseParams } from '../../packages/core/src/pool/types.js';
+import type { Store, TrajectoryQuery } from '../../packages/core/src/store/store.js';
 import { episode, makeStep } from './steps.js';
 
 export { episode, makeStep };

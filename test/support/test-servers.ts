@@ -2,7 +2,11 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll } from 'vitest';
-import { type RunningServer, type ServerOptions, startServer } from '../../src/server/server.js';
+import {
+  type RunningServer,
+  type ServerOptions,
+  startServer,
+} from '../../packages/core/src/server/server.js';
 
 /**
  * Servers a test file starts, each on a fresh SQLite file in one temp folder: closed after every

@@ -1,4 +1,4 @@
-import type { ChatMessageInput, ChatToolInput } from '../../src/text/chat-template.js';
+import type { ChatMessageInput, ChatToolInput } from '../../packages/core/src/text/chat-template.js';
 
 /** The one tool of the model-family checks: its schema has a description, an enum and a default. */
 export const READ_FILE_TOOLS: ChatToolInput[] = [
