@@ -164,7 +164,7 @@ describe.skipIf(skip !== null)('Codex CLI in the gym', () => {
   /*
    * The sim's error plan is drawn from a hash of the conversation's opening when the agent sends no
    * seed, and Codex's opening carries <current_date>: each case pins one error kind, so the plan is the
-   * same on every date (src/engines/sim/policies.test.ts shows it over three dates).
+   * same on every date (packages/core/src/engines/sim/policies.test.ts shows it over three dates).
    */
   const noisyRun = async (kind: 'wrong_argument' | 'unknown_tool') => {
     const noisy = await startServer({

@@ -9,7 +9,7 @@ import { type RunningServer, type ServerOptions, startServer } from '../packages
 
 /*
  * The LLM calls (chat/completions and completions under a base_url or at the fixed one, /generate,
- * models) have one HTTP path: a node:http listener ahead of the Hono app (src/gateway/direct.ts).
+ * models) have one HTTP path: a node:http listener ahead of the Hono app (packages/core/src/gateway/direct.ts).
  * Each answer is checked over real HTTP against what the API promises: OpenAI's error shape for the
  * call, the API's for a refused key or query, paths read as the app reads them.
  */

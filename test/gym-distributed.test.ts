@@ -20,9 +20,9 @@ import { jsonTask, sumTask } from './support/gym-tasks.js';
 import { logLine, runCli, spawnCli, waitForExit } from './support/server-process.js';
 
 /*
- * Distributed rollouts end to end: real PostgreSQL (pg-boss in a schema of its own per test), real
- * Stepwise servers with the sim, rollout workers in this process and as `stepwise worker rollouts`
- * processes, agents in the bubblewrap sandbox.
+ * Distributed rollouts end to end: real PostgreSQL (the rollout queue in a schema of its own per
+ * test), real Stepwise servers with the sim, rollout workers in this process and as `stepwise worker
+ * rollouts` processes, agents in the bubblewrap sandbox. The queue's own rules: queue.test.ts.
  */
 
 const PG_URL = process.env.STEPWISE_TEST_PG_URL;
@@ -32,7 +32,7 @@ const tasks = [sumTask(), jsonTask()];
 const scoreMap = (results: readonly SampleResult[]) =>
   Object.fromEntries(results.map((r) => [`${r.taskId}#${r.sample}`, [r.status, r.score, r.agent]]));
 
-describe.skipIf(!PG_URL || !sandboxReady)('distributed rollouts (PostgreSQL + pg-boss)', () => {
+describe.skipIf(!PG_URL || !sandboxReady)('distributed rollouts (PostgreSQL rollout queue)', () => {
   let dir: string;
   const schemas: string[] = [];
   const queues: RolloutQueue[] = [];
@@ -42,13 +42,13 @@ describe.skipIf(!PG_URL || !sandboxReady)('distributed rollouts (PostgreSQL + pg
   const servers: RunningServer[] = [];
 
   const newSchema = () => {
-    const schema = `stepwise_boss_${randomBytes(6).toString('hex')}`;
+    const schema = `stepwise_rollq_${randomBytes(6).toString('hex')}`;
     schemas.push(schema);
     return schema;
   };
   const openQueue = async (schema: string) => {
-    // Maintenance every second: expired leases are failed over to a retry within a second.
-    const queue = await RolloutQueue.open({ url: PG_URL!, schema, maintenanceSeconds: 1 });
+    // Expired leases are failed over by whichever queue next fetches a job or asks for ended ones.
+    const queue = await RolloutQueue.open({ url: PG_URL!, schema });
     queues.push(queue);
     return queue;
   };
@@ -69,8 +69,6 @@ describe.skipIf(!PG_URL || !sandboxReady)('distributed rollouts (PostgreSQL + pg
       String(concurrency),
       '--poll-ms',
       '100',
-      '--maintenance-seconds',
-      '1',
       '--work-dir',
       join(dir, name),
     ]);

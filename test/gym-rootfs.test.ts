@@ -19,7 +19,7 @@ import { CLAWGYM_SAMPLE } from './support/clawgym-sample.js';
 import { runCli } from './support/server-process.js';
 
 /*
- * The hermetic sandbox root (src/gym/sandbox/rootfs.ts). `gym validate --rootfs` on ClawGym's 40
+ * The hermetic sandbox root (packages/gym/src/sandbox/rootfs.ts). `gym validate --rootfs` on ClawGym's 40
  * published sample tasks must give exactly the no-op scores ClawGym's own setup gives:
  * test/fixtures/clawgym-noop-scores.json, made by bench/clawgym-noop-reference.sh without any
  * Stepwise code (ClawGym's reward run: root, python -> python3, CPython 3.11 of Debian 12).

@@ -1,5 +1,5 @@
 /**
- * LLM task synthesis (src/gym/synth/llm.ts) end to end: the pipeline talks over real HTTP to the sim
+ * LLM task synthesis (packages/gym-synth/src/llm.ts) end to end: the pipeline talks over real HTTP to the sim
  * engine, whose scripted policy answers by the request's content (the task id and the stage in the
  * first user message, the turn for follow-ups), and every candidate goes through the real gate and
  * sandbox. Also the lenient JSON reading, the check/action validation, dedup and the seeded plan.

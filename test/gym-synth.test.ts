@@ -1,5 +1,5 @@
 /**
- * Procedural task synthesis (src/gym/synth): determinism, coverage, dedup, the structure every task
+ * Procedural task synthesis (packages/gym-synth/src): determinism, coverage, dedup, the structure every task
  * must have, the validation gate (no-op 0, scaffold 0, reference actions through the real tools and
  * sandbox exactly 1) for 60 tasks across all categories, the ClawGym folder form (its Python check
  * evaluator gated the same way), the gate on real ClawGym samples, and `stepwise gym synth`.

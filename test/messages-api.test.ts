@@ -10,7 +10,7 @@ import { loadQwen3Tokenizer } from '../packages/core/src/text/index.js';
 import { dropSchema, freshSchema, pgUrl } from './support/postgres.js';
 
 /*
- * Anthropic's Messages API on the gateway (`POST /v1/messages`, src/gateway/messages*.ts): the
+ * Anthropic's Messages API on the gateway (`POST /v1/messages`, packages/core/src/gateway/messages*.ts): the
  * official @anthropic-ai/sdk client as the agent, real HTTP on loopback, a real SQLite file (and,
  * with STEPWISE_TEST_PG_URL, PostgreSQL for the tool loop), the sim as the engine. What the client
  * received is compared with the steps the store holds.

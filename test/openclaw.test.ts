@@ -171,7 +171,7 @@ describe.skipIf(!sandboxReady)('OpenClaw in the gym', () => {
       dbPath: join(dir, 'noisy.db'),
       port: 0,
       engines: ['sim'],
-      // One kind pinned: the plan is drawn from the opening, which holds the date (src/engines/sim/policies.ts).
+      // One kind pinned: the plan is drawn from the opening, which holds the date (packages/core/src/engines/sim/policies.ts).
       sim: {
         policy: 'reference',
         tasks: referenceTasks([tasks[2]!]),

@@ -441,7 +441,7 @@ function rewardJobTests(backend: Backend): void {
       });
       const t = await addTrajectory(pool, { answers: ['40', '42'] });
       await eventually(async () => (await pool.getTrajectory(t.id))!.reward === 0.75);
-      // What the gateway writes when the user's next message says thanks (src/gateway/feedback.ts).
+      // What the gateway writes when the user's next message says thanks (packages/core/src/gateway/feedback.ts).
       await pool.addSignals([
         {
           trajectoryId: t.id,

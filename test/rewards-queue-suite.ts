@@ -1,5 +1,5 @@
 /**
- * The reward job queue's contract (src/rewards/job-queue.ts), run against every backend: SQLite and
+ * The reward job queue's contract (packages/core/src/rewards/job-queue.ts), run against every backend: SQLite and
  * PostgreSQL must agree on states, leases, retries, supersede, dedup, claim order and cursors. Times
  * are explicit numbers: the queue never reads a clock.
  */

@@ -70,7 +70,7 @@ describe.skipIf(!pgUrl || !sandboxReady)('scale-out over PostgreSQL', () => {
     ports.push(...gateways.map((g) => g.url));
 
     // ---- rollout workers and a distributed gym run through the same gateways ----------------------
-    queue = await RolloutQueue.open({ url: pgUrl!, schema: queueSchema, maintenanceSeconds: 1 });
+    queue = await RolloutQueue.open({ url: pgUrl!, schema: queueSchema });
     const workers = [0, 1, 2].map((w) =>
       spawnCli([
         'worker',
@@ -85,8 +85,6 @@ describe.skipIf(!pgUrl || !sandboxReady)('scale-out over PostgreSQL', () => {
         '2',
         '--poll-ms',
         '100',
-        '--maintenance-seconds',
-        '1',
         '--work-dir',
         join(dir, `worker-${w}`),
       ]),

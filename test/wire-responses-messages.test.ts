@@ -8,7 +8,7 @@ import { type OpenedTrajectory, openTrajectory } from './support/http.js';
 import { testServers } from './support/test-servers.js';
 
 /*
- * The Responses and Messages wire schemas (src/gateway/wire/openai-responses.ts,
+ * The Responses and Messages wire schemas (packages/core/src/gateway/wire/openai-responses.ts,
  * anthropic-messages.ts) field by field against what the protocols' own clients send: the official
  * openai and @anthropic-ai/sdk clients over real HTTP on loopback, the sim as the engine (Qwen3's
  * template), a real SQLite file. Each accepted form is checked by the prompt the engine rendered

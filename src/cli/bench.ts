@@ -4,7 +4,7 @@ import { formatSummary, type RunCommandOptions } from '@stepwise/gym/run.js';
 import type { Command } from 'commander';
 import { addRunOptions, runWithGateway } from './gym.js';
 
-/* `stepwise bench`: a gym run scored the ClawGym-Bench way (src/gym/bench.ts), its report written to --out. */
+/* `stepwise bench`: a gym run scored the ClawGym-Bench way (packages/gym/src/bench.ts), its report written to --out. */
 
 export function registerBenchCommand(program: Command): void {
   addRunOptions(

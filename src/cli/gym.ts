@@ -66,7 +66,7 @@ export async function gatewayFor(
 }
 
 /**
- * A gym run (src/gym/run.ts) through the gateway `gatewayFor` finds: the one started here lives as
+ * A gym run (packages/gym/src/run.ts) through the gateway `gatewayFor` finds: the one started here lives as
  * long as the run.
  */
 export async function runWithGateway(
@@ -177,7 +177,7 @@ export function addRunOptions(command: Command): Command {
     )
     .option(
       '--queue-schema <name>',
-      'PostgreSQL schema of the rollout queue (pg-boss tables and ours)',
+      'PostgreSQL schema of the rollout queue (its job, task and attempt tables; created on first use)',
       process.env.STEPWISE_QUEUE_SCHEMA ?? DEFAULT_QUEUE_SCHEMA,
     )
     .option(

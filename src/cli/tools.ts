@@ -16,8 +16,8 @@ import type { Command } from 'commander';
 
 /*
  * `stepwise tools install|path <tool>`: the external programs Stepwise runs as black boxes,
- * installed into a project-local tools folder (src/gym/agent/openclaw/install.ts for OpenClaw,
- * src/gym/agent/codex/install.ts for Codex, src/gym/agent/claude-code/install.ts for Claude Code).
+ * installed into a project-local tools folder (packages/gym/src/agent/openclaw/install.ts for OpenClaw,
+ * packages/gym/src/agent/codex/install.ts for Codex, packages/gym/src/agent/claude-code/install.ts for Claude Code).
  */
 
 interface ToolInstaller<T extends { dir: string } = { dir: string }> {
@@ -46,7 +46,7 @@ const TOOLS: Record<string, ToolInstaller> = {
       `  entry: ${r.entry}`,
     ],
   }),
-  // OpenAI's Codex CLI, one static binary (src/gym/agent/codex/install.ts); `gym run --agent codex`.
+  // OpenAI's Codex CLI, one static binary (packages/gym/src/agent/codex/install.ts); `gym run --agent codex`.
   codex: installer({
     pinned: `codex ${CODEX_VERSION} (linux-x64)`,
     find: findCodex,
@@ -57,14 +57,14 @@ const TOOLS: Record<string, ToolInstaller> = {
       `  path:  ${r.pathDir}`,
     ],
   }),
-  // Anthropic's Claude Code, one native binary (src/gym/agent/claude-code/install.ts); `gym run --agent claude-code`.
+  // Anthropic's Claude Code, one native binary (packages/gym/src/agent/claude-code/install.ts); `gym run --agent claude-code`.
   'claude-code': installer({
     pinned: `claude-code ${CLAUDE_CODE_VERSION} (linux-x64)`,
     find: findClaudeCode,
     install: installClaudeCode,
     describe: (r, how) => [`claude-code ${r.version} ${how}: ${r.dir}`, `  claude: ${r.claude}`],
   }),
-  // The hermetic sandbox root (src/gym/sandbox/rootfs.ts); the gym uses it with --rootfs.
+  // The hermetic sandbox root (packages/gym/src/sandbox/rootfs.ts); the gym uses it with --rootfs.
   rootfs: installer({
     get pinned() {
       const packages = readRootfsLock();

@@ -19,8 +19,8 @@ import { rewardPlugins } from './reward-plugins.js';
 
 /*
  * `stepwise worker ...`: processes that work a PostgreSQL-backed queue, any number of them on any
- * machines. `rollouts` runs gym samples (pg-boss, docs/distributed.md); `rewards` runs reward jobs of a
- * PostgreSQL store (docs/rewards.md).
+ * machines. `rollouts` runs gym samples (the rollout queue, docs/distributed.md); `rewards` runs
+ * reward jobs of a PostgreSQL store (docs/rewards.md).
  */
 
 export function registerWorkerCommands(program: Command): Command {
@@ -45,7 +45,6 @@ interface RolloutWorkerCliOptions {
   keepWorkspaces?: boolean;
   toolsDir?: string;
   pollMs: number;
-  maintenanceSeconds: number;
   unsafeNoSandbox?: boolean;
 }
 
@@ -87,12 +86,6 @@ function registerRolloutWorkerCommand(worker: Command): Command {
       positiveInt('--poll-ms'),
       1_000,
     )
-    .option(
-      '--maintenance-seconds <s>',
-      "how often queue maintenance (failing dead workers' expired jobs over to a retry) may run from here",
-      positiveInt('--maintenance-seconds'),
-      30,
-    )
     .option('--unsafe-no-sandbox', 'run agents and verifiers WITHOUT isolation (never on untrusted tasks)')
     .action(runRolloutWorker);
 }
@@ -124,7 +117,6 @@ async function runRolloutWorker(opts: RolloutWorkerCliOptions): Promise<void> {
   const queue = await RolloutQueue.open({
     url: pg,
     schema: opts.queueSchema,
-    maintenanceSeconds: opts.maintenanceSeconds,
     maxConnections: opts.concurrency + 4,
     onError: (error) => logger.error({ err: error }, 'rollout queue error'),
   });

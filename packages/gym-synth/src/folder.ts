@@ -5,7 +5,7 @@ import { CLAWGYM_ENTRY_FORMAT } from '@stepwise/gym';
  * The ClawGym folder form of a check-DSL task. ClawGym's harness only knows script verifiers
  * (`reward/reward.sh` prints the score), so the checks travel as `reward/checks.json` with a
  * stdlib-only Python evaluator of the DSL (`reward/check.py`, the same rules as
- * src/gym/verify/checks.ts). Persona, skills, difficulty, provenance and the reference actions go
+ * packages/gym/src/verify/checks.ts). Persona, skills, difficulty, provenance and the reference actions go
  * into data_entry.json's `metadata`.
  */
 

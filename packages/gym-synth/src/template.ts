@@ -44,10 +44,11 @@ export interface TaskTemplate {
 /**
  * A task family as data: what it is (id, category, summary, difficulty, skills) and the pieces of one
  * of its tasks, each a small function of the data `draw` took from the seeded stream. `family` turns it
- * into a template; the pieces run in a fixed order (draw, prompt, files, checks, reference, params), and
- * only `draw` and the prompt's composition read the stream, so the same seed gives the same task.
+ * into a template; the pieces run in a fixed order (draw, prompt, late, files, checks, reference,
+ * params), and only `draw`, the prompt's composition and `late` read the stream, so the same seed gives
+ * the same task.
  */
-export interface TaskFamily<D> {
+export interface TaskFamily<D, L extends object = Record<never, never>> {
   id: string;
   category: Category;
   summary: string;
@@ -57,24 +58,27 @@ export interface TaskFamily<D> {
   draw(ctx: TemplateContext): D;
   /** The prompt's parts; `composePrompt` draws its heading style after `draw`. */
   prompt(data: D, ctx: TemplateContext): PromptParts;
-  files(data: D): TaskFileInput[];
+  /** Draws made after the prompt's composition (which items the checks test, a shuffle), merged into the data. */
+  late?(data: D, rng: Rng): L;
+  files(data: D & L): TaskFileInput[];
   /** Expected values computed from the drawn data. */
-  checks(data: D): CheckInput[];
+  checks(data: D & L): CheckInput[];
   /** Tool calls that solve the task the way an agent would: read, compute, write, check. */
-  reference(data: D): ReferenceAction[];
+  reference(data: D & L): ReferenceAction[];
   /** The drawn parameters worth keeping in the task's provenance. */
-  params(data: D): Record<string, unknown>;
+  params(data: D & L): Record<string, unknown>;
 }
 
 /** The template of a declared family. */
-export function family<D>(spec: TaskFamily<D>): TaskTemplate {
+export function family<D, L extends object = Record<never, never>>(spec: TaskFamily<D, L>): TaskTemplate {
   return {
     id: spec.id,
     category: spec.category,
     summary: spec.summary,
     build(ctx) {
-      const data = spec.draw(ctx);
-      const prompt = composePrompt(ctx.rng, spec.prompt(data, ctx));
+      const drawn = spec.draw(ctx);
+      const prompt = composePrompt(ctx.rng, spec.prompt(drawn, ctx));
+      const data = { ...drawn, ...spec.late?.(drawn, ctx.rng) } as D & L;
       return {
         prompt,
         files: spec.files(data),

@@ -20,8 +20,9 @@ import {
 } from './runner.js';
 import type { GymTask } from './tasks/schema.js';
 
-// `stepwise gym run --distributed`: runGym's run with its samples on rollout workers through a pg-boss
-// queue; this process enqueues, waits and takes each result once. docs/distributed.md#how-it-works
+// `stepwise gym run --distributed`: runGym's run with its samples on rollout workers through the
+// PostgreSQL rollout queue; this process enqueues, waits and takes each result once.
+// docs/distributed.md#how-it-works
 
 export { DEFAULT_QUEUE_SCHEMA, RolloutQueue, type RolloutQueueOptions } from './distributed/queue.js';
 export {
@@ -60,8 +61,9 @@ function resultOf(job: RunJob, ended: EndedJob, recorded: SampleResult | undefin
       return parsed.data;
     reason = 'the rollout job completed without a result for this sample';
   } else {
-    const output = ended.output as { message?: unknown; value?: { message?: unknown } } | null;
-    const message = output?.message ?? output?.value?.message ?? JSON.stringify(output);
+    // The last failure's { message } (queue.ts); a job cancelled by hand may have none.
+    const output = ended.output as { message?: unknown } | null;
+    const message = output?.message ?? JSON.stringify(output);
     reason = `the rollout job ${ended.state === 'failed' ? 'failed' : 'was cancelled'} after ${ended.retryCount + 1} attempt(s): ${String(message)}`;
   }
   return infraFailedResult(job.task, job.sample, job.data.groupId, reason);
@@ -132,7 +134,6 @@ export async function runGymDistributed(
       const recorded = await queue.results(ended.map((e) => e.id));
       for (const e of ended) {
         const job = waiting.get(e.id);
-        // A job in both the job table and the archive ends once.
         if (!job) continue;
         waiting.delete(e.id);
         const result = resultOf(job, e, recorded.get(e.id));

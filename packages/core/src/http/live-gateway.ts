@@ -1,7 +1,7 @@
 import type { Trajectory } from '../domain/index.js';
 
 /**
- * What the API asks of this process's LLM gateway (src/gateway), when it runs one: the gateway
+ * What the API asks of this process's LLM gateway (packages/core/src/gateway), when it runs one: the gateway
  * implements it, the server passes it in, and no API module depends on the gateway itself.
  */
 export interface LiveGateway {

@@ -9,7 +9,7 @@ import { type PartialRollouts, responseLossMask, responseVersions } from './vers
 /*
  * The `arrow` batch format: an Arrow IPC stream, one row per step (docs/serving.md). The columns are
  * laid out here as plain and typed arrays (token columns as one offsets array and one values array
- * each) and encoded by apache-arrow on a worker thread (src/serving/arrow-worker.mjs): loading
+ * each) and encoded by apache-arrow on a worker thread (packages/core/src/serving/arrow-worker.mjs): loading
  * apache-arrow switches off V8's fast Array.prototype.concat for the whole thread it runs in.
  */
 

@@ -1,7 +1,7 @@
 import type { Rule } from './tx.js';
 
 /*
- * The reward job queue's rows and the primitives its rules run on (src/rewards/job-queue.ts), inside
+ * The reward job queue's rows and the primitives its rules run on (packages/core/src/rewards/job-queue.ts), inside
  * one transaction of a backend: SQLite (sqlite/jobs.ts) or PostgreSQL (postgres/jobs.ts). As with the
  * pool, no queue rule lives here: when a job is superseded, retried or taken is decided once, there.
  */

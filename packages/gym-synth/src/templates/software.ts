@@ -4,7 +4,7 @@ import {
   act,
   type CheckInput,
   check,
-  composePrompt,
+  family,
   givenNames,
   type TaskTemplate,
   type TemplateContext,
@@ -328,62 +328,62 @@ if __name__ == "__main__":
 
 const BUGS = [medianBug, leapBug, pagingBug, pricingBug, slugBug];
 
-const fixBug: TaskTemplate = {
+const fixBug = family({
   id: 'software.fix-bug',
   category: CATEGORY,
   summary:
     'find and fix a planted bug in a small Python module so its unittest suite (and hidden cases) pass',
-  build(ctx) {
-    const { rng, persona } = ctx;
-    const bug = rng.pick(BUGS)(ctx);
-    const modulePath = `${bug.module}.py`;
-    const testPath = `tests/test_${bug.module}.py`;
-    const notePath = 'output/FIX.md';
-    const prompt = composePrompt(rng, {
-      opening: `${persona.intro}. ${givenNames(rng, 1)[0]} reported a bug in one of our helper scripts: ${bug.symptom}. The code is ${modulePath} and its tests are in tests/.`,
-      inputs: [
-        [modulePath, 'the module (fix it in place)'],
-        [testPath, 'the unit tests (do not change them)'],
-      ],
-      steps: [
-        `Run the tests (\`${UNITTEST}\` from the workspace root) and find the cause.`,
-        'Fix the bug with the smallest change to the module; keep the function names and signatures.',
-        `Write a short note saying which function was wrong and why (mention the function name, ${bug.func}).`,
-      ],
-      outputs: [[notePath, 'the fix note (Markdown)']],
-      notes: [
-        'The tests must pass afterwards, and the fix must be general (other inputs will be checked too).',
-      ],
-    });
+  difficulty: 'medium',
+  skills: ['python', 'debugging', 'unit tests'],
+  draw(ctx) {
+    const bug = ctx.rng.pick(BUGS)(ctx);
     return {
-      prompt,
-      files: [
-        { path: modulePath, content: bug.source },
-        { path: testPath, content: bug.tests },
-      ],
-      checks: [
-        check.command('unit_tests_pass', UNITTEST),
-        pythonAsserts('hidden_cases_pass', bug.hidden),
-        ...(bug.lineMustChange ? [check.gone('buggy_line_replaced', modulePath, bug.buggyLine)] : []),
-        check.nonEmpty('fix_note_exists', notePath),
-        check.contains('fix_note_names_function', notePath, bug.func),
-      ],
-      actions: [
-        act.read(modulePath),
-        act.read(testPath),
-        act.edit(modulePath, bug.buggyLine, bug.fixedLine),
-        act.exec(UNITTEST),
-        act.write(
-          notePath,
-          `# Fix\n\n\`${bug.func}\` in ${modulePath} was wrong: ${bug.symptom}. Changed\n\n    ${bug.buggyLine.trim()}\n\nto\n\n    ${bug.fixedLine.trim()}\n`,
-        ),
-      ],
-      skills: ['python', 'debugging', 'unit tests'],
-      difficulty: 'medium',
-      params: { module: bug.module },
+      bug,
+      reporter: givenNames(ctx.rng, 1)[0],
+      modulePath: `${bug.module}.py`,
+      testPath: `tests/test_${bug.module}.py`,
+      notePath: 'output/FIX.md',
     };
   },
-};
+  prompt: ({ bug, reporter, modulePath, testPath, notePath }, { persona }) => ({
+    opening: `${persona.intro}. ${reporter} reported a bug in one of our helper scripts: ${bug.symptom}. The code is ${modulePath} and its tests are in tests/.`,
+    inputs: [
+      [modulePath, 'the module (fix it in place)'],
+      [testPath, 'the unit tests (do not change them)'],
+    ],
+    steps: [
+      `Run the tests (\`${UNITTEST}\` from the workspace root) and find the cause.`,
+      'Fix the bug with the smallest change to the module; keep the function names and signatures.',
+      `Write a short note saying which function was wrong and why (mention the function name, ${bug.func}).`,
+    ],
+    outputs: [[notePath, 'the fix note (Markdown)']],
+    notes: [
+      'The tests must pass afterwards, and the fix must be general (other inputs will be checked too).',
+    ],
+  }),
+  files: ({ bug, modulePath, testPath }) => [
+    { path: modulePath, content: bug.source },
+    { path: testPath, content: bug.tests },
+  ],
+  checks: ({ bug, modulePath, notePath }) => [
+    check.command('unit_tests_pass', UNITTEST),
+    pythonAsserts('hidden_cases_pass', bug.hidden),
+    ...(bug.lineMustChange ? [check.gone('buggy_line_replaced', modulePath, bug.buggyLine)] : []),
+    check.nonEmpty('fix_note_exists', notePath),
+    check.contains('fix_note_names_function', notePath, bug.func),
+  ],
+  reference: ({ bug, modulePath, testPath, notePath }) => [
+    act.read(modulePath),
+    act.read(testPath),
+    act.edit(modulePath, bug.buggyLine, bug.fixedLine),
+    act.exec(UNITTEST),
+    act.write(
+      notePath,
+      `# Fix\n\n\`${bug.func}\` in ${modulePath} was wrong: ${bug.symptom}. Changed\n\n    ${bug.buggyLine.trim()}\n\nto\n\n    ${bug.fixedLine.trim()}\n`,
+    ),
+  ],
+  params: ({ bug }) => ({ module: bug.module }),
+});
 
 /*
  * A module with one stubbed function, a spec in its docstring, visible tests and hidden cases.
@@ -647,59 +647,60 @@ if __name__ == "__main__":
 
 const STUBS = [durationStub, romanStub, chunkStub, luhnStub];
 
-const implementFunction: TaskTemplate = {
+const STUB_BODY = '    raise NotImplementedError\n';
+
+const implementFunction = family({
   id: 'software.implement-function',
   category: CATEGORY,
   summary: 'implement a stubbed Python function from its docstring spec; visible and hidden tests',
-  build(ctx) {
-    const { rng, persona } = ctx;
+  difficulty: 'medium',
+  skills: ['python', 'implementation from spec', 'unit tests'],
+  draw({ rng, persona }) {
     const stub = rng.pick(STUBS)(rng);
-    const modulePath = `${stub.module}.py`;
-    const testPath = `tests/test_${stub.module}.py`;
-    const stubBody = '    raise NotImplementedError\n';
-    const source = `"""Helpers for ${persona.org}'s internal tools."""
+    return {
+      stub,
+      source: `"""Helpers for ${persona.org}'s internal tools."""
 
 
 def ${stub.signature}:
     """${stub.doc}
     """
-${stubBody}`;
-    const prompt = composePrompt(rng, {
-      opening: `${persona.intro}. ${givenNames(rng, 1)[0]} started a helper module and left ${stub.func} unimplemented; please finish it.`,
-      inputs: [
-        [modulePath, `the module; the docstring of ${stub.func} is the specification`],
-        [testPath, 'unit tests (do not change them)'],
-      ],
-      steps: [
-        `Implement ${stub.signature} in ${modulePath} exactly as its docstring says (standard library only).`,
-        `Make \`${UNITTEST}\` pass from the workspace root.`,
-      ],
-      outputs: [[modulePath, `the module with ${stub.func} implemented`]],
-      notes: ['Other inputs than the ones in the tests will be checked too.'],
-    });
-    return {
-      prompt,
-      files: [
-        { path: modulePath, content: source },
-        { path: testPath, content: stub.tests },
-      ],
-      checks: [
-        check.command('unit_tests_pass', UNITTEST),
-        pythonAsserts('hidden_cases_pass', stub.hidden),
-        check.gone('stub_replaced', modulePath, 'raise NotImplementedError'),
-      ],
-      actions: [
-        act.read(modulePath),
-        act.read(testPath),
-        act.edit(modulePath, stubBody, stub.implementation),
-        act.exec(UNITTEST),
-      ],
-      skills: ['python', 'implementation from spec', 'unit tests'],
-      difficulty: 'medium',
-      params: { module: stub.module },
+${STUB_BODY}`,
+      author: givenNames(rng, 1)[0],
+      modulePath: `${stub.module}.py`,
+      testPath: `tests/test_${stub.module}.py`,
     };
   },
-};
+  prompt: ({ stub, author, modulePath, testPath }, { persona }) => ({
+    opening: `${persona.intro}. ${author} started a helper module and left ${stub.func} unimplemented; please finish it.`,
+    inputs: [
+      [modulePath, `the module; the docstring of ${stub.func} is the specification`],
+      [testPath, 'unit tests (do not change them)'],
+    ],
+    steps: [
+      `Implement ${stub.signature} in ${modulePath} exactly as its docstring says (standard library only).`,
+      `Make \`${UNITTEST}\` pass from the workspace root.`,
+    ],
+    outputs: [[modulePath, `the module with ${stub.func} implemented`]],
+    notes: ['Other inputs than the ones in the tests will be checked too.'],
+  }),
+  files: ({ stub, source, modulePath, testPath }) => [
+    { path: modulePath, content: source },
+    { path: testPath, content: stub.tests },
+  ],
+  checks: ({ stub, modulePath }) => [
+    check.command('unit_tests_pass', UNITTEST),
+    pythonAsserts('hidden_cases_pass', stub.hidden),
+    check.gone('stub_replaced', modulePath, 'raise NotImplementedError'),
+  ],
+  reference: ({ stub, modulePath, testPath }) => [
+    act.read(modulePath),
+    act.read(testPath),
+    act.edit(modulePath, STUB_BODY, stub.implementation),
+    act.exec(UNITTEST),
+  ],
+  params: ({ stub }) => ({ module: stub.module }),
+});
 
 const SENSORS = ['temperature', 'humidity', 'pressure', 'wait_minutes', 'basket_size', 'load_kw'];
 const FEEDBACK_WORDS = [
@@ -717,47 +718,7 @@ const FEEDBACK_WORDS = [
   'parking',
 ];
 
-/** `scripts/colstats.py <csv> <column>` or `scripts/wordfreq.py <file> <n>`: written, run, and run again on hidden data. */
-const cliScript: TaskTemplate = {
-  id: 'software.cli-script',
-  category: CATEGORY,
-  summary:
-    'write a reusable stdlib-only CLI script, run it on the inputs, and keep its output (hidden inputs too)',
-  build(ctx) {
-    const { rng, persona } = ctx;
-    if (rng.chance(0.5)) {
-      const columns = rng.sample(SENSORS, 3);
-      const target = columns[rng.int(0, 2)]!;
-      const rows = Array.from({ length: rng.int(10, 20) }, (_, i) => [
-        `${persona.places[i % persona.places.length]}`,
-        ...columns.map(() =>
-          i > 0 && rng.chance(0.1) ? '' : String(rng.int(0, 400) / (rng.chance(0.5) ? 1 : 4)),
-        ),
-      ]);
-      const values = rows
-        .map((r) => r[1 + columns.indexOf(target)]!)
-        .filter((v) => v !== '')
-        .map(Number);
-      const mean = values.reduce((a, b) => a + b, 0) / values.length;
-      const inputPath = 'input/measurements.csv';
-      const scriptPath = 'scripts/colstats.py';
-      const outPath = `output/${target}_stats.json`;
-      const prompt = composePrompt(rng, {
-        opening: `${persona.intro}. ${givenNames(rng, 1)[0]} keeps opening our ${rows.length}-row CSV exports in a spreadsheet just to get basic statistics; I'd like a small reusable script instead.`,
-        inputs: [
-          [inputPath, `readings per site with the columns site, ${columns.join(', ')} (cells may be blank)`],
-        ],
-        steps: [
-          `Write ${scriptPath}: \`python3 ${scriptPath} <csv_path> <column>\` prints one JSON object with "column", "count" (non-blank cells), "min", "max" and "mean" (rounded to 2 decimals) of that column. Blank cells are ignored. Standard library only.`,
-          `Run it on ${inputPath} for the ${target} column and save what it prints.`,
-        ],
-        outputs: [
-          [scriptPath, 'the script'],
-          [outPath, 'its output for the input file'],
-        ],
-        notes: ['The script will also be run on other CSV files.'],
-      });
-      const script = `import csv, json, sys
+const COLSTATS_SCRIPT = `import csv, json, sys
 
 
 def main(path, column):
@@ -770,70 +731,79 @@ def main(path, column):
 if __name__ == "__main__":
     main(sys.argv[1], sys.argv[2])
 `;
-      const hiddenCsv = 'k,v\n1,x\n4,y\n,z\n10,w\n';
-      return {
-        prompt,
-        files: [{ path: inputPath, content: toCsv(['site', ...columns], rows) }],
-        checks: [
-          check.nonEmpty('script_exists', scriptPath),
-          check.parses('output_parses', outPath, 'json'),
-          check.value('output_column', outPath, '/column', target),
-          check.value('output_count', outPath, '/count', values.length),
-          check.value('output_min', outPath, '/min', Math.min(...values)),
-          check.value('output_max', outPath, '/max', Math.max(...values)),
-          check.value('output_mean', outPath, '/mean', Number(pyFixed(mean, 2)), 0.0051),
-          check.command(
-            'script_on_hidden_csv',
-            `printf ${shellQuote(hiddenCsv)} | python3 ${scriptPath} /dev/stdin k | python3 -c ${shellQuote('import json, sys\nd = json.load(sys.stdin)\nassert d["count"] == 3 and d["min"] == 1 and d["max"] == 10 and abs(d["mean"] - 5) < 0.01, d')}`,
-          ),
-        ],
-        actions: [
-          act.read(inputPath),
-          act.write(scriptPath, script),
-          act.exec(`mkdir -p output && python3 ${scriptPath} ${inputPath} ${target} > ${outPath}`),
-          act.exec(`cat ${outPath}`),
-        ],
-        skills: ['python', 'cli', 'csv', 'statistics'],
-        difficulty: 'medium',
-        params: { variant: 'colstats', column: target },
-      };
-    }
-    const n = rng.int(3, 6);
-    const pool = rng.sample(FEEDBACK_WORDS, 8);
-    const weights = pool.map((_, i) => 12 - i);
-    const lines = Array.from(
-      { length: rng.int(8, 14) },
-      () =>
-        Array.from({ length: rng.int(4, 9) }, () => {
-          let r = rng.int(0, weights.reduce((a, b) => a + b, 0) - 1);
-          let i = 0;
-          while (r >= weights[i]!) r -= weights[i++]!;
-          const w = pool[i]!;
-          return rng.chance(0.2) ? `${w[0]!.toUpperCase()}${w.slice(1)}` : w;
-        }).join(rng.pick([' ', ', ', ' - '])) + rng.pick(['.', '!', '']),
-    );
-    const text = `${lines.join('\n')}\n`;
-    const counts = new Map<string, number>();
-    for (const w of text.toLowerCase().match(/[a-z]+/g) ?? []) counts.set(w, (counts.get(w) ?? 0) + 1);
-    const ranked = [...counts].sort((a, b) => b[1] - a[1] || byString(a[0], b[0]));
-    const top = ranked.slice(0, n).map(([w, c]) => `${w} ${c}`);
-    const inputPath = 'input/feedback.txt';
-    const scriptPath = 'scripts/wordfreq.py';
-    const outPath = 'output/top_words.txt';
-    const prompt = composePrompt(rng, {
-      opening: `${persona.intro}. I collected ${lines.length} customer comments for ${persona.org} in a text file and want to see which words come up most.`,
-      inputs: [[inputPath, 'free-text comments, one per line']],
-      steps: [
-        `Write ${scriptPath}: \`python3 ${scriptPath} <text_file> <n>\` prints the n most frequent words, one per line as "<word> <count>". Words are runs of letters a-z after lower-casing everything (anything else separates words). Order by count descending, then alphabetically. Standard library only.`,
-        `Run it on ${inputPath} with n = ${n} and save what it prints.`,
-      ],
-      outputs: [
-        [scriptPath, 'the script'],
-        [outPath, 'its output for the input file'],
-      ],
-      notes: ['The script will also be run on other text files.'],
-    });
-    const script = `import re, sys
+const COLSTATS_HIDDEN_CSV = 'k,v\n1,x\n4,y\n,z\n10,w\n';
+
+/** `scripts/colstats.py <csv> <column>`: written, run, and run again on hidden data. */
+const colstatsScript = family({
+  id: 'software.cli-script',
+  category: CATEGORY,
+  summary: "write a stdlib-only CLI script printing one CSV column's statistics as JSON; run it",
+  difficulty: 'medium',
+  skills: ['python', 'cli', 'csv', 'statistics'],
+  draw({ rng, persona }) {
+    const columns = rng.sample(SENSORS, 3);
+    const target = columns[rng.int(0, 2)]!;
+    const rows = Array.from({ length: rng.int(10, 20) }, (_, i) => [
+      `${persona.places[i % persona.places.length]}`,
+      ...columns.map(() =>
+        i > 0 && rng.chance(0.1) ? '' : String(rng.int(0, 400) / (rng.chance(0.5) ? 1 : 4)),
+      ),
+    ]);
+    const values = rows
+      .map((r) => r[1 + columns.indexOf(target)]!)
+      .filter((v) => v !== '')
+      .map(Number);
+    return {
+      columns,
+      target,
+      rows,
+      values,
+      mean: values.reduce((a, b) => a + b, 0) / values.length,
+      colleague: givenNames(rng, 1)[0],
+      inputPath: 'input/measurements.csv',
+      scriptPath: 'scripts/colstats.py',
+      outPath: `output/${target}_stats.json`,
+    };
+  },
+  prompt: ({ columns, target, rows, colleague, inputPath, scriptPath, outPath }, { persona }) => ({
+    opening: `${persona.intro}. ${colleague} keeps opening our ${rows.length}-row CSV exports in a spreadsheet just to get basic statistics; I'd like a small reusable script instead.`,
+    inputs: [
+      [inputPath, `readings per site with the columns site, ${columns.join(', ')} (cells may be blank)`],
+    ],
+    steps: [
+      `Write ${scriptPath}: \`python3 ${scriptPath} <csv_path> <column>\` prints one JSON object with "column", "count" (non-blank cells), "min", "max" and "mean" (rounded to 2 decimals) of that column. Blank cells are ignored. Standard library only.`,
+      `Run it on ${inputPath} for the ${target} column and save what it prints.`,
+    ],
+    outputs: [
+      [scriptPath, 'the script'],
+      [outPath, 'its output for the input file'],
+    ],
+    notes: ['The script will also be run on other CSV files.'],
+  }),
+  files: ({ columns, rows, inputPath }) => [{ path: inputPath, content: toCsv(['site', ...columns], rows) }],
+  checks: ({ target, values, mean, scriptPath, outPath }) => [
+    check.nonEmpty('script_exists', scriptPath),
+    check.parses('output_parses', outPath, 'json'),
+    check.value('output_column', outPath, '/column', target),
+    check.value('output_count', outPath, '/count', values.length),
+    check.value('output_min', outPath, '/min', Math.min(...values)),
+    check.value('output_max', outPath, '/max', Math.max(...values)),
+    check.value('output_mean', outPath, '/mean', Number(pyFixed(mean, 2)), 0.0051),
+    check.command(
+      'script_on_hidden_csv',
+      `printf ${shellQuote(COLSTATS_HIDDEN_CSV)} | python3 ${scriptPath} /dev/stdin k | python3 -c ${shellQuote('import json, sys\nd = json.load(sys.stdin)\nassert d["count"] == 3 and d["min"] == 1 and d["max"] == 10 and abs(d["mean"] - 5) < 0.01, d')}`,
+    ),
+  ],
+  reference: ({ target, inputPath, scriptPath, outPath }) => [
+    act.read(inputPath),
+    act.write(scriptPath, COLSTATS_SCRIPT),
+    act.exec(`mkdir -p output && python3 ${scriptPath} ${inputPath} ${target} > ${outPath}`),
+    act.exec(`cat ${outPath}`),
+  ],
+  params: ({ target }) => ({ variant: 'colstats', column: target }),
+});
+
+const WORDFREQ_SCRIPT = `import re, sys
 from collections import Counter
 
 
@@ -847,31 +817,89 @@ def main(path, n):
 if __name__ == "__main__":
     main(sys.argv[1], int(sys.argv[2]))
 `;
+
+/** Comment lines of words from `pool`, the earlier ones more frequent. */
+function feedbackLines(rng: Rng, pool: string[]): string[] {
+  const weights = pool.map((_, i) => 12 - i);
+  return Array.from(
+    { length: rng.int(8, 14) },
+    () =>
+      Array.from({ length: rng.int(4, 9) }, () => {
+        let r = rng.int(0, weights.reduce((a, b) => a + b, 0) - 1);
+        let i = 0;
+        while (r >= weights[i]!) r -= weights[i++]!;
+        const w = pool[i]!;
+        return rng.chance(0.2) ? `${w[0]!.toUpperCase()}${w.slice(1)}` : w;
+      }).join(rng.pick([' ', ', ', ' - '])) + rng.pick(['.', '!', '']),
+  );
+}
+
+/** `scripts/wordfreq.py <file> <n>`: written, run, and run again on hidden text. */
+const wordfreqScript = family({
+  id: 'software.cli-script',
+  category: CATEGORY,
+  summary: "write a stdlib-only CLI script printing a text file's n most frequent words; run it",
+  difficulty: 'easy',
+  skills: ['python', 'cli', 'text processing'],
+  draw({ rng }) {
+    const n = rng.int(3, 6);
+    const lines = feedbackLines(rng, rng.sample(FEEDBACK_WORDS, 8));
+    const text = `${lines.join('\n')}\n`;
+    const counts = new Map<string, number>();
+    for (const w of text.toLowerCase().match(/[a-z]+/g) ?? []) counts.set(w, (counts.get(w) ?? 0) + 1);
+    const ranked = [...counts].sort((a, b) => b[1] - a[1] || byString(a[0], b[0]));
     return {
-      prompt,
-      files: [{ path: inputPath, content: text }],
-      checks: [
-        check.nonEmpty('script_exists', scriptPath),
-        check.nonEmpty('output_exists', outPath),
-        check.matches('first_line_is_top_word', outPath, `^\\s*${top[0]!.replace(' ', '\\s+')}\\s*(\\n|$)`),
-        ...top.map((line, i) => check.matches(`line_${i + 1}`, outPath, lineRegex(line))),
-        check.words('exactly_n_lines', outPath, 2 * n, 2 * n),
-        check.command(
-          'script_on_hidden_text',
-          `printf 'b a B, c! a b\\nzeta a' | python3 ${scriptPath} /dev/stdin 2 | tr -s ' ' | grep -v '^$' > /tmp/out.txt && printf 'a 3\\nb 3\\n' | diff -q - /tmp/out.txt`,
-        ),
-      ],
-      actions: [
-        act.read(inputPath),
-        act.write(scriptPath, script),
-        act.exec(`mkdir -p output && python3 ${scriptPath} ${inputPath} ${n} > ${outPath}`),
-        act.exec(`cat ${outPath}`),
-      ],
-      skills: ['python', 'cli', 'text processing'],
-      difficulty: 'easy',
-      params: { variant: 'wordfreq', n, words: counts.size },
+      n,
+      lines,
+      text,
+      distinct: counts.size,
+      top: ranked.slice(0, n).map(([w, c]) => `${w} ${c}`),
+      inputPath: 'input/feedback.txt',
+      scriptPath: 'scripts/wordfreq.py',
+      outPath: 'output/top_words.txt',
     };
   },
+  prompt: ({ n, lines, inputPath, scriptPath, outPath }, { persona }) => ({
+    opening: `${persona.intro}. I collected ${lines.length} customer comments for ${persona.org} in a text file and want to see which words come up most.`,
+    inputs: [[inputPath, 'free-text comments, one per line']],
+    steps: [
+      `Write ${scriptPath}: \`python3 ${scriptPath} <text_file> <n>\` prints the n most frequent words, one per line as "<word> <count>". Words are runs of letters a-z after lower-casing everything (anything else separates words). Order by count descending, then alphabetically. Standard library only.`,
+      `Run it on ${inputPath} with n = ${n} and save what it prints.`,
+    ],
+    outputs: [
+      [scriptPath, 'the script'],
+      [outPath, 'its output for the input file'],
+    ],
+    notes: ['The script will also be run on other text files.'],
+  }),
+  files: ({ text, inputPath }) => [{ path: inputPath, content: text }],
+  checks: ({ n, top, scriptPath, outPath }) => [
+    check.nonEmpty('script_exists', scriptPath),
+    check.nonEmpty('output_exists', outPath),
+    check.matches('first_line_is_top_word', outPath, `^\\s*${top[0]!.replace(' ', '\\s+')}\\s*(\\n|$)`),
+    ...top.map((line, i) => check.matches(`line_${i + 1}`, outPath, lineRegex(line))),
+    check.words('exactly_n_lines', outPath, 2 * n, 2 * n),
+    check.command(
+      'script_on_hidden_text',
+      `printf 'b a B, c! a b\\nzeta a' | python3 ${scriptPath} /dev/stdin 2 | tr -s ' ' | grep -v '^$' > /tmp/out.txt && printf 'a 3\\nb 3\\n' | diff -q - /tmp/out.txt`,
+    ),
+  ],
+  reference: ({ n, inputPath, scriptPath, outPath }) => [
+    act.read(inputPath),
+    act.write(scriptPath, WORDFREQ_SCRIPT),
+    act.exec(`mkdir -p output && python3 ${scriptPath} ${inputPath} ${n} > ${outPath}`),
+    act.exec(`cat ${outPath}`),
+  ],
+  params: ({ n, distinct }) => ({ variant: 'wordfreq', n, words: distinct }),
+});
+
+/** Either CLI script; the variant is drawn first, and each has its own skills and difficulty. */
+const cliScript: TaskTemplate = {
+  id: 'software.cli-script',
+  category: CATEGORY,
+  summary:
+    'write a reusable stdlib-only CLI script, run it on the inputs, and keep its output (hidden inputs too)',
+  build: (ctx) => (ctx.rng.chance(0.5) ? colstatsScript : wordfreqScript).build(ctx),
 };
 
 const PACKAGES = [
@@ -894,124 +922,87 @@ type Version = [number, number, number];
 const cmpVersion = (a: Version, b: Version) => a[0] - b[0] || a[1] - b[1] || a[2] - b[2];
 const vstr = (v: Version) => v.join('.');
 
-const dependencyAudit: TaskTemplate = {
-  id: 'software.dependency-audit',
-  category: CATEGORY,
-  summary:
-    'match pinned requirements against advisories (version ranges), report by severity, write bumped pins',
-  build(ctx) {
-    const { rng, persona } = ctx;
-    for (;;) {
-      const pkgs = rng.sample(PACKAGES, rng.int(6, 9));
-      const pins = pkgs.map((name) => ({
-        name,
-        version: [rng.int(0, 4), rng.int(0, 12), rng.int(0, 9)] as Version,
-        pinned: rng.chance(0.85),
-      }));
-      type Advisory = {
-        id: string;
-        package: string;
-        introduced: Version | null;
-        fixed: Version;
-        severity: (typeof SEVERITIES)[number];
-      };
-      const advisories: Advisory[] = [];
-      let seq = rng.int(10, 90);
-      for (const p of pins) {
-        for (let k = rng.chance(0.55) ? rng.int(1, 2) : 0; k > 0; k--) {
-          const hit = rng.chance(0.65);
-          const fixed: Version = hit
-            ? [p.version[0], p.version[1], p.version[2] + rng.int(1, 3)]
-            : [p.version[0], Math.max(0, p.version[1] - rng.int(1, 3)), rng.int(0, 5)];
-          if (cmpVersion(fixed, p.version) === 0) continue;
-          const introduced: Version | null = rng.chance(0.5) ? [Math.max(0, p.version[0] - 1), 0, 0] : null;
-          advisories.push({
-            id: `ADV-2024-${String(seq++).padStart(4, '0')}`,
-            package: p.name,
-            introduced,
-            fixed,
-            severity: rng.pick(SEVERITIES),
-          });
-        }
-      }
-      const affects = (a: Advisory, v: Version) =>
-        (a.introduced === null || cmpVersion(v, a.introduced) >= 0) && cmpVersion(v, a.fixed) < 0;
-      const findings = advisories
-        .flatMap((a) => {
-          const p = pins.find((x) => x.name === a.package)!;
-          return p.pinned && affects(a, p.version)
-            ? [
-                {
-                  package: a.package,
-                  installed: vstr(p.version),
-                  advisory: a.id,
-                  severity: a.severity,
-                  fixed_in: vstr(a.fixed),
-                },
-              ]
-            : [];
-        })
-        .sort(
-          (x, y) =>
-            SEVERITIES.indexOf(x.severity) - SEVERITIES.indexOf(y.severity) ||
-            byString(x.package, y.package) ||
-            byString(x.advisory, y.advisory),
-        );
-      if (findings.length < 2) continue;
-      const counts = Object.fromEntries(
-        SEVERITIES.map((s) => [s, findings.filter((f) => f.severity === s).length]),
-      );
-      const bumps = new Map<string, Version>();
-      for (const f of findings) {
-        const v = f.fixed_in.split('.').map(Number) as Version;
-        const have = bumps.get(f.package);
-        if (!have || cmpVersion(v, have) > 0) bumps.set(f.package, v);
-      }
-      const reqLines = [`# ${persona.org} internal tools`, ''];
-      for (const p of pins)
-        reqLines.push(
-          p.pinned ? `${p.name}==${vstr(p.version)}` : `${p.name}>=${p.version[0]}.${p.version[1]}`,
-        );
-      reqLines.push('');
-      const fixedLines = reqLines.map((l) => {
-        const m = /^([\w-]+)==/.exec(l);
-        return m && bumps.has(m[1]!) ? `${m[1]}==${vstr(bumps.get(m[1]!)!)}` : l;
+interface Pin {
+  name: string;
+  version: Version;
+  /** `name==x.y.z`; otherwise a `>=` line the audit leaves alone. */
+  pinned: boolean;
+}
+interface Advisory {
+  id: string;
+  package: string;
+  introduced: Version | null;
+  fixed: Version;
+  severity: (typeof SEVERITIES)[number];
+}
+
+/** Requirements and advisories with at least two matches between them (redrawn until so). */
+function drawAudit(rng: Rng) {
+  for (;;) {
+    const pins = rng.sample(PACKAGES, rng.int(6, 9)).map((name) => ({
+      name,
+      version: [rng.int(0, 4), rng.int(0, 12), rng.int(0, 9)] as Version,
+      pinned: rng.chance(0.85),
+    }));
+    const advisories = drawAdvisories(rng, pins);
+    const findings = auditFindings(pins, advisories);
+    if (findings.length >= 2) return { pins, advisories, findings };
+  }
+}
+
+/** Zero to two advisories per package, about two in three affecting its version. */
+function drawAdvisories(rng: Rng, pins: Pin[]): Advisory[] {
+  const advisories: Advisory[] = [];
+  let seq = rng.int(10, 90);
+  for (const p of pins) {
+    for (let k = rng.chance(0.55) ? rng.int(1, 2) : 0; k > 0; k--) {
+      const hit = rng.chance(0.65);
+      const fixed: Version = hit
+        ? [p.version[0], p.version[1], p.version[2] + rng.int(1, 3)]
+        : [p.version[0], Math.max(0, p.version[1] - rng.int(1, 3)), rng.int(0, 5)];
+      if (cmpVersion(fixed, p.version) === 0) continue;
+      const introduced: Version | null = rng.chance(0.5) ? [Math.max(0, p.version[0] - 1), 0, 0] : null;
+      advisories.push({
+        id: `ADV-2024-${String(seq++).padStart(4, '0')}`,
+        package: p.name,
+        introduced,
+        fixed,
+        severity: rng.pick(SEVERITIES),
       });
-      const reqPath = 'requirements.txt';
-      const advPath = 'input/advisories.json';
-      const auditPath = 'output/audit.json';
-      const fixedPath = 'output/requirements.fixed.txt';
-      const advDoc = advisories.map((a) => ({
-        id: a.id,
-        package: a.package,
-        affected: a.introduced ? `>=${vstr(a.introduced)},<${vstr(a.fixed)}` : `<${vstr(a.fixed)}`,
-        fixed_in: vstr(a.fixed),
-        severity: a.severity,
-      }));
-      const prompt = composePrompt(rng, {
-        opening: `${persona.intro}. ${givenNames(rng, 1)[0]}, our security contact, sent ${advisories.length} advisories and I need to know which of our pinned dependencies are affected.`,
-        inputs: [
-          [
-            reqPath,
-            'our dependencies; only exact pins ("name==x.y.z") are audited, other lines are left alone',
-          ],
-          [
-            advPath,
-            'advisories: id, package, affected (a range such as "<1.4.2" or ">=1.0.0,<1.4.2"), fixed_in, severity',
-          ],
-        ],
-        steps: [
-          'Compare versions numerically part by part (1.10.0 is newer than 1.9.3).',
-          "A pinned package is vulnerable to an advisory when its version satisfies every condition of the advisory's affected range.",
-          'Audit: "vulnerable" — a list of {"package", "installed", "advisory", "severity", "fixed_in"}, one per (package, advisory) match, sorted by severity (critical, high, medium, low), then package, then advisory id; "counts" — severity -> number of matches, all four severities.',
-          'Fixed requirements: a copy of requirements.txt where each vulnerable pin is raised to the highest fixed_in among its matches; every other line unchanged.',
-        ],
-        outputs: [
-          [auditPath, 'the audit report'],
-          [fixedPath, 'the fixed requirements'],
-        ],
-      });
-      const script = `import json, os, re
+    }
+  }
+  return advisories;
+}
+
+/** The (pinned package, advisory) matches in the report's order. */
+function auditFindings(pins: Pin[], advisories: Advisory[]) {
+  const affects = (a: Advisory, v: Version) =>
+    (a.introduced === null || cmpVersion(v, a.introduced) >= 0) && cmpVersion(v, a.fixed) < 0;
+  return advisories
+    .flatMap((a) => {
+      const p = pins.find((x) => x.name === a.package)!;
+      return p.pinned && affects(a, p.version)
+        ? [
+            {
+              package: a.package,
+              installed: vstr(p.version),
+              advisory: a.id,
+              severity: a.severity,
+              fixed_in: vstr(a.fixed),
+            },
+          ]
+        : [];
+    })
+    .sort(
+      (x, y) =>
+        SEVERITIES.indexOf(x.severity) - SEVERITIES.indexOf(y.severity) ||
+        byString(x.package, y.package) ||
+        byString(x.advisory, y.advisory),
+    );
+}
+
+function auditScript(advPath: string, auditPath: string, fixedPath: string): string {
+  return `import json, os, re
 def ver(s):
     return tuple(int(x) for x in s.split('.'))
 def ok(v, cond):
@@ -1039,36 +1030,106 @@ for l in lines:
     m = re.match(r'^([\\w-]+)==', l.strip())
     out.append(m.group(1) + '==' + bump[m.group(1)] if m and m.group(1) in bump else l)
 open(${JSON.stringify(fixedPath)}, 'w').write('\\n'.join(out))`;
-      const bumped = [...bumps].map(([name, v]) => `${name}==${vstr(v)}`);
-      const untouched = fixedLines.find((l) => /==/.test(l) && !bumps.has(l.split('==')[0]!)) ?? reqLines[0]!;
-      return {
-        prompt,
-        files: [
-          { path: reqPath, content: reqLines.join('\n') },
-          { path: advPath, content: `${JSON.stringify(advDoc, null, 2)}\n` },
-        ],
-        checks: [
-          check.nonEmpty('audit_exists', auditPath),
-          check.parses('audit_parses', auditPath, 'json'),
-          check.keys('audit_keys', auditPath, ['vulnerable', 'counts']),
-          check.value('vulnerable_list', auditPath, '/vulnerable', findings),
-          check.value('severity_counts', auditPath, '/counts', counts),
-          ...bumped.map((line, i) => check.matches(`bumped_pin_${i + 1}`, fixedPath, lineRegex(line))),
-          check.matches('other_lines_kept', fixedPath, lineRegex(untouched)),
-        ],
-        actions: [
-          act.read(reqPath),
-          act.read(advPath),
-          act.python(script),
-          act.exec(`cat ${auditPath}; diff ${reqPath} ${fixedPath} || true`),
-        ],
-        skills: ['dependency management', 'semantic versions', 'security'],
-        difficulty: 'hard',
-        params: { packages: pkgs.length, advisories: advisories.length, findings: findings.length },
-      };
+}
+
+const dependencyAudit = family({
+  id: 'software.dependency-audit',
+  category: CATEGORY,
+  summary:
+    'match pinned requirements against advisories (version ranges), report by severity, write bumped pins',
+  difficulty: 'hard',
+  skills: ['dependency management', 'semantic versions', 'security'],
+  draw({ rng, persona }) {
+    const { pins, advisories, findings } = drawAudit(rng);
+    const bumps = new Map<string, Version>();
+    for (const f of findings) {
+      const v = f.fixed_in.split('.').map(Number) as Version;
+      const have = bumps.get(f.package);
+      if (!have || cmpVersion(v, have) > 0) bumps.set(f.package, v);
     }
+    const reqLines = [`# ${persona.org} internal tools`, ''];
+    for (const p of pins)
+      reqLines.push(
+        p.pinned ? `${p.name}==${vstr(p.version)}` : `${p.name}>=${p.version[0]}.${p.version[1]}`,
+      );
+    reqLines.push('');
+    const fixedLines = reqLines.map((l) => {
+      const m = /^([\w-]+)==/.exec(l);
+      return m && bumps.has(m[1]!) ? `${m[1]}==${vstr(bumps.get(m[1]!)!)}` : l;
+    });
+    return {
+      pins,
+      advisories,
+      findings,
+      counts: Object.fromEntries(SEVERITIES.map((s) => [s, findings.filter((f) => f.severity === s).length])),
+      reqLines,
+      bumped: [...bumps].map(([name, v]) => `${name}==${vstr(v)}`),
+      untouched: fixedLines.find((l) => /==/.test(l) && !bumps.has(l.split('==')[0]!)) ?? reqLines[0]!,
+      contact: givenNames(rng, 1)[0],
+      reqPath: 'requirements.txt',
+      advPath: 'input/advisories.json',
+      auditPath: 'output/audit.json',
+      fixedPath: 'output/requirements.fixed.txt',
+    };
   },
-};
+  prompt: ({ advisories, contact, reqPath, advPath, auditPath, fixedPath }, { persona }) => ({
+    opening: `${persona.intro}. ${contact}, our security contact, sent ${advisories.length} advisories and I need to know which of our pinned dependencies are affected.`,
+    inputs: [
+      [reqPath, 'our dependencies; only exact pins ("name==x.y.z") are audited, other lines are left alone'],
+      [
+        advPath,
+        'advisories: id, package, affected (a range such as "<1.4.2" or ">=1.0.0,<1.4.2"), fixed_in, severity',
+      ],
+    ],
+    steps: [
+      'Compare versions numerically part by part (1.10.0 is newer than 1.9.3).',
+      "A pinned package is vulnerable to an advisory when its version satisfies every condition of the advisory's affected range.",
+      'Audit: "vulnerable" — a list of {"package", "installed", "advisory", "severity", "fixed_in"}, one per (package, advisory) match, sorted by severity (critical, high, medium, low), then package, then advisory id; "counts" — severity -> number of matches, all four severities.',
+      'Fixed requirements: a copy of requirements.txt where each vulnerable pin is raised to the highest fixed_in among its matches; every other line unchanged.',
+    ],
+    outputs: [
+      [auditPath, 'the audit report'],
+      [fixedPath, 'the fixed requirements'],
+    ],
+  }),
+  files: ({ advisories, reqLines, reqPath, advPath }) => [
+    { path: reqPath, content: reqLines.join('\n') },
+    {
+      path: advPath,
+      content: `${JSON.stringify(
+        advisories.map((a) => ({
+          id: a.id,
+          package: a.package,
+          affected: a.introduced ? `>=${vstr(a.introduced)},<${vstr(a.fixed)}` : `<${vstr(a.fixed)}`,
+          fixed_in: vstr(a.fixed),
+          severity: a.severity,
+        })),
+        null,
+        2,
+      )}\n`,
+    },
+  ],
+  checks: ({ findings, counts, bumped, untouched, auditPath, fixedPath }) => [
+    check.nonEmpty('audit_exists', auditPath),
+    check.parses('audit_parses', auditPath, 'json'),
+    check.keys('audit_keys', auditPath, ['vulnerable', 'counts']),
+    check.value('vulnerable_list', auditPath, '/vulnerable', findings),
+    check.value('severity_counts', auditPath, '/counts', counts),
+    ...bumped.map((line, i) => check.matches(`bumped_pin_${i + 1}`, fixedPath, lineRegex(line))),
+    check.matches('other_lines_kept', fixedPath, lineRegex(untouched)),
+  ],
+  reference: ({ reqPath, advPath, auditPath, fixedPath }) => [
+    act.read(reqPath),
+    act.read(advPath),
+    act.python(auditScript(advPath, auditPath, fixedPath)),
+    act.exec(`cat ${auditPath}; diff ${reqPath} ${fixedPath} || true`),
+  ],
+  params: ({ pins, advisories, findings }) => ({
+    packages: pins.length,
+    advisories: advisories.length,
+    findings: findings.length,
+  }),
+});
 
 /** Tests written by the agent must pass on the module and fail on each of its mutants. */
 const MUTANT_SUBJECTS = [
@@ -1179,65 +1240,82 @@ if __name__ == "__main__":
   },
 ];
 
-const writeTests: TaskTemplate = {
+/** Python that runs the suite in tests/ on the module, or on the module with `mutation` applied. */
+function suiteRunner(
+  module: string,
+  modulePath: string,
+  minTests: number,
+  mutation: readonly [string, string] | null,
+): string[] {
+  return [
+    'import sys, types, unittest',
+    ...(mutation
+      ? [
+          `src = open(${JSON.stringify(modulePath)}).read()`,
+          `old, new = ${JSON.stringify(mutation[0])}, ${JSON.stringify(mutation[1])}`,
+          'assert old in src, "module changed"',
+          `mod = types.ModuleType(${JSON.stringify(module)})`,
+          'exec(src.replace(old, new), mod.__dict__)',
+          `sys.modules[${JSON.stringify(module)}] = mod`,
+        ]
+      : []),
+    `suite = unittest.defaultTestLoader.discover("tests")`,
+    'result = unittest.TextTestRunner(stream=open("/dev/null", "w")).run(suite)',
+    mutation
+      ? 'assert result.testsRun > 0 and not result.wasSuccessful(), "the mutant survived"'
+      : `assert result.testsRun >= ${minTests} and result.wasSuccessful(), (result.testsRun, result.failures, result.errors)`,
+  ];
+}
+
+const writeTests = family({
   id: 'software.write-tests',
   category: CATEGORY,
   summary: 'write a unittest suite that passes on a module and catches its (hidden) mutants',
-  build(ctx) {
-    const { rng, persona } = ctx;
+  difficulty: 'medium',
+  skills: ['python', 'unit testing', 'boundary cases'],
+  draw({ rng, persona }) {
     const subject = rng.pick(MUTANT_SUBJECTS);
     const low = rng.int(3, 9) * (subject.module === 'scheduling' ? 30 : 1);
-    const minTests = rng.int(3, 5);
-    const modulePath = `${subject.module}.py`;
-    const testPath = `tests/test_${subject.module}.py`;
-    const source = subject.source(persona.org, low);
-    const prompt = composePrompt(rng, {
-      opening: `${persona.intro}. ${modulePath} works, but it has no tests and ${givenNames(rng, 1)[0]} is about to refactor it. Please write a unittest suite for it first.`,
-      inputs: [[modulePath, `the module (${subject.functions.join(', ')}); do not change it`]],
-      steps: [
-        `Write at least ${minTests} test methods in ${testPath} (unittest, standard library only), covering every function, including the boundaries the docstrings describe.`,
-        `The suite must pass with \`${UNITTEST}\` from the workspace root.`,
-      ],
-      outputs: [[testPath, 'the test suite']],
-      notes: [
-        'The suite will also be run against subtly broken copies of the module: a good suite fails on them.',
-      ],
-    });
-    const runner = (mutation: readonly [string, string] | null) => [
-      'import sys, types, unittest',
-      ...(mutation
-        ? [
-            `src = open(${JSON.stringify(modulePath)}).read()`,
-            `old, new = ${JSON.stringify(mutation[0])}, ${JSON.stringify(mutation[1])}`,
-            'assert old in src, "module changed"',
-            `mod = types.ModuleType(${JSON.stringify(subject.module)})`,
-            'exec(src.replace(old, new), mod.__dict__)',
-            `sys.modules[${JSON.stringify(subject.module)}] = mod`,
-          ]
-        : []),
-      `suite = unittest.defaultTestLoader.discover("tests")`,
-      'result = unittest.TextTestRunner(stream=open("/dev/null", "w")).run(suite)',
-      mutation
-        ? 'assert result.testsRun > 0 and not result.wasSuccessful(), "the mutant survived"'
-        : `assert result.testsRun >= ${minTests} and result.wasSuccessful(), (result.testsRun, result.failures, result.errors)`,
-    ];
     return {
-      prompt,
-      files: [{ path: modulePath, content: source }],
-      checks: [
-        check.nonEmpty('test_file_exists', testPath),
-        pythonAsserts('suite_passes_with_enough_tests', runner(null)),
-        ...subject.mutants.map((m, i) =>
-          pythonAsserts(`suite_catches_mutant_${i + 1}`, runner(m as [string, string])),
-        ),
-      ],
-      actions: [act.read(modulePath), act.write(testPath, subject.tests(low)), act.exec(UNITTEST)],
-      skills: ['python', 'unit testing', 'boundary cases'],
-      difficulty: 'medium',
-      params: { module: subject.module, minTests },
+      subject,
+      low,
+      minTests: rng.int(3, 5),
+      source: subject.source(persona.org, low),
+      refactorer: givenNames(rng, 1)[0],
+      modulePath: `${subject.module}.py`,
+      testPath: `tests/test_${subject.module}.py`,
     };
   },
-};
+  prompt: ({ subject, minTests, refactorer, modulePath, testPath }, { persona }) => ({
+    opening: `${persona.intro}. ${modulePath} works, but it has no tests and ${refactorer} is about to refactor it. Please write a unittest suite for it first.`,
+    inputs: [[modulePath, `the module (${subject.functions.join(', ')}); do not change it`]],
+    steps: [
+      `Write at least ${minTests} test methods in ${testPath} (unittest, standard library only), covering every function, including the boundaries the docstrings describe.`,
+      `The suite must pass with \`${UNITTEST}\` from the workspace root.`,
+    ],
+    outputs: [[testPath, 'the test suite']],
+    notes: [
+      'The suite will also be run against subtly broken copies of the module: a good suite fails on them.',
+    ],
+  }),
+  files: ({ source, modulePath }) => [{ path: modulePath, content: source }],
+  checks: ({ subject, minTests, modulePath, testPath }) => [
+    check.nonEmpty('test_file_exists', testPath),
+    pythonAsserts('suite_passes_with_enough_tests', suiteRunner(subject.module, modulePath, minTests, null)),
+    ...subject.mutants.map((m, i) =>
+      pythonAsserts(
+        `suite_catches_mutant_${i + 1}`,
+        suiteRunner(subject.module, modulePath, minTests, m as [string, string]),
+      ),
+    ),
+  ],
+  reference: ({ subject, low, modulePath, testPath }) => [
+    act.read(modulePath),
+    act.write(testPath, subject.tests(low)),
+    act.exec(UNITTEST),
+  ],
+  params: ({ subject, minTests }) => ({ module: subject.module, minTests }),
+});
 
 export const SOFTWARE_TEMPLATES: readonly TaskTemplate[] = [
   fixBug,

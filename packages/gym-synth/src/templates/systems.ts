@@ -1,8 +1,22 @@
 import { addDays, byString, escapeRegex, inOrderRegex, pointer, slugify, toCsv, weekday } from '../format.js';
-import { act, type CheckInput, check, composePrompt, PY_READ_CSV, type TaskTemplate } from '../template.js';
+import type { Persona } from '../personas.js';
+import type { Rng } from '../rng.js';
+import {
+  act,
+  type CheckInput,
+  check,
+  family,
+  type PromptParts,
+  PY_READ_CSV,
+  type TaskFileInput,
+  type TaskTemplate,
+  type TemplateContext,
+} from '../template.js';
 import { someDate } from './productivity.js';
 
 const CATEGORY = 'Systems & Automation' as const;
+
+// ---- log triage ---------------------------------------------------------------------------------
 
 const LEVEL_MESSAGES: Record<string, readonly string[]> = {
   ERROR: [
@@ -18,38 +32,47 @@ const LEVEL_MESSAGES: Record<string, readonly string[]> = {
   DEBUG: ['payload parsed', 'cache lookup', 'span exported'],
 };
 
-const logTriage: TaskTemplate = {
+const LOGS = { summary: 'output/log_summary.json', errors: 'output/errors.csv' } as const;
+
+type LogLine = { ts: string; level: string; service: string; message: string; host: string };
+
+function logLines(rng: Rng, date: string, services: readonly string[], hosts: readonly string[]): LogLine[] {
+  let t = Date.parse(`${date}T${String(rng.int(0, 20)).padStart(2, '0')}:00:00Z`);
+  const lines: LogLine[] = [];
+  const n = rng.int(24, 40);
+  for (let i = 0; i < n; i++) {
+    t += rng.int(1, 240) * 1000;
+    const level = rng.chance(0.22)
+      ? 'ERROR'
+      : rng.chance(0.25)
+        ? 'WARN'
+        : rng.chance(0.15)
+          ? 'DEBUG'
+          : 'INFO';
+    lines.push({
+      ts: new Date(t).toISOString().replace('.000Z', 'Z'),
+      level,
+      service: rng.pick(services),
+      message: rng.pick(LEVEL_MESSAGES[level]!),
+      host: rng.pick(hosts),
+    });
+  }
+  return lines;
+}
+
+const logTriage = family({
   id: 'systems.log-triage',
   category: CATEGORY,
   summary:
     'parse several log files: counts per level, errors per service, first/last error, a chronological error CSV',
-  build(ctx) {
-    const { rng, persona } = ctx;
+  difficulty: 'medium',
+  skills: ['log parsing', 'regex', 'json', 'csv'],
+  draw({ rng, persona }) {
     for (;;) {
       const services = rng.sample(persona.systems, rng.int(3, 4));
       const hosts = rng.sample(['app-1', 'app-2', 'worker-1', 'edge-1'], rng.int(2, 3));
       const date = someDate(rng);
-      let t = Date.parse(`${date}T${String(rng.int(0, 20)).padStart(2, '0')}:00:00Z`);
-      type Line = { ts: string; level: string; service: string; message: string; host: string };
-      const lines: Line[] = [];
-      const n = rng.int(24, 40);
-      for (let i = 0; i < n; i++) {
-        t += rng.int(1, 240) * 1000;
-        const level = rng.chance(0.22)
-          ? 'ERROR'
-          : rng.chance(0.25)
-            ? 'WARN'
-            : rng.chance(0.15)
-              ? 'DEBUG'
-              : 'INFO';
-        lines.push({
-          ts: new Date(t).toISOString().replace('.000Z', 'Z'),
-          level,
-          service: rng.pick(services),
-          message: rng.pick(LEVEL_MESSAGES[level]!),
-          host: rng.pick(hosts),
-        });
-      }
+      const lines = logLines(rng, date, services, hosts);
       const errors = lines.filter((l) => l.level === 'ERROR');
       if (errors.length < 3) continue;
       const errorsByService: Record<string, number> = {};
@@ -60,59 +83,71 @@ const logTriage: TaskTemplate = {
       const top = Object.keys(errorsByService).find((s) => errorsByService[s] === counts[0])!;
       const byLevel: Record<string, number> = {};
       for (const l of lines) byLevel[l.level] = (byLevel[l.level] ?? 0) + 1;
-      const files = hosts.map((h) => {
+      const logs = hosts.map((h) => {
         const mine = lines.filter((l) => l.host === h);
         const body = mine.map((l) => `${l.ts} [${l.level}] ${l.service}: ${l.message}`);
         return { path: `logs/${h}.log`, content: [`# log rotated ${date}`, ...body, ''].join('\n') };
       });
-      const jsonPath = 'output/log_summary.json';
-      const csvPath = 'output/errors.csv';
-      const prompt = composePrompt(rng, {
-        opening: `${persona.intro}. Something went wrong on ${date} and I need a quick triage of our logs before ${persona.event}.`,
-        inputs: [
-          [
-            'logs/',
-            `every *.log file in it (${files.map((f) => f.path.slice(5)).join(', ')}); entries look like "2024-01-31T12:00:00Z [LEVEL] service: message", lines starting with "#" are comments`,
-          ],
-        ],
-        steps: [
-          'Parse every log entry of every file (skip comments and blank lines).',
-          'Summarize: "total_lines" (entries parsed), "by_level" (level -> count, only levels that occur), "errors_by_service" (service -> number of ERROR entries, only services with errors), "top_error_service" (the service with the most errors), "first_error_at" and "last_error_at" (timestamps of the earliest and latest ERROR entries).',
-          'List every ERROR entry in a CSV with columns timestamp, file, service, message (file is the log file name, e.g. app-1.log), sorted by timestamp.',
-        ],
-        outputs: [
-          [jsonPath, 'the summary object'],
-          [csvPath, 'the error entries'],
-        ],
-      });
       const sortedErrors = [...errors].sort((a, b) => byString(a.ts, b.ts));
-      const checks: CheckInput[] = [
-        check.nonEmpty('summary_exists', jsonPath),
-        check.parses('summary_parses', jsonPath, 'json'),
-        check.keys('summary_keys', jsonPath, [
-          'total_lines',
-          'by_level',
-          'errors_by_service',
-          'top_error_service',
-          'first_error_at',
-          'last_error_at',
-        ]),
-        check.value('total_lines', jsonPath, '/total_lines', lines.length),
-        check.value('by_level', jsonPath, '/by_level', byLevel),
-        check.value('errors_by_service', jsonPath, '/errors_by_service', errorsByService),
-        check.value('top_error_service', jsonPath, '/top_error_service', top),
-        check.value('first_error_at', jsonPath, '/first_error_at', sortedErrors[0]!.ts),
-        check.value('last_error_at', jsonPath, '/last_error_at', sortedErrors.at(-1)!.ts),
-        check.columns('errors_csv_columns', csvPath, ['timestamp', 'file', 'service', 'message']),
-        check.rows(
-          'errors_csv_rows_in_order',
-          csvPath,
-          ['timestamp', 'file', 'service', 'message'],
-          sortedErrors.map((e) => [e.ts, `${e.host}.log`, e.service, e.message]),
-          true,
-        ),
-      ];
-      const script = `${PY_READ_CSV}
+      return { date, lines, errors: sortedErrors, errorsByService, top, byLevel, logs };
+    }
+  },
+  prompt: (d, { persona }) => ({
+    opening: `${persona.intro}. Something went wrong on ${d.date} and I need a quick triage of our logs before ${persona.event}.`,
+    inputs: [
+      [
+        'logs/',
+        `every *.log file in it (${d.logs.map((f) => f.path.slice(5)).join(', ')}); entries look like "2024-01-31T12:00:00Z [LEVEL] service: message", lines starting with "#" are comments`,
+      ],
+    ],
+    steps: [
+      'Parse every log entry of every file (skip comments and blank lines).',
+      'Summarize: "total_lines" (entries parsed), "by_level" (level -> count, only levels that occur), "errors_by_service" (service -> number of ERROR entries, only services with errors), "top_error_service" (the service with the most errors), "first_error_at" and "last_error_at" (timestamps of the earliest and latest ERROR entries).',
+      'List every ERROR entry in a CSV with columns timestamp, file, service, message (file is the log file name, e.g. app-1.log), sorted by timestamp.',
+    ],
+    outputs: [
+      [LOGS.summary, 'the summary object'],
+      [LOGS.errors, 'the error entries'],
+    ],
+  }),
+  files: (d) => d.logs,
+  checks: (d) => [
+    check.nonEmpty('summary_exists', LOGS.summary),
+    check.parses('summary_parses', LOGS.summary, 'json'),
+    check.keys('summary_keys', LOGS.summary, [
+      'total_lines',
+      'by_level',
+      'errors_by_service',
+      'top_error_service',
+      'first_error_at',
+      'last_error_at',
+    ]),
+    check.value('total_lines', LOGS.summary, '/total_lines', d.lines.length),
+    check.value('by_level', LOGS.summary, '/by_level', d.byLevel),
+    check.value('errors_by_service', LOGS.summary, '/errors_by_service', d.errorsByService),
+    check.value('top_error_service', LOGS.summary, '/top_error_service', d.top),
+    check.value('first_error_at', LOGS.summary, '/first_error_at', d.errors[0]!.ts),
+    check.value('last_error_at', LOGS.summary, '/last_error_at', d.errors.at(-1)!.ts),
+    check.columns('errors_csv_columns', LOGS.errors, ['timestamp', 'file', 'service', 'message']),
+    check.rows(
+      'errors_csv_rows_in_order',
+      LOGS.errors,
+      ['timestamp', 'file', 'service', 'message'],
+      d.errors.map((e) => [e.ts, `${e.host}.log`, e.service, e.message]),
+      true,
+    ),
+  ],
+  reference: (d) => [
+    act.ls('logs'),
+    act.read(d.logs[0]!.path),
+    act.python(logTriageScript()),
+    act.exec(`cat ${LOGS.summary}; head -n 5 ${LOGS.errors}`),
+  ],
+  params: (d) => ({ files: d.logs.length, lines: d.lines.length, errors: d.errors.length }),
+});
+
+function logTriageScript(): string {
+  return `${PY_READ_CSV}
 import glob, os, re
 entries = []
 for path in sorted(glob.glob('logs/*.log')):
@@ -126,26 +161,12 @@ for e in entries:
 errors = sorted((e for e in entries if e['level'] == 'ERROR'), key=lambda e: e['ts'])
 for e in errors:
     by_service[e['service']] = by_service.get(e['service'], 0) + 1
-write_json(${JSON.stringify(jsonPath)}, {'total_lines': len(entries), 'by_level': by_level, 'errors_by_service': by_service,
+write_json(${JSON.stringify(LOGS.summary)}, {'total_lines': len(entries), 'by_level': by_level, 'errors_by_service': by_service,
     'top_error_service': max(by_service, key=by_service.get), 'first_error_at': errors[0]['ts'], 'last_error_at': errors[-1]['ts']})
-write_csv(${JSON.stringify(csvPath)}, ['timestamp', 'file', 'service', 'message'], [[e['ts'], e['file'], e['service'], e['message']] for e in errors])`;
-      return {
-        prompt,
-        files,
-        checks,
-        actions: [
-          act.ls('logs'),
-          act.read(files[0]!.path),
-          act.python(script),
-          act.exec(`cat ${jsonPath}; head -n 5 ${csvPath}`),
-        ],
-        skills: ['log parsing', 'regex', 'json', 'csv'],
-        difficulty: 'medium',
-        params: { files: files.length, lines: lines.length, errors: errors.length },
-      };
-    }
-  },
-};
+write_csv(${JSON.stringify(LOGS.errors)}, ['timestamp', 'file', 'service', 'message'], [[e['ts'], e['file'], e['service'], e['message']] for e in errors])`;
+}
+
+// ---- config merge -------------------------------------------------------------------------------
 
 type Json = null | boolean | number | string | Json[] | { [k: string]: Json };
 type JsonObject = { [k: string]: Json };
@@ -175,13 +196,30 @@ function flatten(value: JsonObject, prefix = '', out = new Map<string, string>()
   return out;
 }
 
-const configMerge: TaskTemplate = {
+/** An override document holding each value at its path. */
+function nest(overrides: ReadonlyArray<[string[], Json]>): JsonObject {
+  const over: JsonObject = {};
+  for (const [path, value] of overrides) {
+    let at = over;
+    for (const key of path.slice(0, -1)) {
+      if (!isObject(at[key])) at[key] = {};
+      at = at[key] as JsonObject;
+    }
+    at[path.at(-1)!] = value;
+  }
+  return over;
+}
+
+const CHANGES_PATH = 'output/changes.txt';
+
+const configMerge = family({
   id: 'systems.config-merge',
   category: CATEGORY,
   summary:
     'deep-merge an environment override into a base JSON config (null deletes) and list the changed keys',
-  build(ctx) {
-    const { rng, persona } = ctx;
+  difficulty: 'medium',
+  skills: ['json', 'configuration', 'recursion'],
+  draw({ rng, persona }) {
     const service = rng.pick(persona.systems);
     const env = rng.pick(['staging', 'production', 'eu-prod', 'canary']);
     const flags = rng.sample(
@@ -215,44 +253,58 @@ const configMerge: TaskTemplate = {
       ] as Array<[string[], Json]>,
       rng.int(5, 7),
     );
-    const over: JsonObject = {};
-    for (const [path, value] of overrides) {
-      let at = over;
-      for (const key of path.slice(0, -1)) {
-        if (!isObject(at[key])) at[key] = {};
-        at = at[key] as JsonObject;
-      }
-      at[path.at(-1)!] = value;
-    }
+    const over = nest(overrides);
     const merged = deepMerge(base, over);
     const before = flatten(base);
     const after = flatten(merged);
     const changed = [...new Set([...before.keys(), ...after.keys()])]
       .filter((k) => before.get(k) !== after.get(k))
       .sort(byString);
-    const basePath = 'config/base.json';
-    const overPath = `config/${env}.json`;
-    const outPath = `output/config.${env}.json`;
-    const changesPath = 'output/changes.txt';
-    const prompt = composePrompt(rng, {
-      opening: `${persona.intro}. Before we deploy ${service} to ${env}, I want to see the exact config it will run with and what differs from the base.`,
-      inputs: [
-        [basePath, 'the base configuration'],
-        [overPath, `the ${env} overrides`],
-      ],
-      steps: [
-        'Merge the overrides into the base: where both sides have an object, merge them key by key (recursively); otherwise the override value replaces the base value (arrays are replaced, not concatenated); an override value of null removes the key.',
-        'Write the merged configuration as JSON.',
-        'List the dotted paths (e.g. database.pool.max) of every leaf value that was added, removed or changed by the merge, one per line, sorted alphabetically. Arrays count as leaves.',
-      ],
-      outputs: [
-        [outPath, 'the merged configuration'],
-        [changesPath, 'the changed paths, one per line'],
-      ],
-    });
-    const script = `import json, os
-base = json.load(open(${JSON.stringify(basePath)}))
-over = json.load(open(${JSON.stringify(overPath)}))
+    const paths = { base: 'config/base.json', over: `config/${env}.json`, out: `output/config.${env}.json` };
+    return { service, env, base, overrides, over, merged, changed, paths };
+  },
+  prompt: (d, { persona }) => ({
+    opening: `${persona.intro}. Before we deploy ${d.service} to ${d.env}, I want to see the exact config it will run with and what differs from the base.`,
+    inputs: [
+      [d.paths.base, 'the base configuration'],
+      [d.paths.over, `the ${d.env} overrides`],
+    ],
+    steps: [
+      'Merge the overrides into the base: where both sides have an object, merge them key by key (recursively); otherwise the override value replaces the base value (arrays are replaced, not concatenated); an override value of null removes the key.',
+      'Write the merged configuration as JSON.',
+      'List the dotted paths (e.g. database.pool.max) of every leaf value that was added, removed or changed by the merge, one per line, sorted alphabetically. Arrays count as leaves.',
+    ],
+    outputs: [
+      [d.paths.out, 'the merged configuration'],
+      [CHANGES_PATH, 'the changed paths, one per line'],
+    ],
+  }),
+  files: (d) => [
+    { path: d.paths.base, content: `${JSON.stringify(d.base, null, 2)}\n` },
+    { path: d.paths.over, content: `${JSON.stringify(d.over, null, 2)}\n` },
+  ],
+  checks: ({ paths, merged, changed }) => [
+    check.nonEmpty('merged_exists', paths.out),
+    check.parses('merged_parses', paths.out, 'json'),
+    check.keys('merged_top_level_keys', paths.out, Object.keys(merged)),
+    ...Object.keys(merged).map((k) => check.value(`merged_${k}`, paths.out, pointer(k), merged[k])),
+    check.matches('changes_listed_in_order', CHANGES_PATH, inOrderRegex(changed)),
+    check.words('changes_count', CHANGES_PATH, changed.length, changed.length),
+    check.matches('changes_first_line', CHANGES_PATH, `^\\s*${escapeRegex(changed[0]!)}\\s*(\\n|$)`),
+  ],
+  reference: ({ paths }) => [
+    act.read(paths.base),
+    act.read(paths.over),
+    act.python(configMergeScript(paths)),
+    act.exec(`cat ${CHANGES_PATH}`),
+  ],
+  params: (d) => ({ env: d.env, overrides: d.overrides.length, changed: d.changed.length }),
+});
+
+function configMergeScript(paths: { base: string; over: string; out: string }): string {
+  return `import json, os
+base = json.load(open(${JSON.stringify(paths.base)}))
+over = json.load(open(${JSON.stringify(paths.over)}))
 def merge(a, b):
     out = dict(a)
     for k, v in b.items():
@@ -275,31 +327,11 @@ merged = merge(base, over)
 a, b = leaves(base), leaves(merged)
 changed = sorted(k for k in set(a) | set(b) if a.get(k, '<absent>') != b.get(k, '<absent>'))
 os.makedirs('output', exist_ok=True)
-json.dump(merged, open(${JSON.stringify(outPath)}, 'w'), indent=2)
-open(${JSON.stringify(changesPath)}, 'w').write('\\n'.join(changed) + '\\n')`;
-    const checks: CheckInput[] = [
-      check.nonEmpty('merged_exists', outPath),
-      check.parses('merged_parses', outPath, 'json'),
-      check.keys('merged_top_level_keys', outPath, Object.keys(merged)),
-      ...Object.keys(merged).map((k) => check.value(`merged_${k}`, outPath, pointer(k), merged[k])),
-      check.matches('changes_listed_in_order', changesPath, inOrderRegex(changed)),
-      check.words('changes_count', changesPath, changed.length, changed.length),
-      check.matches('changes_first_line', changesPath, `^\\s*${escapeRegex(changed[0]!)}\\s*(\\n|$)`),
-    ];
-    return {
-      prompt,
-      files: [
-        { path: basePath, content: `${JSON.stringify(base, null, 2)}\n` },
-        { path: overPath, content: `${JSON.stringify(over, null, 2)}\n` },
-      ],
-      checks,
-      actions: [act.read(basePath), act.read(overPath), act.python(script), act.exec(`cat ${changesPath}`)],
-      skills: ['json', 'configuration', 'recursion'],
-      difficulty: 'medium',
-      params: { env, overrides: overrides.length, changed: changed.length },
-    };
-  },
-};
+json.dump(merged, open(${JSON.stringify(paths.out)}, 'w'), indent=2)
+open(${JSON.stringify(CHANGES_PATH)}, 'w').write('\\n'.join(changed) + '\\n')`;
+}
+
+// ---- file inventory -----------------------------------------------------------------------------
 
 const EXTENSIONS = ['.csv', '.txt', '.json', '.md', '.log'];
 const WORDS = [
@@ -316,14 +348,45 @@ const WORDS = [
   'draft',
   'final',
 ];
+const ASKERS = [
+  'our treasurer',
+  'our auditor',
+  'the new IT contractor',
+  'my co-founder',
+  'our office manager',
+];
 
-const fileInventory: TaskTemplate = {
+const INVENTORY = {
+  csv: 'output/inventory.csv',
+  summary: 'output/inventory_summary.json',
+  columns: ['path', 'size_bytes', 'extension'],
+} as const;
+
+/** `count` files of random words at distinct paths under `dirs`. */
+function dataFiles(rng: Rng, persona: Persona, dirs: readonly string[], count: number) {
+  const files: Array<{ path: string; content: string }> = [];
+  const used = new Set<string>();
+  while (files.length < count) {
+    const ext = rng.pick(EXTENSIONS);
+    const path = `${rng.pick(dirs)}/${slugify(rng.pick(persona.items))}-${rng.pick(WORDS)}${ext}`;
+    if (used.has(path)) continue;
+    used.add(path);
+    const lines = Array.from({ length: rng.int(1, 30) }, () =>
+      Array.from({ length: rng.int(2, 9) }, () => rng.pick(WORDS)).join(' '),
+    );
+    files.push({ path, content: `${lines.join('\n')}\n` });
+  }
+  return files;
+}
+
+const fileInventory = family({
   id: 'systems.file-inventory',
   category: CATEGORY,
   summary:
     'walk a directory tree and report every file with its size, per-extension totals and the largest file',
-  build(ctx) {
-    const { rng, persona } = ctx;
+  difficulty: 'easy',
+  skills: ['filesystem', 'shell', 'csv', 'json'],
+  draw({ rng, persona }) {
     for (;;) {
       const dirs = [
         'data',
@@ -332,19 +395,7 @@ const fileInventory: TaskTemplate = {
           rng.int(2, 3),
         ),
       ];
-      const files: Array<{ path: string; content: string }> = [];
-      const used = new Set<string>();
-      const count = rng.int(8, 13);
-      while (files.length < count) {
-        const ext = rng.pick(EXTENSIONS);
-        const path = `${rng.pick(dirs)}/${slugify(rng.pick(persona.items))}-${rng.pick(WORDS)}${ext}`;
-        if (used.has(path)) continue;
-        used.add(path);
-        const lines = Array.from({ length: rng.int(1, 30) }, () =>
-          Array.from({ length: rng.int(2, 9) }, () => rng.pick(WORDS)).join(' '),
-        );
-        files.push({ path, content: `${lines.join('\n')}\n` });
-      }
+      const files = dataFiles(rng, persona, dirs, rng.int(8, 13));
       const sized = files.map((f) => ({
         path: f.path,
         size: Buffer.byteLength(f.content),
@@ -360,23 +411,52 @@ const fileInventory: TaskTemplate = {
         e.files++;
         e.bytes += s.size;
       }
-      const csvPath = 'output/inventory.csv';
-      const jsonPath = 'output/inventory_summary.json';
-      const prompt = composePrompt(rng, {
-        opening: `${persona.intro}. Our shared drive's data/ folder keeps growing and ${rng.pick(['our treasurer', 'our auditor', 'the new IT contractor', 'my co-founder', 'our office manager'])} wants an inventory before anything is archived.`,
-        inputs: [['data/', 'a folder tree of files (look in every subfolder)']],
-        steps: [
-          'List every regular file under data/ with its path relative to the workspace (e.g. data/raw/x.csv), its size in bytes and its extension (lower-case, with the dot, e.g. ".csv").',
-          'Sort the list by path.',
-          'Summarize: "total_files", "total_bytes", "largest_file" (path of the biggest file) and "by_extension" (extension -> {"files": count, "bytes": total size}).',
-        ],
-        outputs: [
-          [csvPath, 'columns path,size_bytes,extension'],
-          [jsonPath, 'the summary object'],
-        ],
-      });
       const largest = sized.find((s) => s.size === maxSize)!;
-      const script = `${PY_READ_CSV}
+      const totalBytes = sized.reduce((a, s) => a + s.size, 0);
+      return { dirs, files, sorted, byExt, largest, totalBytes, asker: rng.pick(ASKERS) };
+    }
+  },
+  prompt: (d, { persona }) => ({
+    opening: `${persona.intro}. Our shared drive's data/ folder keeps growing and ${d.asker} wants an inventory before anything is archived.`,
+    inputs: [['data/', 'a folder tree of files (look in every subfolder)']],
+    steps: [
+      'List every regular file under data/ with its path relative to the workspace (e.g. data/raw/x.csv), its size in bytes and its extension (lower-case, with the dot, e.g. ".csv").',
+      'Sort the list by path.',
+      'Summarize: "total_files", "total_bytes", "largest_file" (path of the biggest file) and "by_extension" (extension -> {"files": count, "bytes": total size}).',
+    ],
+    outputs: [
+      [INVENTORY.csv, 'columns path,size_bytes,extension'],
+      [INVENTORY.summary, 'the summary object'],
+    ],
+  }),
+  files: (d) => d.files,
+  checks: (d) => [
+    check.nonEmpty('inventory_exists', INVENTORY.csv),
+    check.parses('inventory_parses', INVENTORY.csv, 'csv'),
+    check.columns('inventory_columns', INVENTORY.csv, [...INVENTORY.columns]),
+    check.rows(
+      'inventory_rows_sorted',
+      INVENTORY.csv,
+      [...INVENTORY.columns],
+      d.sorted.map((s) => [s.path, String(s.size), s.ext]),
+      true,
+    ),
+    check.parses('summary_parses', INVENTORY.summary, 'json'),
+    check.value('total_files', INVENTORY.summary, '/total_files', d.files.length),
+    check.value('total_bytes', INVENTORY.summary, '/total_bytes', d.totalBytes),
+    check.value('largest_file', INVENTORY.summary, '/largest_file', d.largest.path),
+    check.value('by_extension', INVENTORY.summary, '/by_extension', d.byExt),
+  ],
+  reference: () => [
+    act.exec('find data -type f | sort'),
+    act.python(fileInventoryScript()),
+    act.exec(`cat ${INVENTORY.summary}`),
+  ],
+  params: (d) => ({ files: d.files.length, dirs: d.dirs.length }),
+});
+
+function fileInventoryScript(): string {
+  return `${PY_READ_CSV}
 import os
 rows = []
 for root, _, names in os.walk('data'):
@@ -389,55 +469,55 @@ for p, size, ext in rows:
     e = by_ext.setdefault(ext, {'files': 0, 'bytes': 0})
     e['files'] += 1
     e['bytes'] += size
-write_csv(${JSON.stringify(csvPath)}, ['path', 'size_bytes', 'extension'], rows)
-write_json(${JSON.stringify(jsonPath)}, {'total_files': len(rows), 'total_bytes': sum(r[1] for r in rows),
+write_csv(${JSON.stringify(INVENTORY.csv)}, ['path', 'size_bytes', 'extension'], rows)
+write_json(${JSON.stringify(INVENTORY.summary)}, {'total_files': len(rows), 'total_bytes': sum(r[1] for r in rows),
     'largest_file': max(rows, key=lambda r: r[1])[0], 'by_extension': by_ext})`;
-      return {
-        prompt,
-        files,
-        checks: [
-          check.nonEmpty('inventory_exists', csvPath),
-          check.parses('inventory_parses', csvPath, 'csv'),
-          check.columns('inventory_columns', csvPath, ['path', 'size_bytes', 'extension']),
-          check.rows(
-            'inventory_rows_sorted',
-            csvPath,
-            ['path', 'size_bytes', 'extension'],
-            sorted.map((s) => [s.path, String(s.size), s.ext]),
-            true,
-          ),
-          check.parses('summary_parses', jsonPath, 'json'),
-          check.value('total_files', jsonPath, '/total_files', sized.length),
-          check.value(
-            'total_bytes',
-            jsonPath,
-            '/total_bytes',
-            sized.reduce((a, s) => a + s.size, 0),
-          ),
-          check.value('largest_file', jsonPath, '/largest_file', largest.path),
-          check.value('by_extension', jsonPath, '/by_extension', byExt),
-        ],
-        actions: [act.exec('find data -type f | sort'), act.python(script), act.exec(`cat ${jsonPath}`)],
-        skills: ['filesystem', 'shell', 'csv', 'json'],
-        difficulty: 'easy',
-        params: { files: files.length, dirs: dirs.length },
-      };
-    }
-  },
-};
+}
 
-const backupRetention: TaskTemplate = {
+// ---- backup retention ---------------------------------------------------------------------------
+
+const RETENTION = {
+  manifest: 'backups/manifest.csv',
+  keep: 'output/keep.txt',
+  delete: 'output/delete.txt',
+  summary: 'output/retention.json',
+} as const;
+
+type Backup = { file: string; date: string; size: number };
+
+/** The union of the three rules: the newest few, the newest of each week, the oldest of each month. */
+function retain(backups: readonly Backup[], keepNewest: number) {
+  const keep = new Set<string>();
+  const newestFirst = [...backups].sort((a, b) => byString(b.date, a.date));
+  for (const b of newestFirst.slice(0, keepNewest)) keep.add(b.file);
+  const weekOf = (iso: string) => addDays(iso, -weekday(iso));
+  const seenWeek = new Set<string>();
+  for (const b of newestFirst) {
+    if (!seenWeek.has(weekOf(b.date))) keep.add(b.file);
+    seenWeek.add(weekOf(b.date));
+  }
+  const seenMonth = new Set<string>();
+  for (const b of [...newestFirst].reverse()) {
+    if (!seenMonth.has(b.date.slice(0, 7))) keep.add(b.file);
+    seenMonth.add(b.date.slice(0, 7));
+  }
+  const kept = newestFirst.filter((b) => keep.has(b.file));
+  const deleted = newestFirst.filter((b) => !keep.has(b.file)).reverse();
+  return { kept, deleted, freed: deleted.reduce((s, b) => s + b.size, 0) };
+}
+
+const backupRetention = family({
   id: 'systems.backup-retention',
   category: CATEGORY,
   summary:
     'apply a keep-newest / weekly / monthly retention policy to a backup manifest and total the space freed',
-  build(ctx) {
-    const { rng, persona } = ctx;
+  difficulty: 'hard',
+  skills: ['dates', 'retention policy', 'csv'],
+  draw({ rng, persona }) {
     const system = rng.pick(persona.systems);
     const keepNewest = rng.int(3, 7);
     const start = someDate(rng);
     const span = rng.int(35, 70);
-    type Backup = { file: string; date: string; size: number };
     const backups: Backup[] = [];
     for (let d = 0; d < span; d++) {
       if (rng.chance(0.2)) continue;
@@ -448,50 +528,62 @@ const backupRetention: TaskTemplate = {
         size: rng.int(200, 900) * 1_000_000 + rng.int(0, 999_999),
       });
     }
-    // Expected: the union of the three rules.
-    const keep = new Set<string>();
-    const newestFirst = [...backups].sort((a, b) => byString(b.date, a.date));
-    for (const b of newestFirst.slice(0, keepNewest)) keep.add(b.file);
-    const weekOf = (iso: string) => addDays(iso, -weekday(iso));
-    const seenWeek = new Set<string>();
-    for (const b of newestFirst) {
-      if (!seenWeek.has(weekOf(b.date))) keep.add(b.file);
-      seenWeek.add(weekOf(b.date));
-    }
-    const seenMonth = new Set<string>();
-    for (const b of [...newestFirst].reverse()) {
-      if (!seenMonth.has(b.date.slice(0, 7))) keep.add(b.file);
-      seenMonth.add(b.date.slice(0, 7));
-    }
-    const kept = newestFirst.filter((b) => keep.has(b.file));
-    const deleted = newestFirst.filter((b) => !keep.has(b.file)).reverse();
-    const freed = deleted.reduce((s, b) => s + b.size, 0);
-    const manifestPath = 'backups/manifest.csv';
-    const keepPath = 'output/keep.txt';
-    const deletePath = 'output/delete.txt';
-    const jsonPath = 'output/retention.json';
     const shuffled = rng.shuffle(backups);
-    const prompt = composePrompt(rng, {
-      opening: `${persona.intro}. The backup disk for ${system} is nearly full; apply our retention policy to the backup manifest (don't delete anything yet, just tell me what would go).`,
-      inputs: [[manifestPath, 'columns file, created (YYYY-MM-DD), size_bytes; not in any particular order']],
-      steps: [
-        `Keep the ${keepNewest} newest backups.`,
-        'Also keep the newest backup of every calendar week (weeks run Monday to Sunday).',
-        'Also keep the oldest backup of every calendar month.',
-        'Every other backup is to be deleted.',
+    return { system, keepNewest, backups, shuffled, ...retain(backups, keepNewest) };
+  },
+  prompt: (d, { persona }) => ({
+    opening: `${persona.intro}. The backup disk for ${d.system} is nearly full; apply our retention policy to the backup manifest (don't delete anything yet, just tell me what would go).`,
+    inputs: [
+      [RETENTION.manifest, 'columns file, created (YYYY-MM-DD), size_bytes; not in any particular order'],
+    ],
+    steps: [
+      `Keep the ${d.keepNewest} newest backups.`,
+      'Also keep the newest backup of every calendar week (weeks run Monday to Sunday).',
+      'Also keep the oldest backup of every calendar month.',
+      'Every other backup is to be deleted.',
+    ],
+    outputs: [
+      [RETENTION.keep, 'file names to keep, one per line, newest first'],
+      [RETENTION.delete, 'file names to delete, one per line, oldest first'],
+      [
+        RETENTION.summary,
+        'JSON object with "kept" (count), "deleted" (count) and "freed_bytes" (total size of the deleted backups)',
       ],
-      outputs: [
-        [keepPath, 'file names to keep, one per line, newest first'],
-        [deletePath, 'file names to delete, one per line, oldest first'],
-        [
-          jsonPath,
-          'JSON object with "kept" (count), "deleted" (count) and "freed_bytes" (total size of the deleted backups)',
-        ],
-      ],
-    });
-    const script = `${PY_READ_CSV}
+    ],
+  }),
+  files: (d) => [
+    {
+      path: RETENTION.manifest,
+      content: toCsv(
+        ['file', 'created', 'size_bytes'],
+        d.shuffled.map((b) => [b.file, b.date, b.size]),
+      ),
+    },
+  ],
+  checks: ({ kept, deleted, freed }) => [
+    check.nonEmpty('keep_list_exists', RETENTION.keep),
+    check.matches('keep_list_newest_first', RETENTION.keep, inOrderRegex(kept.map((b) => b.file))),
+    check.words('keep_list_count', RETENTION.keep, kept.length, kept.length),
+    check.nonEmpty('delete_list_exists', RETENTION.delete),
+    check.matches('delete_list_oldest_first', RETENTION.delete, inOrderRegex(deleted.map((b) => b.file))),
+    check.words('delete_list_count', RETENTION.delete, deleted.length, deleted.length),
+    check.parses('retention_parses', RETENTION.summary, 'json'),
+    check.value('kept_count', RETENTION.summary, '/kept', kept.length),
+    check.value('deleted_count', RETENTION.summary, '/deleted', deleted.length),
+    check.value('freed_bytes', RETENTION.summary, '/freed_bytes', freed),
+  ],
+  reference: (d) => [
+    act.read(RETENTION.manifest),
+    act.python(backupRetentionScript(d.keepNewest)),
+    act.exec(`cat ${RETENTION.summary}; head -n 3 ${RETENTION.keep}`),
+  ],
+  params: (d) => ({ backups: d.backups.length, keepNewest: d.keepNewest, kept: d.kept.length }),
+});
+
+function backupRetentionScript(keepNewest: number): string {
+  return `${PY_READ_CSV}
 from datetime import date, timedelta
-rows = read_csv(${JSON.stringify(manifestPath)})
+rows = read_csv(${JSON.stringify(RETENTION.manifest)})
 rows.sort(key=lambda r: r['created'], reverse=True)
 keep = set(r['file'] for r in rows[:${keepNewest}])
 weeks, months = {}, {}
@@ -502,90 +594,118 @@ for r in rows:
 keep |= set(weeks.values()) | set(months.values())
 kept = [r for r in rows if r['file'] in keep]
 deleted = [r for r in reversed(rows) if r['file'] not in keep]
-write_text(${JSON.stringify(keepPath)}, ''.join(r['file'] + '\\n' for r in kept))
-write_text(${JSON.stringify(deletePath)}, ''.join(r['file'] + '\\n' for r in deleted))
-write_json(${JSON.stringify(jsonPath)}, {'kept': len(kept), 'deleted': len(deleted), 'freed_bytes': sum(int(r['size_bytes']) for r in deleted)})`;
-    return {
-      prompt,
-      files: [
-        {
-          path: manifestPath,
-          content: toCsv(
-            ['file', 'created', 'size_bytes'],
-            shuffled.map((b) => [b.file, b.date, b.size]),
-          ),
-        },
-      ],
-      checks: [
-        check.nonEmpty('keep_list_exists', keepPath),
-        check.matches('keep_list_newest_first', keepPath, inOrderRegex(kept.map((b) => b.file))),
-        check.words('keep_list_count', keepPath, kept.length, kept.length),
-        check.nonEmpty('delete_list_exists', deletePath),
-        check.matches('delete_list_oldest_first', deletePath, inOrderRegex(deleted.map((b) => b.file))),
-        check.words('delete_list_count', deletePath, deleted.length, deleted.length),
-        check.parses('retention_parses', jsonPath, 'json'),
-        check.value('kept_count', jsonPath, '/kept', kept.length),
-        check.value('deleted_count', jsonPath, '/deleted', deleted.length),
-        check.value('freed_bytes', jsonPath, '/freed_bytes', freed),
-      ],
-      actions: [
-        act.read(manifestPath),
-        act.python(script),
-        act.exec(`cat ${jsonPath}; head -n 3 ${keepPath}`),
-      ],
-      skills: ['dates', 'retention policy', 'csv'],
-      difficulty: 'hard',
-      params: { backups: backups.length, keepNewest, kept: kept.length },
-    };
-  },
-};
+write_text(${JSON.stringify(RETENTION.keep)}, ''.join(r['file'] + '\\n' for r in kept))
+write_text(${JSON.stringify(RETENTION.delete)}, ''.join(r['file'] + '\\n' for r in deleted))
+write_json(${JSON.stringify(RETENTION.summary)}, {'kept': len(kept), 'deleted': len(deleted), 'freed_bytes': sum(int(r['size_bytes']) for r in deleted)})`;
+}
 
-const batchRename: TaskTemplate = {
-  id: 'systems.batch-rename',
-  category: CATEGORY,
-  summary: 'rename camera files to date_place_NN.jpg from a captures CSV and log the renames',
-  build(ctx) {
-    const { rng, persona } = ctx;
-    const places = rng.sample(persona.places, rng.int(2, 3));
-    const days = [someDate(rng)];
-    days.push(addDays(days[0]!, rng.int(1, 3)));
-    const n = rng.int(6, 10);
-    const first = rng.int(1000, 8000);
-    const used = new Set<string>();
-    const photos: Array<{ old: string; takenAt: string; place: string }> = [];
-    for (let i = 0; i < n; i++) {
-      let takenAt: string;
-      do {
-        takenAt = `${rng.pick(days)}T${String(rng.int(8, 19)).padStart(2, '0')}:${String(rng.int(0, 59)).padStart(2, '0')}:${String(rng.int(0, 59)).padStart(2, '0')}`;
-      } while (used.has(takenAt));
-      used.add(takenAt);
-      photos.push({ old: `IMG_${first + 3 * i + rng.int(0, 2)}.jpg`, takenAt, place: rng.pick(places) });
-    }
-    const seq = new Map<string, number>();
-    const renames = [...photos]
-      .sort((a, b) => byString(a.takenAt, b.takenAt))
-      .map((p) => {
-        const key = `${p.takenAt.slice(0, 10)}_${slugify(p.place)}`;
-        const k = (seq.get(key) ?? 0) + 1;
-        seq.set(key, k);
-        return { ...p, new: `${key}_${String(k).padStart(2, '0')}.jpg` };
-      })
-      .sort((a, b) => byString(a.new, b.new));
-    const csvIn = 'photos/captures.csv';
-    const logPath = 'output/rename_log.csv';
-    const prompt = composePrompt(rng, {
-      opening: `${persona.intro}. I dumped the photos from ${persona.event} into photos/ and the camera names are useless. Please rename them.`,
-      inputs: [[csvIn, 'columns file, taken_at (YYYY-MM-DDTHH:MM:SS), place — one row per photo in photos/']],
-      steps: [
-        'Rename every photo listed in the CSV, inside photos/, to "<date>_<place-slug>_<NN>.jpg": date is the YYYY-MM-DD part of taken_at; place-slug is the place lower-cased with every run of non-alphanumeric characters replaced by one hyphen (no leading or trailing hyphen); NN is a two-digit sequence number (01, 02, ...) counting the photos of the same date and place in order of taken_at.',
-        "Do not change the photos' contents, and leave captures.csv where it is.",
-        'Log every rename in a CSV with columns old,new (file names only), sorted by the new name.',
-      ],
-      outputs: [[logPath, 'the rename log']],
-    });
-    const script = `${PY_READ_CSV}
+// ---- batch rename -------------------------------------------------------------------------------
+
+const RENAME = { captures: 'photos/captures.csv', log: 'output/rename_log.csv' } as const;
+
+type Photo = { old: string; takenAt: string; place: string };
+type Renamed = Photo & { new: string };
+type PhotoSet = { places: string[]; photos: Photo[]; renames: Renamed[] };
+
+/** Photos with distinct capture times, and their new names sorted by the new name. */
+function drawPhotos({ rng, persona }: TemplateContext): PhotoSet {
+  const places = rng.sample(persona.places, rng.int(2, 3));
+  const days = [someDate(rng)];
+  days.push(addDays(days[0]!, rng.int(1, 3)));
+  const n = rng.int(6, 10);
+  const first = rng.int(1000, 8000);
+  const used = new Set<string>();
+  const photos: Photo[] = [];
+  for (let i = 0; i < n; i++) {
+    let takenAt: string;
+    do {
+      takenAt = `${rng.pick(days)}T${String(rng.int(8, 19)).padStart(2, '0')}:${String(rng.int(0, 59)).padStart(2, '0')}:${String(rng.int(0, 59)).padStart(2, '0')}`;
+    } while (used.has(takenAt));
+    used.add(takenAt);
+    photos.push({ old: `IMG_${first + 3 * i + rng.int(0, 2)}.jpg`, takenAt, place: rng.pick(places) });
+  }
+  const seq = new Map<string, number>();
+  const renames = [...photos]
+    .sort((a, b) => byString(a.takenAt, b.takenAt))
+    .map((p) => {
+      const key = `${p.takenAt.slice(0, 10)}_${slugify(p.place)}`;
+      const k = (seq.get(key) ?? 0) + 1;
+      seq.set(key, k);
+      return { ...p, new: `${key}_${String(k).padStart(2, '0')}.jpg` };
+    })
+    .sort((a, b) => byString(a.new, b.new));
+  return { places, photos, renames };
+}
+
+function renamePrompt(persona: Persona): PromptParts {
+  return {
+    opening: `${persona.intro}. I dumped the photos from ${persona.event} into photos/ and the camera names are useless. Please rename them.`,
+    inputs: [
+      [RENAME.captures, 'columns file, taken_at (YYYY-MM-DDTHH:MM:SS), place — one row per photo in photos/'],
+    ],
+    steps: [
+      'Rename every photo listed in the CSV, inside photos/, to "<date>_<place-slug>_<NN>.jpg": date is the YYYY-MM-DD part of taken_at; place-slug is the place lower-cased with every run of non-alphanumeric characters replaced by one hyphen (no leading or trailing hyphen); NN is a two-digit sequence number (01, 02, ...) counting the photos of the same date and place in order of taken_at.',
+      "Do not change the photos' contents, and leave captures.csv where it is.",
+      'Log every rename in a CSV with columns old,new (file names only), sorted by the new name.',
+    ],
+    outputs: [[RENAME.log, 'the rename log']],
+  };
+}
+
+function renameFiles(photos: readonly Photo[], listed: readonly Photo[]): TaskFileInput[] {
+  return [
+    {
+      path: RENAME.captures,
+      content: toCsv(
+        ['file', 'taken_at', 'place'],
+        listed.map((p) => [p.old, p.takenAt, p.place]),
+      ),
+    },
+    ...photos.map((p) => ({ path: `photos/${p.old}`, content: `placeholder image data for ${p.old}\n` })),
+  ];
+}
+
+function renameChecks({ photos, renames }: PhotoSet, probe: readonly Renamed[]): CheckInput[] {
+  return [
+    ...probe.map(
+      (p, i): CheckInput => ({
+        kind: 'file_exists',
+        name: `renamed_file_${i + 1}_exists`,
+        path: `photos/${p.new}`,
+      }),
+    ),
+    ...probe.map(
+      (p, i): CheckInput => ({
+        kind: 'file_absent',
+        name: `old_name_${i + 1}_gone`,
+        path: `photos/${p.old}`,
+      }),
+    ),
+    check.contains(
+      'renamed_content_kept',
+      `photos/${probe[0]!.new}`,
+      `placeholder image data for ${probe[0]!.old}`,
+    ),
+    check.nonEmpty('rename_log_exists', RENAME.log),
+    check.columns('rename_log_columns', RENAME.log, ['old', 'new']),
+    check.rows(
+      'rename_log_rows_sorted',
+      RENAME.log,
+      ['old', 'new'],
+      renames.map((r) => [r.old, r.new]),
+      true,
+    ),
+    check.command(
+      'all_photos_renamed',
+      `test "$(ls photos | grep -c '^IMG_')" = 0 && test "$(ls photos | grep -cE '^[0-9]{4}-[0-9]{2}-[0-9]{2}_[a-z0-9-]+_[0-9]{2}[.]jpg$')" = ${photos.length}`,
+    ),
+  ];
+}
+
+function batchRenameScript(): string {
+  return `${PY_READ_CSV}
 import os, re
-rows = sorted(read_csv(${JSON.stringify(csvIn)}), key=lambda r: r['taken_at'])
+rows = sorted(read_csv(${JSON.stringify(RENAME.captures)}), key=lambda r: r['taken_at'])
 seq, log = {}, []
 for r in rows:
     key = r['taken_at'][:10] + '_' + re.sub(r'[^a-z0-9]+', '-', r['place'].lower()).strip('-')
@@ -594,61 +714,29 @@ for r in rows:
     os.rename(os.path.join('photos', r['file']), os.path.join('photos', new))
     log.append([r['file'], new])
 log.sort(key=lambda x: x[1])
-write_csv(${JSON.stringify(logPath)}, ['old', 'new'], log)`;
-    const probe = rng.sample(renames, 2);
-    return {
-      prompt,
-      files: [
-        {
-          path: csvIn,
-          content: toCsv(
-            ['file', 'taken_at', 'place'],
-            rng.shuffle(photos).map((p) => [p.old, p.takenAt, p.place]),
-          ),
-        },
-        ...photos.map((p) => ({ path: `photos/${p.old}`, content: `placeholder image data for ${p.old}\n` })),
-      ],
-      checks: [
-        ...probe.map(
-          (p, i): CheckInput => ({
-            kind: 'file_exists',
-            name: `renamed_file_${i + 1}_exists`,
-            path: `photos/${p.new}`,
-          }),
-        ),
-        ...probe.map(
-          (p, i): CheckInput => ({
-            kind: 'file_absent',
-            name: `old_name_${i + 1}_gone`,
-            path: `photos/${p.old}`,
-          }),
-        ),
-        check.contains(
-          'renamed_content_kept',
-          `photos/${probe[0]!.new}`,
-          `placeholder image data for ${probe[0]!.old}`,
-        ),
-        check.nonEmpty('rename_log_exists', logPath),
-        check.columns('rename_log_columns', logPath, ['old', 'new']),
-        check.rows(
-          'rename_log_rows_sorted',
-          logPath,
-          ['old', 'new'],
-          renames.map((r) => [r.old, r.new]),
-          true,
-        ),
-        check.command(
-          'all_photos_renamed',
-          `test "$(ls photos | grep -c '^IMG_')" = 0 && test "$(ls photos | grep -cE '^[0-9]{4}-[0-9]{2}-[0-9]{2}_[a-z0-9-]+_[0-9]{2}[.]jpg$')" = ${photos.length}`,
-        ),
-      ],
-      actions: [act.read(csvIn), act.ls('photos'), act.python(script), act.ls('photos')],
-      skills: ['filesystem', 'renaming', 'csv'],
-      difficulty: 'medium',
-      params: { photos: photos.length, places: places.length },
-    };
-  },
-};
+write_csv(${JSON.stringify(RENAME.log)}, ['old', 'new'], log)`;
+}
+
+const batchRename = family({
+  id: 'systems.batch-rename',
+  category: CATEGORY,
+  summary: 'rename camera files to date_place_NN.jpg from a captures CSV and log the renames',
+  difficulty: 'medium',
+  skills: ['filesystem', 'renaming', 'csv'],
+  draw: drawPhotos,
+  prompt: (_data, { persona }) => renamePrompt(persona),
+  /** The probed renames, then the CSV's row order: drawn after the prompt's composition. */
+  late: ({ renames, photos }, rng) => ({ probe: rng.sample(renames, 2), listed: rng.shuffle(photos) }),
+  files: ({ photos, listed }) => renameFiles(photos, listed),
+  checks: (data) => renameChecks(data, data.probe),
+  reference: () => [
+    act.read(RENAME.captures),
+    act.ls('photos'),
+    act.python(batchRenameScript()),
+    act.ls('photos'),
+  ],
+  params: ({ photos, places }) => ({ photos: photos.length, places: places.length }),
+});
 
 export const SYSTEMS_TEMPLATES: readonly TaskTemplate[] = [
   logTriage,

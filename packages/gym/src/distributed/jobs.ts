@@ -13,9 +13,6 @@ import { GymTask } from '../tasks/schema.js';
  * can be enqueued any number of times and is one job.
  */
 
-/** pg-boss queue of gym samples. */
-export const ROLLOUT_QUEUE = 'stepwise-gym-rollouts';
-
 /** The agent as a job names it: OpenClaw, Codex and Claude Code by version, each worker runs its own install. */
 export const AgentWire = z.discriminatedUnion('kind', [
   z.strictObject({
@@ -93,7 +90,7 @@ export function taskSha256(task: GymTask): string {
 }
 
 /**
- * The job id of a sample: a UUID (the form pg-boss keys jobs by) from sha256 of (run, group, task,
+ * The job id of a sample: a UUID (the key of the queue's job table) from sha256 of (run, group, task,
  * sample). Guided passes of a run reuse task ids in groups of their own, hence the group.
  */
 export function rolloutJobId(runId: string, groupId: string, taskId: string, sample: number): string {
@@ -106,5 +103,5 @@ export function rolloutJobId(runId: string, groupId: string, taskId: string, sam
   return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
 }
 
-/** The human-readable key of a sample's job, also its pg-boss `singletonKey`. */
+/** The human-readable key of a sample's job, stored (and indexed) beside its id in the job table. */
 export const rolloutJobKey = (groupId: string, sample: number) => `${groupId}#${sample}`;

@@ -1,13 +1,20 @@
 import { StepwiseError, ValidationError } from '@stepwise/core';
 import pg from 'pg';
-import PgBoss from 'pg-boss';
 import type { SampleResult } from '../runner.js';
 import { GymTask } from '../tasks/schema.js';
-import { ROLLOUT_QUEUE, type RolloutJobData, SampleResultWire, taskSha256 } from './jobs.js';
+import { type RolloutJobData, SampleResultWire, taskSha256 } from './jobs.js';
 
-// The rollout queue: pg-boss in one PostgreSQL schema, beside two tables of ours (task definitions by
-// sha256; attempts, with one result per job). Dropping the schema removes all of it.
-// Why one result per job: docs/distributed.md#how-it-works
+/*
+ * The rollout queue: three tables of ours in one PostgreSQL schema, on a pg pool. Dropping the schema
+ * removes all of it.
+ * - stepwise_rollout_job: one row per (task, sample) job, with its lease and retries. A worker claims
+ *   a job with one UPDATE over SELECT ... FOR UPDATE SKIP LOCKED (two claims never get the same job),
+ *   and completes or fails only the claim it holds. A job active past its lease (its worker died) is
+ *   failed over to a retry by whichever process next asks for work or for ended jobs: no timer.
+ * - stepwise_gym_task: task definitions by sha256, stored once per content.
+ * - stepwise_rollout_attempt: every attempt at a job, and the job's one result.
+ * Why the result lives in the attempt table, not in the job: docs/distributed.md#how-it-works
+ */
 
 export const DEFAULT_QUEUE_SCHEMA = 'stepwise_queue';
 
@@ -32,7 +39,7 @@ export function checkPgUrl(url: string, flag = '--pg'): string {
   return url;
 }
 
-/** Schema names go into SQL text (pg-boss's too): lower-case identifiers only. */
+/** Schema names go into SQL text: lower-case identifiers only. */
 export function checkQueueSchema(schema: string, flag = '--queue-schema'): string {
   if (!/^[a-z_][a-z0-9_]{0,49}$/.test(schema))
     throw new ValidationError(
@@ -56,42 +63,40 @@ export function redactPgUrl(url: string): string {
 export interface RolloutQueueOptions {
   /** postgres://user[:password]@host[:port]/database */
   url: string;
-  /** Schema of pg-boss's and our tables (default `stepwise_queue`); created on first use. */
+  /** Schema of the queue's tables (default `stepwise_queue`); created on first use. */
   schema?: string;
-  /**
-   * How often queue maintenance may run from this process, in seconds (default 30): it is what fails
-   * the expired jobs of dead workers over to a retry. One process per interval runs it.
-   */
-  maintenanceSeconds?: number;
   /** Connections of this process's pool (default 10). */
   maxConnections?: number;
-  /** Errors of pg-boss's background work (maintenance, a lost connection). */
+  /** Errors of idle pooled connections (the server went away); default: a line on stderr. */
   onError?: (error: Error) => void;
 }
 
 /** How a sample's job is leased and retried. */
 export interface JobSettings {
-  /** A started job not completed within this is failed over to a retry (pg-boss `expireInSeconds`). */
+  /** A started job not completed within this is failed over to a retry. */
   leaseSeconds: number;
-  /** Attempts after the first (pg-boss `retryLimit`). */
+  /** Attempts after the first. */
   retryLimit: number;
-  /** Wait before a retry may start (pg-boss `retryDelay`). */
+  /** Wait before a retry may start. */
   retryDelaySeconds: number;
 }
 
 export interface QueuedRollout {
+  /** The job's id (`rolloutJobId`): the idempotency key of enqueue. */
   id: string;
-  /** Readable key, pg-boss `singletonKey`. */
+  /** Readable key, `<group>#<sample>` (`rolloutJobKey`); indexed, for looking a sample's job up. */
   key: string;
   data: RolloutJobData;
 }
 
 export type JobEndState = 'completed' | 'failed' | 'cancelled';
+/** `retry`: failed over, due again at its start time. `cancelled` is only ever set by hand. */
+export type JobState = 'created' | 'retry' | 'active' | JobEndState;
 
 export interface EndedJob {
   id: string;
   state: JobEndState;
-  /** The job's output: a SampleResult when completed, pg-boss's error object when failed. */
+  /** The job's output: a SampleResult when completed, `{ message }` of the last failure when failed. */
   output: unknown;
   retryCount: number;
 }
@@ -100,7 +105,10 @@ export interface FetchedRollout {
   id: string;
   /** Unparsed: the worker checks it. */
   data: unknown;
-  /** 0 on the first attempt. */
+  /**
+   * 0 on the first attempt, one more on each later claim: the claim's own number, which `complete`
+   * and `fail` take to change the job only while this claim holds it.
+   */
   retryCount: number;
   retryLimit: number;
   leaseSeconds: number;
@@ -127,105 +135,134 @@ export class AttemptSuperseded extends StepwiseError {
 }
 
 const UNIQUE_VIOLATION = '23505';
+const TABLES = ['stepwise_rollout_job', 'stepwise_gym_task', 'stepwise_rollout_attempt'];
 
 function connectMessage(url: string, error: unknown): string {
   const e = error as { message?: string; code?: string };
   return `cannot open the rollout queue at ${redactPgUrl(url)}: ${e.message || e.code || String(error)}`;
 }
 
+/** The queue's tables and indexes; every statement IF NOT EXISTS, run under install()'s lock. */
+function installSql(s: string): string {
+  return `
+    CREATE SCHEMA IF NOT EXISTS ${s};
+    CREATE TABLE IF NOT EXISTS ${s}.stepwise_rollout_job (
+      id uuid PRIMARY KEY,
+      key text NOT NULL,
+      data jsonb NOT NULL,
+      state text NOT NULL DEFAULT 'created'
+        CHECK (state IN ('created', 'retry', 'active', 'completed', 'failed', 'cancelled')),
+      -- Claims after the first: 0 on the first attempt.
+      retry_count int NOT NULL DEFAULT 0,
+      retry_limit int NOT NULL,
+      retry_delay_seconds int NOT NULL,
+      lease_seconds int NOT NULL,
+      -- When it may be claimed (a retry waits its delay).
+      start_after timestamptz NOT NULL DEFAULT now(),
+      -- While active: past this, its worker is taken for dead and the job failed over.
+      lease_until timestamptz,
+      -- The SampleResult it completed with, or the last failure's { message }.
+      output jsonb,
+      created_on timestamptz NOT NULL DEFAULT now(),
+      started_on timestamptz,
+      completed_on timestamptz
+    );
+    CREATE INDEX IF NOT EXISTS stepwise_rollout_job_due
+      ON ${s}.stepwise_rollout_job (created_on, id) WHERE state IN ('created', 'retry');
+    CREATE INDEX IF NOT EXISTS stepwise_rollout_job_lease
+      ON ${s}.stepwise_rollout_job (lease_until) WHERE state = 'active';
+    CREATE INDEX IF NOT EXISTS stepwise_rollout_job_key ON ${s}.stepwise_rollout_job (key);
+    CREATE INDEX IF NOT EXISTS stepwise_rollout_job_run ON ${s}.stepwise_rollout_job ((data->>'runId'));
+    CREATE TABLE IF NOT EXISTS ${s}.stepwise_gym_task (
+      sha256 text PRIMARY KEY,
+      task jsonb NOT NULL,
+      created_on timestamptz NOT NULL DEFAULT now()
+    );
+    CREATE TABLE IF NOT EXISTS ${s}.stepwise_rollout_attempt (
+      job_id uuid NOT NULL,
+      trajectory_uid text NOT NULL,
+      base_url text NOT NULL,
+      retry_count int NOT NULL,
+      worker text NOT NULL,
+      started_on timestamptz NOT NULL DEFAULT now(),
+      result jsonb,
+      finished_on timestamptz,
+      -- Set when a later attempt took the job over: this one may not record a result any more.
+      abandoned_on timestamptz,
+      PRIMARY KEY (job_id, trajectory_uid)
+    );
+    CREATE UNIQUE INDEX IF NOT EXISTS stepwise_rollout_attempt_one_result
+      ON ${s}.stepwise_rollout_attempt (job_id) WHERE result IS NOT NULL;
+  `;
+}
+
+/**
+ * Creates the schema and tables unless they are all there. Processes that open a fresh schema at
+ * once would race in CREATE ... IF NOT EXISTS (a duplicate key in the catalog): one at a time, under
+ * a transaction-level advisory lock. An installed queue needs no CREATE privilege to open.
+ */
+async function install(pool: pg.Pool, schema: string): Promise<void> {
+  const installed = async (db: pg.Pool | pg.PoolClient) => {
+    const { rows } = await db.query<{ n: number }>(
+      'SELECT count(to_regclass(t))::int AS n FROM unnest($1::text[]) AS t',
+      [TABLES.map((t) => `${schema}.${t}`)],
+    );
+    return rows[0]?.n === TABLES.length;
+  };
+  if (await installed(pool)) return;
+  const client = await pool.connect();
+  let broken = false;
+  try {
+    await client.query('BEGIN');
+    await client.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`stepwise-rollouts:${schema}`]);
+    if (!(await installed(client))) await client.query(installSql(schema));
+    await client.query('COMMIT');
+  } catch (error) {
+    await client.query('ROLLBACK').catch(() => {
+      broken = true;
+    });
+    throw error;
+  } finally {
+    client.release(broken);
+  }
+}
+
 export class RolloutQueue {
+  private closed = false;
+
   private constructor(
-    readonly boss: PgBoss,
+    private readonly pool: pg.Pool,
     readonly schema: string,
   ) {}
 
-  /** Connects, installs (or migrates) pg-boss and our tables in the schema, and creates the queue. */
+  /** Connects and installs the queue's tables in the schema (creating it) unless they are there. */
   static async open(options: RolloutQueueOptions): Promise<RolloutQueue> {
     checkPgUrl(options.url);
     const schema = checkQueueSchema(options.schema ?? DEFAULT_QUEUE_SCHEMA);
-    // Processes that open a fresh schema at once deadlock in pg-boss's creation of the schema and the
-    // queue's partition: one at a time, under a session advisory lock on a connection of its own.
-    const lock = new pg.Client({ connectionString: options.url, application_name: 'stepwise-rollouts' });
-    lock.on('error', () => {});
-    try {
-      await lock.connect();
-      await lock.query('SELECT pg_advisory_lock(hashtext($1))', [`stepwise-rollouts:${schema}`]);
-    } catch (error) {
-      await lock.end().catch(() => {});
-      throw new Error(connectMessage(options.url, error));
-    }
-    try {
-      return await RolloutQueue.openLocked(options, schema);
-    } finally {
-      // Ending the session releases its advisory lock.
-      await lock.end().catch(() => {});
-    }
-  }
-
-  private static async openLocked(options: RolloutQueueOptions, schema: string): Promise<RolloutQueue> {
-    const boss = new PgBoss({
+    const pool = new pg.Pool({
       connectionString: options.url,
-      schema,
       application_name: 'stepwise-rollouts',
       max: options.maxConnections ?? 10,
-      maintenanceIntervalSeconds: options.maintenanceSeconds ?? 30,
-      // No cron: nothing here is scheduled.
-      schedule: false,
     });
     const onError =
       options.onError ??
       ((error: Error) => process.stderr.write(`stepwise: rollout queue: ${error.message}\n`));
-    boss.on('error', onError);
+    // A pooled connection that errors while idle (the server went away) must not crash the process;
+    // nor one that errors while checked out: its query fails, and the pool discards it.
+    pool.on('error', onError);
+    pool.on('connect', (client) => client.on('error', () => {}));
     try {
-      await boss.start();
+      await install(pool, schema);
     } catch (error) {
-      // A failed start leaves pg-boss "stopped" with its pool open: close the pool itself.
-      await (boss.getDb() as { close?: () => Promise<void> }).close?.().catch(() => {});
+      await pool.end().catch(() => {});
       throw new Error(connectMessage(options.url, error));
     }
-    const queue = new RolloutQueue(boss, schema);
-    try {
-      await queue.install();
-    } catch (error) {
-      await queue.close();
-      throw new Error(connectMessage(options.url, error));
-    }
-    return queue;
-  }
-
-  private async install(): Promise<void> {
-    const s = this.schema;
-    // Under open()'s lock; IF NOT EXISTS for every later open.
-    await this.sql(`
-      CREATE TABLE IF NOT EXISTS ${s}.stepwise_gym_task (
-        sha256 text PRIMARY KEY,
-        task jsonb NOT NULL,
-        created_on timestamptz NOT NULL DEFAULT now()
-      );
-      CREATE TABLE IF NOT EXISTS ${s}.stepwise_rollout_attempt (
-        job_id uuid NOT NULL,
-        trajectory_uid text NOT NULL,
-        base_url text NOT NULL,
-        retry_count int NOT NULL,
-        worker text NOT NULL,
-        started_on timestamptz NOT NULL DEFAULT now(),
-        result jsonb,
-        finished_on timestamptz,
-        -- Set when a later attempt took the job over: this one may not record a result any more.
-        abandoned_on timestamptz,
-        PRIMARY KEY (job_id, trajectory_uid)
-      );
-      CREATE UNIQUE INDEX IF NOT EXISTS stepwise_rollout_attempt_one_result
-        ON ${s}.stepwise_rollout_attempt (job_id) WHERE result IS NOT NULL;
-    `);
-    await this.boss.createQueue(ROLLOUT_QUEUE);
+    return new RolloutQueue(pool, schema);
   }
 
   private async sql<T = Record<string, unknown>>(text: string, values?: unknown[]): Promise<T[]> {
-    const result = await this.boss.getDb().executeSql(text, values ?? []);
-    // A multi-statement text answers one result per statement.
-    const last = Array.isArray(result) ? result[result.length - 1] : result;
-    return (last?.rows ?? []) as T[];
+    const result = await this.pool.query(text, values);
+    return result.rows as T[];
   }
 
   /** Stores the definitions (once per content); returns each task's sha256 by task id. */
@@ -255,13 +292,12 @@ export class RolloutQueue {
     return row ? GymTask.parse(row.task) : null;
   }
 
-  /** Ids among `ids` that are jobs of the queue now (in any state, the archive included). */
+  /** Ids among `ids` that are jobs of the queue now (in any state). */
   async existing(ids: readonly string[]): Promise<Set<string>> {
     if (ids.length === 0) return new Set();
     const rows = await this.sql<{ id: string }>(
-      `SELECT id FROM ${this.schema}.job WHERE name = $1 AND id = ANY($2::uuid[])
-       UNION SELECT id FROM ${this.schema}.archive WHERE name = $1 AND id = ANY($2::uuid[])`,
-      [ROLLOUT_QUEUE, ids],
+      `SELECT id FROM ${this.schema}.stepwise_rollout_job WHERE id = ANY($1::uuid[])`,
+      [ids],
     );
     return new Set(rows.map((r) => r.id));
   }
@@ -269,77 +305,151 @@ export class RolloutQueue {
   /**
    * Inserts the jobs that do not exist yet. Ids are the idempotency key: a job already there (in
    * any state) is left as it is, also when two coordinators enqueue at once (ON CONFLICT DO NOTHING).
+   * The counts are this call's own: a row another coordinator's insert won is not returned here.
    */
   async enqueue(
     jobs: readonly QueuedRollout[],
     settings: JobSettings,
   ): Promise<{ created: number; existing: number }> {
-    const present = await this.existing(jobs.map((j) => j.id));
-    const fresh = jobs.filter((j) => !present.has(j.id));
+    // In id order: coordinators inserting overlapping batches at once take the rows' locks in the
+    // same order, so neither waits on the other in a cycle.
+    const rows = [...jobs]
+      .sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))
+      .map((j) => ({ id: j.id, key: j.key, data: j.data }));
     let created = 0;
-    // One INSERT ... ON CONFLICT DO NOTHING RETURNING id per job: null when another coordinator's
-    // insert of the same id won, so the counts are this call's own.
-    const insertOne = async (j: QueuedRollout) => {
-      const id = await this.boss.send(ROLLOUT_QUEUE, j.data, {
-        id: j.id,
-        singletonKey: j.key,
-        expireInSeconds: settings.leaseSeconds,
-        retryLimit: settings.retryLimit,
-        retryDelay: settings.retryDelaySeconds,
-      });
-      if (id !== null) created++;
-    };
-    for (let i = 0; i < fresh.length; i += 16) await Promise.all(fresh.slice(i, i + 16).map(insertOne));
+    for (let i = 0; i < rows.length; i += 200) {
+      const inserted = await this.sql(
+        `INSERT INTO ${this.schema}.stepwise_rollout_job
+           (id, key, data, retry_limit, retry_delay_seconds, lease_seconds)
+         SELECT x.id, x.key, x.data, $2::int, $3::int, $4::int FROM json_to_recordset($1::json) AS x(id uuid, key text, data jsonb)
+         ON CONFLICT (id) DO NOTHING
+         RETURNING id`,
+        [
+          JSON.stringify(rows.slice(i, i + 200)),
+          settings.retryLimit,
+          settings.retryDelaySeconds,
+          settings.leaseSeconds,
+        ],
+      );
+      created += inserted.length;
+    }
     return { created, existing: jobs.length - created };
   }
 
   /** The jobs among `ids` that have ended (completed, failed for good, cancelled). */
   async ended(ids: readonly string[]): Promise<EndedJob[]> {
     if (ids.length === 0) return [];
+    // The coordinator asks: a dead worker's last attempt ends (failed) without waiting for a worker.
+    await this.expireLeases();
     const rows = await this.sql<{ id: string; state: JobEndState; output: unknown; retry_count: number }>(
-      `SELECT id, state::text AS state, output, retry_count FROM ${this.schema}.job
-         WHERE name = $1 AND id = ANY($2::uuid[]) AND state IN ('completed', 'failed', 'cancelled')
-       UNION ALL
-       SELECT id, state::text AS state, output, retry_count FROM ${this.schema}.archive
-         WHERE name = $1 AND id = ANY($2::uuid[]) AND state IN ('completed', 'failed', 'cancelled')`,
-      [ROLLOUT_QUEUE, ids],
+      `SELECT id, state, output, retry_count FROM ${this.schema}.stepwise_rollout_job
+       WHERE id = ANY($1::uuid[]) AND state IN ('completed', 'failed', 'cancelled')`,
+      [ids],
     );
     return rows.map((r) => ({ id: r.id, state: r.state, output: r.output, retryCount: r.retry_count }));
   }
 
-  /** How many jobs of the queue carry this run id, by state (the archive included). */
-  async jobsOfRun(runId: string): Promise<{ id: string; state: string; retryCount: number }[]> {
-    const rows = await this.sql<{ id: string; state: string; retry_count: number }>(
-      `SELECT id, state::text AS state, retry_count FROM ${this.schema}.job WHERE name = $1 AND data->>'runId' = $2
-       UNION ALL
-       SELECT id, state::text AS state, retry_count FROM ${this.schema}.archive WHERE name = $1 AND data->>'runId' = $2`,
-      [ROLLOUT_QUEUE, runId],
+  /** The jobs that carry this run id, with their states. */
+  async jobsOfRun(runId: string): Promise<{ id: string; state: JobState; retryCount: number }[]> {
+    const rows = await this.sql<{ id: string; state: JobState; retry_count: number }>(
+      `SELECT id, state, retry_count FROM ${this.schema}.stepwise_rollout_job WHERE data->>'runId' = $1`,
+      [runId],
     );
     return rows.map((r) => ({ id: r.id, state: r.state, retryCount: r.retry_count }));
   }
 
-  /** Leases the next job (created, or due for a retry), or null when there is none. */
+  /**
+   * Fails the active jobs whose lease ran out over to a retry (after their retry delay), or for good
+   * at their retry limit: their workers died, or outlived the lease. Rows another process is
+   * updating right now are skipped (it is settling them).
+   */
+  private async expireLeases(): Promise<void> {
+    await this.sql(
+      `UPDATE ${this.schema}.stepwise_rollout_job j SET
+         state = CASE WHEN j.retry_count < j.retry_limit THEN 'retry' ELSE 'failed' END,
+         start_after = now() + j.retry_delay_seconds * interval '1 second',
+         completed_on = CASE WHEN j.retry_count < j.retry_limit THEN NULL ELSE now() END,
+         lease_until = NULL,
+         output = jsonb_build_object('message',
+           format('attempt %s outlived its lease of %s s (its worker died or was too slow)',
+             j.retry_count + 1, j.lease_seconds))
+       WHERE j.id IN (
+         SELECT id FROM ${this.schema}.stepwise_rollout_job
+         WHERE state = 'active' AND lease_until < now()
+         FOR UPDATE SKIP LOCKED)`,
+    );
+  }
+
+  /**
+   * Leases the next job (created, or a retry that is due), or null when there is none. Expired
+   * leases are failed over first, so a dead worker's job comes back without any timer.
+   */
   async fetch(): Promise<FetchedRollout | null> {
-    const [job] = await this.boss.fetch<unknown>(ROLLOUT_QUEUE, { batchSize: 1, includeMetadata: true });
+    await this.expireLeases();
+    // One statement: the row is locked as it is picked, and one locked by another claim is skipped.
+    const [job] = await this.sql<{
+      id: string;
+      data: unknown;
+      retry_count: number;
+      retry_limit: number;
+      lease_seconds: number;
+    }>(
+      `UPDATE ${this.schema}.stepwise_rollout_job j SET
+         state = 'active',
+         retry_count = j.retry_count + CASE WHEN j.started_on IS NULL THEN 0 ELSE 1 END,
+         started_on = now(),
+         lease_until = now() + j.lease_seconds * interval '1 second'
+       WHERE j.id = (
+         SELECT id FROM ${this.schema}.stepwise_rollout_job
+         WHERE state IN ('created', 'retry') AND start_after <= now()
+         ORDER BY created_on, id
+         LIMIT 1
+         FOR UPDATE SKIP LOCKED)
+       RETURNING j.id, j.data, j.retry_count, j.retry_limit, j.lease_seconds`,
+    );
     if (!job) return null;
     return {
       id: job.id,
       data: job.data,
-      retryCount: job.retryCount,
-      retryLimit: job.retryLimit,
-      leaseSeconds: job.expireInSeconds,
+      retryCount: job.retry_count,
+      retryLimit: job.retry_limit,
+      leaseSeconds: job.lease_seconds,
     };
   }
 
-  /** Completes an active job with the sample's result; false when it was not active any more. */
-  async complete(id: string, result: SampleResult): Promise<boolean> {
-    const r = (await this.boss.complete(ROLLOUT_QUEUE, id, result)) as unknown as { affected?: number };
-    return (r?.affected ?? 0) > 0;
+  /**
+   * Completes an active job with the sample's result; false when it was not active any more, or
+   * (given the claim's `retryCount`) when another claim holds it now: a stale completion changes
+   * nothing.
+   */
+  async complete(id: string, result: SampleResult, retryCount?: number): Promise<boolean> {
+    const rows = await this.sql(
+      `UPDATE ${this.schema}.stepwise_rollout_job SET
+         state = 'completed', completed_on = now(), lease_until = NULL, output = $2::jsonb
+       WHERE id = $1 AND state = 'active' AND ($3::int IS NULL OR retry_count = $3)
+       RETURNING id`,
+      [id, JSON.stringify(result), retryCount ?? null],
+    );
+    return rows.length > 0;
   }
 
-  /** Fails an attempt: pg-boss retries the job (after the retry delay) until its retry limit. */
-  async fail(id: string, reason: string): Promise<void> {
-    await this.boss.fail(ROLLOUT_QUEUE, id, { message: reason });
+  /**
+   * Fails an active job's attempt: it is retried after its retry delay while it has retries left,
+   * else it has failed for good. False (and nothing changed) as for `complete`.
+   */
+  async fail(id: string, reason: string, retryCount?: number): Promise<boolean> {
+    const rows = await this.sql(
+      `UPDATE ${this.schema}.stepwise_rollout_job SET
+         state = CASE WHEN retry_count < retry_limit THEN 'retry' ELSE 'failed' END,
+         start_after = now() + retry_delay_seconds * interval '1 second',
+         completed_on = CASE WHEN retry_count < retry_limit THEN NULL ELSE now() END,
+         lease_until = NULL,
+         output = jsonb_build_object('message', $2::text)
+       WHERE id = $1 AND state = 'active' AND ($3::int IS NULL OR retry_count = $3)
+       RETURNING id`,
+      [id, reason, retryCount ?? null],
+    );
+    return rows.length > 0;
   }
 
   async attempts(jobId: string): Promise<RolloutAttempt[]> {
@@ -439,7 +549,10 @@ export class RolloutQueue {
     return new Map(rows.map((r) => [r.job_id, SampleResultWire.parse(r.result)]));
   }
 
+  /** Ends the pool; a second call does nothing. */
   async close(): Promise<void> {
-    await this.boss.stop({ graceful: false, wait: true, close: true });
+    if (this.closed) return;
+    this.closed = true;
+    await this.pool.end();
   }
 }

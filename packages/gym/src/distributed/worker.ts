@@ -165,8 +165,8 @@ async function runSlot(worker: WorkerContext, pollMs: number, stopping: AbortSig
     } catch (error) {
       const message = (error as Error).message;
       emit({ kind: 'error', jobId: job.id, message });
-      // Failing it hands it to a retry now; if even that fails, its lease runs out and pg-boss does.
-      await queue.fail(job.id, message).catch(() => {});
+      // Failing it hands it to a retry now; if even that fails, its lease runs out and the queue does.
+      await queue.fail(job.id, message, job.retryCount).catch(() => {});
     }
   }
 }
@@ -239,7 +239,7 @@ async function replayRecorded(
   for (const a of prior)
     if (a !== recorded)
       await closeTrajectory(options.apiKey, gateway, a.baseUrl, { reward: null, status: 'infra_failed' });
-  const completed = await worker.queue.complete(job.id, result);
+  const completed = await worker.queue.complete(job.id, result, job.retryCount);
   worker.stats.replayed++;
   worker.emit({ kind: 'replayed', ...ref, result, completed });
 }
@@ -324,7 +324,7 @@ async function settleAttempt(
   if (!stored) {
     // Nothing recorded: the infrastructure failed this attempt. Another may do better, until the last.
     if (job.retryCount < job.retryLimit) {
-      await queue.fail(job.id, result.reason ?? 'infrastructure failure');
+      await queue.fail(job.id, result.reason ?? 'infrastructure failure', job.retryCount);
       worker.stats.retried++;
       emit({ kind: 'retrying', ...ref, reason: result.reason ?? 'infrastructure failure' });
       return;
@@ -342,7 +342,7 @@ async function settleAttempt(
       stored = winner;
     }
   }
-  const completed = await queue.complete(job.id, stored);
+  const completed = await queue.complete(job.id, stored, job.retryCount);
   emit({
     kind: 'finished',
     ...ref,

@@ -4,7 +4,7 @@ import { z } from 'zod';
  * A Stepwise gym task: what the agent is asked, the workspace it starts from, how its work is
  * verified, and (for synthesized tasks) the reference actions that solve it. The JSONL form is one
  * `GymTask` per line; the ClawGym folder form (`data_entry.json`, `input_files/`, `reward/`) converts
- * to and from it without loss (src/gym/tasks/clawgym.ts).
+ * to and from it without loss (packages/gym/src/tasks/clawgym.ts).
  */
 
 export const DEFAULT_MOUNT_DIR = '/root/.openclaw/workspace';

@@ -12,7 +12,7 @@ import {
 import { readWorkspaceText, resolveInWorkspace } from './workspace-path.js';
 
 /*
- * The check DSL of native tasks (src/gym/tasks/schema.ts), evaluated against a finished workspace on
+ * The check DSL of native tasks (packages/gym/src/tasks/schema.ts), evaluated against a finished workspace on
  * the host; only `command` checks run in the sandbox. Each check scores 0..1 under its name; the code
  * score is their mean. A path that escapes the workspace scores 0.
  */

@@ -1,6 +1,6 @@
 /*
  * ActGuide-RL (arXiv 2605.12004): action data as adaptive guidance for groups the policy cannot solve.
- * Pure pieces, shared by the gym runner (src/gym/guide.ts) and serving: the hint and where it goes,
+ * Pure pieces, shared by the gym runner (packages/gym/src/guide.ts) and serving: the hint and where it goes,
  * the scheduler that picks how much of the plan to reveal, the two prompt views of a guided step, and
  * plans read back from stored trajectories. docs/actguide.md has the whole picture.
  */

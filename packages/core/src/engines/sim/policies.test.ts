@@ -494,7 +494,7 @@ describe('reference policy with rewritten histories (CLEANER online)', () => {
   };
 
   /**
-   * One episode of the built-in agent, with CLEANER's rollback (src/gym/agent/builtin.ts) or without:
+   * One episode of the built-in agent, with CLEANER's rollback (packages/gym/src/agent/builtin.ts) or without:
    * a failed call is shown to the policy with its error and regenerated, and the regenerated turn takes
    * its place in the history. Returns every generation and the final history's turns.
    */

@@ -1,7 +1,7 @@
 import type { ChatToolInput } from '../../text/index.js';
 
 /*
- * Reference actions are written for our built-in tools (src/gym/tools: read, write, edit, exec, ls).
+ * Reference actions are written for our built-in tools (packages/gym/src/tools: read, write, edit, exec, ls).
  * An agent harness may offer a tool of the same name with other parameters (OpenClaw's edit takes
  * `edits: [{oldText, newText}]`, Claude-style tools take `file_path`, ...), or only a shell (Codex
  * CLI's `exec_command` takes `cmd` and `workdir`). The sim then writes the call in the offered schema,

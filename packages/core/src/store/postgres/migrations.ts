@@ -2,7 +2,7 @@ import { type Kysely, type Migration, type MigrationProvider, sql } from 'kysely
 
 /**
  * Schema history of the PostgreSQL store; append new migrations, never edit a released one. The
- * tables mirror the SQLite store's (src/store/sqlite/migrations.ts) so rows map the same way: time
+ * tables mirror the SQLite store's (packages/core/src/store/sqlite/migrations.ts) so rows map the same way: time
  * columns are epoch milliseconds (bigint), flags are 0/1 integers, JSON is text, tokens are bytea.
  */
 const migrations: Record<string, Migration> = {
@@ -98,7 +98,7 @@ const migrations: Record<string, Migration> = {
       // A job's target, as the queue matches it: its trajectory, else its group.
       const target = `(coalesce('t:' || trajectory_id, 'g:' || group_id))`;
       const statements = [
-        // Reward jobs (src/store/postgres/jobs.ts), as SQLite's 0003_reward_jobs.
+        // Reward jobs (packages/core/src/store/postgres/jobs.ts), as SQLite's 0003_reward_jobs.
         `CREATE TABLE reward_jobs (
            id bigserial PRIMARY KEY, kind text NOT NULL, channel text NOT NULL, trajectory_id text,
            group_id text, function text NOT NULL, version text NOT NULL, state text NOT NULL,

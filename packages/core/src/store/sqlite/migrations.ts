@@ -99,7 +99,7 @@ const migrations: Record<string, Migration> = {
   '0003_reward_jobs': {
     async up(db: Kysely<unknown>) {
       const statements = [
-        // Reward jobs (src/rewards/job-queue.ts): one reward function (or a combination) for one
+        // Reward jobs (packages/core/src/rewards/job-queue.ts): one reward function (or a combination) for one
         // trajectory or group, retried with backoff; a failed job keeps its errors as the record.
         `CREATE TABLE reward_jobs (
            id INTEGER PRIMARY KEY, kind TEXT NOT NULL, channel TEXT NOT NULL, trajectory_id TEXT,
@@ -167,7 +167,7 @@ const migrations: Record<string, Migration> = {
   '0008_mismatch': {
     async up(db: Kysely<unknown>) {
       const statements = [
-        // Rollout-vs-trainer mismatch a trainer reported per leased step (src/pool/mismatch.ts); the
+        // Rollout-vs-trainer mismatch a trainer reported per leased step (packages/core/src/pool/mismatch.ts); the
         // engine and version are the stored step's. A step reported again for a lease replaces its row.
         `CREATE TABLE mismatch (
            lease_id TEXT NOT NULL, trajectory_id TEXT NOT NULL, step_index INTEGER NOT NULL,
