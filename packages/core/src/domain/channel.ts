@@ -1,6 +1,6 @@
 import { z } from 'zod';
 
-/** Serve-time curation of a channel's groups (src/curation/pipeline.ts); the default changes nothing. */
+/** Serve-time curation of a channel's groups (packages/core/src/curation/pipeline.ts); the default changes nothing. */
 /** Why serve-time curation leaves a trajectory out of its group (curation/pipeline.ts). */
 export type ExclusionReason = 'truncated' | 'repetition' | 'duplicate';
 
@@ -22,6 +22,41 @@ export const ChannelCuration = z.strictObject({
   min_trajectories: z.number().int().min(1).max(4096),
 });
 export type ChannelCuration = z.infer<typeof ChannelCuration>;
+
+const TokenLimit = z.number().int().min(1).max(100_000_000).nullable();
+
+/**
+ * An episode's limits (docs/datapool.md#episode-policy): checked by the gateway before each LLM call on
+ * what the episode has stored; a call past one is refused with an error naming it.
+ */
+export const EpisodeLimits = z.strictObject({
+  /** LLM calls (steps) per episode. */
+  max_turns: z.number().int().min(1).max(1_000_000).nullable(),
+  /** Tokens of one call's prompt (the episode's context so far). */
+  max_prompt_tokens: TokenLimit,
+  /** Response tokens summed over the episode; a call's max_tokens is clamped to what is left. */
+  max_response_tokens: TokenLimit,
+  /** The context a call may reach, prompt and response; max_tokens is clamped to stay within it. */
+  max_total_tokens: TokenLimit,
+});
+export type EpisodeLimits = z.infer<typeof EpisodeLimits>;
+export const NO_EPISODE_LIMITS: EpisodeLimits = {
+  max_turns: null,
+  max_prompt_tokens: null,
+  max_response_tokens: null,
+  max_total_tokens: null,
+};
+
+/**
+ * Sampling settings the gateway puts in place of the agent's on every call of the channel (a train or
+ * validation channel's fixed temperature); null leaves the agent's value.
+ */
+export const ForcedSampling = z.strictObject({
+  temperature: z.number().min(0).max(100).nullable(),
+  top_p: z.number().gt(0).max(1).nullable(),
+  max_tokens: z.number().int().min(1).max(100_000_000).nullable(),
+});
+export type ForcedSampling = z.infer<typeof ForcedSampling>;
 
 const fields = {
   n_rollouts: z.number().int().min(1).max(4096).nullable(),
@@ -67,6 +102,10 @@ const fields = {
    * the ones before its last switch out of the loss (slime's --mask-offpolicy-in-partial-rollout).
    */
   partial_rollouts: z.enum(['train', 'mask']),
+  /** Limits of each episode (a trajectory may tighten them at init, never loosen them). */
+  episode: EpisodeLimits,
+  /** Sampling settings that replace the agent's; the stored step records both. */
+  forced_sampling: ForcedSampling,
 };
 
 /** Per-channel pool policy; persisted so every process sharing the store applies the same rules. */
@@ -75,7 +114,12 @@ export type ChannelConfig = z.infer<typeof ChannelConfig>;
 
 /** A change to some settings; fields left out keep their value. */
 export const ChannelConfigPatch = z
-  .strictObject({ ...fields, curation: ChannelCuration.partial() })
+  .strictObject({
+    ...fields,
+    curation: ChannelCuration.partial(),
+    episode: EpisodeLimits.partial(),
+    forced_sampling: ForcedSampling.partial(),
+  })
   .partial();
 export type ChannelConfigPatch = z.infer<typeof ChannelConfigPatch>;
 
@@ -100,4 +144,6 @@ export const DEFAULT_CHANNEL_CONFIG: ChannelConfig = {
   trust_agent_reward: false,
   raw_tool_calls: false,
   partial_rollouts: 'train',
+  episode: NO_EPISODE_LIMITS,
+  forced_sampling: { temperature: null, top_p: null, max_tokens: null },
 };

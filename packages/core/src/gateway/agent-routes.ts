@@ -9,6 +9,7 @@ import {
   ConflictError,
   checkCompletionChannel,
   clientIdParam,
+  EpisodeLimits,
   NotFoundError,
   parseOrThrow,
   StepwiseError,
@@ -53,6 +54,10 @@ const InitTrajectoryBody = z
     guidance_mode: z.enum(INJECTION_MODES).optional(),
     // ActGuide-RL: the group waits in pending_guidance if none of its rollouts scores above this.
     hold_for_guidance: z.number().finite().optional(),
+    // This episode's limits; each only tightens its channel's (docs/datapool.md#episode-policy).
+    episode: EpisodeLimits.partial()
+      .transform((limits) => Object.fromEntries(Object.entries(limits).filter(([, v]) => v !== null)))
+      .optional(),
   })
   .superRefine((body, ctx) => {
     if (body.guided && body.probe)
@@ -298,6 +303,7 @@ async function initTrajectory(c: Context<Env>, gateway: Gateway, origin: string)
       ...(body.hold_for_guidance !== undefined ? { holdForGuidance: body.hold_for_guidance } : {}),
       newGroup,
       rawToolCalls: body.raw_tool_calls,
+      ...(body.episode ? { episodeLimits: body.episode } : {}),
     })
     .catch(async (error: unknown) => {
       if (!(newGroup && error instanceof ConflictError && error.field === 'group_id')) throw error;

@@ -6,6 +6,7 @@ import { type CallKind, type CallRequest, chatRequestOf, upstreamText } from './
 import type { CallOrigin } from './call-trace.js';
 import type { Attachments, RoutedCall, StepRecorder } from './capture.js';
 import type { ContinuityCounters } from './continuity.js';
+import type { EpisodeServices } from './episode.js';
 import type { Forwarding } from './forward.js';
 import type { PolicyGate } from './policy-gate.js';
 import type { Session } from './session.js';
@@ -112,6 +113,7 @@ export interface CallServices {
   tokenizing: CaptureTokenizer;
   forwarding: Forwarding;
   continuity: ContinuityCounters;
+  episodes: EpisodeServices;
 }
 
 /** The middleware, outermost first, around `core`, as one function. */

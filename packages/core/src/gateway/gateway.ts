@@ -27,6 +27,18 @@ import type { CallKind, CallRequest } from './call-request.js';
 import type { CallOrigin, CallTracer } from './call-trace.js';
 import { StepRecorder } from './capture.js';
 import { baseOfStep, ContinuityCounters } from './continuity.js';
+import {
+  checkEpisode,
+  countsTokens,
+  EPISODE_LIMIT_KEY,
+  EPISODE_LIMITS_KEY,
+  EpisodeLimitError,
+  type EpisodePolicy,
+  type EpisodeUsage,
+  episodePolicy,
+  NO_USAGE,
+  samplingRewrite,
+} from './episode.js';
 import type { Forwarding } from './forward.js';
 import { type GenerateInput, type GenerateOutput, generate } from './generate.js';
 import { OnlineSessions, type SessionStats } from './online-sessions.js';
@@ -160,6 +172,10 @@ export class Gateway {
       tokenizing: this.tokenizing,
       forwarding,
       continuity: this.continuity,
+      episodes: {
+        usage: (id) => this.episodeUsage(id),
+        ended: (id, error) => this.recordEpisodeEnd(id, error),
+      },
     };
     this.pipeline = composeCall(
       options.middleware?.(services) ?? [],
@@ -212,6 +228,14 @@ export class Gateway {
 
   async initTrajectory(input: InitTrajectoryInput): Promise<Trajectory> {
     let metadata = input.metadata ?? {};
+    // The gateway writes why an episode ended; nobody may claim it beforehand.
+    if (metadata[EPISODE_LIMIT_KEY] !== undefined)
+      throw new ValidationError(
+        `metadata.${EPISODE_LIMIT_KEY}: set by the gateway when an episode passes a limit`,
+        `metadata.${EPISODE_LIMIT_KEY}`,
+      );
+    if (input.episodeLimits && Object.keys(input.episodeLimits).length > 0)
+      metadata = { ...metadata, [EPISODE_LIMITS_KEY]: input.episodeLimits };
     if (input.rawToolCalls) metadata = { ...metadata, [RAW_TOOL_CALLS]: true };
     if (input.guidanceHint != null) {
       const given = metadata.guidance;
@@ -233,14 +257,49 @@ export class Gateway {
       holdForGuidance: input.holdForGuidance ?? null,
       newGroup: input.newGroup ?? false,
     });
-    this.sessions.set(trajectory.id, newSession(trajectory, 0, null, await this.rawToolCalls(trajectory)));
+    const { rawToolCalls, episode } = await this.sessionSettings(trajectory);
+    const session = newSession(trajectory, 0, null, rawToolCalls, episode);
+    if (episode) session.usage = { ...NO_USAGE };
+    this.sessions.set(trajectory.id, session);
     return trajectory;
   }
 
-  /** Whether the trajectory (metadata, set at init) or its channel (the operator) asks for raw tool-call text. */
-  private async rawToolCalls(t: Pick<Trajectory, 'channel' | 'metadata'>): Promise<boolean> {
-    if (t.metadata[RAW_TOOL_CALLS] === true) return true;
-    return (await this.pool.channelConfig(t.channel)).raw_tool_calls;
+  /**
+   * What a session keeps of its trajectory's and channel's settings: raw tool-call text (the
+   * trajectory's metadata, set at init, or the channel's) and the episode policy (episode.ts).
+   */
+  private async sessionSettings(
+    t: Pick<Trajectory, 'channel' | 'metadata'>,
+  ): Promise<{ rawToolCalls: boolean; episode: EpisodePolicy | null }> {
+    const config = await this.pool.channelConfig(t.channel);
+    return {
+      rawToolCalls: t.metadata[RAW_TOOL_CALLS] === true || config.raw_tool_calls,
+      episode: episodePolicy(config, t.metadata),
+    };
+  }
+
+  /** Records the limit that ended an episode in its trajectory's metadata (once), for a reward to read. */
+  private async recordEpisodeEnd(id: string, error: EpisodeLimitError): Promise<void> {
+    const trajectory = await this.pool.getTrajectory(id);
+    if (!trajectory || trajectory.status !== 'open' || trajectory.metadata[EPISODE_LIMIT_KEY] !== undefined)
+      return;
+    await this.pool.mergeTrajectoryMetadata(id, {
+      [EPISODE_LIMIT_KEY]: { limit: error.limit, value: error.value, used: error.used },
+    });
+  }
+
+  /** What an episode has used, read from its stored steps (a session rebuilt from the store). */
+  async episodeUsage(trajectoryId: string): Promise<EpisodeUsage> {
+    const usage = { ...NO_USAGE };
+    for (let offset = 0; ; offset += 500) {
+      const page = await this.pool.listSteps({ trajectoryId, limit: 500, offset });
+      for (const step of page.items) {
+        usage.turns += 1;
+        usage.responseTokens += step.responseIds.length;
+        usage.context = step.promptIds.length + step.responseIds.length;
+      }
+      if (page.items.length < 500) return usage;
+    }
   }
 
   /** The open session of a trajectory; `groupId` (from a base_url) must be the trajectory's. */
@@ -314,7 +373,11 @@ export class Gateway {
     const moved = await this.pool.moveTrajectory(id, target);
     session.groupId = moved.groupId;
     session.channel = moved.channel;
-    session.rawToolCalls = await this.rawToolCalls(moved);
+    // A trajectory moved before its first step takes its new channel's settings.
+    const settings = await this.sessionSettings(moved);
+    session.rawToolCalls = settings.rawToolCalls;
+    session.episode = settings.episode;
+    if (settings.episode) session.usage ??= { ...NO_USAGE };
     return session;
   }
 
@@ -333,7 +396,8 @@ export class Gateway {
         last = { index: step.index, calls: callsOf(step.toolCalls), answered: step.toolResults !== null };
       if (step && this.tokenContinuity) base = baseOfStep(step, this.modelOfEngine(step.engineId));
     }
-    const session = newSession(trajectory, trajectory.nSteps, last, await this.rawToolCalls(trajectory));
+    const { rawToolCalls, episode } = await this.sessionSettings(trajectory);
+    const session = newSession(trajectory, trajectory.nSteps, last, rawToolCalls, episode);
     session.continuity = base;
     this.sessions.set(id, session);
     return session;
@@ -472,8 +536,40 @@ export class Gateway {
     );
   }
 
+  /**
+   * A `/generate` of an episode under its policy: its steps are the agent's to submit, so its usage is
+   * what it submitted, and the prompt's exact length is its context. Forced sampling replaces the
+   * agent's and max_tokens is clamped, as on the other routes.
+   */
+  private async generateUnderPolicy(id: string, input: GenerateInput): Promise<GenerateInput> {
+    const trajectory = await this.pool.getTrajectory(id);
+    if (!trajectory) return input;
+    const policy = episodePolicy(await this.pool.channelConfig(trajectory.channel), trajectory.metadata);
+    if (!policy) return input;
+    const usage = countsTokens(policy.limits) ? await this.episodeUsage(id) : { ...NO_USAGE };
+    usage.turns = trajectory.nSteps;
+    usage.context = Math.max(usage.context, input.promptIds.length);
+    let left: number | null;
+    try {
+      left = checkEpisode(policy.limits, usage);
+    } catch (error) {
+      if (error instanceof EpisodeLimitError) await this.recordEpisodeEnd(id, error);
+      throw error;
+    }
+    const { sampling } = input;
+    const rewrite = samplingRewrite(
+      policy.sampling,
+      { ...sampling, max_tokens: sampling.max_tokens ?? sampling.max_new_tokens },
+      left,
+    );
+    const forced: GenerateInput['sampling'] = { ...sampling, ...rewrite.set };
+    if ('max_tokens' in rewrite.set) delete forced.max_new_tokens;
+    return { ...input, sampling: forced };
+  }
+
   /** White-box generation (`/generate`): see generate.ts. */
   async generate(input: GenerateInput, signal: AbortSignal): Promise<GenerateOutput> {
+    if (input.trajectoryId !== null) input = await this.generateUnderPolicy(input.trajectoryId, input);
     return generate(
       { router: this.requireRouter(), pool: this.pool, generateMaxTokens: this.generateMaxTokens },
       input,

@@ -2,6 +2,7 @@ import type { InjectionMode } from '../curation/actguide/hint.js';
 import type { Trajectory } from '../domain/index.js';
 import type { ModelRef } from '../text/model-ref.js';
 import { isObject } from './call-request.js';
+import type { EpisodePolicy, EpisodeUsage } from './episode.js';
 import type { AnsweredCall } from './tool-results.js';
 
 /*
@@ -32,6 +33,10 @@ export interface InitTrajectoryInput {
   newGroup?: boolean;
   /** Chat answers keep the raw `<tool_call>` text in `content` (Claw-R1's agents parse it there). */
   rawToolCalls?: boolean;
+  /** Limits of this episode, tighter than its channel's (looser ones are the channel's). */
+  episodeLimits?: Partial<
+    Record<'max_turns' | 'max_prompt_tokens' | 'max_response_tokens' | 'max_total_tokens', number>
+  >;
 }
 
 /** Where a trajectory asks for raw tool-call text (metadata `raw_tool_calls`, set at init). */
@@ -90,6 +95,10 @@ export interface Session {
   generatedCalls: Map<string, string>;
   /** Token continuity: what the last step leaves to continue, or why it leaves nothing (null: no step yet). */
   continuity: ContinuityBase | FallbackReason | null;
+  /** The episode policy in force when the session opened (episode.ts); null: none. */
+  episode: EpisodePolicy | null;
+  /** What the episode has used, kept up as its steps are stored; null until read from the store. */
+  usage: EpisodeUsage | null;
 }
 
 /** The hint a guided trajectory's steps are stored without (metadata `guidance.hint`). */
@@ -123,6 +132,7 @@ export function newSession(
   next: number,
   last: LastStep | null,
   rawToolCalls: boolean,
+  episode: EpisodePolicy | null = null,
 ): Session {
   return {
     id: t.id,
@@ -140,6 +150,8 @@ export function newSession(
     prefixHint: prefixHintOf(t),
     generatedCalls: new Map(),
     continuity: null,
+    episode,
+    usage: null,
   };
 }
 

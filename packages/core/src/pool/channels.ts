@@ -18,6 +18,8 @@ export function* configureChannel(
     ...current,
     ...patch,
     curation: { ...current.curation, ...patch.curation },
+    episode: { ...current.episode, ...patch.episode },
+    forced_sampling: { ...current.forced_sampling, ...patch.forced_sampling },
   };
   yield* tx.saveChannelConfig(channel, config, now);
   tx.emit('channel_configured', channel, { config }, now);

@@ -134,6 +134,13 @@ export interface InitTrajectoryOptions {
   holdForGuidance?: number;
   /** The agent reads tool calls from the raw `<tool_call>` text in content. */
   rawToolCalls?: boolean;
+  /** This episode's limits, each only tighter than its channel's (docs/datapool.md#episode-policy). */
+  episode?: {
+    max_turns?: number;
+    max_prompt_tokens?: number;
+    max_response_tokens?: number;
+    max_total_tokens?: number;
+  };
   /**
    * While the channel's staleness budget is spent (a 429 `staleness_budget`: admission control),
    * wait and ask again (default), or throw at once (`false`).
@@ -261,6 +268,7 @@ export class StepwiseClient {
       guidance_mode: options.guidanceMode,
       hold_for_guidance: options.holdForGuidance,
       raw_tool_calls: options.rawToolCalls,
+      episode: options.episode,
     });
     return data!;
   }

@@ -1,6 +1,7 @@
 import type { CallMiddleware, CallServices } from '../gateway/call-context.js';
 import { actGuidePrefix } from '../gateway/middleware/actguide-prefix.js';
 import { echoedCalls } from '../gateway/middleware/echoed-calls.js';
+import { episodePolicy } from '../gateway/middleware/episode-policy.js';
 import { policyGate } from '../gateway/middleware/policy-gate.js';
 import { rawToolCalls } from '../gateway/middleware/raw-tool-calls.js';
 import { templateRoles } from '../gateway/middleware/template-roles.js';
@@ -8,8 +9,8 @@ import { tokenContinuity } from '../gateway/middleware/token-continuity.js';
 import { toolResults } from '../gateway/middleware/tool-results.js';
 
 /*
- * The gateway's call pipeline, outermost first (docs/gateway.md#call-pipeline): the request is
- * rewritten into what the engine sees, then the call takes its tool results and its place in the
+ * The gateway's call pipeline, outermost first (docs/gateway.md#call-pipeline): the episode's limits
+ * and forced sampling are applied, the request is rewritten into what the engine sees, then the call takes its tool results and its place in the
  * policy gate, around the core (route, forward, capture, commit before the answer).
  */
 
@@ -20,6 +21,7 @@ export interface CallPipelineOptions {
 
 export function callMiddleware(options: CallPipelineOptions): (services: CallServices) => CallMiddleware[] {
   return (services) => [
+    episodePolicy(services.episodes),
     templateRoles,
     actGuidePrefix,
     echoedCalls,
