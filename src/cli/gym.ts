@@ -144,6 +144,17 @@ export function addRunOptions(command: Command): Command {
     )
     .option('--channel <name>', 'pool channel of the trajectories')
     .option(
+      '--groups <n>',
+      "take the work from the pool's prompt scheduler (the channel's): run this many groups of --samples rollouts, each prompt the pool hands out next (docs/gym.md#scheduled-runs)",
+      positiveInt('--groups'),
+    )
+    .addOption(
+      new Option(
+        '--schedule-policy <policy>',
+        "with --groups: set the channel's schedule policy first",
+      ).choices(['in_order', 'uniform', 'difficulty']),
+    )
+    .option(
       '--error-rate <p>',
       'sim reference policy: chance of a wrong tool call before the right one',
       probability('--error-rate'),

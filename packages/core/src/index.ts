@@ -59,6 +59,7 @@ export {
   type InitTrajectoryOptions,
   type InitTrajectoryResult,
   type LeaseOptions,
+  type ScheduledPrompt,
   StepwiseClient,
   type StepwiseClientOptions,
   StepwiseHttpError,

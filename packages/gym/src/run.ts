@@ -24,6 +24,8 @@ import {
 } from './runner.js';
 import { checkSandbox } from './sandbox/index.js';
 import { findRootfs } from './sandbox/rootfs.js';
+import { scheduledRunner } from './scheduled.js';
+import { serverClient } from './server-client.js';
 import { loadTasks } from './tasks/index.js';
 import type { GymTask } from './tasks/schema.js';
 
@@ -176,6 +178,10 @@ export interface RunCommandOptions {
   queueSchema?: string;
   leaseSeconds?: number;
   jobRetries?: number;
+  /** Take prompts from the pool's scheduler (scheduled.ts) for this many groups instead of walking the tasks. */
+  groups?: number;
+  /** With `groups`: the channel's schedule policy, set before the run. */
+  schedulePolicy?: 'in_order' | 'uniform' | 'difficulty';
 }
 
 export type GymRunner = (options: GymRunOptions) => Promise<{ results: SampleResult[]; summary: GymSummary }>;
@@ -293,6 +299,7 @@ export async function runGymPlan(
           ),
       });
     }
+    if (opts.groups !== undefined) base = await scheduled(opts, gatewayUrl, print);
     const runner: GymRunner = run ? (options) => run(options, base) : base;
     const { results, summary } = await runner({
       tasks,
@@ -325,6 +332,37 @@ export async function runGymPlan(
     progress.stop();
     await queue?.close();
   }
+}
+
+/**
+ * The scheduled runner: the channel's schedule hands out prompts of --samples rollouts each (and
+ * takes --schedule-policy when given).
+ */
+async function scheduled(
+  opts: RunCommandOptions,
+  gatewayUrl: string,
+  print: (line: string) => void,
+): Promise<GymRunner> {
+  if (!opts.channel)
+    throw new ValidationError('--groups needs --channel: the channel whose prompts are scheduled', 'channel');
+  if (opts.distributed)
+    throw new ValidationError(
+      '--groups and --distributed: pick one (rollout workers walk the queue)',
+      'groups',
+    );
+  await serverClient(gatewayUrl, opts.apiKey).configureChannel(opts.channel, {
+    schedule: {
+      n_rollouts: opts.samples,
+      ...(opts.schedulePolicy ? { policy: opts.schedulePolicy } : {}),
+    },
+  });
+  return scheduledRunner({
+    groups: opts.groups!,
+    onIdle: (groups) =>
+      print(
+        `gym: stopped after ${groups} of ${opts.groups} groups: the channel's schedule has no prompt left to hand out (every one retired or in flight elsewhere)`,
+      ),
+  });
 }
 
 export function formatSummary(summary: GymSummary): string {

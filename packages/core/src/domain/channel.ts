@@ -58,6 +58,46 @@ export const ForcedSampling = z.strictObject({
 });
 export type ForcedSampling = z.infer<typeof ForcedSampling>;
 
+/**
+ * How the pool answers a producer's "what next?" (pool/schedule.ts, docs/datapool.md#prompt-scheduler):
+ * `in_order` walks the channel's prompts in registration order, a round at a time; `uniform` draws
+ * among those not in flight; `difficulty` sorts prompts into pools by their latest group's pass rate
+ * (prime-rl's difficulty pools): too easy and too hard ones are retired until a re-test is due.
+ */
+export const ScheduleConfig = z.strictObject({
+  policy: z.enum(['in_order', 'uniform', 'difficulty']),
+  /** Rollouts per prompt handed out (null: the channel's n_rollouts, else 1). */
+  n_rollouts: z.number().int().min(1).max(4096).nullable(),
+  /** A prompt handed out is in flight until its group settles, or this long (a producer died). */
+  claim_timeout_ms: z.number().int().min(1).max(7 * 24 * 3_600_000),
+  /** A rollout passes with a reward at or above this. */
+  pass_threshold: z.number().finite(),
+  /** `difficulty`: a pass rate at or above this is too easy (retired). */
+  easy_at_least: z.number().min(0).max(1),
+  /** `difficulty`: a pass rate at or below this is too hard (retired). */
+  hard_at_most: z.number().min(0).max(1),
+  /** `difficulty`: a retired prompt is tried again this many policy versions after its last group. */
+  retest_every: z.number().int().min(1).max(1_000_000),
+  /** `difficulty`: how often each pool is drawn from, relative to the others (0: never). */
+  weights: z.strictObject({
+    unseen: z.number().min(0).max(1000),
+    learnable: z.number().min(0).max(1000),
+    retest: z.number().min(0).max(1000),
+  }),
+});
+export type ScheduleConfig = z.infer<typeof ScheduleConfig>;
+
+export const DEFAULT_SCHEDULE: ScheduleConfig = {
+  policy: 'in_order',
+  n_rollouts: null,
+  claim_timeout_ms: 30 * 60 * 1000,
+  pass_threshold: 1,
+  easy_at_least: 1,
+  hard_at_most: 0,
+  retest_every: 4,
+  weights: { unseen: 1, learnable: 1, retest: 1 },
+};
+
 const fields = {
   n_rollouts: z.number().int().min(1).max(4096).nullable(),
   max_queue_size: z.number().int().min(1).nullable(),
@@ -106,6 +146,8 @@ const fields = {
   episode: EpisodeLimits,
   /** Sampling settings that replace the agent's; the stored step records both. */
   forced_sampling: ForcedSampling,
+  /** What the prompt scheduler hands producers next. */
+  schedule: ScheduleConfig,
 };
 
 /** Per-channel pool policy; persisted so every process sharing the store applies the same rules. */
@@ -119,6 +161,7 @@ export const ChannelConfigPatch = z
     curation: ChannelCuration.partial(),
     episode: EpisodeLimits.partial(),
     forced_sampling: ForcedSampling.partial(),
+    schedule: ScheduleConfig.partial(),
   })
   .partial();
 export type ChannelConfigPatch = z.infer<typeof ChannelConfigPatch>;
@@ -146,4 +189,5 @@ export const DEFAULT_CHANNEL_CONFIG: ChannelConfig = {
   partial_rollouts: 'train',
   episode: NO_EPISODE_LIMITS,
   forced_sampling: { temperature: null, top_p: null, max_tokens: null },
+  schedule: DEFAULT_SCHEDULE,
 };

@@ -20,6 +20,7 @@ export const EventType = z.enum([
   'signal_added',
   'call_failed',
   'access_refused',
+  'prompts_registered',
 ]);
 export type EventType = z.infer<typeof EventType>;
 

@@ -20,6 +20,7 @@ export function* configureChannel(
     curation: { ...current.curation, ...patch.curation },
     episode: { ...current.episode, ...patch.episode },
     forced_sampling: { ...current.forced_sampling, ...patch.forced_sampling },
+    schedule: { ...current.schedule, ...patch.schedule },
   };
   yield* tx.saveChannelConfig(channel, config, now);
   tx.emit('channel_configured', channel, { config }, now);

@@ -30,6 +30,7 @@ import { isRefusal, submitAll, submitEach } from './ingest.js';
 import { leaseGroups, previewLease, serveLease } from './lease.js';
 import { endLease } from './leases.js';
 import { recordMismatch } from './mismatch.js';
+import { listPrompts, nextPrompts, registerPrompts } from './schedule.js';
 import { sweep } from './sweep.js';
 import {
   completeTrajectory,
@@ -39,7 +40,15 @@ import {
   recordCallFailure,
   recordRefusal,
 } from './trajectories.js';
-import type { GroupSweepResult, GuidanceRelease, LeasedBatch, LeaseParams, PreviewGroup } from './types.js';
+import type {
+  GroupSweepResult,
+  GuidanceRelease,
+  LeasedBatch,
+  LeaseParams,
+  NextPrompt,
+  PreviewGroup,
+  PromptView,
+} from './types.js';
 
 /**
  * The pool's operations: its rules, each run in one transaction of the store, and the store's reads.
@@ -93,6 +102,16 @@ export interface PoolOps extends Omit<Store, 'write' | 'read' | 'views'>, ReadMo
   ): Promise<{ leaseId: string; steps: number }>;
   /** Expires overdue leases, applies incomplete-group timeouts and closes idle open trajectories. */
   sweep(now: number): Promise<GroupSweepResult>;
+  /** Registers a channel's prompts for the scheduler (pool/schedule.ts); known ones are kept. */
+  registerPrompts(
+    channel: string,
+    prompts: { taskId: string; taskSet: string }[],
+    now: number,
+  ): Promise<{ added: number; total: number }>;
+  /** Hands out up to `count` prompts not in flight, under the channel's schedule policy. */
+  nextPrompts(channel: string, count: number, now: number): Promise<NextPrompt[]>;
+  /** The channel's prompts with their history and difficulty pool. */
+  listPrompts(channel: string, now: number): Promise<PromptView[]>;
   /** Leases up to batchSize ready groups FIFO; null (and nothing leased) when fewer are ready. */
   leaseBatch(params: LeaseParams, now: number): Promise<LeasedBatch | null>;
   /**
@@ -227,6 +246,23 @@ export class PoolCore implements PoolOps {
 
   sweep(now: number): Promise<GroupSweepResult> {
     return this.store.write((tx) => sweep(tx, now));
+  }
+
+  registerPrompts(
+    channel: string,
+    prompts: { taskId: string; taskSet: string }[],
+    now: number,
+  ): Promise<{ added: number; total: number }> {
+    return this.store.write((tx) => registerPrompts(tx, channel, prompts, now));
+  }
+
+  nextPrompts(channel: string, count: number, now: number): Promise<NextPrompt[]> {
+    // A claim is soft state (lost, the prompt's timeout frees it): its commit waits for no flush.
+    return this.store.write((tx) => nextPrompts(tx, channel, count, now), { durable: false });
+  }
+
+  listPrompts(channel: string, now: number): Promise<PromptView[]> {
+    return this.store.read((tx) => listPrompts(tx, channel, now));
   }
 
   recordMismatch(

@@ -36,7 +36,7 @@ import type {
   TrajectoryRead,
 } from '../store/store.js';
 import { type PackedStep, type PoolOps, poolOps } from './core.js';
-import type { GuidanceRelease, LeasedBatch } from './types.js';
+import type { GuidanceRelease, LeasedBatch, NextPrompt, PromptView } from './types.js';
 import { WriteCoalescer } from './write-coalescer.js';
 
 export interface DataPoolOptions {
@@ -293,6 +293,25 @@ export class DataPool {
     const config = await this.store.setChannelConfig(channel, patch, this.clock());
     this.wake();
     return config;
+  }
+
+  /** Registers a channel's prompts for the scheduler; known ones keep their place and history. */
+  registerPrompts(
+    channel: string,
+    prompts: { taskId: string; taskSet: string }[],
+  ): Promise<{ added: number; total: number }> {
+    this.assertOpen();
+    return this.store.registerPrompts(channel, prompts, this.clock());
+  }
+
+  /** What a producer rolls out next: up to `count` prompts, each with its number of rollouts. */
+  nextPrompts(channel: string, count: number): Promise<NextPrompt[]> {
+    this.assertOpen();
+    return this.store.nextPrompts(channel, count, this.clock());
+  }
+
+  listPrompts(channel: string): Promise<PromptView[]> {
+    return this.store.listPrompts(channel, this.clock());
   }
 
   async channelConfig(channel: string): Promise<ChannelConfig> {

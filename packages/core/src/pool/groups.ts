@@ -1,6 +1,7 @@
 import { type ChannelConfig, ConflictError, type DropReason, NotFoundError } from '../domain/index.js';
 import type { GroupRow } from '../store/rows.js';
 import type { PoolTx, Rule } from '../store/tx.js';
+import { settlePromptOf } from './schedule.js';
 import type { GuidanceRelease } from './types.js';
 
 // A group's life: collecting -> ready (or pending_guidance) -> leased -> consumed, or dropped.
@@ -24,6 +25,7 @@ export function* markReady(
   now: number,
 ): Rule<void> {
   if (yield* heldHard(tx, row)) return yield* markPending(tx, row, partial, now);
+  if (row.state === 'collecting') yield* settlePromptOf(tx, row);
   yield* tx.updateGroup(row, {
     state: 'ready',
     ready_at: now,
@@ -44,6 +46,7 @@ function* heldHard(tx: PoolTx, row: GroupRow): Rule<boolean> {
 
 /** A held group waits for its guided replacement instead of becoming ready (never leased there). */
 function* markPending(tx: PoolTx, row: GroupRow, partial: boolean, now: number): Rule<void> {
+  if (row.state === 'collecting') yield* settlePromptOf(tx, row);
   yield* tx.updateGroup(row, {
     state: 'pending_guidance',
     pending_since: now,
@@ -62,6 +65,7 @@ function* enforceQueueLimit(tx: PoolTx, channel: string, limit: number, now: num
 }
 
 export function* dropGroup(tx: PoolTx, row: GroupRow, reason: DropReason, now: number): Rule<void> {
+  if (row.state === 'collecting') yield* settlePromptOf(tx, row);
   yield* tx.updateGroup(row, { state: 'dropped', drop_reason: reason, lease_id: null });
   tx.log.count(row.channel, `dropped_${reason}`);
   tx.emit('group_dropped', row.channel, { group_id: row.id, reason }, now);

@@ -80,3 +80,31 @@ export interface GroupSweepResult {
 
 /** Why a group left `pending_guidance`. */
 export type GuidanceRelease = 'replaced' | 'abandoned' | 'operator' | 'timeout';
+
+/** Where a prompt stands for the `difficulty` schedule (pool/schedule.ts#poolOf). */
+export type PromptPool = 'unseen' | 'learnable' | 'easy' | 'hard' | 'retest';
+
+/** A prompt handed to a producer: roll it out `nRollouts` times, as one group. */
+export interface NextPrompt {
+  taskId: string;
+  taskSet: string;
+  nRollouts: number;
+  pool: PromptPool;
+}
+
+/** A prompt of a channel with its history (GET /v1/channels/{name}/prompts). */
+export interface PromptView {
+  taskId: string;
+  taskSet: string;
+  position: number;
+  pool: PromptPool;
+  inFlight: boolean;
+  handed: number;
+  groups: number;
+  attempts: number;
+  passes: number;
+  lastPassRate: number | null;
+  lastMean: number | null;
+  lastStd: number | null;
+  lastVersion: number | null;
+}

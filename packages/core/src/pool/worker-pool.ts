@@ -129,6 +129,9 @@ export class WorkerPool implements PoolOps {
   nackLease: PoolOps['nackLease'] = (...a) => this.call('nackLease', a);
   getLease: PoolOps['getLease'] = (...a) => this.call('getLease', a);
   sweep: PoolOps['sweep'] = (...a) => this.call('sweep', a);
+  registerPrompts: PoolOps['registerPrompts'] = (...a) => this.call('registerPrompts', a);
+  nextPrompts: PoolOps['nextPrompts'] = (...a) => this.call('nextPrompts', a);
+  listPrompts: PoolOps['listPrompts'] = (...a) => this.call('listPrompts', a);
   recordMismatch: PoolOps['recordMismatch'] = (...a) => this.call('recordMismatch', a);
   mismatch: PoolOps['mismatch'] = (...a) => this.call('mismatch', a);
   addLabels: PoolOps['addLabels'] = (...a) => this.call('addLabels', a);

@@ -118,6 +118,22 @@ export interface ListOptions {
   offset?: number;
 }
 
+/** A prompt the scheduler handed out: roll it out `nRollouts` times, as one group. */
+export interface ScheduledPrompt {
+  taskId: string;
+  taskSet: string;
+  nRollouts: number;
+  /** Its difficulty pool when handed out (`unseen`, `learnable`, `retest`, `easy`, `hard`). */
+  pool: string;
+}
+
+interface ScheduledPromptWire {
+  task_id: string;
+  task_set: string;
+  n_rollouts: number;
+  pool: string;
+}
+
 export interface InitTrajectoryOptions {
   /** Joins (or opens) this prompt group; the server names a new one when omitted. */
   groupId?: string;
@@ -471,6 +487,45 @@ export class StepwiseClient {
         reason,
       })
     ).data!.group;
+  }
+
+  /**
+   * Registers a channel's prompts for the scheduler (docs/datapool.md#prompt-scheduler), in order;
+   * prompts already registered keep their place and history.
+   */
+  async registerPrompts(
+    channel: string,
+    prompts: { taskId: string; taskSet?: string }[],
+  ): Promise<{ added: number; total: number }> {
+    let added = 0;
+    let total = 0;
+    // The server takes 10,000 a request.
+    for (let i = 0; i < prompts.length || i === 0; i += 10_000) {
+      const chunk = prompts.slice(i, i + 10_000).map((p) => ({ task_id: p.taskId, task_set: p.taskSet }));
+      const { data } = await this.request<{ added: number; total: number }>(
+        'PUT',
+        `/v1/channels/${encodeURIComponent(channel)}/prompts`,
+        { prompts: chunk },
+      );
+      added += data!.added;
+      total = data!.total;
+    }
+    return { added, total };
+  }
+
+  /** What to roll out next: up to `count` prompts not in flight, each with its number of rollouts. */
+  async nextPrompts(channel: string, count = 1): Promise<ScheduledPrompt[]> {
+    const { data } = await this.request<{ prompts: ScheduledPromptWire[] }>(
+      'POST',
+      `/v1/channels/${encodeURIComponent(channel)}/prompts/next`,
+      { count },
+    );
+    return data!.prompts.map((p) => ({
+      taskId: p.task_id,
+      taskSet: p.task_set,
+      nRollouts: p.n_rollouts,
+      pool: p.pool,
+    }));
   }
 
   async configureChannel(channel: string, patch: ChannelConfigPatch): Promise<ChannelConfig> {

@@ -13,6 +13,7 @@ import { mountGroupRoutes } from '../http/groups.js';
 import { mountLabelRoutes } from '../http/labels.js';
 import { mountMismatchRoutes } from '../http/mismatch.js';
 import { mountPolicyVersionRoutes } from '../http/policy-version.js';
+import { mountPromptRoutes } from '../http/prompts.js';
 import { mountSignalRoutes } from '../http/signals.js';
 import { mountStatsRoutes } from '../http/stats.js';
 import { mountStepList, mountStepSubmission } from '../http/steps.js';
@@ -75,6 +76,7 @@ export function createApp(options: AppOptions): Hono<ApiEnv> {
   mountGroupRoutes(app, pool);
   mountLabelRoutes(app, pool);
   mountChannelRoutes(app, pool);
+  mountPromptRoutes(app, pool);
 
   mountDashboard(app, { pool, apiKeys: options.apiKeys ?? [], models: gateway?.servedModels() ?? [] });
   if (gateway) mountGatewayRoutes(app, gateway, gatewayRoutes);

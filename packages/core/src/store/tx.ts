@@ -1,5 +1,6 @@
 import type { ChannelConfig, EventType, LabelInput, NewStep, Signal, Step } from '../domain/index.js';
 import type { MismatchRow, StepOrigin, StepRef } from './mismatch.js';
+import type { PromptTx } from './prompts.js';
 import type {
   GroupRow,
   LabelCurrentRow,
@@ -95,6 +96,8 @@ export type GroupPatch = Partial<
 export interface PoolTx {
   /** Counters and step tails gathered by this transaction, written before it commits. */
   readonly log: TxLog;
+  /** The prompt scheduler's rows (store/prompts.ts). */
+  readonly prompts: PromptTx;
   emit(type: EventType, channel: string | null, data: Record<string, unknown>, now: number): void;
 
   /** A channel's settings (its row, else the defaults); read once per transaction. */

@@ -194,6 +194,24 @@ const migrations: Record<string, Migration> = {
         .execute(db);
     },
   },
+  '0010_prompts': {
+    async up(db: Kysely<unknown>) {
+      // As SQLite's 0010_prompts: the prompt scheduler's prompts and their history.
+      await sql
+        .raw(
+          `CREATE TABLE prompts (
+             channel text NOT NULL, task_id text NOT NULL, task_set text NOT NULL, position integer NOT NULL,
+             handed integer NOT NULL DEFAULT 0, claimed_until bigint, last_handed_at bigint,
+             groups integer NOT NULL DEFAULT 0, attempts integer NOT NULL DEFAULT 0,
+             passes integer NOT NULL DEFAULT 0, last_n integer, last_pass_rate double precision,
+             last_mean double precision, last_std double precision, last_version integer,
+             added_at bigint NOT NULL, PRIMARY KEY (channel, task_id)
+           )`,
+        )
+        .execute(db);
+      await sql.raw('CREATE INDEX prompts_position ON prompts (channel, position)').execute(db);
+    },
+  },
 };
 
 export const postgresMigrations: MigrationProvider = {

@@ -1,6 +1,7 @@
 import type pg from 'pg';
 import type { ChannelConfig, EventType, LabelInput, NewStep, Signal, Step } from '../../domain/index.js';
 import type { MismatchRow, StepOrigin, StepRef } from '../mismatch.js';
+import type { PromptTx } from '../prompts.js';
 import {
   type GroupRow,
   type LabelCurrentRow,
@@ -23,6 +24,7 @@ import {
 } from './labels.js';
 import { endLeaseRow, insertLease, lease, overdueLeases, releaseLeasedGroups } from './leases.js';
 import { saveMismatch, stepOrigins } from './mismatch.js';
+import { postgresPromptTx } from './prompts.js';
 import { prepared } from './queries.js';
 
 export interface PgTxContext {
@@ -53,6 +55,7 @@ export class PgTx implements PoolTx {
 
   /** A read-only snapshot takes no row locks. */
   readonly readOnly: boolean;
+  readonly prompts: PromptTx;
 
   constructor(
     readonly client: pg.PoolClient,
@@ -67,6 +70,7 @@ export class PgTx implements PoolTx {
     this.ensured = shared?.ensured ?? new Set();
     this.pendingSteps = shared?.pendingSteps ?? [];
     this.pendingDocs = shared?.pendingDocs ?? new Map();
+    this.prompts = postgresPromptTx(this);
   }
 
   /** The same transaction, counting into `log` (a submission's own, kept only if it commits). */

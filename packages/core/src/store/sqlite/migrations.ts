@@ -200,6 +200,25 @@ const migrations: Record<string, Migration> = {
         .execute(db);
     },
   },
+  '0010_prompts': {
+    async up(db: Kysely<unknown>) {
+      // The prompt scheduler (packages/core/src/pool/schedule.ts): a channel's prompts in
+      // registration order, whether one is in flight, and the history of its groups.
+      await sql
+        .raw(
+          `CREATE TABLE prompts (
+             channel TEXT NOT NULL, task_id TEXT NOT NULL, task_set TEXT NOT NULL, position INTEGER NOT NULL,
+             handed INTEGER NOT NULL DEFAULT 0, claimed_until INTEGER, last_handed_at INTEGER,
+             groups INTEGER NOT NULL DEFAULT 0, attempts INTEGER NOT NULL DEFAULT 0,
+             passes INTEGER NOT NULL DEFAULT 0, last_n INTEGER, last_pass_rate REAL, last_mean REAL,
+             last_std REAL, last_version INTEGER, added_at INTEGER NOT NULL,
+             PRIMARY KEY (channel, task_id)
+           ) WITHOUT ROWID`,
+        )
+        .execute(db);
+      await sql.raw('CREATE INDEX prompts_position ON prompts (channel, position)').execute(db);
+    },
+  },
 };
 
 export const sqliteMigrations: MigrationProvider = {

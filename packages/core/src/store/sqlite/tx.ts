@@ -8,6 +8,7 @@ import {
   type StepOrigin,
   type StepRef,
 } from '../mismatch.js';
+import type { PromptTx } from '../prompts.js';
 import {
   currentSignalsByTrajectory,
   type GroupRow,
@@ -39,6 +40,7 @@ import {
   type TrajectoryPatch,
 } from '../tx.js';
 import type { CurrentLabel, ToolResultAttachment } from '../types.js';
+import { sqlitePromptTx } from './prompts.js';
 import type { Statement } from './statements.js';
 
 /** What a SQLite transaction reads from its store: statements, settings, the event log. */
@@ -62,10 +64,14 @@ export interface SqliteTxContext {
 
 /** PoolTx on one better-sqlite3 connection: every primitive runs synchronously in its transaction. */
 export class SqliteTx implements PoolTx {
+  readonly prompts: PromptTx;
+
   constructor(
     private readonly context: SqliteTxContext,
     readonly log: TxLog,
-  ) {}
+  ) {
+    this.prompts = sqlitePromptTx((source) => context.stmt(source));
+  }
 
   private stmt(source: string): Statement {
     return this.context.stmt(source);
