@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import { startServer } from '../packages/core/src/server/server.js';
 import { runGym } from '../packages/gym/src/runner.js';
 import { checkSandbox, runInSandbox } from '../packages/gym/src/sandbox/index.js';
+import { scheduledRunner } from '../packages/gym/src/scheduled.js';
 import { referenceTasks, workspaceFor } from '../packages/gym/src/tasks/index.js';
 import type { GymTask } from '../packages/gym/src/tasks/schema.js';
 import { runTool } from '../packages/gym/src/tools/index.js';
@@ -65,6 +66,8 @@ interface RunFigures {
   concurrency: number;
   samples: number;
   ms: number;
+  /** The same samples taken from the pool's prompt scheduler (one group per prompt). */
+  scheduledMs: number;
   directMs: number;
   meanScore: number;
   steps: number;
@@ -96,15 +99,53 @@ async function gymRun(tasks: readonly GymTask[], concurrency: number, dir: strin
     if (summary.infraFailed > 0)
       throw new Error(`${summary.infraFailed} samples failed in the infrastructure`);
     const stats = await server.pool.stats('train');
+    const scheduledMs = await scheduledRun(tasks, concurrency, runDir);
     const directMs = await direct(tasks, concurrency, runDir);
     return {
       concurrency,
       samples: results.length,
       ms,
+      scheduledMs,
       directMs,
       meanScore: summary.meanScore,
       steps: stats.produced.steps,
     };
+  } finally {
+    await server.close();
+    rmSync(runDir, { recursive: true, force: true });
+  }
+}
+
+/** The same run with its work from the pool's prompt scheduler: each task one group, asked for in turn. */
+async function scheduledRun(tasks: readonly GymTask[], concurrency: number, dir: string): Promise<number> {
+  const runDir = mkdtempSync(join(dir, `scheduled-${concurrency}-`));
+  const server = await startServer({
+    dbPath: join(runDir, 'pool.db'),
+    port: 0,
+    engines: ['sim'],
+    sim: { policy: 'reference', tasks: referenceTasks(tasks), errorRate: 0 },
+  });
+  try {
+    const started = performance.now();
+    const { results, summary } = await scheduledRunner({ groups: tasks.length })({
+      tasks,
+      samples: 1,
+      concurrency,
+      gatewayUrl: server.url,
+      model: 'sim-qwen3',
+      agent: { kind: 'builtin', maxTurns: 16 },
+      runId: `bench-scheduled-${concurrency}`,
+      channel: 'train',
+      stateFile: join(runDir, 'state.jsonl'),
+      workDir: join(runDir, 'work'),
+      sampleTimeoutMs: 300_000,
+    });
+    const ms = performance.now() - started;
+    if (results.length !== tasks.length || summary.infraFailed > 0)
+      throw new Error(
+        `scheduled run: ${results.length} samples, ${summary.infraFailed} failed in the infrastructure`,
+      );
+    return ms;
   } finally {
     await server.close();
     rmSync(runDir, { recursive: true, force: true });
@@ -136,7 +177,7 @@ async function main(): Promise<void> {
       const r = await gymRun(tasks, concurrency, dir);
       runs.push(r);
       log(
-        `concurrency ${concurrency}: ${r.samples} samples in ${fix(r.ms / 1000, 1)} s (${fix((60_000 * r.samples) / r.ms, 0)}/min); direct ${fix(r.directMs / 1000, 1)} s`,
+        `concurrency ${concurrency}: ${r.samples} samples in ${fix(r.ms / 1000, 1)} s (${fix((60_000 * r.samples) / r.ms, 0)}/min); scheduled ${fix(r.scheduledMs / 1000, 1)} s (${fix((60_000 * r.samples) / r.scheduledMs, 0)}/min); direct ${fix(r.directMs / 1000, 1)} s`,
       );
     }
     const lines = [
@@ -162,6 +203,17 @@ async function main(): Promise<void> {
           `| ${r.concurrency} | ${r.samples} | ${fix(r.ms / 1000, 1)} s | ${int((60_000 * r.samples) / r.ms)} | ${int(r.steps)} | ${fix(r.meanScore, 3)} | ${fix(r.directMs / 1000, 1)} s | ${fix(r.ms / r.directMs, 2)}× |`,
       ),
       '',
+      '### The prompt scheduler against the list walk',
+      '',
+      "The same samples with their work from the pool's prompt scheduler (`stepwise gym run --groups`: each worker asks `POST /v1/channels/train/prompts/next` for one prompt, runs it as a group, and the group's settling frees it), on a fresh server, right after the list walk.",
+      '',
+      '| concurrency | list walk samples/min | scheduled samples/min | scheduled / list wall time |',
+      '|---:|---:|---:|---:|',
+      ...runs.map(
+        (r) =>
+          `| ${r.concurrency} | ${int((60_000 * r.samples) / r.ms)} | ${int((60_000 * r.samples) / r.scheduledMs)} | ${fix(r.scheduledMs / r.ms, 2)}× |`,
+      ),
+      '',
       `Each sample makes ${fix(runs[0]!.steps / runs[0]!.samples, 1)} LLM calls on average (one per tool call plus the closing answer). Most of a sample's time is the sandboxed \`exec\` calls and the verifier on ${os.cpus().length} cores; the difference to "direct" is the agent loop, the gateway's capture and the pool's commits.`,
       '',
     ];
@@ -174,6 +226,8 @@ async function main(): Promise<void> {
       tasks: tasks.length,
       sandbox_start_ms: { p50: round(median(starts), 1), p99: round(percentile(starts, 99), 1) },
       samples_per_min: each((r) => round((60_000 * r.samples) / r.ms, 0)),
+      scheduled_samples_per_min: each((r) => round((60_000 * r.samples) / r.scheduledMs, 0)),
+      scheduled_vs_list: each((r) => round(r.scheduledMs / r.ms)),
       gym_wall_s: each((r) => round(r.ms / 1000, 1)),
       direct_wall_s: each((r) => round(r.directMs / 1000, 1)),
       gym_vs_direct: each((r) => round(r.ms / r.directMs)),

@@ -209,6 +209,46 @@ for (const [name, open] of backends) {
       expect(await next(2)).toEqual(['seen']);
     });
 
+    it('dynamic sampling: the admission budget grows with the share of groups curation drops, so drops are backfilled ahead', async () => {
+      await pool.setChannelConfig(
+        'train',
+        { max_staleness: 0, batch_groups: 2, curation: { zero_variance: 'drop' } },
+        tick(),
+      );
+      /** Starts a group of two rollouts; null when admission refuses its first one. */
+      const start = async (rewards: [number, number]) => {
+        const groupId = `g-${randomBytes(6).toString('hex')}`;
+        const ids = [0, 1].map(() => `t-${randomBytes(8).toString('hex')}`);
+        try {
+          for (const id of ids)
+            await pool.createTrajectory(
+              { id, groupId, channel: 'train', nRollouts: 2, metadata: {} },
+              tick(),
+            );
+        } catch (error) {
+          expect((error as { code?: string }).code).toBe('staleness_budget');
+          return null;
+        }
+        for (const [i, id] of ids.entries())
+          await pool.completeTrajectory(id, { reward: rewards[i]!, status: 'complete' }, tick());
+        return groupId;
+      };
+      const lease = () =>
+        pool.leaseBatch(
+          { channel: 'train', batchSize: 2, nRollouts: null, maxStaleness: 0, consumer: 'c', ttlMs: 60_000 },
+          tick(),
+        );
+      // No drop seen yet: (0 + 1) × 2 groups, as without curation.
+      expect(await start([1, 1])).not.toBeNull();
+      expect(await start([0, 0])).not.toBeNull();
+      expect(await start([1, 0])).toBeNull();
+      // Both were all-equal: curation drops them at lease time (2 dropped, 0 kept: rate 2 / 4).
+      expect(await lease()).toBeNull();
+      // The budget is now ⌈2 / (1 − 0.5)⌉ = 4: two groups beyond the plain budget are admitted.
+      for (let i = 0; i < 4; i++) expect(await start([1, 0])).not.toBeNull();
+      expect(await start([1, 0])).toBeNull();
+    });
+
     it('refuses a count out of range, naming it, and hands out nothing', async () => {
       await register(['x']);
       await expect(pool.nextPrompts('train', 0, tick())).rejects.toThrow(/^count: must be an integer/);

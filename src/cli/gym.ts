@@ -144,17 +144,6 @@ export function addRunOptions(command: Command): Command {
     )
     .option('--channel <name>', 'pool channel of the trajectories')
     .option(
-      '--groups <n>',
-      "take the work from the pool's prompt scheduler (the channel's): run this many groups of --samples rollouts, each prompt the pool hands out next (docs/gym.md#scheduled-runs)",
-      positiveInt('--groups'),
-    )
-    .addOption(
-      new Option(
-        '--schedule-policy <policy>',
-        "with --groups: set the channel's schedule policy first",
-      ).choices(['in_order', 'uniform', 'difficulty']),
-    )
-    .option(
       '--error-rate <p>',
       'sim reference policy: chance of a wrong tool call before the right one',
       probability('--error-rate'),
@@ -201,6 +190,22 @@ export function addRunOptions(command: Command): Command {
       '--distributed: attempts after the first at a sample whose worker died or whose infrastructure failed',
       positiveInt('--job-retries', 0),
       DEFAULT_JOB_RETRIES,
+    );
+}
+
+/** `gym run --groups`: the run's work from the pool's prompt scheduler (docs/gym.md#scheduled-runs). */
+function addScheduleOptions(command: Command): Command {
+  return command
+    .option(
+      '--groups <n>',
+      "take the work from the pool's prompt scheduler (the channel's): run this many groups of --samples rollouts, each prompt the pool hands out next (docs/gym.md#scheduled-runs)",
+      positiveInt('--groups'),
+    )
+    .addOption(
+      new Option(
+        '--schedule-policy <policy>',
+        "with --groups: set the channel's schedule policy first",
+      ).choices(['in_order', 'uniform', 'difficulty']),
     );
 }
 
@@ -266,12 +271,14 @@ export function registerGymCommands(program: Command): Command {
     .command('gym')
     .description('Claw-style tasks: run them through the gateway, validate, synthesize');
   addGuideOptions(
-    addRunOptions(
-      gym
-        .command('run')
-        .description(
-          'run every task × --samples through the gateway (one group per task), verify, store rewards',
-        ),
+    addScheduleOptions(
+      addRunOptions(
+        gym
+          .command('run')
+          .description(
+            'run every task × --samples through the gateway (one group per task), verify, store rewards',
+          ),
+      ),
     ),
   ).action(async (opts: RunCommandOptions & GuideCommandOptions) => {
     const print = (line: string) => console.error(line);

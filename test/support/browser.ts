@@ -27,7 +27,7 @@ export const chromiumReady = existsSync(CHROMIUM);
 const ROOT = join(import.meta.dirname, '..', '..');
 /** Keyed by what makes the demo's store: the schema and the demo itself. */
 const DEMO_KEY = createHash('sha256')
-  .update(readFileSync(join(ROOT, 'src', 'store', 'sqlite', 'migrations.ts')))
+  .update(readFileSync(join(ROOT, 'packages', 'core', 'src', 'store', 'sqlite', 'migrations.ts')))
   .update(readFileSync(join(ROOT, 'src', 'cli', 'demo.ts')))
   .digest('hex')
   .slice(0, 12);

@@ -1,7 +1,8 @@
-import type { Rule } from './tx.js';
+import type { Rule } from './rule.js';
 
 /*
- * The prompt scheduler's rows and the primitives its rules run on (pool/schedule.ts), inside a
+ * The prompt scheduler's rows and the primitives its rules run on (pool/schedule.ts, and the
+ * over-sampling of pool/admission.ts, which reads the channel's counters), inside a
  * transaction of either backend (sqlite/prompts.ts, postgres/prompts.ts). No scheduling rule lives
  * here: which prompt goes next is decided once, there.
  */
@@ -64,4 +65,6 @@ export interface PromptTx {
   taskOfGroup(channel: string, groupId: string): Rule<string | null>;
   /** Every prompt of the channel, in registration order. */
   prompts(channel: string): Rule<PromptRow[]>;
+  /** The channel's committed counters of these names (0 where never counted). */
+  counters(channel: string, names: readonly string[]): Rule<Record<string, number>>;
 }

@@ -68,6 +68,14 @@ export function postgresPromptTx(tx: PgQueries): PromptTx {
       )) as { task_id: string }[];
       return rows[0]?.task_id ?? null;
     },
+    *counters(channel: string, names: readonly string[]): Rule<Record<string, number>> {
+      const rows = (yield tx.rows<{ name: string; value: number }>(
+        'SELECT name, value FROM counters WHERE channel = $1 AND name = ANY($2::text[])',
+        [channel, names],
+      )) as { name: string; value: number }[];
+      const found = new Map(rows.map((r) => [r.name, Number(r.value)]));
+      return Object.fromEntries(names.map((name) => [name, found.get(name) ?? 0]));
+    },
     *prompts(channel: string): Rule<PromptRow[]> {
       return (yield tx.rows<PromptRow>('SELECT * FROM prompts WHERE channel = $1 ORDER BY position', [
         channel,

@@ -62,6 +62,14 @@ export function sqlitePromptTx(stmt: (source: string) => Statement): PromptTx {
       ).get(groupId, channel) as { task_id: string } | undefined;
       return done(row?.task_id ?? null);
     },
+    counters(channel: string, names: readonly string[]): Rule<Record<string, number>> {
+      const read = stmt('SELECT value FROM counters WHERE channel = ? AND name = ?');
+      return done(
+        Object.fromEntries(
+          names.map((name) => [name, (read.get(channel, name) as { value: number } | undefined)?.value ?? 0]),
+        ),
+      );
+    },
     prompts(channel: string): Rule<PromptRow[]> {
       return done(
         stmt('SELECT * FROM prompts WHERE channel = ? ORDER BY position').all(channel) as PromptRow[],
