@@ -69,7 +69,11 @@ export const ScheduleConfig = z.strictObject({
   /** Rollouts per prompt handed out (null: the channel's n_rollouts, else 1). */
   n_rollouts: z.number().int().min(1).max(4096).nullable(),
   /** A prompt handed out is in flight until its group settles, or this long (a producer died). */
-  claim_timeout_ms: z.number().int().min(1).max(7 * 24 * 3_600_000),
+  claim_timeout_ms: z
+    .number()
+    .int()
+    .min(1)
+    .max(7 * 24 * 3_600_000),
   /** A rollout passes with a reward at or above this. */
   pass_threshold: z.number().finite(),
   /** `difficulty`: a pass rate at or above this is too easy (retired). */

@@ -281,8 +281,7 @@ export class Gateway {
   /** Records the limit that ended an episode in its trajectory's metadata (once), for a reward to read. */
   private async recordEpisodeEnd(id: string, error: EpisodeLimitError): Promise<void> {
     const trajectory = await this.pool.getTrajectory(id);
-    if (!trajectory || trajectory.status !== 'open' || trajectory.metadata[EPISODE_LIMIT_KEY] !== undefined)
-      return;
+    if (trajectory?.status !== 'open' || trajectory.metadata[EPISODE_LIMIT_KEY] !== undefined) return;
     await this.pool.mergeTrajectoryMetadata(id, {
       [EPISODE_LIMIT_KEY]: { limit: error.limit, value: error.value, used: error.used },
     });

@@ -114,9 +114,17 @@ function pickByDifficulty(schedule: ScheduleConfig, pooled: Picked[], count: num
     );
     if (open.length === 0) break;
     const total = open.reduce((sum, [pool]) => sum + schedule.weights[weightOf(pool)], 0);
+    // The pool whose stretch of [0, total) the draw falls in.
     let r = random() * total;
-    const [, list] = open.find(([pool]) => (r -= schedule.weights[weightOf(pool)]) < 0) ?? open.at(-1)!;
-    out.push(list.shift()!);
+    let chosen = open.at(-1)![1];
+    for (const [pool, list] of open) {
+      r -= schedule.weights[weightOf(pool)];
+      if (r < 0) {
+        chosen = list;
+        break;
+      }
+    }
+    out.push(chosen.shift()!);
   }
   return out;
 }
