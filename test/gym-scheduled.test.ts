@@ -75,6 +75,15 @@ describe('a gym run on the prompt scheduler', () => {
     expect(stored.items.every((t) => typeof t.metadata.schedule_pool === 'string')).toBe(true);
   });
 
+  it('runs exactly the groups asked for, however many workers ask at once', async () => {
+    await fx.server.pool.configureChannel('exact', { schedule: { n_rollouts: 1 } });
+    const run = scheduledRunner({ groups: 2 });
+    const { results } = await run({ ...options('exact', 'run-x'), concurrency: 6, samples: 1 });
+    expect(results).toHaveLength(2);
+    const prompts = await fx.server.pool.listPrompts('exact');
+    expect(prompts.reduce((n, p) => n + p.handed, 0)).toBe(2);
+  });
+
   it('difficulty: prompts always or never solved are retired; the run stops when none is left to learn from', async () => {
     await fx.server.pool.configureChannel('graded', { schedule: { n_rollouts: 2, policy: 'difficulty' } });
     const handed: string[] = [];

@@ -53,14 +53,19 @@ export function scheduledRunner(schedule: ScheduleOptions) {
     );
     mkdirSync(options.workDir, { recursive: true });
     const results: SampleResult[] = [];
-    let started = 0;
+    // Groups asked for (a slot is taken before asking, so concurrent workers never run more than
+    // `groups`), groups run (their round numbers), and groups running now.
+    let reserved = 0;
+    let rounds = 0;
     let running = 0;
     let idle = false;
     const worker = async () => {
       let waited = 0;
-      while (started < schedule.groups && !idle && !options.signal?.aborted) {
+      while (reserved < schedule.groups && !idle && !options.signal?.aborted) {
+        reserved++;
         const [prompt] = await server.nextPrompts(channel, 1);
         if (!prompt) {
+          reserved--;
           // Nothing free: wait for one of this run's groups to settle; with none running, every
           // prompt is retired (or another producer's), and nothing this run does will change that.
           if (running === 0 && waited > 0) idle = true;
@@ -69,8 +74,12 @@ export function scheduledRunner(schedule: ScheduleOptions) {
         }
         waited = 0;
         const task = byId.get(prompt.taskId);
-        if (!task) continue; // another run's prompt in the same channel: not ours to run
-        const round = started++;
+        if (!task)
+          throw new ValidationError(
+            `--channel ${channel}: the pool handed out prompt ${prompt.taskId}, which is not one of this run's tasks; give a scheduled run a channel whose prompts are its tasks`,
+            'channel',
+          );
+        const round = rounds++;
         running++;
         schedule.onPrompt?.(prompt);
         try {
@@ -86,7 +95,7 @@ export function scheduledRunner(schedule: ScheduleOptions) {
       }
     };
     await Promise.all(Array.from({ length: Math.max(1, options.concurrency) }, worker));
-    if (idle) schedule.onIdle?.(started);
+    if (idle) schedule.onIdle?.(rounds);
     return { results, summary: summarize(results, 0) };
   };
 }
