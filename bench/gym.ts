@@ -10,7 +10,7 @@ import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
 import { startServer } from '../packages/core/src/server/server.js';
-import { runGym } from '../packages/gym/src/runner.js';
+import { type GymRunOptions, runGym } from '../packages/gym/src/runner.js';
 import { checkSandbox, runInSandbox } from '../packages/gym/src/sandbox/index.js';
 import { scheduledRunner } from '../packages/gym/src/scheduled.js';
 import { referenceTasks, workspaceFor } from '../packages/gym/src/tasks/index.js';
@@ -62,6 +62,37 @@ async function direct(tasks: readonly GymTask[], concurrency: number, dir: strin
   return performance.now() - started;
 }
 
+/** A server in process on a fresh store, the sim playing the tasks' reference actions without mistakes. */
+function simServer(tasks: readonly GymTask[], dir: string) {
+  return startServer({
+    dbPath: join(dir, 'pool.db'),
+    port: 0,
+    engines: ['sim'],
+    sim: { policy: 'reference', tasks: referenceTasks(tasks), errorRate: 0 },
+  });
+}
+
+/** One sample of each task, the built-in agent, at `concurrency`: the list walk's and the scheduler's. */
+function runOptions(
+  tasks: readonly GymTask[],
+  concurrency: number,
+  gatewayUrl: string,
+  dir: string,
+): GymRunOptions {
+  return {
+    tasks,
+    samples: 1,
+    concurrency,
+    gatewayUrl,
+    model: 'sim-qwen3',
+    agent: { kind: 'builtin', maxTurns: 16 },
+    runId: `bench-${concurrency}`,
+    stateFile: join(dir, 'state.jsonl'),
+    workDir: join(dir, 'work'),
+    sampleTimeoutMs: 300_000,
+  };
+}
+
 interface RunFigures {
   concurrency: number;
   samples: number;
@@ -75,26 +106,10 @@ interface RunFigures {
 
 async function gymRun(tasks: readonly GymTask[], concurrency: number, dir: string): Promise<RunFigures> {
   const runDir = mkdtempSync(join(dir, `run-${concurrency}-`));
-  const server = await startServer({
-    dbPath: join(runDir, 'pool.db'),
-    port: 0,
-    engines: ['sim'],
-    sim: { policy: 'reference', tasks: referenceTasks(tasks), errorRate: 0 },
-  });
+  const server = await simServer(tasks, runDir);
   try {
     const started = performance.now();
-    const { results, summary } = await runGym({
-      tasks,
-      samples: 1,
-      concurrency,
-      gatewayUrl: server.url,
-      model: 'sim-qwen3',
-      agent: { kind: 'builtin', maxTurns: 16 },
-      runId: `bench-${concurrency}`,
-      stateFile: join(runDir, 'state.jsonl'),
-      workDir: join(runDir, 'work'),
-      sampleTimeoutMs: 300_000,
-    });
+    const { results, summary } = await runGym(runOptions(tasks, concurrency, server.url, runDir));
     const ms = performance.now() - started;
     if (summary.infraFailed > 0)
       throw new Error(`${summary.infraFailed} samples failed in the infrastructure`);
@@ -119,26 +134,12 @@ async function gymRun(tasks: readonly GymTask[], concurrency: number, dir: strin
 /** The same run with its work from the pool's prompt scheduler: each task one group, asked for in turn. */
 async function scheduledRun(tasks: readonly GymTask[], concurrency: number, dir: string): Promise<number> {
   const runDir = mkdtempSync(join(dir, `scheduled-${concurrency}-`));
-  const server = await startServer({
-    dbPath: join(runDir, 'pool.db'),
-    port: 0,
-    engines: ['sim'],
-    sim: { policy: 'reference', tasks: referenceTasks(tasks), errorRate: 0 },
-  });
+  const server = await simServer(tasks, runDir);
   try {
     const started = performance.now();
     const { results, summary } = await scheduledRunner({ groups: tasks.length })({
-      tasks,
-      samples: 1,
-      concurrency,
-      gatewayUrl: server.url,
-      model: 'sim-qwen3',
-      agent: { kind: 'builtin', maxTurns: 16 },
-      runId: `bench-scheduled-${concurrency}`,
+      ...runOptions(tasks, concurrency, server.url, runDir),
       channel: 'train',
-      stateFile: join(runDir, 'state.jsonl'),
-      workDir: join(runDir, 'work'),
-      sampleTimeoutMs: 300_000,
     });
     const ms = performance.now() - started;
     if (results.length !== tasks.length || summary.infraFailed > 0)
