@@ -342,6 +342,27 @@ class StepwiseClient:
         query = {"channel": channel} if channel is not None else None
         return self._request("GET", "/v1/stats", query=query).json()
 
+    def register_prompts(
+        self, prompts: list[str], channel: str = "train", task_set: str = "default"
+    ) -> dict[str, Any]:
+        """Registers task ids as the channel's prompts for the pool's scheduler, in order; known ones
+        keep their place and history (docs/datapool.md#prompt-scheduler). Sent 10,000 a request."""
+        name = quote(channel, safe="")
+        answer: dict[str, Any] = {"added": 0, "total": 0}
+        for i in range(0, max(len(prompts), 1), 10_000):
+            body = {"prompts": [{"task_id": p, "task_set": task_set} for p in prompts[i : i + 10_000]]}
+            part = self._request("PUT", f"/v1/channels/{name}/prompts", body=body).json()
+            answer = {"added": answer["added"] + part["added"], "total": part["total"]}
+        return answer
+
+    def next_prompts(self, count: int = 1, channel: str = "train") -> list[dict[str, Any]]:
+        """What to roll out next: up to `count` prompts not in flight, each `{task_id, task_set,
+        n_rollouts, pool}`; roll each out `n_rollouts` times as one group. Never retried: a claim
+        whose answer was lost stays in flight until its timeout, and a retry would claim others."""
+        name = quote(channel, safe="")
+        answer = self._request("POST", f"/v1/channels/{name}/prompts/next", body={"count": count}, idempotent=False)
+        return list(answer.json()["prompts"])
+
     # ---- internals -----------------------------------------------------------------------------
 
     def _settle(self, lease_id: str, verb: Literal["ack", "nack"]) -> dict[str, Any]:

@@ -247,6 +247,23 @@ class RetryTest(unittest.TestCase):
         self.assertEqual(_Handler.seen[0][:3], ("PUT", "/v1/policy-version", {"version": 3, "drain": False}))
         self.assertEqual(_Handler.seen[1][1], "/v1/stats?channel=eval")
 
+    def test_register_and_next_prompts(self) -> None:
+        prompts = [{"task_id": "a", "task_set": "default", "n_rollouts": 4, "pool": "unseen"}]
+        _Handler.script = {
+            "/v1/channels/my%20run/prompts": [(200, {"channel": "my run", "added": 2, "total": 2})],
+            "/v1/channels/train/prompts/next": [(503, None), (200, {"prompts": prompts})],
+        }
+        self.assertEqual(self.client.register_prompts(["a", "b"], channel="my run"), {"added": 2, "total": 2})
+        self.assertEqual(
+            _Handler.seen[0][:3],
+            ("PUT", "/v1/channels/my%20run/prompts", {"prompts": [{"task_id": "a", "task_set": "default"}, {"task_id": "b", "task_set": "default"}]}),
+        )
+        # A claim is not idempotent: a 503 is reported, not retried (a retry could claim twice).
+        with self.assertRaises(StepwiseError):
+            self.client.next_prompts(4)
+        self.assertEqual(self.client.next_prompts(4), prompts)
+        self.assertEqual(_Handler.seen[2][:3], ("POST", "/v1/channels/train/prompts/next", {"count": 4}))
+
     def test_report_mismatch_posts_in_parts_and_retries_like_an_ack(self) -> None:
         from stepwise_client import client as client_module
 
