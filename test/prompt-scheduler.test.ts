@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { type PoolOps, poolOps } from '../packages/core/src/pool/core.js';
+import { versionReport } from '../packages/core/src/pool/report.js';
 import { WorkerPool } from '../packages/core/src/pool/worker-pool.js';
 import { openPostgresStore } from '../packages/core/src/store/postgres/postgres-store.js';
 import { openSqliteStore } from '../packages/core/src/store/sqlite/sqlite-store.js';
@@ -249,6 +250,115 @@ for (const [name, open] of backends) {
       expect(await start([1, 0])).toBeNull();
     });
 
+    it('mixture: task sets are drawn by weight; a set of weight 0, or not named, is never handed out', async () => {
+      const ids = (prefix: string) => Array.from({ length: 6 }, (_, i) => `${prefix}${i}`);
+      await register(ids('m'), 'math');
+      await register(ids('c'), 'code');
+      await register(['x0'], 'other');
+      await schedule({
+        claim_timeout_ms: 1,
+        mixture: { math: { weight: 1, min_share: 0 }, code: { weight: 0, min_share: 0 } },
+      });
+      expect(await next(10)).toEqual(ids('m'));
+      await schedule({
+        claim_timeout_ms: 1,
+        mixture: { math: { weight: 1, min_share: 0 }, code: { weight: 3, min_share: 0 } },
+      });
+      tick(10);
+      // Twelve asked, twelve handed: every prompt of both sets once, none of `other`.
+      const both = await next(13);
+      expect(both.sort()).toEqual([...ids('c'), ...ids('m')].sort());
+    });
+
+    it('mixture: every leased batch holds each task set its minimum share, and a lease waits for it', async () => {
+      await register(['m1', 'm2', 'm3', 'm4'], 'math');
+      await register(['c1', 'c2'], 'code');
+      await pool.setChannelConfig(
+        'train',
+        {
+          schedule: { mixture: { math: { weight: 1, min_share: 0.5 }, code: { weight: 1, min_share: 0.5 } } },
+        },
+        tick(),
+      );
+      const groupOf = new Map<string, string>();
+      const ready = async (taskId: string) => {
+        const groupId = `g-${taskId}`;
+        groupOf.set(groupId, taskId);
+        const id = `t-${randomBytes(8).toString('hex')}`;
+        await pool.createTrajectory(
+          { id, groupId, channel: 'train', nRollouts: 1, metadata: { task_id: taskId } },
+          tick(),
+        );
+        await pool.completeTrajectory(id, { reward: 1, status: 'complete' }, tick());
+      };
+      const lease = async () => {
+        const leased = await pool.leaseBatch(
+          {
+            channel: 'train',
+            batchSize: 2,
+            nRollouts: null,
+            maxStaleness: null,
+            consumer: 'c',
+            ttlMs: 60_000,
+          },
+          tick(),
+        );
+        return leased ? leased.groups.map((g) => groupOf.get(g.group.id)).sort() : null;
+      };
+      for (const t of ['m1', 'm2', 'm3', 'c1']) await ready(t);
+      // Queue order is m1, m2, m3, c1: the batch takes m1 and skips to c1 for code's share.
+      expect(await lease()).toEqual(['c1', 'm1']);
+      // Math alone is ready: no batch holds code's share, so the lease waits (nothing leased).
+      expect(await lease()).toBeNull();
+      await ready('c2');
+      expect(await lease()).toEqual(['c2', 'm2']);
+    });
+
+    it('reports per policy version: prompts handed, groups ready and dropped by reason, batch fill time', async () => {
+      await register(['a', 'b', 'c']);
+      await pool.setChannelConfig('train', { curation: { zero_variance: 'drop' } }, tick());
+      expect(await next(2)).toEqual(['a', 'b']);
+      await rollOut('a', [1, 0]);
+      await rollOut('b', [1, 1]);
+      const lease = (askedAt: number) =>
+        pool.leaseBatch(
+          {
+            channel: 'train',
+            batchSize: 1,
+            nRollouts: null,
+            maxStaleness: null,
+            consumer: 'c',
+            ttlMs: 60_000,
+            askedAt,
+          },
+          now,
+        );
+      tick(5);
+      expect(await lease(now - 5)).not.toBeNull();
+      await pool.setPolicyVersion(1, tick());
+      expect(await next(1)).toEqual(['c']);
+      tick();
+      expect(await lease(now)).toBeNull(); // b: all-equal, dropped; nothing else ready
+      expect(await versionReport((q) => pool.readEvents(q), 'train')).toEqual([
+        {
+          version: 0,
+          prompts_handed: 2,
+          groups_ready: 2,
+          groups_dropped: {},
+          batches_leased: 1,
+          batch_fill_ms: { p50: 5, max: 5 },
+        },
+        {
+          version: 1,
+          prompts_handed: 1,
+          groups_ready: 0,
+          groups_dropped: { zero_variance: 1 },
+          batches_leased: 0,
+          batch_fill_ms: null,
+        },
+      ]);
+    });
+
     it('refuses a count out of range, naming it, and hands out nothing', async () => {
       await register(['x']);
       await expect(pool.nextPrompts('train', 0, tick())).rejects.toThrow(/^count: must be an integer/);
@@ -297,5 +407,16 @@ describe('prompt scheduler over HTTP', () => {
     const listed = await call(base, 'GET', 'trainer-key-0123456789');
     expect(listed.json).toMatchObject({ total: 2, in_flight: 2, pools: { unseen: 2 } });
     expect(listed.json.prompts[1]).toMatchObject({ task_id: 'b', position: 1, handed: 1, in_flight: true });
+    const report = await call(`${server.url}/v1/channels/train/report`, 'GET', 'trainer-key-0123456789');
+    expect(report.json.versions).toEqual([
+      {
+        version: 0,
+        prompts_handed: 2,
+        groups_ready: 0,
+        groups_dropped: {},
+        batches_leased: 0,
+        batch_fill_ms: null,
+      },
+    ]);
   });
 });

@@ -6,6 +6,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { StepwiseClient } from '../packages/core/src/sdk/client.js';
 import { RolloutQueue, runGymDistributed } from '../packages/gym/src/distributed.js';
 import { checkSandbox } from '../packages/gym/src/sandbox/index.js';
+import { sweepDeadWorkspaces } from '../packages/gym/src/sandbox/workspace-volume.js';
 import { type Balancer, startBalancer } from './support/balancer.js';
 import { jsonTask, sumTask } from './support/gym-tasks.js';
 import { dropSchema, freshSchema, pgUrl } from './support/postgres.js';
@@ -43,6 +44,8 @@ afterAll(async () => {
   await killAllServerProcesses();
   await dropSchema(schema);
   await dropSchema(queueSchema);
+  // The worker killed mid-sample left its workspace mounted (run as root): unmounted first.
+  for (const w of [0, 1, 2]) await sweepDeadWorkspaces(join(dir, `worker-${w}`)).catch(() => []);
   rmSync(dir, { recursive: true, force: true });
 });
 

@@ -206,6 +206,10 @@ function addScheduleOptions(command: Command): Command {
         '--schedule-policy <policy>',
         "with --groups: set the channel's schedule policy first",
       ).choices(['in_order', 'uniform', 'difficulty']),
+    )
+    .option(
+      '--task-set <name>',
+      "with --groups: the task set the run's tasks are registered under (a channel's mixture weighs sets)",
     );
 }
 

@@ -182,6 +182,8 @@ export interface RunCommandOptions {
   groups?: number;
   /** With `groups`: the channel's schedule policy, set before the run. */
   schedulePolicy?: 'in_order' | 'uniform' | 'difficulty';
+  /** With `groups`: the task set the run's tasks are registered under. */
+  taskSet?: string;
 }
 
 export type GymRunner = (options: GymRunOptions) => Promise<{ results: SampleResult[]; summary: GymSummary }>;
@@ -358,6 +360,7 @@ async function scheduled(
   });
   return scheduledRunner({
     groups: opts.groups!,
+    ...(opts.taskSet ? { taskSet: opts.taskSet } : {}),
     onIdle: (groups) =>
       print(
         `gym: stopped after ${groups} of ${opts.groups} groups: the channel's schedule has no prompt left to hand out (every one retired or in flight elsewhere)`,

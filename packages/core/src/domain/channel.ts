@@ -88,6 +88,22 @@ export const ScheduleConfig = z.strictObject({
     learnable: z.number().min(0).max(1000),
     retest: z.number().min(0).max(1000),
   }),
+  /**
+   * A mixture of task sets (Atropos' environment weights): a set is drawn by its weight, then a
+   * prompt of it under the policy; every leased batch holds at least ⌊min_share × batch⌋ groups of
+   * each set (the lease waits for them). Sets not named are never handed out. Null: no mixture.
+   */
+  mixture: z
+    .record(
+      z.string().min(1).max(128),
+      z.strictObject({ weight: z.number().min(0).max(1000), min_share: z.number().min(0).max(1) }),
+    )
+    .refine((m) => Object.keys(m).length > 0, 'name at least one task set')
+    .refine(
+      (m) => Object.values(m).reduce((sum, s) => sum + s.min_share, 0) <= 1 + 1e-9,
+      'the min_share values must add up to at most 1',
+    )
+    .nullable(),
 });
 export type ScheduleConfig = z.infer<typeof ScheduleConfig>;
 
@@ -100,6 +116,7 @@ export const DEFAULT_SCHEDULE: ScheduleConfig = {
   hard_at_most: 0,
   retest_every: 4,
   weights: { unseen: 1, learnable: 1, retest: 1 },
+  mixture: null,
 };
 
 const fields = {

@@ -21,6 +21,7 @@ export const EventType = z.enum([
   'call_failed',
   'access_refused',
   'prompts_registered',
+  'prompts_handed',
 ]);
 export type EventType = z.infer<typeof EventType>;
 

@@ -47,6 +47,10 @@ export function mountPromptRoutes(app: ApiApp, pool: DataPool): void {
       })),
     });
   });
+  app.get('/v1/channels/:name/report', requireScope('trainer'), async (c) => {
+    const channel = channelOf(c.req.param('name'));
+    return c.json({ channel, versions: await pool.versionReport(channel) });
+  });
   app.get('/v1/channels/:name/prompts', requireScope('trainer'), async (c) => {
     const channel = channelOf(c.req.param('name'));
     const prompts = await pool.listPrompts(channel);

@@ -36,6 +36,7 @@ import type {
   TrajectoryRead,
 } from '../store/store.js';
 import { type PackedStep, type PoolOps, poolOps } from './core.js';
+import { type VersionReport, versionReport } from './report.js';
 import type { GuidanceRelease, LeasedBatch, NextPrompt, PromptView } from './types.js';
 import { WriteCoalescer } from './write-coalescer.js';
 
@@ -235,7 +236,8 @@ export class DataPool {
   /** Leases a batch, waiting up to wait_ms for enough ready groups; null when none came. */
   async lease(request: LeaseRequest, signal?: AbortSignal): Promise<LeasedBatch | null> {
     this.assertOpen();
-    const deadline = this.clock() + request.wait_ms;
+    const askedAt = this.clock();
+    const deadline = askedAt + request.wait_ms;
     for (;;) {
       const batch = await this.store.leaseBatch(
         {
@@ -247,6 +249,7 @@ export class DataPool {
           ttlMs: request.ttl_ms,
           // The last try does without stragglers: a lease never waits past its wait_ms.
           patient: deadline - this.clock() > this.pollIntervalMs,
+          askedAt,
         },
         this.clock(),
       );
@@ -353,6 +356,11 @@ export class DataPool {
   /** Reported mismatch per engine (its `recent` latest leases) and per policy version. */
   mismatch(channel: string | null = null, recent?: number): Promise<MismatchStats> {
     return this.store.mismatch(channel, recent);
+  }
+
+  /** What happened in a channel under each policy version (pool/report.ts). */
+  versionReport(channel: string): Promise<VersionReport[]> {
+    return versionReport((query) => this.store.readEvents(query), channel);
   }
 
   events(query: EventQuery): Promise<PoolEvent[]> {

@@ -62,6 +62,39 @@ function candidate(row: GroupRow, params: LeaseParams, policyVersion: number): n
   return Math.max(0, policyVersion - (row.min_policy_version ?? policyVersion));
 }
 
+/**
+ * A mixture's minimum shares in one batch of `size` groups (⌊min_share × size⌋ of each task set, so
+ * they always fit together): a group fits while the slots left after it still hold every other
+ * set's unmet share.
+ */
+class BatchQuotas {
+  private readonly required = new Map<string, number>();
+  private readonly taken = new Map<string, number>();
+
+  constructor(
+    mixture: ChannelConfig['schedule']['mixture'],
+    private readonly size: number,
+  ) {
+    for (const [set, { min_share }] of Object.entries(mixture ?? {}))
+      if (min_share > 0) this.required.set(set, Math.floor(min_share * size + 1e-9));
+  }
+
+  get active(): boolean {
+    return this.required.size > 0;
+  }
+
+  fits(set: string | null, chosen: number): boolean {
+    let unmet = 0;
+    for (const [other, need] of this.required)
+      if (other !== set) unmet += Math.max(0, need - (this.taken.get(other) ?? 0));
+    return this.size - chosen - 1 >= unmet;
+  }
+
+  take(set: string | null): void {
+    if (set !== null) this.taken.set(set, (this.taken.get(set) ?? 0) + 1);
+  }
+}
+
 /** How many ready groups a lease reads per query: enough for a batch and a few dropped on the way. */
 const pageSize = (params: LeaseParams) => params.batchSize * 2 + 16;
 
@@ -94,6 +127,7 @@ export function* leaseGroups(tx: PoolTx, params: LeaseParams, now: number): Rule
     return null;
   const chosen: Omit<Pick, 'members'>[] = [];
   const drops: CurationDrop[] = [];
+  const quotas = new BatchQuotas(config.schedule.mixture, params.batchSize);
   /** Takes `row` into the batch unless it is dropped or does not fit; true once the batch is full. */
   const consider = function* (row: GroupRow): Rule<boolean> {
     const staleness = candidate(row, params, policyVersion);
@@ -103,12 +137,16 @@ export function* leaseGroups(tx: PoolTx, params: LeaseParams, now: number): Rule
       yield* dropGroup(tx, row, 'stale', now);
       return false;
     }
+    // A group that would leave no room for another task set's minimum share waits for a later batch.
+    const set = quotas.active ? yield* tx.prompts.taskSetOfGroup(row.channel, row.id) : null;
+    if (!quotas.fits(set, chosen.length)) return false;
     let curated: Curated | null = null;
     if (!isNoop(config.curation)) {
       curated = yield* curate(tx, row, config.curation, now, drops);
       if (curated === null) return false; // dropped: the next ready group takes its place
     }
     chosen.push({ row, staleness, stale, curated });
+    quotas.take(set);
     return chosen.length === params.batchSize;
   };
   if (admission) {
@@ -155,7 +193,13 @@ export function* leaseGroups(tx: PoolTx, params: LeaseParams, now: number): Rule
   tx.emit(
     'batch_leased',
     params.channel,
-    { lease_id: leaseId, consumer: params.consumer, group_ids: chosen.map((c) => c.row.id), n_steps: nSteps },
+    {
+      lease_id: leaseId,
+      consumer: params.consumer,
+      group_ids: chosen.map((c) => c.row.id),
+      n_steps: nSteps,
+      ...(params.askedAt !== undefined ? { fill_ms: now - params.askedAt } : {}),
+    },
     now,
   );
   return { lease: toLease(lease), policyVersion, picks, drops };

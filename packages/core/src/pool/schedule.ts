@@ -42,11 +42,22 @@ export function* nextPrompts(
   const { schedule } = config;
   const version = yield* tx.policyVersion();
   const free = yield* tx.prompts.freePrompts(channel, now);
-  const picked = pick(schedule, free, count, version, random);
+  const picked =
+    schedule.mixture === null
+      ? pick(schedule, free, count, version, random)
+      : pickMixed(schedule, schedule.mixture, free, count, version, random);
   const nRollouts = schedule.n_rollouts ?? config.n_rollouts ?? 1;
   for (const { row } of picked)
     yield* tx.prompts.claimPrompt(channel, row.task_id, now + schedule.claim_timeout_ms, now);
-  if (picked.length > 0) tx.log.count(channel, 'prompts_handed', picked.length);
+  if (picked.length > 0) {
+    tx.log.count(channel, 'prompts_handed', picked.length);
+    tx.emit(
+      'prompts_handed',
+      channel,
+      { count: picked.length, task_ids: picked.map((p) => p.row.task_id) },
+      now,
+    );
+  }
   return picked.map(({ row, pool }) => ({ taskId: row.task_id, taskSet: row.task_set, nRollouts, pool }));
 }
 
@@ -80,6 +91,47 @@ function pick(
   }
   if (schedule.policy === 'uniform') return draw(pooled, count, random);
   return pickByDifficulty(schedule, pooled, count, random);
+}
+
+/**
+ * A mixture: each pick draws a task set by its weight among those with a prompt the policy would
+ * hand out, then takes that prompt (Atropos' weighted environments).
+ */
+function pickMixed(
+  schedule: ScheduleConfig,
+  mixture: NonNullable<ScheduleConfig['mixture']>,
+  free: PromptRow[],
+  count: number,
+  version: number,
+  random: () => number,
+): Picked[] {
+  const bySet = new Map<string, PromptRow[]>();
+  for (const row of free)
+    if ((mixture[row.task_set]?.weight ?? 0) > 0)
+      bySet.set(row.task_set, [...(bySet.get(row.task_set) ?? []), row]);
+  const out: Picked[] = [];
+  while (out.length < count) {
+    const options = [...bySet].flatMap(([set, rows]) => {
+      const [next] = pick(schedule, rows, 1, version, random);
+      return next ? [{ set, next, weight: mixture[set]!.weight }] : [];
+    });
+    if (options.length === 0) break;
+    let r = random() * options.reduce((sum, o) => sum + o.weight, 0);
+    let chosen = options.at(-1)!;
+    for (const option of options) {
+      r -= option.weight;
+      if (r < 0) {
+        chosen = option;
+        break;
+      }
+    }
+    out.push(chosen.next);
+    bySet.set(
+      chosen.set,
+      bySet.get(chosen.set)!.filter((row) => row !== chosen.next.row),
+    );
+  }
+  return out;
 }
 
 /** `count` of `items` drawn uniformly without replacement. */

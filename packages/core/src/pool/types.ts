@@ -17,6 +17,8 @@ export interface LeaseParams {
    * this batch's update would make too stale (pool/lease.ts#straggling).
    */
   patient?: boolean;
+  /** When the trainer asked (a long-poll's first try): the batch's fill time is logged from it. */
+  askedAt?: number;
 }
 
 export interface ServedTrajectory {

@@ -528,6 +528,18 @@ export class StepwiseClient {
     }));
   }
 
+  /**
+   * What happened in a channel under each policy version: prompts handed out, groups ready and
+   * dropped by reason, batches leased and their fill time (docs/datapool.md#the-report-per-version).
+   */
+  async versionReport(channel: string): Promise<Record<string, unknown>[]> {
+    const { data } = await this.request<{ versions: Record<string, unknown>[] }>(
+      'GET',
+      `/v1/channels/${encodeURIComponent(channel)}/report`,
+    );
+    return data!.versions;
+  }
+
   async configureChannel(channel: string, patch: ChannelConfigPatch): Promise<ChannelConfig> {
     return (
       await this.request<{ config: ChannelConfig }>(

@@ -63,6 +63,8 @@ export interface PromptTx {
   hasPrompts(channel: string): Rule<boolean>;
   /** The task a group's rollouts ran (any of them: a group is one prompt), null if none says. */
   taskOfGroup(channel: string, groupId: string): Rule<string | null>;
+  /** The task set of a group's prompt (its rollouts' task, registered in the channel), null if none. */
+  taskSetOfGroup(channel: string, groupId: string): Rule<string | null>;
   /** Every prompt of the channel, in registration order. */
   prompts(channel: string): Rule<PromptRow[]>;
   /** The channel's committed counters of these names (0 where never counted). */

@@ -76,6 +76,14 @@ export function postgresPromptTx(tx: PgQueries): PromptTx {
       const found = new Map(rows.map((r) => [r.name, Number(r.value)]));
       return Object.fromEntries(names.map((name) => [name, found.get(name) ?? 0]));
     },
+    *taskSetOfGroup(channel: string, groupId: string): Rule<string | null> {
+      const rows = (yield tx.rows<{ task_set: string }>(
+        `SELECT p.task_set FROM trajectories t JOIN prompts p ON p.channel = t.channel AND p.task_id = t.task_id
+         WHERE t.group_id = $1 AND t.channel = $2 LIMIT 1`,
+        [groupId, channel],
+      )) as { task_set: string }[];
+      return rows[0]?.task_set ?? null;
+    },
     *prompts(channel: string): Rule<PromptRow[]> {
       return (yield tx.rows<PromptRow>('SELECT * FROM prompts WHERE channel = $1 ORDER BY position', [
         channel,

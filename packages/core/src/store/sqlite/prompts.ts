@@ -70,6 +70,13 @@ export function sqlitePromptTx(stmt: (source: string) => Statement): PromptTx {
         ),
       );
     },
+    taskSetOfGroup(channel: string, groupId: string): Rule<string | null> {
+      const row = stmt(
+        `SELECT p.task_set FROM trajectories t JOIN prompts p ON p.channel = t.channel AND p.task_id = t.task_id
+         WHERE t.group_id = ? AND t.channel = ? LIMIT 1`,
+      ).get(groupId, channel) as { task_set: string } | undefined;
+      return done(row?.task_set ?? null);
+    },
     prompts(channel: string): Rule<PromptRow[]> {
       return done(
         stmt('SELECT * FROM prompts WHERE channel = ? ORDER BY position').all(channel) as PromptRow[],
