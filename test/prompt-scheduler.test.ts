@@ -359,6 +359,16 @@ for (const [name, open] of backends) {
       ]);
     });
 
+    it("a producer that names its task set is handed that set's prompts only", async () => {
+      await register(['x1', 'x2'], 'xs');
+      await register(['y1'], 'ys');
+      const of = async (set: string) =>
+        (await pool.nextPrompts('train', 5, tick(), set)).map((p) => p.taskId);
+      expect(await of('ys')).toEqual(['y1']);
+      expect(await of('ys')).toEqual([]);
+      expect(await of('xs')).toEqual(['x1', 'x2']);
+    });
+
     it('refuses a count out of range, naming it, and hands out nothing', async () => {
       await register(['x']);
       await expect(pool.nextPrompts('train', 0, tick())).rejects.toThrow(/^count: must be an integer/);

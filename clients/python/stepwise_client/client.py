@@ -355,12 +355,14 @@ class StepwiseClient:
             answer = {"added": answer["added"] + part["added"], "total": part["total"]}
         return answer
 
-    def next_prompts(self, count: int = 1, channel: str = "train") -> list[dict[str, Any]]:
+    def next_prompts(self, count: int = 1, channel: str = "train", task_set: str | None = None) -> list[dict[str, Any]]:
         """What to roll out next: up to `count` prompts not in flight, each `{task_id, task_set,
-        n_rollouts, pool}`; roll each out `n_rollouts` times as one group. Never retried: a claim
-        whose answer was lost stays in flight until its timeout, and a retry would claim others."""
+        n_rollouts, pool}`; roll each out `n_rollouts` times as one group; with `task_set`, only
+        prompts of that set. Never retried: a claim whose answer was lost stays in flight until its
+        timeout, and a retry would claim others."""
         name = quote(channel, safe="")
-        answer = self._request("POST", f"/v1/channels/{name}/prompts/next", body={"count": count}, idempotent=False)
+        body: dict[str, Any] = {"count": count} if task_set is None else {"count": count, "task_set": task_set}
+        answer = self._request("POST", f"/v1/channels/{name}/prompts/next", body=body, idempotent=False)
         return list(answer.json()["prompts"])
 
     # ---- internals -----------------------------------------------------------------------------

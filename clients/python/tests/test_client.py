@@ -251,7 +251,7 @@ class RetryTest(unittest.TestCase):
         prompts = [{"task_id": "a", "task_set": "default", "n_rollouts": 4, "pool": "unseen"}]
         _Handler.script = {
             "/v1/channels/my%20run/prompts": [(200, {"channel": "my run", "added": 2, "total": 2})],
-            "/v1/channels/train/prompts/next": [(503, None), (200, {"prompts": prompts})],
+            "/v1/channels/train/prompts/next": [(503, None), (200, {"prompts": prompts}), (200, {"prompts": []})],
         }
         self.assertEqual(self.client.register_prompts(["a", "b"], channel="my run"), {"added": 2, "total": 2})
         self.assertEqual(
@@ -263,6 +263,8 @@ class RetryTest(unittest.TestCase):
             self.client.next_prompts(4)
         self.assertEqual(self.client.next_prompts(4), prompts)
         self.assertEqual(_Handler.seen[2][:3], ("POST", "/v1/channels/train/prompts/next", {"count": 4}))
+        self.assertEqual(self.client.next_prompts(2, task_set="math"), [])
+        self.assertEqual(_Handler.seen[3][2], {"count": 2, "task_set": "math"})
 
     def test_report_mismatch_posts_in_parts_and_retries_like_an_ack(self) -> None:
         from stepwise_client import client as client_module

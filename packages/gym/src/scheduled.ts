@@ -47,9 +47,11 @@ export function scheduledRunner(schedule: ScheduleOptions) {
     const channel = options.channel;
     const server = serverClient(options.gatewayUrl, options.apiKey);
     const byId = new Map(options.tasks.map((t) => [t.id, t]));
+    // The run asks for its own task set only: another producer's prompts in the channel are not claimed.
+    const taskSet = schedule.taskSet ?? 'default';
     await server.registerPrompts(
       channel,
-      options.tasks.map((t) => ({ taskId: t.id, taskSet: schedule.taskSet ?? 'default' })),
+      options.tasks.map((t) => ({ taskId: t.id, taskSet })),
     );
     mkdirSync(options.workDir, { recursive: true });
     const results: SampleResult[] = [];
@@ -63,7 +65,7 @@ export function scheduledRunner(schedule: ScheduleOptions) {
       let waited = 0;
       while (reserved < schedule.groups && !idle && !options.signal?.aborted) {
         reserved++;
-        const [prompt] = await server.nextPrompts(channel, 1);
+        const [prompt] = await server.nextPrompts(channel, 1, taskSet);
         if (!prompt) {
           reserved--;
           // Nothing free: wait for one of this run's groups to settle; with none running, every

@@ -18,6 +18,8 @@ const RegisterBody = z.strictObject({
 
 const NextBody = z.strictObject({
   count: z.number().int().min(1).max(MAX_PROMPTS_PER_CALL).optional(),
+  // A producer of one task set's tasks asks for that set's prompts only.
+  task_set: ClientId.optional(),
 });
 
 /**
@@ -35,7 +37,7 @@ export function mountPromptRoutes(app: ApiApp, pool: DataPool): void {
   app.post('/v1/channels/:name/prompts/next', requireScope('runner'), async (c) => {
     const channel = channelOf(c.req.param('name'));
     const body = parseOrThrow(NextBody, await readJsonBody(c));
-    const prompts = await pool.nextPrompts(channel, body.count ?? 1);
+    const prompts = await pool.nextPrompts(channel, body.count ?? 1, body.task_set ?? null);
     return c.json({
       channel,
       policy_version: await pool.policyVersion(),

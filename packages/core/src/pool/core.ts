@@ -108,8 +108,8 @@ export interface PoolOps extends Omit<Store, 'write' | 'read' | 'views'>, ReadMo
     prompts: { taskId: string; taskSet: string }[],
     now: number,
   ): Promise<{ added: number; total: number }>;
-  /** Hands out up to `count` prompts not in flight, under the channel's schedule policy. */
-  nextPrompts(channel: string, count: number, now: number): Promise<NextPrompt[]>;
+  /** Hands out up to `count` prompts not in flight (of `taskSet` only, when given), under the channel's policy. */
+  nextPrompts(channel: string, count: number, now: number, taskSet?: string | null): Promise<NextPrompt[]>;
   /** The channel's prompts with their history and difficulty pool. */
   listPrompts(channel: string, now: number): Promise<PromptView[]>;
   /** Leases up to batchSize ready groups FIFO; null (and nothing leased) when fewer are ready. */
@@ -256,9 +256,14 @@ export class PoolCore implements PoolOps {
     return this.store.write((tx) => registerPrompts(tx, channel, prompts, now));
   }
 
-  nextPrompts(channel: string, count: number, now: number): Promise<NextPrompt[]> {
+  nextPrompts(
+    channel: string,
+    count: number,
+    now: number,
+    taskSet: string | null = null,
+  ): Promise<NextPrompt[]> {
     // A claim is soft state (lost, the prompt's timeout frees it): its commit waits for no flush.
-    return this.store.write((tx) => nextPrompts(tx, channel, count, now), { durable: false });
+    return this.store.write((tx) => nextPrompts(tx, channel, count, now, taskSet), { durable: false });
   }
 
   listPrompts(channel: string, now: number): Promise<PromptView[]> {

@@ -308,9 +308,9 @@ export class DataPool {
   }
 
   /** What a producer rolls out next: up to `count` prompts, each with its number of rollouts. */
-  nextPrompts(channel: string, count: number): Promise<NextPrompt[]> {
+  nextPrompts(channel: string, count: number, taskSet: string | null = null): Promise<NextPrompt[]> {
     this.assertOpen();
-    return this.store.nextPrompts(channel, count, this.clock());
+    return this.store.nextPrompts(channel, count, this.clock(), taskSet);
   }
 
   listPrompts(channel: string): Promise<PromptView[]> {

@@ -28,12 +28,16 @@ export function* registerPrompts(
   return { added, total: (yield* tx.prompts.prompts(channel)).length };
 }
 
-/** Hands out up to `count` free prompts under the channel's policy, each with its number of rollouts. */
+/**
+ * Hands out up to `count` free prompts under the channel's policy, each with its number of rollouts;
+ * with `taskSet`, only prompts of that set (a producer that runs one set's tasks).
+ */
 export function* nextPrompts(
   tx: PoolTx,
   channel: string,
   count: number,
   now: number,
+  taskSet: string | null = null,
   random: () => number = Math.random,
 ): Rule<NextPrompt[]> {
   if (!Number.isInteger(count) || count < 1 || count > MAX_PROMPTS_PER_CALL)
@@ -41,7 +45,9 @@ export function* nextPrompts(
   const config = yield* tx.lockChannel(channel, now);
   const { schedule } = config;
   const version = yield* tx.policyVersion();
-  const free = yield* tx.prompts.freePrompts(channel, now);
+  const free = (yield* tx.prompts.freePrompts(channel, now)).filter(
+    (row) => taskSet === null || row.task_set === taskSet,
+  );
   const picked =
     schedule.mixture === null
       ? pick(schedule, free, count, version, random)

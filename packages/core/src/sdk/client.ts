@@ -514,11 +514,11 @@ export class StepwiseClient {
   }
 
   /** What to roll out next: up to `count` prompts not in flight, each with its number of rollouts. */
-  async nextPrompts(channel: string, count = 1): Promise<ScheduledPrompt[]> {
+  async nextPrompts(channel: string, count = 1, taskSet?: string): Promise<ScheduledPrompt[]> {
     const { data } = await this.request<{ prompts: ScheduledPromptWire[] }>(
       'POST',
       `/v1/channels/${encodeURIComponent(channel)}/prompts/next`,
-      { count },
+      { count, task_set: taskSet },
     );
     return data!.prompts.map((p) => ({
       taskId: p.task_id,
