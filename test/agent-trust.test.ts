@@ -153,6 +153,33 @@ for (const [name, start] of stores) {
   });
 
   describe(`scoped keys, on ${name}`, () => {
+    it("an agent key cannot open a task's rollout (its group would free and score a scheduled prompt) unless the channel trusts agents", async () => {
+      const server = await start({
+        apiKeys: [`${AGENT}:agent`, `${RUNNER}:agent,runner`, `${TRAINER}:trainer`],
+      });
+      await server.pool.registerPrompts('train', [{ taskId: 'sum-1', taskSet: 'default' }]);
+      const [claimed] = await server.pool.nextPrompts('train', 1);
+      expect(claimed?.taskId).toBe('sum-1');
+      const opened = await call(
+        'POST',
+        `${server.url}/init_trajectory`,
+        { metadata: { task_id: 'sum-1' } },
+        AGENT,
+      );
+      expect(opened.status).toBe(403);
+      expect(opened.json.error.message).toMatch(/^opening a rollout of a task \(metadata\.task_id\)/);
+      expect((await server.pool.listTrajectories({ limit: 10, offset: 0 })).total).toBe(0);
+      // The claim still holds: the prompt is not handed out again.
+      expect(await server.pool.nextPrompts('train', 1)).toEqual([]);
+      expect(
+        (await call('POST', `${server.url}/init_trajectory`, { metadata: { task_id: 'sum-1' } }, RUNNER))
+          .status,
+      ).toBe(200);
+      await server.pool.configureChannel('trusted', { trust_agent_reward: true });
+      const trusted = { channel: 'trusted', metadata: { task_id: 'sum-1' } };
+      expect((await call('POST', `${server.url}/init_trajectory`, trusted, AGENT)).status).toBe(200);
+    });
+
     it("an agent key opens trajectories and calls LLMs, but cannot write steps, complete or score by id, or join another's group", async () => {
       const server = await start({
         apiKeys: [`${AGENT}:agent`, `${RUNNER}:agent,runner`, `${TRAINER}:trainer`],

@@ -281,8 +281,17 @@ async function initTrajectory(c: Context<Env>, gateway: Gateway, origin: string)
   // Holding a group keeps it from trainers: the runner's call, never an agent's (docs/security.md).
   if (body.hold_for_guidance !== undefined && agentOnly(c.get('apiKey')))
     throw new AuthError("hold_for_guidance: an agent's key cannot hold a group back from training", 403);
-  if (agentOnly(c.get('apiKey')))
+  if (agentOnly(c.get('apiKey'))) {
     await refuseForeignSource(gateway, c, async () => ({ channel, trajectoryId: null }), body.metadata);
+    // A task's groups feed the prompt scheduler (their settling frees a prompt and writes its history).
+    if (body.metadata?.task_id !== undefined)
+      await requireAgentTrust(
+        gateway,
+        c,
+        { channel, trajectoryId: null },
+        'opening a rollout of a task (metadata.task_id)',
+      );
+  }
   // An agent's key opens its own groups; adding rollouts to an existing one is its owner's.
   const newGroup =
     agentOnly(c.get('apiKey')) &&

@@ -108,6 +108,26 @@ export function checkEpisode(limits: EpisodeLimits, usage: EpisodeUsage): number
   return left;
 }
 
+/**
+ * One call of an episode under its policy: a call past a limit is recorded (`ended`) and refused;
+ * otherwise the fields to set on its request (`requested`: the agent's values).
+ */
+export async function admitCall(
+  policy: EpisodePolicy,
+  usage: EpisodeUsage,
+  requested: { temperature?: unknown; top_p?: unknown; max_tokens?: unknown },
+  ended: (error: EpisodeLimitError) => Promise<void>,
+): Promise<SamplingRewrite> {
+  let left: number | null;
+  try {
+    left = checkEpisode(policy.limits, usage);
+  } catch (error) {
+    if (error instanceof EpisodeLimitError) await ended(error);
+    throw error;
+  }
+  return samplingRewrite(policy.sampling, requested, left);
+}
+
 /** The request fields a policy sets: sampling it forces and max_tokens it clamps. */
 export interface SamplingRewrite {
   /** Field → value to put in the request. */

@@ -28,16 +28,15 @@ import type { CallOrigin, CallTracer } from './call-trace.js';
 import { StepRecorder } from './capture.js';
 import { baseOfStep, ContinuityCounters } from './continuity.js';
 import {
-  checkEpisode,
+  admitCall,
   countsTokens,
   EPISODE_LIMIT_KEY,
   EPISODE_LIMITS_KEY,
-  EpisodeLimitError,
+  type EpisodeLimitError,
   type EpisodePolicy,
   type EpisodeUsage,
   episodePolicy,
   NO_USAGE,
-  samplingRewrite,
 } from './episode.js';
 import type { Forwarding } from './forward.js';
 import { type GenerateInput, type GenerateOutput, generate } from './generate.js';
@@ -548,19 +547,8 @@ export class Gateway {
     const usage = countsTokens(policy.limits) ? await this.episodeUsage(id) : { ...NO_USAGE };
     usage.turns = trajectory.nSteps;
     usage.context = Math.max(usage.context, input.promptIds.length);
-    let left: number | null;
-    try {
-      left = checkEpisode(policy.limits, usage);
-    } catch (error) {
-      if (error instanceof EpisodeLimitError) await this.recordEpisodeEnd(id, error);
-      throw error;
-    }
     const { sampling } = input;
-    const rewrite = samplingRewrite(
-      policy.sampling,
-      { ...sampling, max_tokens: sampling.max_tokens ?? sampling.max_new_tokens },
-      left,
-    );
+    const rewrite = await admitCall(policy, usage, sampling, (error) => this.recordEpisodeEnd(id, error));
     const forced: GenerateInput['sampling'] = { ...sampling, ...rewrite.set };
     if ('max_tokens' in rewrite.set) delete forced.max_new_tokens;
     return { ...input, sampling: forced };

@@ -1,5 +1,5 @@
 import type { CallMiddleware } from '../call-context.js';
-import { checkEpisode, EpisodeLimitError, type EpisodeServices, samplingRewrite } from '../episode.js';
+import { admitCall, type EpisodeServices } from '../episode.js';
 
 /**
  * The episode policy (gateway/episode.ts), outermost: a call past one of its episode's limits is
@@ -14,19 +14,16 @@ export function episodePolicy(services: EpisodeServices): CallMiddleware {
     if (!policy) return next(ctx);
     session.usage ??= await services.usage(session.id);
     const usage = session.usage;
-    let left: number | null;
-    try {
-      left = checkEpisode(policy.limits, usage);
-    } catch (error) {
-      if (error instanceof EpisodeLimitError) await services.ended(session.id, error);
-      throw error;
-    }
     const request = ctx.request as Record<string, unknown>;
-    const asked = request.max_completion_tokens ?? request.max_tokens;
-    const rewrite = samplingRewrite(
-      policy.sampling,
-      { temperature: request.temperature, top_p: request.top_p, max_tokens: asked },
-      left,
+    const rewrite = await admitCall(
+      policy,
+      usage,
+      {
+        temperature: request.temperature,
+        top_p: request.top_p,
+        max_tokens: request.max_completion_tokens ?? request.max_tokens,
+      },
+      (error) => services.ended(session.id, error),
     );
     if (Object.keys(rewrite.set).length > 0) {
       Object.assign(request, rewrite.set);
