@@ -399,7 +399,8 @@ describe('containment', () => {
     expect(held).toBeGreaterThanOrEqual((quotaMb - 1) * MIB);
     expect(held).toBeLessThanOrEqual((quotaMb + 24) * MIB);
 
-    // /tmp counts, and so do deleted files still held open.
+    // /tmp counts, and so do deleted files still held open (O_TMPFILE: nameless from the start, so a
+    // kill can never land between a create and its unlink and leave a name behind).
     const tmp = await runInSandbox(
       { workspace: dir, mountDir: MOUNT, limits: { diskMb: 64 } },
       'rm -f fill-*.bin; for i in $(seq 200); do head -c 1M /dev/zero > /tmp/f$i; sleep 0.01; done',
@@ -411,7 +412,7 @@ describe('containment', () => {
 import os, time
 files = []
 for i in range(200):
-    f = open('held', 'wb'); os.unlink('held'); f.write(b'x' * 1048576); f.flush(); files.append(f); time.sleep(0.01)"`,
+    fd = os.open('.', os.O_TMPFILE | os.O_WRONLY, 0o600); os.write(fd, b'x' * 1048576); files.append(fd); time.sleep(0.01)"`,
     );
     expect(held2.limitHit).toBe('disk');
     expect(readdirSync(dir)).toEqual([]);
