@@ -21,6 +21,15 @@ export function probability(flag: string) {
   };
 }
 
+/** Parses a flag that is a finite number of at least 0. */
+export function nonNegative(flag: string) {
+  return (value: string) => {
+    const n = Number(value);
+    if (!Number.isFinite(n) || n < 0) throw new InvalidArgumentError(`${flag} must be a number >= 0`);
+    return n;
+  };
+}
+
 /** `--error-kinds wrong_argument,unknown_tool`: the reference policy's injected error kinds. */
 export function errorKinds(value: string): InjectedErrorKind[] {
   const kinds = value.split(',').map((k) => k.trim());

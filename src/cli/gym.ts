@@ -17,7 +17,7 @@ import { referenceTasks, TASK_SET_HELP } from '@stepwise/gym/tasks/index.js';
 import type { GymTask } from '@stepwise/gym/tasks/schema.js';
 import { type ValidateOptions, validateCommand } from '@stepwise/gym/validate.js';
 import { type Command, InvalidArgumentError, Option } from 'commander';
-import { errorKinds, positiveInt, probability } from './flags.js';
+import { errorKinds, nonNegative, positiveInt, probability } from './flags.js';
 import { registerSynthCommand } from './gym-synth.js';
 
 /*
@@ -94,7 +94,7 @@ const ROOTFS_HELP =
  * time, not as a default value: --help would print the URL's password.
  */
 export function addRunOptions(command: Command): Command {
-  return command
+  return addEvidenceOptions(command)
     .requiredOption('--tasks <path>', TASK_SET_HELP)
     .option('--out <dir>', 'results, state (for resuming) and the embedded store', 'gym-out')
     .option('--samples <k>', 'samples per task (one group)', positiveInt('--samples'), 4)
@@ -190,6 +190,21 @@ export function addRunOptions(command: Command): Command {
       '--distributed: attempts after the first at a sample whose worker died or whose infrastructure failed',
       positiveInt('--job-retries', 0),
       DEFAULT_JOB_RETRIES,
+    );
+}
+
+/** What a run keeps for re-verification (docs/gym.md#re-verification). */
+function addEvidenceOptions(command: Command): Command {
+  return command
+    .option(
+      '--evidence-mb <n>',
+      'keep what each verifier read (final workspace, final message) in the store for `stepwise rewards reverify`, up to this many MiB a sample (0: keep none)',
+      nonNegative('--evidence-mb'),
+      16,
+    )
+    .option(
+      '--verifier-version <label>',
+      "the version the verifier's signals carry (default: a digest of the task set's verifiers, vf-...)",
     );
 }
 

@@ -19,6 +19,7 @@ import { registerGymCommands } from './gym.js';
 import { registerOpenClawCommand } from './openclaw.js';
 import { registerPurifyCommand } from './purify.js';
 import { rewardPlugins } from './reward-plugins.js';
+import { registerRewardsCommands } from './rewards.js';
 import { registerToolsCommand } from './tools.js';
 import { registerTrainCommand } from './train.js';
 import { registerWorkerCommands } from './worker.js';
@@ -76,6 +77,7 @@ export function buildCli(): Command {
   registerOpenClawCommand(program);
   registerCodexCommand(program);
   registerPurifyCommand(program);
+  registerRewardsCommands(program);
   registerWorkerCommands(program);
   registerTrainCommand(program);
 

@@ -41,8 +41,10 @@ export { CleanerOptions, type ToolResultsDecision, withRetryNote } from './curat
 export { curateGroup, repetitionFraction } from './curation/pipeline.js';
 export { ChannelConfig, type ChannelCuration, DEFAULT_CHANNEL_CONFIG } from './domain/channel.js';
 export { fromZodError, parseOrThrow, StepwiseError, ValidationError } from './domain/errors.js';
+export type { Evidence, EvidenceEntry, EvidenceSummary } from './domain/evidence.js';
 export { JsonObject } from './domain/json.js';
-export type { SignalWire } from './domain/signal.js';
+export type { Signal, SignalInput, SignalWire } from './domain/signal.js';
+export type { Trajectory } from './domain/trajectory.js';
 export type { InjectedErrorKind, ReferenceTask } from './engines/sim/policies.js';
 export { parseEngineSpec } from './engines/upstream.js';
 export {

@@ -8,6 +8,7 @@ import {
   SampleResultWire,
 } from './distributed/jobs.js';
 import type { EndedJob, JobSettings, QueuedRollout, RolloutQueue } from './distributed/queue.js';
+import { verifierVersion } from './evidence.js';
 import {
   type GymRunOptions,
   type GymSummary,
@@ -78,6 +79,7 @@ export async function enqueueRun(
   const pending = pendingSamples(options, done);
   const shas = await settings.queue.saveTasks([...new Map(pending.map((p) => [p.task.id, p.task])).values()]);
   const agent = agentWire(options.agent);
+  const version = verifierVersion(options.tasks);
   const jobs: RunJob[] = pending.map(({ task, sample }) => {
     const s = sampleJobOf(options, task, sample);
     const data: RolloutJobData = {
@@ -97,6 +99,10 @@ export async function enqueueRun(
       agent,
       sampleTimeoutMs: options.sampleTimeoutMs,
       ...(options.judge ? { judge: { baseURL: options.judge.baseURL, model: options.judge.model } } : {}),
+      verifierVersion: options.verifierVersion ?? version,
+      ...(options.evidence !== undefined
+        ? { evidenceBytes: options.evidence === false ? 0 : options.evidence.maxBytes }
+        : {}),
     };
     return {
       id: rolloutJobId(s.runId, s.groupId, task.id, sample),

@@ -13,6 +13,7 @@ import { CODEX_VERSION, findCodex } from './agent/codex/install.js';
 import { findOpenClaw, OPENCLAW_VERSION } from './agent/openclaw/install.js';
 import { checkPgUrl, checkQueueSchema, DEFAULT_QUEUE_SCHEMA, RolloutQueue } from './distributed/queue.js';
 import { defaultLeaseSeconds, distributedRunner } from './distributed.js';
+import { DEFAULT_EVIDENCE_BOUNDS } from './evidence.js';
 import { defaultToolsDir } from './install-kit/index.js';
 import {
   type AgentSpec,
@@ -166,6 +167,10 @@ export interface RunCommandOptions {
   giveUpRate: number;
   seed: number;
   keepWorkspaces?: boolean;
+  /** Keep what each verifier read, up to this many MiB a sample (0: keep none). */
+  evidenceMb?: number;
+  /** The version the verifier's signals carry (default: the task set's `verifierVersion`). */
+  verifierVersion?: string;
   unsafeNoSandbox?: boolean;
   rootfs?: string | true;
   judgeUrl?: string;
@@ -316,6 +321,15 @@ export async function runGymPlan(
       stateFile: join(out, `state-${runId}.jsonl`),
       workDir: join(out, 'work'),
       keepWorkspaces: opts.keepWorkspaces,
+      ...(opts.evidenceMb !== undefined
+        ? {
+            evidence:
+              opts.evidenceMb === 0
+                ? false
+                : { ...DEFAULT_EVIDENCE_BOUNDS, maxBytes: Math.round(opts.evidenceMb * 1024 * 1024) },
+          }
+        : {}),
+      ...(opts.verifierVersion !== undefined ? { verifierVersion: opts.verifierVersion } : {}),
       sampleTimeoutMs: opts.sampleTimeoutMs,
       unsafeNoSandbox: opts.unsafeNoSandbox,
       ...(opts.rootfs !== undefined ? { rootfs: sandboxRoot(opts) } : {}),

@@ -3,6 +3,7 @@ import { appendFileSync, existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { fromZodError, ValidationError } from '@stepwise/core';
 import type { z } from 'zod';
 import { type AgentSpec, agentEntry } from './agents.js';
+import { verifierVersion } from './evidence.js';
 import { runSample, type SampleEnv, type SampleJob, type SampleResult, SampleResultLine } from './sample.js';
 import type { GymTask } from './tasks/schema.js';
 
@@ -206,6 +207,8 @@ export function sampleEnvOf(options: GymRunOptions): SampleEnv {
     unsafeNoSandbox: options.unsafeNoSandbox,
     ...(options.rootfs !== undefined ? { rootfs: options.rootfs } : {}),
     judge: options.judge,
+    ...(options.evidence !== undefined ? { evidence: options.evidence } : {}),
+    verifierVersion: options.verifierVersion ?? verifierVersion(options.tasks),
   };
 }
 

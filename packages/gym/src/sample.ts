@@ -9,6 +9,12 @@ import type { AgentOutcome } from './agent/builtin.js';
 import { AgentFailed } from './agent/external.js';
 import { GatewayUnavailable } from './agent/installed.js';
 import { type AgentSpec, agentEntry } from './agents.js';
+import {
+  captureWorkspace,
+  DEFAULT_EVIDENCE_BOUNDS,
+  type EvidenceBounds,
+  uploadEvidence,
+} from './evidence.js';
 import { trajectoryOfBaseUrl } from './gateway-urls.js';
 import { DEFAULT_LIMITS, SandboxError, type SandboxLimits } from './sandbox/index.js';
 import { removeTree } from './sandbox/workspace-tree.js';
@@ -84,6 +90,13 @@ export interface SampleEnv {
   rootfs?: string;
   judge?: JudgeConfig;
   signal?: AbortSignal;
+  /**
+   * What the verifier read is kept for re-verification within these bounds (default
+   * DEFAULT_EVIDENCE_BOUNDS); false: not kept.
+   */
+  evidence?: EvidenceBounds | false;
+  /** The version the verifier's signals carry (`verifierVersion` of the run's task set). */
+  verifierVersion?: string;
 }
 
 /** One sample as the run decided it: everything about it that does not depend on where it runs. */
@@ -214,6 +227,7 @@ export async function runSample(
         durationMs: performance.now() - started,
       });
     }
+    await keepEvidence(options, trajectory, workspace, outcome.answer ?? '');
     // The verifier's own files fit however full the agent left the workspace.
     await volume.grow(VERIFIER_ROOM);
     const verdict = await verify(task, workspace, {
@@ -361,8 +375,10 @@ async function storeVerdict(
 ): Promise<void> {
   // The scores land as signals on the trajectory: the verifier's code score with its sub-scores,
   // the judge's rubric score when there is one, and the combined score (also the reward).
+  const version = options.verifierVersion ? { version: options.verifierVersion } : {};
   const signals: Omit<SignalWire, 'trajectory_uid'>[] = [
     {
+      ...version,
       name: 'code',
       value: verdict.code,
       source: 'verifier',
@@ -373,9 +389,16 @@ async function storeVerdict(
         subscores: verdict.subscores,
       },
     },
-    { name: 'score', value: verdict.score, source: 'verifier', details: { weights: task.weights } },
+    {
+      ...version,
+      name: 'score',
+      value: verdict.score,
+      source: 'verifier',
+      details: { weights: task.weights },
+    },
   ];
-  if (verdict.rubric !== null) signals.push({ name: 'rubric', value: verdict.rubric, source: 'judge' });
+  if (verdict.rubric !== null)
+    signals.push({ ...version, name: 'rubric', value: verdict.rubric, source: 'judge' });
   await onServer(options, (server) => server.addSignals(signals.map((s) => ({ ...s, trajectory_uid: id }))));
   if (refused)
     await onServer(options, (server) =>
@@ -411,9 +434,9 @@ function verifiedResult(
 }
 
 /** Room the verifier gets on top of the agent's quota, for the files it brings (ClawGym's reward/). */
-const VERIFIER_ROOM = { bytes: 64 * 1024 * 1024, inodes: 4_096 };
+export const VERIFIER_ROOM = { bytes: 64 * 1024 * 1024, inodes: 4_096 };
 
-function workspaceQuota(limits: Partial<SandboxLimits> | undefined) {
+export function workspaceQuota(limits: Partial<SandboxLimits> | undefined) {
   return {
     bytes: (limits?.diskMb ?? DEFAULT_LIMITS.diskMb) * 1024 * 1024,
     inodes: limits?.inodes ?? DEFAULT_LIMITS.inodes,
@@ -443,7 +466,7 @@ const WORKSPACE_FAULTS = new Set([
  * permissions, no room left for the verifier's files) is the agent's doing: it scores 0. Anything else
  * (the sandbox, a bug) stays the infrastructure's.
  */
-function unreadableWorkspace(error: unknown): VerifyResult {
+export function unreadableWorkspace(error: unknown): VerifyResult {
   const e = error as NodeJS.ErrnoException;
   const fault =
     (typeof e?.code === 'string' && WORKSPACE_FAULTS.has(e.code) && !(error instanceof SandboxError)) ||
@@ -468,10 +491,32 @@ async function keepWorkspace(volume: WorkspaceVolume | null): Promise<void> {
 }
 
 /** Removes a sample's folder whatever the agent left in it; never throws (a warning says what is left). */
-async function removeWorkspace(dir: string, volume: WorkspaceVolume | null): Promise<void> {
+export async function removeWorkspace(dir: string, volume: WorkspaceVolume | null): Promise<void> {
   const unmounted = volume ? await volume.release() : null;
   const rest = unmounted ?? (await removeTree(dir));
   if (rest !== null) process.emitWarning(`stepwise gym: could not remove ${dir}: ${rest}`);
+}
+
+/**
+ * Keeps the workspace the verifier is about to read, and the final message (docs/gym.md#re-verification).
+ * One past the bounds is not kept and the trajectory's metadata says why; a failure to store it is
+ * the infrastructure's.
+ */
+async function keepEvidence(
+  options: SampleEnv,
+  trajectory: { trajectory_uid: string; base_url: string },
+  workspace: string,
+  finalMessage: string,
+): Promise<void> {
+  if (options.evidence === false) return;
+  const captured = await captureWorkspace(workspace, options.evidence ?? DEFAULT_EVIDENCE_BOUNDS);
+  if (!captured.kept) {
+    await mergeMetadata(options, trajectory.base_url, { evidence: { kept: false, reason: captured.reason } });
+    return;
+  }
+  await onServer(options, (server) =>
+    uploadEvidence(server, trajectory.trajectory_uid, captured, finalMessage),
+  );
 }
 
 /** Merges metadata into the trajectory of `baseUrl` through the owner's route. */

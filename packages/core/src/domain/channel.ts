@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { SignalSource } from './signal.js';
 
 /** Serve-time curation of a channel's groups (packages/core/src/curation/pipeline.ts); the default changes nothing. */
 /** Why serve-time curation leaves a trajectory out of its group (curation/pipeline.ts). */
@@ -169,6 +170,19 @@ const fields = {
   forced_sampling: ForcedSampling,
   /** What the prompt scheduler hands producers next. */
   schedule: ScheduleConfig,
+  /**
+   * Serving pinned to one version of a score (re-verification, docs/datapool.md#pinned-serving): each
+   * served rollout's reward is its latest trajectory-level signal of this name, source and version,
+   * and a group waits until all its complete rollouts have one. Null: the stored reward.
+   */
+  reward_pin: z
+    .strictObject({
+      signal: z.string().min(1).max(128),
+      // The agent's own word never decides what a trainer is served.
+      source: SignalSource.exclude(['agent', 'user']).default('verifier'),
+      version: z.string().min(1).max(64),
+    })
+    .nullable(),
 };
 
 /** Per-channel pool policy; persisted so every process sharing the store applies the same rules. */
@@ -211,4 +225,5 @@ export const DEFAULT_CHANNEL_CONFIG: ChannelConfig = {
   episode: NO_EPISODE_LIMITS,
   forced_sampling: { temperature: null, top_p: null, max_tokens: null },
   schedule: DEFAULT_SCHEDULE,
+  reward_pin: null,
 };

@@ -22,6 +22,7 @@ export const EventType = z.enum([
   'access_refused',
   'prompts_registered',
   'prompts_handed',
+  'evidence_kept',
 ]);
 export type EventType = z.infer<typeof EventType>;
 

@@ -1,6 +1,7 @@
 export * from './channel.js';
 export * from './errors.js';
 export * from './event.js';
+export * from './evidence.js';
 export * from './group.js';
 export * from './ids.js';
 export * from './json.js';

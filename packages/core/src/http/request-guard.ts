@@ -120,12 +120,10 @@ function foreignOrigin(
 /** A state-changing body that is not JSON, outside the dashboard's forms (which carry CSRF tokens). */
 function nonJson(req: IncomingMessage, path: string): Refused | null {
   const type = req.headers['content-type'];
-  if (
-    !hasBody(req) ||
-    isDashboardPath(path) ||
-    JSON_TYPE.test((type ?? '').split(';')[0]!.trim().toLowerCase())
-  )
-    return null;
+  const media = (type ?? '').split(';')[0]!.trim().toLowerCase();
+  if (!hasBody(req) || isDashboardPath(path) || JSON_TYPE.test(media)) return null;
+  // Evidence blobs are raw bytes; like JSON, that type needs a CORS preflight, so no page can forge it.
+  if (media === 'application/octet-stream' && path.startsWith('/v1/evidence/blobs/')) return null;
   return {
     status: 415,
     code: 'unsupported_media_type',

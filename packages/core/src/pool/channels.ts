@@ -5,7 +5,7 @@ import { adoptGroupSize, resettleFullGroups } from './groups.js';
 /**
  * Patches a channel's settings (its row locked: concurrent patches apply one after the other).
  * A size given now sizes the groups that had none; a change of required signals may make groups
- * that waited for them ready.
+ * that waited for them ready (a reward pin likewise).
  */
 export function* configureChannel(
   tx: PoolTx,
@@ -25,7 +25,8 @@ export function* configureChannel(
   yield* tx.saveChannelConfig(channel, config, now);
   tx.emit('channel_configured', channel, { config }, now);
   if (patch.n_rollouts != null) yield* adoptGroupSize(tx, channel, patch.n_rollouts, config, now);
-  if (patch.required_signals !== undefined) yield* resettleFullGroups(tx, channel, config, now);
+  if (patch.required_signals !== undefined || patch.reward_pin !== undefined)
+    yield* resettleFullGroups(tx, channel, config, now);
   return config;
 }
 

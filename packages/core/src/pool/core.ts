@@ -1,6 +1,9 @@
 import {
   type ChannelConfig,
   ChannelConfigPatch,
+  type Evidence,
+  type EvidenceBody,
+  type EvidenceSummary,
   type Group,
   type Label,
   type LabelInput,
@@ -24,6 +27,7 @@ import type {
   SubmitRequest,
 } from '../store/store.js';
 import { configureChannel, setPolicyVersion } from './channels.js';
+import { keepEvidence, toEvidence, toSummary } from './evidence.js';
 import { addLabels, addSignals } from './feedback.js';
 import { holdForGuidance, releaseGuidance } from './groups.js';
 import { isRefusal, submitAll, submitEach } from './ingest.js';
@@ -112,6 +116,17 @@ export interface PoolOps extends Omit<Store, 'write' | 'read' | 'views'>, ReadMo
   nextPrompts(channel: string, count: number, now: number, taskSet?: string | null): Promise<NextPrompt[]>;
   /** The channel's prompts with their history and difficulty pool. */
   listPrompts(channel: string, now: number): Promise<PromptView[]>;
+  /** Which of these evidence blobs the store lacks. */
+  missingEvidenceBlobs(sha256s: string[]): Promise<string[]>;
+  /** Stores an evidence blob (its hash checked by the caller); true when it was new. */
+  putEvidenceBlob(sha256: string, content: Uint8Array, now: number): Promise<boolean>;
+  /** Keeps what a trajectory's verifier read, once (pool/evidence.ts). */
+  keepEvidence(trajectoryId: string, body: EvidenceBody, now: number): Promise<Evidence>;
+  getEvidence(trajectoryId: string): Promise<Evidence | null>;
+  /** Stored evidence blobs by hash. */
+  evidenceBlobs(sha256s: string[]): Promise<Map<string, Uint8Array>>;
+  /** Trajectories with evidence, in id order after `after`, of one channel or all. */
+  listEvidence(channel: string | null, after: string | null, limit: number): Promise<EvidenceSummary[]>;
   /** Leases up to batchSize ready groups FIFO; null (and nothing leased) when fewer are ready. */
   leaseBatch(params: LeaseParams, now: number): Promise<LeasedBatch | null>;
   /**
@@ -268,6 +283,35 @@ export class PoolCore implements PoolOps {
 
   listPrompts(channel: string, now: number): Promise<PromptView[]> {
     return this.store.read((tx) => listPrompts(tx, channel, now));
+  }
+
+  missingEvidenceBlobs(sha256s: string[]): Promise<string[]> {
+    return this.store.read((tx) => tx.evidence.missingBlobs(sha256s));
+  }
+
+  putEvidenceBlob(sha256: string, content: Uint8Array, now: number): Promise<boolean> {
+    return this.store.write((tx) => tx.evidence.putBlob(sha256, content, now));
+  }
+
+  keepEvidence(trajectoryId: string, body: EvidenceBody, now: number): Promise<Evidence> {
+    return this.store.write((tx) => keepEvidence(tx, trajectoryId, body, now));
+  }
+
+  getEvidence(trajectoryId: string): Promise<Evidence | null> {
+    return this.store.read(function* (tx) {
+      const row = yield* tx.evidence.evidence(trajectoryId);
+      return row && toEvidence(row);
+    });
+  }
+
+  evidenceBlobs(sha256s: string[]): Promise<Map<string, Uint8Array>> {
+    return this.store.read((tx) => tx.evidence.blobs(sha256s));
+  }
+
+  listEvidence(channel: string | null, after: string | null, limit: number): Promise<EvidenceSummary[]> {
+    return this.store.read(function* (tx) {
+      return (yield* tx.evidence.evidencePage(channel, after, limit)).map(toSummary);
+    });
   }
 
   recordMismatch(

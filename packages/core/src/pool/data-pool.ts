@@ -1,21 +1,29 @@
+import { createHash } from 'node:crypto';
 import type { Logger } from 'pino';
 import {
   type ChannelConfig,
   type ChannelConfigPatch,
+  type Evidence,
+  EvidenceBody,
+  type EvidenceSummary,
   type Group,
   type Label,
   type LabelInput,
   type Lease,
   type LeaseRequest,
+  MAX_EVIDENCE_BLOB_BYTES,
   type MismatchReport,
   type MismatchStats,
   type NewStep,
   type PoolEvent,
+  parseOrThrow,
+  Sha256Hex,
   type Signal,
   type SignalInput,
   type Step,
   StepwiseError,
   type Trajectory,
+  ValidationError,
 } from '../domain/index.js';
 import type {
   CallFailure,
@@ -315,6 +323,48 @@ export class DataPool {
 
   listPrompts(channel: string): Promise<PromptView[]> {
     return this.store.listPrompts(channel, this.clock());
+  }
+
+  // ---- evidence: what verifiers read, for re-verification (docs/datapool.md#evidence) -------------
+
+  /** Which of these blobs the store lacks (a runner uploads only those). */
+  async missingEvidenceBlobs(sha256s: string[]): Promise<string[]> {
+    for (const [i, sha] of sha256s.entries()) parseOrThrow(Sha256Hex, sha, `sha256.${i}`);
+    return this.store.missingEvidenceBlobs(sha256s);
+  }
+
+  /** Stores a blob under its sha256, which must be the hash of its bytes; true when it was new. */
+  async putEvidenceBlob(sha256: string, content: Uint8Array): Promise<boolean> {
+    this.assertOpen();
+    parseOrThrow(Sha256Hex, sha256, 'sha256');
+    if (content.byteLength > MAX_EVIDENCE_BLOB_BYTES)
+      throw new ValidationError(`body: a blob holds at most ${MAX_EVIDENCE_BLOB_BYTES} bytes`, 'body');
+    const actual = createHash('sha256').update(content).digest('hex');
+    if (actual !== sha256)
+      throw new ValidationError(`sha256: the body hashes to ${actual}, not ${sha256}`, 'sha256');
+    return this.store.putEvidenceBlob(sha256, content, this.clock());
+  }
+
+  /** Keeps what a trajectory's verifier read (its blobs stored first), once. */
+  async keepEvidence(trajectoryId: string, body: unknown): Promise<Evidence> {
+    this.assertOpen();
+    return this.store.keepEvidence(trajectoryId, parseOrThrow(EvidenceBody, body), this.clock());
+  }
+
+  getEvidence(trajectoryId: string): Promise<Evidence | null> {
+    return this.store.getEvidence(trajectoryId);
+  }
+
+  evidenceBlobs(sha256s: string[]): Promise<Map<string, Uint8Array>> {
+    return this.store.evidenceBlobs(sha256s);
+  }
+
+  /** Trajectories with evidence, in id order after `after`, of one channel or all. */
+  listEvidence(query: { channel?: string | null; after?: string | null; limit?: number } = {}) {
+    const limit = Math.min(Math.max(query.limit ?? 500, 1), 10_000);
+    return this.store.listEvidence(query.channel ?? null, query.after ?? null, limit) as Promise<
+      EvidenceSummary[]
+    >;
   }
 
   async channelConfig(channel: string): Promise<ChannelConfig> {

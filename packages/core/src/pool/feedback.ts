@@ -91,7 +91,8 @@ export function* addSignals(tx: PoolTx, signals: readonly unknown[], now: number
     const names = written.get(t.id);
     if (t.status !== 'complete' || !names) continue;
     const config = yield* tx.channelConfig(t.channel);
-    if (!config.required_signals.some((n) => names.has(n))) continue;
+    const awaited = config.required_signals.some((n) => names.has(n));
+    if (!awaited && !(config.reward_pin && names.has(config.reward_pin.signal))) continue;
     const group = yield* tx.group(t.channel, t.group_id);
     if (group?.state === 'collecting') yield* settleGroup(tx, group, config, now);
   }

@@ -13,6 +13,9 @@ export function* settleGroup(tx: PoolTx, row: GroupRow, config: ChannelConfig, n
   // Every rollout is in; the group waits (still collecting) for its required signals.
   const names = config.required_signals;
   if (names.length > 0 && (yield* tx.completeWithoutSignals(row, names)) > 0) return;
+  // Under a reward pin it waits for the pinned score too (docs/datapool.md#pinned-serving).
+  const pin = config.reward_pin;
+  if (pin !== null && (yield* tx.evidence.completeWithoutPinned(row, pin)) > 0) return;
   yield* markReady(tx, row, row.n_complete < row.expected, config, now);
 }
 

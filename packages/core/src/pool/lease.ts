@@ -125,7 +125,7 @@ export function* leaseGroups(tx: PoolTx, params: LeaseParams, now: number): Rule
   const admission = maxStaleness !== null && admissionLimit(config) !== null;
   if (admission && params.patient && (yield* straggling(tx, params.channel, policyVersion, maxStaleness)))
     return null;
-  const chosen: Omit<Pick, 'members'>[] = [];
+  const chosen: Pick[] = [];
   const drops: CurationDrop[] = [];
   const quotas = new BatchQuotas(config.schedule.mixture, params.batchSize);
   /** Takes `row` into the batch unless it is dropped or does not fit; true once the batch is full. */
@@ -140,12 +140,15 @@ export function* leaseGroups(tx: PoolTx, params: LeaseParams, now: number): Rule
     // A group that would leave no room for another task set's minimum share waits for a later batch.
     const set = quotas.active ? yield* tx.prompts.taskSetOfGroup(row.channel, row.id) : null;
     if (!quotas.fits(set, chosen.length)) return false;
+    // Under a reward pin a group waits, ready, until every rollout has the pinned score.
+    const members = yield* servedMembers(tx, row, config);
+    if (members === null) return false;
     let curated: Curated | null = null;
     if (!isNoop(config.curation)) {
-      curated = yield* curate(tx, row, config.curation, now, drops);
+      curated = yield* curate(tx, row, members, config.curation, now, drops);
       if (curated === null) return false; // dropped: the next ready group takes its place
     }
-    chosen.push({ row, staleness, stale, curated });
+    chosen.push({ row, staleness, stale, members: curated?.members ?? members, curated });
     quotas.take(set);
     return chosen.length === params.batchSize;
   };
@@ -169,9 +172,8 @@ export function* leaseGroups(tx: PoolTx, params: LeaseParams, now: number): Rule
   const leaseId = newLeaseId();
   const picks: Pick[] = [];
   let nSteps = 0;
-  for (const { row, staleness, stale, curated } of chosen) {
+  for (const { row, staleness, stale, members, curated } of chosen) {
     yield* tx.updateGroup(row, { state: 'leased', lease_id: leaseId, leased_version: policyVersion });
-    const members = curated?.members ?? (yield* tx.groupMembers(row));
     for (const t of members) nSteps += t.n_steps;
     if (stale) tx.log.count(params.channel, 'groups_served_stale');
     picks.push({ row, staleness, stale, members, curated });
@@ -279,11 +281,11 @@ export function* serveLease(tx: PoolTx, leased: Leased): Rule<LeasedBatch> {
 function* curate(
   tx: PoolTx,
   row: GroupRow,
+  members: TrajectoryRow[],
   curation: ChannelCuration,
   now: number,
   drops: CurationDrop[],
 ): Rule<Curated | null> {
-  const members = yield* tx.groupMembers(row);
   const steps = needsSteps(curation) ? yield* tx.capturedSteps(members) : new Map<string, Step[]>();
   const decision = curateGroup(
     members.map((m) => {
@@ -334,6 +336,22 @@ function* curate(
     steps,
     rewards: new Map(members.map((m) => [m.id, m.reward])),
   };
+}
+
+/**
+ * A group's complete rollouts as a lease serves them. Under the channel's reward pin each one's reward
+ * is its pinned score; null while any of them has none yet (the group is not served).
+ */
+function* servedMembers(tx: PoolTx, row: GroupRow, config: ChannelConfig): Rule<TrajectoryRow[] | null> {
+  const members = yield* tx.groupMembers(row);
+  const pin = config.reward_pin;
+  if (pin === null) return members;
+  const values = yield* tx.evidence.pinnedValues(
+    members.map((m) => m.id),
+    pin,
+  );
+  if (members.some((m) => !values.has(m.id))) return null;
+  return members.map((m) => ({ ...m, reward: values.get(m.id)! }));
 }
 
 /** A served group as the lease answers it: trajectories, and what curation left out. */
@@ -423,7 +441,8 @@ function* previewGroup(
   const base = { group: toGroup(row), staleness };
   if (maxStaleness !== null && staleness > maxStaleness && config.stale_policy === 'drop')
     return { ...base, decision: 'stale', served: [], excluded: [] };
-  const members = yield* tx.groupMembers(row);
+  const members = yield* servedMembers(tx, row, config);
+  if (members === null) return { ...base, decision: 'awaiting_pin', served: [], excluded: [] };
   const decoded = new Map<string, Step[]>();
   function* steps(m: TrajectoryRow): Rule<Step[]> {
     let list = decoded.get(m.id);

@@ -63,8 +63,11 @@ export interface LeasedBatch {
 export interface PreviewGroup {
   group: Group;
   staleness: number;
-  /** `serve`, or why the lease would drop it (and take the next group instead). */
-  decision: 'serve' | DropReason;
+  /**
+   * `serve`, why the lease would drop it (and take the next group instead), or `awaiting_pin`: a
+   * rollout lacks the channel's pinned score, so the lease passes it by and it stays ready.
+   */
+  decision: 'serve' | DropReason | 'awaiting_pin';
   /** Trajectories it would be served with, and how many of their steps are trainable. */
   served: { trajectory: Trajectory; steps: number; trainableSteps: number }[];
   excluded: { trajectoryId: string; reason: ExclusionReason; reward: number | null }[];

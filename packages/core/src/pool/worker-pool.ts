@@ -132,6 +132,12 @@ export class WorkerPool implements PoolOps {
   registerPrompts: PoolOps['registerPrompts'] = (...a) => this.call('registerPrompts', a);
   nextPrompts: PoolOps['nextPrompts'] = (...a) => this.call('nextPrompts', a);
   listPrompts: PoolOps['listPrompts'] = (...a) => this.call('listPrompts', a);
+  missingEvidenceBlobs: PoolOps['missingEvidenceBlobs'] = (...a) => this.call('missingEvidenceBlobs', a);
+  putEvidenceBlob: PoolOps['putEvidenceBlob'] = (...a) => this.call('putEvidenceBlob', a);
+  keepEvidence: PoolOps['keepEvidence'] = (...a) => this.call('keepEvidence', a);
+  getEvidence: PoolOps['getEvidence'] = (...a) => this.call('getEvidence', a);
+  evidenceBlobs: PoolOps['evidenceBlobs'] = (...a) => this.call('evidenceBlobs', a);
+  listEvidence: PoolOps['listEvidence'] = (...a) => this.call('listEvidence', a);
   recordMismatch: PoolOps['recordMismatch'] = (...a) => this.call('recordMismatch', a);
   mismatch: PoolOps['mismatch'] = (...a) => this.call('mismatch', a);
   addLabels: PoolOps['addLabels'] = (...a) => this.call('addLabels', a);

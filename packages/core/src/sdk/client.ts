@@ -3,6 +3,7 @@ import { StepwiseError } from '../domain/errors.js';
 import type {
   ChannelConfig,
   ChannelConfigPatch,
+  EvidenceEntry,
   Group,
   Label,
   LabelInput,
@@ -199,13 +200,15 @@ export class StepwiseClient {
     timeoutMs = this.options.timeoutMs ?? 30_000,
   ): Promise<{ status: number; data: T | null }> {
     const headers: Record<string, string> = {};
-    if (body !== undefined) headers['content-type'] = 'application/json';
+    // Bytes go as they are (evidence blobs); anything else as JSON.
+    const raw = body instanceof Uint8Array;
+    if (body !== undefined) headers['content-type'] = raw ? 'application/octet-stream' : 'application/json';
     if (this.options.apiKey) headers.authorization = `Bearer ${this.options.apiKey}`;
     const url = `${this.baseUrl}${path}`;
     const response = await request(url, {
       method: method as Dispatcher.HttpMethod,
       headers,
-      body: body === undefined ? undefined : JSON.stringify(body),
+      body: body === undefined ? undefined : raw ? body : JSON.stringify(body),
       dispatcher: this.dispatcher,
       headersTimeout: timeoutMs,
       bodyTimeout: timeoutMs,
@@ -312,6 +315,43 @@ export class StepwiseClient {
       `/v1/trajectories/${encodeURIComponent(trajectoryUid)}/refusals`,
       refusals,
     );
+    return data!;
+  }
+
+  /** Which of these evidence blobs the server lacks (docs/datapool.md#evidence; runner scope). */
+  async missingEvidenceBlobs(sha256s: string[]): Promise<string[]> {
+    const missing: string[] = [];
+    for (let i = 0; i < sha256s.length; i += 100_000) {
+      const chunk = sha256s.slice(i, i + 100_000);
+      const { data } = await this.request<{ missing: string[] }>('POST', '/v1/evidence/missing', {
+        sha256: chunk,
+      });
+      missing.push(...data!.missing);
+    }
+    return missing;
+  }
+
+  /** Uploads one evidence blob under its sha256; true when the server did not have it. */
+  async putEvidenceBlob(sha256: string, content: Uint8Array): Promise<boolean> {
+    const { data } = await this.request<{ stored: boolean }>(
+      'PUT',
+      `/v1/evidence/blobs/${encodeURIComponent(sha256)}`,
+      content,
+    );
+    return data!.stored;
+  }
+
+  /** Keeps what a trajectory's verifier read, once (its blobs uploaded first). */
+  async keepEvidence(
+    trajectoryUid: string,
+    evidence: { entries: EvidenceEntry[]; final_message: string | null },
+  ): Promise<{ trajectory_uid: string; files: number; bytes: number; created_at: number }> {
+    const { data } = await this.request<{
+      trajectory_uid: string;
+      files: number;
+      bytes: number;
+      created_at: number;
+    }>('PUT', `/v1/trajectories/${encodeURIComponent(trajectoryUid)}/evidence`, evidence);
     return data!;
   }
 

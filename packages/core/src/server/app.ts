@@ -13,6 +13,7 @@ import { mountGroupRoutes } from '../http/groups.js';
 import { mountLabelRoutes } from '../http/labels.js';
 import { mountMismatchRoutes } from '../http/mismatch.js';
 import { mountPolicyVersionRoutes } from '../http/policy-version.js';
+import { mountEvidenceRoutes } from '../http/evidence.js';
 import { mountPromptRoutes } from '../http/prompts.js';
 import { mountSignalRoutes } from '../http/signals.js';
 import { mountStatsRoutes } from '../http/stats.js';
@@ -77,6 +78,7 @@ export function createApp(options: AppOptions): Hono<ApiEnv> {
   mountLabelRoutes(app, pool);
   mountChannelRoutes(app, pool);
   mountPromptRoutes(app, pool);
+  mountEvidenceRoutes(app, pool);
 
   mountDashboard(app, { pool, apiKeys: options.apiKeys ?? [], models: gateway?.servedModels() ?? [] });
   if (gateway) mountGatewayRoutes(app, gateway, gatewayRoutes);

@@ -1,4 +1,5 @@
 import type { ChannelConfig, EventType, LabelInput, NewStep, Signal, Step } from '../domain/index.js';
+import type { EvidenceTx } from './evidence.js';
 import type { MismatchRow, StepOrigin, StepRef } from './mismatch.js';
 import type { PromptTx } from './prompts.js';
 import type {
@@ -65,6 +66,8 @@ export interface PoolTx {
   readonly log: TxLog;
   /** The prompt scheduler's rows (store/prompts.ts). */
   readonly prompts: PromptTx;
+  /** Re-verification's evidence and pinned rewards (store/evidence.ts). */
+  readonly evidence: EvidenceTx;
   emit(type: EventType, channel: string | null, data: Record<string, unknown>, now: number): void;
 
   /** A channel's settings (its row, else the defaults); read once per transaction. */

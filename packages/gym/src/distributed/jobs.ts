@@ -76,6 +76,10 @@ export const RolloutJobData = z.strictObject({
   sampleTimeoutMs: z.number().int().min(1),
   /** An LLM judge for rubric tasks; the key is the worker's (`--judge-api-key`). */
   judge: z.strictObject({ baseURL: z.string().url(), model: z.string().min(1) }).optional(),
+  /** The version the verifier's signals carry (the run's task set's). */
+  verifierVersion: z.string().min(1).max(64).optional(),
+  /** What the verifier read is kept up to this many bytes (evidence.ts); 0: not kept. */
+  evidenceBytes: z.number().int().min(0).optional(),
 });
 export type RolloutJobData = z.infer<typeof RolloutJobData>;
 

@@ -5,6 +5,7 @@ import { findClaudeCode } from '../agent/claude-code/install.js';
 import { findCodex } from '../agent/codex/install.js';
 import { findOpenClaw } from '../agent/openclaw/install.js';
 import type { AgentSpec } from '../agents.js';
+import { DEFAULT_EVIDENCE_BOUNDS } from '../evidence.js';
 import { trajectoryOfBaseUrl } from '../gateway-urls.js';
 import { defaultToolsDir } from '../install-kit/index.js';
 import { runSample, type SampleEnv, type SampleJob, type SampleResult } from '../sample.js';
@@ -256,6 +257,13 @@ function sampleEnv(options: RolloutWorkerOptions, data: RolloutJobData, gateway:
     limits: options.limits,
     unsafeNoSandbox: options.unsafeNoSandbox,
     judge: data.judge ? { ...data.judge, apiKey: options.judgeApiKey ?? 'EMPTY' } : undefined,
+    ...(data.verifierVersion ? { verifierVersion: data.verifierVersion } : {}),
+    ...(data.evidenceBytes !== undefined
+      ? {
+          evidence:
+            data.evidenceBytes === 0 ? false : { ...DEFAULT_EVIDENCE_BOUNDS, maxBytes: data.evidenceBytes },
+        }
+      : {}),
   };
 }
 

@@ -212,6 +212,23 @@ const migrations: Record<string, Migration> = {
       await sql.raw('CREATE INDEX prompts_position ON prompts (channel, position)').execute(db);
     },
   },
+  '0011_evidence': {
+    async up(db: Kysely<unknown>) {
+      // As SQLite's 0011_evidence: what each trajectory's verifier read, and content-addressed blobs.
+      for (const statement of [
+        `CREATE TABLE evidence_blobs (
+           sha256 text PRIMARY KEY, size bigint NOT NULL, content bytea NOT NULL, added_at bigint NOT NULL
+         )`,
+        `CREATE TABLE evidence (
+           trajectory_id text PRIMARY KEY, channel text NOT NULL, entries text NOT NULL, final_message text,
+           files integer NOT NULL, bytes bigint NOT NULL, created_at bigint NOT NULL
+         )`,
+        'CREATE INDEX evidence_channel ON evidence (channel, trajectory_id)',
+        'CREATE INDEX signals_pinned ON signals (trajectory_id, name, source, version) WHERE step_index IS NULL',
+      ])
+        await sql.raw(statement).execute(db);
+    },
+  },
 };
 
 export const postgresMigrations: MigrationProvider = {

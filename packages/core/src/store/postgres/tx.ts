@@ -1,5 +1,6 @@
 import type pg from 'pg';
 import type { ChannelConfig, EventType, LabelInput, NewStep, Signal, Step } from '../../domain/index.js';
+import type { EvidenceTx } from '../evidence.js';
 import type { MismatchRow, StepOrigin, StepRef } from '../mismatch.js';
 import type { PromptTx } from '../prompts.js';
 import {
@@ -14,6 +15,7 @@ import {
 import { encodeStep, STEP_KEY_SPAN, type StepRow, type StepTail, stepKey } from '../step-codec.js';
 import type { GroupPatch, Join, PoolTx, Rule, TrajectoryPatch } from '../tx.js';
 import type { CurrentLabel, ToolResultAttachment } from '../types.js';
+import { postgresEvidenceTx } from './evidence.js';
 import {
   currentLabel,
   currentLabels,
@@ -56,6 +58,7 @@ export class PgTx implements PoolTx {
   /** A read-only snapshot takes no row locks. */
   readonly readOnly: boolean;
   readonly prompts: PromptTx;
+  readonly evidence: EvidenceTx;
 
   constructor(
     readonly client: pg.PoolClient,
@@ -71,6 +74,7 @@ export class PgTx implements PoolTx {
     this.pendingSteps = shared?.pendingSteps ?? [];
     this.pendingDocs = shared?.pendingDocs ?? new Map();
     this.prompts = postgresPromptTx(this);
+    this.evidence = postgresEvidenceTx(this);
   }
 
   /** The same transaction, counting into `log` (a submission's own, kept only if it commits). */

@@ -219,6 +219,24 @@ const migrations: Record<string, Migration> = {
       await sql.raw('CREATE INDEX prompts_position ON prompts (channel, position)').execute(db);
     },
   },
+  '0011_evidence': {
+    async up(db: Kysely<unknown>) {
+      // Re-verification (packages/core/src/pool/evidence.ts): what each trajectory's verifier read, as a
+      // manifest of content-addressed blobs (a task's input files are stored once for all its samples).
+      for (const statement of [
+        `CREATE TABLE evidence_blobs (
+           sha256 TEXT PRIMARY KEY, size INTEGER NOT NULL, content BLOB NOT NULL, added_at INTEGER NOT NULL
+         )`,
+        `CREATE TABLE evidence (
+           trajectory_id TEXT PRIMARY KEY, channel TEXT NOT NULL, entries TEXT NOT NULL, final_message TEXT,
+           files INTEGER NOT NULL, bytes INTEGER NOT NULL, created_at INTEGER NOT NULL
+         )`,
+        'CREATE INDEX evidence_channel ON evidence (channel, trajectory_id)',
+        'CREATE INDEX signals_pinned ON signals (trajectory_id, name, source, version) WHERE step_index IS NULL',
+      ])
+        await sql.raw(statement).execute(db);
+    },
+  },
 };
 
 export const sqliteMigrations: MigrationProvider = {

@@ -1,4 +1,5 @@
 import type { ChannelConfig, EventType, LabelInput, NewStep, Signal, Step } from '../../domain/index.js';
+import type { EvidenceTx } from '../evidence.js';
 import {
   MISMATCH_COLUMNS,
   MISMATCH_UPSERT,
@@ -40,6 +41,7 @@ import {
   type TrajectoryPatch,
 } from '../tx.js';
 import type { CurrentLabel, ToolResultAttachment } from '../types.js';
+import { sqliteEvidenceTx } from './evidence.js';
 import { sqlitePromptTx } from './prompts.js';
 import type { Statement } from './statements.js';
 
@@ -65,12 +67,14 @@ export interface SqliteTxContext {
 /** PoolTx on one better-sqlite3 connection: every primitive runs synchronously in its transaction. */
 export class SqliteTx implements PoolTx {
   readonly prompts: PromptTx;
+  readonly evidence: EvidenceTx;
 
   constructor(
     private readonly context: SqliteTxContext,
     readonly log: TxLog,
   ) {
     this.prompts = sqlitePromptTx((source) => context.stmt(source));
+    this.evidence = sqliteEvidenceTx((source) => context.stmt(source));
   }
 
   private stmt(source: string): Statement {
