@@ -1,31 +1,40 @@
 import { type Command, InvalidArgumentError } from 'commander';
-import { DEFAULT_ADAM_EPS, DEFAULT_CLIP, DEFAULT_GROUPS, runTrain } from '../train/loop.js';
+import { COMPARE_TARGET, compareSchedulers } from '../train/compare.js';
+import {
+  DEFAULT_ADAM_EPS,
+  DEFAULT_CLIP,
+  DEFAULT_GROUPS,
+  DEFAULT_PROMPTS_PER_KIND,
+  runTrain,
+  type TrainOptions,
+} from '../train/loop.js';
+import { SCHEDULE_POLICIES } from '../train/schedule.js';
+
+const int =
+  (flag: string, min: number, max = Number.MAX_SAFE_INTEGER) =>
+  (value: string) => {
+    const n = Number(value);
+    if (!Number.isInteger(n) || n < min || n > max)
+      throw new InvalidArgumentError(
+        max === Number.MAX_SAFE_INTEGER
+          ? `${flag} must be an integer >= ${min}`
+          : `${flag} must be an integer from ${min} to ${max}`,
+      );
+    return n;
+  };
+const positive = (flag: string) => (value: string) => {
+  const n = Number(value);
+  if (!Number.isFinite(n) || n <= 0) throw new InvalidArgumentError(`${flag} must be a number > 0`);
+  return n;
+};
+const choice = (flag: string, values: readonly string[]) => (value: string) => {
+  if (!values.includes(value)) throw new InvalidArgumentError(`${flag} must be one of ${values.join(', ')}`);
+  return value;
+};
 
 /** `stepwise train`: the RL loop on this machine (docs/trainers.md, "stepwise train"). */
 export function registerTrainCommand(program: Command): void {
-  const int =
-    (flag: string, min: number, max = Number.MAX_SAFE_INTEGER) =>
-    (value: string) => {
-      const n = Number(value);
-      if (!Number.isInteger(n) || n < min || n > max)
-        throw new InvalidArgumentError(
-          max === Number.MAX_SAFE_INTEGER
-            ? `${flag} must be an integer >= ${min}`
-            : `${flag} must be an integer from ${min} to ${max}`,
-        );
-      return n;
-    };
-  const positive = (flag: string) => (value: string) => {
-    const n = Number(value);
-    if (!Number.isFinite(n) || n <= 0) throw new InvalidArgumentError(`${flag} must be a number > 0`);
-    return n;
-  };
-  const choice = (flag: string, values: readonly string[]) => (value: string) => {
-    if (!values.includes(value))
-      throw new InvalidArgumentError(`${flag} must be one of ${values.join(', ')}`);
-    return value;
-  };
-  program
+  const command = program
     .command('train')
     .description(
       'the RL loop end to end: a gateway, the reference engine (a tiny Qwen3-architecture model), a warm-up on exported reference rollouts, then asynchronous rollouts of copy tasks and policy-gradient updates; writes the reward curve (needs the Python train extra: docs/trainers.md)',
@@ -82,14 +91,67 @@ export function registerTrainCommand(program: Command): void {
       choice('--async', ['abort', 'keep']),
     )
     .option('--no-update', 'the control run: the same loop without optimizer steps')
-    .option('--port <port>', 'port of the gateway (0: any free port)', int('--port', 0), 0)
-    .action(train);
+    .option('--port <port>', 'port of the gateway (0: any free port)', int('--port', 0), 0);
+  withScheduleOptions(command).action(train);
 }
 
-/** Runs the loop the options describe, and says where its curve is. */
+/** The options of the prompt scheduler, the mixed task set and the schedulers' comparison. */
+function withScheduleOptions(command: Command): Command {
+  return command
+    .option(
+      '--schedule <policy>',
+      "take each round's groups from the pool's prompt scheduler under this policy, over a task set registered once (default: rounds walk their list)",
+      choice('--schedule', SCHEDULE_POLICIES),
+    )
+    .option(
+      '--tasks <set>',
+      'copy: the copy task; mixed: always-solved, learnable (copy) and never-solved tasks, --target-reward read on the learnable ones',
+      choice('--tasks', ['copy', 'mixed']),
+      'copy',
+    )
+    .option(
+      '--prompts-per-kind <n>',
+      'tasks of each kind in the registered set (--schedule, --tasks mixed)',
+      int('--prompts-per-kind', 1),
+      DEFAULT_PROMPTS_PER_KIND,
+    )
+    .option(
+      '--zero-variance <policy>',
+      'keep, or drop the groups whose rewards are all equal at lease time (no GRPO signal)',
+      choice('--zero-variance', ['keep', 'drop']),
+      'keep',
+    )
+    .option(
+      '--max-rollouts <n>',
+      'stop once the training rounds have generated this many rollouts',
+      int('--max-rollouts', 1),
+    )
+    .option(
+      '--compare-schedulers',
+      `run the loop on the mixed set with zero-variance drops twice from one warm-up, in_order then difficulty, and report the rollouts each spent to reach --target-reward (default ${COMPARE_TARGET}) on the learnable prompts (OUT/compare.json)`,
+    );
+}
+
+/** Runs the loop the options describe (or the schedulers' comparison), and says where its results are. */
 // biome-ignore lint/suspicious/noExplicitAny: commander's parsed options, typed by the declarations above.
 async function train(opts: any): Promise<void> {
-  const result = await runTrain({
+  const options = trainOptions(opts);
+  if (opts.compareSchedulers) {
+    await compareSchedulers(options);
+    console.log(`train done: the comparison is in ${options.out}/compare.json`);
+    return;
+  }
+  const result = await runTrain(options);
+  const first = result.rewardByVersion[0];
+  const last = result.rewardByVersion.at(-1);
+  console.log(
+    `train done: mean reward ${first?.meanReward.toFixed(2)} at version ${first?.version} -> ${last?.meanReward.toFixed(2)} at version ${last?.version}; curve in ${result.out}/reward.html`,
+  );
+}
+
+// biome-ignore lint/suspicious/noExplicitAny: commander's parsed options, typed by the declarations above.
+function trainOptions(opts: any): TrainOptions {
+  return {
     out: opts.out,
     seed: opts.seed,
     versions: opts.versions,
@@ -106,13 +168,13 @@ async function train(opts: any): Promise<void> {
     maxStaleness: opts.maxStaleness,
     concurrency: opts.concurrency,
     ...(opts.async ? { async: opts.async } : {}),
+    ...(opts.schedule ? { schedule: opts.schedule } : {}),
+    tasks: opts.tasks,
+    promptsPerKind: opts.promptsPerKind,
+    zeroVariance: opts.zeroVariance,
+    ...(opts.maxRollouts !== undefined ? { maxRollouts: opts.maxRollouts } : {}),
     update: opts.update,
     port: opts.port,
     print: (line) => console.log(line),
-  });
-  const first = result.rewardByVersion[0];
-  const last = result.rewardByVersion.at(-1);
-  console.log(
-    `train done: mean reward ${first?.meanReward.toFixed(2)} at version ${first?.version} -> ${last?.meanReward.toFixed(2)} at version ${last?.version}; curve in ${result.out}/reward.html`,
-  );
+  };
 }

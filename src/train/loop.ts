@@ -18,7 +18,16 @@ import {
   startReferenceEngine,
 } from './python.js';
 import { rewardCurveHtml } from './report.js';
-import { COPY_TARGETS, copyTasks } from './tasks.js';
+import {
+  configureSchedule,
+  RolloutLedger,
+  type SchedulePolicy,
+  type ScheduleReport,
+  scheduledRound,
+  scheduleReport,
+  starved,
+} from './schedule.js';
+import { COPY_TARGETS, copyTasks, mixedTasks, taskKind } from './tasks.js';
 import { type TrainerEvents, type TrainerUpdate, trainerEvents } from './trainer-events.js';
 
 export type { TrainerUpdate };
@@ -68,6 +77,23 @@ export interface TrainOptions {
    * wait for the version `maxStaleness` behind them and updates drain (docs/trainers.md).
    */
   async?: 'abort' | 'keep';
+  /**
+   * Take each round's groups from the pool's prompt scheduler under this policy, over a task set
+   * registered once as the channel's prompts. Unset: each round walks a list (fresh copy tasks, or
+   * the mixed set in order), as before the scheduler.
+   */
+  schedule?: SchedulePolicy;
+  /**
+   * `copy` (default): the copy task. `mixed`: easy, learnable and hard tasks (tasks.ts), and
+   * `targetReward` is read on the learnable ones (the mean of their last LEARNABLE_WINDOW rollouts).
+   */
+  tasks?: 'copy' | 'mixed';
+  /** Tasks of each kind in the set a scheduled or mixed run registers (default DEFAULT_PROMPTS_PER_KIND). */
+  promptsPerKind?: number;
+  /** `drop`: curation drops all-equal groups at lease time (no GRPO signal); default `keep`. */
+  zeroVariance?: 'keep' | 'drop';
+  /** Stop once the training rounds have generated this many rollouts (a run that may never reach its target). */
+  maxRollouts?: number;
   port?: number;
   /** The Python with the `train` extra (default: `requireTrainPython()`). */
   python?: string;
@@ -88,12 +114,20 @@ export interface TrainResult {
   updates: TrainerUpdate[];
   /** Groups dropped as stale by the pool, from its stats. */
   staleDropped: number;
+  /** What the training rounds spent and reached, by task kind (null for the copy task's walk). */
+  schedule: ScheduleReport | null;
+  /** Mean reward by version over the learnable tasks of the training rounds (mixed runs; else null). */
+  learnableByVersion: VersionReward[] | null;
+  /** Why the rounds stopped before the trainer's last version (target, rollout cap, nothing to hand out). */
+  stopped: string | null;
+  /** The eval round's mean reward: the final policy on fresh copy tasks. */
+  evalMean: number;
   seconds: number;
 }
 
 /** What the agent sends with every call, and what the warm-up renders its prompts with. */
 const CHAT_TEMPLATE_KWARGS = { enable_thinking: false };
-const AGENT: AgentSpec = {
+export const TRAIN_AGENT: AgentSpec = {
   kind: 'builtin',
   maxTurns: 4,
   turnTimeoutMs: 120_000,
@@ -122,20 +156,21 @@ export const DEFAULT_CLIP = 0.2;
 export const DEFAULT_GROUPS = 8;
 /** Reference rollouts the warm-up learns from: the targets in turn (tasks.ts). */
 const WARMUP_TASKS = 32;
+/** Tasks of each kind in a registered set: 48 prompts in the mixed set, 6 rounds of 8 groups. */
+export const DEFAULT_PROMPTS_PER_KIND = 16;
+/**
+ * With zero-variance drops the trainer's lease can come back empty (the ready groups it waited for
+ * were all dropped), and an empty lease uses up one of its `--versions`: it is given this many times
+ * more, and the loop stops it once it has published `versions`.
+ */
+const DROP_LEASE_TRIES = 100;
+/** How long the trainer must look stuck (no batch possible, nothing to hand out) before the run stops. */
+const STARVED_MS = 10_000;
 
 export async function runTrain(o: TrainOptions): Promise<TrainResult> {
   const started = performance.now();
   const say = o.print;
-  const out = resolve(o.out);
-  // A second run in the same folder would continue the first one's store and versions.
-  if (existsSync(join(out, 'train.db')))
-    throw new ValidationError(
-      `out: ${out} already holds a train run (train.db); choose another directory`,
-      'out',
-    );
-  const init = o.init === undefined ? undefined : resolve(o.init);
-  if (init !== undefined && !existsSync(join(init, 'config.json')))
-    throw new ValidationError(`init: ${init} is not a model folder (no config.json)`, 'init');
+  const { out, init } = checkOptions(o);
   const python = o.python ?? requireTrainPython();
   mkdirSync(join(out, 'rounds'), { recursive: true });
   const groups = o.groups ?? DEFAULT_GROUPS;
@@ -159,18 +194,8 @@ export async function runTrain(o: TrainOptions): Promise<TrainResult> {
   let trainer: PythonProcess | null = null;
   try {
     say(`engine    reference engine (tiny Qwen3-architecture model, seed ${o.seed}) on ${engine.url}`);
-    server = await startServer({
-      dbPath: join(out, 'train.db'),
-      port: o.port ?? 0,
-      engines: [`vllm=${engine.url}`],
-      channelDefaults: {
-        n_rollouts: o.rollouts,
-        max_staleness: o.maxStaleness,
-        stale_policy: 'drop',
-        // Asynchronous rounds are held by admission control instead of waiting for versions.
-        ...(o.async ? { batch_groups: groups } : {}),
-      },
-    });
+    const fixed = registeredTasks(o);
+    server = await startGateway(o, { out, engineUrl: engine.url, groups, fixed });
     say(
       `serve     stepwise on ${server.url} (SQLite at ${join(out, 'train.db')}; engine vllm=${engine.url})`,
     );
@@ -186,7 +211,11 @@ export async function runTrain(o: TrainOptions): Promise<TrainResult> {
     });
     const proc = spawnPython(python, args);
     trainer = proc;
-    const events = trainerEvents(proc, say);
+    // With drops the trainer was given spare versions (DROP_LEASE_TRIES): it ends at `versions` updates.
+    const stopAt = (_: TrainerUpdate, count: number) => {
+      if (count >= o.versions) proc.child.kill('SIGINT');
+    };
+    const events = trainerEvents(proc, say, o.zeroVariance === 'drop' ? stopAt : undefined);
     await events.ready;
     say(`trainer   ready at policy version ${startVersion}${o.update ? '' : ' (control run: no updates)'}`);
 
@@ -200,27 +229,86 @@ export async function runTrain(o: TrainOptions): Promise<TrainResult> {
       unsafeNoSandbox,
       say,
       samples: [],
+      fixed,
+      made: 0,
+      idle: false,
+      ledger: new RolloutLedger(o.tasks === 'mixed' ? (o.targetReward ?? null) : null),
     };
-    const made = await trainRounds(rounds, { events, proc, startVersion });
+    const { rounds: made, stopped } = await trainRounds(rounds, { events, proc, startVersion });
     await events.done;
-    await runRound(rounds, made, EVAL_CHANNEL, o.signal);
+    const evalMean = await runRound(rounds, made, EVAL_CHANNEL, o.signal);
 
-    // 4. Rewards by the version that generated each rollout.
-    const rewardByVersion = await rewardsByVersion(server.pool, rounds.samples);
-    const staleDropped = (await server.pool.stats(TRAIN_CHANNEL)).dropped.stale ?? 0;
-    const seconds = (performance.now() - started) / 1000;
-    const result: TrainResult = { out, rewardByVersion, updates: events.updates, staleDropped, seconds };
+    // 4. Rewards by the version that generated each rollout; what the rounds spent.
+    const result = await summarize(rounds, { events, stopped, started, evalMean });
     writeOutputs(result, o, { python, engineUrl: engine.url, startVersion, groups });
     say(
-      `reward    by version: ${rewardByVersion.map((v) => `v${v.version} ${v.meanReward.toFixed(2)}`).join(' · ')}`,
+      `reward    by version: ${result.rewardByVersion.map((v) => `v${v.version} ${v.meanReward.toFixed(2)}`).join(' · ')}`,
     );
-    say(`wrote     ${join(out, 'train.json')} and ${join(out, 'reward.html')} (${seconds.toFixed(0)} s)`);
+    say(
+      `wrote     ${join(out, 'train.json')} and ${join(out, 'reward.html')} (${result.seconds.toFixed(0)} s)`,
+    );
     return result;
   } finally {
     await trainer?.stop(2000);
     await server?.close();
     await engine.stop(2000);
   }
+}
+
+/** The run's folder and starting model, refused before anything starts when they cannot be used. */
+function checkOptions(o: TrainOptions): { out: string; init: string | undefined } {
+  const out = resolve(o.out);
+  // A second run in the same folder would continue the first one's store and versions.
+  if (existsSync(join(out, 'train.db')))
+    throw new ValidationError(
+      `out: ${out} already holds a train run (train.db); choose another directory`,
+      'out',
+    );
+  const init = o.init === undefined ? undefined : resolve(o.init);
+  if (init !== undefined && !existsSync(join(init, 'config.json')))
+    throw new ValidationError(`init: ${init} is not a model folder (no config.json)`, 'init');
+  const perKind = o.promptsPerKind ?? DEFAULT_PROMPTS_PER_KIND;
+  if (!Number.isInteger(perKind) || perKind < 1)
+    throw new ValidationError('promptsPerKind: must be a positive integer', 'promptsPerKind');
+  return { out, init };
+}
+
+/** The task set a scheduled or mixed run registers once; null for the copy task's walk (fresh tasks each round). */
+function registeredTasks(o: TrainOptions): GymTask[] | null {
+  const perKind = o.promptsPerKind ?? DEFAULT_PROMPTS_PER_KIND;
+  if (o.tasks === 'mixed') return mixedTasks(seededRandom('mixed', o.seed), perKind);
+  if (o.schedule) return copyTasks(seededRandom('train', o.seed, 'set'), perKind, 'copy');
+  return null;
+}
+
+/** The gateway in front of the engine, its train channel configured (schedule, curation). */
+async function startGateway(
+  o: TrainOptions,
+  c: { out: string; engineUrl: string; groups: number; fixed: GymTask[] | null },
+): Promise<RunningServer> {
+  const server = await startServer({
+    dbPath: join(c.out, 'train.db'),
+    port: o.port ?? 0,
+    engines: [`vllm=${c.engineUrl}`],
+    channelDefaults: {
+      n_rollouts: o.rollouts,
+      max_staleness: o.maxStaleness,
+      stale_policy: 'drop',
+      // Asynchronous rounds are held by admission control instead of waiting for versions.
+      ...(o.async ? { batch_groups: c.groups } : {}),
+    },
+  });
+  const zeroVariance = o.zeroVariance ?? 'keep';
+  if (o.schedule && c.fixed)
+    await configureSchedule(server.pool, TRAIN_CHANNEL, {
+      policy: o.schedule,
+      tasks: c.fixed,
+      rollouts: o.rollouts,
+      zeroVariance,
+    });
+  else if (zeroVariance === 'drop')
+    await server.pool.configureChannel(TRAIN_CHANNEL, { curation: { zero_variance: 'drop' } });
+  return server;
 }
 
 /** What the rounds of rollouts share: the run's options, its server, and the samples so far. */
@@ -232,21 +320,33 @@ interface Rounds {
   groups: number;
   unsafeNoSandbox: boolean;
   say: (line: string) => void;
-  samples: { result: SampleResult; round: number }[];
+  samples: { result: SampleResult; round: number; channel: string }[];
+  /** The registered task set (scheduled or mixed runs), else null: fresh copy tasks each round. */
+  fixed: GymTask[] | null;
+  /** Training groups made so far. */
+  made: number;
+  /** The last scheduled round stopped short: the scheduler had nothing to hand out. */
+  idle: boolean;
+  ledger: RolloutLedger;
 }
 
-/** One round: a copy task per group, `rollouts` samples each, through the gym; its mean reward. */
+/** A walked round's tasks: fresh copy tasks, or the next `groups` of the registered set, in order. */
+function roundTasks(c: Rounds, round: number, channel: string): GymTask[] {
+  const { o, fixed, groups } = c;
+  if (channel !== TRAIN_CHANNEL || fixed === null)
+    return copyTasks(seededRandom('train', o.seed, round), groups, `r${round}`);
+  return Array.from({ length: groups }, (_, i) => fixed[(round * groups + i) % fixed.length]!);
+}
+
+/** One round: `groups` groups of `rollouts` samples each, through the gym; its mean reward. */
 async function runRound(c: Rounds, round: number, channel: string, signal?: AbortSignal): Promise<number> {
   const { o } = c;
-  const tasks = copyTasks(seededRandom('train', o.seed, round), c.groups, `r${round}`);
   const runId = `train-${o.seed}-r${round}`;
-  const { results } = await runGym({
-    tasks,
-    samples: o.rollouts,
+  const gym = {
     concurrency: o.concurrency,
     gatewayUrl: c.serverUrl,
     model: 'tiny',
-    agent: AGENT,
+    agent: TRAIN_AGENT,
     runId,
     channel,
     stateFile: join(c.out, 'rounds', `${runId}.jsonl`),
@@ -254,8 +354,22 @@ async function runRound(c: Rounds, round: number, channel: string, signal?: Abor
     sampleTimeoutMs: 300_000,
     unsafeNoSandbox: c.unsafeNoSandbox,
     signal,
-  });
-  for (const result of results) c.samples.push({ result, round });
+  };
+  const train = channel === TRAIN_CHANNEL;
+  let results: SampleResult[];
+  let tasks: GymTask[];
+  if (train && o.schedule && c.fixed) {
+    tasks = c.fixed;
+    ({ results, idle: c.idle } = await scheduledRound({ ...gym, tasks, groups: c.groups }));
+  } else {
+    tasks = roundTasks(c, round, channel);
+    ({ results } = await runGym({ ...gym, tasks, samples: o.rollouts }));
+  }
+  for (const result of results) c.samples.push({ result, round, channel });
+  if (train) {
+    c.made += new Set(results.map((r) => r.groupId)).size;
+    c.ledger.add(results, tasks);
+  }
   const scored = results.filter((r) => r.status === 'complete');
   const mean = scored.reduce((a, r) => a + r.score, 0) / Math.max(scored.length, 1);
   const which =
@@ -265,21 +379,23 @@ async function runRound(c: Rounds, round: number, channel: string, signal?: Abor
         ? `/${o.versions}`
         : ' (for groups the pool dropped)';
   const failed = results.length - scored.length;
+  const window = train && o.tasks === 'mixed' ? c.ledger.windowMean() : null;
   c.say(
-    `rollouts  round ${round + 1}${which}: mean reward ${mean.toFixed(3)} over ${scored.length} rollouts${failed > 0 ? `, ${failed} infrastructure failures` : ''}`,
+    `rollouts  round ${round + 1}${which}: mean reward ${mean.toFixed(3)} over ${scored.length} rollouts${failed > 0 ? `, ${failed} infrastructure failures` : ''}` +
+      (window === null ? '' : `; learnable: ${window.toFixed(3)} over the last ${c.ledger.windowSize}`),
   );
   return mean;
 }
 
 /**
- * Training rounds until the trainer has its batches (or --target-reward is reached); the number of
- * rounds made. Rounds stop when the trainer ends: one held by admission control would otherwise
- * wait forever.
+ * Training rounds until the trainer has its batches (or a stop: the target, the rollout cap, a
+ * scheduler with nothing left to hand out); the rounds made and why they stopped early. Rounds stop
+ * when the trainer ends: one held by admission control would otherwise wait forever.
  */
 async function trainRounds(
   c: Rounds,
   t: { events: TrainerEvents; proc: PythonProcess; startVersion: number },
-): Promise<number> {
+): Promise<{ rounds: number; stopped: string | null }> {
   const { o, groups } = c;
   const { events } = t;
   const trainerEnded = new AbortController();
@@ -298,32 +414,74 @@ async function trainRounds(
     }
   };
   const versionAt = async (offset: number) => (await c.pool.policyVersion()) - t.startVersion >= offset;
-  // The trainer takes `groups` groups per version; a group the pool drops (stale, timed out) is made
-  // again by a further round, so a drop never leaves the trainer waiting for a batch.
-  const needsMore = async (round: number) => {
+  // The trainer takes `groups` groups per version; a group the pool drops (stale, timed out, no
+  // variance) is made again by a further round, so a drop never leaves the trainer waiting for a batch.
+  const kept = async () => {
     const { dropped } = await c.pool.stats(TRAIN_CHANNEL);
-    const lost = Object.values(dropped).reduce((a, n) => a + (n ?? 0), 0);
-    return round * groups - lost < o.versions * groups;
+    return c.made - Object.values(dropped).reduce((a, n) => a + (n ?? 0), 0);
   };
   let rounds = 0;
   for (let round = 0; ; round++) {
-    if (!(await until(() => needsMore(round)))) break;
-    // Bounded lead: round r waits for version r - max_staleness, so its groups are never too stale
-    // (asynchronously, admission control holds each new group instead).
-    if (!o.async && !(await until(() => versionAt(round - o.maxStaleness)))) break;
+    if (!(await until(async () => (await kept()) < o.versions * groups))) break;
+    // Bounded lead: a round waits until the trainer is within max_staleness versions of the groups
+    // made, so none is too stale (asynchronously, admission control holds each new group instead).
+    const lead = async () => versionAt(Math.floor((await kept()) / groups) - o.maxStaleness);
+    if (!o.async && !(await until(lead))) break;
     const mean = await runRound(c, round, TRAIN_CHANNEL, roundSignal);
     rounds = round + 1;
-    if (o.targetReward !== undefined && mean >= o.targetReward && round < o.versions - 1) {
-      // The update of this round's batch is the last: the trainer finishes it, then ends (SIGINT).
-      await until(() => versionAt(round + 1));
-      c.say(
-        `train     mean reward ${mean.toFixed(3)} reached --target-reward ${o.targetReward}: stopping after version ${round + 1}`,
-      );
+    const stopped = await stopReason(c, { mean, round, until, versionAt });
+    if (stopped === undefined) break;
+    if (stopped !== null) {
+      c.say(`train     ${stopped}`);
       t.proc.child.kill('SIGINT');
-      break;
+      return { rounds, stopped };
     }
   }
-  return rounds;
+  return { rounds, stopped: null };
+}
+
+/**
+ * Why the rounds stop after `round` (null: they go on; undefined: the trainer ended meanwhile): the
+ * target reached, the rollout cap spent, or a scheduler that has nothing to hand out while the
+ * trainer cannot reach the version that would bring a retired prompt back.
+ */
+async function stopReason(
+  c: Rounds,
+  r: {
+    mean: number;
+    round: number;
+    until: (ready: () => Promise<boolean>) => Promise<boolean>;
+    versionAt: (offset: number) => Promise<boolean>;
+  },
+): Promise<string | null | undefined> {
+  const { o, ledger } = c;
+  if (o.tasks === 'mixed' && ledger.crossing)
+    return `learnable mean reward ${ledger.crossing.mean.toFixed(3)} (last ${ledger.windowSize}) reached --target-reward ${o.targetReward} after ${ledger.crossing.rollouts} rollouts: stopping`;
+  if (
+    o.tasks !== 'mixed' &&
+    o.targetReward !== undefined &&
+    r.mean >= o.targetReward &&
+    r.round < o.versions - 1
+  ) {
+    // The update of this round's batch is the last: the trainer finishes it, then ends (SIGINT).
+    if (!(await r.until(() => r.versionAt(r.round + 1)))) return undefined;
+    return `mean reward ${r.mean.toFixed(3)} reached --target-reward ${o.targetReward}: stopping after version ${r.round + 1}`;
+  }
+  if (o.maxRollouts !== undefined && ledger.rollouts >= o.maxRollouts)
+    return `${ledger.rollouts} rollouts reached --max-rollouts ${o.maxRollouts}: stopping`;
+  if (!c.idle) return null;
+  // Nothing to hand out: wait for a version (re-tests come with versions) unless none can come.
+  const from = await c.pool.policyVersion();
+  let since: number | null = null;
+  const settled = await r.until(async () => {
+    if ((await c.pool.policyVersion()) > from) return true;
+    if (!(await starved(c.pool, TRAIN_CHANNEL, c.groups))) since = null;
+    else since ??= performance.now();
+    return since !== null && performance.now() - since >= STARVED_MS;
+  });
+  if (!settled) return undefined;
+  if ((await c.pool.policyVersion()) > from) return null;
+  return `the scheduler has retired every prompt and the trainer, short of a batch, cannot reach the version that would re-test them (version ${from}): stopping`;
 }
 
 /** The Python trainer's command line (`python -m stepwise_client.rl ...`). */
@@ -368,7 +526,7 @@ function trainerArgs(
     '--chat-template-kwargs',
     JSON.stringify(CHAT_TEMPLATE_KWARGS),
     '--versions',
-    String(o.versions),
+    String(o.zeroVariance === 'drop' ? o.versions * DROP_LEASE_TRIES : o.versions),
     '--batch-groups',
     String(groups),
     '--channel',
@@ -390,17 +548,62 @@ function trainerArgs(
   ];
 }
 
-/** Mean reward by the policy version that generated each complete rollout (its oldest step's). */
-async function rewardsByVersion(
+/** The run's result from its rounds: rewards by version, and for a registered set what was spent. */
+async function summarize(
+  c: Rounds,
+  r: { events: TrainerEvents; stopped: string | null; started: number; evalMean: number },
+): Promise<TrainResult> {
+  const versions = await versionsOf(c.pool, c.samples);
+  const rewardByVersion = rewardsByVersion(c.samples, versions);
+  const kinds = new Map((c.fixed ?? []).map((t) => [t.id, taskKind(t)]));
+  const learnable = c.samples.filter(
+    (s) => s.channel === TRAIN_CHANNEL && kinds.get(s.result.taskId) === 'learnable',
+  );
+  const staleDropped = (await c.pool.stats(TRAIN_CHANNEL)).dropped.stale ?? 0;
+  const schedule =
+    c.fixed === null
+      ? null
+      : await scheduleReport(c.pool, TRAIN_CHANNEL, {
+          policy: c.o.schedule ?? 'walk',
+          ledger: c.ledger,
+          tasks: c.fixed,
+        });
+  return {
+    out: resolve(c.o.out),
+    rewardByVersion,
+    updates: r.events.updates,
+    staleDropped,
+    schedule,
+    learnableByVersion: c.o.tasks === 'mixed' ? rewardsByVersion(learnable, versions) : null,
+    stopped: r.stopped,
+    evalMean: r.evalMean,
+    seconds: (performance.now() - r.started) / 1000,
+  };
+}
+
+/** The policy version that generated each complete rollout (its oldest step's), by trajectory. */
+async function versionsOf(
   pool: RunningServer['pool'],
   samples: { result: SampleResult }[],
-): Promise<TrainResult['rewardByVersion']> {
-  const byVersion = new Map<number, number[]>();
+): Promise<Map<string, number>> {
+  const versions = new Map<string, number>();
   for (const { result } of samples) {
     if (result.status !== 'complete' || !result.trajectoryUid) continue;
     const steps = await pool.getTrajectorySteps(result.trajectoryUid);
-    if (steps.length === 0) continue;
-    const version = Math.min(...steps.map((s) => s.policyVersion));
+    if (steps.length > 0) versions.set(result.trajectoryUid, Math.min(...steps.map((s) => s.policyVersion)));
+  }
+  return versions;
+}
+
+/** Mean reward by the policy version that generated each complete rollout. */
+function rewardsByVersion(
+  samples: { result: SampleResult }[],
+  versions: ReadonlyMap<string, number>,
+): VersionReward[] {
+  const byVersion = new Map<number, number[]>();
+  for (const { result } of samples) {
+    const version = result.trajectoryUid ? versions.get(result.trajectoryUid) : undefined;
+    if (version === undefined) continue;
     byVersion.set(version, [...(byVersion.get(version) ?? []), result.score]);
   }
   return [...byVersion.entries()]
@@ -435,7 +638,7 @@ async function referenceRollouts(c: {
       concurrency: 4,
       gatewayUrl: server.url,
       model: 'sim-qwen3',
-      agent: AGENT,
+      agent: TRAIN_AGENT,
       runId: `reference-${c.seed}`,
       stateFile: join(c.out, `reference-${c.seed}.jsonl`),
       workDir: join(c.out, 'work'),
@@ -473,25 +676,7 @@ function writeOutputs(
     rollouts_by_version: result.rewardByVersion.map((v) => v.rollouts),
     seed: o.seed,
     updates: o.update,
-    settings: {
-      versions: o.versions,
-      target_reward: o.targetReward ?? null,
-      rollouts: o.rollouts,
-      task: 'copy input.txt to answer.md with one exec call (src/train/tasks.ts)',
-      warmup_targets: COPY_TARGETS,
-      groups: c.groups,
-      warmup_steps: o.init === undefined ? o.warmupSteps : 0,
-      init: o.init === undefined ? null : resolve(o.init),
-      warmup_lr: o.warmupLr,
-      lr: o.lr,
-      adam_eps: o.adamEps ?? DEFAULT_ADAM_EPS,
-      clip: o.clip ?? DEFAULT_CLIP,
-      epochs: o.epochs,
-      max_staleness: o.maxStaleness,
-      async: o.async ?? null,
-      concurrency: o.concurrency,
-      start_version: c.startVersion,
-    },
+    settings: settingsOf(o, c),
     model: versions.model,
     software: {
       stepwise: STEPWISE_VERSION,
@@ -500,6 +685,10 @@ function writeOutputs(
     },
     stale_groups_dropped: result.staleDropped,
     trainer_updates: result.updates,
+    // A registered task set: what the training rounds spent, by kind, and the learnable curve.
+    schedule: result.schedule,
+    learnable_by_version: result.learnableByVersion,
+    stopped: result.stopped,
     seconds: result.seconds,
   };
   writeFileSync(join(result.out, 'train.json'), `${JSON.stringify(manifest, null, 2)}\n`);
@@ -521,6 +710,38 @@ function writeOutputs(
       ],
     ),
   );
+}
+
+/** The settings train.json records. */
+function settingsOf(o: TrainOptions, c: { startVersion: number; groups: number }) {
+  return {
+    versions: o.versions,
+    target_reward: o.targetReward ?? null,
+    rollouts: o.rollouts,
+    task:
+      o.tasks === 'mixed'
+        ? 'mixed: always solved, copy input.txt to answer.md (learnable), never solved (src/train/tasks.ts)'
+        : 'copy input.txt to answer.md with one exec call (src/train/tasks.ts)',
+    warmup_targets: COPY_TARGETS,
+    groups: c.groups,
+    warmup_steps: o.init === undefined ? o.warmupSteps : 0,
+    init: o.init === undefined ? null : resolve(o.init),
+    warmup_lr: o.warmupLr,
+    lr: o.lr,
+    adam_eps: o.adamEps ?? DEFAULT_ADAM_EPS,
+    clip: o.clip ?? DEFAULT_CLIP,
+    epochs: o.epochs,
+    max_staleness: o.maxStaleness,
+    async: o.async ?? null,
+    concurrency: o.concurrency,
+    start_version: c.startVersion,
+    schedule: o.schedule ?? null,
+    tasks: o.tasks ?? 'copy',
+    prompts_per_kind:
+      o.schedule || o.tasks === 'mixed' ? (o.promptsPerKind ?? DEFAULT_PROMPTS_PER_KIND) : null,
+    zero_variance: o.zeroVariance ?? 'keep',
+    max_rollouts: o.maxRollouts ?? null,
+  };
 }
 
 /** The model config and package versions of the training side, from its own interpreter. */
