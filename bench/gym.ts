@@ -99,6 +99,8 @@ interface RunFigures {
   ms: number;
   /** The same samples taken from the pool's prompt scheduler (one group per prompt). */
   scheduledMs: number;
+  /** The list walk keeping no evidence for re-verification (`--evidence-mb 0`): the baseline of its cost. */
+  noEvidenceMs: number;
   directMs: number;
   meanScore: number;
   steps: number;
@@ -114,13 +116,19 @@ async function gymRun(tasks: readonly GymTask[], concurrency: number, dir: strin
     if (summary.infraFailed > 0)
       throw new Error(`${summary.infraFailed} samples failed in the infrastructure`);
     const stats = await server.pool.stats('train');
-    const scheduledMs = await scheduledRun(tasks, concurrency, runDir);
+    const scheduledMs = await freshRun('scheduled', tasks, concurrency, runDir, (o) =>
+      scheduledRunner({ groups: tasks.length })({ ...o, channel: 'train' }),
+    );
+    const noEvidenceMs = await freshRun('no-evidence', tasks, concurrency, runDir, (o) =>
+      runGym({ ...o, evidence: false }),
+    );
     const directMs = await direct(tasks, concurrency, runDir);
     return {
       concurrency,
       samples: results.length,
       ms,
       scheduledMs,
+      noEvidenceMs,
       directMs,
       meanScore: summary.meanScore,
       steps: stats.produced.steps,
@@ -131,20 +139,26 @@ async function gymRun(tasks: readonly GymTask[], concurrency: number, dir: strin
   }
 }
 
-/** The same run with its work from the pool's prompt scheduler: each task one group, asked for in turn. */
-async function scheduledRun(tasks: readonly GymTask[], concurrency: number, dir: string): Promise<number> {
-  const runDir = mkdtempSync(join(dir, `scheduled-${concurrency}-`));
+/**
+ * The same samples run another way on a fresh server (the scheduler's: each task one group, asked
+ * for in turn; or the list walk keeping no evidence): its wall time.
+ */
+async function freshRun(
+  label: string,
+  tasks: readonly GymTask[],
+  concurrency: number,
+  dir: string,
+  run: (options: GymRunOptions) => Promise<{ results: unknown[]; summary: { infraFailed: number } }>,
+): Promise<number> {
+  const runDir = mkdtempSync(join(dir, `${label}-${concurrency}-`));
   const server = await simServer(tasks, runDir);
   try {
     const started = performance.now();
-    const { results, summary } = await scheduledRunner({ groups: tasks.length })({
-      ...runOptions(tasks, concurrency, server.url, runDir),
-      channel: 'train',
-    });
+    const { results, summary } = await run(runOptions(tasks, concurrency, server.url, runDir));
     const ms = performance.now() - started;
     if (results.length !== tasks.length || summary.infraFailed > 0)
       throw new Error(
-        `scheduled run: ${results.length} samples, ${summary.infraFailed} failed in the infrastructure`,
+        `${label} run: ${results.length} samples, ${summary.infraFailed} failed in the infrastructure`,
       );
     return ms;
   } finally {
@@ -178,7 +192,7 @@ async function main(): Promise<void> {
       const r = await gymRun(tasks, concurrency, dir);
       runs.push(r);
       log(
-        `concurrency ${concurrency}: ${r.samples} samples in ${fix(r.ms / 1000, 1)} s (${fix((60_000 * r.samples) / r.ms, 0)}/min); scheduled ${fix(r.scheduledMs / 1000, 1)} s (${fix((60_000 * r.samples) / r.scheduledMs, 0)}/min); direct ${fix(r.directMs / 1000, 1)} s`,
+        `concurrency ${concurrency}: ${r.samples} samples in ${fix(r.ms / 1000, 1)} s (${fix((60_000 * r.samples) / r.ms, 0)}/min); scheduled ${fix(r.scheduledMs / 1000, 1)} s (${fix((60_000 * r.samples) / r.scheduledMs, 0)}/min); no evidence ${fix(r.noEvidenceMs / 1000, 1)} s; direct ${fix(r.directMs / 1000, 1)} s`,
       );
     }
     const lines = [
@@ -215,6 +229,17 @@ async function main(): Promise<void> {
           `| ${r.concurrency} | ${int((60_000 * r.samples) / r.ms)} | ${int((60_000 * r.samples) / r.scheduledMs)} | ${fix(r.scheduledMs / r.ms, 2)}× |`,
       ),
       '',
+      '### Keeping evidence for re-verification',
+      '',
+      'The list walk again on a fresh server keeping no evidence (`--evidence-mb 0`), against the default, which reads each final workspace, hashes its files and uploads the blobs the store lacks and the manifest (docs/gym.md#re-verification).',
+      '',
+      '| concurrency | with evidence samples/min | without samples/min | with / without wall time |',
+      '|---:|---:|---:|---:|',
+      ...runs.map(
+        (r) =>
+          `| ${r.concurrency} | ${int((60_000 * r.samples) / r.ms)} | ${int((60_000 * r.samples) / r.noEvidenceMs)} | ${fix(r.ms / r.noEvidenceMs, 2)}× |`,
+      ),
+      '',
       `Each sample makes ${fix(runs[0]!.steps / runs[0]!.samples, 1)} LLM calls on average (one per tool call plus the closing answer). Most of a sample's time is the sandboxed \`exec\` calls and the verifier on ${os.cpus().length} cores; the difference to "direct" is the agent loop, the gateway's capture and the pool's commits.`,
       '',
     ];
@@ -229,6 +254,7 @@ async function main(): Promise<void> {
       samples_per_min: each((r) => round((60_000 * r.samples) / r.ms, 0)),
       scheduled_samples_per_min: each((r) => round((60_000 * r.samples) / r.scheduledMs, 0)),
       scheduled_vs_list: each((r) => round(r.scheduledMs / r.ms)),
+      evidence_vs_none: each((r) => round(r.ms / r.noEvidenceMs)),
       gym_wall_s: each((r) => round(r.ms / 1000, 1)),
       direct_wall_s: each((r) => round(r.directMs / 1000, 1)),
       gym_vs_direct: each((r) => round(r.ms / r.directMs)),
