@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { constants, type Stats } from 'node:fs';
 import { chmod, lstat, mkdir, open, readdir, readlink, symlink, writeFile } from 'node:fs/promises';
-import type { EvidenceEntry, StepwiseClient } from '@stepwise/core';
+import { type EvidenceEntry, type StepwiseClient, StepwiseError } from '@stepwise/core';
 import type { GymTask } from './tasks/schema.js';
 
 /*
@@ -30,8 +30,12 @@ export type CapturedWorkspace =
 
 const READ_FLAGS = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
 
-/** Thrown inside the walk when a bound is passed: the reason the evidence is not kept. */
-class NotKept extends Error {}
+/** Thrown inside the walk when a bound is passed: the reason the evidence is not kept (never escapes). */
+class NotKept extends StepwiseError {
+  constructor(reason: string) {
+    super(reason, 422, 'evidence_not_kept');
+  }
+}
 
 /** Reads the workspace under `root` into a manifest and its blobs, or says why it is not kept. */
 export async function captureWorkspace(
