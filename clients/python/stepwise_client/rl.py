@@ -151,8 +151,9 @@ def main(argv: list[str] | None = None) -> int:
         waited = time.perf_counter()
         if not wait_for_groups(client, args.channel, args.batch_groups, time.monotonic() + args.wait_s, stop):
             break
-        # A short wait: a stop (SIGINT) is seen between leases, and groups are known ready before one.
-        batch = trainer.lease(args.batch_groups, max_staleness=args.max_staleness, wait_ms=5_000, ttl_ms=args.lease_ttl_s * 1000)
+        # A long poll: with admission control a lease waits (patient) for a straggler at the edge of
+        # max_staleness rather than leave its group to go stale; a shorter wait serves without it.
+        batch = trainer.lease(args.batch_groups, max_staleness=args.max_staleness, wait_ms=30_000, ttl_ms=args.lease_ttl_s * 1000)
         if batch is None:
             continue
         updates += 1
