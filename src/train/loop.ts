@@ -158,6 +158,12 @@ export const DEFAULT_GROUPS = 8;
 const WARMUP_TASKS = 32;
 /** Tasks of each kind in a registered set: 48 prompts in the mixed set, 6 rounds of 8 groups. */
 export const DEFAULT_PROMPTS_PER_KIND = 16;
+/**
+ * With zero-variance drops the trainer's lease can come back empty (the ready groups it waited for
+ * were all dropped), and an empty lease uses up one of its `--versions`: it is given this many times
+ * more, and the loop stops it once it has published `versions`.
+ */
+const DROP_LEASE_TRIES = 100;
 /** How long the trainer must look stuck (no batch possible, nothing to hand out) before the run stops. */
 const STARVED_MS = 10_000;
 
@@ -205,7 +211,11 @@ export async function runTrain(o: TrainOptions): Promise<TrainResult> {
     });
     const proc = spawnPython(python, args);
     trainer = proc;
-    const events = trainerEvents(proc, say);
+    // With drops the trainer was given spare versions (DROP_LEASE_TRIES): it ends at `versions` updates.
+    const stopAt = (_: TrainerUpdate, count: number) => {
+      if (count >= o.versions) proc.child.kill('SIGINT');
+    };
+    const events = trainerEvents(proc, say, o.zeroVariance === 'drop' ? stopAt : undefined);
     await events.ready;
     say(`trainer   ready at policy version ${startVersion}${o.update ? '' : ' (control run: no updates)'}`);
 
@@ -516,7 +526,7 @@ function trainerArgs(
     '--chat-template-kwargs',
     JSON.stringify(CHAT_TEMPLATE_KWARGS),
     '--versions',
-    String(o.versions),
+    String(o.zeroVariance === 'drop' ? o.versions * DROP_LEASE_TRIES : o.versions),
     '--batch-groups',
     String(groups),
     '--channel',

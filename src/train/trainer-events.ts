@@ -27,8 +27,15 @@ export interface TrainerEvents {
   error(): Error;
 }
 
-/** Follows the trainer's JSON lines; `ready` and `done` reject when it fails or exits early. */
-export function trainerEvents(proc: PythonProcess, say: (line: string) => void): TrainerEvents {
+/**
+ * Follows the trainer's JSON lines; `ready` and `done` reject when it fails or exits early.
+ * `onUpdate` sees each update as its line arrives (the loop stops the trainer at once from there).
+ */
+export function trainerEvents(
+  proc: PythonProcess,
+  say: (line: string) => void,
+  onUpdate?: (update: TrainerUpdate, count: number) => void,
+): TrainerEvents {
   const updates: TrainerUpdate[] = [];
   let failure: Error | null = null;
   let onReady!: () => void;
@@ -77,6 +84,7 @@ export function trainerEvents(proc: PythonProcess, say: (line: string) => void):
             (u.pack_ratio ? `, packed ${(u.pack_ratio * 100).toFixed(0)}% of the tokens` : '') +
             (u.update_s === undefined ? '' : `, update ${u.update_s.toFixed(1)} s`),
         );
+        onUpdate?.(u, updates.length);
         break;
       }
       case 'done':

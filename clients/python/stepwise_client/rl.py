@@ -144,19 +144,13 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     emit("ready", version=trainer.version)
-    # A version is an update: a lease that comes back empty (its ready groups went stale, elsewhere, or
-    # were dropped by curation) is waited out again, within --wait-s, and uses up none.
-    updates = 0
-    while updates < args.versions:
+    for _ in range(args.versions):
         waited = time.perf_counter()
         if not wait_for_groups(client, args.channel, args.batch_groups, time.monotonic() + args.wait_s, stop):
             break
-        # A long poll: with admission control a lease waits (patient) for a straggler at the edge of
-        # max_staleness rather than leave its group to go stale; a shorter wait serves without it.
         batch = trainer.lease(args.batch_groups, max_staleness=args.max_staleness, wait_ms=30_000, ttl_ms=args.lease_ttl_s * 1000)
         if batch is None:
-            continue
-        updates += 1
+            continue  # the ready groups went stale or elsewhere between the two calls
         lease_s = time.perf_counter() - waited
         with batch:
             inputs = trainer.inputs(batch)
