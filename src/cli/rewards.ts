@@ -7,7 +7,7 @@ import { openStore } from '@stepwise/core/store/open-store.js';
 import { progressReporter } from '@stepwise/core/util/progress.js';
 import { type ReverifyReport, reverify } from '@stepwise/gym/reverify.js';
 import { sandboxRoot } from '@stepwise/gym/run.js';
-import { checkSandbox } from '@stepwise/gym/sandbox/index.js';
+import { requireSandbox } from '@stepwise/gym/sandbox/index.js';
 import { loadTasks, TASK_SET_HELP } from '@stepwise/gym/tasks/index.js';
 import type { Command } from 'commander';
 import { positiveInt } from './flags.js';
@@ -78,13 +78,7 @@ async function reverifyCommand(opts: ReverifyCliOptions): Promise<Record<string,
     throw new ValidationError('--judge-url needs --judge-model', 'judge-model');
   const tasks = await loadTasks(opts.tasks);
   const rootfs = sandboxRoot(opts);
-  if (!opts.unsafeNoSandbox) {
-    const check = checkSandbox(rootfs);
-    if (!check.ok)
-      throw new Error(
-        `the sandbox is unavailable (${check.reason}); install bubblewrap, or pass --unsafe-no-sandbox`,
-      );
-  }
+  if (!opts.unsafeNoSandbox) requireSandbox(rootfs);
   const location = existingStoreOf(opts);
   const pool = new DataPool({ store: await openStore(location, { existing: true }) });
   const ownDir = opts.workDir === undefined ? mkdtempSync(join(tmpdir(), 'stepwise-reverify-')) : null;

@@ -1,5 +1,4 @@
-import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { ValidationError } from '@stepwise/core/domain/errors.js';
 import { ExportRequest } from '@stepwise/core/export/request.js';
@@ -10,120 +9,20 @@ import { type AgentSpec, runGym, type SampleResult } from '@stepwise/gym/runner.
 import { checkSandbox } from '@stepwise/gym/sandbox/index.js';
 import { referenceTasks } from '@stepwise/gym/tasks/index.js';
 import type { GymTask } from '@stepwise/gym/tasks/schema.js';
-import {
-  PYTHON_CLIENT_DIR,
-  type PythonProcess,
-  requireTrainPython,
-  spawnPython,
-  startReferenceEngine,
-} from './python.js';
-import { rewardCurveHtml } from './report.js';
-import {
-  configureSchedule,
-  RolloutLedger,
-  type SchedulePolicy,
-  type ScheduleReport,
-  scheduledRound,
-  scheduleReport,
-  starved,
-} from './schedule.js';
-import { COPY_TARGETS, copyTasks, mixedTasks, taskKind } from './tasks.js';
+import { summarize, writeOutputs } from './outputs.js';
+import type { Rounds, TrainOptions, TrainResult, VersionReward } from './types.js';
+
+export type { TrainOptions, TrainResult, VersionReward };
+
+import { type PythonProcess, requireTrainPython, spawnPython, startReferenceEngine } from './python.js';
+import { configureSchedule, RolloutLedger, scheduledRound, starved } from './schedule.js';
+import { COPY_TARGETS, copyTasks, mixedTasks } from './tasks.js';
 import { type TrainerEvents, type TrainerUpdate, trainerEvents } from './trainer-events.js';
 
 export type { TrainerUpdate };
 
 // `stepwise train`: the RL loop on one machine, end to end (warm-up data, engine, rollouts, updates):
 // docs/trainers.md#stepwise-train-the-loop-as-one-command
-
-export interface TrainOptions {
-  /** Where the stores, the SFT export, the manifest and the curve go. */
-  out: string;
-  seed: number;
-  /** Policy versions to train (one leased batch each): the most, when `targetReward` stops sooner. */
-  versions: number;
-  /**
-   * Stop once a round's mean reward reaches this: the trainer's update of that round's batch is the
-   * final policy (the eval round still runs on it). Unset: all `versions` are trained.
-   */
-  targetReward?: number;
-  /** Tasks (groups) per round (default `DEFAULT_GROUPS`). */
-  groups?: number;
-  /** Samples per task: the group size. */
-  rollouts: number;
-  /** SFT steps of the warm-up (0: none). */
-  warmupSteps: number;
-  /**
-   * Start from this model folder (e.g. an earlier run's `OUT/warmup`) instead of the preset and a
-   * warm-up: a control run, or RL with other settings, from the same starting policy.
-   */
-  init?: string;
-  warmupLr: number;
-  lr: number;
-  /** AdamW's eps for the RL updates (the trainer library's `adam_eps`; default 1e-5). */
-  adamEps?: number;
-  /** PPO clip range ε of the RL loss (default `DEFAULT_CLIP`). */
-  clip?: number;
-  /** Optimizer steps per batch. */
-  epochs: number;
-  maxStaleness: number;
-  /** Samples run at once (the engine generates one at a time; tools and verifiers overlap). */
-  concurrency: number;
-  /** false: the same loop with no optimizer step (the control run). */
-  update: boolean;
-  /**
-   * Fully asynchronous: rounds never wait for a version (the channel's admission control bounds
-   * their lead) and each update switches the engines in flight through the gateway, running
-   * generations cut and continued (`abort`: partial rollouts) or frozen (`keep`). Unset: rounds
-   * wait for the version `maxStaleness` behind them and updates drain (docs/trainers.md).
-   */
-  async?: 'abort' | 'keep';
-  /**
-   * Take each round's groups from the pool's prompt scheduler under this policy, over a task set
-   * registered once as the channel's prompts. Unset: each round walks a list (fresh copy tasks, or
-   * the mixed set in order), as before the scheduler.
-   */
-  schedule?: SchedulePolicy;
-  /**
-   * `copy` (default): the copy task. `mixed`: easy, learnable and hard tasks (tasks.ts), and
-   * `targetReward` is read on the learnable ones (the mean of their last LEARNABLE_WINDOW rollouts).
-   */
-  tasks?: 'copy' | 'mixed';
-  /** Tasks of each kind in the set a scheduled or mixed run registers (default DEFAULT_PROMPTS_PER_KIND). */
-  promptsPerKind?: number;
-  /** `drop`: curation drops all-equal groups at lease time (no GRPO signal); default `keep`. */
-  zeroVariance?: 'keep' | 'drop';
-  /** Stop once the training rounds have generated this many rollouts (a run that may never reach its target). */
-  maxRollouts?: number;
-  port?: number;
-  /** The Python with the `train` extra (default: `requireTrainPython()`). */
-  python?: string;
-  print: (line: string) => void;
-  signal?: AbortSignal;
-}
-
-export interface VersionReward {
-  version: number;
-  rollouts: number;
-  meanReward: number;
-}
-
-export interface TrainResult {
-  out: string;
-  /** Mean reward per policy version that generated rollouts, oldest first. */
-  rewardByVersion: VersionReward[];
-  updates: TrainerUpdate[];
-  /** Groups dropped as stale by the pool, from its stats. */
-  staleDropped: number;
-  /** What the training rounds spent and reached, by task kind (null for the copy task's walk). */
-  schedule: ScheduleReport | null;
-  /** Mean reward by version over the learnable tasks of the training rounds (mixed runs; else null). */
-  learnableByVersion: VersionReward[] | null;
-  /** Why the rounds stopped before the trainer's last version (target, rollout cap, nothing to hand out). */
-  stopped: string | null;
-  /** The eval round's mean reward: the final policy on fresh copy tasks. */
-  evalMean: number;
-  seconds: number;
-}
 
 /** What the agent sends with every call, and what the warm-up renders its prompts with. */
 const CHAT_TEMPLATE_KWARGS = { enable_thinking: false };
@@ -141,23 +40,14 @@ export const TRAIN_AGENT: AgentSpec = {
   maxTokens: 64,
 };
 const TRAIN_CHANNEL = 'train';
-const STEPWISE_VERSION = (
-  JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }
-).version;
 const EVAL_CHANNEL = 'eval';
-/**
- * Adam steps every weight by about `lr`, however small its gradient: at 1e-8 (torch's default) the
- * whole tied 151k-id LM head moved with each update and RL at 2e-3 broke the policy (docs/trainers.md).
- */
-export const DEFAULT_ADAM_EPS = 1e-5;
-/** PPO clip range: each version may move a token's probability by at most this factor of it. */
-export const DEFAULT_CLIP = 0.2;
-/** Tasks (groups) per round when not given. */
-export const DEFAULT_GROUPS = 8;
+
+import { DEFAULT_ADAM_EPS, DEFAULT_CLIP, DEFAULT_GROUPS, DEFAULT_PROMPTS_PER_KIND } from './defaults.js';
+
+export { DEFAULT_ADAM_EPS, DEFAULT_CLIP, DEFAULT_GROUPS, DEFAULT_PROMPTS_PER_KIND };
+
 /** Reference rollouts the warm-up learns from: the targets in turn (tasks.ts). */
 const WARMUP_TASKS = 32;
-/** Tasks of each kind in a registered set: 48 prompts in the mixed set, 6 rounds of 8 groups. */
-export const DEFAULT_PROMPTS_PER_KIND = 16;
 /**
  * With zero-variance drops the trainer's lease can come back empty (the ready groups it waited for
  * were all dropped), and an empty lease uses up one of its `--versions`: it is given this many times
@@ -239,7 +129,7 @@ export async function runTrain(o: TrainOptions): Promise<TrainResult> {
     const evalMean = await runRound(rounds, made, EVAL_CHANNEL, o.signal);
 
     // 4. Rewards by the version that generated each rollout; what the rounds spent.
-    const result = await summarize(rounds, { events, stopped, started, evalMean });
+    const result = await summarize(rounds, TRAIN_CHANNEL, { events, stopped, started, evalMean });
     writeOutputs(result, o, { python, engineUrl: engine.url, startVersion, groups });
     say(
       `reward    by version: ${result.rewardByVersion.map((v) => `v${v.version} ${v.meanReward.toFixed(2)}`).join(' · ')}`,
@@ -309,25 +199,6 @@ async function startGateway(
   else if (zeroVariance === 'drop')
     await server.pool.configureChannel(TRAIN_CHANNEL, { curation: { zero_variance: 'drop' } });
   return server;
-}
-
-/** What the rounds of rollouts share: the run's options, its server, and the samples so far. */
-interface Rounds {
-  o: TrainOptions;
-  serverUrl: string;
-  pool: RunningServer['pool'];
-  out: string;
-  groups: number;
-  unsafeNoSandbox: boolean;
-  say: (line: string) => void;
-  samples: { result: SampleResult; round: number; channel: string }[];
-  /** The registered task set (scheduled or mixed runs), else null: fresh copy tasks each round. */
-  fixed: GymTask[] | null;
-  /** Training groups made so far. */
-  made: number;
-  /** The last scheduled round stopped short: the scheduler had nothing to hand out. */
-  idle: boolean;
-  ledger: RolloutLedger;
 }
 
 /** A walked round's tasks: fresh copy tasks, or the next `groups` of the registered set, in order. */
@@ -548,73 +419,6 @@ function trainerArgs(
   ];
 }
 
-/** The run's result from its rounds: rewards by version, and for a registered set what was spent. */
-async function summarize(
-  c: Rounds,
-  r: { events: TrainerEvents; stopped: string | null; started: number; evalMean: number },
-): Promise<TrainResult> {
-  const versions = await versionsOf(c.pool, c.samples);
-  const rewardByVersion = rewardsByVersion(c.samples, versions);
-  const kinds = new Map((c.fixed ?? []).map((t) => [t.id, taskKind(t)]));
-  const learnable = c.samples.filter(
-    (s) => s.channel === TRAIN_CHANNEL && kinds.get(s.result.taskId) === 'learnable',
-  );
-  const staleDropped = (await c.pool.stats(TRAIN_CHANNEL)).dropped.stale ?? 0;
-  const schedule =
-    c.fixed === null
-      ? null
-      : await scheduleReport(c.pool, TRAIN_CHANNEL, {
-          policy: c.o.schedule ?? 'walk',
-          ledger: c.ledger,
-          tasks: c.fixed,
-        });
-  return {
-    out: resolve(c.o.out),
-    rewardByVersion,
-    updates: r.events.updates,
-    staleDropped,
-    schedule,
-    learnableByVersion: c.o.tasks === 'mixed' ? rewardsByVersion(learnable, versions) : null,
-    stopped: r.stopped,
-    evalMean: r.evalMean,
-    seconds: (performance.now() - r.started) / 1000,
-  };
-}
-
-/** The policy version that generated each complete rollout (its oldest step's), by trajectory. */
-async function versionsOf(
-  pool: RunningServer['pool'],
-  samples: { result: SampleResult }[],
-): Promise<Map<string, number>> {
-  const versions = new Map<string, number>();
-  for (const { result } of samples) {
-    if (result.status !== 'complete' || !result.trajectoryUid) continue;
-    const steps = await pool.getTrajectorySteps(result.trajectoryUid);
-    if (steps.length > 0) versions.set(result.trajectoryUid, Math.min(...steps.map((s) => s.policyVersion)));
-  }
-  return versions;
-}
-
-/** Mean reward by the policy version that generated each complete rollout. */
-function rewardsByVersion(
-  samples: { result: SampleResult }[],
-  versions: ReadonlyMap<string, number>,
-): VersionReward[] {
-  const byVersion = new Map<number, number[]>();
-  for (const { result } of samples) {
-    const version = result.trajectoryUid ? versions.get(result.trajectoryUid) : undefined;
-    if (version === undefined) continue;
-    byVersion.set(version, [...(byVersion.get(version) ?? []), result.score]);
-  }
-  return [...byVersion.entries()]
-    .sort(([a], [b]) => a - b)
-    .map(([version, rewards]) => ({
-      version,
-      rollouts: rewards.length,
-      meanReward: rewards.reduce((a, b) => a + b, 0) / rewards.length,
-    }));
-}
-
 /** The sim plays the reference agent on `tasks`; the verified rollouts become `sftDir/sft.jsonl`. */
 async function referenceRollouts(c: {
   out: string;
@@ -657,104 +461,6 @@ async function referenceRollouts(c: {
   } finally {
     await server.close();
   }
-}
-
-function writeOutputs(
-  result: TrainResult,
-  o: TrainOptions,
-  c: {
-    python: string;
-    engineUrl: string;
-    startVersion: number;
-    groups: number;
-  },
-): void {
-  const versions = pythonVersions(c.python);
-  const manifest = {
-    reward_by_version: result.rewardByVersion.map((v) => v.meanReward),
-    versions: result.rewardByVersion.map((v) => v.version),
-    rollouts_by_version: result.rewardByVersion.map((v) => v.rollouts),
-    seed: o.seed,
-    updates: o.update,
-    settings: settingsOf(o, c),
-    model: versions.model,
-    software: {
-      stepwise: STEPWISE_VERSION,
-      node: process.versions.node,
-      ...versions.packages,
-    },
-    stale_groups_dropped: result.staleDropped,
-    trainer_updates: result.updates,
-    // A registered task set: what the training rounds spent, by kind, and the learnable curve.
-    schedule: result.schedule,
-    learnable_by_version: result.learnableByVersion,
-    stopped: result.stopped,
-    seconds: result.seconds,
-  };
-  writeFileSync(join(result.out, 'train.json'), `${JSON.stringify(manifest, null, 2)}\n`);
-  const points = result.rewardByVersion.map((v) => ({ x: v.version, y: v.meanReward }));
-  writeFileSync(
-    join(result.out, 'reward.html'),
-    rewardCurveHtml(
-      `stepwise train: mean reward by policy version (seed ${o.seed})`,
-      [
-        {
-          label: o.update ? 'RL updates' : 'no updates (control)',
-          points,
-          color: o.update ? '#1f77b4' : '#888',
-        },
-      ],
-      [
-        `Copy tasks (${c.groups} per round, ${o.rollouts} rollouts each) with the tiny Qwen3-architecture model; ${o.init === undefined ? `warm-up ${o.warmupSteps} SFT steps` : `started from ${o.init}`}; max_staleness ${o.maxStaleness}.`,
-        'Each rollout counts toward the policy version that generated its first step.',
-      ],
-    ),
-  );
-}
-
-/** The settings train.json records. */
-function settingsOf(o: TrainOptions, c: { startVersion: number; groups: number }) {
-  return {
-    versions: o.versions,
-    target_reward: o.targetReward ?? null,
-    rollouts: o.rollouts,
-    task:
-      o.tasks === 'mixed'
-        ? 'mixed: always solved, copy input.txt to answer.md (learnable), never solved (src/train/tasks.ts)'
-        : 'copy input.txt to answer.md with one exec call (src/train/tasks.ts)',
-    warmup_targets: COPY_TARGETS,
-    groups: c.groups,
-    warmup_steps: o.init === undefined ? o.warmupSteps : 0,
-    init: o.init === undefined ? null : resolve(o.init),
-    warmup_lr: o.warmupLr,
-    lr: o.lr,
-    adam_eps: o.adamEps ?? DEFAULT_ADAM_EPS,
-    clip: o.clip ?? DEFAULT_CLIP,
-    epochs: o.epochs,
-    max_staleness: o.maxStaleness,
-    async: o.async ?? null,
-    concurrency: o.concurrency,
-    start_version: c.startVersion,
-    schedule: o.schedule ?? null,
-    tasks: o.tasks ?? 'copy',
-    prompts_per_kind:
-      o.schedule || o.tasks === 'mixed' ? (o.promptsPerKind ?? DEFAULT_PROMPTS_PER_KIND) : null,
-    zero_variance: o.zeroVariance ?? 'keep',
-    max_rollouts: o.maxRollouts ?? null,
-  };
-}
-
-/** The model config and package versions of the training side, from its own interpreter. */
-function pythonVersions(python: string): { model: unknown; packages: Record<string, string> } {
-  const script = [
-    'import json, sys, torch, transformers',
-    'from stepwise_client.models import PRESETS',
-    'print(json.dumps({"model": {"preset": "tiny", **PRESETS["tiny"], "architecture": "Qwen3ForCausalLM"},',
-    ' "packages": {"python": sys.version.split()[0], "torch": torch.__version__, "transformers": transformers.__version__}}))',
-  ].join('\n');
-  const run = spawnSync(python, ['-c', script], { encoding: 'utf8', cwd: PYTHON_CLIENT_DIR });
-  if (run.status !== 0) return { model: { preset: 'tiny' }, packages: {} };
-  return JSON.parse(run.stdout) as { model: unknown; packages: Record<string, string> };
 }
 
 function sleep(ms: number, signal?: AbortSignal): Promise<void> {

@@ -23,7 +23,7 @@ import {
   runGym,
   type SampleResult,
 } from './runner.js';
-import { checkSandbox } from './sandbox/index.js';
+import { requireSandbox } from './sandbox/index.js';
 import { findRootfs } from './sandbox/rootfs.js';
 import { scheduledRunner } from './scheduled.js';
 import { serverClient } from './server-client.js';
@@ -244,11 +244,7 @@ export async function planGymRun(
         'rootfs',
       );
   } else if (!opts.unsafeNoSandbox) {
-    const check = checkSandbox(sandboxRoot(opts));
-    if (!check.ok)
-      throw new Error(
-        `the sandbox is unavailable (${check.reason}); install bubblewrap, or pass --unsafe-no-sandbox`,
-      );
+    requireSandbox(sandboxRoot(opts));
   } else {
     print('WARNING: --unsafe-no-sandbox: agents and verifiers run on this machine WITHOUT isolation');
   }

@@ -1,6 +1,6 @@
 import { gateTasks } from './gate.js';
 import { sandboxRoot } from './run.js';
-import { checkSandbox } from './sandbox/index.js';
+import { requireSandbox } from './sandbox/index.js';
 import { loadTasks } from './tasks/index.js';
 
 /** `stepwise gym validate`'s options. */
@@ -19,13 +19,7 @@ export async function validateCommand(
   print: (line: string) => void,
 ): Promise<number> {
   const rootfs = sandboxRoot(opts);
-  if (!opts.unsafeNoSandbox) {
-    const check = checkSandbox(rootfs);
-    if (!check.ok)
-      throw new Error(
-        `the sandbox is unavailable (${check.reason}); install bubblewrap, or pass --unsafe-no-sandbox`,
-      );
-  }
+  if (!opts.unsafeNoSandbox) requireSandbox(rootfs);
   const tasks = await loadTasks(source);
   const results = await gateTasks(tasks, {
     concurrency: opts.concurrency,

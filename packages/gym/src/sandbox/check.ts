@@ -73,3 +73,12 @@ function spawnWithFilter(args: string[], filter: Buffer | null): SpawnSyncReturn
     rmSync(dir, { recursive: true, force: true });
   }
 }
+
+/** Refuses to go on without the sandbox, saying what to do: every command that runs agents or verifiers. */
+export function requireSandbox(rootfs?: string): void {
+  const check = checkSandbox(rootfs);
+  if (!check.ok)
+    throw new Error(
+      `the sandbox is unavailable (${check.reason}); install bubblewrap, or pass --unsafe-no-sandbox`,
+    );
+}

@@ -48,7 +48,7 @@ import { chownTree, sandboxUidFor } from './workspace-owner.js';
  * says what is isolated and how.
  */
 
-export { checkSandbox } from './check.js';
+export { checkSandbox, requireSandbox } from './check.js';
 export { DEFAULT_LIMITS, SandboxError } from './types.js';
 export type { RunResult, SandboxLimits, SandboxOptions };
 
