@@ -190,72 +190,97 @@ async function drain(urls: string[], groups: number, consumers: number): Promise
   return { groupsPerSec: seen.size / seconds, groups: seen.size, duplicates };
 }
 
-async function main(): Promise<void> {
-  exitOnHelp(import.meta.url);
-  const quick = process.argv.includes('--quick');
-  const seconds = quick ? 4 : 10;
-  const reps = quick ? 1 : 2;
-  const leaseGroups = quick ? 300 : 1_000;
-  const loadAtStart = os.loadavg();
-  const codeAtStart = codeVersion();
-  const pgVersion = await (async () => {
-    const client = new pg.Client({ connectionString: PG_URL });
-    await client.connect();
-    const v = (await client.query('SHOW server_version')).rows[0].server_version as string;
-    await client.end();
-    return v;
-  })();
+const INGEST_CONFIGS: { backend: Backend; servers: number }[] = [
+  { backend: 'postgres', servers: 1 },
+  { backend: 'postgres', servers: 3 },
+  { backend: 'sqlite', servers: 1 },
+  { backend: 'sqlite', servers: 3 },
+];
 
-  const ingestConfigs: { backend: Backend; servers: number }[] = [
-    { backend: 'postgres', servers: 1 },
-    { backend: 'postgres', servers: 3 },
-    { backend: 'sqlite', servers: 1 },
-    { backend: 'sqlite', servers: 3 },
-  ];
-  const ingestRuns = new Map<string, IngestRun[]>();
+const LEASE_CONFIGS: { backend: Backend; servers: number; consumers: number }[] = [
+  { backend: 'postgres', servers: 1, consumers: 1 },
+  { backend: 'postgres', servers: 1, consumers: 4 },
+  { backend: 'postgres', servers: 3, consumers: 4 },
+  { backend: 'sqlite', servers: 1, consumers: 1 },
+  { backend: 'sqlite', servers: 1, consumers: 4 },
+];
+
+async function pgServerVersion(): Promise<string> {
+  const client = new pg.Client({ connectionString: PG_URL });
+  await client.connect();
+  const v = (await client.query('SHOW server_version')).rows[0].server_version as string;
+  await client.end();
+  return v;
+}
+
+/** Part 1: each ingest set-up `reps` times, each on a fresh database; runs by `backend/servers`. */
+async function ingestRuns(seconds: number, reps: number): Promise<Map<string, IngestRun[]>> {
+  const runs = new Map<string, IngestRun[]>();
   for (let rep = 0; rep < reps; rep++) {
-    for (const cfg of ingestConfigs) {
+    for (const cfg of INGEST_CONFIGS) {
       const key = `${cfg.backend}/${cfg.servers}`;
       const cluster = await startServers(cfg.backend, cfg.servers);
       try {
         const run = await ingest(cluster.urls, seconds, `r${rep}`);
         log(`ingest ${key} rep ${rep + 1}: ${int(run.stepsPerSec)} steps/s, ${run.errors} errors`);
-        ingestRuns.set(key, [...(ingestRuns.get(key) ?? []), run]);
+        runs.set(key, [...(runs.get(key) ?? []), run]);
       } finally {
         await cluster.stop();
       }
     }
   }
+  return runs;
+}
 
-  const leaseConfigs: { backend: Backend; servers: number; consumers: number }[] = [
-    { backend: 'postgres', servers: 1, consumers: 1 },
-    { backend: 'postgres', servers: 1, consumers: 4 },
-    { backend: 'postgres', servers: 3, consumers: 4 },
-    { backend: 'sqlite', servers: 1, consumers: 1 },
-    { backend: 'sqlite', servers: 1, consumers: 4 },
-  ];
-  const leaseRuns = new Map<string, LeaseRun[]>();
+/** Part 2: each lease set-up `reps` times, each on a fresh database; runs by `backend/servers/consumers`. */
+async function leaseRuns(leaseGroups: number, reps: number): Promise<Map<string, LeaseRun[]>> {
+  const runs = new Map<string, LeaseRun[]>();
   for (let rep = 0; rep < reps; rep++) {
-    for (const cfg of leaseConfigs) {
+    for (const cfg of LEASE_CONFIGS) {
       const key = `${cfg.backend}/${cfg.servers}/${cfg.consumers}`;
       const cluster = await startServers(cfg.backend, cfg.servers);
       try {
         const run = await drain(cluster.urls, leaseGroups, cfg.consumers);
         log(`lease ${key} rep ${rep + 1}: ${int(run.groupsPerSec)} groups/s, ${run.duplicates} served twice`);
-        leaseRuns.set(key, [...(leaseRuns.get(key) ?? []), run]);
+        runs.set(key, [...(runs.get(key) ?? []), run]);
       } finally {
         await cluster.stop();
       }
     }
   }
+  return runs;
+}
 
-  const ingestRate = (key: string) => median((ingestRuns.get(key) ?? []).map((r) => r.stepsPerSec));
-  const leaseRate = (key: string) => median((leaseRuns.get(key) ?? []).map((r) => r.groupsPerSec));
+/** A run's settings and what it measured, for its report and its figures. */
+interface Scale {
+  quick: boolean;
+  seconds: number;
+  reps: number;
+  leaseGroups: number;
+  loadAtStart: number[];
+  codeAtStart: string;
+  pgVersion: string;
+  ingest: Map<string, IngestRun[]>;
+  lease: Map<string, LeaseRun[]>;
+}
+
+/** Median steps/s of an ingest set-up and groups/s of a lease set-up, by key. */
+function rates(scale: Scale) {
+  return {
+    ingestRate: (key: string) => median((scale.ingest.get(key) ?? []).map((r) => r.stepsPerSec)),
+    leaseRate: (key: string) => median((scale.lease.get(key) ?? []).map((r) => r.groupsPerSec)),
+  };
+}
+
+/** The report printed (and recorded as scale.md): the set-up, then the ingest and lease tables. */
+function reportLines(scale: Scale): string[] {
+  const { quick, seconds, reps, leaseGroups } = scale;
+  const { ingestRate, leaseRate } = rates(scale);
   const lines = [
     '## Scale-out: PostgreSQL and SQLite, several server processes (`npm run bench:scale`)',
     '',
-    ...machineInfo(`npm run bench:scale${quick ? ' -- --quick' : ''}`, loadAtStart, codeAtStart, {
-      stack: `PostgreSQL ${pgVersion} on loopback (${redactUrl(PG_URL)}, default settings), SQLite via better-sqlite3 (synchronous=FULL)`,
+    ...machineInfo(`npm run bench:scale${quick ? ' -- --quick' : ''}`, scale.loadAtStart, scale.codeAtStart, {
+      stack: `PostgreSQL ${scale.pgVersion} on loopback (${redactUrl(PG_URL)}, default settings), SQLite via better-sqlite3 (synchronous=FULL)`,
       noise: 'the benchmark client, every server process and PostgreSQL',
     }),
     '',
@@ -268,9 +293,9 @@ async function main(): Promise<void> {
     '| backend | server processes | steps/s (median) | runs | errors | vs 1 process |',
     '|---|---:|---:|---|---:|---:|',
   ];
-  for (const cfg of ingestConfigs) {
+  for (const cfg of INGEST_CONFIGS) {
     const key = `${cfg.backend}/${cfg.servers}`;
-    const runs = ingestRuns.get(key) ?? [];
+    const runs = scale.ingest.get(key) ?? [];
     const base = ingestRate(`${cfg.backend}/1`);
     lines.push(
       `| ${cfg.backend} | ${cfg.servers} | **${int(ingestRate(key))}** | ${runs.map((r) => int(r.stepsPerSec)).join(' / ')} | ${runs.reduce((n, r) => n + r.errors, 0)} | ${fix(ingestRate(key) / base)}x |`,
@@ -287,21 +312,24 @@ async function main(): Promise<void> {
     '| backend | server processes | consumers | groups/s (median) | runs | served twice | vs 1 consumer |',
     '|---|---:|---:|---:|---|---:|---:|',
   );
-  for (const cfg of leaseConfigs) {
+  for (const cfg of LEASE_CONFIGS) {
     const key = `${cfg.backend}/${cfg.servers}/${cfg.consumers}`;
-    const runs = leaseRuns.get(key) ?? [];
+    const runs = scale.lease.get(key) ?? [];
     const base = leaseRate(`${cfg.backend}/1/1`);
     lines.push(
       `| ${cfg.backend} | ${cfg.servers} | ${cfg.consumers} | **${fix(leaseRate(key), 0)}** | ${runs.map((r) => fix(r.groupsPerSec, 0)).join(' / ')} | ${runs.reduce((n, r) => n + r.duplicates, 0)} | ${fix(leaseRate(key) / base)}x |`,
     );
   }
-  const report = `${lines.join('\n')}\n`;
-  process.stdout.write(report);
-  if (quick) return;
-  const figures = {
-    code: codeAtStart,
+  return lines;
+}
+
+/** The figures recorded in scale.jsonl. */
+function figures(scale: Scale) {
+  const { ingestRate, leaseRate } = rates(scale);
+  return {
+    code: scale.codeAtStart,
     ingest_steps_per_s: Object.fromEntries(
-      ingestConfigs.map((c) => [
+      INGEST_CONFIGS.map((c) => [
         `${c.backend}_${c.servers}`,
         round(ingestRate(`${c.backend}/${c.servers}`), 0),
       ]),
@@ -311,14 +339,41 @@ async function main(): Promise<void> {
       3: round(ingestRate('postgres/3') / ingestRate('sqlite/3')),
     },
     lease_groups_per_s: Object.fromEntries(
-      leaseConfigs.map((c) => {
+      LEASE_CONFIGS.map((c) => {
         const key = `${c.backend}/${c.servers}/${c.consumers}`;
         return [key.replaceAll('/', '_'), round(leaseRate(key), 0)];
       }),
     ),
-    served_twice: [...leaseRuns.values()].flat().reduce((n, r) => n + r.duplicates, 0),
+    served_twice: [...scale.lease.values()].flat().reduce((n, r) => n + r.duplicates, 0),
   };
-  log(`wrote ${recordRun('scale', figures, report).join(', ')}`);
+}
+
+async function main(): Promise<void> {
+  exitOnHelp(import.meta.url);
+  const quick = process.argv.includes('--quick');
+  const seconds = quick ? 4 : 10;
+  const reps = quick ? 1 : 2;
+  const leaseGroups = quick ? 300 : 1_000;
+  const loadAtStart = os.loadavg();
+  const codeAtStart = codeVersion();
+  const pgVersion = await pgServerVersion();
+  const ingest = await ingestRuns(seconds, reps);
+  const lease = await leaseRuns(leaseGroups, reps);
+  const scale: Scale = {
+    quick,
+    seconds,
+    reps,
+    leaseGroups,
+    loadAtStart,
+    codeAtStart,
+    pgVersion,
+    ingest,
+    lease,
+  };
+  const report = `${reportLines(scale).join('\n')}\n`;
+  process.stdout.write(report);
+  if (quick) return;
+  log(`wrote ${recordRun('scale', figures(scale), report).join(', ')}`);
 }
 
 main().catch(async (error) => {

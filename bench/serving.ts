@@ -16,7 +16,7 @@ import os from 'node:os';
 import { join } from 'node:path';
 import { Agent, request } from 'undici';
 import { type NewStep, newStep } from '../packages/core/src/domain/index.js';
-import { startServer } from '../packages/core/src/server/server.js';
+import { type RunningServer, startServer } from '../packages/core/src/server/server.js';
 import { type BatchRequest, renderBatch } from '../packages/core/src/serving/batch.js';
 import { packPrefixTree } from '../packages/core/src/serving/packing.js';
 import { stitchTrajectory } from '../packages/core/src/serving/trajectory-rows.js';
@@ -162,33 +162,9 @@ interface FormatResult {
   leaseMs: number[];
 }
 
-async function main(): Promise<void> {
-  const args = process.argv.slice(2);
-  if (args.includes('--help') || args.includes('-h')) {
-    process.stdout.write(
-      'usage: npm run bench:serving [-- --quick]\n  --quick  8 groups and 2 reps; prints the report without recording the run\n',
-    );
-    return;
-  }
-  const quick = args.includes('--quick');
-  const shape: Shape = quick ? { ...SHAPE, groups: 8 } : SHAPE;
-  const reps = quick ? 2 : 5;
-  const command =
-    process.env.npm_lifecycle_event === 'bench:serving'
-      ? `npm run bench:serving${args.length ? ` -- ${args.join(' ')}` : ''}  (tsx bench/serving.ts)`
-      : `tsx bench/serving.ts${args.length ? ` ${args.join(' ')}` : ''}`;
-  const loadAtStart = os.loadavg();
-  const codeAtStart = codeVersion();
-  const random = seededRandom(42);
-  const system = Array.from({ length: shape.systemTokens }, () => Math.floor(random() * VOCAB));
-  const groups = Array.from({ length: shape.groups }, (_, g) => makeGroup(shape, g, system, random));
-  const allSteps = groups.flat(2);
-  const totalTokens = allSteps.reduce((n, s) => n + s.promptIds.length + s.responseIds.length, 0);
-  log(
-    `${int(allSteps.length)} steps, ${int(totalTokens)} tokens (${fix(totalTokens / allSteps.length, 0)} per step)`,
-  );
-  // What the trajectory rows hold: each trajectory's history once (no prefix breaks in this workload).
-  const stitchedTokens = groups
+/** What trajectory rows hold: each trajectory's history once (no prefix breaks in this workload). */
+function stitchedTokenCount(groups: NewStep[][][]): number {
+  return groups
     .flat()
     .flatMap((t) =>
       stitchTrajectory(
@@ -197,14 +173,67 @@ async function main(): Promise<void> {
       ),
     )
     .reduce((n, row) => n + row.tokens.length, 0);
+}
 
-  // ---- packing, in process --------------------------------------------------------------------
-  const { packRates, packOnlyRates, packed } = benchPacking(groups, totalTokens, reps);
-  log(
-    `packing: ${fix(median(packOnlyRates) / 1e6, 1)}M tokens/s, ratio ${fix((100 * packed) / totalTokens, 1)}%`,
-  );
+/** One format, `reps` times after a warm-up: the HTTP lease, then the store's lease and the layout alone. */
+async function benchFormat(
+  server: RunningServer,
+  dispatcher: Agent,
+  leaseBody: { batch_size: number; n_rollouts: number; consumer: string },
+  c: FormatCase,
+  reps: number,
+): Promise<FormatResult> {
+  const result: FormatResult = { name: c.name, bytes: 0, totalMs: [], renderMs: [], leaseMs: [] };
+  for (let rep = 0; rep < reps + 1; rep++) {
+    const started = performance.now();
+    const res = await request(`${server.url}/v1/batches/lease`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ ...leaseBody, ...c.body }),
+      dispatcher,
+      // A fresh connection per rep: a kept-alive one may be closed by the server while the
+      // in-process part of the rep runs (the server's keep-alive timeout is 5 s).
+      reset: true,
+    });
+    const bytes = (await res.body.arrayBuffer()).byteLength;
+    const total = performance.now() - started;
+    if (res.statusCode !== 200) throw new Error(`lease answered ${res.statusCode}`);
+    const leaseId = String(res.headers['x-lease-id']);
+    await server.pool.nack(leaseId);
+    // The parts in process: the store's lease, then the layout alone.
+    const leasing = performance.now();
+    const batch = await server.pool.lease({
+      ...leaseBody,
+      channel: 'train',
+      wait_ms: 0,
+      ttl_ms: 300_000,
+    });
+    const leased = performance.now();
+    if (!batch) throw new Error('no batch to lease');
+    await renderBatch(batch, {
+      ...leaseBody,
+      channel: 'train',
+      wait_ms: 0,
+      ttl_ms: 300_000,
+      overlong: 'reject',
+      pad_token_id: 0,
+      format: 'json',
+      ...c.body,
+    } as BatchRequest);
+    const rendered = performance.now();
+    await server.pool.nack(batch.lease.id);
+    if (rep === 0) continue; // warm-up
+    result.bytes = bytes;
+    result.totalMs.push(total);
+    result.leaseMs.push(leased - leasing);
+    result.renderMs.push(rendered - leased);
+    log(`${c.name} rep ${rep}: ${fix(total, 0)} ms, ${mib(bytes)}`);
+  }
+  return result;
+}
 
-  // ---- formats over HTTP ----------------------------------------------------------------------
+/** Every format over HTTP, against a store of its own filled with the groups. */
+async function benchFormats(groups: NewStep[][][], shape: Shape, reps: number): Promise<FormatResult[]> {
   const dir = mkdtempSync(join(os.tmpdir(), 'stepwise-bench-serving-'));
   const server = await startServer({ dbPath: join(dir, 'pool.db'), port: 0 });
   const dispatcher = new Agent({ connections: 2 });
@@ -216,72 +245,44 @@ async function main(): Promise<void> {
         await server.pool.submitSteps(trajectory, { nRollouts: shape.rollouts });
     log(`filled the store in ${fix((performance.now() - filling) / 1000, 1)} s`);
     const leaseBody = { batch_size: shape.groups, n_rollouts: shape.rollouts, consumer: 'bench' };
-    for (const c of CASES) {
-      const result: FormatResult = { name: c.name, bytes: 0, totalMs: [], renderMs: [], leaseMs: [] };
-      for (let rep = 0; rep < reps + 1; rep++) {
-        const started = performance.now();
-        const res = await request(`${server.url}/v1/batches/lease`, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json' },
-          body: JSON.stringify({ ...leaseBody, ...c.body }),
-          dispatcher,
-          // A fresh connection per rep: a kept-alive one may be closed by the server while the
-          // in-process part of the rep runs (the server's keep-alive timeout is 5 s).
-          reset: true,
-        });
-        const bytes = (await res.body.arrayBuffer()).byteLength;
-        const total = performance.now() - started;
-        if (res.statusCode !== 200) throw new Error(`lease answered ${res.statusCode}`);
-        const leaseId = String(res.headers['x-lease-id']);
-        await server.pool.nack(leaseId);
-        // The parts in process: the store's lease, then the layout alone.
-        const leasing = performance.now();
-        const batch = await server.pool.lease({
-          ...leaseBody,
-          channel: 'train',
-          wait_ms: 0,
-          ttl_ms: 300_000,
-        });
-        const leased = performance.now();
-        if (!batch) throw new Error('no batch to lease');
-        await renderBatch(batch, {
-          ...leaseBody,
-          channel: 'train',
-          wait_ms: 0,
-          ttl_ms: 300_000,
-          overlong: 'reject',
-          pad_token_id: 0,
-          format: 'json',
-          ...c.body,
-        } as BatchRequest);
-        const rendered = performance.now();
-        await server.pool.nack(batch.lease.id);
-        if (rep === 0) continue; // warm-up
-        result.bytes = bytes;
-        result.totalMs.push(total);
-        result.leaseMs.push(leased - leasing);
-        result.renderMs.push(rendered - leased);
-        log(`${c.name} rep ${rep}: ${fix(total, 0)} ms, ${mib(bytes)}`);
-      }
-      results.push(result);
-    }
+    for (const c of CASES) results.push(await benchFormat(server, dispatcher, leaseBody, c, reps));
   } finally {
     await dispatcher.close();
     await server.close();
     rmSync(dir, { recursive: true, force: true });
   }
+  return results;
+}
 
+/** What a run measured, for its report and its figures. */
+interface Run {
+  command: string;
+  loadAtStart: number[];
+  codeAtStart: string;
+  shape: Shape;
+  reps: number;
+  steps: number;
+  totalTokens: number;
+  stitchedTokens: number;
+  packing: ReturnType<typeof benchPacking>;
+  results: FormatResult[];
+}
+
+/** The report printed (and recorded as serving.md): the formats' table, then packing's. */
+function reportLines(run: Run): string[] {
+  const { shape, reps, totalTokens, stitchedTokens, results } = run;
+  const { packRates, packOnlyRates, packed } = run.packing;
   const packingRate = median(packOnlyRates);
   const jsonBytes = results[0]!.bytes;
-  const lines = [
+  return [
     '## Serving benchmark (`bench/serving.ts`)',
     '',
-    ...machineInfo(command, loadAtStart, codeAtStart, {
+    ...machineInfo(run.command, run.loadAtStart, run.codeAtStart, {
       stack: 'apache-arrow 21, in-process server + undici client on loopback',
       noise: 'server and client',
     }),
     '',
-    `Workload: ${shape.groups} groups × ${shape.rollouts} trajectories × ${shape.steps} steps = ${int(allSteps.length)} steps, ${int(totalTokens)} tokens (${int(totalTokens / allSteps.length)} per step on average: a ${int(shape.systemTokens)}-token system prompt shared by all, a ${shape.taskTokens}-token task per group, and a history that grows by the last response (~${shape.responseTokens} tokens) and a ${shape.toolTokens}-token tool result each step). Medians over ${reps} reps after a warm-up; every rep leases all ${shape.groups} groups (\`batch_size: ${shape.groups}\`, \`advantage: grpo\`), reads every byte and nacks.`,
+    `Workload: ${shape.groups} groups × ${shape.rollouts} trajectories × ${shape.steps} steps = ${int(run.steps)} steps, ${int(totalTokens)} tokens (${int(totalTokens / run.steps)} per step on average: a ${int(shape.systemTokens)}-token system prompt shared by all, a ${shape.taskTokens}-token task per group, and a history that grows by the last response (~${shape.responseTokens} tokens) and a ${shape.toolTokens}-token tool result each step). Medians over ${reps} reps after a warm-up; every rep leases all ${shape.groups} groups (\`batch_size: ${shape.groups}\`, \`advantage: grpo\`), reads every byte and nacks.`,
     '',
     '### Lease to bytes, per format',
     '',
@@ -307,13 +308,17 @@ async function main(): Promise<void> {
     "Each group's steps share the system prompt and task, and each step's prompt repeats the previous step's prompt and response, so a group packs to about the size of its trajectories' last steps.",
     '',
   ];
-  const report = lines.join('\n');
-  process.stdout.write(`${report}\n`);
-  if (quick) return;
+}
+
+/** The figures recorded in serving.jsonl, per format under its key. */
+function figures(run: Run) {
+  const { totalTokens, stitchedTokens, results } = run;
+  const { packRates, packOnlyRates, packed } = run.packing;
+  const jsonBytes = results[0]!.bytes;
   const each = (f: (r: FormatResult, c: FormatCase) => number) =>
     Object.fromEntries(results.map((r, i) => [CASES[i]!.key, f(r, CASES[i]!)]));
-  const figures = {
-    code: codeAtStart,
+  return {
+    code: run.codeAtStart,
     tokens: totalTokens,
     bytes_mib: each((r) => round(r.bytes / 1024 / 1024, 1)),
     bytes_vs_json: each((r) => round(r.bytes / jsonBytes)),
@@ -321,13 +326,66 @@ async function main(): Promise<void> {
     http_m_tokens_per_s: each((r) => round(totalTokens / (median(r.totalMs) / 1000) / 1e6, 1)),
     store_lease_ms: each((r) => round(median(r.leaseMs), 0)),
     layout_ms: each((r) => round(median(r.renderMs), 0)),
-    packing_m_tokens_per_s: round(packingRate / 1e6, 1),
+    packing_m_tokens_per_s: round(median(packOnlyRates) / 1e6, 1),
     packing_with_inputs_m_tokens_per_s: round(median(packRates) / 1e6, 1),
     packed_vs_original_pct: round((100 * packed) / totalTokens, 1),
     trajectory_row_tokens: stitchedTokens,
     trajectory_rows_vs_step_tokens_pct: round((100 * stitchedTokens) / totalTokens, 1),
   };
-  log(`wrote ${recordRun('serving', figures, report).join(', ')}`);
+}
+
+async function main(): Promise<void> {
+  const args = process.argv.slice(2);
+  if (args.includes('--help') || args.includes('-h')) {
+    process.stdout.write(
+      'usage: npm run bench:serving [-- --quick]\n  --quick  8 groups and 2 reps; prints the report without recording the run\n',
+    );
+    return;
+  }
+  const quick = args.includes('--quick');
+  const shape: Shape = quick ? { ...SHAPE, groups: 8 } : SHAPE;
+  const reps = quick ? 2 : 5;
+  const command =
+    process.env.npm_lifecycle_event === 'bench:serving'
+      ? `npm run bench:serving${args.length ? ` -- ${args.join(' ')}` : ''}  (tsx bench/serving.ts)`
+      : `tsx bench/serving.ts${args.length ? ` ${args.join(' ')}` : ''}`;
+  const loadAtStart = os.loadavg();
+  const codeAtStart = codeVersion();
+  const random = seededRandom(42);
+  const system = Array.from({ length: shape.systemTokens }, () => Math.floor(random() * VOCAB));
+  const groups = Array.from({ length: shape.groups }, (_, g) => makeGroup(shape, g, system, random));
+  const allSteps = groups.flat(2);
+  const totalTokens = allSteps.reduce((n, s) => n + s.promptIds.length + s.responseIds.length, 0);
+  log(
+    `${int(allSteps.length)} steps, ${int(totalTokens)} tokens (${fix(totalTokens / allSteps.length, 0)} per step)`,
+  );
+  const stitchedTokens = stitchedTokenCount(groups);
+
+  // ---- packing, in process --------------------------------------------------------------------
+  const packing = benchPacking(groups, totalTokens, reps);
+  log(
+    `packing: ${fix(median(packing.packOnlyRates) / 1e6, 1)}M tokens/s, ratio ${fix((100 * packing.packed) / totalTokens, 1)}%`,
+  );
+
+  // ---- formats over HTTP ----------------------------------------------------------------------
+  const results = await benchFormats(groups, shape, reps);
+
+  const run: Run = {
+    command,
+    loadAtStart,
+    codeAtStart,
+    shape,
+    reps,
+    steps: allSteps.length,
+    totalTokens,
+    stitchedTokens,
+    packing,
+    results,
+  };
+  const report = reportLines(run).join('\n');
+  process.stdout.write(`${report}\n`);
+  if (quick) return;
+  log(`wrote ${recordRun('serving', figures(run), report).join(', ')}`);
 }
 
 main().catch((error) => {

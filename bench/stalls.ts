@@ -63,6 +63,140 @@ async function measure(
 /** `--profile=DIR`: each measured request's CPU profile of the event loop's thread, as DIR/<key>.cpuprofile. */
 const PROFILE_DIR = process.argv.find((a) => a.startsWith('--profile='))?.slice('--profile='.length);
 
+/** Measures one request as a row (when wanted): `key`, the row's text, and the request itself. */
+type Add = (key: string, request: string, method: string, path: string, body?: string) => Promise<void>;
+
+/** A fresh trajectory from the server's `init_trajectory`. */
+async function initTrajectory(url: string) {
+  return (await (
+    await fetch(`${url}/init_trajectory`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: '{}',
+    })
+  ).json()) as {
+    trajectory_uid: string;
+    base_url: string;
+  };
+}
+
+/** The model calls: `/generate` with the most prompt ids it takes, and a chat call with one huge message. */
+async function modelCallStalls(url: string, add: Add, quick: boolean): Promise<void> {
+  const t = await initTrajectory(url);
+  await add(
+    `generate_${MAX_PROMPT_TOKENS}_ids`,
+    `/generate, ${MAX_PROMPT_TOKENS.toLocaleString('en-US')} prompt ids (MAX_PROMPT_TOKENS)`,
+    'POST',
+    '/generate',
+    JSON.stringify({
+      trajectory_uid: t.trajectory_uid,
+      prompt_ids: ids(MAX_PROMPT_TOKENS),
+      sampling_params: { max_tokens: 8 },
+    }),
+  );
+  const chat = await initTrajectory(url);
+  const words = 'alpha beta gamma delta epsilon '.repeat(quick ? 20_000 : 60_000);
+  await add(
+    `chat_${Math.round(words.length / 1e6)}mb_message`,
+    `chat call, one ${Math.round(words.length / 1e6)} MB user message (stored as its step)`,
+    'POST',
+    `${new URL(chat.base_url).pathname}/chat/completions`,
+    JSON.stringify({ model: 'sim-qwen3', messages: [{ role: 'user', content: words }], max_tokens: 8 }),
+  );
+}
+
+/**
+ * One `/v1/steps` body of many big steps, stored on SQLite's thread, then the same on a second server
+ * with SQLite on the event loop (its row pushed onto `stalls` directly: it is not `add`'s server).
+ */
+async function stepsBatchStalls(
+  dir: string,
+  add: Add,
+  wanted: (key: string) => boolean,
+  stalls: Stall[],
+  quick: boolean,
+): Promise<void> {
+  const steps = quick ? 200 : 1_000;
+  // Steps of trajectories of their own (POST /v1/steps opens them).
+  const batchBody = (trajectory: string) =>
+    JSON.stringify({
+      steps: Array.from({ length: steps }, (_, i) => ({
+        trajectory_uid: trajectory,
+        prompt_uid: 'bench',
+        step_index: i,
+        prompt_ids: ids(4_096, i),
+        response_ids: ids(64, i),
+      })),
+    });
+  const label = `/v1/steps, ${steps.toLocaleString('en-US')} steps × 4,096 prompt ids in one body`;
+  await add(
+    'steps_batch_worker_store',
+    `${label} (parsed on the offload thread, stored on SQLite's thread)`,
+    'POST',
+    '/v1/steps',
+    batchBody(`bench-${process.pid}-batch`),
+  );
+  // The same with SQLite on the event loop (`--store-thread main`): storing is synchronous there,
+  // about 7 ms per MiB (docs/security.md); shown for comparison, not a default.
+  const onMain = !wanted('steps_batch_main_store')
+    ? null
+    : await startServer({
+        dbPath: join(dir, 'main.db'),
+        port: 0,
+        engines: [],
+        storeThread: 'main',
+      });
+  if (onMain)
+    try {
+      const body = Buffer.from(batchBody(`bench-${process.pid}-batch-m`));
+      const m = await measure(
+        () => rawSend(onMain.url, 'POST', '/v1/steps', body),
+        PROFILE_DIR && join(PROFILE_DIR, 'steps_batch_main_store.cpuprofile'),
+      );
+      stalls.push({
+        key: 'steps_batch_main_store',
+        request: `${label}, \`--store-thread main\` (not a default)`,
+        bodyBytes: body.length,
+        ...m,
+      });
+    } finally {
+      await onMain.close();
+    }
+}
+
+/** A step holding the most prompt ids a step may, then its dashboard page (first view) and raw JSON. */
+async function biggestStepStalls(url: string, add: Add): Promise<void> {
+  const big = { trajectory_uid: `bench-${process.pid}-big` };
+  await rawSend(
+    url,
+    'POST',
+    '/v1/steps',
+    JSON.stringify({
+      steps: [
+        {
+          trajectory_uid: big.trajectory_uid,
+          prompt_uid: 'bench',
+          step_index: 0,
+          prompt_ids: ids(MAX_PROMPT_TOKENS),
+          response_ids: ids(64),
+        },
+      ],
+    }),
+  );
+  await add(
+    'dashboard_biggest_step_first_view',
+    `dashboard page of a step with ${MAX_PROMPT_TOKENS.toLocaleString('en-US')} prompt ids (the most a step holds), first view`,
+    'GET',
+    `/dashboard/trajectories/${big.trajectory_uid}`,
+  );
+  await add(
+    'raw_json_biggest_step',
+    'its raw JSON (`GET /v1/trajectories/{id}`)',
+    'GET',
+    `/v1/trajectories/${big.trajectory_uid}`,
+  );
+}
+
 /**
  * `only`: the keys of the rows to measure (`--only generate_262144_ids,raw_json_biggest_step`); the
  * requests the others need first still run, unmeasured. Null: every row.
@@ -83,19 +217,8 @@ export async function benchStalls(
   const send = (method: string, path: string, body?: string | Buffer) =>
     rawSend(server.url, method, path, body);
   try {
-    const init = async () =>
-      (await (
-        await fetch(`${server.url}/init_trajectory`, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json' },
-          body: '{}',
-        })
-      ).json()) as {
-        trajectory_uid: string;
-        base_url: string;
-      };
     // Warm: the sim's worker and tokenizer, the routes.
-    const warm = await init();
+    const warm = await initTrajectory(server.url);
     await send(
       'POST',
       '/generate',
@@ -107,7 +230,7 @@ export async function benchStalls(
       return 0;
     });
     const stalls: Stall[] = [];
-    const add = async (key: string, request: string, method: string, path: string, body?: string) => {
+    const add: Add = async (key, request, method, path, body) => {
       if (!wanted(key)) return;
       // Encoded before the clock starts: the client shares this event loop, and its encoding of a
       // 30 MB string is not the server's work.
@@ -119,101 +242,9 @@ export async function benchStalls(
       stalls.push({ key, request, bodyBytes: bytes?.length ?? 0, ...m });
     };
 
-    const t = await init();
-    await add(
-      `generate_${MAX_PROMPT_TOKENS}_ids`,
-      `/generate, ${MAX_PROMPT_TOKENS.toLocaleString('en-US')} prompt ids (MAX_PROMPT_TOKENS)`,
-      'POST',
-      '/generate',
-      JSON.stringify({
-        trajectory_uid: t.trajectory_uid,
-        prompt_ids: ids(MAX_PROMPT_TOKENS),
-        sampling_params: { max_tokens: 8 },
-      }),
-    );
-    const chat = await init();
-    const words = 'alpha beta gamma delta epsilon '.repeat(quick ? 20_000 : 60_000);
-    await add(
-      `chat_${Math.round(words.length / 1e6)}mb_message`,
-      `chat call, one ${Math.round(words.length / 1e6)} MB user message (stored as its step)`,
-      'POST',
-      `${new URL(chat.base_url).pathname}/chat/completions`,
-      JSON.stringify({ model: 'sim-qwen3', messages: [{ role: 'user', content: words }], max_tokens: 8 }),
-    );
-    const steps = quick ? 200 : 1_000;
-    // Steps of trajectories of their own (POST /v1/steps opens them).
-    const batchBody = (trajectory: string) =>
-      JSON.stringify({
-        steps: Array.from({ length: steps }, (_, i) => ({
-          trajectory_uid: trajectory,
-          prompt_uid: 'bench',
-          step_index: i,
-          prompt_ids: ids(4_096, i),
-          response_ids: ids(64, i),
-        })),
-      });
-    const label = `/v1/steps, ${steps.toLocaleString('en-US')} steps × 4,096 prompt ids in one body`;
-    await add(
-      'steps_batch_worker_store',
-      `${label} (parsed on the offload thread, stored on SQLite's thread)`,
-      'POST',
-      '/v1/steps',
-      batchBody(`bench-${process.pid}-batch`),
-    );
-    // The same with SQLite on the event loop (`--store-thread main`): storing is synchronous there,
-    // about 7 ms per MiB (docs/security.md); shown for comparison, not a default.
-    const onMain = !wanted('steps_batch_main_store')
-      ? null
-      : await startServer({
-          dbPath: join(dir, 'main.db'),
-          port: 0,
-          engines: [],
-          storeThread: 'main',
-        });
-    if (onMain)
-      try {
-        const body = Buffer.from(batchBody(`bench-${process.pid}-batch-m`));
-        const m = await measure(
-          () => rawSend(onMain.url, 'POST', '/v1/steps', body),
-          PROFILE_DIR && join(PROFILE_DIR, 'steps_batch_main_store.cpuprofile'),
-        );
-        stalls.push({
-          key: 'steps_batch_main_store',
-          request: `${label}, \`--store-thread main\` (not a default)`,
-          bodyBytes: body.length,
-          ...m,
-        });
-      } finally {
-        await onMain.close();
-      }
-    const big = { trajectory_uid: `bench-${process.pid}-big` };
-    const _stored = await send(
-      'POST',
-      '/v1/steps',
-      JSON.stringify({
-        steps: [
-          {
-            trajectory_uid: big.trajectory_uid,
-            prompt_uid: 'bench',
-            step_index: 0,
-            prompt_ids: ids(MAX_PROMPT_TOKENS),
-            response_ids: ids(64),
-          },
-        ],
-      }),
-    );
-    await add(
-      'dashboard_biggest_step_first_view',
-      `dashboard page of a step with ${MAX_PROMPT_TOKENS.toLocaleString('en-US')} prompt ids (the most a step holds), first view`,
-      'GET',
-      `/dashboard/trajectories/${big.trajectory_uid}`,
-    );
-    await add(
-      'raw_json_biggest_step',
-      'its raw JSON (`GET /v1/trajectories/{id}`)',
-      'GET',
-      `/v1/trajectories/${big.trajectory_uid}`,
-    );
+    await modelCallStalls(server.url, add, quick);
+    await stepsBatchStalls(dir, add, wanted, stalls, quick);
+    await biggestStepStalls(server.url, add);
     if (METADATA_KEYS.some(wanted)) await metadataStalls(server, add);
     return { idleMs: idle.stallMs, stalls };
   } finally {
@@ -267,10 +298,7 @@ function bigMetadataText(): string {
  * and pages over 50 trajectories holding big metadata: one of 31.5 MB (as a store written before the
  * cap may hold; put there through the gateway, past the HTTP cap) and 49 at the cap.
  */
-async function metadataStalls(
-  server: Awaited<ReturnType<typeof startServer>>,
-  add: (key: string, request: string, method: string, path: string, body?: string) => Promise<void>,
-): Promise<void> {
+async function metadataStalls(server: Awaited<ReturnType<typeof startServer>>, add: Add): Promise<void> {
   const text = bigMetadataText();
   const mb = (Buffer.byteLength(text) / 1e6).toFixed(1);
   await add(

@@ -6,8 +6,10 @@ import { describe, expect, it } from 'vitest';
 /*
  * No function on the call path runs over MAX_LINES lines (issue 39), and none anywhere in the sources
  * over PROJECT_MAX_LINES (issue 41), the task families of the synthesis included (declared as data,
- * their pieces small functions): a long one is split into named steps. Functions, methods, accessors,
- * constructors and arrows (tests aside) are measured from their first line to their last.
+ * their pieces small functions): a long one is split into named steps. The whole-project rule reads
+ * the sources' .ts, .tsx, .js and .mjs files (the dashboard's pages and browser scripts, the workers'
+ * entry points) and the .ts files of bench/ and scripts/. Functions, methods, accessors, constructors
+ * and arrows (tests aside) are measured from their first line to their last.
  */
 
 const MAX_LINES = 80;
@@ -18,16 +20,27 @@ const FOLDERS = ['gateway', 'engines', 'http', 'services'].map((f) => `packages/
 const ALLOWED = new Set<string>([]);
 
 const PROJECT_MAX_LINES = 100;
+/** The folders the whole-project rule reads, each with the files it measures there. */
+const PROJECT_SOURCES: { dir: string; ext: RegExp }[] = [
+  { dir: 'src', ext: /\.(ts|tsx|js|mjs)$/ },
+  { dir: 'packages', ext: /\.(ts|tsx|js|mjs)$/ },
+  { dir: 'bench', ext: /\.ts$/ },
+  { dir: 'scripts', ext: /\.ts$/ },
+];
 
-function sourceFiles(dir: string): string[] {
+/** The files under `dir` whose names match `ext`, tests and installed packages (node_modules) aside. */
+function sourceFiles(dir: string, ext = /\.ts$/): string[] {
   const out: string[] = [];
   for (const entry of readdirSync(dir, { withFileTypes: true })) {
     const path = join(dir, entry.name);
-    if (entry.isDirectory()) out.push(...sourceFiles(path));
-    else if (entry.name.endsWith('.ts') && !entry.name.endsWith('.test.ts')) out.push(path);
+    if (entry.isDirectory()) {
+      if (entry.name !== 'node_modules') out.push(...sourceFiles(path, ext));
+    } else if (ext.test(entry.name) && !/\.test\.[cm]?[jt]sx?$/.test(entry.name)) out.push(path);
   }
   return out;
 }
+
+const projectFiles = () => PROJECT_SOURCES.flatMap(({ dir, ext }) => sourceFiles(join(ROOT, dir), ext));
 
 function nameOf(node: ts.Node, file: ts.SourceFile): string {
   const named = node as ts.Node & { name?: ts.Node };
@@ -75,9 +88,20 @@ describe('function length on the call path', () => {
 
 describe('function length in the whole project', () => {
   it(`has no function over ${PROJECT_MAX_LINES} lines, the task families' pieces included`, () => {
-    const long = ['src', 'packages']
-      .flatMap((dir) => sourceFiles(join(ROOT, dir)))
-      .flatMap((path) => longFunctions(path, PROJECT_MAX_LINES));
+    const long = projectFiles().flatMap((path) => longFunctions(path, PROJECT_MAX_LINES));
     expect(long).toEqual([]);
+  });
+
+  it('reads every kind of file it names: pages, browser scripts, worker entries, benchmarks, scripts', () => {
+    const files = new Set(projectFiles().map((path) => relative(ROOT, path)));
+    for (const path of [
+      'packages/core/src/dashboard/pages/events.tsx',
+      'packages/core/src/dashboard/assets/events.js',
+      'packages/core/src/pool/pool-worker-entry.mjs',
+      'bench/serving.ts',
+      'scripts/wire.ts',
+    ])
+      expect(files).toContain(path);
+    expect([...files].filter((path) => /\.test\.|node_modules/.test(path))).toEqual([]);
   });
 });

@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { dropSchema, freshSchema, pgUrl } from './support/postgres.js';
 import { killAllServerProcesses, startServerProcess } from './support/server-process.js';
 
 /*
@@ -29,36 +30,58 @@ async function post(url: string, body: unknown) {
 }
 
 describe('stepwise serve --engine sim and stepwise gateway', () => {
-  it('captures calls made through a separate gateway process into the shared store', async () => {
-    const db = join(dir, 'shared.db');
-    const pool = await startServerProcess(db, ['--engine', 'sim']);
-    const gateway = await startServerProcess(db, ['--engine', 'sim', '--sim-seed', '5'], {}, 'gateway');
-    // The trajectory is minted by one process and written through the other: sessions live in the store.
-    const init = await post(`${pool.url}/init_trajectory`, { group_id: 'p1', n_rollouts: 1 });
-    expect(init.status).toBe(200);
-    const id = init.json.trajectory_uid as string;
-    const viaGateway = new OpenAI({ baseURL: `${gateway.url}/${id}/p1/v1`, apiKey: 'x', maxRetries: 0 });
-    const answer = await viaGateway.chat.completions.create({
-      model: 'anything',
-      messages: [{ role: 'user', content: 'hello from another process' }],
-    });
-    expect(answer.choices[0]!.message.content).toBe('hello from another process');
-    const done = await post(`${gateway.url}/v1/trajectories/${id}/complete`, { reward: 1 });
-    expect(done.json).toMatchObject({ status: 'complete', n_steps: 1 });
-    // The gateway process exposes no trainer routes; the pool process serves the step.
-    expect((await fetch(`${gateway.url}/v1/stats`)).status).toBe(404);
-    const res = await fetch(`${pool.url}/v1/trajectories/${id}`);
-    const body = (await res.json()) as {
-      steps: { response_text: string; engine_id: string; token_source: string }[];
-    };
-    expect(body.steps).toEqual([
-      expect.objectContaining({
-        response_text: 'hello from another process',
-        engine_id: 'sim',
-        token_source: 'engine',
-      }),
-    ]);
-  });
+  const schema = freshSchema('stepwise_gateway_cli');
+  afterAll(() => (pgUrl ? dropSchema(schema) : undefined));
+  // One store, two processes: a SQLite file, and (when the tests have one) a PostgreSQL schema.
+  const stores: [string, () => [string, string[]]][] = [
+    ['a SQLite file', () => [join(dir, 'shared.db'), []]],
+    ...(pgUrl
+      ? [
+          ['a PostgreSQL schema', () => [pgUrl, ['--pg-schema', schema]]] as [
+            string,
+            () => [string, string[]],
+          ],
+        ]
+      : []),
+  ];
+  it.each(stores)(
+    'captures calls made through a separate gateway process into the shared store (%s)',
+    async (_, where) => {
+      const [db, extra] = where();
+      const pool = await startServerProcess(db, [...extra, '--engine', 'sim']);
+      const gateway = await startServerProcess(
+        db,
+        [...extra, '--engine', 'sim', '--sim-seed', '5'],
+        {},
+        'gateway',
+      );
+      // The trajectory is minted by one process and written through the other: sessions live in the store.
+      const init = await post(`${pool.url}/init_trajectory`, { group_id: 'p1', n_rollouts: 1 });
+      expect(init.status).toBe(200);
+      const id = init.json.trajectory_uid as string;
+      const viaGateway = new OpenAI({ baseURL: `${gateway.url}/${id}/p1/v1`, apiKey: 'x', maxRetries: 0 });
+      const answer = await viaGateway.chat.completions.create({
+        model: 'anything',
+        messages: [{ role: 'user', content: 'hello from another process' }],
+      });
+      expect(answer.choices[0]!.message.content).toBe('hello from another process');
+      const done = await post(`${gateway.url}/v1/trajectories/${id}/complete`, { reward: 1 });
+      expect(done.json).toMatchObject({ status: 'complete', n_steps: 1 });
+      // The gateway process exposes no trainer routes; the pool process serves the step.
+      expect((await fetch(`${gateway.url}/v1/stats`)).status).toBe(404);
+      const res = await fetch(`${pool.url}/v1/trajectories/${id}`);
+      const body = (await res.json()) as {
+        steps: { response_text: string; engine_id: string; token_source: string }[];
+      };
+      expect(body.steps).toEqual([
+        expect.objectContaining({
+          response_text: 'hello from another process',
+          engine_id: 'sim',
+          token_source: 'engine',
+        }),
+      ]);
+    },
+  );
 
   it('without an engine, LLM calls get a 503 that says how to configure one', async () => {
     const server = await startServerProcess(join(dir, 'none.db'));

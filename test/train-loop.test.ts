@@ -2,9 +2,11 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { openPostgresStore } from '../packages/core/src/store/postgres/postgres-store.js';
 import { openSqliteStore } from '../packages/core/src/store/sqlite/sqlite-store.js';
 import { runTrain, type TrainOptions, type TrainResult } from '../src/train/loop.js';
 import { findTrainPython } from '../src/train/python.js';
+import { dropSchema, freshSchema, pgUrl } from './support/postgres.js';
 
 /*
  * `stepwise train` end to end with the real pieces: the sim's reference rollouts exported as SFT
@@ -23,15 +25,18 @@ import { findTrainPython } from '../src/train/python.js';
  *   depends on timing, so the curve does too (docs/trainers.md); the rise does not.
  * - The control (`--max-staleness 1`, rounds one version ahead): `--init` from the RL run's
  *   warm-up, `--no-update`; it stays where it started, and no group it serves is staler than allowed.
+ *   Its store is a PostgreSQL schema (`--db`) where the tests have a database.
  */
 
 const python = findTrainPython();
 const dirs: string[] = [];
-afterAll(() => {
+const controlSchema = freshSchema('stepwise_train_control');
+afterAll(async () => {
   for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
+  if (pgUrl) await dropSchema(controlSchema);
 });
 
-// Quietly the asynchronous run reaches 0.8 around version 10 to 12; the cap leaves room for a slow
+// Quietly the asynchronous run at lr 1e-3 reaches 0.8 around version 11 to 13; the cap leaves room for a slow
 // machine, where rounds and updates interleave differently. The run stops at the target
 // (`--target-reward`): the versions after it only cost CI time.
 const VERSIONS = 16;
@@ -48,7 +53,7 @@ const settings = {
   rollouts: ROLLOUTS,
   warmupSteps: 200,
   warmupLr: 1e-2,
-  lr: 2e-3,
+  lr: 1e-3,
   adamEps: 1e-5,
   epochs: 2,
   maxStaleness: 1,
@@ -161,7 +166,7 @@ describe.skipIf(!python)('stepwise train: the loop, and the policy learning in i
     expect(manifest.settings).toMatchObject({
       max_staleness: 1,
       async: 'abort',
-      lr: 2e-3,
+      lr: 1e-3,
       adam_eps: 1e-5,
       warmup_steps: 200,
       versions: VERSIONS,
@@ -204,8 +209,11 @@ describe.skipIf(!python)('stepwise train: the loop, and the policy learning in i
     expect(rl, 'the RL run above did not finish').not.toBeNull();
     const out = mkdtempSync(join(tmpdir(), 'stepwise-train-control-'));
     dirs.push(out);
+    // On PostgreSQL where the tests have one (`--db`): the loop's store is either; the RL run's is SQLite.
+    const db = pgUrl ? { db: pgUrl, pgSchema: controlSchema } : {};
     const result = await runTrain({
       ...settings,
+      ...db,
       versions: CONTROL_VERSIONS,
       out,
       init: join(rl!.out, 'warmup'),
@@ -231,5 +239,28 @@ describe.skipIf(!python)('stepwise train: the loop, and the policy learning in i
     const manifest = JSON.parse(readFileSync(join(out, 'train.json'), 'utf8'));
     expect(manifest.updates).toBe(false);
     expect(manifest.settings.init).toBe(join(rl!.out, 'warmup'));
+    // The run's store is where --db named: every round's rollouts and the published versions.
+    expect(existsSync(join(out, 'train.db'))).toBe(!pgUrl);
+    const store = pgUrl
+      ? await openPostgresStore({ url: pgUrl, schema: controlSchema, existing: true })
+      : await openSqliteStore({ path: join(out, 'train.db') });
+    try {
+      expect(await store.getPolicyVersion()).toBe(CONTROL_VERSIONS);
+      const stored = (await store.listTrajectories({ limit: 10_000, offset: 0 })).items;
+      expect(stored.filter((t) => t.channel === 'train').length).toBeGreaterThanOrEqual(
+        GROUPS * ROLLOUTS * CONTROL_VERSIONS,
+      );
+    } finally {
+      await store.close();
+    }
+    if (pgUrl) {
+      // A second run on the same schema is refused before anything starts.
+      const again = mkdtempSync(join(tmpdir(), 'stepwise-train-control-'));
+      dirs.push(again);
+      await expect(
+        runTrain({ ...settings, ...db, out: again, update: false, python: python!, print: () => {} }),
+      ).rejects.toThrow(/already holds another run's trajectories/);
+      expect(existsSync(join(again, 'rounds'))).toBe(false);
+    }
   }, 1_200_000);
 });

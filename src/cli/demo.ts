@@ -5,11 +5,13 @@ import { ExportRequest } from '@stepwise/core/export/request.js';
 import { runExport } from '@stepwise/core/export/run-export.js';
 import { StepwiseClient } from '@stepwise/core/sdk/client.js';
 import { startServer } from '@stepwise/core/server/server.js';
+import { describeLocation } from '@stepwise/core/store/open-store.js';
 import { type GymRunOptions, runGym, summarize } from '@stepwise/gym/runner.js';
 import { checkSandbox } from '@stepwise/gym/sandbox/index.js';
 import { referenceTasks } from '@stepwise/gym/tasks/index.js';
 import type { GymTask } from '@stepwise/gym/tasks/schema.js';
 import { synthesize } from '@stepwise/gym-synth/index.js';
+import { embeddedStoreOf, requireNewStore, serverStore } from '../embedded-store.js';
 import {
   type ActGuideDemoResult,
   type CleanerDemoResult,
@@ -20,6 +22,9 @@ import {
 export interface DemoOptions extends SectionOptions {
   /** Keep the store, the SFT export and the run state here (default: a temporary directory). */
   out?: string;
+  /** The store (`--db`): a new SQLite file or an empty PostgreSQL schema; default `<out>/stepwise.db`. */
+  db?: string;
+  pgSchema?: string;
   port: number;
   /** Synthesized tasks: one prompt group each. */
   tasks: number;
@@ -65,8 +70,13 @@ export async function runDemo(o: DemoOptions): Promise<DemoResult> {
     say('         unsandboxed unless told --unsafe-no-sandbox.');
   }
   const tasks = synthesize({ n: o.tasks, seed: o.seed });
+  const store = embeddedStoreOf(o, out, 'stepwise.db');
+  await requireNewStore(store).catch((error: unknown) => {
+    if (tempDir) rmSync(tempDir, { recursive: true, force: true });
+    throw error;
+  });
   const server = await startServer({
-    dbPath: join(out, 'stepwise.db'),
+    ...serverStore(store),
     port: o.port,
     engines: ['sim'],
     sim: {
@@ -80,7 +90,7 @@ export async function runDemo(o: DemoOptions): Promise<DemoResult> {
   const client = new StepwiseClient({ baseUrl: server.url });
   try {
     say(
-      `stepwise serving on ${server.url} (store: SQLite at ${join(out, 'stepwise.db')}; engine: built-in sim)`,
+      `stepwise serving on ${server.url} (store: ${store.kind === 'sqlite' ? 'SQLite' : 'PostgreSQL'} at ${describeLocation(store)}; engine: built-in sim)`,
     );
     say(`tasks     synthesized ${tasks.length}: ${[...new Set(tasks.map((t) => t.category))].join(', ')}`);
     const runId = `demo-${o.seed}`;

@@ -17,20 +17,24 @@ import { referenceTasks, TASK_SET_HELP } from '@stepwise/gym/tasks/index.js';
 import type { GymTask } from '@stepwise/gym/tasks/schema.js';
 import { type ValidateOptions, validateCommand } from '@stepwise/gym/validate.js';
 import { type Command, InvalidArgumentError, Option } from 'commander';
+import { embeddedStoreOf, serverStore } from '../embedded-store.js';
 import { errorKinds, nonNegative, positiveInt, probability } from './flags.js';
 import { registerSynthCommand } from './gym-synth.js';
+import { addEmbeddedStoreOptions } from './store-options.js';
 
 /*
  * `stepwise gym ...`: run tasks through the gateway (`run`), gate a task set (`validate`) and
  * synthesize tasks (`synth`, registered by gym-synth.ts); `stepwise guide` is `gym run --guide`.
  */
 
-/** Where the agents' LLM calls go: a running Stepwise (`--gateway`) or one started here over `<out>/stepwise.db`. */
+/** Where the agents' LLM calls go: a running Stepwise (`--gateway`) or one started here over `--db` (default `<out>/stepwise.db`). */
 export async function gatewayFor(
   opts: {
     gateway?: string;
     engine: string[];
     out: string;
+    db?: string;
+    pgSchema?: string;
     errorRate: number;
     errorKinds?: InjectedErrorKind[];
     giveUpRate: number;
@@ -41,12 +45,14 @@ export async function gatewayFor(
 ): Promise<{ url: string; server: RunningServer | null }> {
   if (opts.gateway) {
     if (opts.engine.length > 0) throw new InvalidArgumentError('--gateway and --engine exclude each other');
+    if (opts.db !== undefined)
+      throw new InvalidArgumentError("--db is the in-process server's store: --gateway names a running one");
     return { url: opts.gateway.replace(/\/+$/, ''), server: null };
   }
   const engines = opts.engine.length > 0 ? opts.engine : ['sim'];
   const reference = referenceTasks(tasks);
   const server = await startServer({
-    dbPath: join(opts.out, 'stepwise.db'),
+    ...serverStore(embeddedStoreOf(opts, opts.out, 'stepwise.db')),
     port: 0,
     engines,
     sim:
@@ -94,7 +100,7 @@ const ROOTFS_HELP =
  * time, not as a default value: --help would print the URL's password.
  */
 export function addRunOptions(command: Command): Command {
-  return addEvidenceOptions(command)
+  return addEmbeddedStoreOptions(addEvidenceOptions(command), 'stepwise.db')
     .requiredOption('--tasks <path>', TASK_SET_HELP)
     .option('--out <dir>', 'results, state (for resuming) and the embedded store', 'gym-out')
     .option('--samples <k>', 'samples per task (one group)', positiveInt('--samples'), 4)

@@ -20,6 +20,7 @@ import { registerOpenClawCommand } from './openclaw.js';
 import { registerPurifyCommand } from './purify.js';
 import { rewardPlugins } from './reward-plugins.js';
 import { registerRewardsCommands } from './rewards.js';
+import { addEmbeddedStoreOptions, addStoreOptions } from './store-options.js';
 import { registerToolsCommand } from './tools.js';
 import { registerTrainCommand } from './train.js';
 import { registerWorkerCommands } from './worker.js';
@@ -145,8 +146,9 @@ function registerSimCommand(program: Command): void {
 
 /** `stepwise demo`: the README's main job. */
 function registerDemoCommand(program: Command): void {
-  program
-    .command('demo')
+  const demo = program.command('demo');
+  addEmbeddedStoreOptions(demo, 'stepwise.db (a new store)');
+  demo
     .description(
       'the main job: synthesize tasks, run the built-in agent on them through the gateway (sim engine), verify, lease with GRPO advantages, export SFT data',
     )
@@ -169,7 +171,7 @@ function registerDemoCommand(program: Command): void {
 
 function addServerOptions(command: Command, role: 'all' | 'gateway'): void {
   for (const add of [
-    addStoreOptions,
+    addListenOptions,
     addGatewayOptions,
     addSimOptions,
     addPoolOptions,
@@ -181,21 +183,11 @@ function addServerOptions(command: Command, role: 'all' | 'gateway'): void {
 }
 
 /** Options of `serve` and `gateway`: store and listening: where the pool keeps its data, the address and the keys. */
-function addStoreOptions(command: Command): Command {
-  return command
-    .option(
-      '--db <path|url>',
-      'SQLite database file, or a PostgreSQL URL (postgres://user@host:5432/db, as --pg)',
-      process.env.STEPWISE_DB ?? 'stepwise.db',
-    )
+function addListenOptions(command: Command): Command {
+  return addStoreOptions(command)
     .option(
       '--pg <url>',
-      'PostgreSQL instead of SQLite (postgres://user@host:5432/db; default: $STEPWISE_PG_URL); processes given one database share the pool',
-    )
-    .option(
-      '--pg-schema <name>',
-      'schema of the tables in --pg (created when missing)',
-      process.env.STEPWISE_PG_SCHEMA ?? 'public',
+      'PostgreSQL instead of SQLite, as a PostgreSQL --db (default: $STEPWISE_PG_URL); processes given one database share the pool',
     )
     .option('--host <host>', 'address to bind (non-loopback requires API keys)', '127.0.0.1')
     .option('--api-key <key:scopes>', 'API key with scopes agent,trainer,admin (repeatable)', collect, []);

@@ -5,20 +5,29 @@ import { type Command, Option } from 'commander';
 
 // The store a command reads or writes, as `stepwise serve` names it: --db, a SQLite file or a PostgreSQL URL.
 
-/** `--db` and `--pg-schema` on a command that opens a store. */
+const DB_HELP = 'the store: a SQLite database file or a PostgreSQL URL (postgres://user@host:5432/db)';
+
+/** `--db` and `--pg-schema` on a command that opens a store (`serve` and `gateway` create it when missing). */
 export function addStoreOptions(command: Command): Command {
   return command
-    .addOption(
-      new Option(
-        '--db <path|url>',
-        'the store: a SQLite database file (as for stepwise serve) or a PostgreSQL URL (postgres://user@host:5432/db)',
-      ).default(process.env.STEPWISE_DB ?? 'stepwise.db'),
-    )
-    .addOption(
-      new Option('--pg-schema <name>', 'with a PostgreSQL --db: the schema of its tables').default(
-        process.env.STEPWISE_PG_SCHEMA ?? 'public',
-      ),
-    );
+    .addOption(new Option('--db <path|url>', DB_HELP).default(process.env.STEPWISE_DB ?? 'stepwise.db'))
+    .addOption(pgSchemaOption());
+}
+
+const pgSchemaOption = () =>
+  new Option(
+    '--pg-schema <name>',
+    'with a PostgreSQL store: the schema of its tables (created when missing)',
+  ).default(process.env.STEPWISE_PG_SCHEMA ?? 'public');
+
+/**
+ * `--db` and `--pg-schema` on a command that starts its own server (`gym run`, `demo`, `train`):
+ * without `--db` the store is a SQLite file in the command's output folder, `fileName`.
+ */
+export function addEmbeddedStoreOptions(command: Command, fileName: string): Command {
+  return command
+    .addOption(new Option('--db <path|url>', `${DB_HELP} (default: <out>/${fileName})`))
+    .addOption(pgSchemaOption());
 }
 
 /** Where `--db` and `--pg-schema` point. */

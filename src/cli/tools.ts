@@ -1,15 +1,7 @@
-import {
-  CLAUDE_CODE_VERSION,
-  findClaudeCode,
-  installClaudeCode,
-} from '@stepwise/gym/agent/claude-code/install.js';
-import { CODEX_VERSION, findCodex, installCodex } from '@stepwise/gym/agent/codex/install.js';
-import {
-  findOpenClaw,
-  installOpenClaw,
-  NODE_VERSION,
-  OPENCLAW_VERSION,
-} from '@stepwise/gym/agent/openclaw/install.js';
+import { CLAUDE_CODE_VERSION, installClaudeCode } from '@stepwise/gym/agent/claude-code/install.js';
+import { CODEX_VERSION, installCodex } from '@stepwise/gym/agent/codex/install.js';
+import { INSTALLED_AGENTS } from '@stepwise/gym/agent/installs.js';
+import { installOpenClaw, NODE_VERSION, OPENCLAW_VERSION } from '@stepwise/gym/agent/openclaw/install.js';
 import { defaultToolsDir } from '@stepwise/gym/install-kit/index.js';
 import { findRootfs, installRootfs, readRootfsLock, rootfsId } from '@stepwise/gym/sandbox/rootfs.js';
 import type { Command } from 'commander';
@@ -38,7 +30,7 @@ const installer = <T extends { dir: string }>(t: ToolInstaller<T>) => t as unkno
 const TOOLS: Record<string, ToolInstaller> = {
   openclaw: installer({
     pinned: `openclaw ${OPENCLAW_VERSION} on Node ${NODE_VERSION}`,
-    find: findOpenClaw,
+    find: INSTALLED_AGENTS.openclaw.find,
     install: installOpenClaw,
     describe: (r, how) => [
       `openclaw ${r.version} (Node ${r.nodeVersion}) ${how}: ${r.dir}`,
@@ -49,7 +41,7 @@ const TOOLS: Record<string, ToolInstaller> = {
   // OpenAI's Codex CLI, one static binary (packages/gym/src/agent/codex/install.ts); `gym run --agent codex`.
   codex: installer({
     pinned: `codex ${CODEX_VERSION} (linux-x64)`,
-    find: findCodex,
+    find: INSTALLED_AGENTS.codex.find,
     install: installCodex,
     describe: (r, how) => [
       `codex ${r.version} ${how}: ${r.dir}`,
@@ -60,7 +52,7 @@ const TOOLS: Record<string, ToolInstaller> = {
   // Anthropic's Claude Code, one native binary (packages/gym/src/agent/claude-code/install.ts); `gym run --agent claude-code`.
   'claude-code': installer({
     pinned: `claude-code ${CLAUDE_CODE_VERSION} (linux-x64)`,
-    find: findClaudeCode,
+    find: INSTALLED_AGENTS['claude-code'].find,
     install: installClaudeCode,
     describe: (r, how) => [`claude-code ${r.version} ${how}: ${r.dir}`, `  claude: ${r.claude}`],
   }),

@@ -4,11 +4,13 @@ import {
   DEFAULT_ADAM_EPS,
   DEFAULT_CLIP,
   DEFAULT_GROUPS,
+  DEFAULT_LR,
   DEFAULT_PROMPTS_PER_KIND,
   runTrain,
   type TrainOptions,
 } from '../train/loop.js';
 import { SCHEDULE_POLICIES } from '../train/schedule.js';
+import { addEmbeddedStoreOptions } from './store-options.js';
 
 const int =
   (flag: string, min: number, max = Number.MAX_SAFE_INTEGER) =>
@@ -69,7 +71,7 @@ export function registerTrainCommand(program: Command): void {
       "start from this model folder (e.g. an earlier run's OUT/warmup) instead of the tiny preset and a warm-up",
     )
     .option('--warmup-lr <lr>', 'learning rate of the warm-up', positive('--warmup-lr'), 1e-2)
-    .option('--lr <lr>', 'learning rate of the RL updates', positive('--lr'), 2e-3)
+    .option('--lr <lr>', 'learning rate of the RL updates', positive('--lr'), DEFAULT_LR)
     .option(
       '--adam-eps <eps>',
       "AdamW's eps for the RL updates (larger keeps the LM head's rarely-seen ids still)",
@@ -92,7 +94,7 @@ export function registerTrainCommand(program: Command): void {
     )
     .option('--no-update', 'the control run: the same loop without optimizer steps')
     .option('--port <port>', 'port of the gateway (0: any free port)', int('--port', 0), 0);
-  withScheduleOptions(command).action(train);
+  addEmbeddedStoreOptions(withScheduleOptions(command), 'train.db').action(train);
 }
 
 /** The options of the prompt scheduler, the mixed task set and the schedulers' comparison. */
@@ -153,6 +155,7 @@ async function train(opts: any): Promise<void> {
 function trainOptions(opts: any): TrainOptions {
   return {
     out: opts.out,
+    ...(opts.db !== undefined ? { db: opts.db, pgSchema: opts.pgSchema } : {}),
     seed: opts.seed,
     versions: opts.versions,
     targetReward: opts.targetReward,

@@ -3,7 +3,8 @@ import { join, resolve } from 'node:path';
 import { DataPool } from '@stepwise/core/pool/data-pool.js';
 import { loadRewardsConfig } from '@stepwise/core/rewards/config.js';
 import { RewardService } from '@stepwise/core/rewards/service.js';
-import { openPostgresStore, redactUrl } from '@stepwise/core/store/postgres/postgres-store.js';
+import { openStore } from '@stepwise/core/store/open-store.js';
+import { redactUrl } from '@stepwise/core/store/postgres/postgres-store.js';
 import { createLogger } from '@stepwise/core/util/logger.js';
 import {
   checkPgUrl,
@@ -264,7 +265,7 @@ function registerRewardWorkerCommand(worker: Command): Command {
         throw new InvalidArgumentError('--pg (or STEPWISE_PG_URL): the PostgreSQL database of the store');
       const logger = createLogger();
       const config = await loadRewardsConfig(opts.rewards, rewardPlugins());
-      const store = await openPostgresStore({ url, schema: opts.pgSchema });
+      const store = await openStore({ kind: 'postgres', url, schema: opts.pgSchema });
       const pool = new DataPool({ store, logger });
       let service: RewardService;
       try {

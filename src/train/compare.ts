@@ -1,6 +1,7 @@
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { extname, join, resolve } from 'node:path';
 import { ValidationError } from '@stepwise/core/domain/errors.js';
+import { storeLocation } from '@stepwise/core/store/open-store.js';
 import { runTrain, type TrainOptions, type TrainResult } from './loop.js';
 import { LEARNABLE_WINDOW, type SchedulePolicy, type ScheduleReport } from './schedule.js';
 
@@ -65,7 +66,14 @@ export async function compareSchedulers(
   for (const policy of policies) {
     const runOut = join(out, policy);
     const print = (line: string) => o.print(`${policy.padEnd(10)} ${line}`);
-    const result = await runTrain({ ...common, out: runOut, schedule: policy, init, print });
+    const result = await runTrain({
+      ...common,
+      ...runStore(o, policy),
+      out: runOut,
+      schedule: policy,
+      init,
+      print,
+    });
     // The later runs start from the first one's warm-up (the same weights; a preset run has none).
     if (init === undefined && existsSync(join(runOut, 'warmup', 'config.json')))
       init = join(runOut, 'warmup');
@@ -135,4 +143,16 @@ export function compareTable(report: CompareReport): string[] {
     `compare   ${['scheduler'.padEnd(10), 'rollouts to target'.padEnd(26), 'zero-variance'.padEnd(16), 'rollouts', 'updates', 'final ', 'time'].join(' ')}`,
     ...rows.map((row) => `compare   ${row}`),
   ];
+}
+
+/**
+ * Each compared run's own store under `--db`: a PostgreSQL schema `<pg-schema>_<policy>`, or a SQLite
+ * file `<stem>-<policy><ext>`; without `--db`, each run's folder holds its own.
+ */
+function runStore(o: TrainOptions, policy: string): Pick<TrainOptions, 'db' | 'pgSchema'> {
+  if (o.db === undefined) return {};
+  const location = storeLocation(o.db, o.pgSchema);
+  if (location.kind === 'postgres') return { db: o.db, pgSchema: `${location.schema ?? 'public'}_${policy}` };
+  const ext = extname(o.db);
+  return { db: `${o.db.slice(0, o.db.length - ext.length)}-${policy}${ext}` };
 }

@@ -5,6 +5,11 @@
  * whole tied 151k-id LM head moved with each update and RL at 2e-3 broke the policy (docs/trainers.md).
  */
 export const DEFAULT_ADAM_EPS = 1e-5;
+/**
+ * The RL updates' learning rate. At 2e-3 a single update late in a run, on a batch of mostly solved
+ * groups, now and then undid most of what the run had learned (docs/trainers.md, "The learning rate").
+ */
+export const DEFAULT_LR = 1e-3;
 /** PPO clip range: each version may move a token's probability by at most this factor of it. */
 export const DEFAULT_CLIP = 0.2;
 /** Tasks (groups) per round when not given. */

@@ -4,11 +4,13 @@ import { ValidationError } from '@stepwise/core/domain/errors.js';
 import { ExportRequest } from '@stepwise/core/export/request.js';
 import { runExport } from '@stepwise/core/export/run-export.js';
 import { type RunningServer, startServer } from '@stepwise/core/server/server.js';
+import { describeLocation } from '@stepwise/core/store/open-store.js';
 import { seededRandom } from '@stepwise/core/util/random.js';
 import { type AgentSpec, runGym, type SampleResult } from '@stepwise/gym/runner.js';
 import { checkSandbox } from '@stepwise/gym/sandbox/index.js';
 import { referenceTasks } from '@stepwise/gym/tasks/index.js';
 import type { GymTask } from '@stepwise/gym/tasks/schema.js';
+import { embeddedStoreOf, requireNewStore, serverStore } from '../embedded-store.js';
 import { summarize, writeOutputs } from './outputs.js';
 import type { Rounds, TrainOptions, TrainResult, VersionReward } from './types.js';
 
@@ -42,9 +44,15 @@ export const TRAIN_AGENT: AgentSpec = {
 const TRAIN_CHANNEL = 'train';
 const EVAL_CHANNEL = 'eval';
 
-import { DEFAULT_ADAM_EPS, DEFAULT_CLIP, DEFAULT_GROUPS, DEFAULT_PROMPTS_PER_KIND } from './defaults.js';
+import {
+  DEFAULT_ADAM_EPS,
+  DEFAULT_CLIP,
+  DEFAULT_GROUPS,
+  DEFAULT_LR,
+  DEFAULT_PROMPTS_PER_KIND,
+} from './defaults.js';
 
-export { DEFAULT_ADAM_EPS, DEFAULT_CLIP, DEFAULT_GROUPS, DEFAULT_PROMPTS_PER_KIND };
+export { DEFAULT_ADAM_EPS, DEFAULT_CLIP, DEFAULT_GROUPS, DEFAULT_LR, DEFAULT_PROMPTS_PER_KIND };
 
 /** Reference rollouts the warm-up learns from: the targets in turn (tasks.ts). */
 const WARMUP_TASKS = 32;
@@ -61,6 +69,7 @@ export async function runTrain(o: TrainOptions): Promise<TrainResult> {
   const started = performance.now();
   const say = o.print;
   const { out, init } = checkOptions(o);
+  await requireNewStore(trainStore(o, out));
   const python = o.python ?? requireTrainPython();
   mkdirSync(join(out, 'rounds'), { recursive: true });
   const groups = o.groups ?? DEFAULT_GROUPS;
@@ -87,7 +96,7 @@ export async function runTrain(o: TrainOptions): Promise<TrainResult> {
     const fixed = registeredTasks(o);
     server = await startGateway(o, { out, engineUrl: engine.url, groups, fixed });
     say(
-      `serve     stepwise on ${server.url} (SQLite at ${join(out, 'train.db')}; engine vllm=${engine.url})`,
+      `serve     stepwise on ${server.url} (store ${describeLocation(trainStore(o, out))}; engine vllm=${engine.url})`,
     );
     const startVersion = await server.pool.policyVersion();
     const args = trainerArgs(o, {
@@ -148,11 +157,15 @@ export async function runTrain(o: TrainOptions): Promise<TrainResult> {
 /** The run's folder and starting model, refused before anything starts when they cannot be used. */
 function checkOptions(o: TrainOptions): { out: string; init: string | undefined } {
   const out = resolve(o.out);
-  // A second run in the same folder would continue the first one's store and versions.
-  if (existsSync(join(out, 'train.db')))
+  // A second run on the same store would continue the first one's versions (a PostgreSQL store is
+  // checked once open: requireNewStore).
+  const store = trainStore(o, out);
+  if (store.kind === 'sqlite' && existsSync(store.path))
     throw new ValidationError(
-      `out: ${out} already holds a train run (train.db); choose another directory`,
-      'out',
+      o.db === undefined
+        ? `out: ${out} already holds a train run (train.db); choose another directory`
+        : `db: ${store.path} already exists; a train run starts a new store`,
+      o.db === undefined ? 'out' : 'db',
     );
   const init = o.init === undefined ? undefined : resolve(o.init);
   if (init !== undefined && !existsSync(join(init, 'config.json')))
@@ -171,13 +184,16 @@ function registeredTasks(o: TrainOptions): GymTask[] | null {
   return null;
 }
 
+/** The run's store: `db` (a new SQLite file or an empty PostgreSQL schema), else `<out>/train.db`. */
+export const trainStore = (o: TrainOptions, out: string) => embeddedStoreOf(o, out, 'train.db');
+
 /** The gateway in front of the engine, its train channel configured (schedule, curation). */
 async function startGateway(
   o: TrainOptions,
   c: { out: string; engineUrl: string; groups: number; fixed: GymTask[] | null },
 ): Promise<RunningServer> {
   const server = await startServer({
-    dbPath: join(c.out, 'train.db'),
+    ...serverStore(trainStore(o, c.out)),
     port: o.port ?? 0,
     engines: [`vllm=${c.engineUrl}`],
     channelDefaults: {

@@ -9,6 +9,10 @@ import type { TrainerUpdate } from './trainer-events.js';
 export interface TrainOptions {
   /** Where the stores, the SFT export, the manifest and the curve go. */
   out: string;
+  /** The run's store (`--db`): a new SQLite file or an empty PostgreSQL schema; default `<out>/train.db`. */
+  db?: string;
+  /** With a PostgreSQL `db`: the schema of its tables. */
+  pgSchema?: string;
   seed: number;
   /** Policy versions to train (one leased batch each): the most, when `targetReward` stops sooner. */
   versions: number;

@@ -40,7 +40,13 @@ export {
 export { CleanerOptions, type ToolResultsDecision, withRetryNote } from './curation/cleaner/saar.js';
 export { curateGroup, repetitionFraction } from './curation/pipeline.js';
 export { ChannelConfig, type ChannelCuration, DEFAULT_CHANNEL_CONFIG } from './domain/channel.js';
-export { fromZodError, parseOrThrow, StepwiseError, ValidationError } from './domain/errors.js';
+export {
+  fromZodError,
+  NotFoundError,
+  parseOrThrow,
+  StepwiseError,
+  ValidationError,
+} from './domain/errors.js';
 export type { Evidence, EvidenceEntry, EvidenceSummary } from './domain/evidence.js';
 export { JsonObject } from './domain/json.js';
 export type { Signal, SignalInput, SignalWire } from './domain/signal.js';
@@ -66,6 +72,7 @@ export {
   type StepwiseClientOptions,
   StepwiseHttpError,
 } from './sdk/client.js';
+export { redactUrl } from './store/postgres/connect.js';
 export { createModelAdapter, type ModelAdapter, qwen3Adapter } from './text/model-adapter.js';
 export { ModelAdapters, type ModelRef } from './text/model-ref.js';
 export { KEEP_ALIVE_MS } from './util/http-server.js';

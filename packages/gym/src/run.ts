@@ -8,9 +8,7 @@ import {
   progressReporter,
   ValidationError,
 } from '@stepwise/core';
-import { CLAUDE_CODE_VERSION, findClaudeCode } from './agent/claude-code/install.js';
-import { CODEX_VERSION, findCodex } from './agent/codex/install.js';
-import { findOpenClaw, OPENCLAW_VERSION } from './agent/openclaw/install.js';
+import { isInstalledKind, requireInstall } from './agent/installs.js';
 import { checkPgUrl, checkQueueSchema, DEFAULT_QUEUE_SCHEMA, RolloutQueue } from './distributed/queue.js';
 import { defaultLeaseSeconds, distributedRunner } from './distributed.js';
 import { DEFAULT_EVIDENCE_BOUNDS } from './evidence.js';
@@ -110,32 +108,10 @@ export function agentSpec(opts: {
       ...(model ? { model } : {}),
     };
   }
-  if (opts.agent === 'openclaw') {
-    const dir = opts.toolsDir ?? defaultToolsDir();
-    const install = findOpenClaw(dir);
-    if (!install)
-      throw new Error(
-        `OpenClaw ${OPENCLAW_VERSION} is not installed in ${dir}: run \`stepwise tools install openclaw${opts.toolsDir ? ` --dir ${opts.toolsDir}` : ''}\` first`,
-      );
-    return { kind: 'openclaw', install };
-  }
-  if (opts.agent === 'codex') {
-    const dir = opts.toolsDir ?? defaultToolsDir();
-    const install = findCodex(dir);
-    if (!install)
-      throw new Error(
-        `Codex ${CODEX_VERSION} is not installed in ${dir}: run \`stepwise tools install codex${opts.toolsDir ? ` --dir ${opts.toolsDir}` : ''}\` first`,
-      );
-    return { kind: 'codex', install };
-  }
-  if (opts.agent === 'claude-code') {
-    const dir = opts.toolsDir ?? defaultToolsDir();
-    const install = findClaudeCode(dir);
-    if (!install)
-      throw new Error(
-        `Claude Code ${CLAUDE_CODE_VERSION} is not installed in ${dir}: run \`stepwise tools install claude-code${opts.toolsDir ? ` --dir ${opts.toolsDir}` : ''}\` first`,
-      );
-    return { kind: 'claude-code', install };
+  if (isInstalledKind(opts.agent)) {
+    const kind = opts.agent;
+    const install = requireInstall(kind, { dir: opts.toolsDir });
+    return { kind, install } as AgentSpec;
   }
   return { kind: 'command', template: opts.agent };
 }
@@ -254,7 +230,7 @@ export async function planGymRun(
     ? { baseURL: opts.judgeUrl, model: opts.judgeModel!, apiKey: opts.judgeApiKey ?? 'EMPTY' }
     : undefined;
   const tasks = await loadTasks(opts.tasks);
-  if (tasks.length === 0) throw new Error(`no tasks in ${opts.tasks}`);
+  if (tasks.length === 0) throw new ValidationError(`no tasks in ${opts.tasks}`, 'tasks');
   const out = resolve(opts.out);
   mkdirSync(out, { recursive: true });
   const agent = agentSpec(opts);
@@ -400,8 +376,9 @@ export function sandboxRoot(opts: {
   const dir = opts.toolsDir ?? defaultToolsDir();
   const found = findRootfs(dir);
   if (!found)
-    throw new Error(
+    throw new ValidationError(
       `the sandbox rootfs is not built in ${dir}: run \`stepwise tools install rootfs${opts.toolsDir ? ` --dir ${opts.toolsDir}` : ''}\` first`,
+      'rootfs',
     );
   return found.root;
 }

@@ -35,14 +35,10 @@ export const AgentWire = z.discriminatedUnion('kind', [
 export type AgentWire = z.infer<typeof AgentWire>;
 
 export function agentWire(agent: AgentSpec): AgentWire {
-  if (agent.kind === 'openclaw')
-    return {
-      kind: 'openclaw',
-      version: agent.install.version,
-      ...(agent.allowTools ? { allowTools: [...agent.allowTools] } : {}),
-    };
-  if (agent.kind === 'codex') return { kind: 'codex', version: agent.install.version };
-  if (agent.kind === 'claude-code') return { kind: 'claude-code', version: agent.install.version };
+  // An installed agent travels as its kind and version; a worker finds its own install of them.
+  if (agent.kind === 'openclaw' && agent.allowTools)
+    return { kind: agent.kind, version: agent.install.version, allowTools: [...agent.allowTools] };
+  if ('install' in agent) return { kind: agent.kind, version: agent.install.version };
   if (agent.kind === 'command') return { kind: 'command', template: agent.template };
   return {
     kind: 'builtin',

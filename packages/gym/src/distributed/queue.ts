@@ -1,4 +1,4 @@
-import { StepwiseError, ValidationError } from '@stepwise/core';
+import { redactUrl, StepwiseError, ValidationError } from '@stepwise/core';
 import pg from 'pg';
 import type { SampleResult } from '../runner.js';
 import { GymTask } from '../tasks/schema.js';
@@ -47,17 +47,6 @@ export function checkQueueSchema(schema: string, flag = '--queue-schema'): strin
       flag,
     );
   return schema;
-}
-
-/** The URL without its password, for messages. */
-export function redactPgUrl(url: string): string {
-  try {
-    const u = new URL(url);
-    if (u.password) u.password = '***';
-    return u.toString();
-  } catch {
-    return '(unparsable URL)';
-  }
 }
 
 export interface RolloutQueueOptions {
@@ -139,7 +128,7 @@ const TABLES = ['stepwise_rollout_job', 'stepwise_gym_task', 'stepwise_rollout_a
 
 function connectMessage(url: string, error: unknown): string {
   const e = error as { message?: string; code?: string };
-  return `cannot open the rollout queue at ${redactPgUrl(url)}: ${e.message || e.code || String(error)}`;
+  return `cannot open the rollout queue at ${redactUrl(url)}: ${e.message || e.code || String(error)}`;
 }
 
 /** The queue's tables and indexes; every statement IF NOT EXISTS, run under install()'s lock. */

@@ -1,9 +1,7 @@
 import { hostname } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { parseOrThrow, StepwiseHttpError } from '@stepwise/core';
-import { findClaudeCode } from '../agent/claude-code/install.js';
-import { findCodex } from '../agent/codex/install.js';
-import { findOpenClaw } from '../agent/openclaw/install.js';
+import { NotFoundError, parseOrThrow, StepwiseError, StepwiseHttpError } from '@stepwise/core';
+import { isInstalledKind, requireInstall } from '../agent/installs.js';
 import type { AgentSpec } from '../agents.js';
 import { DEFAULT_EVIDENCE_BOUNDS } from '../evidence.js';
 import { trajectoryOfBaseUrl } from '../gateway-urls.js';
@@ -81,37 +79,11 @@ export interface RolloutWorker {
   stop(): Promise<void>;
 }
 
+/** The agent a job names, with this worker's install of it (of the job's version, or refused). */
 function resolveAgent(agent: AgentWire, toolsDir: string | undefined): AgentSpec {
-  if (agent.kind === 'codex') {
-    const dir = toolsDir ?? defaultToolsDir();
-    const install = findCodex(dir);
-    if (!install)
-      throw new Error(`this worker has no Codex install in ${dir} (stepwise tools install codex)`);
-    if (install.version !== agent.version)
-      throw new Error(`the job wants Codex ${agent.version}; this worker has ${install.version} in ${dir}`);
-    return { kind: 'codex', install };
-  }
-  if (agent.kind === 'claude-code') {
-    const dir = toolsDir ?? defaultToolsDir();
-    const install = findClaudeCode(dir);
-    if (!install)
-      throw new Error(
-        `this worker has no Claude Code install in ${dir} (stepwise tools install claude-code)`,
-      );
-    if (install.version !== agent.version)
-      throw new Error(
-        `the job wants Claude Code ${agent.version}; this worker has ${install.version} in ${dir}`,
-      );
-    return { kind: 'claude-code', install };
-  }
-  if (agent.kind !== 'openclaw') return agent;
-  const dir = toolsDir ?? defaultToolsDir();
-  const install = findOpenClaw(dir);
-  if (!install)
-    throw new Error(`this worker has no OpenClaw install in ${dir} (stepwise tools install openclaw)`);
-  if (install.version !== agent.version)
-    throw new Error(`the job wants OpenClaw ${agent.version}; this worker has ${install.version} in ${dir}`);
-  return { kind: 'openclaw', install, ...(agent.allowTools ? { allowTools: agent.allowTools } : {}) };
+  if (!isInstalledKind(agent.kind)) return agent as AgentSpec;
+  const { version, ...rest } = agent as Extract<AgentWire, { version: string }>;
+  return { ...rest, install: requireInstall(agent.kind, { dir: toolsDir, version }) } as AgentSpec;
 }
 
 /** What a worker's slots share: its options, its name, its counters and where its events go. */
@@ -185,8 +157,10 @@ async function closeTrajectory(
   } catch (error) {
     if (!(error instanceof StepwiseHttpError)) throw error;
     if (error.status !== 404 && error.status !== 409)
-      throw new Error(
+      throw new StepwiseError(
         `closing trajectory ${baseUrl}: the gateway answered ${error.status}: ${(error.responseBody ?? error.message).slice(0, 200)}`,
+        502,
+        'gateway_failed',
       );
   }
 }
@@ -213,7 +187,9 @@ async function handleJob(worker: WorkerContext, job: FetchedRollout): Promise<vo
 
   const task = await queue.loadTask(data.taskSha256);
   if (!task || task.id !== data.taskId)
-    throw new Error(`task ${data.taskId} (sha256 ${data.taskSha256}) is not in the queue's task table`);
+    throw new NotFoundError(
+      `task ${data.taskId} (sha256 ${data.taskSha256}) is not in the queue's task table`,
+    );
   const env = sampleEnv(options, data, gateway);
   const sample = sampleJob(data, task, job, ref, worker.name);
   worker.stats.ran++;

@@ -35,45 +35,9 @@ function follow(root, url) {
     root.setAttribute('data-state', paused ? 'paused' : state);
   };
 
-  const row = (event) => {
-    const tr = document.createElement('tr');
-    tr.dataset.seq = String(event.seq);
-    const source = eventSource(event);
-    if (source !== null) tr.dataset.source = source;
-    tr.hidden = !visible(source);
-    const cell = (cls) => {
-      const td = document.createElement('td');
-      if (cls) td.className = cls;
-      tr.append(td);
-      return td;
-    };
-    cell('num').textContent = String(event.seq);
-    const time = document.createElement('time');
-    time.dateTime = new Date(event.ts).toISOString();
-    time.textContent = formatTime(event.ts);
-    cell('nowrap').append(time);
-    const tag = document.createElement('span');
-    tag.className = 'tag';
-    tag.textContent = event.type;
-    cell().append(tag);
-    cell().textContent = event.channel ?? '–';
-    const summary = cell('summary');
-    for (const segment of eventSummary(event)) {
-      if (typeof segment === 'string') summary.append(segment);
-      else {
-        const a = document.createElement('a');
-        a.href = segment.href;
-        a.title = segment.title;
-        a.textContent = segment.text;
-        summary.append(a);
-      }
-    }
-    return tr;
-  };
-
   const add = (event) => {
     rows.querySelector('tr.empty')?.remove();
-    rows.prepend(row(event));
+    rows.prepend(eventRow(event, visible));
     while (rows.rows.length > cap) rows.lastElementChild.remove();
   };
 
@@ -95,17 +59,10 @@ function follow(root, url) {
     show();
   };
 
-  const stream = new EventSource(url);
-  for (const type of types) stream.addEventListener(type, receive);
-  stream.addEventListener('open', () => {
-    state = 'live';
+  openStream(url, types, receive, (next) => {
+    state = next;
     show();
   });
-  stream.addEventListener('error', () => {
-    state = stream.readyState === EventSource.CLOSED ? 'disconnected (reload to retry)' : 'reconnecting…';
-    show();
-  });
-  window.addEventListener('pagehide', () => stream.close());
 
   pause.hidden = false;
   pause.addEventListener('click', () => {
@@ -126,4 +83,52 @@ function follow(root, url) {
     }
   });
   show();
+}
+
+/** One table row for an event, hidden when the source filter rules it out (as the server renders it). */
+function eventRow(event, visible) {
+  const tr = document.createElement('tr');
+  tr.dataset.seq = String(event.seq);
+  const source = eventSource(event);
+  if (source !== null) tr.dataset.source = source;
+  tr.hidden = !visible(source);
+  const cell = (cls) => {
+    const td = document.createElement('td');
+    if (cls) td.className = cls;
+    tr.append(td);
+    return td;
+  };
+  cell('num').textContent = String(event.seq);
+  const time = document.createElement('time');
+  time.dateTime = new Date(event.ts).toISOString();
+  time.textContent = formatTime(event.ts);
+  cell('nowrap').append(time);
+  const tag = document.createElement('span');
+  tag.className = 'tag';
+  tag.textContent = event.type;
+  cell().append(tag);
+  cell().textContent = event.channel ?? '–';
+  const summary = cell('summary');
+  for (const segment of eventSummary(event)) {
+    if (typeof segment === 'string') summary.append(segment);
+    else {
+      const a = document.createElement('a');
+      a.href = segment.href;
+      a.title = segment.title;
+      a.textContent = segment.text;
+      summary.append(a);
+    }
+  }
+  return tr;
+}
+
+/** Follows the stream: each event type to `receive`, each change of connection state to `onState`. */
+function openStream(url, types, receive, onState) {
+  const stream = new EventSource(url);
+  for (const type of types) stream.addEventListener(type, receive);
+  stream.addEventListener('open', () => onState('live'));
+  stream.addEventListener('error', () =>
+    onState(stream.readyState === EventSource.CLOSED ? 'disconnected (reload to retry)' : 'reconnecting…'),
+  );
+  window.addEventListener('pagehide', () => stream.close());
 }

@@ -102,6 +102,80 @@ function streamUrl(q: EventsQuery, cursor: number): string {
   return `/v1/events/stream?${params}`;
 }
 
+/** The channel, signal-source and type filters (a GET form: the query string holds them). */
+function Filters({ q, rawChannel }: { q: EventsQuery; rawChannel: string | undefined }) {
+  const selected = new Set<string>(q.type);
+  return (
+    <form class="filters" method="get" aria-label="Event filters">
+      <div>
+        <label for="ev-channel">Channel</label>
+        <input
+          id="ev-channel"
+          name="channel"
+          value={rawChannel ?? q.channel ?? ''}
+          placeholder="all channels"
+        />
+      </div>
+      <div>
+        <label for="ev-source">Signal source</label>
+        <select id="ev-source" name="source" aria-describedby="ev-source-hint">
+          <option value="" selected={q.source === undefined}>
+            any
+          </option>
+          {SignalSource.options.map((s) => (
+            <option value={s} selected={q.source === s}>
+              {s}
+            </option>
+          ))}
+        </select>
+      </div>
+      <button type="submit">Apply</button>
+      <p id="ev-source-hint" class="muted filter-note">
+        A source shows only signal events from it (applied at once).
+      </p>
+      <fieldset class="type-filter">
+        <legend>Types (none checked: all)</legend>
+        {EventType.options.map((t) => (
+          <label>
+            <input type="checkbox" name="type" value={t} checked={selected.has(t)} /> {t}
+          </label>
+        ))}
+      </fieldset>
+    </form>
+  );
+}
+
+/** The events read at load, newest first; events.js adds live ones on top. */
+function EventTable({ events }: { events: PoolEvent[] }) {
+  return (
+    <table class="events">
+      <thead>
+        <tr>
+          <th scope="col" class="num">
+            seq
+          </th>
+          <th scope="col">time (UTC)</th>
+          <th scope="col">type</th>
+          <th scope="col">channel</th>
+          <th scope="col">summary</th>
+        </tr>
+      </thead>
+      <tbody id="ev-rows">
+        {events.length === 0 ? (
+          <tr class="empty">
+            <td colspan={5} class="muted">
+              No events yet.
+            </td>
+          </tr>
+        ) : null}
+        {events.map((e) => (
+          <EventRow event={e} />
+        ))}
+      </tbody>
+    </table>
+  );
+}
+
 function EventsPage({
   q,
   events,
@@ -118,46 +192,10 @@ function EventsPage({
   /** The channel as typed, shown back when it was refused. */
   rawChannel?: string;
 }) {
-  const selected = new Set<string>(q.type);
   const filtered = q.channel !== undefined || q.type.length > 0 || q.source !== undefined;
   return (
     <Page title="Events" current="/dashboard/events">
-      <form class="filters" method="get" aria-label="Event filters">
-        <div>
-          <label for="ev-channel">Channel</label>
-          <input
-            id="ev-channel"
-            name="channel"
-            value={rawChannel ?? q.channel ?? ''}
-            placeholder="all channels"
-          />
-        </div>
-        <div>
-          <label for="ev-source">Signal source</label>
-          <select id="ev-source" name="source" aria-describedby="ev-source-hint">
-            <option value="" selected={q.source === undefined}>
-              any
-            </option>
-            {SignalSource.options.map((s) => (
-              <option value={s} selected={q.source === s}>
-                {s}
-              </option>
-            ))}
-          </select>
-        </div>
-        <button type="submit">Apply</button>
-        <p id="ev-source-hint" class="muted filter-note">
-          A source shows only signal events from it (applied at once).
-        </p>
-        <fieldset class="type-filter">
-          <legend>Types (none checked: all)</legend>
-          {EventType.options.map((t) => (
-            <label>
-              <input type="checkbox" name="type" value={t} checked={selected.has(t)} /> {t}
-            </label>
-          ))}
-        </fieldset>
-      </form>
+      <Filters q={q} rawChannel={rawChannel} />
       {error ? (
         <p class="error" role="alert">
           {error}
@@ -186,31 +224,7 @@ function EventsPage({
             : ''}
           {`; new ones appear on top, the newest ${LIVE_CAP} are kept.`}
         </p>
-        <table class="events">
-          <thead>
-            <tr>
-              <th scope="col" class="num">
-                seq
-              </th>
-              <th scope="col">time (UTC)</th>
-              <th scope="col">type</th>
-              <th scope="col">channel</th>
-              <th scope="col">summary</th>
-            </tr>
-          </thead>
-          <tbody id="ev-rows">
-            {events.length === 0 ? (
-              <tr class="empty">
-                <td colspan={5} class="muted">
-                  No events yet.
-                </td>
-              </tr>
-            ) : null}
-            {events.map((e) => (
-              <EventRow event={e} />
-            ))}
-          </tbody>
-        </table>
+        <EventTable events={events} />
       </section>
       <script type="module" src="/dashboard/assets/events.js" />
     </Page>

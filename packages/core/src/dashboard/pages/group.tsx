@@ -129,17 +129,13 @@ function PrefixTree({
   );
 }
 
-export function GroupPage({ d }: { d: GroupDetail }) {
-  const seqs = groupSequences(d.trajectories);
-  const packing = packPrefixTree(seqs.map((s) => ({ tokens: s.tokens, promptLength: s.promptLength })));
-  const labels = seqs.map((s) => `${key(s.trajectory)}·s${s.step}`);
-  // A group's rollouts share a task and an engine pool: its first step's model reads the tree.
-  const decoder = d.decoders.of(d.trajectories[0]?.steps[0]?.metadata);
+/** Links to the group's list and tree, its state and counts, and when it was created, ready, consumed. */
+function GroupHeader({ d }: { d: GroupDetail }) {
   const g = d.group;
   const rewards = d.trajectories.map((x) => x.trajectory.reward).filter((r): r is number => r !== null);
   const mean = rewards.length === 0 ? null : rewards.reduce((a, b) => a + b, 0) / rewards.length;
   return (
-    <Page title={`Group ${d.groupId}`} current={LIST_PATH}>
+    <>
       <nav class="toc" aria-label="On this page">
         <a
           href={`${LIST_PATH}?group=${encodeURIComponent(d.groupId)}&channel=${encodeURIComponent(d.channel)}`}
@@ -174,59 +170,96 @@ export function GroupPage({ d }: { d: GroupDetail }) {
       ) : (
         <p class="muted">The group record is gone (or the trajectories name a group never registered).</p>
       )}
-      <section class="card" aria-labelledby="h-rollouts">
-        <h2 id="h-rollouts">Rollouts</h2>
-        <div class="table-wrap">
-          <table>
-            <thead>
+    </>
+  );
+}
+
+/** The rollouts read, each under its key (T1, T2, ...) with the list's columns. */
+function Rollouts({ d }: { d: GroupDetail }) {
+  return (
+    <section class="card" aria-labelledby="h-rollouts">
+      <h2 id="h-rollouts">Rollouts</h2>
+      <div class="table-wrap">
+        <table>
+          <thead>
+            <tr>
+              <th scope="col">key</th>
+              <th scope="col">trajectory</th>
+              <TrajectoryHeaderCells />
+            </tr>
+          </thead>
+          <tbody>
+            {d.trajectories.map(({ trajectory: t }, i) => (
               <tr>
-                <th scope="col">key</th>
-                <th scope="col">trajectory</th>
-                <TrajectoryHeaderCells />
+                <th scope="row">{key(i)}</th>
+                <td>
+                  <a href={trajectoryHref(t.id)}>
+                    <Clip text={t.id} max={22} />
+                  </a>
+                </td>
+                <TrajectoryCells trajectory={t} />
               </tr>
-            </thead>
-            <tbody>
-              {d.trajectories.map(({ trajectory: t }, i) => (
-                <tr>
-                  <th scope="row">{key(i)}</th>
-                  <td>
-                    <a href={trajectoryHref(t.id)}>
-                      <Clip text={t.id} max={22} />
-                    </a>
-                  </td>
-                  <TrajectoryCells trajectory={t} />
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        </div>
-        {d.total > d.trajectories.length ? (
-          <p class="muted">
-            Showing the first {fmt(d.trajectories.length)} of {fmt(d.total)} trajectories; the tree covers
-            these only.
-          </p>
-        ) : null}
-      </section>
-      <section class="card" aria-labelledby="h-tree" id="prefix-tree">
-        <h2 id="h-tree">Prefix tree</h2>
-        <p>
-          {fmt(seqs.length)} steps, {fmt(packing.originalTokens)} tokens as sequences; packed into{' '}
-          {fmt(packing.tokens.length)} tokens in {fmt(packing.nodeStart.length)} nodes. Packed / original:{' '}
-          <strong id="pack-ratio" data-ratio={String(packing.ratio)}>
-            {fmt(packing.ratio)}
-          </strong>
-          .
-        </p>
+            ))}
+          </tbody>
+        </table>
+      </div>
+      {d.total > d.trajectories.length ? (
         <p class="muted">
-          Every stored step, trainable or not, in the order above; each node shows its size, the start of its
-          text (Qwen3 tokenizer) and the steps that pass through it.
+          Showing the first {fmt(d.trajectories.length)} of {fmt(d.total)} trajectories; the tree covers these
+          only.
         </p>
-        {seqs.length === 0 ? (
-          <p class="muted">No steps.</p>
-        ) : (
-          <PrefixTree packing={packing} labels={labels} decoder={decoder} />
-        )}
-      </section>
+      ) : null}
+    </section>
+  );
+}
+
+/** The packed tree's sizes against the sequences', then its drawing. */
+function TreeSection({
+  steps,
+  packing,
+  labels,
+  decoder,
+}: {
+  steps: number;
+  packing: Packing;
+  labels: string[];
+  decoder: StepDecoder;
+}) {
+  return (
+    <section class="card" aria-labelledby="h-tree" id="prefix-tree">
+      <h2 id="h-tree">Prefix tree</h2>
+      <p>
+        {fmt(steps)} steps, {fmt(packing.originalTokens)} tokens as sequences; packed into{' '}
+        {fmt(packing.tokens.length)} tokens in {fmt(packing.nodeStart.length)} nodes. Packed / original:{' '}
+        <strong id="pack-ratio" data-ratio={String(packing.ratio)}>
+          {fmt(packing.ratio)}
+        </strong>
+        .
+      </p>
+      <p class="muted">
+        Every stored step, trainable or not, in the order above; each node shows its size, the start of its
+        text (Qwen3 tokenizer) and the steps that pass through it.
+      </p>
+      {steps === 0 ? (
+        <p class="muted">No steps.</p>
+      ) : (
+        <PrefixTree packing={packing} labels={labels} decoder={decoder} />
+      )}
+    </section>
+  );
+}
+
+export function GroupPage({ d }: { d: GroupDetail }) {
+  const seqs = groupSequences(d.trajectories);
+  const packing = packPrefixTree(seqs.map((s) => ({ tokens: s.tokens, promptLength: s.promptLength })));
+  const labels = seqs.map((s) => `${key(s.trajectory)}·s${s.step}`);
+  // A group's rollouts share a task and an engine pool: its first step's model reads the tree.
+  const decoder = d.decoders.of(d.trajectories[0]?.steps[0]?.metadata);
+  return (
+    <Page title={`Group ${d.groupId}`} current={LIST_PATH}>
+      <GroupHeader d={d} />
+      <Rollouts d={d} />
+      <TreeSection steps={seqs.length} packing={packing} labels={labels} decoder={decoder} />
     </Page>
   );
 }

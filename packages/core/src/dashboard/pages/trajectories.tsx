@@ -97,6 +97,93 @@ function refusal(error: unknown): string {
   throw error;
 }
 
+/** The bulk form on the list: labels every checked trajectory, or answers the list with what was wrong. */
+async function postBulkLabels(c: Ctx, pool: DataPool) {
+  const { request, errors } = parseBulk(await readForm(c));
+  const back = new URL(request.back, 'http://dashboard.invalid');
+  const rerender = (messages: string[]) =>
+    renderList(c, pool, Object.fromEntries(back.searchParams), request.back, messages);
+  if (errors.length > 0) return rerender(errors);
+  const currentTags = new Map<string, string[]>();
+  if (request.action === 'tag') {
+    await Promise.all(
+      request.ids.map(async (id) => {
+        const own = (await pool.store.getCurrentLabels(id)).find((l) => l.stepIndex === null);
+        currentTags.set(id, own?.tags ?? []);
+      }),
+    );
+  }
+  const labels = bulkLabels(request, currentTags);
+  for (const [i, label] of labels.entries()) {
+    const checked = LabelInput.safeParse(label);
+    if (!checked.success) return rerender([`${request.ids[i]}: ${fromZodError(checked.error).message}`]);
+  }
+  try {
+    await pool.addLabels(labels);
+  } catch (error) {
+    return rerender([refusal(error)]);
+  }
+  return c.redirect(request.back, 303);
+}
+
+/** The label form on a trajectory's page: writes its labels, or answers the page with what was wrong. */
+async function postTrajectoryLabels(c: Ctx, pool: DataPool, decoders: TokenDecoders) {
+  const t = await findTrajectory(c, pool);
+  if (t instanceof Response) return t;
+  const form = labelFormValues(await readForm(c));
+  const current = await pool.store.getCurrentLabels(t.id);
+  let { labels, errors } = labelsFromForm(t.id, form, isStepIndex, current);
+  if (errors.length === 0) {
+    try {
+      await pool.addLabels(labels);
+    } catch (error) {
+      errors = [refusal(error)];
+    }
+  }
+  if (errors.length > 0)
+    return html(
+      c,
+      <DetailPage d={await loadDetail(pool, t, decoders)} form={form} errors={errors} />,
+      400,
+      rawTrajectoryHref(t.id),
+    );
+  return c.redirect(`${trajectoryHref(t.id)}#labels`, 303);
+}
+
+/** A group's page: its record and up to MAX_GROUP_TRAJECTORIES trajectories with their steps. */
+async function groupPage(c: Ctx, pool: DataPool, decoders: TokenDecoders) {
+  const channel = ChannelName.safeParse(c.req.param('channel'));
+  if (!channel.success) return errorPage(c, 400, fromZodError(channel.error, 'channel').message);
+  const id = ClientId.safeParse(c.req.param('id'));
+  if (!id.success) return errorPage(c, 400, fromZodError(id.error, 'group id').message);
+  const [group, page] = await Promise.all([
+    pool.store.getGroup(channel.data, id.data),
+    pool.listTrajectories({
+      channel: channel.data,
+      groupId: id.data,
+      limit: MAX_GROUP_TRAJECTORIES,
+      offset: 0,
+      inlineMetadataBytes: LIST_METADATA_BYTES,
+    }),
+  ]);
+  if (!group && page.total === 0) return errorPage(c, 404, `No group ${id.data} in channel ${channel.data}.`);
+  const trajectories = await Promise.all(
+    page.items.map(async (trajectory) => ({
+      trajectory,
+      steps: await pool.getTrajectorySteps(trajectory.id),
+    })),
+  );
+  const d: GroupDetail = {
+    channel: channel.data,
+    groupId: id.data,
+    group,
+    total: page.total,
+    trajectories,
+    decoders,
+  };
+  return html(c, <GroupPage d={d} />);
+}
+
 export function mountTrajectoryPages(app: Hono<DashboardEnv>, { pool, models }: DashboardOptions): void {
   // Pages that decode token ids wait for the decoding tables, which load off the event loop.
   const decoders = new TokenDecoders(models ?? []);
@@ -110,95 +197,12 @@ export function mountTrajectoryPages(app: Hono<DashboardEnv>, { pool, models }: 
     const url = new URL(c.req.url);
     return renderList(c, pool, c.req.query(), url.pathname + url.search);
   });
-
-  app.post('/dashboard/labels', async (c) => {
-    const { request, errors } = parseBulk(await readForm(c));
-    const back = new URL(request.back, 'http://dashboard.invalid');
-    const rerender = (messages: string[]) =>
-      renderList(c, pool, Object.fromEntries(back.searchParams), request.back, messages);
-    if (errors.length > 0) return rerender(errors);
-    const currentTags = new Map<string, string[]>();
-    if (request.action === 'tag') {
-      await Promise.all(
-        request.ids.map(async (id) => {
-          const own = (await pool.store.getCurrentLabels(id)).find((l) => l.stepIndex === null);
-          currentTags.set(id, own?.tags ?? []);
-        }),
-      );
-    }
-    const labels = bulkLabels(request, currentTags);
-    for (const [i, label] of labels.entries()) {
-      const checked = LabelInput.safeParse(label);
-      if (!checked.success) return rerender([`${request.ids[i]}: ${fromZodError(checked.error).message}`]);
-    }
-    try {
-      await pool.addLabels(labels);
-    } catch (error) {
-      return rerender([refusal(error)]);
-    }
-    return c.redirect(request.back, 303);
-  });
-
+  app.post('/dashboard/labels', (c) => postBulkLabels(c, pool));
   app.get(`${LIST_PATH}/:id`, async (c) => {
     const t = await findTrajectory(c, pool);
     if (t instanceof Response) return t;
     return html(c, <DetailPage d={await loadDetail(pool, t, decoders)} />, 200, rawTrajectoryHref(t.id));
   });
-
-  app.post(`${LIST_PATH}/:id/labels`, async (c) => {
-    const t = await findTrajectory(c, pool);
-    if (t instanceof Response) return t;
-    const form = labelFormValues(await readForm(c));
-    const current = await pool.store.getCurrentLabels(t.id);
-    let { labels, errors } = labelsFromForm(t.id, form, isStepIndex, current);
-    if (errors.length === 0) {
-      try {
-        await pool.addLabels(labels);
-      } catch (error) {
-        errors = [refusal(error)];
-      }
-    }
-    if (errors.length > 0)
-      return html(
-        c,
-        <DetailPage d={await loadDetail(pool, t, decoders)} form={form} errors={errors} />,
-        400,
-        rawTrajectoryHref(t.id),
-      );
-    return c.redirect(`${trajectoryHref(t.id)}#labels`, 303);
-  });
-
-  app.get('/dashboard/groups/:channel/:id', async (c) => {
-    const channel = ChannelName.safeParse(c.req.param('channel'));
-    if (!channel.success) return errorPage(c, 400, fromZodError(channel.error, 'channel').message);
-    const id = ClientId.safeParse(c.req.param('id'));
-    if (!id.success) return errorPage(c, 400, fromZodError(id.error, 'group id').message);
-    const [group, page] = await Promise.all([
-      pool.store.getGroup(channel.data, id.data),
-      pool.listTrajectories({
-        channel: channel.data,
-        groupId: id.data,
-        limit: MAX_GROUP_TRAJECTORIES,
-        offset: 0,
-        inlineMetadataBytes: LIST_METADATA_BYTES,
-      }),
-    ]);
-    if (!group && page.total === 0)
-      return errorPage(c, 404, `No group ${id.data} in channel ${channel.data}.`);
-    const trajectories = await Promise.all(
-      page.items.map(async (trajectory) => ({
-        trajectory,
-        steps: await pool.getTrajectorySteps(trajectory.id),
-      })),
-    );
-    const d: GroupDetail = {
-      channel: channel.data,
-      groupId: id.data,
-      group,
-      total: page.total,
-      trajectories,
-      decoders,
-    };
-    return html(c, <GroupPage d={d} />);
-  });
+  app.post(`${LIST_PATH}/:id/labels`, (c) => postTrajectoryLabels(c, pool, decoders));
+  app.get('/dashboard/groups/:channel/:id', (c) => groupPage(c, pool, decoders));
 }

@@ -295,6 +295,72 @@ function Guidance({
   );
 }
 
+/** A step's one-line summary: index, finish, sizes, latency, policy, and tags for errors and labels. */
+function StepSummary({
+  step,
+  label,
+  errors,
+}: {
+  step: Step;
+  label: CurrentLabel | undefined;
+  errors: number;
+}) {
+  return (
+    <summary>
+      <strong>Step {step.index}</strong> · {short(step.finishReason ?? 'no finish reason', 64)} ·{' '}
+      {fmt(step.promptIds.length)} + {fmt(step.responseIds.length)} tokens
+      {step.latencyMs === null ? '' : ` · ${ms(step.latencyMs)}`} · policy v{step.policyVersion}
+      {errors > 0 ? (
+        <span class="tag bad">
+          {errors} tool error{errors > 1 ? 's' : ''}
+        </span>
+      ) : null}
+      {label?.trainable === false ? <span class="tag bad">untrainable</span> : null}
+      {label?.quality ? <span class="tag">{label.quality}</span> : null}
+    </summary>
+  );
+}
+
+/** What was recorded about a step besides its texts, one fact a row. */
+function StepFacts({ step }: { step: Step }) {
+  const facts: [string, string | number][] = [
+    ['prompt ids', fmt(step.promptIds.length)],
+    ['response ids', fmt(step.responseIds.length)],
+    ['finish reason', short(step.finishReason ?? '–', 64)],
+    ['token source', step.tokenSource],
+    ['policy version', step.policyVersion],
+    ['latency', ms(step.latencyMs)],
+    ['time to first token', ms(step.ttftMs)],
+    ['engine', short(step.engineId ?? '–', 256)],
+    ['reward', fmt(step.reward)],
+    ['logprobs', step.responseLogprobs === null ? 'none' : 'recorded'],
+  ];
+  return (
+    <dl class="facts">
+      {facts.map(([term, value]) => (
+        <div>
+          <dt>{term}</dt>
+          <dd>{value}</dd>
+        </div>
+      ))}
+    </dl>
+  );
+}
+
+/** The step's share, split so its decoded text cannot crowd out the heat strip or the metadata. */
+function stepBudgets(budget: Budget, hasErrors: boolean) {
+  const weights = { decoded: 1, strip: 2, errors: hasErrors ? 1 : 0, metadata: 1 };
+  const sum = weights.decoded + weights.strip + weights.errors + weights.metadata;
+  const left = budget.left;
+  const share = (w: number) => budget.part(Math.floor((left * w) / sum));
+  return {
+    decoded: share(weights.decoded),
+    strip: share(weights.strip),
+    errors: share(weights.errors),
+    metadata: share(weights.metadata),
+  };
+}
+
 function StepView({
   step,
   label,
@@ -308,73 +374,11 @@ function StepView({
 }) {
   const decoder = decoders.of(step.metadata);
   const errors = (step.toolResults ?? []).filter((r) => r.error);
-  // The step's share is split so its decoded text cannot crowd out the heat strip or the metadata.
-  const weights = { decoded: 1, strip: 2, errors: errors.length > 0 ? 1 : 0, metadata: 1 };
-  const sum = weights.decoded + weights.strip + weights.errors + weights.metadata;
-  const left = budget.left;
-  const share = (w: number) => budget.part(Math.floor((left * w) / sum));
-  const own = {
-    decoded: share(weights.decoded),
-    strip: share(weights.strip),
-    errors: share(weights.errors),
-    metadata: share(weights.metadata),
-  };
+  const own = stepBudgets(budget, errors.length > 0);
   return (
     <details class="step" id={`step-${step.index}`}>
-      <summary>
-        <strong>Step {step.index}</strong> · {short(step.finishReason ?? 'no finish reason', 64)} ·{' '}
-        {fmt(step.promptIds.length)} + {fmt(step.responseIds.length)} tokens
-        {step.latencyMs === null ? '' : ` · ${ms(step.latencyMs)}`} · policy v{step.policyVersion}
-        {errors.length > 0 ? (
-          <span class="tag bad">
-            {errors.length} tool error{errors.length > 1 ? 's' : ''}
-          </span>
-        ) : null}
-        {label?.trainable === false ? <span class="tag bad">untrainable</span> : null}
-        {label?.quality ? <span class="tag">{label.quality}</span> : null}
-      </summary>
-      <dl class="facts">
-        <div>
-          <dt>prompt ids</dt>
-          <dd>{fmt(step.promptIds.length)}</dd>
-        </div>
-        <div>
-          <dt>response ids</dt>
-          <dd>{fmt(step.responseIds.length)}</dd>
-        </div>
-        <div>
-          <dt>finish reason</dt>
-          <dd>{short(step.finishReason ?? '–', 64)}</dd>
-        </div>
-        <div>
-          <dt>token source</dt>
-          <dd>{step.tokenSource}</dd>
-        </div>
-        <div>
-          <dt>policy version</dt>
-          <dd>{step.policyVersion}</dd>
-        </div>
-        <div>
-          <dt>latency</dt>
-          <dd>{ms(step.latencyMs)}</dd>
-        </div>
-        <div>
-          <dt>time to first token</dt>
-          <dd>{ms(step.ttftMs)}</dd>
-        </div>
-        <div>
-          <dt>engine</dt>
-          <dd>{short(step.engineId ?? '–', 256)}</dd>
-        </div>
-        <div>
-          <dt>reward</dt>
-          <dd>{fmt(step.reward)}</dd>
-        </div>
-        <div>
-          <dt>logprobs</dt>
-          <dd>{step.responseLogprobs === null ? 'none' : 'recorded'}</dd>
-        </div>
-      </dl>
+      <StepSummary step={step} label={label} errors={errors.length} />
+      <StepFacts step={step} />
       <h4>Response (decoded)</h4>
       <DecodedText ranges={[whole(step.responseIds)]} decoder={decoder} budget={own.decoded} />
       <h4>Response tokens</h4>
