@@ -13,22 +13,10 @@ import { openPostgresStore } from '../packages/core/src/store/postgres/postgres-
 import { verifierVersion } from '../packages/gym/src/evidence.js';
 import { checkSandbox } from '../packages/gym/src/sandbox/index.js';
 import { writeTasksJsonl } from '../packages/gym/src/tasks/jsonl.js';
-import { GymTask } from '../packages/gym/src/tasks/schema.js';
 import { runDemo } from '../src/cli/demo.js';
+import { okTask } from './support/gym-tasks.js';
 import { dropSchema, freshSchema, pgUrl } from './support/postgres.js';
 import { killAllServerProcesses, runCli } from './support/server-process.js';
-
-const gymTask = (id: string, pattern: string) =>
-  GymTask.parse({
-    id,
-    prompt: `Write output/${id}.txt containing ok. All file paths are relative to the workspace directory.`,
-    verifier: {
-      kind: 'checks',
-      checks: [{ kind: 'text_contains', name: 'ok', path: `output/${id}.txt`, pattern }],
-    },
-    referenceActions: [{ name: 'write', arguments: { path: `output/${id}.txt`, content: 'ok' } }],
-    category: 'Analysis & Reasoning',
-  });
 
 /** What a schema holds: its trajectories' task ids and rewards, and how many kept evidence. */
 async function stored(
@@ -66,7 +54,7 @@ describe.skipIf(!pgUrl || !checkSandbox().ok)(
 
     it('gym run stores its samples and their evidence in the schema; rewards reverify reads them from there', async () => {
       const v1 = join(dir, 'v1.jsonl');
-      await writeTasksJsonl(v1, [gymTask('alpha', 'ok'), gymTask('gamma', 'ok')]);
+      await writeTasksJsonl(v1, [okTask('alpha', 'ok'), okTask('gamma', 'ok')]);
       const out = join(dir, 'gym');
       const run = await runCli(
         [
@@ -100,7 +88,7 @@ describe.skipIf(!pgUrl || !checkSandbox().ok)(
 
       // A changed verifier for alpha: the dry run reads the kept workspaces from PostgreSQL.
       const v2 = join(dir, 'v2.jsonl');
-      await writeTasksJsonl(v2, [gymTask('alpha', 'okay'), gymTask('gamma', 'ok')]);
+      await writeTasksJsonl(v2, [okTask('alpha', 'okay'), okTask('gamma', 'ok')]);
       const dry = await runCli(
         ['rewards', 'reverify', '--db', pgUrl!, '--pg-schema', gymSchema, '--tasks', v2, '--dry-run'],
         {},
@@ -109,7 +97,7 @@ describe.skipIf(!pgUrl || !checkSandbox().ok)(
       expect(dry.code, dry.stderr).toBe(0);
       expect(JSON.parse(dry.stdout)).toMatchObject({ dry_run: true, rescored: 4, down: 2, unchanged: 2 });
       expect(JSON.parse(dry.stdout).version).not.toBe(
-        verifierVersion([gymTask('alpha', 'ok'), gymTask('gamma', 'ok')]),
+        verifierVersion([okTask('alpha', 'ok'), okTask('gamma', 'ok')]),
       );
 
       // --db is the in-process server's store: beside --gateway it names nothing, and is refused.

@@ -28,6 +28,7 @@ import { checkSandbox } from '../packages/gym/src/sandbox/index.js';
 import { writeTasksJsonl } from '../packages/gym/src/tasks/jsonl.js';
 import { referenceTasks } from '../packages/gym/src/tasks/reference.js';
 import { GymTask } from '../packages/gym/src/tasks/schema.js';
+import { okTask } from './support/gym-tasks.js';
 import { dropSchema, freshSchema, pgUrl } from './support/postgres.js';
 import { runCli } from './support/server-process.js';
 
@@ -408,20 +409,9 @@ describe('a workspace as evidence', () => {
 describe.skipIf(!sandbox.ok)('gym samples keep their evidence over HTTP, and reverify reads it', () => {
   const RUNNER = 'runner-key-7f3a9e41c0d2';
   const AGENT = 'agent-key-91c25b7e0a4f';
-  const gymTask = (id: string, pattern: string) =>
-    GymTask.parse({
-      id,
-      prompt: `Write output/${id}.txt containing ok. All file paths are relative to the workspace directory.`,
-      verifier: {
-        kind: 'checks',
-        checks: [{ kind: 'text_contains', name: 'ok', path: `output/${id}.txt`, pattern }],
-      },
-      referenceActions: [{ name: 'write', arguments: { path: `output/${id}.txt`, content: 'ok' } }],
-      category: 'Analysis & Reasoning',
-    });
-  const v1 = [gymTask('alpha', 'ok'), gymTask('gamma', 'ok')];
+  const v1 = [okTask('alpha', 'ok'), okTask('gamma', 'ok')];
   // The new verifier wants what nobody wrote: alpha's samples go down, gamma's stay.
-  const v2 = [gymTask('alpha', 'okay'), gymTask('gamma', 'ok')];
+  const v2 = [okTask('alpha', 'okay'), okTask('gamma', 'ok')];
   let server: RunningServer;
   let dir: string;
   beforeAll(async () => {
@@ -501,7 +491,7 @@ describe.skipIf(!sandbox.ok)('gym samples keep their evidence over HTTP, and rev
     await server.close();
     const tasks = join(dir, 'v3.jsonl');
     // v3 takes alpha back to v1's verifier and changes gamma's: against v1's scores only gamma moves.
-    await writeTasksJsonl(tasks, [gymTask('alpha', 'ok'), gymTask('gamma', 'nope')]);
+    await writeTasksJsonl(tasks, [okTask('alpha', 'ok'), okTask('gamma', 'nope')]);
     const args = ['rewards', 'reverify', '--db', join(dir, 'pool.db'), '--tasks', tasks, '--channel', 'ev'];
     const dry = await runCli([...args, '--dry-run', '--against', verifierVersion(v1)], {}, 60_000);
     expect(dry.code, dry.stderr).toBe(0);

@@ -58,3 +58,19 @@ export const jsonTask = (before: { name: string; arguments: Record<string, unkno
     ],
     category: 'Software Development',
   });
+
+/**
+ * A task whose verifier wants output/<id>.txt to contain `pattern`; its reference action writes `ok`,
+ * so a verifier that wants anything else fails the same workspace (re-verification's tests).
+ */
+export const okTask = (id: string, pattern: string): GymTask =>
+  GymTask.parse({
+    id,
+    prompt: `Write output/${id}.txt containing ok. All file paths are relative to the workspace directory.`,
+    verifier: {
+      kind: 'checks',
+      checks: [{ kind: 'text_contains', name: 'ok', path: `output/${id}.txt`, pattern }],
+    },
+    referenceActions: [{ name: 'write', arguments: { path: `output/${id}.txt`, content: 'ok' } }],
+    category: 'Analysis & Reasoning',
+  });
