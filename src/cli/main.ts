@@ -147,7 +147,7 @@ function registerSimCommand(program: Command): void {
 /** `stepwise demo`: the README's main job. */
 function registerDemoCommand(program: Command): void {
   const demo = program.command('demo');
-  addEmbeddedStoreOptions(demo, 'stepwise.db (a new store)');
+  addEmbeddedStoreOptions(demo, 'stepwise.db');
   demo
     .description(
       'the main job: synthesize tasks, run the built-in agent on them through the gateway (sim engine), verify, lease with GRPO advantages, export SFT data',
